@@ -1,0 +1,148 @@
+//! Parsing of the sizes and durations users write in flags and env vars.
+
+use std::fmt;
+
+/// Why a user-written value was refused; `Display` gives the accepted forms.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct UnitError {
+    pub value: String,
+    pub expected: &'static str,
+}
+
+impl fmt::Display for UnitError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "invalid value {:?}: expected {}", self.value, self.expected)
+    }
+}
+
+impl std::error::Error for UnitError {}
+
+pub const SIZE_FORMS: &str =
+    "a byte size such as 8GiB, 8192MiB, 512M, 8g, 4096m or a plain byte count";
+
+/// Parses a byte size: `8GiB`, `8192MiB`, `512KiB`, `8GB` (decimal),
+/// HAMi-style `8g` / `4096m` / `512k` (binary, as HAMi-core reads them), or a
+/// plain integer count of bytes. Fractions (`1.5GiB`) are accepted.
+pub fn parse_size(text: &str) -> Result<u64, UnitError> {
+    let err = || UnitError {
+        value: text.to_string(),
+        expected: SIZE_FORMS,
+    };
+    let trimmed = text.trim();
+    let split = trimmed
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .unwrap_or(trimmed.len());
+    let (number, unit) = trimmed.split_at(split);
+    if number.is_empty() {
+        return Err(err());
+    }
+    let multiplier: u64 = match unit.trim().to_ascii_lowercase().as_str() {
+        "" | "b" => 1,
+        "k" | "kib" | "ki" => 1 << 10,
+        "m" | "mib" | "mi" => 1 << 20,
+        "g" | "gib" | "gi" => 1 << 30,
+        "t" | "tib" | "ti" => 1 << 40,
+        "kb" => 1_000,
+        "mb" => 1_000_000,
+        "gb" => 1_000_000_000,
+        "tb" => 1_000_000_000_000,
+        _ => return Err(err()),
+    };
+    if let Ok(whole) = number.parse::<u64>() {
+        return whole.checked_mul(multiplier).ok_or_else(err);
+    }
+    let value: f64 = number.parse().map_err(|_| err())?;
+    let bytes = value * multiplier as f64;
+    if !bytes.is_finite() || bytes < 0.0 || bytes >= u64::MAX as f64 {
+        return Err(err());
+    }
+    Ok(bytes.round() as u64)
+}
+
+pub const DURATION_FORMS: &str = "a duration such as 100us, 5ms, 1.5s, 250ns or a plain nanosecond count";
+
+/// Parses a duration into nanoseconds: `250ns`, `100us`, `5ms`, `1.5s`, or a
+/// plain integer of nanoseconds.
+pub fn parse_duration_ns(text: &str) -> Result<u64, UnitError> {
+    let err = || UnitError {
+        value: text.to_string(),
+        expected: DURATION_FORMS,
+    };
+    let trimmed = text.trim();
+    let split = trimmed
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .unwrap_or(trimmed.len());
+    let (number, unit) = trimmed.split_at(split);
+    if number.is_empty() {
+        return Err(err());
+    }
+    let scale: f64 = match unit.trim() {
+        "" | "ns" => 1.0,
+        "us" | "µs" => 1e3,
+        "ms" => 1e6,
+        "s" => 1e9,
+        _ => return Err(err()),
+    };
+    let value: f64 = number.parse().map_err(|_| err())?;
+    let ns = value * scale;
+    if !ns.is_finite() || ns >= u64::MAX as f64 {
+        return Err(err());
+    }
+    Ok(ns.round() as u64)
+}
+
+/// Formats bytes the way the CLI prints them (`8.00 GiB`).
+pub fn format_size(bytes: u64) -> String {
+    const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
+    let mut value = bytes as f64;
+    let mut unit = 0;
+    while value >= 1024.0 && unit + 1 < UNITS.len() {
+        value /= 1024.0;
+        unit += 1;
+    }
+    if unit == 0 {
+        format!("{bytes} B")
+    } else {
+        format!("{value:.2} {}", UNITS[unit])
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sizes_in_every_documented_form() {
+        assert_eq!(parse_size("8GiB").unwrap(), 8 << 30);
+        assert_eq!(parse_size("8192MiB").unwrap(), 8 << 30);
+        assert_eq!(parse_size("4096m").unwrap(), 4 << 30);
+        assert_eq!(parse_size("8g").unwrap(), 8 << 30);
+        assert_eq!(parse_size("1.5GiB").unwrap(), 3 << 29);
+        assert_eq!(parse_size("2GB").unwrap(), 2_000_000_000);
+        assert_eq!(parse_size("12345").unwrap(), 12345);
+    }
+
+    #[test]
+    fn bad_sizes_are_refused_with_the_forms() {
+        let err = parse_size("lots").unwrap_err();
+        assert!(err.to_string().contains("8GiB"), "{err}");
+        assert!(parse_size("").is_err());
+        assert!(parse_size("-1GiB").is_err());
+        assert!(parse_size("99999999999TiB").is_err());
+    }
+
+    #[test]
+    fn durations() {
+        assert_eq!(parse_duration_ns("100us").unwrap(), 100_000);
+        assert_eq!(parse_duration_ns("5ms").unwrap(), 5_000_000);
+        assert_eq!(parse_duration_ns("1.5s").unwrap(), 1_500_000_000);
+        assert_eq!(parse_duration_ns("250").unwrap(), 250);
+        assert!(parse_duration_ns("soon").is_err());
+    }
+
+    #[test]
+    fn formats_sizes() {
+        assert_eq!(format_size(512), "512 B");
+        assert_eq!(format_size(8 << 30), "8.00 GiB");
+    }
+}

@@ -1,0 +1,1 @@
+//! simgpu: see README.md.
