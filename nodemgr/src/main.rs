@@ -1,1 +1,58 @@
-fn main() {}
+//! `dilu`: the command-line front end of dilu.
+//!
+//! It owns user-facing commands: launching CUDA programs under the
+//! interposer (`dilu run`) and the demo. It never links the interposer's
+//! cdylib code; it only points `LD_PRELOAD` at it.
+
+mod artifacts;
+mod launch;
+
+use clap::{Args, Parser, Subcommand};
+use std::process::ExitCode;
+
+#[derive(Parser)]
+#[command(
+    name = "dilu",
+    version,
+    about = "GPU sharing for deep-learning processes: hard memory budgets and SM-time budgets per tenant",
+    long_about = None
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Run a CUDA program with the dilu interposer preloaded.
+    ///
+    /// Example: dilu run --sim -- python train.py
+    Run(RunArgs),
+}
+
+#[derive(Args)]
+pub struct RunArgs {
+    /// Run on the simulated GPU (simgpu) instead of the real NVIDIA driver.
+    #[arg(long)]
+    sim: bool,
+    /// The program to run and its arguments (after `--`).
+    #[arg(required = true, trailing_var_arg = true, allow_hyphen_values = true)]
+    command: Vec<String>,
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Command::Run(args) => launch::run(&launch::LaunchSpec {
+            sim: args.sim,
+            command: args.command,
+        }),
+    };
+    match result {
+        Ok(code) => code,
+        Err(message) => {
+            eprintln!("dilu: {message}");
+            ExitCode::from(2)
+        }
+    }
+}

@@ -1,0 +1,82 @@
+//! Locating dilu's shared libraries and helper programs on disk.
+//!
+//! Search order: `$DILU_LIB_DIR`, the directory holding the `dilu` binary
+//! (a cargo `target/<profile>` directory), then `<prefix>/lib/dilu` for an
+//! installed layout (`<prefix>/bin/dilu`).
+
+use std::path::{Path, PathBuf};
+
+pub const INTERPOSER_FILE: &str = "libdilu_interposer.so";
+pub const SIMGPU_FILE: &str = "libsimgpu.so";
+
+fn search_dirs() -> Vec<PathBuf> {
+    let mut dirs = Vec::new();
+    if let Some(dir) = std::env::var_os("DILU_LIB_DIR") {
+        dirs.push(PathBuf::from(dir));
+    }
+    if let Ok(exe) = std::env::current_exe()
+        && let Some(bin_dir) = exe.parent()
+    {
+        dirs.push(bin_dir.to_path_buf());
+        if let Some(prefix) = bin_dir.parent() {
+            dirs.push(prefix.join("lib").join("dilu"));
+        }
+    }
+    dirs
+}
+
+/// Finds `file` in the search directories, or explains where it looked.
+pub fn find(file: &str) -> Result<PathBuf, String> {
+    let dirs = search_dirs();
+    for dir in &dirs {
+        let candidate = dir.join(file);
+        if candidate.is_file() {
+            return Ok(candidate);
+        }
+    }
+    let looked: Vec<String> = dirs.iter().map(|d| d.display().to_string()).collect();
+    Err(format!(
+        "cannot find {file} (looked in: {}); build it with `cargo build --workspace` or set DILU_LIB_DIR",
+        looked.join(", ")
+    ))
+}
+
+/// Returns a directory in which `libcuda.so.1` and `libcuda.so` both resolve
+/// to simgpu, creating the links if needed. Clients differ in which name they
+/// open (cudart: `libcuda.so.1`; cudarc: `libcuda.so` first), so both exist.
+pub fn simgpu_driver_dir(simgpu: &Path) -> Result<PathBuf, String> {
+    let preferred = simgpu
+        .parent()
+        .map(|dir| dir.join("simgpu-driver"))
+        .into_iter();
+    // SAFETY: getuid has no preconditions and cannot fail.
+    let uid = unsafe { libc::getuid() };
+    let fallback = std::env::temp_dir().join(format!("dilu-simgpu-{uid}"));
+    let mut last_error = String::new();
+    for dir in preferred.chain(std::iter::once(fallback)) {
+        match link_driver_names(&dir, simgpu) {
+            Ok(()) => return Ok(dir),
+            Err(err) => last_error = format!("{}: {err}", dir.display()),
+        }
+    }
+    Err(format!(
+        "cannot prepare the simulated driver directory ({last_error})"
+    ))
+}
+
+fn link_driver_names(dir: &Path, simgpu: &Path) -> std::io::Result<()> {
+    std::fs::create_dir_all(dir)?;
+    let target = simgpu.canonicalize()?;
+    for name in ["libcuda.so.1", "libcuda.so"] {
+        let link = dir.join(name);
+        if std::fs::read_link(&link).ok().as_deref() == Some(target.as_path()) {
+            continue;
+        }
+        // Replace atomically so a concurrent `dilu run` never sees a missing name.
+        let staging = dir.join(format!(".{name}.{}", std::process::id()));
+        let _ = std::fs::remove_file(&staging);
+        std::os::unix::fs::symlink(&target, &staging)?;
+        std::fs::rename(&staging, &link)?;
+    }
+    Ok(())
+}

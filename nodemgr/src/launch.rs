@@ -1,0 +1,63 @@
+//! `dilu run`: start a program with the interposer preloaded.
+
+use crate::artifacts;
+use std::ffi::OsString;
+use std::os::unix::process::CommandExt;
+use std::process::{Command, ExitCode};
+
+pub struct LaunchSpec {
+    pub sim: bool,
+    pub command: Vec<String>,
+}
+
+/// Builds the child's environment changes: `LD_PRELOAD` gets the interposer
+/// first; with `sim`, `LD_LIBRARY_PATH` gets the simgpu driver directory first.
+pub fn environment(spec: &LaunchSpec) -> Result<Vec<(String, OsString)>, String> {
+    let interposer = artifacts::find(artifacts::INTERPOSER_FILE)?;
+    let mut env = vec![(
+        "LD_PRELOAD".to_string(),
+        prepend(
+            interposer.into_os_string(),
+            std::env::var_os("LD_PRELOAD"),
+            ":",
+        ),
+    )];
+    if spec.sim {
+        let simgpu = artifacts::find(artifacts::SIMGPU_FILE)?;
+        let dir = artifacts::simgpu_driver_dir(&simgpu)?;
+        env.push((
+            "LD_LIBRARY_PATH".to_string(),
+            prepend(
+                dir.into_os_string(),
+                std::env::var_os("LD_LIBRARY_PATH"),
+                ":",
+            ),
+        ));
+    }
+    Ok(env)
+}
+
+fn prepend(first: OsString, rest: Option<OsString>, separator: &str) -> OsString {
+    let mut value = first;
+    if let Some(rest) = rest.filter(|r| !r.is_empty()) {
+        value.push(separator);
+        value.push(rest);
+    }
+    value
+}
+
+/// Replaces this process with the command (so signals and the exit status
+/// are the program's own). Returns only on failure.
+pub fn run(spec: &LaunchSpec) -> Result<ExitCode, String> {
+    let (program, args) = spec
+        .command
+        .split_first()
+        .ok_or("nothing to run: give a command after `--`")?;
+    let mut command = Command::new(program);
+    command.args(args);
+    for (key, value) in environment(spec)? {
+        command.env(key, value);
+    }
+    let error = command.exec();
+    Err(format!("cannot start {program}: {error}"))
+}

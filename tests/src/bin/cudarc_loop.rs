@@ -1,0 +1,214 @@
+//! `cudarc-loop`: an ordinary CUDA program (through the `cudarc` crate,
+//! dynamically loading libcuda) that launches a loop of kernels of chosen
+//! sizes on chosen streams and prints its throughput.
+
+use cudarc::driver::{CudaContext, CudaSlice, CudaStream, LaunchConfig, PushKernelArg, sys};
+use cudarc::nvrtc::Ptx;
+use dilu_tests::ptx::{BLOCK_THREADS, BUSY_KERNEL, PTX};
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+const USAGE: &str =
+    "usage: cudarc-loop [--seconds S] [--kernels N] [--blocks B[,B...]] [--streams K]
+                   [--iters I] [--depth D] [--graph G] [--device N] [--json]
+  --seconds S   run for S seconds (default 2; with --kernels, whichever ends first)
+  --kernels N   stop after N kernels
+  --blocks B,.. grid sizes in blocks, used in turn (default 1320: 100 us on simgpu's default model)
+  --streams K   launch round-robin on K new streams (default 1)
+  --iters I     FMA iterations per thread, sets kernel length on a real GPU (default 2000)
+  --depth D     synchronise after every D launches per stream (default 32)
+  --graph G     capture G launches into a CUDA graph and launch the graph instead
+  --device N    device ordinal (default 0)
+  --json        also print a one-line JSON summary";
+
+struct Options {
+    seconds: f64,
+    kernels: Option<u64>,
+    blocks: Vec<u32>,
+    streams: usize,
+    iters: u32,
+    depth: u64,
+    graph: Option<u32>,
+    device: usize,
+    json: bool,
+}
+
+fn parse_options() -> Result<Options, String> {
+    let mut options = Options {
+        seconds: 2.0,
+        kernels: None,
+        blocks: vec![1320],
+        streams: 1,
+        iters: 2000,
+        depth: 32,
+        graph: None,
+        device: 0,
+        json: false,
+    };
+    let mut args = std::env::args().skip(1);
+    while let Some(flag) = args.next() {
+        if flag == "--json" {
+            options.json = true;
+            continue;
+        }
+        if flag == "--help" || flag == "-h" {
+            println!("{USAGE}");
+            std::process::exit(0);
+        }
+        let value = args.next().ok_or_else(|| format!("{flag} needs a value"))?;
+        match flag.as_str() {
+            "--seconds" => options.seconds = parse(&flag, &value)?,
+            "--kernels" => options.kernels = Some(parse(&flag, &value)?),
+            "--blocks" => {
+                options.blocks = value
+                    .split(',')
+                    .map(|b| parse(&flag, b.trim()))
+                    .collect::<Result<_, _>>()?;
+            }
+            "--streams" => options.streams = parse(&flag, &value)?,
+            "--iters" => options.iters = parse(&flag, &value)?,
+            "--depth" => options.depth = parse(&flag, &value)?,
+            "--graph" => options.graph = Some(parse(&flag, &value)?),
+            "--device" => options.device = parse(&flag, &value)?,
+            _ => return Err(format!("unknown option {flag}")),
+        }
+    }
+    if options.streams == 0 || options.depth == 0 || options.blocks.contains(&0) {
+        return Err("--streams, --depth and --blocks must be positive".into());
+    }
+    Ok(options)
+}
+
+fn parse<T: std::str::FromStr>(flag: &str, value: &str) -> Result<T, String> {
+    value
+        .parse()
+        .map_err(|_| format!("bad value {value:?} for {flag}"))
+}
+
+/// A tiny deterministic generator so mixed-size runs are repeatable.
+struct SplitMix(u64);
+
+impl SplitMix {
+    fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+}
+
+fn run(options: &Options) -> Result<String, Box<dyn std::error::Error>> {
+    let ctx = CudaContext::new(options.device)?;
+    // Streams are independent here; cudarc's cross-stream event tracking
+    // would add an event record and wait per launch.
+    // SAFETY: this program never shares a buffer between streams.
+    unsafe { ctx.disable_event_tracking() };
+    let module = ctx.load_module(Ptx::from_src(PTX))?;
+    let function = module.load_function(BUSY_KERNEL)?;
+    let streams: Vec<Arc<CudaStream>> = (0..options.streams)
+        .map(|_| ctx.new_stream())
+        .collect::<Result<_, _>>()?;
+
+    let max_blocks = *options.blocks.iter().max().expect("non-empty");
+    let elements = (max_blocks as usize) * (BLOCK_THREADS as usize);
+    let buffers: Vec<CudaSlice<f32>> = streams
+        .iter()
+        .map(|s| s.alloc_zeros::<f32>(elements))
+        .collect::<Result<_, _>>()?;
+
+    // Memory must really hold data: round-trip a pattern before the loop.
+    let pattern: Vec<f32> = (0..4096).map(|i| i as f32 * 0.5).collect();
+    let device_copy = streams[0].clone_htod(&pattern)?;
+    let back = streams[0].clone_dtoh(&device_copy)?;
+    if back != pattern {
+        return Err("device memory round-trip returned different data".into());
+    }
+
+    let mut rng = SplitMix(0x5eed);
+    let mut launched: u64 = 0;
+    let deadline = Duration::from_secs_f64(options.seconds);
+    let started = Instant::now();
+    let launch_one = |stream: &Arc<CudaStream>, buffer: &CudaSlice<f32>, blocks: u32| {
+        let config = LaunchConfig {
+            grid_dim: (blocks, 1, 1),
+            block_dim: (BLOCK_THREADS, 1, 1),
+            shared_mem_bytes: 0,
+        };
+        let mut builder = stream.launch_builder(&function);
+        builder.arg(buffer).arg(&options.iters);
+        // SAFETY: `busy` takes (float*, u32) and the buffer holds grid × block floats.
+        unsafe { builder.launch(config) }.map(|_| ())
+    };
+
+    if let Some(graph_len) = options.graph {
+        let stream = &streams[0];
+        stream.begin_capture(sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL)?;
+        for _ in 0..graph_len {
+            let blocks = options.blocks[(rng.next() as usize) % options.blocks.len()];
+            launch_one(stream, &buffers[0], blocks)?;
+        }
+        let graph = stream
+            .end_capture(sys::CUgraphInstantiate_flags(0))?
+            .ok_or("stream capture produced no graph")?;
+        while started.elapsed() < deadline && options.kernels.is_none_or(|n| launched < n) {
+            graph.launch()?;
+            launched += u64::from(graph_len);
+            stream.synchronize()?;
+        }
+    } else {
+        'outer: loop {
+            for (stream, buffer) in streams.iter().zip(&buffers) {
+                if started.elapsed() >= deadline || options.kernels.is_some_and(|n| launched >= n) {
+                    break 'outer;
+                }
+                let blocks = options.blocks[(rng.next() as usize) % options.blocks.len()];
+                launch_one(stream, buffer, blocks)?;
+                launched += 1;
+            }
+            if launched.is_multiple_of(options.depth * options.streams as u64) {
+                for stream in &streams {
+                    stream.synchronize()?;
+                }
+            }
+        }
+    }
+    for stream in &streams {
+        stream.synchronize()?;
+    }
+    let seconds = started.elapsed().as_secs_f64();
+    let rate = launched as f64 / seconds;
+    let mut summary = format!(
+        "cudarc-loop: {launched} kernels in {seconds:.2} s on {} stream(s): {rate:.1} kernels/s",
+        options.streams
+    );
+    if options.json {
+        summary.push_str(&format!(
+            "\n{{\"kernels\":{launched},\"seconds\":{seconds:.6},\"kernels_per_second\":{rate:.3},\"streams\":{},\"pid\":{}}}",
+            options.streams,
+            std::process::id()
+        ));
+    }
+    Ok(summary)
+}
+
+fn main() -> ExitCode {
+    let options = match parse_options() {
+        Ok(options) => options,
+        Err(message) => {
+            eprintln!("cudarc-loop: {message}\n{USAGE}");
+            return ExitCode::from(2);
+        }
+    };
+    match run(&options) {
+        Ok(summary) => {
+            println!("{summary}");
+            ExitCode::SUCCESS
+        }
+        Err(error) => {
+            eprintln!("cudarc-loop: {error}");
+            ExitCode::FAILURE
+        }
+    }
+}
