@@ -7,4 +7,5 @@
 //! no behaviour that touches a driver, a socket or a file.
 
 pub mod cuda;
+pub mod simtrace;
 pub mod units;

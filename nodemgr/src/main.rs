@@ -5,6 +5,7 @@
 //! cdylib code; it only points `LD_PRELOAD` at it.
 
 mod artifacts;
+mod demo;
 mod launch;
 
 use clap::{Args, Parser, Subcommand};
@@ -28,6 +29,18 @@ enum Command {
     ///
     /// Example: dilu run --sim -- python train.py
     Run(RunArgs),
+    /// Show two CUDA programs sharing one simulated GPU under dilu.
+    Demo(DemoArgs),
+}
+
+#[derive(Args)]
+pub struct DemoArgs {
+    /// How long the programs run, in seconds.
+    #[arg(long, default_value_t = 5, value_parser = clap::value_parser!(u64).range(1..=3600))]
+    seconds: u64,
+    /// Print only a JSON summary.
+    #[arg(long)]
+    json: bool,
 }
 
 #[derive(Args)]
@@ -46,6 +59,10 @@ fn main() -> ExitCode {
         Command::Run(args) => launch::run(&launch::LaunchSpec {
             sim: args.sim,
             command: args.command,
+        }),
+        Command::Demo(args) => demo::run(&demo::DemoSpec {
+            seconds: args.seconds,
+            json: args.json,
         }),
     };
     match result {

@@ -52,3 +52,58 @@ pub fn unique_name(tag: &str) -> String {
         NEXT.fetch_add(1, Ordering::Relaxed)
     )
 }
+
+/// Runs a command to completion, killing it if it outlives `limit` (a hung
+/// child must fail the test, not the CI run). Stdout and stderr are captured.
+pub fn output_within(mut command: Command, limit: std::time::Duration) -> std::process::Output {
+    use std::process::Stdio;
+    let mut child = command
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn");
+    let started = std::time::Instant::now();
+    loop {
+        if child.try_wait().expect("try_wait").is_some() {
+            return child.wait_with_output().expect("collect output");
+        }
+        if started.elapsed() > limit {
+            let _ = child.kill();
+            let output = child.wait_with_output().expect("collect output");
+            panic!(
+                "command ran past {limit:?} and was killed\nstdout: {}\nstderr: {}",
+                String::from_utf8_lossy(&output.stdout),
+                String::from_utf8_lossy(&output.stderr)
+            );
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+}
+
+/// A scratch directory removed when dropped.
+pub struct Scratch(pub PathBuf);
+
+impl Scratch {
+    pub fn new(tag: &str) -> Self {
+        let dir = std::env::temp_dir().join(format!("dilu-test-{}", unique_name(tag)));
+        std::fs::create_dir_all(&dir).expect("create scratch dir");
+        Scratch(dir)
+    }
+
+    pub fn path(&self, name: &str) -> PathBuf {
+        self.0.join(name)
+    }
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// Reads a simgpu trace file, failing the test on any malformed line.
+pub fn read_trace(path: &Path) -> Vec<dilu_abi::simtrace::KernelRecord> {
+    let text = std::fs::read_to_string(path)
+        .unwrap_or_else(|e| panic!("cannot read trace {}: {e}", path.display()));
+    dilu_abi::simtrace::parse(&text).unwrap_or_else(|e| panic!("{e}"))
+}
