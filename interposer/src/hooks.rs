@@ -1,0 +1,76 @@
+//! THE table of hooked driver functions. Everything else (exported symbols,
+//! real-driver slots, `dlsym` answers, `cuGetProcAddress` answers, call
+//! counters) is generated from it by [`hook_table!`](crate::table).
+//!
+//! To hook a new function: add one row with its exact ABI name (the versioned
+//! exported name, e.g. `cuMemAlloc_v2`), `/ name_ptsz` if `cuda.h` has a
+//! per-thread-default-stream variant, its C signature from `cuda.h`, and a
+//! handler in `handlers.rs`. Nothing else needs to change.
+
+use core::ffi::{c_uint, c_ulonglong, c_void};
+
+use dilu_abi::cuda::sys::{
+    CUDA_ARRAY_DESCRIPTOR, CUDA_ARRAY3D_DESCRIPTOR, CUDA_LAUNCH_PARAMS, CUarray, CUdevice,
+    CUdeviceptr, CUevent, CUfunction, CUgraphExec, CUlaunchConfig, CUmemAllocationProp,
+    CUmemGenericAllocationHandle, CUmemoryPool, CUmipmappedArray, CUstream,
+};
+
+use crate::handlers as h;
+use crate::table::hook_table;
+
+hook_table! {
+    // ---- memory -----------------------------------------------------------
+    h::mem_alloc => fn cuMemAlloc_v2(dptr: *mut CUdeviceptr, bytesize: usize);
+    h::mem_free => fn cuMemFree_v2(dptr: CUdeviceptr);
+    h::mem_get_info => fn cuMemGetInfo_v2(free: *mut usize, total: *mut usize);
+    h::mem_alloc_pitch => fn cuMemAllocPitch_v2(
+        dptr: *mut CUdeviceptr, pitch: *mut usize, width_bytes: usize, height: usize,
+        element_size_bytes: c_uint,
+    );
+    h::mem_alloc_managed => fn cuMemAllocManaged(dptr: *mut CUdeviceptr, bytesize: usize, flags: c_uint);
+    h::mem_alloc_async => fn cuMemAllocAsync / cuMemAllocAsync_ptsz(
+        dptr: *mut CUdeviceptr, bytesize: usize, stream: CUstream,
+    );
+    h::mem_free_async => fn cuMemFreeAsync / cuMemFreeAsync_ptsz(dptr: CUdeviceptr, stream: CUstream);
+    h::mem_alloc_from_pool_async => fn cuMemAllocFromPoolAsync / cuMemAllocFromPoolAsync_ptsz(
+        dptr: *mut CUdeviceptr, bytesize: usize, pool: CUmemoryPool, stream: CUstream,
+    );
+    h::mem_create => fn cuMemCreate(
+        handle: *mut CUmemGenericAllocationHandle, size: usize, prop: *const CUmemAllocationProp,
+        flags: c_ulonglong,
+    );
+    h::mem_release => fn cuMemRelease(handle: CUmemGenericAllocationHandle);
+    h::array_create => fn cuArrayCreate_v2(array: *mut CUarray, desc: *const CUDA_ARRAY_DESCRIPTOR);
+    h::array3d_create => fn cuArray3DCreate_v2(array: *mut CUarray, desc: *const CUDA_ARRAY3D_DESCRIPTOR);
+    h::array_destroy => fn cuArrayDestroy(array: CUarray);
+    h::mipmapped_array_create => fn cuMipmappedArrayCreate(
+        array: *mut CUmipmappedArray, desc: *const CUDA_ARRAY3D_DESCRIPTOR, levels: c_uint,
+    );
+    h::mipmapped_array_destroy => fn cuMipmappedArrayDestroy(array: CUmipmappedArray);
+    h::device_total_mem => fn cuDeviceTotalMem_v2(bytes: *mut usize, dev: CUdevice);
+
+    // ---- launches ---------------------------------------------------------
+    h::launch_kernel => fn cuLaunchKernel / cuLaunchKernel_ptsz(
+        f: CUfunction, grid_x: c_uint, grid_y: c_uint, grid_z: c_uint,
+        block_x: c_uint, block_y: c_uint, block_z: c_uint, shared_mem_bytes: c_uint,
+        stream: CUstream, params: *mut *mut c_void, extra: *mut *mut c_void,
+    );
+    h::launch_kernel_ex => fn cuLaunchKernelEx / cuLaunchKernelEx_ptsz(
+        config: *const CUlaunchConfig, f: CUfunction, params: *mut *mut c_void,
+        extra: *mut *mut c_void,
+    );
+    h::launch_cooperative_kernel => fn cuLaunchCooperativeKernel / cuLaunchCooperativeKernel_ptsz(
+        f: CUfunction, grid_x: c_uint, grid_y: c_uint, grid_z: c_uint,
+        block_x: c_uint, block_y: c_uint, block_z: c_uint, shared_mem_bytes: c_uint,
+        stream: CUstream, params: *mut *mut c_void,
+    );
+    h::launch_cooperative_kernel_multi_device => fn cuLaunchCooperativeKernelMultiDevice(
+        list: *mut CUDA_LAUNCH_PARAMS, num_devices: c_uint, flags: c_uint,
+    );
+    h::graph_launch => fn cuGraphLaunch / cuGraphLaunch_ptsz(exec: CUgraphExec, stream: CUstream);
+
+    // ---- synchronisation --------------------------------------------------
+    h::stream_synchronize => fn cuStreamSynchronize / cuStreamSynchronize_ptsz(stream: CUstream);
+    h::ctx_synchronize => fn cuCtxSynchronize();
+    h::event_synchronize => fn cuEventSynchronize(event: CUevent);
+}
