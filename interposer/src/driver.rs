@@ -113,26 +113,51 @@ pub fn ensure_loaded() -> bool {
     }
 }
 
-fn load() {
-    let cfg = crate::config::get();
-    let path: &CStr = cfg.real_libcuda.as_deref().unwrap_or(c"libcuda.so.1");
+/// `dlopen`s `path`, returning the handle or the `dlerror` text.
+fn open(path: &CStr) -> Result<*mut c_void, String> {
     // SAFETY: `path` is NUL-terminated; dlopen has no other preconditions.
     let handle = unsafe { libc::dlopen(path.as_ptr(), libc::RTLD_NOW | libc::RTLD_LOCAL) };
-    if handle.is_null() {
-        // SAFETY: dlerror returns null or a NUL-terminated thread-local string.
-        let err = unsafe { libc::dlerror() };
-        let msg = if err.is_null() {
-            "unknown error".into()
-        } else {
-            // SAFETY: non-null dlerror result is a valid C string (see above).
-            unsafe { CStr::from_ptr(err) }.to_string_lossy()
-        };
+    if !handle.is_null() {
+        return Ok(handle);
+    }
+    // SAFETY: dlerror returns null or a NUL-terminated thread-local string.
+    let err = unsafe { libc::dlerror() };
+    Err(if err.is_null() {
+        "unknown error".into()
+    } else {
+        // SAFETY: a non-null dlerror result is a valid C string (see above).
+        unsafe { CStr::from_ptr(err) }
+            .to_string_lossy()
+            .into_owned()
+    })
+}
+
+fn load() {
+    let cfg = crate::config::get();
+    // Default: the soname cudart uses, then the development name (some
+    // installs, and simulated drivers, only provide that one).
+    let candidates: &[&CStr] = match cfg.real_libcuda.as_deref() {
+        Some(p) => &[p],
+        None => &[c"libcuda.so.1", c"libcuda.so"],
+    };
+    let mut errors = Vec::new();
+    let mut opened = None;
+    for &path in candidates {
+        match open(path) {
+            Ok(h) => {
+                opened = Some((path, h));
+                break;
+            }
+            Err(e) => errors.push(e),
+        }
+    }
+    let Some((path, handle)) = opened else {
         eprintln!(
-            "dilu-interposer: cannot load the real CUDA driver {path:?} \
-             (DILU_REAL_LIBCUDA overrides it): {msg}"
+            "dilu-interposer: cannot load the real CUDA driver (set DILU_REAL_LIBCUDA to its path): {}",
+            errors.join("; ")
         );
         return;
-    }
+    };
     let mut found = 0;
     for (row, slot) in ROWS.iter().zip(REAL.iter()) {
         let p = real_dlsym(handle, row.name.as_ptr()) as usize;

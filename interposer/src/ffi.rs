@@ -49,3 +49,65 @@ fn after_panic(
         None => catch_unwind(AssertUnwindSafe(real)).unwrap_or(CUDA_ERROR_UNKNOWN),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use dilu_abi::cuda::{CUDA_ERROR_OUT_OF_MEMORY, CUDA_SUCCESS};
+
+    fn quiet<R>(f: impl FnOnce() -> R) -> R {
+        let hook = std::panic::take_hook();
+        std::panic::set_hook(Box::new(|_| {}));
+        let r = f();
+        std::panic::set_hook(hook);
+        r
+    }
+
+    #[test]
+    fn no_panic_returns_the_body_result() {
+        let done = Cell::new(None);
+        assert_eq!(entry(None, &done, || 7, || unreachable!()), 7);
+    }
+
+    #[test]
+    fn panic_before_the_real_call_falls_through_to_it() {
+        let done = Cell::new(None);
+        let calls = Cell::new(0);
+        let r = quiet(|| {
+            entry(
+                None,
+                &done,
+                || panic!("bug in a hook"),
+                || {
+                    calls.set(calls.get() + 1);
+                    CUDA_ERROR_OUT_OF_MEMORY
+                },
+            )
+        });
+        assert_eq!((r, calls.get()), (CUDA_ERROR_OUT_OF_MEMORY, 1));
+    }
+
+    #[test]
+    fn panic_after_the_real_call_keeps_its_result_and_does_not_repeat_it() {
+        let done = Cell::new(None);
+        let r = quiet(|| {
+            entry(
+                None,
+                &done,
+                || {
+                    done.set(Some(CUDA_SUCCESS));
+                    panic!("bug after the driver call")
+                },
+                || unreachable!("the real call must not be repeated"),
+            )
+        });
+        assert_eq!(r, CUDA_SUCCESS);
+    }
+
+    #[test]
+    fn panic_everywhere_is_unknown_error() {
+        let done = Cell::new(None);
+        let r = quiet(|| entry(None, &done, || panic!("a"), || panic!("b")));
+        assert_eq!(r, CUDA_ERROR_UNKNOWN);
+    }
+}

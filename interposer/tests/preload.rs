@@ -108,6 +108,11 @@ struct Run {
 /// Runs the client in `mode` with the interposer preloaded (unless
 /// `preload` is false); `tag` names this run's report and log files.
 fn client(tag: &str, preload: bool, args: &[&str], env: &[(&str, &str)]) -> Run {
+    client_in(&fixture().dir, tag, preload, args, env)
+}
+
+/// As [`client`], with `libcuda.so.1` taken from `lib_dir`.
+fn client_in(lib_dir: &Path, tag: &str, preload: bool, args: &[&str], env: &[(&str, &str)]) -> Run {
     let f = fixture();
     let report = f.dir.join(format!("{tag}.report.jsonl"));
     let log = f.dir.join(format!("{tag}.driver.log"));
@@ -115,7 +120,7 @@ fn client(tag: &str, preload: bool, args: &[&str], env: &[(&str, &str)]) -> Run 
     let _ = std::fs::remove_file(&log);
     let mut cmd = Command::new(&f.client);
     cmd.args(args)
-        .env("LD_LIBRARY_PATH", &f.dir)
+        .env("LD_LIBRARY_PATH", lib_dir)
         .env("FAKECUDA_LOG", &log)
         .env("DILU_CALL_REPORT", &report)
         .env_remove("DILU_LOG")
@@ -295,21 +300,26 @@ fn dlsym_answers_are_untouched_without_the_interposer() {
     );
 }
 
-/// Every request cudart 12.9 makes, replayed with and without the
-/// interposer: return codes and `symbolStatus` are identical; pointers are
-/// identical except that hooked functions become our wrapper of the same name.
-#[test]
-fn cudart_request_list_replays_identically_except_wrapped_pointers() {
-    let list = Path::new(MANIFEST_DIR).join("tests/data/cudart12.9_getprocaddress_requests.txt");
+const REQUESTS: &str = "tests/data/cudart12.9_getprocaddress_requests.txt";
+
+/// Replays cudart's request list with and without the interposer against the
+/// driver in `lib_dir`: return codes and `symbolStatus` must be identical and
+/// pointers identical, except that a hooked function becomes our wrapper of
+/// the same name. Returns (the run with the interposer, names it wrapped).
+fn replay_compare(lib_dir: &Path, tag: &str, env: &[(&str, &str)]) -> (Run, Vec<String>) {
+    let list = Path::new(MANIFEST_DIR).join(REQUESTS);
     let list = list.to_str().unwrap();
-    let plain = client("replay-plain", false, &["replay", list], &[]);
-    let ours = client("replay", true, &["replay", list], &[]);
+    let plain = client_in(
+        lib_dir,
+        &format!("{tag}-plain"),
+        false,
+        &["replay", list],
+        env,
+    );
+    let ours = client_in(lib_dir, tag, true, &["replay", list], env);
     plain.assert_ok();
     ours.assert_ok();
     let requests = std::fs::read_to_string(list).unwrap();
-    let n_flags2 = requests.lines().filter(|l| l.ends_with("flags=2")).count();
-    assert_eq!(n_flags2, 69);
-
     let hooked: Vec<String> = ours.calls().into_keys().collect();
     let (p, o): (Vec<&str>, Vec<&str>) = (
         plain
@@ -321,7 +331,7 @@ fn cudart_request_list_replays_identically_except_wrapped_pointers() {
     );
     assert_eq!(p.len(), requests.lines().count());
     assert_eq!(p.len(), o.len());
-    let mut wrapped = 0;
+    let mut wrapped = Vec::new();
     for (a, b) in p.iter().zip(&o) {
         let (a_req, a_ptr) = a.rsplit_once(' ').unwrap();
         let (b_req, b_ptr) = b.rsplit_once(' ').unwrap();
@@ -334,12 +344,10 @@ fn cudart_request_list_replays_identically_except_wrapped_pointers() {
         }
         let sym = a_ptr.strip_prefix("libcuda.so.1:").unwrap();
         assert_eq!(b_ptr, format!("{US}:{sym}"));
-        wrapped += 1;
+        wrapped.push(sym.to_owned());
     }
-    // cuGetProcAddress x2, cuDeviceTotalMem_v2, cuCtxSynchronize,
-    // cuMemAlloc_v2, cuMemFree_v2, cuLaunchKernel(+_ptsz),
-    // cuStreamSynchronize(+_ptsz).
-    assert_eq!(wrapped, 10);
+    let n_flags2 = requests.lines().filter(|l| l.ends_with("flags=2")).count();
+    assert_eq!(n_flags2, 69);
     let lookups = &ours.report()["lookups"];
     assert_eq!(lookups["flags2"], n_flags2 as u64);
     assert_eq!(
@@ -347,7 +355,18 @@ fn cudart_request_list_replays_identically_except_wrapped_pointers() {
         requests.lines().count() as u64 + 1
     );
     // The client's own extra look-up of cuGetProcAddress@12000 is wrapped too.
-    assert_eq!(lookups["wrapped"], wrapped + 1);
+    assert_eq!(lookups["wrapped"], wrapped.len() as u64 + 1);
+    (ours, wrapped)
+}
+
+/// Every request cudart 12.9 makes, replayed against the fake driver.
+#[test]
+fn cudart_request_list_replays_identically_except_wrapped_pointers() {
+    let (_, wrapped) = replay_compare(&fixture().dir, "replay", &[]);
+    // cuGetProcAddress x2, cuDeviceTotalMem_v2, cuCtxSynchronize,
+    // cuMemAlloc_v2, cuMemFree_v2, cuLaunchKernel(+_ptsz),
+    // cuStreamSynchronize(+_ptsz).
+    assert_eq!(wrapped.len(), 10, "{wrapped:?}");
 }
 
 #[test]
@@ -412,4 +431,98 @@ fn debug_logging_goes_to_stderr() {
     let stderr = String::from_utf8_lossy(&run.out.stderr);
     assert!(stderr.contains("real driver loaded"), "{stderr}");
     assert!(stderr.contains("dlsym wrapped"), "{stderr}");
+}
+
+/// simgpu (the workspace's simulated driver) installed as `libcuda.so.1`.
+fn simgpu_dir() -> &'static Path {
+    static D: OnceLock<PathBuf> = OnceLock::new();
+    D.get_or_init(|| {
+        let f = fixture();
+        let mut build = Command::new(env!("CARGO"));
+        build
+            .args(["build", "-p", "simgpu"])
+            .current_dir(MANIFEST_DIR);
+        let profile_dir = f.interposer.parent().unwrap();
+        match profile_dir.file_name().and_then(|n| n.to_str()) {
+            Some("debug") => {}
+            Some("release") => {
+                build.arg("--release");
+            }
+            Some(other) => {
+                build.args(["--profile", other]);
+            }
+            None => unreachable!(),
+        }
+        run_ok(&mut build);
+        let dir = f.dir.join("simgpu");
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::copy(profile_dir.join("libsimgpu.so"), dir.join("libcuda.so.1")).unwrap();
+        dir
+    })
+}
+
+fn simgpu_env(tag: &str) -> String {
+    format!("dilu-interposer-test-{}-{tag}", std::process::id())
+}
+
+/// Removes simgpu's shared device state for `instance` (under /dev/shm).
+fn remove_simgpu_state(instance: &str) {
+    let suffix = format!("-{instance}");
+    if let Ok(dir) = std::fs::read_dir("/dev/shm") {
+        for e in dir.flatten() {
+            let name = e.file_name().to_string_lossy().into_owned();
+            if name.starts_with("simgpu-") && name.ends_with(&suffix) {
+                let _ = std::fs::remove_file(e.path());
+            }
+        }
+    }
+}
+
+#[test]
+fn simgpu_request_list_replays_identically_and_every_requested_hook_is_wrapped() {
+    let instance = simgpu_env("replay");
+    let (run, wrapped) = replay_compare(
+        simgpu_dir(),
+        "simgpu-replay",
+        &[("SIMGPU_INSTANCE", instance.as_str())],
+    );
+    remove_simgpu_state(&instance);
+    let requests = std::fs::read_to_string(Path::new(MANIFEST_DIR).join(REQUESTS)).unwrap();
+    // Every table row cudart asks for (by base name, any version/flags)
+    // must come back wrapped.
+    for name in run.calls().into_keys() {
+        let base = name.trim_end_matches("_ptsz").trim_end_matches("_v2");
+        if requests.contains(&format!("\"{base}\"")) {
+            assert!(wrapped.contains(&name), "{name} not wrapped: {wrapped:?}");
+        }
+    }
+    assert!(wrapped.len() >= 30, "{wrapped:?}");
+}
+
+#[test]
+fn simgpu_cudart_path_works_through_the_interposer() {
+    let instance = simgpu_env("sim");
+    let run = client_in(
+        simgpu_dir(),
+        "simgpu-sim",
+        true,
+        &["sim"],
+        &[("SIMGPU_INSTANCE", instance.as_str())],
+    );
+    remove_simgpu_state(&instance);
+    run.assert_ok();
+    assert_eq!(
+        run.answer("gpa cuMemAlloc@3020/0"),
+        format!("{US}:cuMemAlloc_v2")
+    );
+    assert_eq!(
+        run.answer("gpa cuStreamSynchronize@7000/2"),
+        format!("{US}:cuStreamSynchronize_ptsz")
+    );
+    let calls = run.calls();
+    assert_eq!(calls["cuMemAlloc_v2"], 1);
+    assert_eq!(calls["cuMemFree_v2"], 2);
+    assert_eq!(calls["cuMemGetInfo_v2"], 2);
+    assert_eq!(calls["cuStreamSynchronize_ptsz"], 1);
+    assert_eq!(calls["cuCtxSynchronize"], 1);
 }

@@ -1,1 +1,65 @@
-//! simgpu: see README.md.
+//! simgpu: a simulated CUDA driver (see README.md).
+//!
+//! The exported `extern "C"` functions live in [`api`]; every one of them runs
+//! its body through [`guard`], so a panic never unwinds into the caller. The
+//! exported-symbol table that `cuGetProcAddress` answers from is
+//! [`proc_table`], generated from one declarative list.
+
+pub mod api;
+mod config;
+mod driver;
+mod exec;
+mod memory;
+mod proc_table;
+mod shm;
+mod trace;
+
+use dilu_abi::cuda::{CUDA_ERROR_UNKNOWN, CUDA_SUCCESS, CUresult};
+use std::panic::{AssertUnwindSafe, catch_unwind};
+
+/// Internal result type: `Err` carries the CUDA status to return.
+pub(crate) type Res<T = ()> = Result<T, CUresult>;
+
+/// Runs an entry point's body; maps `Err(code)` to `code` and a panic to
+/// `CUDA_ERROR_UNKNOWN`.
+pub(crate) fn guard(f: impl FnOnce() -> Res) -> CUresult {
+    match catch_unwind(AssertUnwindSafe(f)) {
+        Ok(Ok(())) => CUDA_SUCCESS,
+        Ok(Err(code)) => code,
+        Err(_) => CUDA_ERROR_UNKNOWN,
+    }
+}
+
+/// CLOCK_MONOTONIC in nanoseconds: the one clock every process shares.
+pub(crate) fn now_ns() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: `ts` is a valid, writable timespec.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}
+
+/// Sleeps until the absolute CLOCK_MONOTONIC time `deadline_ns`.
+pub(crate) fn sleep_until(deadline_ns: u64) {
+    let ts = libc::timespec {
+        tv_sec: (deadline_ns / 1_000_000_000) as libc::time_t,
+        tv_nsec: (deadline_ns % 1_000_000_000) as libc::c_long,
+    };
+    loop {
+        // SAFETY: `ts` is a valid timespec; the remaining-time pointer may be
+        // null for TIMER_ABSTIME.
+        let rc = unsafe {
+            libc::clock_nanosleep(
+                libc::CLOCK_MONOTONIC,
+                libc::TIMER_ABSTIME,
+                &ts,
+                std::ptr::null_mut(),
+            )
+        };
+        if rc != libc::EINTR {
+            return;
+        }
+    }
+}

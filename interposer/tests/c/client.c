@@ -138,6 +138,54 @@ static int mode_replay(const char *path) {
     return failed;
 }
 
+/* Real work through cudart's path against a driver that implements it
+ * (simgpu): context, memory accounting, synchronisation. */
+typedef CUresult (*init_t)(unsigned);
+typedef CUresult (*devget_t)(int *, int);
+typedef CUresult (*retain_t)(void **, int);
+typedef CUresult (*setcur_t)(void *);
+typedef CUresult (*info_t)(size_t *, size_t *);
+typedef CUresult (*free_t)(CUdeviceptr);
+static void *lookup(gpa2_t gpa, const char *name, int ver, uint64_t flags) {
+    void *p = 0;
+    int st = -1;
+    CUresult r = gpa(name, &p, ver, flags, &st);
+    if (r != 0 || st != 0 || !p) { printf("FAIL lookup %s: %u %d\n", name, r, st); exit(1); }
+    printf("gpa %s@%d/%llu -> %s\n", name, ver, (unsigned long long)flags, where(p));
+    return p;
+}
+static int mode_sim(void) {
+    void *h = open_driver();
+    gpa2_t gpa0 = (gpa2_t)dlsym(h, "cuGetProcAddress_v2");
+    gpa2_t gpa = (gpa2_t)lookup(gpa0, "cuGetProcAddress", 12000, 0);
+    init_t init = (init_t)lookup(gpa, "cuInit", 2000, 0);
+    devget_t devget = (devget_t)lookup(gpa, "cuDeviceGet", 2000, 0);
+    retain_t retain = (retain_t)lookup(gpa, "cuDevicePrimaryCtxRetain", 7000, 0);
+    setcur_t setcur = (setcur_t)lookup(gpa, "cuCtxSetCurrent", 4000, 0);
+    info_t info = (info_t)lookup(gpa, "cuMemGetInfo", 3020, 0);
+    alloc_t alloc = (alloc_t)lookup(gpa, "cuMemAlloc", 3020, 0);
+    free_t mfree = (free_t)lookup(gpa, "cuMemFree", 3020, 0);
+    sync_t ss2 = (sync_t)lookup(gpa, "cuStreamSynchronize", 7000, 2);
+    ctxsync_t cs = (ctxsync_t)lookup(gpa, "cuCtxSynchronize", 2000, 0);
+    int dev = -1;
+    void *ctx = 0;
+    CHECK(init(0) == 0);
+    CHECK(devget(&dev, 0) == 0);
+    CHECK(retain(&ctx, dev) == 0 && ctx);
+    CHECK(setcur(ctx) == 0);
+    size_t free0 = 0, free1 = 0, total = 0;
+    CHECK(info(&free0, &total) == 0 && total > 0 && free0 <= total);
+    CUdeviceptr d = 0;
+    CHECK(alloc(&d, 64 << 20) == 0 && d != 0);
+    CHECK(info(&free1, &total) == 0 && free1 + (64 << 20) <= free0);
+    printf("mem free %zu -> %zu of %zu\n", free0, free1, total);
+    CHECK(ss2(0) == 0);
+    CHECK(cs() == 0);
+    CHECK(mfree(d) == 0);
+    CHECK(mfree(d) != 0); /* double free is an error, and the code comes back unchanged */
+    return failed;
+}
+
 /* Programs linked with -lcuda: first calls race from several threads. */
 extern CUresult cuMemAlloc_v2(CUdeviceptr *, size_t);
 static void *thread_main(void *arg) {
@@ -162,6 +210,7 @@ int main(int argc, char **argv) {
     else if (!strcmp(argv[1], "dlsym")) rc = mode_dlsym();
     else if (!strcmp(argv[1], "replay") && argc > 2) rc = mode_replay(argv[2]);
     else if (!strcmp(argv[1], "linked")) rc = mode_linked();
+    else if (!strcmp(argv[1], "sim")) rc = mode_sim();
     else return 2;
     if (!rc) printf("ok\n");
     return rc;

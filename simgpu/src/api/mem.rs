@@ -1,0 +1,632 @@
+//! Device memory: allocation and accounting, stream-ordered allocation and
+//! pools, host memory, virtual memory management and arrays.
+
+use super::{out, read};
+use crate::Res;
+use crate::driver::{Registry, current, drv};
+use crate::exec::{Op, resolve};
+use crate::memory::{Phys, Reservation, VMM_GRANULE, charged, protect_none};
+use dilu_abi::cuda::*;
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::ffi::{c_int, c_uint, c_void};
+use std::sync::atomic::{AtomicU64, Ordering::*};
+use std::sync::{Arc, Mutex, OnceLock};
+
+type CUdeviceptr = sys::CUdeviceptr;
+type CUstream = sys::CUstream;
+type Pool = sys::CUmemoryPool;
+
+export! {
+    fn cuMemAlloc_v2(p: *mut CUdeviceptr, size: usize) => mem_alloc;
+    fn cuMemFree_v2(p: CUdeviceptr) => mem_free;
+    fn cuMemGetInfo_v2(free: *mut usize, total: *mut usize) => mem_get_info;
+    fn cuMemAllocPitch_v2(p: *mut CUdeviceptr, pitch: *mut usize, w: usize, h: usize, elem: c_uint) => mem_alloc_pitch;
+    fn cuMemAllocManaged(p: *mut CUdeviceptr, size: usize, flags: c_uint) => mem_alloc_managed;
+    fn cuMemGetAddressRange_v2(base: *mut CUdeviceptr, size: *mut usize, p: CUdeviceptr) => mem_address_range;
+    fn cuMemAllocHost_v2(p: *mut *mut c_void, size: usize) => mem_alloc_host;
+    fn cuMemHostAlloc(p: *mut *mut c_void, size: usize, flags: c_uint) => mem_host_alloc;
+    fn cuMemFreeHost(p: *mut c_void) => mem_free_host;
+    fn cuMemAllocAsync(p: *mut CUdeviceptr, size: usize, s: CUstream) | cuMemAllocAsync_ptsz => mem_alloc_async;
+    fn cuMemFreeAsync(p: CUdeviceptr, s: CUstream) | cuMemFreeAsync_ptsz => mem_free_async;
+    fn cuMemAllocFromPoolAsync(p: *mut CUdeviceptr, size: usize, pool: Pool, s: CUstream) | cuMemAllocFromPoolAsync_ptsz => mem_alloc_from_pool;
+    fn cuDeviceGetDefaultMemPool(pool: *mut Pool, dev: sys::CUdevice) => default_pool;
+    fn cuDeviceGetMemPool(pool: *mut Pool, dev: sys::CUdevice) => default_pool;
+    fn cuMemPoolCreate(pool: *mut Pool, props: *const c_void) => pool_create;
+    fn cuMemPoolDestroy(pool: Pool) => pool_destroy;
+    fn cuMemPoolSetAttribute(pool: Pool, attr: c_int, v: *mut c_void) => pool_set_attr;
+    fn cuMemPoolGetAttribute(pool: Pool, attr: c_int, v: *mut c_void) => pool_get_attr;
+    fn cuMemPoolTrimTo(pool: Pool, keep: usize) => pool_trim;
+    fn cuMemGetAllocationGranularity(g: *mut usize, prop: *const c_void, option: c_int) => granularity;
+    fn cuMemCreate(h: *mut u64, size: usize, prop: *const c_void, flags: u64) => vmm_create;
+    fn cuMemRelease(h: u64) => vmm_release;
+    fn cuMemAddressReserve(p: *mut CUdeviceptr, size: usize, align: usize, addr: CUdeviceptr, flags: u64) => vmm_reserve;
+    fn cuMemAddressFree(p: CUdeviceptr, size: usize) => vmm_address_free;
+    fn cuMemMap(p: CUdeviceptr, size: usize, offset: usize, h: u64, flags: u64) => vmm_map;
+    fn cuMemUnmap(p: CUdeviceptr, size: usize) => vmm_unmap;
+    fn cuMemSetAccess(p: CUdeviceptr, size: usize, desc: *const c_void, count: usize) => vmm_set_access;
+    fn cuArrayCreate_v2(a: *mut sys::CUarray, d: *const ArrayDesc) => array_create;
+    fn cuArray3DCreate_v2(a: *mut sys::CUarray, d: *const Array3DDesc) => array3d_create;
+    fn cuArrayDestroy(a: sys::CUarray) => array_destroy;
+    fn cuMipmappedArrayCreate(a: *mut sys::CUmipmappedArray, d: *const Array3DDesc, levels: c_uint) => mipmapped_create;
+    fn cuMipmappedArrayDestroy(a: sys::CUmipmappedArray) => mipmapped_destroy;
+}
+
+fn mem_alloc(_: bool, p: *mut CUdeviceptr, size: usize) -> Res {
+    let c = current()?;
+    if p.is_null() || size == 0 {
+        return Err(CUDA_ERROR_INVALID_VALUE);
+    }
+    let ptr = drv()?.alloc(c.dev, size as u64)?;
+    out(p, ptr)
+}
+
+/// Frees a device pointer, updating pool statistics for stream-ordered
+/// allocations.
+pub(crate) fn free_device(ptr: u64) -> Res {
+    if let Some((pool, n)) = async_owners().remove(&ptr)
+        && let Some(pool) = POOLS.get(pool)
+    {
+        pool.used.fetch_sub(n, AcqRel);
+    }
+    drv()?.free(ptr)
+}
+
+fn mem_free(_: bool, p: CUdeviceptr) -> Res {
+    drv()?;
+    free_device(p)
+}
+
+fn mem_get_info(_: bool, free: *mut usize, total: *mut usize) -> Res {
+    let c = current()?;
+    let (f, t) = drv()?.mem_info(c.dev);
+    out(free, f as usize)?;
+    out(total, t as usize)
+}
+
+fn mem_alloc_pitch(
+    _: bool,
+    p: *mut CUdeviceptr,
+    pitch: *mut usize,
+    w: usize,
+    h: usize,
+    elem: c_uint,
+) -> Res {
+    if ![4, 8, 16].contains(&elem) || w == 0 || h == 0 || pitch.is_null() {
+        return Err(CUDA_ERROR_INVALID_VALUE);
+    }
+    let pt = w.div_ceil(512) * 512;
+    let bytes = pt.checked_mul(h).ok_or(CUDA_ERROR_INVALID_VALUE)?;
+    mem_alloc(false, p, bytes)?;
+    out(pitch, pt)
+}
+
+fn mem_alloc_managed(_: bool, p: *mut CUdeviceptr, size: usize, flags: c_uint) -> Res {
+    if flags != 1 && flags != 2 {
+        return Err(CUDA_ERROR_INVALID_VALUE);
+    }
+    mem_alloc(false, p, size)
+}
+
+fn mem_address_range(_: bool, base: *mut CUdeviceptr, size: *mut usize, p: CUdeviceptr) -> Res {
+    let d = drv()?;
+    let (b, l) = d
+        .arenas
+        .iter()
+        .find_map(|a| a.range_of(p as usize))
+        .ok_or(CUDA_ERROR_NOT_FOUND)?;
+    if !base.is_null() {
+        out(base, b as u64)?;
+    }
+    if !size.is_null() {
+        out(size, l)?;
+    }
+    Ok(())
+}
+
+fn host_set() -> std::sync::MutexGuard<'static, HashSet<usize>> {
+    static H: OnceLock<Mutex<HashSet<usize>>> = OnceLock::new();
+    H.get_or_init(Default::default)
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+}
+
+fn mem_alloc_host(_: bool, p: *mut *mut c_void, size: usize) -> Res {
+    current()?;
+    if p.is_null() || size == 0 {
+        return Err(CUDA_ERROR_INVALID_VALUE);
+    }
+    let mut m: *mut c_void = std::ptr::null_mut();
+    // SAFETY: `m` is a valid out pointer; 4096 is a power of two.
+    if unsafe { libc::posix_memalign(&mut m, 4096, size) } != 0 {
+        return Err(CUDA_ERROR_OUT_OF_MEMORY);
+    }
+    host_set().insert(m as usize);
+    out(p, m)
+}
+
+fn mem_host_alloc(_: bool, p: *mut *mut c_void, size: usize, _flags: c_uint) -> Res {
+    mem_alloc_host(false, p, size)
+}
+
+fn mem_free_host(_: bool, p: *mut c_void) -> Res {
+    drv()?;
+    if !host_set().remove(&(p as usize)) {
+        return Err(CUDA_ERROR_INVALID_VALUE);
+    }
+    // SAFETY: p came from posix_memalign in mem_alloc_host and is freed once.
+    unsafe { libc::free(p) };
+    Ok(())
+}
+
+pub(crate) struct PoolObj {
+    pub dev: usize,
+    pub threshold: AtomicU64,
+    pub used: AtomicU64,
+    pub high: AtomicU64,
+}
+
+static POOLS: Registry<PoolObj> = Registry::new();
+
+fn async_owners() -> std::sync::MutexGuard<'static, HashMap<u64, (usize, u64)>> {
+    static A: OnceLock<Mutex<HashMap<u64, (usize, u64)>>> = OnceLock::new();
+    A.get_or_init(Default::default)
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+}
+
+fn default_pool_of(dev: usize) -> Res<usize> {
+    static DEFAULTS: OnceLock<Vec<usize>> = OnceLock::new();
+    let d = drv()?;
+    let v = DEFAULTS.get_or_init(|| {
+        (0..d.ndev())
+            .map(|dev| {
+                POOLS.insert(Arc::new(PoolObj {
+                    dev,
+                    threshold: AtomicU64::new(0),
+                    used: AtomicU64::new(0),
+                    high: AtomicU64::new(0),
+                }))
+            })
+            .collect()
+    });
+    v.get(dev).copied().ok_or(CUDA_ERROR_INVALID_DEVICE)
+}
+
+fn alloc_in_pool(p: *mut CUdeviceptr, size: usize, pool_h: usize, s: CUstream, pt: bool) -> Res {
+    let stream = resolve(s, pt)?;
+    if p.is_null() || size == 0 {
+        return Err(CUDA_ERROR_INVALID_VALUE);
+    }
+    let pool = POOLS.get(pool_h).ok_or(CUDA_ERROR_INVALID_VALUE)?;
+    let d = drv()?;
+    let ptr = d.alloc(pool.dev, size as u64)?;
+    let n = charged(size as u64);
+    let used = pool.used.fetch_add(n, AcqRel) + n;
+    pool.high.fetch_max(used, AcqRel);
+    if !d.null() {
+        async_owners().insert(ptr, (pool_h, n));
+    }
+    let _ = stream;
+    out(p, ptr)
+}
+
+fn mem_alloc_async(pt: bool, p: *mut CUdeviceptr, size: usize, s: CUstream) -> Res {
+    let stream = resolve(s, pt)?;
+    let pool = default_pool_of(stream.dev)?;
+    alloc_in_pool(p, size, pool, s, pt)
+}
+
+fn mem_alloc_from_pool(pt: bool, p: *mut CUdeviceptr, size: usize, pool: Pool, s: CUstream) -> Res {
+    alloc_in_pool(p, size, pool as usize, s, pt)
+}
+
+fn mem_free_async(pt: bool, p: CUdeviceptr, s: CUstream) -> Res {
+    let stream = resolve(s, pt)?;
+    let d = drv()?;
+    if d.null() {
+        return Ok(());
+    }
+    if p == 0 || !d.arenas.iter().any(|a| a.contains(p as usize, 1)) {
+        return Err(CUDA_ERROR_INVALID_VALUE);
+    }
+    stream.enqueue(Op::Free { ptr: p })?;
+    Ok(())
+}
+
+fn default_pool(_: bool, pool: *mut Pool, dev: sys::CUdevice) -> Res {
+    let i = drv()?.check_dev(dev)?;
+    out(pool, default_pool_of(i)? as Pool)
+}
+
+/// `location.id` of a CUmemPoolProps / CUmemAllocationProp: both start with
+/// two 4-byte enums followed by CUmemLocation { type, id }.
+fn location_id(props: *const c_void) -> Res<c_int> {
+    if props.is_null() {
+        return Err(CUDA_ERROR_INVALID_VALUE);
+    }
+    read(props.cast::<u8>().wrapping_add(12).cast::<c_int>())
+}
+
+fn pool_create(_: bool, pool: *mut Pool, props: *const c_void) -> Res {
+    let d = drv()?;
+    let dev = d.check_dev(location_id(props)?)?;
+    let h = POOLS.insert(Arc::new(PoolObj {
+        dev,
+        threshold: AtomicU64::new(0),
+        used: AtomicU64::new(0),
+        high: AtomicU64::new(0),
+    }));
+    out(pool, h as Pool)
+}
+
+fn pool_destroy(_: bool, pool: Pool) -> Res {
+    drv()?;
+    POOLS
+        .remove(pool as usize)
+        .ok_or(CUDA_ERROR_INVALID_VALUE)?;
+    Ok(())
+}
+
+fn pool_set_attr(_: bool, pool: Pool, attr: c_int, v: *mut c_void) -> Res {
+    drv()?;
+    let p = POOLS.get(pool as usize).ok_or(CUDA_ERROR_INVALID_VALUE)?;
+    match attr {
+        1..=3 => {
+            read(v.cast::<c_int>())?;
+        }
+        4 => p.threshold.store(read(v.cast::<u64>())?, Release),
+        6 | 8 => {
+            if read(v.cast::<u64>())? != 0 {
+                return Err(CUDA_ERROR_INVALID_VALUE);
+            }
+            p.high.store(p.used.load(Acquire), Release);
+        }
+        _ => return Err(CUDA_ERROR_INVALID_VALUE),
+    }
+    Ok(())
+}
+
+fn pool_get_attr(_: bool, pool: Pool, attr: c_int, v: *mut c_void) -> Res {
+    drv()?;
+    let p = POOLS.get(pool as usize).ok_or(CUDA_ERROR_INVALID_VALUE)?;
+    match attr {
+        1..=3 => out(v.cast::<c_int>(), 1),
+        4 => out(v.cast::<u64>(), p.threshold.load(Acquire)),
+        // No caching: reserved memory is exactly the memory in use.
+        5 | 7 => out(v.cast::<u64>(), p.used.load(Acquire)),
+        6 | 8 => out(v.cast::<u64>(), p.high.load(Acquire)),
+        9 | 12 => out(v.cast::<c_int>(), 1),
+        10 => out(v.cast::<c_int>(), 0),
+        11 => out(v.cast::<c_int>(), p.dev as c_int),
+        _ => Err(CUDA_ERROR_INVALID_VALUE),
+    }
+}
+
+fn pool_trim(_: bool, pool: Pool, _keep: usize) -> Res {
+    drv()?;
+    POOLS.get(pool as usize).ok_or(CUDA_ERROR_INVALID_VALUE)?;
+    Ok(())
+}
+
+fn granularity(_: bool, g: *mut usize, prop: *const c_void, _option: c_int) -> Res {
+    let d = drv()?;
+    d.check_dev(location_id(prop)?)?;
+    out(g, VMM_GRANULE)
+}
+
+static PHYS: Registry<Phys> = Registry::new();
+
+fn reservations() -> std::sync::MutexGuard<'static, BTreeMap<usize, Reservation>> {
+    static R: Mutex<BTreeMap<usize, Reservation>> = Mutex::new(BTreeMap::new());
+    R.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Device of a mapped VMM range, if `[ptr, ptr+len)` lies in one mapping.
+pub(crate) fn vmm_dev(ptr: usize, len: usize) -> Option<usize> {
+    let r = reservations();
+    let (&start, res) = r.range(..=ptr).next_back()?;
+    let off = ptr - start;
+    let (&mo, (ml, phys)) = res.maps.range(..=off).next_back()?;
+    (off + len <= mo + ml).then_some(phys.dev)
+}
+
+fn vmm_create(_: bool, h: *mut u64, size: usize, prop: *const c_void, _flags: u64) -> Res {
+    let d = drv()?;
+    let dev = d.check_dev(location_id(prop)?)?;
+    if h.is_null() || size == 0 || size % VMM_GRANULE != 0 {
+        return Err(CUDA_ERROR_INVALID_VALUE);
+    }
+    if d.null() {
+        return Err(CUDA_ERROR_NOT_SUPPORTED);
+    }
+    d.charge(dev, size as u64)?;
+    let Some(p) = Phys::new(size, dev, size as u64) else {
+        d.uncharge(dev, size as u64);
+        return Err(CUDA_ERROR_OUT_OF_MEMORY);
+    };
+    let handle = PHYS.insert(Arc::new(p));
+    out(h, handle as u64)
+}
+
+fn vmm_release(_: bool, h: u64) -> Res {
+    drv()?;
+    PHYS.remove(h as usize).ok_or(CUDA_ERROR_INVALID_VALUE)?;
+    Ok(())
+}
+
+fn vmm_reserve(
+    _: bool,
+    p: *mut CUdeviceptr,
+    size: usize,
+    align: usize,
+    _addr: CUdeviceptr,
+    _f: u64,
+) -> Res {
+    drv()?;
+    if p.is_null()
+        || size == 0
+        || size % VMM_GRANULE != 0
+        || (align != 0 && !align.is_power_of_two())
+    {
+        return Err(CUDA_ERROR_INVALID_VALUE);
+    }
+    let align = align.max(VMM_GRANULE);
+    let total = size.checked_add(align).ok_or(CUDA_ERROR_INVALID_VALUE)?;
+    // SAFETY: an inaccessible anonymous mapping at a kernel-chosen address.
+    let m = unsafe {
+        libc::mmap(
+            std::ptr::null_mut(),
+            total,
+            libc::PROT_NONE,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE,
+            -1,
+            0,
+        )
+    };
+    if m == libc::MAP_FAILED {
+        return Err(CUDA_ERROR_OUT_OF_MEMORY);
+    }
+    let m = m as usize;
+    let start = m.div_ceil(align) * align;
+    // SAFETY: trimming the unaligned head and the tail of the mapping we just
+    // created; [start, start+size) stays mapped.
+    unsafe {
+        if start > m {
+            libc::munmap(m as *mut c_void, start - m);
+        }
+        let end = start + size;
+        if m + total > end {
+            libc::munmap(end as *mut c_void, m + total - end);
+        }
+    }
+    reservations().insert(
+        start,
+        Reservation {
+            size,
+            maps: BTreeMap::new(),
+        },
+    );
+    out(p, start as u64)
+}
+
+fn vmm_address_free(_: bool, p: CUdeviceptr, size: usize) -> Res {
+    drv()?;
+    let mut r = reservations();
+    match r.get(&(p as usize)) {
+        Some(res) if res.size == size => {}
+        _ => return Err(CUDA_ERROR_INVALID_VALUE),
+    }
+    r.remove(&(p as usize));
+    // SAFETY: the whole reservation is ours and no longer registered.
+    unsafe { libc::munmap(p as *mut c_void, size) };
+    Ok(())
+}
+
+fn vmm_map(_: bool, p: CUdeviceptr, size: usize, offset: usize, h: u64, _flags: u64) -> Res {
+    drv()?;
+    let phys = PHYS.get(h as usize).ok_or(CUDA_ERROR_INVALID_HANDLE)?;
+    let ptr = p as usize;
+    if size == 0 || offset.checked_add(size).is_none_or(|e| e > phys.size) {
+        return Err(CUDA_ERROR_INVALID_VALUE);
+    }
+    let mut r = reservations();
+    let (&start, res) = r
+        .range_mut(..=ptr)
+        .next_back()
+        .ok_or(CUDA_ERROR_INVALID_VALUE)?;
+    let off = ptr - start;
+    if off + size > res.size {
+        return Err(CUDA_ERROR_INVALID_VALUE);
+    }
+    let overlaps = res
+        .maps
+        .range(..off + size)
+        .next_back()
+        .is_some_and(|(&mo, (ml, _))| mo + ml > off);
+    if overlaps {
+        return Err(CUDA_ERROR_INVALID_VALUE);
+    }
+    // SAFETY: [ptr, ptr+size) lies inside a reservation we own and is not
+    // mapped; MAP_FIXED replaces only that inaccessible range with a shared
+    // view of the handle's memfd, so every mapping aliases the same bytes.
+    let m = unsafe {
+        libc::mmap(
+            ptr as *mut c_void,
+            size,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_SHARED | libc::MAP_FIXED,
+            phys.fd,
+            offset as libc::off_t,
+        )
+    };
+    if m == libc::MAP_FAILED {
+        return Err(CUDA_ERROR_OUT_OF_MEMORY);
+    }
+    res.maps.insert(off, (size, phys));
+    Ok(())
+}
+
+fn vmm_unmap(_: bool, p: CUdeviceptr, size: usize) -> Res {
+    drv()?;
+    let ptr = p as usize;
+    let mut r = reservations();
+    let (&start, res) = r
+        .range_mut(..=ptr)
+        .next_back()
+        .ok_or(CUDA_ERROR_INVALID_VALUE)?;
+    let off = ptr - start;
+    if off + size > res.size {
+        return Err(CUDA_ERROR_INVALID_VALUE);
+    }
+    let gone: Vec<usize> = res
+        .maps
+        .range(off..off + size)
+        .filter(|(mo, (ml, _))| *mo + ml <= off + size)
+        .map(|(mo, _)| *mo)
+        .collect();
+    if gone.is_empty() {
+        return Err(CUDA_ERROR_INVALID_VALUE);
+    }
+    for mo in gone {
+        res.maps.remove(&mo);
+    }
+    if !protect_none(ptr, size) {
+        return Err(CUDA_ERROR_UNKNOWN);
+    }
+    Ok(())
+}
+
+fn vmm_set_access(_: bool, p: CUdeviceptr, size: usize, desc: *const c_void, count: usize) -> Res {
+    drv()?;
+    if desc.is_null() || count == 0 {
+        return Err(CUDA_ERROR_INVALID_VALUE);
+    }
+    vmm_dev(p as usize, size).ok_or(CUDA_ERROR_INVALID_VALUE)?;
+    Ok(())
+}
+
+/// `CUDA_ARRAY_DESCRIPTOR` with the format read as a plain integer.
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct ArrayDesc {
+    pub width: usize,
+    pub height: usize,
+    pub format: u32,
+    pub channels: u32,
+}
+
+/// `CUDA_ARRAY3D_DESCRIPTOR` with the format read as a plain integer.
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct Array3DDesc {
+    pub width: usize,
+    pub height: usize,
+    pub depth: usize,
+    pub format: u32,
+    pub channels: u32,
+    pub flags: u32,
+}
+
+struct ArrayObj {
+    dev: usize,
+    charge: u64,
+}
+
+impl Drop for ArrayObj {
+    fn drop(&mut self) {
+        if let Ok(d) = drv() {
+            d.uncharge(self.dev, self.charge);
+        }
+    }
+}
+
+static ARRAYS: Registry<ArrayObj> = Registry::new();
+static MIPMAPPED: Registry<ArrayObj> = Registry::new();
+
+fn element_size(format: u32) -> Res<u64> {
+    match format {
+        1 | 8 => Ok(1),
+        2 | 9 | 16 => Ok(2),
+        3 | 10 | 32 => Ok(4),
+        _ => Err(CUDA_ERROR_NOT_SUPPORTED),
+    }
+}
+
+/// Bytes of one array level: width × height × depth × channels × element.
+fn array_bytes(w: usize, h: usize, dp: usize, format: u32, channels: u32) -> Res<u64> {
+    if w == 0 || ![1, 2, 4].contains(&channels) {
+        return Err(CUDA_ERROR_INVALID_VALUE);
+    }
+    let e = element_size(format)?;
+    (w as u64)
+        .checked_mul(h.max(1) as u64)
+        .and_then(|x| x.checked_mul(dp.max(1) as u64))
+        .and_then(|x| x.checked_mul(channels as u64 * e))
+        .ok_or(CUDA_ERROR_INVALID_VALUE)
+}
+
+fn make_array(reg: &Registry<ArrayObj>, bytes: u64) -> Res<usize> {
+    let c = current()?;
+    let d = drv()?;
+    let charge = charged(bytes);
+    d.charge(c.dev, charge)?;
+    Ok(reg.insert(Arc::new(ArrayObj { dev: c.dev, charge })))
+}
+
+fn array_create(_: bool, a: *mut sys::CUarray, desc: *const ArrayDesc) -> Res {
+    let ds = read(desc)?;
+    if a.is_null() {
+        return Err(CUDA_ERROR_INVALID_VALUE);
+    }
+    let bytes = array_bytes(ds.width, ds.height, 1, ds.format, ds.channels)?;
+    out(a, make_array(&ARRAYS, bytes)? as sys::CUarray)
+}
+
+fn array3d_create(_: bool, a: *mut sys::CUarray, desc: *const Array3DDesc) -> Res {
+    let ds = read(desc)?;
+    if a.is_null() {
+        return Err(CUDA_ERROR_INVALID_VALUE);
+    }
+    let bytes = array_bytes(ds.width, ds.height, ds.depth, ds.format, ds.channels)?;
+    out(a, make_array(&ARRAYS, bytes)? as sys::CUarray)
+}
+
+fn array_destroy(_: bool, a: sys::CUarray) -> Res {
+    drv()?;
+    ARRAYS.remove(a as usize).ok_or(CUDA_ERROR_INVALID_HANDLE)?;
+    Ok(())
+}
+
+fn mipmapped_create(
+    _: bool,
+    a: *mut sys::CUmipmappedArray,
+    desc: *const Array3DDesc,
+    levels: c_uint,
+) -> Res {
+    let ds = read(desc)?;
+    if a.is_null() || levels == 0 || levels > 32 {
+        return Err(CUDA_ERROR_INVALID_VALUE);
+    }
+    let mut total = 0u64;
+    for l in 0..levels {
+        let lvl = |x: usize| if x == 0 { 0 } else { (x >> l).max(1) };
+        total = total
+            .checked_add(array_bytes(
+                lvl(ds.width),
+                lvl(ds.height),
+                lvl(ds.depth),
+                ds.format,
+                ds.channels,
+            )?)
+            .ok_or(CUDA_ERROR_INVALID_VALUE)?;
+    }
+    out(a, make_array(&MIPMAPPED, total)? as sys::CUmipmappedArray)
+}
+
+fn mipmapped_destroy(_: bool, a: sys::CUmipmappedArray) -> Res {
+    drv()?;
+    MIPMAPPED
+        .remove(a as usize)
+        .ok_or(CUDA_ERROR_INVALID_HANDLE)?;
+    Ok(())
+}

@@ -1,0 +1,66 @@
+//! The exported driver entry points. Each `export!` line declares one
+//! `extern "C"` function (and, after `|`, its per-thread-default-stream
+//! twin) whose body runs an internal `fn(per_thread: bool, args..) -> Res`
+//! under [`crate::guard`].
+
+macro_rules! export {
+    ($( fn $name:ident $params:tt $(| $ptname:ident)? => $imp:ident; )*) => {
+        $(
+            export!(@one $name, false, $params, $imp);
+            $( export!(@one $ptname, true, $params, $imp); )?
+        )*
+    };
+    (@one $name:ident, $pt:expr, ($($a:ident : $t:ty),* $(,)?), $imp:ident) => {
+        #[unsafe(no_mangle)]
+        #[allow(non_snake_case)]
+        pub extern "C" fn $name($($a: $t),*) -> dilu_abi::cuda::CUresult {
+            crate::guard(|| $imp($pt, $($a),*))
+        }
+    };
+}
+
+pub mod device;
+pub mod mem;
+pub mod misc;
+pub mod module;
+pub mod stream;
+
+pub use device::*;
+pub use mem::*;
+pub use misc::*;
+pub use module::*;
+pub use stream::*;
+
+use crate::Res;
+use dilu_abi::cuda::*;
+use std::ffi::{CStr, c_char};
+
+/// Writes an output parameter; a null pointer is CUDA_ERROR_INVALID_VALUE.
+pub(crate) fn out<T>(p: *mut T, v: T) -> Res {
+    if p.is_null() {
+        return Err(CUDA_ERROR_INVALID_VALUE);
+    }
+    // SAFETY: the CUDA contract makes `p` a valid, writable, aligned pointer
+    // to a T when it is not null (checked above).
+    unsafe { p.write(v) };
+    Ok(())
+}
+
+/// Reads a NUL-terminated string argument.
+pub(crate) fn cstr<'a>(p: *const c_char) -> Res<&'a CStr> {
+    if p.is_null() {
+        return Err(CUDA_ERROR_INVALID_VALUE);
+    }
+    // SAFETY: the CUDA contract makes a non-null `p` a NUL-terminated string
+    // that outlives the call.
+    Ok(unsafe { CStr::from_ptr(p) })
+}
+
+/// Reads an input struct.
+pub(crate) fn read<T: Copy>(p: *const T) -> Res<T> {
+    if p.is_null() {
+        return Err(CUDA_ERROR_INVALID_VALUE);
+    }
+    // SAFETY: the CUDA contract makes a non-null `p` point to a valid T.
+    Ok(unsafe { p.read_unaligned() })
+}

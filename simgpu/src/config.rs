@@ -1,0 +1,132 @@
+//! Configuration read once at `cuInit` from the environment.
+
+use dilu_abi::units::{DURATION_FORMS, SIZE_FORMS, parse_duration_ns, parse_size};
+use std::collections::HashMap;
+
+pub(crate) const MAX_DEVICES: usize = 16;
+
+#[derive(Debug, Clone)]
+pub(crate) struct Config {
+    pub devices: usize,
+    pub memory: u64,
+    pub sms: u64,
+    pub wave_ns: u64,
+    pub kernel_cost: HashMap<String, u64>,
+    pub trace: Option<String>,
+    pub instance: String,
+    pub null: bool,
+    /// Visible device ordinal -> simulated physical device index.
+    pub visible: Vec<usize>,
+}
+
+/// One line naming the variable, the bad value and the accepted forms.
+pub(crate) fn bad(var: &str, value: &str, expected: &str) -> String {
+    format!("simgpu: {var}={value:?} is invalid: expected {expected}")
+}
+
+fn get(var: &str) -> Option<String> {
+    std::env::var(var).ok()
+}
+
+fn count(var: &str, default: u64, max: u64) -> Result<u64, String> {
+    match get(var) {
+        None => Ok(default),
+        Some(v) => match v.trim().parse::<u64>() {
+            Ok(n) if n >= 1 && n <= max => Ok(n),
+            _ => Err(bad(var, &v, &format!("an integer from 1 to {max}"))),
+        },
+    }
+}
+
+impl Config {
+    pub(crate) fn from_env() -> Result<Config, String> {
+        let devices = count("SIMGPU_DEVICES", 1, MAX_DEVICES as u64)? as usize;
+        let memory = match get("SIMGPU_MEMORY") {
+            None => 80 << 30,
+            Some(v) => match parse_size(&v) {
+                Ok(n) if n >= 1 << 20 && n <= 1 << 44 => n,
+                _ => {
+                    return Err(bad(
+                        "SIMGPU_MEMORY",
+                        &v,
+                        &format!("{SIZE_FORMS}, from 1MiB to 16TiB"),
+                    ));
+                }
+            },
+        };
+        let sms = count("SIMGPU_SMS", 132, 1 << 20)?;
+        let wave_ns = match get("SIMGPU_WAVE_NS") {
+            None => 10_000,
+            Some(v) => {
+                parse_duration_ns(&v).map_err(|_| bad("SIMGPU_WAVE_NS", &v, DURATION_FORMS))?
+            }
+        };
+        let mut kernel_cost = HashMap::new();
+        if let Some(v) = get("SIMGPU_KERNEL_COST") {
+            let forms = "a comma-separated list of NAME=DURATION such as gemm=2ms,relu=20us";
+            for item in v.split(',').map(str::trim).filter(|s| !s.is_empty()) {
+                let (name, dur) = item
+                    .split_once('=')
+                    .ok_or_else(|| bad("SIMGPU_KERNEL_COST", &v, forms))?;
+                let ns =
+                    parse_duration_ns(dur).map_err(|_| bad("SIMGPU_KERNEL_COST", &v, forms))?;
+                if name.trim().is_empty() {
+                    return Err(bad("SIMGPU_KERNEL_COST", &v, forms));
+                }
+                kernel_cost.insert(name.trim().to_string(), ns);
+            }
+        }
+        let trace = get("SIMGPU_TRACE").filter(|s| !s.is_empty());
+        let instance = get("SIMGPU_INSTANCE").unwrap_or_else(|| "default".into());
+        if instance.is_empty()
+            || instance.len() > 100
+            || !instance
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c))
+        {
+            return Err(bad(
+                "SIMGPU_INSTANCE",
+                &instance,
+                "1 to 100 characters from [A-Za-z0-9._-]",
+            ));
+        }
+        let null = match get("SIMGPU_NULL").as_deref() {
+            None | Some("") | Some("0") => false,
+            Some("1") => true,
+            Some(v) => return Err(bad("SIMGPU_NULL", v, "0 or 1")),
+        };
+        let visible = match get("CUDA_VISIBLE_DEVICES") {
+            None => (0..devices).collect(),
+            Some(v) => {
+                // Like the real driver: take indices up to the first invalid one.
+                let mut out = Vec::new();
+                for part in v.split(',') {
+                    match part.trim().parse::<usize>() {
+                        Ok(i) if i < devices && !out.contains(&i) => out.push(i),
+                        _ => break,
+                    }
+                }
+                out
+            }
+        };
+        Ok(Config {
+            devices,
+            memory,
+            sms,
+            wave_ns,
+            kernel_cost,
+            trace,
+            instance,
+            null,
+            visible,
+        })
+    }
+
+    /// Simulated duration of a kernel launch.
+    pub(crate) fn kernel_ns(&self, name: &str, blocks: u64) -> u64 {
+        if let Some(ns) = self.kernel_cost.get(name) {
+            return *ns;
+        }
+        blocks.div_ceil(self.sms) * self.wave_ns
+    }
+}

@@ -1,0 +1,316 @@
+//! Process-wide driver state: configuration, shared device, arenas,
+//! contexts and the handle registries.
+
+use crate::Res;
+use crate::config::Config;
+use crate::exec::Stream;
+use crate::memory::{Arena, charged};
+use crate::shm::Shm;
+use crate::trace::Trace;
+use dilu_abi::cuda::*;
+use std::cell::RefCell;
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering::*};
+use std::sync::{Arc, Mutex, OnceLock, Weak};
+
+/// Live handles of one kind: the handle value is the address of the Arc'd
+/// object, and look-ups validate it.
+pub(crate) struct Registry<T> {
+    map: Mutex<BTreeMap<usize, Arc<T>>>,
+}
+
+impl<T> Registry<T> {
+    pub(crate) const fn new() -> Self {
+        Registry {
+            map: Mutex::new(BTreeMap::new()),
+        }
+    }
+    fn lock(&self) -> std::sync::MutexGuard<'_, BTreeMap<usize, Arc<T>>> {
+        self.map.lock().unwrap_or_else(|e| e.into_inner())
+    }
+    pub(crate) fn insert(&self, v: Arc<T>) -> usize {
+        let h = Arc::as_ptr(&v) as *const u8 as usize;
+        self.lock().insert(h, v);
+        h
+    }
+    pub(crate) fn get(&self, h: usize) -> Option<Arc<T>> {
+        self.lock().get(&h).cloned()
+    }
+    pub(crate) fn remove(&self, h: usize) -> Option<Arc<T>> {
+        self.lock().remove(&h)
+    }
+}
+
+pub(crate) struct Ctx {
+    pub dev: usize,
+    pub flags: AtomicU32,
+    pub primary: bool,
+    pub retains: AtomicU32,
+    pub streams: Mutex<Vec<Weak<Stream>>>,
+    pub legacy: OnceLock<Arc<Stream>>,
+    pub limits: Mutex<[u64; 16]>,
+}
+
+impl Ctx {
+    pub(crate) fn new(dev: usize, flags: u32, primary: bool) -> Ctx {
+        let mut limits = [0u64; 16];
+        limits[0] = 1024; // stack size
+        limits[1] = 1 << 20; // printf fifo
+        limits[2] = 8 << 20; // malloc heap
+        limits[3] = 2; // dev runtime sync depth
+        limits[4] = 2048; // pending launch count
+        limits[5] = 32; // max L2 fetch granularity
+        Ctx {
+            dev,
+            flags: AtomicU32::new(flags),
+            primary,
+            retains: AtomicU32::new(0),
+            streams: Mutex::new(Vec::new()),
+            legacy: OnceLock::new(),
+            limits: Mutex::new(limits),
+        }
+    }
+
+    pub(crate) fn handle(self: &Arc<Self>) -> usize {
+        Arc::as_ptr(self) as *const u8 as usize
+    }
+
+    /// The context's legacy default stream.
+    pub(crate) fn legacy(self: &Arc<Self>) -> Arc<Stream> {
+        self.legacy
+            .get_or_init(|| Stream::new(self, 0, 0, true))
+            .clone()
+    }
+
+    pub(crate) fn all_streams(&self) -> Vec<Arc<Stream>> {
+        let mut v = self.streams.lock().unwrap_or_else(|e| e.into_inner());
+        v.retain(|w| w.strong_count() > 0);
+        v.iter().filter_map(Weak::upgrade).collect()
+    }
+
+    /// Waits for all work of every stream of this context.
+    pub(crate) fn synchronize(self: &Arc<Self>) -> Res {
+        for s in self.all_streams() {
+            s.synchronize()?;
+        }
+        if let Ok(d) = drv() {
+            d.flush_trace();
+        }
+        Ok(())
+    }
+}
+
+pub(crate) static CTXS: Registry<Ctx> = Registry::new();
+
+thread_local! {
+    static CTX_STACK: RefCell<Vec<usize>> = const { RefCell::new(Vec::new()) };
+}
+
+pub(crate) fn ctx_stack<R>(f: impl FnOnce(&mut Vec<usize>) -> R) -> R {
+    CTX_STACK.with(|s| f(&mut s.borrow_mut()))
+}
+
+/// The calling thread's current context.
+pub(crate) fn current() -> Res<Arc<Ctx>> {
+    drv()?;
+    let h = ctx_stack(|s| s.last().copied()).ok_or(CUDA_ERROR_INVALID_CONTEXT)?;
+    CTXS.get(h).ok_or(CUDA_ERROR_INVALID_CONTEXT)
+}
+
+pub(crate) struct Driver {
+    pub cfg: Config,
+    pub shm: Option<Shm>,
+    pub arenas: Vec<Arena>,
+    pub capacity: Vec<u64>,
+    pub primary: Vec<Arc<Ctx>>,
+    pub trace: Option<Trace>,
+    null_next: AtomicU64,
+    pub exiting: AtomicBool,
+}
+
+static DRIVER: OnceLock<Result<Driver, CUresult>> = OnceLock::new();
+
+pub(crate) fn drv() -> Res<&'static Driver> {
+    match DRIVER.get() {
+        Some(Ok(d)) => Ok(d),
+        _ => Err(CUDA_ERROR_NOT_INITIALIZED),
+    }
+}
+
+pub(crate) fn init() -> CUresult {
+    match DRIVER.get_or_init(|| {
+        Driver::new().map_err(|msg| {
+            eprintln!("{msg}");
+            CUDA_ERROR_INVALID_VALUE
+        })
+    }) {
+        Ok(_) => CUDA_SUCCESS,
+        Err(e) => *e,
+    }
+}
+
+extern "C" fn at_exit() {
+    if let Ok(d) = drv() {
+        d.exiting.store(true, Relaxed);
+        d.flush_trace();
+        if let Some(shm) = &d.shm {
+            shm.release();
+        }
+    }
+}
+
+impl Driver {
+    fn new() -> Result<Driver, String> {
+        let cfg = Config::from_env()?;
+        let trace = match &cfg.trace {
+            Some(p) if !cfg.null => Some(Trace::open(p)?),
+            _ => None,
+        };
+        let mut shm = None;
+        let mut capacity = vec![cfg.memory; cfg.visible.len()];
+        let mut arenas = Vec::new();
+        let mut cfg = cfg;
+        if !cfg.null {
+            let s = Shm::attach(&cfg.instance, cfg.devices, cfg.memory)?;
+            // The creator of the instance decides its shape.
+            let ndev = s.ndev();
+            cfg.visible.retain(|&p| p < ndev);
+            capacity = cfg
+                .visible
+                .iter()
+                .map(|&p| s.dev(p).capacity.load(Relaxed))
+                .collect();
+            for &c in &capacity {
+                arenas.push(Arena::new(c as usize)?);
+            }
+            shm = Some(s);
+        }
+        let primary = (0..cfg.visible.len())
+            .map(|d| {
+                let c = Arc::new(Ctx::new(d, 0, true));
+                CTXS.insert(c.clone());
+                c
+            })
+            .collect();
+        // SAFETY: registering a plain extern "C" fn with atexit.
+        unsafe { libc::atexit(at_exit) };
+        Ok(Driver {
+            cfg,
+            shm,
+            arenas,
+            capacity,
+            primary,
+            trace,
+            null_next: AtomicU64::new(1 << 44),
+            exiting: AtomicBool::new(false),
+        })
+    }
+
+    pub(crate) fn null(&self) -> bool {
+        self.cfg.null
+    }
+
+    pub(crate) fn ndev(&self) -> usize {
+        self.cfg.visible.len()
+    }
+
+    pub(crate) fn check_dev(&self, dev: i32) -> Res<usize> {
+        if dev < 0 || dev as usize >= self.ndev() {
+            return Err(CUDA_ERROR_INVALID_DEVICE);
+        }
+        Ok(dev as usize)
+    }
+
+    pub(crate) fn phys(&self, dev: usize) -> usize {
+        self.cfg.visible[dev]
+    }
+
+    pub(crate) fn flush_trace(&self) {
+        if let Some(t) = &self.trace {
+            t.flush();
+        }
+    }
+
+    /// Charges `bytes` (already rounded) against the shared device.
+    pub(crate) fn charge(&self, dev: usize, bytes: u64) -> Res {
+        match &self.shm {
+            None => Ok(()),
+            Some(s) if s.charge(self.phys(dev), bytes) => Ok(()),
+            Some(_) => Err(CUDA_ERROR_OUT_OF_MEMORY),
+        }
+    }
+
+    pub(crate) fn uncharge(&self, dev: usize, bytes: u64) {
+        if let Some(s) = &self.shm {
+            s.uncharge(self.phys(dev), bytes);
+        }
+    }
+
+    pub(crate) fn mem_info(&self, dev: usize) -> (u64, u64) {
+        match &self.shm {
+            None => (self.capacity[dev], self.capacity[dev]),
+            Some(s) => s.mem_info(self.phys(dev)),
+        }
+    }
+
+    /// Device allocation: shared accounting first, then the local arena.
+    pub(crate) fn alloc(&self, dev: usize, bytes: u64) -> Res<u64> {
+        if self.null() {
+            let n = bytes.max(1).div_ceil(256) * 256;
+            return Ok(self.null_next.fetch_add(n, Relaxed));
+        }
+        let c = charged(bytes);
+        self.charge(dev, c)?;
+        match self.arenas[dev].alloc(c as usize) {
+            Some(p) => Ok(p as u64),
+            None => {
+                self.uncharge(dev, c);
+                Err(CUDA_ERROR_OUT_OF_MEMORY)
+            }
+        }
+    }
+
+    pub(crate) fn free(&self, ptr: u64) -> Res {
+        if self.null() {
+            return Ok(());
+        }
+        if ptr == 0 {
+            return Ok(());
+        }
+        for (d, a) in self.arenas.iter().enumerate() {
+            if a.contains(ptr as usize, 1) {
+                let len = a.free(ptr as usize).ok_or(CUDA_ERROR_INVALID_VALUE)?;
+                self.uncharge(d, len as u64);
+                return Ok(());
+            }
+        }
+        Err(CUDA_ERROR_INVALID_VALUE)
+    }
+
+    /// Device of a device pointer range (arena or VMM reservation).
+    pub(crate) fn dev_of(&self, ptr: u64, len: usize) -> Option<usize> {
+        for (d, a) in self.arenas.iter().enumerate() {
+            if a.contains(ptr as usize, len) {
+                return Some(d);
+            }
+        }
+        crate::api::mem::vmm_dev(ptr as usize, len)
+    }
+
+    /// Validates that `[ptr, ptr+len)` is device memory.
+    pub(crate) fn check_dptr(&self, ptr: u64, len: usize) -> Res {
+        if self.null() || len == 0 {
+            return Ok(());
+        }
+        if ptr == 0 || self.dev_of(ptr, len).is_none() {
+            return Err(CUDA_ERROR_INVALID_VALUE);
+        }
+        Ok(())
+    }
+}
+
+/// Unique ids for streams.
+pub(crate) fn next_id() -> u64 {
+    static NEXT: AtomicU64 = AtomicU64::new(1);
+    NEXT.fetch_add(1, Relaxed)
+}

@@ -1,0 +1,503 @@
+//! Asynchronous execution: streams with FIFO operation queues, one lazily
+//! started worker thread per stream, events, graphs, and the shared device
+//! timeline on which every kernel of every process is serialised.
+
+use crate::driver::{Ctx, Registry, current, drv, next_id};
+use crate::trace::KernelRecord;
+use crate::{Res, now_ns, sleep_until};
+use dilu_abi::cuda::*;
+use std::cell::RefCell;
+use std::collections::{HashMap, VecDeque};
+use std::ffi::c_void;
+use std::sync::atomic::Ordering::*;
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+
+pub(crate) type HostFn = unsafe extern "C" fn(*mut c_void);
+pub(crate) type StreamCallback = unsafe extern "C" fn(sys::CUstream, u32, *mut c_void);
+
+#[derive(Clone)]
+pub(crate) struct KernelOp {
+    pub name: Arc<str>,
+    pub blocks: u64,
+    pub dur_ns: u64,
+    pub graph: bool,
+}
+
+#[derive(Clone)]
+pub(crate) enum Op {
+    Kernel(KernelOp),
+    Copy {
+        dst: usize,
+        src: usize,
+        n: usize,
+    },
+    CopyOwned {
+        dst: usize,
+        data: Arc<Vec<u8>>,
+    },
+    Memset {
+        dst: usize,
+        val: u32,
+        elem: usize,
+        count: usize,
+    },
+    Record {
+        ev: Arc<Event>,
+        generation: u64,
+    },
+    Host {
+        f: HostFn,
+        data: usize,
+    },
+    Callback {
+        f: StreamCallback,
+        handle: usize,
+        data: usize,
+    },
+    Free {
+        ptr: u64,
+    },
+    Wait {
+        stream: Arc<Stream>,
+        seq: u64,
+        ev: Arc<Event>,
+    },
+}
+
+struct St {
+    q: VecDeque<(u64, u64, Op)>,
+    submitted: u64,
+    completed: u64,
+    last_end: u64,
+    worker: bool,
+    capture: Option<Vec<Op>>,
+    capture_id: u64,
+    closed: bool,
+}
+
+pub(crate) struct Stream {
+    pub id: u64,
+    pub ctx: usize,
+    pub dev: usize,
+    pub flags: u32,
+    pub priority: i32,
+    pub legacy: bool,
+    st: Mutex<St>,
+    cv: Condvar,
+}
+
+pub(crate) static STREAMS: Registry<Stream> = Registry::new();
+
+thread_local! {
+    static PER_THREAD: RefCell<HashMap<usize, Arc<Stream>>> = RefCell::new(HashMap::new());
+}
+
+/// The calling thread's per-thread default stream of `ctx`.
+pub(crate) fn per_thread(ctx: &Arc<Ctx>) -> Arc<Stream> {
+    PER_THREAD.with(|m| {
+        m.borrow_mut()
+            .entry(ctx.handle())
+            .or_insert_with(|| Stream::new(ctx, 0, 0, false))
+            .clone()
+    })
+}
+
+/// Resolves a stream handle. NULL is the legacy stream, or the per-thread
+/// default stream in `_ptsz`/`_ptds` entry points; 0x1 and 0x2 are
+/// CU_STREAM_LEGACY and CU_STREAM_PER_THREAD.
+pub(crate) fn resolve(h: sys::CUstream, pt: bool) -> Res<Arc<Stream>> {
+    match h as usize {
+        0 => {
+            let c = current()?;
+            Ok(if pt { per_thread(&c) } else { c.legacy() })
+        }
+        CU_STREAM_LEGACY => Ok(current()?.legacy()),
+        CU_STREAM_PER_THREAD => Ok(per_thread(&current()?)),
+        v => {
+            drv()?;
+            STREAMS.get(v).ok_or(CUDA_ERROR_INVALID_HANDLE)
+        }
+    }
+}
+
+impl Stream {
+    pub(crate) fn new(ctx: &Arc<Ctx>, flags: u32, priority: i32, legacy: bool) -> Arc<Stream> {
+        let s = Arc::new(Stream {
+            id: next_id(),
+            ctx: ctx.handle(),
+            dev: ctx.dev,
+            flags,
+            priority,
+            legacy,
+            st: Mutex::new(St {
+                q: VecDeque::new(),
+                submitted: 0,
+                completed: 0,
+                last_end: 0,
+                worker: false,
+                capture: None,
+                capture_id: 0,
+                closed: false,
+            }),
+            cv: Condvar::new(),
+        });
+        ctx.streams
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(Arc::downgrade(&s));
+        s
+    }
+
+    fn lock(&self) -> MutexGuard<'_, St> {
+        self.st.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn wait<'a>(&self, g: MutexGuard<'a, St>) -> MutexGuard<'a, St> {
+        self.cv.wait(g).unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Queues an operation; returns its sequence number (0 when it was
+    /// captured into a graph or the driver is in null mode).
+    pub(crate) fn enqueue(self: &Arc<Self>, op: Op) -> Res<u64> {
+        let d = drv()?;
+        if d.null() {
+            return Ok(0);
+        }
+        let mut st = self.lock();
+        if let Some(cap) = &mut st.capture {
+            match op {
+                Op::Record { .. } | Op::Wait { .. } => {}
+                op => cap.push(op),
+            }
+            return Ok(0);
+        }
+        st.submitted += 1;
+        let seq = st.submitted;
+        st.q.push_back((seq, now_ns(), op));
+        if !st.worker {
+            let me = self.clone();
+            let spawned = std::thread::Builder::new()
+                .name(format!("simgpu-s{}", self.id))
+                .spawn(move || me.worker());
+            if spawned.is_err() {
+                st.q.pop_back();
+                st.submitted -= 1;
+                return Err(CUDA_ERROR_OUT_OF_MEMORY);
+            }
+            st.worker = true;
+        } else {
+            self.cv.notify_all();
+        }
+        Ok(seq)
+    }
+
+    fn worker(self: Arc<Self>) {
+        loop {
+            let mut st = self.lock();
+            while st.q.is_empty() {
+                if st.closed {
+                    st.worker = false;
+                    return;
+                }
+                st = self.wait(st);
+            }
+            let Some((seq, enq, op)) = st.q.pop_front() else {
+                continue;
+            };
+            let last_end = st.last_end;
+            drop(st);
+            let end = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                self.execute(enq.max(last_end), op)
+            }))
+            .unwrap_or_else(|_| now_ns());
+            let mut st = self.lock();
+            st.completed = seq;
+            st.last_end = st.last_end.max(end);
+            self.cv.notify_all();
+        }
+    }
+
+    /// Runs one operation that became ready at `ready`; returns its
+    /// simulated completion time.
+    fn execute(&self, ready: u64, op: Op) -> u64 {
+        match op {
+            Op::Kernel(k) => self.run_kernel(ready, &k),
+            Op::Copy { dst, src, n } => {
+                // SAFETY: both ranges were validated at enqueue time as device
+                // memory or caller-provided host memory that the CUDA contract
+                // keeps valid until the operation completes; `copy` allows
+                // overlap.
+                unsafe { std::ptr::copy(src as *const u8, dst as *mut u8, n) };
+                ready
+            }
+            Op::CopyOwned { dst, data } => {
+                // SAFETY: dst was validated as device memory of data.len() bytes.
+                unsafe { std::ptr::copy(data.as_ptr(), dst as *mut u8, data.len()) };
+                ready
+            }
+            Op::Memset {
+                dst,
+                val,
+                elem,
+                count,
+            } => {
+                // SAFETY: dst..dst+elem*count was validated as device memory;
+                // elem is 1, 2 or 4 and the pointer alignment was checked.
+                unsafe {
+                    match elem {
+                        1 => std::ptr::write_bytes(dst as *mut u8, val as u8, count),
+                        2 => {
+                            std::slice::from_raw_parts_mut(dst as *mut u16, count).fill(val as u16)
+                        }
+                        _ => std::slice::from_raw_parts_mut(dst as *mut u32, count).fill(val),
+                    }
+                }
+                ready
+            }
+            Op::Record { ev, generation } => {
+                ev.complete(generation, ready);
+                ready
+            }
+            Op::Host { f, data } => {
+                // SAFETY: the client handed us this callback and its argument.
+                unsafe { f(data as *mut c_void) };
+                ready.max(now_ns())
+            }
+            Op::Callback { f, handle, data } => {
+                // SAFETY: as above; the signature is CUstreamCallback.
+                unsafe { f(handle as sys::CUstream, CUDA_SUCCESS, data as *mut c_void) };
+                ready.max(now_ns())
+            }
+            Op::Free { ptr } => {
+                let _ = crate::api::mem::free_device(ptr);
+                ready
+            }
+            Op::Wait { stream, seq, ev } => {
+                let _ = stream.wait_seq(seq);
+                ready.max(ev.time().unwrap_or(0))
+            }
+        }
+    }
+
+    fn run_kernel(&self, ready: u64, k: &KernelOp) -> u64 {
+        let Ok(d) = drv() else { return ready };
+        let Some(shm) = &d.shm else { return ready };
+        let timeline = &shm.dev(d.phys(self.dev)).busy_until;
+        let mut cur = timeline.load(Acquire);
+        let (start, end) = loop {
+            let start = ready.max(cur);
+            let end = start + k.dur_ns;
+            match timeline.compare_exchange_weak(cur, end, AcqRel, Acquire) {
+                Ok(_) => break (start, end),
+                Err(now) => cur = now,
+            }
+        };
+        sleep_until(end);
+        if let Some(t) = &d.trace {
+            t.kernel(&KernelRecord {
+                device: self.dev,
+                stream: self.id,
+                start_ns: start,
+                end_ns: end,
+                name: &k.name,
+                blocks: k.blocks,
+                graph: k.graph,
+            });
+        }
+        end
+    }
+
+    pub(crate) fn wait_seq(&self, seq: u64) -> Res {
+        let mut st = self.lock();
+        while st.completed < seq {
+            st = self.wait(st);
+        }
+        Ok(())
+    }
+
+    pub(crate) fn synchronize(&self) -> Res {
+        let target = {
+            let st = self.lock();
+            if st.capture.is_some() {
+                return Err(CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED);
+            }
+            st.submitted
+        };
+        self.wait_seq(target)
+    }
+
+    pub(crate) fn query(&self) -> Res {
+        let st = self.lock();
+        if st.completed >= st.submitted {
+            Ok(())
+        } else {
+            Err(CUDA_ERROR_NOT_READY)
+        }
+    }
+
+    /// Lets the worker exit once the queue is drained.
+    pub(crate) fn close(&self) {
+        let mut st = self.lock();
+        st.closed = true;
+        self.cv.notify_all();
+    }
+
+    pub(crate) fn begin_capture(&self) -> Res {
+        let mut st = self.lock();
+        if st.capture.is_some() {
+            return Err(CUDA_ERROR_ILLEGAL_STATE_OR_INVALID);
+        }
+        st.capture = Some(Vec::new());
+        st.capture_id = next_id();
+        Ok(())
+    }
+
+    pub(crate) fn end_capture(&self) -> Res<Vec<Op>> {
+        self.lock()
+            .capture
+            .take()
+            .ok_or(CUDA_ERROR_ILLEGAL_STATE_OR_INVALID)
+    }
+
+    /// Some(capture id) while capturing.
+    pub(crate) fn capture_id(&self) -> Option<u64> {
+        let st = self.lock();
+        st.capture.as_ref().map(|_| st.capture_id)
+    }
+}
+
+/// `CUDA_ERROR_ILLEGAL_STATE` (401).
+pub(crate) const CUDA_ERROR_ILLEGAL_STATE_OR_INVALID: CUresult =
+    sys::cudaError_enum::CUDA_ERROR_ILLEGAL_STATE as CUresult;
+
+struct EvSt {
+    generation: u64,
+    stream: Option<Arc<Stream>>,
+    seq: u64,
+    time: Option<u64>,
+}
+
+pub(crate) struct Event {
+    pub flags: u32,
+    st: Mutex<EvSt>,
+}
+
+pub(crate) static EVENTS: Registry<Event> = Registry::new();
+
+pub(crate) const CU_EVENT_DISABLE_TIMING: u32 = 0x2;
+
+impl Event {
+    pub(crate) fn new(flags: u32) -> Event {
+        Event {
+            flags,
+            st: Mutex::new(EvSt {
+                generation: 0,
+                stream: None,
+                seq: 0,
+                time: None,
+            }),
+        }
+    }
+
+    fn lock(&self) -> MutexGuard<'_, EvSt> {
+        self.st.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    pub(crate) fn record(self: &Arc<Self>, stream: &Arc<Stream>) -> Res {
+        if stream.capture_id().is_some() {
+            return Ok(());
+        }
+        let null = drv()?.null();
+        let mut st = self.lock();
+        st.generation += 1;
+        if null {
+            st.time = Some(now_ns());
+            st.stream = Some(stream.clone());
+            st.seq = 0;
+            return Ok(());
+        }
+        st.time = None;
+        let seq = stream.enqueue(Op::Record {
+            ev: self.clone(),
+            generation: st.generation,
+        })?;
+        st.stream = Some(stream.clone());
+        st.seq = seq;
+        Ok(())
+    }
+
+    fn complete(&self, generation: u64, t: u64) {
+        let mut st = self.lock();
+        if st.generation == generation {
+            st.time = Some(t);
+        }
+    }
+
+    pub(crate) fn time(&self) -> Option<u64> {
+        self.lock().time
+    }
+
+    /// (stream, seq) of the last record, if any.
+    pub(crate) fn pending(&self) -> Option<(Arc<Stream>, u64)> {
+        let st = self.lock();
+        st.stream.clone().map(|s| (s, st.seq))
+    }
+
+    pub(crate) fn query(&self) -> Res {
+        let st = self.lock();
+        if st.stream.is_none() || st.time.is_some() {
+            Ok(())
+        } else {
+            Err(CUDA_ERROR_NOT_READY)
+        }
+    }
+
+    pub(crate) fn synchronize(&self) -> Res {
+        if let Some((s, seq)) = self.pending() {
+            s.wait_seq(seq)?;
+        }
+        drv()?.flush_trace();
+        Ok(())
+    }
+
+    pub(crate) fn elapsed_ms(a: &Event, b: &Event) -> Res<f32> {
+        if a.flags & CU_EVENT_DISABLE_TIMING != 0 || b.flags & CU_EVENT_DISABLE_TIMING != 0 {
+            return Err(CUDA_ERROR_INVALID_HANDLE);
+        }
+        let (sa, sb) = (a.lock(), b.lock());
+        if sa.stream.is_none() || sb.stream.is_none() {
+            return Err(CUDA_ERROR_INVALID_HANDLE);
+        }
+        match (sa.time, sb.time) {
+            (Some(x), Some(y)) => Ok(((y as f64 - x as f64) / 1e6) as f32),
+            _ => Err(CUDA_ERROR_NOT_READY),
+        }
+    }
+}
+
+pub(crate) struct Graph {
+    pub ops: Mutex<Vec<Op>>,
+}
+
+pub(crate) struct GraphExec {
+    pub ops: Vec<Op>,
+}
+
+pub(crate) static GRAPHS: Registry<Graph> = Registry::new();
+pub(crate) static GRAPH_EXECS: Registry<GraphExec> = Registry::new();
+
+impl GraphExec {
+    pub(crate) fn launch(&self, stream: &Arc<Stream>) -> Res {
+        for op in &self.ops {
+            let op = match op {
+                Op::Kernel(k) => Op::Kernel(KernelOp {
+                    graph: true,
+                    ..k.clone()
+                }),
+                other => other.clone(),
+            };
+            stream.enqueue(op)?;
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,275 @@
+//! The device state every process of one simulated GPU instance shares: a
+//! `#[repr(C)]` struct of atomics in a file under /dev/shm, mapped
+//! MAP_SHARED. Created race-free: the creator (O_CREAT|O_EXCL) initialises
+//! the file and publishes the magic last; others wait for the magic.
+
+use crate::config::MAX_DEVICES;
+use std::ffi::CString;
+use std::sync::atomic::{AtomicU64, Ordering::*};
+
+const MAGIC: u64 = 0x5349_4d47_5055_0001; // "SIMGPU" + layout 1
+const VERSION: u64 = 1;
+pub(crate) const MAX_SLOTS: usize = 256;
+/// Slot pid value while a process is filling in its slot or reclaiming one.
+const BUSY: u64 = u64::MAX;
+
+#[repr(C)]
+pub(crate) struct ShmDevice {
+    pub capacity: AtomicU64,
+    pub used: AtomicU64,
+    /// Device timeline: the end of the last reserved kernel slot (ns).
+    pub busy_until: AtomicU64,
+    _pad: [u64; 5],
+}
+
+#[repr(C)]
+pub(crate) struct ShmSlot {
+    pub pid: AtomicU64,
+    pub start_time: AtomicU64,
+    pub used: [AtomicU64; MAX_DEVICES],
+}
+
+#[repr(C)]
+pub(crate) struct ShmLayout {
+    magic: AtomicU64,
+    version: AtomicU64,
+    pub ndev: AtomicU64,
+    _pad: [u64; 5],
+    pub devs: [ShmDevice; MAX_DEVICES],
+    pub slots: [ShmSlot; MAX_SLOTS],
+}
+
+pub(crate) struct Shm {
+    layout: &'static ShmLayout,
+    pub slot: usize,
+}
+
+/// Process start time (field 22 of /proc/<pid>/stat), or None if the
+/// process does not exist.
+pub(crate) fn start_time(pid: u64) -> Option<u64> {
+    let text = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let rest = &text[text.rfind(')')? + 1..];
+    rest.split_whitespace().nth(19)?.parse().ok()
+}
+
+fn os_err(what: &str, path: &str) -> String {
+    format!(
+        "simgpu: cannot {what} shared device state {path}: {}",
+        std::io::Error::last_os_error()
+    )
+}
+
+impl Shm {
+    pub(crate) fn path_for(instance: &str) -> String {
+        // SAFETY: getuid has no preconditions.
+        let uid = unsafe { libc::getuid() };
+        format!("/dev/shm/simgpu-{uid}-{instance}")
+    }
+
+    /// Opens (creating if needed) the instance and claims a process slot.
+    pub(crate) fn attach(instance: &str, ndev: usize, capacity: u64) -> Result<Shm, String> {
+        let path = Self::path_for(instance);
+        let cpath = CString::new(path.clone()).map_err(|_| "simgpu: bad path".to_string())?;
+        let size = std::mem::size_of::<ShmLayout>();
+        let mut creator = true;
+        // SAFETY: cpath is a valid NUL-terminated string.
+        let mut fd = unsafe {
+            libc::open(
+                cpath.as_ptr(),
+                libc::O_RDWR | libc::O_CREAT | libc::O_EXCL | libc::O_CLOEXEC,
+                0o600,
+            )
+        };
+        if fd < 0 {
+            creator = false;
+            // SAFETY: as above.
+            fd = unsafe { libc::open(cpath.as_ptr(), libc::O_RDWR | libc::O_CLOEXEC) };
+            if fd < 0 {
+                return Err(os_err("open", &path));
+            }
+        } else {
+            // SAFETY: fd is an open file we own.
+            if unsafe { libc::ftruncate(fd, size as libc::off_t) } != 0 {
+                let e = os_err("size", &path);
+                // SAFETY: fd is ours; path was created by us.
+                unsafe {
+                    libc::close(fd);
+                    libc::unlink(cpath.as_ptr());
+                }
+                return Err(e);
+            }
+        }
+        if !creator {
+            // Wait for the creator to size the file (it does so immediately).
+            let deadline = crate::now_ns() + 5_000_000_000;
+            loop {
+                // SAFETY: zeroed stat is a valid out-parameter for fstat.
+                let mut st: libc::stat = unsafe { std::mem::zeroed() };
+                // SAFETY: fd is open, st is writable.
+                if unsafe { libc::fstat(fd, &mut st) } == 0 && st.st_size as usize >= size {
+                    break;
+                }
+                if crate::now_ns() > deadline {
+                    // SAFETY: fd is ours.
+                    unsafe { libc::close(fd) };
+                    return Err(format!(
+                        "simgpu: shared device state {path} was never initialised; remove it"
+                    ));
+                }
+                std::thread::sleep(std::time::Duration::from_millis(1));
+            }
+        }
+        // SAFETY: mapping `size` bytes of a file at least that large.
+        let ptr = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                size,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_SHARED,
+                fd,
+                0,
+            )
+        };
+        // SAFETY: fd is ours; the mapping stays valid after close.
+        unsafe { libc::close(fd) };
+        if ptr == libc::MAP_FAILED {
+            return Err(os_err("map", &path));
+        }
+        // SAFETY: the mapping is page aligned, `size` bytes, zero-filled or
+        // initialised by a creator, lives for the whole process (never
+        // unmapped) and contains only atomics, so shared access is sound.
+        let layout: &'static ShmLayout = unsafe { &*(ptr as *const ShmLayout) };
+        if creator {
+            let ndev = ndev.min(MAX_DEVICES);
+            layout.version.store(VERSION, Relaxed);
+            layout.ndev.store(ndev as u64, Relaxed);
+            for d in &layout.devs[..ndev] {
+                d.capacity.store(capacity, Relaxed);
+            }
+            layout.magic.store(MAGIC, Release);
+        } else {
+            let deadline = crate::now_ns() + 5_000_000_000;
+            while layout.magic.load(Acquire) != MAGIC {
+                if crate::now_ns() > deadline {
+                    return Err(format!(
+                        "simgpu: shared device state {path} has no valid header; remove it"
+                    ));
+                }
+                std::thread::sleep(std::time::Duration::from_millis(1));
+            }
+            if layout.version.load(Relaxed) != VERSION {
+                return Err(format!(
+                    "simgpu: shared device state {path} has another layout version; remove it"
+                ));
+            }
+        }
+        let mut shm = Shm {
+            layout,
+            slot: usize::MAX,
+        };
+        shm.reclaim_dead();
+        shm.slot = shm.claim_slot()?;
+        Ok(shm)
+    }
+
+    pub(crate) fn ndev(&self) -> usize {
+        self.layout.ndev.load(Relaxed) as usize
+    }
+
+    pub(crate) fn dev(&self, phys: usize) -> &'static ShmDevice {
+        &self.layout.devs[phys]
+    }
+
+    fn claim_slot(&self) -> Result<usize, String> {
+        let pid = std::process::id() as u64;
+        let st = start_time(pid).unwrap_or(1);
+        for (i, s) in self.layout.slots.iter().enumerate() {
+            if s.pid.compare_exchange(0, BUSY, AcqRel, Relaxed).is_ok() {
+                s.start_time.store(st, Relaxed);
+                s.pid.store(pid, Release);
+                return Ok(i);
+            }
+        }
+        Err("simgpu: all process slots of the shared device are in use".into())
+    }
+
+    /// Returns the memory of every process that died without releasing its
+    /// slot. A dead slot is claimed with a CAS on its pid, so two scanners
+    /// never subtract the same usage twice.
+    pub(crate) fn reclaim_dead(&self) {
+        let me = std::process::id() as u64;
+        for s in self.layout.slots.iter() {
+            let pid = s.pid.load(Acquire);
+            if pid == 0 || pid == BUSY || pid == me {
+                continue;
+            }
+            let recorded = s.start_time.load(Relaxed);
+            let alive = match start_time(pid) {
+                Some(t) => t == recorded,
+                None => false,
+            };
+            if alive {
+                continue;
+            }
+            if s.pid.compare_exchange(pid, BUSY, AcqRel, Relaxed).is_ok() {
+                self.drain_slot(s);
+                s.pid.store(0, Release);
+            }
+        }
+    }
+
+    fn drain_slot(&self, s: &ShmSlot) {
+        for (d, used) in s.used.iter().enumerate() {
+            let n = used.swap(0, AcqRel);
+            if n > 0 {
+                self.layout.devs[d].used.fetch_sub(n, AcqRel);
+            }
+        }
+    }
+
+    /// Atomic check-and-add against the device capacity.
+    pub(crate) fn charge(&self, phys: usize, bytes: u64) -> bool {
+        let dev = self.dev(phys);
+        for attempt in 0..2 {
+            let cap = dev.capacity.load(Relaxed);
+            let ok = dev
+                .used
+                .fetch_update(AcqRel, Acquire, |u| {
+                    u.checked_add(bytes).filter(|&n| n <= cap)
+                })
+                .is_ok();
+            if ok {
+                self.layout.slots[self.slot].used[phys].fetch_add(bytes, AcqRel);
+                return true;
+            }
+            if attempt == 0 {
+                self.reclaim_dead();
+            }
+        }
+        false
+    }
+
+    pub(crate) fn uncharge(&self, phys: usize, bytes: u64) {
+        self.layout.slots[self.slot].used[phys].fetch_sub(bytes, AcqRel);
+        self.dev(phys).used.fetch_sub(bytes, AcqRel);
+    }
+
+    /// (free, total) of a device, after reclaiming dead processes' memory.
+    pub(crate) fn mem_info(&self, phys: usize) -> (u64, u64) {
+        self.reclaim_dead();
+        let dev = self.dev(phys);
+        let cap = dev.capacity.load(Relaxed);
+        let used = dev.used.load(Acquire);
+        (cap.saturating_sub(used), cap)
+    }
+
+    /// Releases this process's slot and usage (normal exit).
+    pub(crate) fn release(&self) {
+        let s = &self.layout.slots[self.slot];
+        let pid = std::process::id() as u64;
+        if s.pid.compare_exchange(pid, BUSY, AcqRel, Relaxed).is_ok() {
+            self.drain_slot(s);
+            s.pid.store(0, Release);
+        }
+    }
+}
