@@ -62,6 +62,19 @@ pub struct Refusal {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct SlotId(usize);
 
+impl SlotId {
+    /// The slot's index (what a process keeps to find its slot again).
+    pub fn index(self) -> usize {
+        self.0
+    }
+
+    /// Rebuilds a slot id from [`SlotId::index`]. Out-of-range indices are
+    /// clamped, so a corrupt value can never index outside the ledger.
+    pub fn from_index(index: usize) -> Self {
+        SlotId(index.min(MAX_PROCESSES - 1))
+    }
+}
+
 impl TenantLedger {
     /// Sets the budget of `device` (bytes, or [`UNLIMITED`]).
     pub fn set_budget(&self, device: usize, bytes: u64) {

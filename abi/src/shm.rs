@@ -139,6 +139,35 @@ impl<T: SharedLayout> Region<T> {
         Ok(region)
     }
 
+    /// A region in anonymous shared memory: private to this process and the
+    /// children it forks, which keep sharing it. `init` runs before return.
+    pub fn anonymous(init: impl FnOnce(&T)) -> std::io::Result<Self> {
+        let length = std::mem::size_of::<T>();
+        // SAFETY: a fresh anonymous shared mapping; zero-filled by the kernel.
+        let address = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                length,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_SHARED | libc::MAP_ANONYMOUS,
+                -1,
+                0,
+            )
+        };
+        if address == libc::MAP_FAILED {
+            return Err(std::io::Error::last_os_error());
+        }
+        let region: Region<T> = Region {
+            address,
+            length,
+            created: true,
+            _layout: PhantomData,
+        };
+        init(&region);
+        region.magic().store(T::MAGIC, Ordering::Release);
+        Ok(region)
+    }
+
     /// Maps an already open file descriptor (e.g. received over a socket).
     /// `writable: false` maps it read-only, so the process cannot change it.
     pub fn from_fd(fd: libc::c_int, writable: bool) -> std::io::Result<Self> {

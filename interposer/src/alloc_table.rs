@@ -128,26 +128,6 @@ impl AllocTable {
             .unwrap_or_else(|poisoned| poisoned.into_inner())
             .remove(&key)
     }
-
-    /// Looks `key` up without removing it.
-    pub fn get(&self, key: u64) -> Option<Charge> {
-        let start = self.slot_of(key);
-        for probe in 0..MAX_PROBES.min(self.mask + 1) {
-            let index = (start + probe) & self.mask;
-            let current = self.keys[index].load(Ordering::Acquire);
-            if current == EMPTY {
-                break;
-            }
-            if current == key {
-                return Some(Charge::unpack(self.values[index].load(Ordering::Acquire)));
-            }
-        }
-        self.overflow
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
-            .get(&key)
-            .copied()
-    }
 }
 
 #[cfg(test)]

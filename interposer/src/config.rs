@@ -6,10 +6,15 @@
 //! | `DILU_REAL_LIBCUDA` | path (or soname) of the real driver to `dlopen`; default `libcuda.so.1` |
 //! | `DILU_CALL_REPORT` | file to which one JSON line of call counters is appended at exit |
 //! | `DILU_LOG` | `tracing` `EnvFilter` directive (e.g. `debug`); logging is off when unset |
+//! | `DILU_TENANT` | tenant name; processes with the same name (and user) share one budget |
+//! | `DILU_MEM_LIMIT` | memory budget: `8GiB`, `50%`, `0:8GiB,1:4GiB` (see [`crate::memory_config`]); HAMi's `CUDA_DEVICE_MEMORY_LIMIT[_i]` are aliases |
+//! | `DILU_CONTEXT_MEMORY` | memory charged per process and device for the CUDA context itself; default 256MiB |
 //!
 //! A variable that is set but unusable stops the process with one line naming
 //! it and the accepted forms (fail closed).
 
+use crate::memory_config::{self, MemoryLimits};
+use dilu_abi::units;
 use std::ffi::{CString, OsString};
 use std::os::unix::ffi::OsStringExt;
 use std::path::PathBuf;
@@ -19,6 +24,25 @@ pub struct Config {
     pub real_libcuda: Option<CString>,
     pub call_report: Option<PathBuf>,
     pub log: Option<String>,
+    pub tenant: Option<String>,
+    pub memory: MemoryLimits,
+    pub context_memory: u64,
+}
+
+/// What a CUDA context occupies on the device before the program allocates
+/// anything, charged once per process and device (HAMi-core leaves it out and
+/// tenants run hundreds of MB over budget). Real contexts on Hopper take a
+/// few hundred MiB; override with `DILU_CONTEXT_MEMORY`.
+pub const DEFAULT_CONTEXT_MEMORY: u64 = 256 << 20;
+
+const TENANT_FORMS: &str = "1 to 64 characters from A-Z a-z 0-9 . _ -";
+
+fn valid_tenant(name: &str) -> bool {
+    (1..=64).contains(&name.len())
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-'))
+        && !name.starts_with('.')
 }
 
 static CONFIG: OnceLock<Config> = OnceLock::new();
@@ -41,6 +65,20 @@ fn read() -> Config {
             Ok(s) => s,
             Err(v) => fail("DILU_LOG", &v, "a UTF-8 tracing filter such as `debug`"),
         }),
+        tenant: nonempty("DILU_TENANT", TENANT_FORMS).map(|v| match v.into_string() {
+            Ok(name) if valid_tenant(&name) => name,
+            Ok(name) => fail("DILU_TENANT", &name.into(), TENANT_FORMS),
+            Err(v) => fail("DILU_TENANT", &v, TENANT_FORMS),
+        }),
+        memory: match memory_config::from_env(|name| std::env::var(name).ok()) {
+            Ok(limits) => limits,
+            Err(error) => fail(&error.variable, &error.value.into(), &error.expected),
+        },
+        context_memory: match std::env::var("DILU_CONTEXT_MEMORY") {
+            Err(_) => DEFAULT_CONTEXT_MEMORY,
+            Ok(value) => units::parse_size(&value)
+                .unwrap_or_else(|_| fail("DILU_CONTEXT_MEMORY", &value.into(), units::SIZE_FORMS)),
+        },
     }
 }
 

@@ -54,6 +54,21 @@ pub fn real_dlsym(handle: *mut c_void, name: *const c_char) -> *mut c_void {
     unsafe { f(handle, name) }
 }
 
+/// The real driver's `dlopen` handle (0 until loaded or if it failed).
+static HANDLE: AtomicUsize = AtomicUsize::new(0);
+
+/// A real driver function that is not in the hook table (used off the hot
+/// path, e.g. `cuCtxGetDevice` when a process has several devices). Returns 0
+/// if the driver is not loaded or lacks it.
+pub fn real_symbol(name: &CStr) -> usize {
+    ensure_loaded();
+    let handle = HANDLE.load(Ordering::Acquire);
+    if handle == 0 {
+        return 0;
+    }
+    real_dlsym(handle as *mut c_void, name.as_ptr()) as usize
+}
+
 /// Real `cuGetProcAddress` (v1 ABI) and `cuGetProcAddress_v2` in the driver.
 pub static GPA_V1: AtomicUsize = AtomicUsize::new(0);
 pub static GPA_V2: AtomicUsize = AtomicUsize::new(0);
@@ -158,6 +173,7 @@ fn load() {
         );
         return;
     };
+    HANDLE.store(handle as usize, Ordering::Release);
     let mut found = 0;
     for (row, slot) in ROWS.iter().zip(REAL.iter()) {
         let p = real_dlsym(handle, row.name.as_ptr()) as usize;

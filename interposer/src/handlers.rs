@@ -13,169 +13,22 @@
 
 #![allow(clippy::too_many_arguments)]
 
-use core::ffi::{c_uint, c_ulonglong, c_void};
+use core::ffi::{c_uint, c_void};
 
 use dilu_abi::cuda::CUresult;
 use dilu_abi::cuda::sys::{
-    CUDA_ARRAY_DESCRIPTOR, CUDA_ARRAY3D_DESCRIPTOR, CUDA_LAUNCH_PARAMS, CUarray, CUdevice,
-    CUdeviceptr, CUevent, CUfunction, CUgraphExec, CUlaunchConfig, CUmemAllocationProp,
-    CUmemGenericAllocationHandle, CUmemoryPool, CUmipmappedArray, CUstream,
+    CUDA_LAUNCH_PARAMS, CUevent, CUfunction, CUgraphExec, CUlaunchConfig, CUstream,
 };
 
 use crate::table::Cx;
 
 // ---- memory ---------------------------------------------------------------
 
-pub fn mem_alloc(
-    _cx: Cx,
-    next: impl FnOnce(*mut CUdeviceptr, usize) -> CUresult,
-    dptr: *mut CUdeviceptr,
-    bytesize: usize,
-) -> CUresult {
-    next(dptr, bytesize)
-}
-
-pub fn mem_free(
-    _cx: Cx,
-    next: impl FnOnce(CUdeviceptr) -> CUresult,
-    dptr: CUdeviceptr,
-) -> CUresult {
-    next(dptr)
-}
-
-pub fn mem_get_info(
-    _cx: Cx,
-    next: impl FnOnce(*mut usize, *mut usize) -> CUresult,
-    free: *mut usize,
-    total: *mut usize,
-) -> CUresult {
-    next(free, total)
-}
-
-pub fn mem_alloc_pitch(
-    _cx: Cx,
-    next: impl FnOnce(*mut CUdeviceptr, *mut usize, usize, usize, c_uint) -> CUresult,
-    dptr: *mut CUdeviceptr,
-    pitch: *mut usize,
-    width_bytes: usize,
-    height: usize,
-    element_size_bytes: c_uint,
-) -> CUresult {
-    next(dptr, pitch, width_bytes, height, element_size_bytes)
-}
-
-pub fn mem_alloc_managed(
-    _cx: Cx,
-    next: impl FnOnce(*mut CUdeviceptr, usize, c_uint) -> CUresult,
-    dptr: *mut CUdeviceptr,
-    bytesize: usize,
-    flags: c_uint,
-) -> CUresult {
-    next(dptr, bytesize, flags)
-}
-
-pub fn mem_alloc_async(
-    _cx: Cx,
-    next: impl FnOnce(*mut CUdeviceptr, usize, CUstream) -> CUresult,
-    dptr: *mut CUdeviceptr,
-    bytesize: usize,
-    stream: CUstream,
-) -> CUresult {
-    next(dptr, bytesize, stream)
-}
-
-pub fn mem_free_async(
-    _cx: Cx,
-    next: impl FnOnce(CUdeviceptr, CUstream) -> CUresult,
-    dptr: CUdeviceptr,
-    stream: CUstream,
-) -> CUresult {
-    next(dptr, stream)
-}
-
-pub fn mem_alloc_from_pool_async(
-    _cx: Cx,
-    next: impl FnOnce(*mut CUdeviceptr, usize, CUmemoryPool, CUstream) -> CUresult,
-    dptr: *mut CUdeviceptr,
-    bytesize: usize,
-    pool: CUmemoryPool,
-    stream: CUstream,
-) -> CUresult {
-    next(dptr, bytesize, pool, stream)
-}
-
-pub fn mem_create(
-    _cx: Cx,
-    next: impl FnOnce(
-        *mut CUmemGenericAllocationHandle,
-        usize,
-        *const CUmemAllocationProp,
-        c_ulonglong,
-    ) -> CUresult,
-    handle: *mut CUmemGenericAllocationHandle,
-    size: usize,
-    prop: *const CUmemAllocationProp,
-    flags: c_ulonglong,
-) -> CUresult {
-    next(handle, size, prop, flags)
-}
-
-pub fn mem_release(
-    _cx: Cx,
-    next: impl FnOnce(CUmemGenericAllocationHandle) -> CUresult,
-    handle: CUmemGenericAllocationHandle,
-) -> CUresult {
-    next(handle)
-}
-
-pub fn array_create(
-    _cx: Cx,
-    next: impl FnOnce(*mut CUarray, *const CUDA_ARRAY_DESCRIPTOR) -> CUresult,
-    array: *mut CUarray,
-    desc: *const CUDA_ARRAY_DESCRIPTOR,
-) -> CUresult {
-    next(array, desc)
-}
-
-pub fn array3d_create(
-    _cx: Cx,
-    next: impl FnOnce(*mut CUarray, *const CUDA_ARRAY3D_DESCRIPTOR) -> CUresult,
-    array: *mut CUarray,
-    desc: *const CUDA_ARRAY3D_DESCRIPTOR,
-) -> CUresult {
-    next(array, desc)
-}
-
-pub fn array_destroy(_cx: Cx, next: impl FnOnce(CUarray) -> CUresult, array: CUarray) -> CUresult {
-    next(array)
-}
-
-pub fn mipmapped_array_create(
-    _cx: Cx,
-    next: impl FnOnce(*mut CUmipmappedArray, *const CUDA_ARRAY3D_DESCRIPTOR, c_uint) -> CUresult,
-    array: *mut CUmipmappedArray,
-    desc: *const CUDA_ARRAY3D_DESCRIPTOR,
-    levels: c_uint,
-) -> CUresult {
-    next(array, desc, levels)
-}
-
-pub fn mipmapped_array_destroy(
-    _cx: Cx,
-    next: impl FnOnce(CUmipmappedArray) -> CUresult,
-    array: CUmipmappedArray,
-) -> CUresult {
-    next(array)
-}
-
-pub fn device_total_mem(
-    _cx: Cx,
-    next: impl FnOnce(*mut usize, CUdevice) -> CUresult,
-    bytes: *mut usize,
-    dev: CUdevice,
-) -> CUresult {
-    next(bytes, dev)
-}
+pub use crate::memory_hooks::{
+    array_create, array_destroy, array3d_create, device_total_mem, mem_alloc, mem_alloc_async,
+    mem_alloc_from_pool_async, mem_alloc_managed, mem_alloc_pitch, mem_create, mem_free,
+    mem_free_async, mem_get_info, mem_release, mipmapped_array_create, mipmapped_array_destroy,
+};
 
 // ---- launches -------------------------------------------------------------
 

@@ -33,15 +33,15 @@
 //! # Configuration
 //! Environment variables, read once at load: see [`config`].
 
-#[allow(dead_code)]
 mod alloc_table;
+mod budget;
 mod config;
 mod driver;
 mod ffi;
 mod handlers;
 pub mod hooks;
-#[allow(dead_code)]
 mod memory_config;
+mod memory_hooks;
 mod procaddr;
 mod stats;
 mod table;

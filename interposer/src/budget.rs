@@ -1,0 +1,459 @@
+//! Per-tenant GPU memory budgets.
+//!
+//! Every allocation path reserves its bytes in the tenant's ledger
+//! ([`dilu_abi::ledger`]) with one compare-and-swap before the driver is
+//! called, and every free gives back exactly what its allocation was
+//! charged ([`crate::alloc_table`]). The hot path is atomics only.
+//!
+//! Where the ledger lives (standalone mode, no node manager):
+//! - `DILU_TENANT=NAME`: `/dev/shm/dilu-<uid>-<NAME>.ledger`, created by the
+//!   first process of the tenant with mode 0600 (only the same user can
+//!   open it). Processes of one user are trusted to cooperate here; budgets
+//!   a tenant cannot raise need the node manager, which hands out read-only
+//!   mappings.
+//! - no tenant name: anonymous shared memory, shared by this process and the
+//!   children it forks (a launcher and its workers are one tenant).
+//!
+//! The budget is (re)written from this process's configuration when it
+//! finds no other live member; a process that joins a running tenant uses
+//! the budget already there.
+//!
+//! A process that dies without cleaning up (SIGKILL) keeps its slot until a
+//! member notices: each member's watcher thread scans every
+//! [`RECLAIM_PERIOD`] and a refused reservation rescans at once, so a dead
+//! process's memory is back within 100 ms (plus scheduling delay).
+
+use crate::alloc_table::{AllocTable, Charge};
+use crate::config;
+use crate::driver;
+use crate::hooks::{HookId, REAL};
+use dilu_abi::cuda::{CUDA_ERROR_OUT_OF_MEMORY, CUDA_SUCCESS, CUresult, sys};
+use dilu_abi::ledger::{self, MAX_DEVICES, SlotId, TenantLedger, UNLIMITED};
+use dilu_abi::shm::Region;
+use std::ffi::c_int;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Mutex, OnceLock};
+use std::time::Duration;
+
+/// How often each member looks for dead members.
+pub const RECLAIM_PERIOD: Duration = Duration::from_millis(100);
+
+/// Every charge is the request rounded up to this: the driver's allocation
+/// alignment, and what simgpu's own accounting uses.
+pub const CHARGE_GRANULE: u64 = 512;
+
+/// Keys of non-pointer allocations in the charge table carry a tag in the
+/// top bits so they never collide with device pointers.
+pub const TAG_ARRAY: u64 = 1 << 60;
+pub const TAG_MIPMAPPED: u64 = 2 << 60;
+pub const TAG_HANDLE: u64 = 3 << 60;
+
+const NOT_JOINED: usize = usize::MAX;
+
+pub struct MemoryBudget {
+    ledger: Region<TenantLedger>,
+    tenant: String,
+    device_count: usize,
+    ctx_get_device: usize,
+    context_memory: u64,
+    pub charges: AllocTable,
+}
+
+/// Process-local state, reset in a forked child (which is a new member).
+static SLOT: AtomicUsize = AtomicUsize::new(NOT_JOINED);
+static JOIN_LOCK: Mutex<()> = Mutex::new(());
+static CONTEXT_CHARGED: [AtomicBool; MAX_DEVICES] = [const { AtomicBool::new(false) }; MAX_DEVICES];
+static REFUSAL_LOGGED: AtomicBool = AtomicBool::new(false);
+static WATCHER_RUNNING: AtomicBool = AtomicBool::new(false);
+
+static BUDGET: OnceLock<Option<MemoryBudget>> = OnceLock::new();
+
+/// The memory budget, or `None` when this process has neither a limit nor a
+/// tenant (then every memory hook passes straight through).
+#[inline]
+pub fn get() -> Option<&'static MemoryBudget> {
+    match BUDGET.get() {
+        Some(budget) => budget.as_ref(),
+        None => BUDGET.get_or_init(init).as_ref(),
+    }
+}
+
+/// Rounds a request up to what it is charged.
+pub fn charged(bytes: u64) -> u64 {
+    bytes.max(1).div_ceil(CHARGE_GRANULE) * CHARGE_GRANULE
+}
+
+fn real_device_count() -> usize {
+    type InitFn = unsafe extern "C" fn(u32) -> CUresult;
+    type Fn = unsafe extern "C" fn(*mut c_int) -> CUresult;
+    // The budget may be set up by the program's first memory call; make sure
+    // the driver is initialised (cuInit is idempotent) before asking it.
+    let init = driver::real_symbol(c"cuInit");
+    if init != 0 {
+        // SAFETY: cuInit(unsigned int) from cuda.h; flags must be 0.
+        unsafe { std::mem::transmute::<usize, InitFn>(init)(0) };
+    }
+    let address = driver::real_symbol(c"cuDeviceGetCount");
+    if address == 0 {
+        return 1;
+    }
+    // SAFETY: cuDeviceGetCount(int*) from cuda.h, resolved from the real driver.
+    let count_fn: Fn = unsafe { std::mem::transmute::<usize, Fn>(address) };
+    let mut count: c_int = 0;
+    // SAFETY: writes one int to a live local.
+    let result = unsafe { count_fn(&mut count) };
+    if result == CUDA_SUCCESS && count > 0 {
+        (count as usize).min(MAX_DEVICES)
+    } else {
+        1
+    }
+}
+
+fn real_total_memory(device: usize) -> Option<u64> {
+    type Fn = unsafe extern "C" fn(*mut usize, sys::CUdevice) -> CUresult;
+    let address = driver::real_fn(&REAL[HookId::cuDeviceTotalMem_v2 as usize]);
+    if address == 0 {
+        return None;
+    }
+    // SAFETY: the real cuDeviceTotalMem_v2, signature from cuda.h.
+    let total_fn: Fn = unsafe { std::mem::transmute::<usize, Fn>(address) };
+    let mut bytes = 0usize;
+    // SAFETY: writes one size_t to a live local.
+    (unsafe { total_fn(&mut bytes, device as sys::CUdevice) } == CUDA_SUCCESS)
+        .then_some(bytes as u64)
+}
+
+fn init() -> Option<MemoryBudget> {
+    let cfg = config::get();
+    let limited = cfg.memory.per_device.iter().any(Option::is_some);
+    if !limited && cfg.tenant.is_none() {
+        return None;
+    }
+    let device_count = real_device_count();
+    let budgets: Vec<u64> = (0..MAX_DEVICES)
+        .map(|device| match cfg.memory.per_device[device] {
+            Some(limit) if device < device_count => {
+                limit.resolve(real_total_memory(device).unwrap_or(u64::MAX))
+            }
+            _ => UNLIMITED,
+        })
+        .collect();
+    let write_budgets = |l: &TenantLedger| {
+        for (device, &bytes) in budgets.iter().enumerate() {
+            l.set_budget(device, bytes);
+        }
+    };
+    let opened = match &cfg.tenant {
+        Some(name) => {
+            // SAFETY: getuid has no preconditions.
+            let uid = unsafe { libc::getuid() };
+            let path = std::path::PathBuf::from(format!("/dev/shm/dilu-{uid}-{name}.ledger"));
+            Region::<TenantLedger>::open_or_create(&path, 0o600, write_budgets)
+                .map_err(|e| format!("{}: {e}", path.display()))
+        }
+        None => Region::<TenantLedger>::anonymous(write_budgets).map_err(|e| e.to_string()),
+    };
+    let ledger = match opened {
+        Ok(ledger) => ledger,
+        Err(error) => {
+            // Fail closed: a budget we cannot keep must not become "no budget".
+            eprintln!("dilu-interposer: cannot open the tenant memory ledger ({error}); stopping");
+            std::process::exit(2);
+        }
+    };
+    if !ledger.created() {
+        ledger.reclaim_dead(ledger::process_alive);
+        if ledger.members().is_empty() {
+            write_budgets(&ledger);
+        } else if limited && (0..device_count).any(|d| ledger.budget(d) != budgets[d]) {
+            tracing::warn!(
+                tenant = cfg.tenant.as_deref().unwrap_or(""),
+                "joining a running tenant: its budget stays as set by its first process"
+            );
+        }
+    }
+    let budget = MemoryBudget {
+        ledger,
+        tenant: cfg
+            .tenant
+            .clone()
+            .unwrap_or_else(|| format!("pid-{}", std::process::id())),
+        device_count,
+        ctx_get_device: if device_count > 1 {
+            driver::real_symbol(c"cuCtxGetDevice")
+        } else {
+            0
+        },
+        context_memory: cfg.context_memory,
+        charges: AllocTable::new(),
+    };
+    register_process_hooks();
+    tracing::debug!(
+        tenant = budget.tenant,
+        devices = device_count,
+        ?budgets,
+        "memory budget active"
+    );
+    Some(budget)
+}
+
+/// Frees device memory with the real driver, bypassing our hooks (used to
+/// undo an allocation the budget cannot settle).
+pub fn real_mem_free(pointer: u64) -> CUresult {
+    type Fn = unsafe extern "C" fn(sys::CUdeviceptr) -> CUresult;
+    let address = driver::real_fn(&REAL[HookId::cuMemFree_v2 as usize]);
+    if address == 0 {
+        return dilu_abi::cuda::CUDA_ERROR_NOT_FOUND;
+    }
+    // SAFETY: the real cuMemFree_v2, signature from cuda.h.
+    unsafe { std::mem::transmute::<usize, Fn>(address)(pointer) }
+}
+
+extern "C" fn leave_at_exit() {
+    if let Some(Some(budget)) = BUDGET.get() {
+        let slot = SLOT.swap(NOT_JOINED, Ordering::AcqRel);
+        if slot != NOT_JOINED {
+            budget.ledger.leave(SlotId::from_index(slot));
+        }
+    }
+}
+
+extern "C" fn forget_parent_state_in_child() {
+    // The child is a new process: it joins with its own slot on first use;
+    // the parent's watcher thread does not exist here.
+    SLOT.store(NOT_JOINED, Ordering::Relaxed);
+    WATCHER_RUNNING.store(false, Ordering::Relaxed);
+    for charged in &CONTEXT_CHARGED {
+        charged.store(false, Ordering::Relaxed);
+    }
+}
+
+fn register_process_hooks() {
+    // SAFETY: registering plain extern "C" functions that never unwind.
+    unsafe {
+        libc::atexit(leave_at_exit);
+        libc::pthread_atfork(None, None, Some(forget_parent_state_in_child));
+    }
+}
+
+fn start_watcher() {
+    if WATCHER_RUNNING.swap(true, Ordering::AcqRel) {
+        return;
+    }
+    let spawned = std::thread::Builder::new()
+        .name("dilu-reclaim".into())
+        .spawn(|| {
+            loop {
+                std::thread::sleep(RECLAIM_PERIOD);
+                if let Some(budget) = get() {
+                    budget.ledger.reclaim_dead(ledger::process_alive);
+                }
+            }
+        });
+    if spawned.is_err() {
+        WATCHER_RUNNING.store(false, Ordering::Release);
+    }
+}
+
+impl MemoryBudget {
+    /// This process's slot, joining the ledger on first use (slow path,
+    /// once per process).
+    pub fn slot(&self) -> Option<SlotId> {
+        let slot = SLOT.load(Ordering::Acquire);
+        if slot != NOT_JOINED {
+            return Some(SlotId::from_index(slot));
+        }
+        self.join()
+    }
+
+    #[cold]
+    fn join(&self) -> Option<SlotId> {
+        let _guard = JOIN_LOCK.lock().unwrap_or_else(|p| p.into_inner());
+        let slot = SLOT.load(Ordering::Acquire);
+        if slot != NOT_JOINED {
+            return Some(SlotId::from_index(slot));
+        }
+        let pid = std::process::id() as i32;
+        let start_time = ledger::process_start_time(pid).unwrap_or(0);
+        let mut joined = self.ledger.join(pid, start_time);
+        if joined.is_none() {
+            self.ledger.reclaim_dead(ledger::process_alive);
+            joined = self.ledger.join(pid, start_time);
+        }
+        let Some(slot) = joined else {
+            tracing::error!(
+                tenant = self.tenant,
+                "tenant ledger has no free process slot"
+            );
+            return None;
+        };
+        SLOT.store(slot.index(), Ordering::Release);
+        start_watcher();
+        Some(slot)
+    }
+
+    /// The device of the calling thread's current context.
+    #[inline]
+    pub fn current_device(&self) -> usize {
+        if self.ctx_get_device == 0 {
+            return 0;
+        }
+        type Fn = unsafe extern "C" fn(*mut sys::CUdevice) -> CUresult;
+        // SAFETY: the real cuCtxGetDevice, signature from cuda.h.
+        let get_device: Fn = unsafe { std::mem::transmute::<usize, Fn>(self.ctx_get_device) };
+        let mut device: sys::CUdevice = 0;
+        // SAFETY: writes one CUdevice to a live local.
+        if unsafe { get_device(&mut device) } == CUDA_SUCCESS {
+            (device as usize).min(MAX_DEVICES - 1)
+        } else {
+            0
+        }
+    }
+
+    pub fn budget_of(&self, device: usize) -> u64 {
+        self.ledger.budget(device)
+    }
+
+    pub fn used_on(&self, device: usize) -> u64 {
+        self.ledger.used(device)
+    }
+
+    pub fn device_count(&self) -> usize {
+        self.device_count
+    }
+
+    /// Charges the context allowance the first time this process uses
+    /// `device`.
+    pub fn charge_context(&self, slot: SlotId, device: usize) -> Result<(), ledger::Refusal> {
+        if self.context_memory == 0 || CONTEXT_CHARGED[device].load(Ordering::Acquire) {
+            return Ok(());
+        }
+        let _guard = JOIN_LOCK.lock().unwrap_or_else(|p| p.into_inner());
+        if CONTEXT_CHARGED[device].load(Ordering::Acquire) {
+            return Ok(());
+        }
+        self.ledger.try_reserve(slot, device, self.context_memory)?;
+        CONTEXT_CHARGED[device].store(true, Ordering::Release);
+        Ok(())
+    }
+
+    /// Reserves `bytes` (already rounded) on `device`, rescanning for dead
+    /// members once before refusing.
+    pub fn reserve(&self, device: usize, bytes: u64) -> Result<SlotId, ledger::Refusal> {
+        let Some(slot) = self.slot() else {
+            return Err(ledger::Refusal {
+                device,
+                requested: bytes,
+                used: self.ledger.used(device),
+                budget: self.ledger.budget(device),
+            });
+        };
+        let attempt = || {
+            self.charge_context(slot, device)?;
+            self.ledger.try_reserve(slot, device, bytes)
+        };
+        match attempt() {
+            Ok(()) => Ok(slot),
+            Err(refusal) => {
+                if self.ledger.reclaim_dead(ledger::process_alive) > 0 && attempt().is_ok() {
+                    return Ok(slot);
+                }
+                self.log_refusal(&refusal);
+                Err(refusal)
+            }
+        }
+    }
+
+    pub fn release(&self, device: usize, bytes: u64) {
+        if let Some(slot) = self.slot() {
+            self.ledger.release(slot, device, bytes);
+        }
+    }
+
+    #[cold]
+    fn log_refusal(&self, refusal: &ledger::Refusal) {
+        if !REFUSAL_LOGGED.swap(true, Ordering::Relaxed) {
+            tracing::warn!(
+                tenant = self.tenant,
+                device = refusal.device,
+                requested = refusal.requested,
+                used = refusal.used,
+                budget = refusal.budget,
+                "allocation refused: over the tenant's memory budget (logged once per process)"
+            );
+        }
+    }
+
+    /// Runs an allocating driver call under the budget: reserve, call, and
+    /// record the charge under `key()` on success or give it back on failure.
+    #[inline]
+    pub fn allocate(
+        &self,
+        bytes: u64,
+        call: impl FnOnce() -> CUresult,
+        key: impl FnOnce() -> u64,
+    ) -> CUresult {
+        let device = self.current_device();
+        let charge = charged(bytes);
+        if self.reserve(device, charge).is_err() {
+            return CUDA_ERROR_OUT_OF_MEMORY;
+        }
+        let result = call();
+        if result == CUDA_SUCCESS {
+            self.charges.insert(
+                key(),
+                Charge {
+                    device: device as u8,
+                    bytes: charge,
+                },
+            );
+        } else {
+            self.release(device, charge);
+        }
+        result
+    }
+
+    /// Runs a freeing driver call: the charge recorded under `key` is given
+    /// back when the driver accepts the free. The entry is taken out first so
+    /// a concurrent allocation that reuses the address cannot be confused
+    /// with it.
+    #[inline]
+    pub fn free(&self, key: u64, call: impl FnOnce() -> CUresult) -> CUresult {
+        let charge = self.charges.remove(key);
+        let result = call();
+        if let Some(charge) = charge {
+            if result == CUDA_SUCCESS {
+                self.release(usize::from(charge.device), charge.bytes);
+            } else {
+                self.charges.insert(key, charge);
+            }
+        }
+        result
+    }
+
+    /// Adjusts a recorded charge once the driver has told the real size
+    /// (pitched allocations): reserves more or gives back the difference.
+    pub fn settle(&self, key: u64, actual_bytes: u64) -> Result<(), ledger::Refusal> {
+        let Some(old) = self.charges.remove(key) else {
+            return Ok(());
+        };
+        let device = usize::from(old.device);
+        let new = charged(actual_bytes);
+        if new > old.bytes {
+            if let Err(refusal) = self.reserve(device, new - old.bytes) {
+                self.charges.insert(key, old);
+                return Err(refusal);
+            }
+        } else if new < old.bytes {
+            self.release(device, old.bytes - new);
+        }
+        self.charges.insert(
+            key,
+            Charge {
+                device: old.device,
+                bytes: new,
+            },
+        );
+        Ok(())
+    }
+}
