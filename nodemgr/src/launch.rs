@@ -7,6 +7,8 @@ use std::process::{Command, ExitCode};
 
 pub struct LaunchSpec {
     pub sim: bool,
+    pub mem: Option<String>,
+    pub tenant: Option<String>,
     pub command: Vec<String>,
 }
 
@@ -22,6 +24,13 @@ pub fn environment(spec: &LaunchSpec) -> Result<Vec<(String, OsString)>, String>
             ":",
         ),
     )];
+    // The interposer validates these at start and stops with one clear line.
+    if let Some(mem) = &spec.mem {
+        env.push(("DILU_MEM_LIMIT".to_string(), mem.into()));
+    }
+    if let Some(tenant) = &spec.tenant {
+        env.push(("DILU_TENANT".to_string(), tenant.into()));
+    }
     if spec.sim {
         let simgpu = artifacts::find(artifacts::SIMGPU_FILE)?;
         let dir = artifacts::simgpu_driver_dir(&simgpu)?;

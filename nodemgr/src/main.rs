@@ -48,6 +48,13 @@ pub struct RunArgs {
     /// Run on the simulated GPU (simgpu) instead of the real NVIDIA driver.
     #[arg(long)]
     sim: bool,
+    /// Memory budget: 8GiB, 50% of each device, or per device 0:8GiB,1:4GiB
+    /// (sets DILU_MEM_LIMIT).
+    #[arg(long, value_name = "SIZE")]
+    mem: Option<String>,
+    /// Tenant name: processes with the same name share one budget (sets DILU_TENANT).
+    #[arg(long, value_name = "NAME")]
+    tenant: Option<String>,
     /// The program to run and its arguments (after `--`).
     #[arg(required = true, trailing_var_arg = true, allow_hyphen_values = true)]
     command: Vec<String>,
@@ -58,6 +65,8 @@ fn main() -> ExitCode {
     let result = match cli.command {
         Command::Run(args) => launch::run(&launch::LaunchSpec {
             sim: args.sim,
+            mem: args.mem,
+            tenant: args.tenant,
             command: args.command,
         }),
         Command::Demo(args) => demo::run(&demo::DemoSpec {
