@@ -24,6 +24,8 @@ fn child_entry() {
         "badenv" => role_badenv(),
         "cudarc" => role_cudarc(),
         "vmm" => role_vmm(),
+        "cudart" => role_cudart(),
+        "null" => role_null(),
         other => panic!("unknown role {other}"),
     }
 }
@@ -651,4 +653,140 @@ fn cudarc_runs_on_simgpu() {
     // 1024 elements / 1024 threads = 1 block = 1 wave of 1 ms.
     let ms: f32 = value(&out, "ELAPSED_MS").parse().unwrap();
     assert!((1.0..1.5).contains(&ms), "elapsed {ms}");
+}
+
+/// A cudart-style client: everything through cuGetProcAddress_v2 pointers,
+/// using the per-thread default stream variants (flags=2).
+fn role_cudart() {
+    type Gpa = unsafe extern "C" fn(*const i8, *mut *mut c_void, c_int, u64, *mut c_int) -> u32;
+    let l = Lib::open();
+    let boot: Gpa = l.f("cuGetProcAddress_v2");
+    let get = |f: Gpa, name: &str, ver: c_int, flags: u64| -> usize {
+        let c = CString::new(name).unwrap();
+        let mut p: *mut c_void = std::ptr::null_mut();
+        let mut st = -1;
+        // SAFETY: valid string and out-pointers.
+        assert_eq!(
+            unsafe { f(c.as_ptr(), &mut p, ver, flags, &mut st) },
+            0,
+            "{name}"
+        );
+        assert_eq!(st, 0);
+        p as usize
+    };
+    // SAFETY: the pointers come from the driver for these exact ABIs.
+    unsafe {
+        let gpa: Gpa = std::mem::transmute(get(boot, "cuGetProcAddress", 12000, 0));
+        let init: unsafe extern "C" fn(u32) -> u32 =
+            std::mem::transmute(get(gpa, "cuInit", 2000, 0));
+        let retain: unsafe extern "C" fn(*mut H, c_int) -> u32 =
+            std::mem::transmute(get(gpa, "cuDevicePrimaryCtxRetain", 7000, 0));
+        let set_current: unsafe extern "C" fn(H) -> u32 =
+            std::mem::transmute(get(gpa, "cuCtxSetCurrent", 4000, 0));
+        let alloc: unsafe extern "C" fn(*mut Dptr, usize) -> u32 =
+            std::mem::transmute(get(gpa, "cuMemAlloc", 3020, 0));
+        let htod: unsafe extern "C" fn(Dptr, *const c_void, usize) -> u32 =
+            std::mem::transmute(get(gpa, "cuMemcpyHtoD", 7000, 2));
+        let dtoh_async: unsafe extern "C" fn(*mut c_void, Dptr, usize, H) -> u32 =
+            std::mem::transmute(get(gpa, "cuMemcpyDtoHAsync", 7000, 2));
+        let memset_async: unsafe extern "C" fn(Dptr, u8, usize, H) -> u32 =
+            std::mem::transmute(get(gpa, "cuMemsetD8Async", 7000, 2));
+        let load: unsafe extern "C" fn(*mut H, *const c_void) -> u32 =
+            std::mem::transmute(get(gpa, "cuModuleLoadData", 2000, 0));
+        let getf: unsafe extern "C" fn(*mut H, H, *const i8) -> u32 =
+            std::mem::transmute(get(gpa, "cuModuleGetFunction", 2000, 0));
+        let launch: unsafe extern "C" fn(
+            H,
+            u32,
+            u32,
+            u32,
+            u32,
+            u32,
+            u32,
+            u32,
+            H,
+            *mut *mut c_void,
+            *mut *mut c_void,
+        ) -> u32 = std::mem::transmute(get(gpa, "cuLaunchKernel", 7000, 2));
+        let sync: unsafe extern "C" fn(H) -> u32 =
+            std::mem::transmute(get(gpa, "cuStreamSynchronize", 7000, 2));
+        let query: unsafe extern "C" fn(H) -> u32 =
+            std::mem::transmute(get(gpa, "cuStreamQuery", 7000, 2));
+        assert_eq!(init(0), 0);
+        let mut ctx: H = std::ptr::null_mut();
+        assert_eq!(retain(&mut ctx, 0), 0);
+        assert_eq!(set_current(ctx), 0);
+        let mut d = 0;
+        assert_eq!(alloc(&mut d, 4096), 0);
+        let src = [3u8; 4096];
+        let mut out = [0u8; 4096];
+        assert_eq!(htod(d, src.as_ptr().cast(), 4096), 0);
+        assert_eq!(memset_async(d, 1, 16, std::ptr::null_mut()), 0);
+        let mut m: H = std::ptr::null_mut();
+        let mut f: H = std::ptr::null_mut();
+        let ptx = CString::new(PTX).unwrap();
+        assert_eq!(load(&mut m, ptx.as_ptr().cast()), 0);
+        assert_eq!(getf(&mut f, m, c"k".as_ptr()), 0);
+        // NULL stream in a _ptsz entry point = this thread's default stream.
+        let null = std::ptr::null_mut();
+        let none = std::ptr::null_mut();
+        assert_eq!(launch(f, 132, 1, 1, 256, 1, 1, 0, null, none, none), 0);
+        assert_eq!(query(null), 600, "a 50 ms kernel is still running");
+        assert_eq!(sync(0x2 as H), 0, "CU_STREAM_PER_THREAD is the same stream");
+        assert_eq!(query(null), 0);
+        assert_eq!(dtoh_async(out.as_mut_ptr().cast(), d, 4096, 0x1 as H), 0);
+        assert!(out[..16].iter().all(|&b| b == 1));
+        assert!(out[16..].iter().all(|&b| b == 3));
+    }
+    println!("OK");
+}
+
+#[test]
+fn cudart_style_client_works_through_proc_addresses() {
+    let inst = Instance::new("cudart");
+    let out = run_child(
+        "cudart",
+        &[("SIMGPU_INSTANCE", &inst.0), ("SIMGPU_WAVE_NS", "50ms")],
+    );
+    assert!(out.contains("OK"), "{out}");
+}
+
+fn role_null() {
+    let a = Api::setup();
+    let f = a.function(PTX, "k");
+    let (free, total) = a.mem_info();
+    assert_eq!((free, total), (8usize << 30, 8usize << 30));
+    let p = a.alloc(1 << 40).unwrap();
+    let q = a.alloc(1 << 40).unwrap();
+    assert!(p != 0 && q != 0 && p != q, "unique fake addresses");
+    let t0 = std::time::Instant::now();
+    for _ in 0..10_000 {
+        assert_eq!(a.launch_grid(f, [1 << 20, 1, 1], std::ptr::null_mut()), 0);
+    }
+    // SAFETY: plain driver call.
+    assert_eq!(unsafe { (a.ctx_sync)() }, 0);
+    let per_launch = t0.elapsed().as_nanos() / 10_000;
+    // Invalid launches are still refused.
+    assert_ne!(a.launch_grid(f, [0, 1, 1], std::ptr::null_mut()), 0);
+    println!("NS_PER_LAUNCH={per_launch}");
+}
+
+#[test]
+fn null_mode_returns_at_once() {
+    let inst = Instance::new("null");
+    let out = run_child(
+        "null",
+        &[
+            ("SIMGPU_INSTANCE", &inst.0),
+            ("SIMGPU_NULL", "1"),
+            ("SIMGPU_MEMORY", "8GiB"),
+        ],
+    );
+    let ns: u64 = value(&out, "NS_PER_LAUNCH").parse().unwrap();
+    // Each launch would take 80 ms of simulated time if it executed.
+    assert!(ns < 50_000, "{ns} ns per launch");
+    assert!(
+        !std::path::Path::new(&inst.shm_path()).exists(),
+        "null mode has no shared state"
+    );
 }
