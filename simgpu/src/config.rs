@@ -44,7 +44,7 @@ impl Config {
         let memory = match get("SIMGPU_MEMORY") {
             None => 80 << 30,
             Some(v) => match parse_size(&v) {
-                Ok(n) if n >= 1 << 20 && n <= 1 << 44 => n,
+                Ok(n) if (1 << 20..=1 << 44).contains(&n) => n,
                 _ => {
                     return Err(bad(
                         "SIMGPU_MEMORY",

@@ -464,11 +464,16 @@ impl Event {
         if a.flags & CU_EVENT_DISABLE_TIMING != 0 || b.flags & CU_EVENT_DISABLE_TIMING != 0 {
             return Err(CUDA_ERROR_INVALID_HANDLE);
         }
-        let (sa, sb) = (a.lock(), b.lock());
-        if sa.stream.is_none() || sb.stream.is_none() {
+        // One lock at a time: elapsed(a, b) and elapsed(b, a) may race.
+        let state = |e: &Event| {
+            let st = e.lock();
+            (st.stream.is_some(), st.time)
+        };
+        let ((ra, ta), (rb, tb)) = (state(a), state(b));
+        if !ra || !rb {
             return Err(CUDA_ERROR_INVALID_HANDLE);
         }
-        match (sa.time, sb.time) {
+        match (ta, tb) {
             (Some(x), Some(y)) => Ok(((y as f64 - x as f64) / 1e6) as f32),
             _ => Err(CUDA_ERROR_NOT_READY),
         }

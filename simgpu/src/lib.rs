@@ -22,12 +22,17 @@ pub(crate) type Res<T = ()> = Result<T, CUresult>;
 
 /// Runs an entry point's body; maps `Err(code)` to `code` and a panic to
 /// `CUDA_ERROR_UNKNOWN`.
-pub(crate) fn guard(f: impl FnOnce() -> Res) -> CUresult {
-    match catch_unwind(AssertUnwindSafe(f)) {
-        Ok(Ok(())) => CUDA_SUCCESS,
+pub(crate) fn guard(name: &str, f: impl FnOnce() -> Res) -> CUresult {
+    let code = match catch_unwind(AssertUnwindSafe(f)) {
+        Ok(Ok(())) => return CUDA_SUCCESS,
         Ok(Err(code)) => code,
         Err(_) => CUDA_ERROR_UNKNOWN,
+    };
+    static LOG: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    if *LOG.get_or_init(|| std::env::var_os("SIMGPU_LOG_ERRORS").is_some_and(|v| v == "1")) {
+        eprintln!("simgpu: {name} -> {code}");
     }
+    code
 }
 
 /// CLOCK_MONOTONIC in nanoseconds: the one clock every process shares.

@@ -7,7 +7,7 @@ use crate::driver::{Registry, current, drv};
 use crate::exec::{Op, resolve};
 use crate::memory::{Phys, Reservation, VMM_GRANULE, charged, protect_none};
 use dilu_abi::cuda::*;
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{BTreeMap, HashMap};
 use std::ffi::{c_int, c_uint, c_void};
 use std::sync::atomic::{AtomicU64, Ordering::*};
 use std::sync::{Arc, Mutex, OnceLock};
@@ -123,11 +123,19 @@ fn mem_address_range(_: bool, base: *mut CUdeviceptr, size: *mut usize, p: CUdev
     Ok(())
 }
 
-fn host_set() -> std::sync::MutexGuard<'static, HashSet<usize>> {
-    static H: OnceLock<Mutex<HashSet<usize>>> = OnceLock::new();
-    H.get_or_init(Default::default)
-        .lock()
-        .unwrap_or_else(|e| e.into_inner())
+/// Page-locked host allocations: base -> length.
+fn host_set() -> std::sync::MutexGuard<'static, BTreeMap<usize, usize>> {
+    static H: Mutex<BTreeMap<usize, usize>> = Mutex::new(BTreeMap::new());
+    H.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Whether `[p, p+n)` lies in page-locked memory from cuMemAllocHost /
+/// cuMemHostAlloc (async copies with pageable memory behave synchronously).
+pub(crate) fn is_pinned(p: usize, n: usize) -> bool {
+    host_set()
+        .range(..=p)
+        .next_back()
+        .is_some_and(|(&b, &l)| p + n <= b + l)
 }
 
 fn mem_alloc_host(_: bool, p: *mut *mut c_void, size: usize) -> Res {
@@ -140,7 +148,7 @@ fn mem_alloc_host(_: bool, p: *mut *mut c_void, size: usize) -> Res {
     if unsafe { libc::posix_memalign(&mut m, 4096, size) } != 0 {
         return Err(CUDA_ERROR_OUT_OF_MEMORY);
     }
-    host_set().insert(m as usize);
+    host_set().insert(m as usize, size);
     out(p, m)
 }
 
@@ -150,7 +158,7 @@ fn mem_host_alloc(_: bool, p: *mut *mut c_void, size: usize, _flags: c_uint) -> 
 
 fn mem_free_host(_: bool, p: *mut c_void) -> Res {
     drv()?;
-    if !host_set().remove(&(p as usize)) {
+    if host_set().remove(&(p as usize)).is_none() {
         return Err(CUDA_ERROR_INVALID_VALUE);
     }
     // SAFETY: p came from posix_memalign in mem_alloc_host and is freed once.
@@ -333,7 +341,7 @@ pub(crate) fn vmm_dev(ptr: usize, len: usize) -> Option<usize> {
 fn vmm_create(_: bool, h: *mut u64, size: usize, prop: *const c_void, _flags: u64) -> Res {
     let d = drv()?;
     let dev = d.check_dev(location_id(prop)?)?;
-    if h.is_null() || size == 0 || size % VMM_GRANULE != 0 {
+    if h.is_null() || size == 0 || !size.is_multiple_of(VMM_GRANULE) {
         return Err(CUDA_ERROR_INVALID_VALUE);
     }
     if d.null() {
@@ -365,7 +373,7 @@ fn vmm_reserve(
     drv()?;
     if p.is_null()
         || size == 0
-        || size % VMM_GRANULE != 0
+        || !size.is_multiple_of(VMM_GRANULE)
         || (align != 0 && !align.is_power_of_two())
     {
         return Err(CUDA_ERROR_INVALID_VALUE);

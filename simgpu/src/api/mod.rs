@@ -14,7 +14,7 @@ macro_rules! export {
         #[unsafe(no_mangle)]
         #[allow(non_snake_case)]
         pub extern "C" fn $name($($a: $t),*) -> dilu_abi::cuda::CUresult {
-            crate::guard(|| $imp($pt, $($a),*))
+            crate::guard(stringify!($name), || $imp($pt, $($a),*))
         }
     };
 }

@@ -182,7 +182,7 @@ fn func_set_attribute(_: bool, f: CUfunction, attr: c_int, v: c_int) -> Res {
     let fun = func(f)?;
     match attr {
         8 if !(0..=232448).contains(&v) => return Err(CUDA_ERROR_INVALID_VALUE),
-        8 | 9 | 10..=15 => {}
+        8..=15 => {}
         _ => return Err(CUDA_ERROR_INVALID_VALUE),
     }
     fun.attrs

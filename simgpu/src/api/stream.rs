@@ -251,7 +251,11 @@ fn copy(
     if d.null() {
         return Ok(());
     }
-    let op = if !src_dev && !wait {
+    let pinned = |p: u64| crate::api::mem::is_pinned(p as usize, n);
+    // Like the driver: a copy into pageable host memory returns only once
+    // it has completed.
+    let wait = wait || (!dst_dev && d.dev_of(dst, n).is_none() && !pinned(dst));
+    let op = if !src_dev && !wait && d.dev_of(src, n).is_none() && !pinned(src) {
         // Stage pageable host data now, as the driver does, so the caller
         // may reuse its buffer as soon as the call returns.
         // SAFETY: the caller provides `n` readable bytes at `src`.
@@ -310,7 +314,7 @@ fn memset(dst: u64, val: u32, elem: usize, count: usize, st: &Arc<Stream>, wait:
     if count == 0 {
         return Ok(());
     }
-    if dst % elem as u64 != 0 {
+    if !dst.is_multiple_of(elem as u64) {
         return Err(CUDA_ERROR_INVALID_VALUE);
     }
     let bytes = count.checked_mul(elem).ok_or(CUDA_ERROR_INVALID_VALUE)?;
