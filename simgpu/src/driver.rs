@@ -117,6 +117,9 @@ pub(crate) fn current() -> Res<Arc<Ctx>> {
     CTXS.get(h).ok_or(CUDA_ERROR_INVALID_CONTEXT)
 }
 
+/// Address space each process reserves per device beyond twice its capacity.
+const ARENA_SLACK: usize = 64 << 30;
+
 pub(crate) struct Driver {
     pub cfg: Config,
     pub shm: Option<Shm>,
@@ -181,7 +184,11 @@ impl Driver {
                 .map(|&p| s.dev(p).capacity.load(Relaxed))
                 .collect();
             for &c in &capacity {
-                arenas.push(Arena::new(c as usize)?);
+                // Address space, not memory: a real GPU's virtual space is far
+                // larger than its memory, so fragmentation never refuses an
+                // allocation that the shared capacity admits.
+                let span = (c as usize).saturating_mul(2).saturating_add(ARENA_SLACK);
+                arenas.push(Arena::new(span)?);
             }
             shm = Some(s);
         }
