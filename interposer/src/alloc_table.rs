@@ -146,13 +146,6 @@ mod tests {
             },
         );
         assert_eq!(
-            table.get(0x7f00_0000_0200),
-            Some(Charge {
-                device: 1,
-                bytes: 12345
-            })
-        );
-        assert_eq!(
             table.remove(0x7f00_0000_0200),
             Some(Charge {
                 device: 1,

@@ -365,7 +365,7 @@ fn main() -> ExitCode {
         eprintln!("{USAGE}");
         return ExitCode::from(2);
     };
-    if budget < (4 << 20) || budget % (4 << 20) != 0 {
+    if budget < (4 << 20) || !budget.is_multiple_of(4 << 20) {
         eprintln!("mem-paths: --budget must be a multiple of 4 MiB");
         return ExitCode::from(2);
     }

@@ -15,12 +15,16 @@ type MemAlloc = unsafe extern "C" fn(*mut u64, usize) -> CUresult;
 type MemFree = unsafe extern "C" fn(u64) -> CUresult;
 type SetCurrent = unsafe extern "C" fn(sys::CUcontext) -> CUresult;
 
-fn symbol(handle: *mut c_void, name: &str) -> usize {
+/// A driver entry point as the function-pointer type `F` (its cuda.h
+/// signature, which the caller names).
+fn function<F: Copy>(handle: *mut c_void, name: &str) -> F {
     let name = CString::new(name).expect("no NUL");
     // SAFETY: live dlopen handle, NUL-terminated name.
     let address = unsafe { libc::dlsym(handle, name.as_ptr()) } as usize;
     assert!(address != 0, "driver lacks {name:?}");
-    address
+    assert_eq!(std::mem::size_of::<F>(), std::mem::size_of::<usize>());
+    // SAFETY: F is a function-pointer type matching this symbol's C signature.
+    unsafe { std::mem::transmute_copy::<usize, F>(&address) }
 }
 
 fn main() -> ExitCode {
@@ -46,12 +50,11 @@ fn main() -> ExitCode {
         eprintln!("mem-stress: cannot dlopen libcuda.so.1");
         return ExitCode::FAILURE;
     }
-    // SAFETY (block): cuda.h signatures for the names resolved; live out-parameters.
+    let init: unsafe extern "C" fn(c_uint) -> CUresult = function(handle, "cuInit");
+    let retain: unsafe extern "C" fn(*mut sys::CUcontext, c_int) -> CUresult =
+        function(handle, "cuDevicePrimaryCtxRetain");
+    // SAFETY (block): cuda.h contracts; live out-parameters.
     let context = unsafe {
-        let init: unsafe extern "C" fn(c_uint) -> CUresult =
-            std::mem::transmute(symbol(handle, "cuInit"));
-        let retain: unsafe extern "C" fn(*mut sys::CUcontext, c_int) -> CUresult =
-            std::mem::transmute(symbol(handle, "cuDevicePrimaryCtxRetain"));
         let mut context: sys::CUcontext = std::ptr::null_mut();
         if init(0) != 0 || retain(&mut context, 0) != 0 {
             eprintln!("mem-stress: driver initialisation failed");
@@ -59,14 +62,9 @@ fn main() -> ExitCode {
         }
         context as usize
     };
-    // SAFETY: signatures from cuda.h for these exact ABI names.
-    let (alloc, free, set_current): (MemAlloc, MemFree, SetCurrent) = unsafe {
-        (
-            std::mem::transmute(symbol(handle, "cuMemAlloc_v2")),
-            std::mem::transmute(symbol(handle, "cuMemFree_v2")),
-            std::mem::transmute(symbol(handle, "cuCtxSetCurrent")),
-        )
-    };
+    let alloc: MemAlloc = function(handle, "cuMemAlloc_v2");
+    let free: MemFree = function(handle, "cuMemFree_v2");
+    let set_current: SetCurrent = function(handle, "cuCtxSetCurrent");
     let granted = AtomicU64::new(0);
     let refused = AtomicU64::new(0);
     let other_errors = AtomicU64::new(0);
@@ -99,12 +97,11 @@ fn main() -> ExitCode {
                             other_errors.fetch_add(1, Ordering::Relaxed);
                         }
                     }
-                    if held.len() > 3 || (state >> 40) % 3 == 0 {
-                        if let Some(p) = held.pop() {
-                            // SAFETY: a pointer this thread allocated.
-                            if unsafe { free(p) } != cuda::CUDA_SUCCESS {
-                                other_errors.fetch_add(1, Ordering::Relaxed);
-                            }
+                    let free_one = held.len() > 3 || (state >> 40).is_multiple_of(3);
+                    if let Some(p) = held.pop_if(|_| free_one) {
+                        // SAFETY: a pointer this thread allocated.
+                        if unsafe { free(p) } != cuda::CUDA_SUCCESS {
+                            other_errors.fetch_add(1, Ordering::Relaxed);
                         }
                     }
                 }
