@@ -6,5 +6,6 @@
 //! and wire messages exchanged between tenants and the node manager. It holds
 //! no behaviour that touches a driver, a socket or a file.
 
+pub mod cluster_wire;
 pub mod cuda;
 pub mod units;

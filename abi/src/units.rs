@@ -11,7 +11,11 @@ pub struct UnitError {
 
 impl fmt::Display for UnitError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "invalid value {:?}: expected {}", self.value, self.expected)
+        write!(
+            f,
+            "invalid value {:?}: expected {}",
+            self.value, self.expected
+        )
     }
 }
 
@@ -59,7 +63,8 @@ pub fn parse_size(text: &str) -> Result<u64, UnitError> {
     Ok(bytes.round() as u64)
 }
 
-pub const DURATION_FORMS: &str = "a duration such as 100us, 5ms, 1.5s, 250ns or a plain nanosecond count";
+pub const DURATION_FORMS: &str =
+    "a duration such as 100us, 5ms, 1.5s, 250ns or a plain nanosecond count";
 
 /// Parses a duration into nanoseconds: `250ns`, `100us`, `5ms`, `1.5s`, or a
 /// plain integer of nanoseconds.
