@@ -9,3 +9,5 @@
 
 pub mod model;
 pub mod policy;
+pub mod rng;
+pub mod simulator;

@@ -39,7 +39,7 @@ impl Default for Complementary {
             limit_bound: 1.5,
             memory_weight: 0.5,
             balance_weight: 0.25,
-            risk_weight: 1.0,
+            risk_weight: 0.2,
             pairing_bonus: 0.05,
         }
     }
