@@ -8,6 +8,8 @@
 //! (`simulator`) that measures the policies side by side.
 
 pub mod model;
+pub mod node_agent;
 pub mod policy;
 pub mod rng;
 pub mod simulator;
+pub mod wire_io;
