@@ -7,9 +7,12 @@
 //! Kubernetes scheduler extender (`extender`), and a trace-driven simulator
 //! (`simulator`) that measures the policies side by side.
 
+pub mod control;
+pub mod coordinator;
 pub mod model;
 pub mod node_agent;
 pub mod policy;
 pub mod rng;
+pub mod scaling;
 pub mod simulator;
 pub mod wire_io;
