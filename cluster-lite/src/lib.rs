@@ -9,6 +9,7 @@
 
 pub mod control;
 pub mod coordinator;
+pub mod extender;
 pub mod model;
 pub mod node_agent;
 pub mod policy;
