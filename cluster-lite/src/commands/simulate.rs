@@ -139,7 +139,7 @@ fn show_progress(policy: &str, done: usize, total: usize, interactive: bool) {
         if done >= total {
             let _ = writeln!(stderr);
         }
-    } else if percent % 25 == 0 || done >= total {
+    } else if percent.is_multiple_of(25) || done >= total {
         let _ = writeln!(stderr, "{policy}: {done}/{total} events ({percent}%)");
     }
 }

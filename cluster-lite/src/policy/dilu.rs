@@ -6,16 +6,17 @@
 //!
 //! * admit only if R + r ≤ 1, M + m ≤ 1 and L + l ≤ `limit_bound`
 //!   (oversubscription of limits within a bound);
-//! * cost = `OPEN_GPU_COST` if the GPU is idle (wake GPUs only when no busy
-//!   GPU fits)
-//!   + (1 − (R + r)) + `memory_weight` · (1 − (M + m))   — best fit: fill GPUs
-//!   + `balance_weight` · |(R + r) − (M + m)|            — pack SM against
-//!     memory, so an SM-heavy/memory-light instance lands where memory-heavy
-//!     work already sits and neither dimension strands the other
-//!   + `risk_weight` · (max(0, L + l − 1) − max(0, L − 1)) — each unit of new
-//!     limit excess (SLO risk) must buy a real packing gain
-//!   − `pairing_bonus` if the GPU hosts only the other class (latency work
-//!     next to batch work, whose bursts rarely coincide).
+//! * cost, lower is better, the sum of:
+//!   - `OPEN_GPU_COST` if the GPU is idle (wake GPUs only when no busy GPU
+//!     fits);
+//!   - (1 − (R + r)) + `memory_weight` · (1 − (M + m)): best fit, fill GPUs;
+//!   - `balance_weight` · |(R + r) − (M + m)|: pack SM against memory, so an
+//!     SM-heavy/memory-light instance lands where memory-heavy work already
+//!     sits and neither dimension strands the other;
+//!   - `risk_weight` · (max(0, L + l − 1) − max(0, L − 1)): each unit of new
+//!     limit excess (SLO risk) must buy a real packing gain;
+//!   - minus `pairing_bonus` if the GPU hosts only the other class (latency
+//!     work next to batch work, whose bursts rarely coincide).
 //!
 //! Gang instances (training on several GPUs) go to the cheapest set of GPUs
 //! on one node.

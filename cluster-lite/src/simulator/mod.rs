@@ -176,7 +176,7 @@ pub fn simulate(
         let active = cluster.active_gpus();
         peak = peak.max(active);
         timeline.push((now, active));
-        if done % report_every == 0 {
+        if done.is_multiple_of(report_every) {
             progress(done, total_events);
         }
     }
