@@ -7,6 +7,7 @@
 //! helper (`shm`), and wire messages. It never calls a CUDA driver and never
 //! links the interposer; it may touch `/proc` and shared-memory files.
 
+pub mod cluster_wire;
 pub mod cuda;
 pub mod ledger;
 pub mod shm;

@@ -1,1 +1,19 @@
-//! cluster-lite.
+//! `dilu-cluster`: the cluster layer of dilu.
+//!
+//! It places DL function instances onto GPUs so that their needs complement
+//! each other (`policy`), decides how many instances each function needs
+//! (`scaling`), and runs in three shapes: an embedded coordinator that talks
+//! to node managers over TCP (`coordinator`, `node_agent`, `wire_io`), a
+//! Kubernetes scheduler extender (`extender`), and a trace-driven simulator
+//! (`simulator`) that measures the policies side by side.
+
+pub mod control;
+pub mod coordinator;
+pub mod extender;
+pub mod model;
+pub mod node_agent;
+pub mod policy;
+pub mod rng;
+pub mod scaling;
+pub mod simulator;
+pub mod wire_io;

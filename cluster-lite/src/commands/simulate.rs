@@ -1,0 +1,145 @@
+//! `dilu-cluster simulate`: generate or read a trace, replay it under one or
+//! every policy, print the markdown table, optionally write md + SVG.
+
+use std::io::{IsTerminal, Write};
+use std::path::PathBuf;
+
+use clap::Args;
+use dilu_abi::units::parse_size;
+use dilu_cluster::policy::{POLICY_NAMES, policy_by_name};
+use dilu_cluster::simulator::trace::{ArrivalPattern, TraceSpec, generate, read_json_lines};
+use dilu_cluster::simulator::{ClusterShape, SimulationResult, report, simulate};
+
+#[derive(Debug, Args)]
+pub struct SimulateArgs {
+    /// Policy to replay: dilu, dilu-paper, infless-r, infless-l, exclusive, or all.
+    #[arg(long, default_value = "all")]
+    pub policy: String,
+    /// Number of instances in the generated trace (each arrives and departs).
+    #[arg(long, default_value_t = 1600)]
+    pub events: usize,
+    /// GPUs in the simulated cluster.
+    #[arg(long, default_value_t = 4000)]
+    pub gpus: usize,
+    /// GPUs per node (gang placement keeps training on one node).
+    #[arg(long, default_value_t = 8)]
+    pub gpus_per_node: usize,
+    /// Memory per GPU, e.g. 80GiB.
+    #[arg(long, default_value = "80GiB", value_parser = parse_size)]
+    pub gpu_memory: u64,
+    /// Arrival pattern of the generated trace: poisson or bursty.
+    #[arg(long, default_value = "poisson")]
+    pub arrival: ArrivalPattern,
+    /// Seed of the generated trace.
+    #[arg(long, default_value_t = 1)]
+    pub seed: u64,
+    /// Read the trace from this JSON-lines file instead of generating one.
+    #[arg(long)]
+    pub trace: Option<PathBuf>,
+    /// Write cluster-sim.md and cluster-sim-active-gpus.svg into this folder.
+    #[arg(long)]
+    pub out: Option<PathBuf>,
+    /// Write the generated trace as JSON lines to this file.
+    #[arg(long)]
+    pub save_trace: Option<PathBuf>,
+}
+
+pub fn run(args: SimulateArgs) -> Result<(), String> {
+    let names: Vec<&str> = if args.policy == "all" {
+        POLICY_NAMES.to_vec()
+    } else if POLICY_NAMES.contains(&args.policy.as_str()) {
+        vec![args.policy.as_str()]
+    } else {
+        return Err(format!(
+            "unknown policy {:?}: expected one of {} or all",
+            args.policy,
+            POLICY_NAMES.join(", ")
+        ));
+    };
+    if args.gpus == 0 || args.gpus_per_node == 0 {
+        return Err("--gpus and --gpus-per-node must be at least 1".into());
+    }
+    let trace = match &args.trace {
+        Some(path) => {
+            let file = std::fs::File::open(path)
+                .map_err(|error| format!("cannot open trace {}: {error}", path.display()))?;
+            read_json_lines(std::io::BufReader::new(file))
+                .map_err(|error| format!("trace {}: {error}", path.display()))?
+        }
+        None => generate(&TraceSpec {
+            instances: args.events,
+            cluster_gpus: args.gpus,
+            arrival: args.arrival,
+            seed: args.seed,
+        }),
+    };
+    if let Some(path) = &args.save_trace {
+        let file = std::fs::File::create(path)
+            .map_err(|error| format!("cannot write {}: {error}", path.display()))?;
+        dilu_cluster::simulator::trace::write_json_lines(&trace, std::io::BufWriter::new(file))
+            .map_err(|error| format!("cannot write {}: {error}", path.display()))?;
+    }
+    let shape = ClusterShape {
+        gpus: args.gpus,
+        gpus_per_node: args.gpus_per_node,
+        gpu_memory: args.gpu_memory,
+    };
+    let interactive = std::io::stderr().is_terminal();
+    let mut results: Vec<SimulationResult> = Vec::new();
+    for name in &names {
+        let policy = policy_by_name(name).ok_or_else(|| format!("unknown policy {name}"))?;
+        let result = simulate(policy.as_ref(), &trace, &shape, |done, total| {
+            show_progress(name, done, total, interactive)
+        });
+        results.push(result);
+    }
+    let source = match &args.trace {
+        Some(path) => format!("trace file {}", path.display()),
+        None => format!(
+            "{} instances, {:?} arrivals, seed {}",
+            trace.len(),
+            args.arrival,
+            args.seed
+        ),
+    };
+    let heading = format!(
+        "{source}; cluster of {} GPUs ({} per node, {} each)",
+        args.gpus,
+        args.gpus_per_node,
+        dilu_abi::units::format_size(args.gpu_memory)
+    );
+    let table = report::markdown_table(&results);
+    println!("{heading}\n\n{table}");
+    if let Some(dir) = &args.out {
+        std::fs::create_dir_all(dir)
+            .map_err(|error| format!("cannot create {}: {error}", dir.display()))?;
+        let markdown = format!("# dilu-cluster simulation\n\n{heading}\n\n{table}");
+        let md_path = dir.join("cluster-sim.md");
+        std::fs::write(&md_path, markdown)
+            .map_err(|error| format!("cannot write {}: {error}", md_path.display()))?;
+        let svg_path = dir.join("cluster-sim-active-gpus.svg");
+        std::fs::write(&svg_path, report::active_gpus_svg(&heading, &results))
+            .map_err(|error| format!("cannot write {}: {error}", svg_path.display()))?;
+        eprintln!("wrote {} and {}", md_path.display(), svg_path.display());
+    }
+    Ok(())
+}
+
+fn show_progress(policy: &str, done: usize, total: usize, interactive: bool) {
+    let percent = 100 * done / total.max(1);
+    let mut stderr = std::io::stderr();
+    if interactive {
+        let filled = percent / 5;
+        let _ = write!(
+            stderr,
+            "\r{policy:>10} [{}{}] {done}/{total} events",
+            "#".repeat(filled),
+            " ".repeat(20 - filled)
+        );
+        if done >= total {
+            let _ = writeln!(stderr);
+        }
+    } else if percent.is_multiple_of(25) || done >= total {
+        let _ = writeln!(stderr, "{policy}: {done}/{total} events ({percent}%)");
+    }
+}

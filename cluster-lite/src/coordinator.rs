@@ -1,0 +1,548 @@
+//! Embedded-mode coordinator (`dilu-cluster serve`).
+//!
+//! It dials every node agent it is given, keeps one request/response
+//! connection to each (reconnecting on failure, with I/O timeouts), and once
+//! per tick: polls each node for load (the poll is the heartbeat), feeds each
+//! function's summed request rate and scale signals to its autoscaler, and
+//! reconciles the number of live instances with the desired one by placing
+//! (through the placement policy) or removing instances on the nodes.
+//!
+//! When a node disconnects, its instances still count as live for
+//! `node_grace` (a node manager restarting keeps its tenants running); on
+//! reconnect the coordinator re-learns the node's instances from its
+//! `Registered` answer. After the grace they are replaced elsewhere, and any
+//! surplus that reappears later is removed.
+
+use std::collections::BTreeMap;
+use std::net::{SocketAddr, TcpListener, TcpStream, ToSocketAddrs};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use crossbeam_channel::{Receiver, Sender, bounded};
+use dilu_abi::cluster_wire::{
+    CoordinatorMessage, FunctionLoad, GpuInventory, InstanceRecord, NodeMessage,
+};
+
+use crate::control::{
+    ClusterStatus, ControlReply, ControlRequest, FunctionProfile, FunctionStatus, NodeStatus,
+};
+use crate::model::ClusterState;
+use crate::policy::{PlacementPolicy, place, policy_by_name};
+use crate::scaling::{Autoscaler, LoadSample, ScalingRule};
+use crate::wire_io::{WireError, read_frame, write_frame};
+
+/// How `serve` runs.
+#[derive(Debug, Clone)]
+pub struct CoordinatorConfig {
+    pub control_listen: SocketAddr,
+    pub nodes: Vec<String>,
+    pub policy: String,
+    /// `responsive` or `dilu-paper` (see `scaling`).
+    pub scaling: String,
+    pub tick: Duration,
+    pub io_timeout: Duration,
+    pub node_grace: Duration,
+}
+
+/// A running coordinator.
+pub struct CoordinatorHandle {
+    control_addr: SocketAddr,
+    stop: Arc<AtomicBool>,
+    threads: Vec<JoinHandle<()>>,
+}
+
+impl CoordinatorHandle {
+    pub fn control_addr(&self) -> SocketAddr {
+        self.control_addr
+    }
+
+    /// Blocks until the coordinator stops (it stops only on `shutdown`).
+    pub fn wait(mut self) {
+        for thread in self.threads.drain(..) {
+            let _ = thread.join();
+        }
+    }
+
+    pub fn shutdown(mut self) {
+        self.stop.store(true, Ordering::SeqCst);
+        for thread in self.threads.drain(..) {
+            let _ = thread.join();
+        }
+    }
+}
+
+type ControlCall = (ControlRequest, Sender<ControlReply>);
+
+/// Validates the configuration, binds the control port and starts.
+pub fn start(config: CoordinatorConfig) -> Result<CoordinatorHandle, String> {
+    let policy = policy_by_name(&config.policy)
+        .ok_or_else(|| format!("unknown policy {:?}", config.policy))?;
+    if ScalingRule::by_name(&config.scaling, 1).is_none() {
+        return Err(format!(
+            "unknown scaling rule {:?}: expected responsive or dilu-paper",
+            config.scaling
+        ));
+    }
+    let listener = TcpListener::bind(config.control_listen)
+        .map_err(|error| format!("cannot listen on {}: {error}", config.control_listen))?;
+    let control_addr = listener
+        .local_addr()
+        .map_err(|error| format!("listener address: {error}"))?;
+    listener
+        .set_nonblocking(true)
+        .map_err(|error| format!("listener setup: {error}"))?;
+    let stop = Arc::new(AtomicBool::new(false));
+    let (calls, incoming) = bounded::<ControlCall>(64);
+    let acceptor = {
+        let stop = stop.clone();
+        let timeout = config.io_timeout;
+        std::thread::Builder::new()
+            .name("dilu-control".into())
+            .spawn(move || accept_control(listener, calls, stop, timeout))
+            .map_err(|error| format!("cannot start thread: {error}"))?
+    };
+    let mut coordinator = Coordinator {
+        nodes: config
+            .nodes
+            .iter()
+            .map(|address| NodeLink::new(address.clone()))
+            .collect(),
+        config,
+        policy,
+        functions: BTreeMap::new(),
+        next_instance_id: 1,
+    };
+    let control_loop = {
+        let stop = stop.clone();
+        std::thread::Builder::new()
+            .name("dilu-coordinator".into())
+            .spawn(move || coordinator.run(incoming, stop))
+            .map_err(|error| format!("cannot start thread: {error}"))?
+    };
+    Ok(CoordinatorHandle {
+        control_addr,
+        stop,
+        threads: vec![acceptor, control_loop],
+    })
+}
+
+fn accept_control(
+    listener: TcpListener,
+    calls: Sender<ControlCall>,
+    stop: Arc<AtomicBool>,
+    timeout: Duration,
+) {
+    while !stop.load(Ordering::SeqCst) {
+        match listener.accept() {
+            Ok((stream, _)) => {
+                let calls = calls.clone();
+                let _ = std::thread::Builder::new()
+                    .name("dilu-control-conn".into())
+                    .spawn(move || serve_control(stream, calls, timeout));
+            }
+            Err(_) => std::thread::sleep(Duration::from_millis(20)),
+        }
+    }
+}
+
+fn serve_control(mut stream: TcpStream, calls: Sender<ControlCall>, timeout: Duration) {
+    let _ = stream.set_nonblocking(false);
+    let _ = stream.set_read_timeout(Some(timeout));
+    let _ = stream.set_write_timeout(Some(timeout));
+    let reply = match read_frame::<ControlRequest>(&mut stream) {
+        Ok(request) => {
+            let (reply_to, reply) = bounded(1);
+            if calls.send((request, reply_to)).is_err() {
+                ControlReply::Error("coordinator is shutting down".into())
+            } else {
+                reply
+                    .recv_timeout(Duration::from_secs(60))
+                    .unwrap_or_else(|_| ControlReply::Error("coordinator did not answer".into()))
+            }
+        }
+        Err(error) => ControlReply::Error(error.to_string()),
+    };
+    let _ = write_frame(&mut stream, &reply);
+}
+
+struct NodeLink {
+    address: String,
+    stream: Option<TcpStream>,
+    name: String,
+    gpus: Vec<GpuInventory>,
+    instances: BTreeMap<u64, InstanceRecord>,
+    loads: Vec<FunctionLoad>,
+    disconnected_since: Option<Instant>,
+}
+
+impl NodeLink {
+    fn new(address: String) -> Self {
+        Self {
+            address,
+            stream: None,
+            name: String::new(),
+            gpus: Vec::new(),
+            instances: BTreeMap::new(),
+            loads: Vec::new(),
+            disconnected_since: Some(Instant::now()),
+        }
+    }
+
+    /// Sends one message and reads the answer; drops the connection on error.
+    fn call(&mut self, message: &CoordinatorMessage) -> Result<NodeMessage, WireError> {
+        let Some(stream) = self.stream.as_mut() else {
+            return Err(WireError::Io(std::io::Error::from(
+                std::io::ErrorKind::NotConnected,
+            )));
+        };
+        let outcome = write_frame(stream, message).and_then(|()| read_frame(stream));
+        if let Err(error) = &outcome {
+            tracing::warn!("node {} lost: {error}", self.address);
+            self.disconnect();
+        }
+        outcome
+    }
+
+    fn disconnect(&mut self) {
+        self.stream = None;
+        self.loads.clear();
+        if self.disconnected_since.is_none() {
+            self.disconnected_since = Some(Instant::now());
+        }
+    }
+
+    fn connect(&mut self, timeout: Duration) -> Result<(), String> {
+        let target = self
+            .address
+            .to_socket_addrs()
+            .map_err(|error| error.to_string())?
+            .next()
+            .ok_or("address resolves to nothing")?;
+        let stream = TcpStream::connect_timeout(&target, timeout).map_err(|e| e.to_string())?;
+        stream
+            .set_read_timeout(Some(timeout))
+            .and_then(|()| stream.set_write_timeout(Some(timeout)))
+            .and_then(|()| stream.set_nodelay(true))
+            .map_err(|error| error.to_string())?;
+        self.stream = Some(stream);
+        let hello = CoordinatorMessage::Hello {
+            coordinator: "dilu-cluster".into(),
+        };
+        match self.call(&hello).map_err(|error| error.to_string())? {
+            NodeMessage::Registered {
+                node_name,
+                gpus,
+                instances,
+            } => {
+                tracing::info!(
+                    "node {} ({node_name}) registered: {} GPUs, {} instances",
+                    self.address,
+                    gpus.len(),
+                    instances.len()
+                );
+                self.name = node_name;
+                self.gpus = gpus;
+                self.instances = instances.into_iter().map(|r| (r.instance_id, r)).collect();
+                self.disconnected_since = None;
+                Ok(())
+            }
+            other => {
+                self.disconnect();
+                Err(format!("expected Registered, got {other:?}"))
+            }
+        }
+    }
+
+    fn connected(&self) -> bool {
+        self.stream.is_some()
+    }
+
+    /// Whether its instances still count: connected, or down for less than `grace`.
+    fn counts_as_live(&self, grace: Duration) -> bool {
+        self.connected()
+            || self
+                .disconnected_since
+                .is_some_and(|since| since.elapsed() < grace && !self.gpus.is_empty())
+    }
+}
+
+struct FunctionEntry {
+    profile: FunctionProfile,
+    desired: u32,
+    scaler: Autoscaler,
+}
+
+struct Coordinator {
+    config: CoordinatorConfig,
+    policy: Box<dyn PlacementPolicy>,
+    nodes: Vec<NodeLink>,
+    functions: BTreeMap<String, FunctionEntry>,
+    next_instance_id: u64,
+}
+
+impl Coordinator {
+    fn run(&mut self, incoming: Receiver<ControlCall>, stop: Arc<AtomicBool>) {
+        let mut next_tick = Instant::now();
+        while !stop.load(Ordering::SeqCst) {
+            let wait = next_tick
+                .saturating_duration_since(Instant::now())
+                .min(Duration::from_millis(100));
+            if let Ok((request, reply_to)) = incoming.recv_timeout(wait) {
+                let reply = self.handle(request);
+                let _ = reply_to.send(reply);
+            }
+            if Instant::now() >= next_tick {
+                self.tick();
+                next_tick = Instant::now() + self.config.tick;
+            }
+        }
+    }
+
+    fn handle(&mut self, request: ControlRequest) -> ControlReply {
+        match request {
+            ControlRequest::Status => ControlReply::Status(self.status()),
+            ControlRequest::Deploy {
+                function,
+                profile,
+                replicas,
+            } => {
+                if let Err(reason) = check_profile(&profile) {
+                    return ControlReply::Error(format!("function {function}: {reason}"));
+                }
+                let tick_s = self.config.tick.as_secs_f64().max(1e-3);
+                let cold_start_ticks = (profile.cold_start_s / tick_s).ceil() as usize;
+                let rule = ScalingRule::by_name(&self.config.scaling, cold_start_ticks)
+                    .unwrap_or_else(ScalingRule::dilu_paper);
+                self.functions.insert(
+                    function.clone(),
+                    FunctionEntry {
+                        profile,
+                        desired: replicas,
+                        scaler: Autoscaler::new(rule),
+                    },
+                );
+                self.reconcile(&function);
+                let live = self.live_instances(&function).len() as u32;
+                if replicas == 0 {
+                    self.functions.remove(&function);
+                }
+                if live < replicas {
+                    return ControlReply::Error(format!(
+                        "function {function}: placed {live} of {replicas} instances (no GPU fits the rest, or nodes are unreachable); will keep trying"
+                    ));
+                }
+                ControlReply::Deployed { function, live }
+            }
+        }
+    }
+
+    fn tick(&mut self) {
+        for node in &mut self.nodes {
+            if !node.connected() {
+                if let Err(error) = node.connect(self.config.io_timeout) {
+                    tracing::debug!("node {} unreachable: {error}", node.address);
+                    continue;
+                }
+                let highest = node.instances.keys().max().copied().unwrap_or(0);
+                self.next_instance_id = self.next_instance_id.max(highest + 1);
+            }
+            if let Ok(NodeMessage::Load {
+                functions,
+                instance_ids,
+            }) = node.call(&CoordinatorMessage::Poll)
+            {
+                node.loads = functions;
+                node.instances.retain(|id, _| instance_ids.contains(id));
+            }
+        }
+        let names: Vec<String> = self.functions.keys().cloned().collect();
+        for name in names {
+            let sample = self.load_of(&name);
+            if let Some(entry) = self.functions.get_mut(&name) {
+                let wanted =
+                    entry
+                        .scaler
+                        .observe(sample, entry.desired, entry.profile.throughput_rps);
+                if wanted != entry.desired {
+                    tracing::info!("function {name}: {} -> {wanted} instances", entry.desired);
+                    entry.desired = wanted;
+                }
+            }
+            self.reconcile(&name);
+        }
+    }
+
+    fn load_of(&self, function: &str) -> LoadSample {
+        let mut sample = LoadSample {
+            request_rate: 0.0,
+            wants_scale_out: false,
+        };
+        for load in self
+            .nodes
+            .iter()
+            .flat_map(|node| &node.loads)
+            .filter(|load| load.function == function)
+        {
+            sample.request_rate += load.request_rate;
+            sample.wants_scale_out |= load.wants_scale_out;
+        }
+        sample
+    }
+
+    /// (node index, instance id) of the live instances of `function`.
+    fn live_instances(&self, function: &str) -> Vec<(usize, u64)> {
+        let grace = self.config.node_grace;
+        self.nodes
+            .iter()
+            .enumerate()
+            .filter(|(_, node)| node.counts_as_live(grace))
+            .flat_map(|(index, node)| {
+                node.instances
+                    .values()
+                    .filter(|record| record.function == function)
+                    .map(move |record| (index, record.instance_id))
+            })
+            .collect()
+    }
+
+    fn reconcile(&mut self, function: &str) {
+        let Some(entry) = self.functions.get(function) else {
+            return;
+        };
+        let desired = entry.desired as usize;
+        let demand = entry.profile.demand.clone();
+        let mut live = self.live_instances(function);
+        while live.len() > desired {
+            let Some(position) = live
+                .iter()
+                .enumerate()
+                .filter(|(_, (node, _))| self.nodes[*node].connected())
+                .max_by_key(|(_, (_, id))| *id)
+                .map(|(position, _)| position)
+            else {
+                break;
+            };
+            let (node, instance_id) = live.remove(position);
+            let link = &mut self.nodes[node];
+            if let Ok(NodeMessage::Ack { error: None, .. }) =
+                link.call(&CoordinatorMessage::Remove { instance_id })
+            {
+                link.instances.remove(&instance_id);
+            }
+        }
+        for _ in live.len()..desired {
+            if !self.place_one(function, &demand) {
+                break;
+            }
+        }
+    }
+
+    /// Places one instance through the policy; false when nothing fits.
+    fn place_one(
+        &mut self,
+        function: &str,
+        demand: &dilu_abi::cluster_wire::InstanceDemand,
+    ) -> bool {
+        let (cluster, owners) = self.cluster_view();
+        let Some(placement) = place(self.policy.as_ref(), &cluster, demand) else {
+            tracing::warn!("function {function}: no GPU fits another instance");
+            return false;
+        };
+        let node_index = owners[cluster.gpus[placement.gpus[0]].node];
+        let start = cluster.nodes[cluster.gpus[placement.gpus[0]].node].start;
+        let record = InstanceRecord {
+            instance_id: self.next_instance_id,
+            function: function.to_string(),
+            demand: demand.clone(),
+            gpu_indices: placement
+                .gpus
+                .iter()
+                .map(|gpu| (gpu - start) as u32)
+                .collect(),
+        };
+        self.next_instance_id += 1;
+        let link = &mut self.nodes[node_index];
+        match link.call(&CoordinatorMessage::Place(record.clone())) {
+            Ok(NodeMessage::Ack { error: None, .. }) => {
+                link.instances.insert(record.instance_id, record);
+                true
+            }
+            Ok(other) => {
+                tracing::warn!("node {} refused a placement: {other:?}", link.address);
+                false
+            }
+            Err(_) => false,
+        }
+    }
+
+    /// The connected nodes as a `ClusterState`, and which link each node is.
+    fn cluster_view(&self) -> (ClusterState, Vec<usize>) {
+        let mut cluster = ClusterState::default();
+        let mut owners = Vec::new();
+        for (index, link) in self.nodes.iter().enumerate().filter(|(_, l)| l.connected()) {
+            let node = cluster.add_node(link.gpus.len(), 0);
+            let range = cluster.nodes[node].clone();
+            for (gpu, inventory) in range.clone().zip(&link.gpus) {
+                cluster.gpus[gpu].memory_capacity = inventory.memory_bytes;
+            }
+            for record in link.instances.values() {
+                let gpus: Vec<usize> = record
+                    .gpu_indices
+                    .iter()
+                    .map(|&local| range.start + local as usize)
+                    .filter(|gpu| range.contains(gpu))
+                    .collect();
+                cluster.apply(&record.demand, &gpus);
+            }
+            owners.push(index);
+        }
+        (cluster, owners)
+    }
+
+    fn status(&self) -> ClusterStatus {
+        ClusterStatus {
+            nodes: self
+                .nodes
+                .iter()
+                .map(|node| NodeStatus {
+                    address: node.address.clone(),
+                    name: node.name.clone(),
+                    connected: node.connected(),
+                    gpus: node.gpus.len() as u32,
+                    instances: node.instances.values().cloned().collect(),
+                })
+                .collect(),
+            functions: self
+                .functions
+                .iter()
+                .map(|(name, entry)| FunctionStatus {
+                    function: name.clone(),
+                    desired: entry.desired,
+                    live: self.live_instances(name).len() as u32,
+                    request_rate: self.load_of(name).request_rate,
+                })
+                .collect(),
+        }
+    }
+}
+
+fn check_profile(profile: &FunctionProfile) -> Result<(), String> {
+    let demand = &profile.demand;
+    if !(0.0..=1.0).contains(&demand.sm_request)
+        || !(demand.sm_request..=1.0).contains(&demand.sm_limit)
+    {
+        return Err("need 0 <= sm-request <= sm-limit <= 1".into());
+    }
+    if demand.gpus == 0 {
+        return Err("gpus must be at least 1".into());
+    }
+    if !(profile.throughput_rps.is_finite() && profile.throughput_rps > 0.0) {
+        return Err("throughput must be a positive number of requests per second".into());
+    }
+    if !(profile.cold_start_s.is_finite() && profile.cold_start_s >= 0.0) {
+        return Err("cold start must be a non-negative number of seconds".into());
+    }
+    Ok(())
+}

@@ -1,0 +1,52 @@
+//! `dilu-cluster`: command-line entry point; each subcommand lives in its own
+//! module under `commands/`.
+
+mod commands;
+
+use clap::{Parser, Subcommand};
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "dilu-cluster",
+    version,
+    about = "dilu cluster layer: complementary GPU placement, horizontal scaling, Kubernetes scheduler extender, simulator",
+    after_help = "Policies: dilu (ours, resourcing-complementary), dilu-paper, infless-r, infless-l, exclusive"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Replay a workload trace under placement policies and report GPU-hours,
+    /// fragmentation, SLO risk and placement latency.
+    Simulate(commands::simulate::SimulateArgs),
+    /// Embedded mode: coordinate node agents over TCP (placement + scaling).
+    Serve(commands::embedded::ServeArgs),
+    /// Run a node agent: the node-manager endpoint of the cluster protocol
+    /// (tracks placements on its GPUs; starts no processes).
+    Node(commands::embedded::NodeArgs),
+    /// Place instances of a function through a running coordinator.
+    Deploy(commands::embedded::DeployArgs),
+    /// Print the coordinator's view (nodes, instances, functions) as JSON.
+    Status(commands::embedded::StatusArgs),
+    /// Kubernetes mode: serve the kube-scheduler extender protocol over HTTP.
+    Extender(commands::extender::ExtenderArgs),
+}
+
+fn main() {
+    let cli = Cli::parse();
+    let outcome = match cli.command {
+        Command::Simulate(args) => commands::simulate::run(args),
+        Command::Serve(args) => commands::embedded::serve(args),
+        Command::Node(args) => commands::embedded::node(args),
+        Command::Deploy(args) => commands::embedded::deploy(args),
+        Command::Status(args) => commands::embedded::status(args),
+        Command::Extender(args) => commands::extender::run(args),
+    };
+    if let Err(message) = outcome {
+        eprintln!("dilu-cluster: {message}");
+        std::process::exit(1);
+    }
+}

@@ -1,0 +1,286 @@
+//! Trace-driven simulator: replays instance arrivals and departures against
+//! one placement policy on a uniform cluster and measures what the policy
+//! costs.
+//!
+//! Metrics (time-weighted over the trace, from the first arrival to the last
+//! departure):
+//! * active GPUs over time and GPU-hours (∫ active GPUs dt);
+//! * SM fragmentation: mean unrequested SM share on active GPUs (1 − Σrequests);
+//! * memory fragmentation: mean unused memory share on active GPUs;
+//! * SLO risk: mean over active GPUs of max(0, Σlimits − 1), and the share of
+//!   active GPUs where Σlimits > 1;
+//! * placement latency p50/p99 (wall clock of one `policy::place` call);
+//! * rejected instances (nothing fitted; they are dropped).
+
+pub mod report;
+pub mod trace;
+
+use std::cmp::Ordering;
+use std::collections::BinaryHeap;
+use std::time::Instant;
+
+use crate::model::{ClusterState, InstanceDemand};
+use crate::policy::{PlacementPolicy, place};
+use trace::TraceRecord;
+
+/// Cluster the trace is replayed on.
+#[derive(Debug, Clone)]
+pub struct ClusterShape {
+    pub gpus: usize,
+    pub gpus_per_node: usize,
+    pub gpu_memory: u64,
+}
+
+/// What one policy did with one trace.
+#[derive(Debug, Clone)]
+pub struct SimulationResult {
+    pub policy: String,
+    pub gpu_hours: f64,
+    pub peak_active_gpus: usize,
+    pub mean_sm_fragmentation: f64,
+    pub mean_memory_fragmentation: f64,
+    pub mean_limit_excess: f64,
+    pub share_gpus_at_risk: f64,
+    pub placement_p50_us: f64,
+    pub placement_p99_us: f64,
+    pub placed: usize,
+    pub rejected: usize,
+    /// (time in seconds, active GPUs) after each event.
+    pub timeline: Vec<(f64, usize)>,
+}
+
+struct Departure {
+    time: f64,
+    record_index: usize,
+}
+
+impl PartialEq for Departure {
+    fn eq(&self, other: &Self) -> bool {
+        self.cmp(other) == Ordering::Equal
+    }
+}
+impl Eq for Departure {}
+impl PartialOrd for Departure {
+    fn partial_cmp(&self, other: &Self) -> Option<Ordering> {
+        Some(self.cmp(other))
+    }
+}
+impl Ord for Departure {
+    // Reversed so the max-heap pops the earliest departure first.
+    fn cmp(&self, other: &Self) -> Ordering {
+        other
+            .time
+            .total_cmp(&self.time)
+            .then(other.record_index.cmp(&self.record_index))
+    }
+}
+
+#[derive(Default)]
+struct Integrals {
+    last_time: f64,
+    active_seconds: f64,
+    sm_free_seconds: f64,
+    memory_free_seconds: f64,
+    excess_seconds: f64,
+    at_risk_seconds: f64,
+}
+
+impl Integrals {
+    fn advance(&mut self, now: f64, cluster: &ClusterState) {
+        let span = (now - self.last_time).max(0.0);
+        self.last_time = now;
+        if span == 0.0 {
+            return;
+        }
+        for gpu in cluster.gpus.iter().filter(|gpu| gpu.is_active()) {
+            self.active_seconds += span;
+            self.sm_free_seconds += span * (1.0 - gpu.sm_request_sum).max(0.0);
+            self.memory_free_seconds += span * (1.0 - gpu.memory_share_with(0)).max(0.0);
+            let excess = gpu.limit_excess();
+            self.excess_seconds += span * excess;
+            if excess > 1e-9 {
+                self.at_risk_seconds += span;
+            }
+        }
+    }
+
+    fn per_active(&self, value: f64) -> f64 {
+        if self.active_seconds > 0.0 {
+            value / self.active_seconds
+        } else {
+            0.0
+        }
+    }
+}
+
+/// Replays `trace` under `policy`; `progress` is called with
+/// (events done, events total) about every 5% of the events.
+pub fn simulate(
+    policy: &dyn PlacementPolicy,
+    trace: &[TraceRecord],
+    shape: &ClusterShape,
+    mut progress: impl FnMut(usize, usize),
+) -> SimulationResult {
+    let nodes = shape.gpus.div_ceil(shape.gpus_per_node.max(1));
+    let mut cluster = ClusterState::uniform(nodes, shape.gpus_per_node.max(1), shape.gpu_memory);
+    let demands: Vec<InstanceDemand> = trace.iter().map(TraceRecord::demand).collect();
+    let mut placed_gpus: Vec<Vec<usize>> = vec![Vec::new(); trace.len()];
+    let mut departures = BinaryHeap::new();
+    let mut latencies_ns = Vec::with_capacity(trace.len());
+    let mut integrals = Integrals::default();
+    if let Some(first) = trace.first() {
+        integrals.last_time = first.arrival_s;
+    }
+    let mut timeline = Vec::with_capacity(trace.len() * 2);
+    let total_events = trace.len() * 2;
+    let report_every = (total_events / 20).max(1);
+    let (mut done, mut rejected, mut peak) = (0usize, 0usize, 0usize);
+    let mut next_arrival = 0usize;
+    loop {
+        let arrival_time = trace.get(next_arrival).map(|record| record.arrival_s);
+        let departure_time = departures
+            .peek()
+            .map(|departure: &Departure| departure.time);
+        let (now, is_arrival) = match (arrival_time, departure_time) {
+            (None, None) => break,
+            (Some(arrival), Some(departure)) if departure <= arrival => (departure, false),
+            (Some(arrival), _) => (arrival, true),
+            (None, Some(departure)) => (departure, false),
+        };
+        integrals.advance(now, &cluster);
+        if is_arrival {
+            let index = next_arrival;
+            next_arrival += 1;
+            let started = Instant::now();
+            let placement = place(policy, &cluster, &demands[index]);
+            latencies_ns.push(started.elapsed().as_nanos() as u64);
+            match placement {
+                Some(placement) => {
+                    cluster.apply(&demands[index], &placement.gpus);
+                    placed_gpus[index] = placement.gpus;
+                    departures.push(Departure {
+                        time: now + trace[index].duration_s,
+                        record_index: index,
+                    });
+                }
+                None => {
+                    rejected += 1;
+                    done += 1; // its departure never happens
+                }
+            }
+        } else if let Some(departure) = departures.pop() {
+            let gpus = std::mem::take(&mut placed_gpus[departure.record_index]);
+            cluster.release(&demands[departure.record_index], &gpus);
+        }
+        done += 1;
+        let active = cluster.active_gpus();
+        peak = peak.max(active);
+        timeline.push((now, active));
+        if done.is_multiple_of(report_every) {
+            progress(done, total_events);
+        }
+    }
+    progress(total_events, total_events);
+    latencies_ns.sort_unstable();
+    SimulationResult {
+        policy: policy.name().to_string(),
+        gpu_hours: integrals.active_seconds / 3600.0,
+        peak_active_gpus: peak,
+        mean_sm_fragmentation: integrals.per_active(integrals.sm_free_seconds),
+        mean_memory_fragmentation: integrals.per_active(integrals.memory_free_seconds),
+        mean_limit_excess: integrals.per_active(integrals.excess_seconds),
+        share_gpus_at_risk: integrals.per_active(integrals.at_risk_seconds),
+        placement_p50_us: percentile(&latencies_ns, 0.50) / 1000.0,
+        placement_p99_us: percentile(&latencies_ns, 0.99) / 1000.0,
+        placed: trace.len() - rejected,
+        rejected,
+        timeline,
+    }
+}
+
+/// Nearest-rank percentile of sorted values.
+fn percentile(sorted: &[u64], quantile: f64) -> f64 {
+    if sorted.is_empty() {
+        return 0.0;
+    }
+    let rank = ((quantile * sorted.len() as f64).ceil() as usize).clamp(1, sorted.len());
+    sorted[rank - 1] as f64
+}
+
+#[cfg(test)]
+mod tests {
+    use super::trace::{ArrivalPattern, TraceSpec, generate};
+    use super::*;
+    use crate::policy::{Complementary, DiluPaper, Exclusive};
+
+    const GIB: u64 = 1 << 30;
+
+    fn shape(gpus: usize) -> ClusterShape {
+        ClusterShape {
+            gpus,
+            gpus_per_node: 8,
+            gpu_memory: 80 * GIB,
+        }
+    }
+
+    #[test]
+    fn two_instances_sharing_a_gpu_cost_one_gpu_hour_per_hour() {
+        let record = |id, arrival_s| TraceRecord {
+            id,
+            function: "f".into(),
+            arrival_s,
+            duration_s: 3600.0,
+            class: crate::model::WorkClass::Latency,
+            sm_request: 0.3,
+            sm_limit: 0.4,
+            memory_bytes: 10 * GIB,
+            gpus: 1,
+        };
+        let trace = vec![record(0, 0.0), record(1, 0.0)];
+        let shared = simulate(&Complementary::default(), &trace, &shape(8), |_, _| {});
+        assert!(
+            (shared.gpu_hours - 1.0).abs() < 1e-9,
+            "{}",
+            shared.gpu_hours
+        );
+        assert_eq!(shared.peak_active_gpus, 1);
+        assert!((shared.mean_sm_fragmentation - 0.4).abs() < 1e-9);
+        assert_eq!(shared.mean_limit_excess, 0.0);
+        let exclusive = simulate(&Exclusive, &trace, &shape(8), |_, _| {});
+        assert!((exclusive.gpu_hours - 2.0).abs() < 1e-9);
+        assert_eq!(exclusive.timeline.last().map(|point| point.1), Some(0));
+    }
+
+    #[test]
+    fn full_cluster_rejects_and_progress_reaches_the_end() {
+        let trace = generate(&TraceSpec {
+            instances: 200,
+            cluster_gpus: 400,
+            arrival: ArrivalPattern::Poisson,
+            seed: 3,
+        });
+        let mut last_progress = (0, 0);
+        let tiny = simulate(&Exclusive, &trace, &shape(8), |done, total| {
+            last_progress = (done, total)
+        });
+        assert!(tiny.rejected > 0);
+        assert_eq!(tiny.placed + tiny.rejected, 200);
+        assert_eq!(last_progress, (400, 400));
+    }
+
+    #[test]
+    fn sharing_policies_use_fewer_gpu_hours_than_exclusive() {
+        let trace = generate(&TraceSpec {
+            instances: 400,
+            cluster_gpus: 256,
+            arrival: ArrivalPattern::Poisson,
+            seed: 9,
+        });
+        let exclusive = simulate(&Exclusive, &trace, &shape(256), |_, _| {});
+        let paper = simulate(&DiluPaper, &trace, &shape(256), |_, _| {});
+        let ours = simulate(&Complementary::default(), &trace, &shape(256), |_, _| {});
+        assert_eq!(exclusive.rejected + paper.rejected + ours.rejected, 0);
+        assert!(paper.gpu_hours < exclusive.gpu_hours);
+        assert!(ours.gpu_hours < exclusive.gpu_hours);
+    }
+}

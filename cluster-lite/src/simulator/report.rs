@@ -1,0 +1,169 @@
+//! Presentation of simulator results: a markdown table and a hand-written SVG
+//! line plot of active GPUs over time, one line per policy.
+
+use std::fmt::Write;
+
+use super::SimulationResult;
+
+/// Markdown table, one row per policy, in the order given.
+pub fn markdown_table(results: &[SimulationResult]) -> String {
+    let mut table = String::from(
+        "| policy | GPU-hours | vs dilu-paper | peak GPUs | SM frag | mem frag | SLO risk (mean Σlim−1) | GPUs at risk | place p50 µs | place p99 µs | rejected |\n\
+         |---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n",
+    );
+    let paper_hours = results
+        .iter()
+        .find(|result| result.policy == "dilu-paper")
+        .map(|result| result.gpu_hours);
+    for result in results {
+        let relative = match paper_hours {
+            Some(hours) if hours > 0.0 => {
+                format!("{:+.1}%", 100.0 * (result.gpu_hours / hours - 1.0))
+            }
+            _ => "n/a".to_string(),
+        };
+        let _ = writeln!(
+            table,
+            "| {} | {:.1} | {} | {} | {:.3} | {:.3} | {:.4} | {:.1}% | {:.1} | {:.1} | {} |",
+            result.policy,
+            result.gpu_hours,
+            relative,
+            result.peak_active_gpus,
+            result.mean_sm_fragmentation,
+            result.mean_memory_fragmentation,
+            result.mean_limit_excess,
+            100.0 * result.share_gpus_at_risk,
+            result.placement_p50_us,
+            result.placement_p99_us,
+            result.rejected,
+        );
+    }
+    table
+}
+
+const COLOURS: [&str; 6] = [
+    "#d62728", "#1f77b4", "#2ca02c", "#ff7f0e", "#7f7f7f", "#9467bd",
+];
+const WIDTH: f64 = 800.0;
+const HEIGHT: f64 = 400.0;
+const MARGIN: f64 = 50.0;
+const MAX_POINTS: usize = 800;
+
+/// SVG plot of active GPUs (y) against hours (x), one polyline per policy.
+pub fn active_gpus_svg(title: &str, results: &[SimulationResult]) -> String {
+    let end_time = results
+        .iter()
+        .filter_map(|result| result.timeline.last().map(|point| point.0))
+        .fold(0.0f64, f64::max)
+        .max(1.0);
+    let start_time = results
+        .iter()
+        .filter_map(|result| result.timeline.first().map(|point| point.0))
+        .fold(end_time, f64::min);
+    let peak = results
+        .iter()
+        .map(|result| result.peak_active_gpus)
+        .max()
+        .unwrap_or(1)
+        .max(1) as f64;
+    let span = (end_time - start_time).max(1.0);
+    let x_of = |time: f64| MARGIN + (time - start_time) / span * (WIDTH - 2.0 * MARGIN);
+    let y_of = |gpus: f64| HEIGHT - MARGIN - gpus / peak * (HEIGHT - 2.0 * MARGIN);
+    let mut svg = String::new();
+    let _ = writeln!(
+        svg,
+        r#"<svg xmlns="http://www.w3.org/2000/svg" width="{WIDTH}" height="{HEIGHT}" font-family="sans-serif" font-size="12">"#
+    );
+    let _ = writeln!(svg, r#"<rect width="100%" height="100%" fill="white"/>"#);
+    let _ = writeln!(
+        svg,
+        r#"<text x="{}" y="20" text-anchor="middle" font-size="14">{}</text>"#,
+        WIDTH / 2.0,
+        escape(title)
+    );
+    let _ = writeln!(
+        svg,
+        r#"<line x1="{MARGIN}" y1="{0}" x2="{1}" y2="{0}" stroke="black"/><line x1="{MARGIN}" y1="{MARGIN}" x2="{MARGIN}" y2="{0}" stroke="black"/>"#,
+        HEIGHT - MARGIN,
+        WIDTH - MARGIN
+    );
+    let _ = writeln!(
+        svg,
+        r#"<text x="{}" y="{}" text-anchor="middle">hours ({:.1} h shown)</text>"#,
+        WIDTH / 2.0,
+        HEIGHT - 15.0,
+        span / 3600.0
+    );
+    let _ = writeln!(
+        svg,
+        r#"<text x="15" y="{}" transform="rotate(-90 15 {})" text-anchor="middle">active GPUs (peak {})</text>"#,
+        HEIGHT / 2.0,
+        HEIGHT / 2.0,
+        peak as usize
+    );
+    for (index, result) in results.iter().enumerate() {
+        let colour = COLOURS[index % COLOURS.len()];
+        let stride = result.timeline.len().div_ceil(MAX_POINTS).max(1);
+        let mut points = String::new();
+        for (time, active) in result.timeline.iter().step_by(stride) {
+            let _ = write!(points, "{:.1},{:.1} ", x_of(*time), y_of(*active as f64));
+        }
+        let _ = writeln!(
+            svg,
+            r#"<polyline fill="none" stroke="{colour}" stroke-width="1.5" points="{}"/>"#,
+            points.trim_end()
+        );
+        let legend_y = MARGIN + 15.0 * index as f64;
+        let _ = writeln!(
+            svg,
+            r#"<text x="{}" y="{legend_y}" fill="{colour}">{}</text>"#,
+            WIDTH - MARGIN - 120.0,
+            escape(&result.policy)
+        );
+    }
+    svg.push_str("</svg>\n");
+    svg
+}
+
+fn escape(text: &str) -> String {
+    text.replace('&', "&amp;")
+        .replace('<', "&lt;")
+        .replace('>', "&gt;")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn result(policy: &str, hours: f64) -> SimulationResult {
+        SimulationResult {
+            policy: policy.into(),
+            gpu_hours: hours,
+            peak_active_gpus: 4,
+            mean_sm_fragmentation: 0.1,
+            mean_memory_fragmentation: 0.2,
+            mean_limit_excess: 0.0,
+            share_gpus_at_risk: 0.0,
+            placement_p50_us: 1.0,
+            placement_p99_us: 2.0,
+            placed: 10,
+            rejected: 0,
+            timeline: vec![(0.0, 1), (3600.0, 4), (7200.0, 0)],
+        }
+    }
+
+    #[test]
+    fn table_compares_with_dilu_paper() {
+        let table = markdown_table(&[result("dilu", 90.0), result("dilu-paper", 100.0)]);
+        assert!(table.contains("| dilu | 90.0 | -10.0% |"), "{table}");
+        assert!(table.contains("| dilu-paper | 100.0 | +0.0% |"), "{table}");
+    }
+
+    #[test]
+    fn svg_has_one_line_per_policy_and_escapes_titles() {
+        let svg = active_gpus_svg("a<b", &[result("dilu", 1.0), result("exclusive", 2.0)]);
+        assert_eq!(svg.matches("<polyline").count(), 2);
+        assert!(svg.contains("a&lt;b"));
+        assert!(svg.trim_end().ends_with("</svg>"));
+    }
+}
