@@ -100,6 +100,27 @@ type LaunchKernel = unsafe extern "C" fn(
     *mut *mut c_void,
 ) -> CUresult;
 
+/// One 1×1 launch of the parameterless `noop` kernel on the null stream.
+fn launch_noop(launch: LaunchKernel, function: usize) {
+    // SAFETY: a valid function handle from cuModuleGetFunction, the null
+    // stream and no parameters, as `noop` takes none.
+    unsafe {
+        launch(
+            function as *mut c_void,
+            1,
+            1,
+            1,
+            1,
+            1,
+            1,
+            0,
+            std::ptr::null_mut(),
+            std::ptr::null_mut(),
+            std::ptr::null_mut(),
+        )
+    };
+}
+
 fn threaded_launches(launch: LaunchKernel, function: usize, threads: usize) -> f64 {
     let barrier = std::sync::Barrier::new(threads);
     let results: Vec<f64> = std::thread::scope(|scope| {
@@ -108,22 +129,7 @@ fn threaded_launches(launch: LaunchKernel, function: usize, threads: usize) -> f
                 scope.spawn(|| {
                     barrier.wait();
                     per_call(9, 5000, || {
-                        // SAFETY: valid function handle, null stream, no params (null mode).
-                        unsafe {
-                            launch(
-                                function as *mut c_void,
-                                1,
-                                1,
-                                1,
-                                1,
-                                1,
-                                1,
-                                0,
-                                std::ptr::null_mut(),
-                                std::ptr::null_mut(),
-                                std::ptr::null_mut(),
-                            )
-                        };
+                        launch_noop(launch, function);
                     })
                 })
             })
@@ -238,22 +244,7 @@ fn main() {
     let launch = |library: &Library| {
         let launch: LaunchKernel = library.get("cuLaunchKernel");
         move || {
-            // SAFETY: valid function handle, null stream, no params (null mode).
-            unsafe {
-                launch(
-                    function as *mut c_void,
-                    1,
-                    1,
-                    1,
-                    1,
-                    1,
-                    1,
-                    0,
-                    std::ptr::null_mut(),
-                    std::ptr::null_mut(),
-                    std::ptr::null_mut(),
-                )
-            };
+            launch_noop(launch, function);
         }
     };
     rows.push(side_by_side(
