@@ -11,6 +11,9 @@ pub(crate) struct Config {
     pub memory: u64,
     pub sms: u64,
     pub wave_ns: u64,
+    /// Longest run of one process's kernels while another process waits
+    /// (0 = strict FIFO between processes).
+    pub timeslice_ns: u64,
     pub kernel_cost: HashMap<String, u64>,
     pub trace: Option<String>,
     pub instance: String,
@@ -59,6 +62,12 @@ impl Config {
             None => 10_000,
             Some(v) => {
                 parse_duration_ns(&v).map_err(|_| bad("SIMGPU_WAVE_NS", &v, DURATION_FORMS))?
+            }
+        };
+        let timeslice_ns = match get("SIMGPU_TIMESLICE") {
+            None => 2_000_000,
+            Some(v) => {
+                parse_duration_ns(&v).map_err(|_| bad("SIMGPU_TIMESLICE", &v, DURATION_FORMS))?
             }
         };
         let mut kernel_cost = HashMap::new();
@@ -114,6 +123,7 @@ impl Config {
             memory,
             sms,
             wave_ns,
+            timeslice_ns,
             kernel_cost,
             trace,
             instance,

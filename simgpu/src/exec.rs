@@ -9,7 +9,6 @@ use dilu_abi::cuda::*;
 use std::cell::RefCell;
 use std::collections::{HashMap, VecDeque};
 use std::ffi::c_void;
-use std::sync::atomic::Ordering::*;
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 
 pub(crate) type HostFn = unsafe extern "C" fn(*mut c_void);
@@ -282,16 +281,13 @@ impl Stream {
     fn run_kernel(&self, ready: u64, k: &KernelOp) -> u64 {
         let Ok(d) = drv() else { return ready };
         let Some(shm) = &d.shm else { return ready };
-        let timeline = &shm.dev(d.phys(self.dev)).busy_until;
-        let mut cur = timeline.load(Acquire);
-        let (start, end) = loop {
-            let start = ready.max(cur);
-            let end = start + k.dur_ns;
-            match timeline.compare_exchange_weak(cur, end, AcqRel, Acquire) {
-                Ok(_) => break (start, end),
-                Err(now) => cur = now,
-            }
-        };
+        let (start, end) = crate::timeslice::reserve(
+            shm.dev(d.phys(self.dev)),
+            shm.slot as u64 + 1,
+            ready,
+            k.dur_ns,
+            d.cfg.timeslice_ns,
+        );
         sleep_until(end);
         if let Some(t) = &d.trace {
             t.kernel(&KernelRecord {

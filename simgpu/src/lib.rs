@@ -12,6 +12,7 @@ mod exec;
 mod memory;
 mod proc_table;
 mod shm;
+mod timeslice;
 mod trace;
 
 use dilu_abi::cuda::{CUDA_ERROR_UNKNOWN, CUDA_SUCCESS, CUresult};

@@ -19,7 +19,10 @@ pub(crate) struct ShmDevice {
     pub used: AtomicU64,
     /// Device timeline: the end of the last reserved kernel slot (ns).
     pub busy_until: AtomicU64,
-    _pad: [u64; 5],
+    /// Time-slice owner: (process slot + 1) << 48 | slice start in µs;
+    /// 0 = nobody holds a slice.
+    pub slice: AtomicU64,
+    _pad: [u64; 4],
 }
 
 #[repr(C)]
