@@ -2,14 +2,14 @@
 //!
 //! It owns what crosses process boundaries: CUDA driver ABI aliases
 //! (`cuda`), unit parsing used by every configuration surface (`units`),
-//! simgpu's kernel-trace format (`simtrace`), the `#[repr(C)]` shared-memory
-//! layouts tenants and the node manager map (`ledger`) with their mapping
-//! helper (`shm`), and wire messages. It never calls a CUDA driver and never
-//! links the interposer; it may touch `/proc` and shared-memory files.
+//! simgpu's kernel-trace format (`simtrace`) and wire messages. The
+//! `#[repr(C)]` shared-memory layouts live in their own crate, `dilu-layout`,
+//! re-exported here. It never calls a CUDA driver and never links the
+//! interposer; it may touch `/proc` and shared-memory files.
 
 pub mod cluster_wire;
 pub mod cuda;
-pub mod ledger;
-pub mod shm;
 pub mod simtrace;
 pub mod units;
+
+pub use dilu_layout::{histogram, ledger, shm, sm, telemetry};

@@ -10,7 +10,7 @@
 use crate::shm::SharedLayout;
 use std::sync::atomic::{AtomicI32, AtomicU32, AtomicU64, Ordering};
 
-pub const MAX_DEVICES: usize = 16;
+pub use crate::MAX_DEVICES;
 pub const MAX_PROCESSES: usize = 256;
 /// Budget value meaning "no limit on this device".
 pub const UNLIMITED: u64 = u64::MAX;

@@ -1,0 +1,40 @@
+//! `dilu-layout`: every `#[repr(C)]` structure of atomics that dilu shares
+//! between processes, and the helper that maps them.
+//!
+//! - [`shm`]: mapping a layout from a file, an fd or anonymous memory.
+//! - [`ledger`]: a tenant's memory ledger (budgets, usage, member slots).
+//! - [`sm`]: a tenant's SM-time shares, written by one writer.
+//! - [`telemetry`]: what a tenant's processes report and share (the token
+//!   bucket, GPU busy time, throttling, bubble and latency histograms).
+//! - [`histogram`]: the lock-free log₂ histogram telemetry is made of.
+//!
+//! Layouts change only together with their magic number. This crate depends
+//! on libc alone; it never calls a CUDA driver.
+
+pub mod histogram;
+pub mod ledger;
+pub mod shm;
+pub mod sm;
+pub mod telemetry;
+
+/// Devices a layout has room for.
+pub const MAX_DEVICES: usize = 16;
+
+/// The file under `/dev/shm` holding one of a tenant's regions in standalone
+/// mode (no node manager): `dilu-<uid>-<tenant>.<kind>`, e.g. `.ledger`,
+/// `.sm`, `.telemetry`.
+pub fn tenant_region_path(uid: u32, tenant: &str, kind: &str) -> std::path::PathBuf {
+    std::path::PathBuf::from(format!("/dev/shm/dilu-{uid}-{tenant}.{kind}"))
+}
+
+/// CLOCK_MONOTONIC in nanoseconds: the time base every process of a node
+/// shares (vDSO, no system call).
+pub fn monotonic_ns() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: `ts` is a valid, writable timespec.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}
