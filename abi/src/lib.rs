@@ -12,4 +12,4 @@ pub mod cuda;
 pub mod simtrace;
 pub mod units;
 
-pub use dilu_layout::{histogram, ledger, shm, sm, telemetry};
+pub use dilu_layout::{histogram, ledger, monotonic_ns, shm, sm, telemetry, tenant_region_path};

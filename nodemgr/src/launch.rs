@@ -8,6 +8,7 @@ use std::process::{Command, ExitCode};
 pub struct LaunchSpec {
     pub sim: bool,
     pub mem: Option<String>,
+    pub sm: Option<String>,
     pub tenant: Option<String>,
     pub command: Vec<String>,
 }
@@ -25,6 +26,9 @@ pub fn environment(spec: &LaunchSpec) -> Result<Vec<(String, OsString)>, String>
         ),
     )];
     // The interposer validates these at start and stops with one clear line.
+    if let Some(sm) = &spec.sm {
+        env.push(("DILU_SM_LIMIT".to_string(), sm.into()));
+    }
     if let Some(mem) = &spec.mem {
         env.push(("DILU_MEM_LIMIT".to_string(), mem.into()));
     }
