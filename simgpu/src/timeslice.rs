@@ -25,9 +25,9 @@ fn unpack(word: u64) -> (u64, u64) {
     )
 }
 
-/// Reserves `dur_ns` of device time for process `me` (its shared-state slot
-/// + 1), starting no earlier than `ready`; returns (start, end) on the
-/// device timeline. Blocks while another process holds the slice.
+/// Reserves `dur_ns` of device time for process `me` (its shared-state
+/// slot plus one), starting no earlier than `ready`; returns (start, end) on
+/// the device timeline. Blocks while another process holds the slice.
 pub(crate) fn reserve(
     dev: &ShmDevice,
     me: u64,
