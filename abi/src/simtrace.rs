@@ -13,6 +13,8 @@ pub struct KernelRecord {
     pub start_ns: u64,
     pub end_ns: u64,
     pub name: String,
+    /// Thread blocks in the grid.
+    pub blocks: u64,
     pub graph: bool,
 }
 
@@ -32,6 +34,7 @@ pub fn parse_line(line: &str) -> Result<KernelRecord, String> {
         start_ns: field("start_ns")?,
         end_ns: field("end_ns")?,
         name: value["name"].as_str().unwrap_or_default().to_string(),
+        blocks: value["blocks"].as_u64().unwrap_or(0),
         graph: value["graph"].as_bool().unwrap_or(false),
     })
 }
@@ -113,6 +116,7 @@ mod tests {
             start_ns,
             end_ns,
             name: "k".into(),
+            blocks: 1,
             graph: false,
         }
     }

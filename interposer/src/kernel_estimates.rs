@@ -67,6 +67,11 @@ impl Entry {
         }
     }
 
+    /// Launches charged since the last measurement.
+    pub fn unmeasured_launches(&self) -> u64 {
+        self.pending_launches.load(Ordering::Relaxed)
+    }
+
     /// Records a launch charged `charged_ns`; returns how many launches of
     /// this kind came before it.
     #[inline]

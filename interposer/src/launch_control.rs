@@ -12,14 +12,32 @@ use crate::kernel_estimates::{EstimateTable, FIRST_GUESS_NS, LaunchKey};
 use crate::sampler;
 use crate::tenant_sm::{self, TenantSm};
 use dilu_abi::cuda::{CUDA_SUCCESS, CUresult, sys};
+use dilu_abi::ledger::MAX_DEVICES;
 use dilu_abi::monotonic_ns;
 use dilu_abi::sm::is_limited;
 use dilu_abi::telemetry::Admission;
 use std::sync::OnceLock;
-use std::sync::atomic::{AtomicI64, Ordering};
+use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 
-/// One launch of a kind in this many is timed once the kind is known.
-pub const SAMPLE_EVERY: u64 = 16;
+/// Once a kind is known, a launch of it is timed when this process had no
+/// work of its own left on the device (the sample then times the kernel
+/// alone, not also the work queued ahead of it), at most one in
+/// [`SAMPLE_WHEN_IDLE_EVERY`]; and in any case one in [`SAMPLE_EVERY`].
+pub const SAMPLE_WHEN_IDLE_EVERY: u64 = 4;
+pub const SAMPLE_EVERY: u64 = 256;
+
+/// When this process's launched work is expected to be done, per device
+/// (from the estimates): a launch after that instant finds the device free
+/// of our own work.
+/// Launches of a kind never measured that may be in flight before its first
+/// measurement arrives: each is charged only a guess, so without this bound
+/// a program could queue seconds of unaccounted work (the charge-back
+/// would come too late to keep the share in any short window).
+pub const MAX_UNMEASURED_LAUNCHES: u64 = 4;
+/// Longest wait for a first measurement (a lost sample must not stall).
+const FIRST_MEASUREMENT_WAIT_NS: u64 = 50_000_000;
+
+static OWN_WORK_UNTIL: [AtomicU64; MAX_DEVICES] = [const { AtomicU64::new(0) }; MAX_DEVICES];
 
 static ESTIMATES: EstimateTable = EstimateTable::new();
 
@@ -94,7 +112,10 @@ fn admit(
     device: usize,
 ) -> (&'static crate::kernel_estimates::Entry, bool) {
     let (entry, placed) = ESTIMATES.entry(key);
-    let estimate = entry.estimate_ns();
+    let mut estimate = entry.estimate_ns();
+    if estimate.is_none() && placed && entry.unmeasured_launches() >= MAX_UNMEASURED_LAUNCHES {
+        estimate = wait_for_first_measurement(entry);
+    }
     let cost = estimate.unwrap_or(FIRST_GUESS_NS);
     let launches_before = entry.charge(cost);
     let telemetry = sm.device(device);
@@ -109,10 +130,31 @@ fn admit(
         now = woke;
     }
     telemetry.record_launch(now, cost);
+    let own_work = &OWN_WORK_UNTIL[device];
+    let queued_until = own_work.load(Ordering::Relaxed);
+    own_work.fetch_max(queued_until.max(now) + cost, Ordering::Relaxed);
+    let alone = now >= queued_until;
     let sample = placed
-        && (estimate.is_none() || launches_before % SAMPLE_EVERY == 0)
+        && (estimate.is_none()
+            || (alone && launches_before % SAMPLE_WHEN_IDLE_EVERY == 0)
+            || launches_before % SAMPLE_EVERY == 0)
         && entry.start_sampling();
     (entry, sample)
+}
+
+#[cold]
+fn wait_for_first_measurement(entry: &crate::kernel_estimates::Entry) -> Option<u64> {
+    let deadline = monotonic_ns() + FIRST_MEASUREMENT_WAIT_NS;
+    loop {
+        if let Some(estimate) = entry.estimate_ns() {
+            return Some(estimate);
+        }
+        let now = monotonic_ns();
+        if now >= deadline {
+            return None;
+        }
+        sleep_until(now + 100_000);
+    }
 }
 
 /// Runs `launch` (the real driver call) under SM-time control: charged,

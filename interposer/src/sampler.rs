@@ -346,6 +346,7 @@ fn harvest() {
 
 fn settle(sample: &Sample, estimate_ns: u64) {
     let delta = sample.entry.settle(estimate_ns);
+    tracing::trace!(delta, estimate_ns, "settled");
     let Some(sm) = tenant_sm::get() else { return };
     let device = sm.device(sample.device);
     device.record_sample();

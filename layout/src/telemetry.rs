@@ -28,6 +28,10 @@ pub struct DeviceTelemetry {
     /// Launches that had to wait for tokens, and the wall time they waited.
     throttled_launches: AtomicU64,
     throttled_ns: AtomicU64,
+    /// GPU time charged too much earlier and not yet given back: later
+    /// launches are charged that much less. (Giving it back by moving the
+    /// bucket would be lost whenever the bucket is full, or become a burst.)
+    refund_ns: AtomicU64,
     /// Launches timed with events, and the correction they brought
     /// (signed, two's complement).
     sampled_launches: AtomicU64,
@@ -73,7 +77,7 @@ impl DeviceTelemetry {
     /// waits, and the debt is what it waits for.
     #[inline]
     pub fn admit(&self, now: u64, cost_ns: u64, share_ppm: u32, depth_ns: u64) -> Admission {
-        let cost = wall_cost_ns(cost_ns, share_ppm);
+        let cost = wall_cost_ns(cost_ns - self.take_refund(cost_ns), share_ppm);
         let mut tat = self.tat_ns.load(Ordering::Relaxed);
         loop {
             let next = tat.max(now).saturating_add(cost);
@@ -94,24 +98,43 @@ impl DeviceTelemetry {
         }
     }
 
+    /// Takes up to `cost_ns` from the refund owed to the tenant.
+    #[inline]
+    fn take_refund(&self, cost_ns: u64) -> u64 {
+        let mut owed = self.refund_ns.load(Ordering::Relaxed);
+        while owed > 0 {
+            let take = owed.min(cost_ns);
+            match self.refund_ns.compare_exchange_weak(
+                owed,
+                owed - take,
+                Ordering::AcqRel,
+                Ordering::Relaxed,
+            ) {
+                Ok(_) => return take,
+                Err(actual) => owed = actual,
+            }
+        }
+        0
+    }
+
     /// Charges (positive) or refunds (negative) GPU time after the fact, when
     /// a measurement shows that earlier launches cost more or less than they
-    /// were charged.
+    /// were charged. A charge moves the bucket at once; a refund is taken
+    /// off the next launches' charges.
     pub fn charge_back(&self, delta_gpu_ns: i64, share_ppm: u32, now: u64) {
-        let wall = wall_cost_ns(delta_gpu_ns.unsigned_abs(), share_ppm);
         self.busy_ns
             .fetch_add(delta_gpu_ns as u64, Ordering::Relaxed);
         self.correction_ns
             .fetch_add(delta_gpu_ns as u64, Ordering::Relaxed);
+        if delta_gpu_ns < 0 {
+            self.refund_ns
+                .fetch_add(delta_gpu_ns.unsigned_abs(), Ordering::Relaxed);
+            return;
+        }
+        let wall = wall_cost_ns(delta_gpu_ns as u64, share_ppm);
         let mut tat = self.tat_ns.load(Ordering::Relaxed);
         loop {
-            // A refund never reaches back before now: credit is capped by
-            // the bucket depth like any idle time.
-            let next = if delta_gpu_ns >= 0 {
-                tat.max(now).saturating_add(wall)
-            } else {
-                tat.saturating_sub(wall).max(now.min(tat))
-            };
+            let next = tat.max(now).saturating_add(wall);
             match self
                 .tat_ns
                 .compare_exchange_weak(tat, next, Ordering::AcqRel, Ordering::Relaxed)
@@ -244,7 +267,7 @@ mod tests {
     }
 
     #[test]
-    fn corrections_move_the_bucket_both_ways() {
+    fn charges_move_the_bucket_and_refunds_lower_later_charges() {
         let t = telemetry();
         let dev = &t.devices[2];
         let now = 1_000_000_000;
@@ -255,15 +278,21 @@ mod tests {
             dev.admit(now, 0, FULL_SHARE_PPM / 2, 0),
             Admission::At(now + 800_000)
         );
-        dev.charge_back(-200_000, FULL_SHARE_PPM / 2, now);
+        // A refund of 150 µs: the next 100 µs launch is free, the one after
+        // costs 50 µs (100 µs of bucket at 50%), never moving the bucket back.
+        dev.charge_back(-150_000, FULL_SHARE_PPM / 2, now);
+        let half = FULL_SHARE_PPM / 2;
         assert_eq!(
-            dev.admit(now, 0, FULL_SHARE_PPM / 2, 0),
-            Admission::At(now + 400_000)
+            dev.admit(now, 100_000, half, 0),
+            Admission::At(now + 800_000)
         );
-        dev.charge_back(-10_000_000, FULL_SHARE_PPM / 2, now);
-        assert_eq!(dev.admit(now, 0, FULL_SHARE_PPM / 2, 0), Admission::Now);
+        assert_eq!(
+            dev.admit(now, 100_000, half, 0),
+            Admission::At(now + 800_000)
+        );
+        assert_eq!(dev.admit(now, 0, half, 0), Admission::At(now + 900_000));
         let snap = dev.snapshot();
-        assert_eq!(snap.correction_ns, 300_000 - 200_000 - 10_000_000);
+        assert_eq!(snap.correction_ns, 300_000 - 150_000);
     }
 
     #[test]

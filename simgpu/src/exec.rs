@@ -9,6 +9,7 @@ use dilu_abi::cuda::*;
 use std::cell::RefCell;
 use std::collections::{HashMap, VecDeque};
 use std::ffi::c_void;
+use std::sync::atomic::Ordering::{AcqRel, Acquire};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 
 pub(crate) type HostFn = unsafe extern "C" fn(*mut c_void);
@@ -172,6 +173,9 @@ impl Stream {
         }
         st.submitted += 1;
         let seq = st.submitted;
+        if let (Op::Kernel(_), Some(shm)) = (&op, &d.shm) {
+            shm.queued(shm.slot, d.phys(self.dev)).fetch_add(1, AcqRel);
+        }
         st.q.push_back((seq, now_ns(), op));
         if !st.worker {
             let me = self.clone();
@@ -179,7 +183,11 @@ impl Stream {
                 .name(format!("simgpu-s{}", self.id))
                 .spawn(move || me.worker());
             if spawned.is_err() {
-                st.q.pop_back();
+                if let (Some((_, _, Op::Kernel(_))), Some(shm)) = (st.q.pop_back(), &d.shm) {
+                    let _ =
+                        shm.queued(shm.slot, d.phys(self.dev))
+                            .fetch_update(AcqRel, Acquire, |n| n.checked_sub(1));
+                }
                 st.submitted -= 1;
                 return Err(CUDA_ERROR_OUT_OF_MEMORY);
             }
@@ -254,8 +262,9 @@ impl Stream {
                 ready
             }
             Op::Record { ev, generation } => {
-                ev.complete(generation, ready);
-                ready
+                let at = self.device_time_for_record(ready);
+                ev.complete(generation, at);
+                at
             }
             Op::Host { f, data } => {
                 // SAFETY: the client handed us this callback and its argument.
@@ -278,16 +287,22 @@ impl Stream {
         }
     }
 
+    /// When an event recorded at `ready` is timestamped: once this process
+    /// has the device (time slicing).
+    fn device_time_for_record(&self, ready: u64) -> u64 {
+        let Ok(d) = drv() else { return ready };
+        let Some(shm) = &d.shm else { return ready };
+        crate::timeslice::acquire(shm, d.phys(self.dev), ready, d.cfg.timeslice_ns)
+    }
+
     fn run_kernel(&self, ready: u64, k: &KernelOp) -> u64 {
         let Ok(d) = drv() else { return ready };
         let Some(shm) = &d.shm else { return ready };
-        let (start, end) = crate::timeslice::reserve(
-            shm.dev(d.phys(self.dev)),
-            shm.slot as u64 + 1,
-            ready,
-            k.dur_ns,
-            d.cfg.timeslice_ns,
-        );
+        let phys = d.phys(self.dev);
+        let (start, end) =
+            crate::timeslice::reserve(shm, phys, ready, k.dur_ns, d.cfg.timeslice_ns);
+        let queued = shm.queued(shm.slot, phys);
+        let _ = queued.fetch_update(AcqRel, Acquire, |n| n.checked_sub(1));
         sleep_until(end);
         if let Some(t) = &d.trace {
             t.kernel(&KernelRecord {

@@ -7,8 +7,8 @@ use crate::config::MAX_DEVICES;
 use std::ffi::CString;
 use std::sync::atomic::{AtomicU64, Ordering::*};
 
-const MAGIC: u64 = 0x5349_4d47_5055_0001; // "SIMGPU" + layout 1
-const VERSION: u64 = 1;
+const MAGIC: u64 = 0x5349_4d47_5055_0002; // "SIMGPU" + layout 2
+const VERSION: u64 = 2;
 pub(crate) const MAX_SLOTS: usize = 256;
 /// Slot pid value while a process is filling in its slot or reclaiming one.
 const BUSY: u64 = u64::MAX;
@@ -30,6 +30,9 @@ pub(crate) struct ShmSlot {
     pub pid: AtomicU64,
     pub start_time: AtomicU64,
     pub used: [AtomicU64; MAX_DEVICES],
+    /// Kernels this process has queued on each device and not yet started
+    /// (a time-slice holder with queued kernels is not idle).
+    pub queued: [AtomicU64; MAX_DEVICES],
 }
 
 #[repr(C)]
@@ -221,7 +224,16 @@ impl Shm {
         }
     }
 
+    /// Kernels queued and not yet started by the process in `slot` on
+    /// device `phys`.
+    pub(crate) fn queued(&self, slot: usize, phys: usize) -> &'static AtomicU64 {
+        &self.layout.slots[slot.min(MAX_SLOTS - 1)].queued[phys]
+    }
+
     fn drain_slot(&self, s: &ShmSlot) {
+        for queued in &s.queued {
+            queued.store(0, Relaxed);
+        }
         for (d, used) in s.used.iter().enumerate() {
             let n = used.swap(0, AcqRel);
             if n > 0 {

@@ -4,13 +4,14 @@
 //! nothing left to run; other processes wait for either. Kernels are not
 //! preempted: a slice ends after the kernel that crosses its end.
 
-use crate::shm::ShmDevice;
+use crate::shm::{Shm, ShmDevice};
 use crate::{now_ns, sleep_until};
 use std::sync::atomic::Ordering::*;
 
-/// How long after the device's last reserved kernel the slice holder still
-/// counts as busy: its stream worker needs a moment to queue its next
-/// kernel, and taking the device in that gap would switch on every kernel.
+/// How long after the device's last reserved kernel a slice holder with no
+/// kernel queued still counts as busy: its program needs a moment to launch
+/// the next one, and taking the device in that gap would switch on every
+/// kernel.
 const HOLDER_GRACE_NS: u64 = 20_000;
 const OWNER_SHIFT: u32 = 48;
 
@@ -29,14 +30,15 @@ fn unpack(word: u64) -> (u64, u64) {
 /// slot plus one), starting no earlier than `ready`; returns (start, end) on
 /// the device timeline. Blocks while another process holds the slice.
 pub(crate) fn reserve(
-    dev: &ShmDevice,
-    me: u64,
+    shm: &Shm,
+    phys: usize,
     ready: u64,
     dur_ns: u64,
     timeslice_ns: u64,
 ) -> (u64, u64) {
+    let dev = shm.dev(phys);
     if timeslice_ns > 0 {
-        take_slice(dev, me, ready, timeslice_ns);
+        acquire(shm, phys, ready, timeslice_ns);
     }
     let mut cur = dev.busy_until.load(Acquire);
     loop {
@@ -52,18 +54,31 @@ pub(crate) fn reserve(
     }
 }
 
-/// Waits until `me` holds the slice (or may take it) and records it.
-fn take_slice(dev: &ShmDevice, me: u64, ready: u64, timeslice_ns: u64) {
+/// The instant, no earlier than `ready`, from which process `me` has the
+/// device: at once if it holds the slice, else once the holder's slice ran
+/// out or it went idle and its last kernel ended. Work of the process that
+/// takes no device time (event records) happens then: a context that is not
+/// resident does not advance at all, as with real time slicing.
+pub(crate) fn acquire(shm: &Shm, phys: usize, ready: u64, timeslice_ns: u64) -> u64 {
+    if timeslice_ns == 0 {
+        return ready;
+    }
+    let dev: &ShmDevice = shm.dev(phys);
+    let me = shm.slot as u64 + 1;
     loop {
         let word = dev.slice.load(Acquire);
         let (owner, started) = unpack(word);
         if owner == me {
-            return;
+            return ready;
         }
         let busy_until = dev.busy_until.load(Acquire);
         let now = now_ns();
         let slice_end = started + timeslice_ns;
-        let holder_idle = now >= busy_until + HOLDER_GRACE_NS;
+        // Idle: nothing queued (the GPU sees a context's pending work) and
+        // its last kernel done a moment ago.
+        let holder_idle = owner == 0
+            || (shm.queued(owner as usize - 1, phys).load(Acquire) == 0
+                && now >= busy_until + HOLDER_GRACE_NS);
         if owner == 0 || now >= slice_end || holder_idle {
             // Slots are reserved on the simulated timeline: a slice starts
             // when the device frees up, not when this thread woke up.
@@ -73,7 +88,7 @@ fn take_slice(dev: &ShmDevice, me: u64, ready: u64, timeslice_ns: u64) {
                 .compare_exchange(word, pack(me, start), AcqRel, Acquire)
                 .is_ok()
             {
-                return;
+                return start;
             }
             continue;
         }

@@ -1,0 +1,228 @@
+//! SM-time budgets on simgpu, judged by simgpu's kernel trace.
+//!
+//! Tenants run `cudarc-loop` (deep pipelines: they always have work) under
+//! `dilu run --sm`. Two tenants whose shares add up to the whole device are
+//! judged by how they split the device time they used between them (the
+//! device also loses a little time at every switch between processes, as a
+//! real GPU does); a tenant alone is judged by its share of wall-clock time.
+//! The scenarios run one at a time: they measure time.
+
+use dilu_tests::sm_scenario::{Scenario, TenantLoop};
+use std::sync::Mutex;
+use std::time::Duration;
+
+static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
+const LIMIT: Duration = Duration::from_secs(60);
+/// Wide enough for a loaded 2-core CI machine running debug builds; the
+/// ±3-point accuracy is measured by `bench/benches/sm_accuracy.rs`.
+const TOLERANCE: f64 = 0.08;
+
+fn serial() -> std::sync::MutexGuard<'static, ()> {
+    ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+fn two_tenants(tag: &str, shares: (f64, f64), loop_args: &[&str]) -> Vec<f64> {
+    let _serial = serial();
+    let scenario = Scenario::start(
+        tag,
+        &[
+            TenantLoop::new(Some(shares.0), loop_args),
+            TenantLoop::new(Some(shares.1), loop_args),
+        ],
+        &[],
+    );
+    let outcome = scenario.finish(LIMIT);
+    let split = outcome.split();
+    let used: f64 = outcome.shares().iter().sum();
+    eprintln!(
+        "{tag}: target {shares:?} → split {:.1}/{:.1} of {:.1}% device time used",
+        split[0] * 100.0,
+        split[1] * 100.0,
+        used * 100.0
+    );
+    for (got, want) in split.iter().zip([shares.0, shares.1]) {
+        assert!(
+            (got - want / 100.0).abs() <= TOLERANCE,
+            "{tag}: split {split:?}, target {shares:?}"
+        );
+    }
+    assert!(used > 0.80, "{tag}: the device sat idle: {used}");
+    split
+}
+
+#[test]
+fn thirty_seventy_with_uniform_kernels() {
+    two_tenants(
+        "u3070",
+        (30.0, 70.0),
+        &["--seconds", "4", "--depth", "1000"],
+    );
+}
+
+#[test]
+fn ten_ninety_with_uniform_kernels() {
+    two_tenants(
+        "u1090",
+        (10.0, 90.0),
+        &["--seconds", "4", "--depth", "1000"],
+    );
+}
+
+#[test]
+fn thirty_seventy_with_mixed_kernel_sizes() {
+    // 264 blocks = 20 µs, 66000 blocks = 5 ms on simgpu's default model.
+    two_tenants(
+        "m3070",
+        (30.0, 70.0),
+        &[
+            "--seconds",
+            "5",
+            "--depth",
+            "1000",
+            "--blocks",
+            "264,1320,13200,66000",
+        ],
+    );
+}
+
+#[test]
+fn thirty_seventy_with_launches_on_several_streams() {
+    two_tenants(
+        "s3070",
+        (30.0, 70.0),
+        &["--seconds", "4", "--depth", "1000", "--streams", "3"],
+    );
+}
+
+#[test]
+fn thirty_seventy_with_cuda_graphs() {
+    two_tenants(
+        "g3070",
+        (30.0, 70.0),
+        &[
+            "--seconds",
+            "4",
+            "--depth",
+            "100",
+            "--graph",
+            "10",
+            "--blocks",
+            "264,1320,6600",
+        ],
+    );
+}
+
+#[test]
+fn a_tenant_alone_gets_its_share_and_no_more() {
+    let _serial = serial();
+    let scenario = Scenario::start(
+        "alone30",
+        &[TenantLoop::new(
+            Some(30.0),
+            &["--seconds", "3", "--depth", "1000"],
+        )],
+        &[],
+    );
+    let outcome = scenario.finish(LIMIT);
+    let share = outcome.shares()[0];
+    eprintln!("alone at 30%: {:.1}%", share * 100.0);
+    assert!((share - 0.30).abs() <= TOLERANCE, "got {share}");
+}
+
+#[test]
+fn a_share_changed_while_the_tenant_runs_holds_within_a_second() {
+    let _serial = serial();
+    let scenario = Scenario::start(
+        "live",
+        &[TenantLoop::new(
+            Some(20.0),
+            &["--seconds", "6", "--depth", "1000"],
+        )],
+        &[],
+    );
+    std::thread::sleep(Duration::from_millis(2500));
+    // The writer side, as the node manager or an operator's tool uses it.
+    // SAFETY: getuid has no preconditions.
+    let uid = unsafe { libc::getuid() };
+    let path = dilu_abi::tenant_region_path(uid, &scenario.tenants[0], "sm");
+    let budget =
+        dilu_abi::shm::Region::<dilu_abi::sm::SmBudget>::open_or_create(&path, 0o600, |_| {
+            panic!("the running tenant created its SM budget")
+        })
+        .expect("open the tenant's SM budget");
+    let changed_at = dilu_abi::monotonic_ns();
+    budget.set_share_percent(0, 60.0);
+    let outcome = scenario.finish(LIMIT);
+    let second = 1_000_000_000;
+    let before = outcome.shares_between(Some((changed_at - 2 * second, changed_at)))[0];
+    let after = outcome.shares_between(Some((changed_at + second, changed_at + 3 * second)))[0];
+    eprintln!(
+        "live change: {:.1}% before, {:.1}% from 1 s after",
+        before * 100.0,
+        after * 100.0
+    );
+    assert!(
+        (before - 0.20).abs() <= TOLERANCE,
+        "before the change: {before}"
+    );
+    assert!(
+        (after - 0.60).abs() <= TOLERANCE,
+        "from 1 s after the change: {after}"
+    );
+}
+
+#[test]
+fn throttling_loses_and_reorders_no_launch() {
+    let _serial = serial();
+    let args = [
+        "--kernels",
+        "600",
+        "--seconds",
+        "60",
+        "--streams",
+        "3",
+        "--depth",
+        "50",
+        "--blocks",
+        "264,1320,2640,13200",
+    ];
+    let free = Scenario::start("order-free", &[TenantLoop::new(None, &args)], &[]).finish(LIMIT);
+    let limited =
+        Scenario::start("order-20", &[TenantLoop::new(Some(20.0), &args)], &[]).finish(LIMIT);
+    assert_eq!(limited.kernels[0], 600);
+    assert_eq!(
+        limited.traced_kernels(0),
+        600,
+        "every launch ran exactly once"
+    );
+    let sequences = |o: &dilu_tests::sm_scenario::Outcome| -> Vec<Vec<u64>> {
+        o.blocks_by_stream(0).into_values().collect()
+    };
+    assert_eq!(
+        sequences(&free),
+        sequences(&limited),
+        "each stream ran the same kernels in the same order"
+    );
+}
+
+#[test]
+fn a_bad_share_is_one_clear_line() {
+    let mut command = std::process::Command::new(dilu_tests::workspace::dilu());
+    command
+        .args(["run", "--sim", "--sm", "0", "--"])
+        .arg(dilu_tests::workspace::artifact("cudarc-loop"))
+        .args(["--kernels", "1"])
+        .env(
+            "SIMGPU_INSTANCE",
+            dilu_tests::workspace::unique_name("badsm"),
+        );
+    let output = dilu_tests::workspace::output_within(command, LIMIT);
+    assert_eq!(output.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    let lines: Vec<&str> = stderr
+        .lines()
+        .filter(|l| l.contains("DILU_SM_LIMIT"))
+        .collect();
+    assert_eq!(lines.len(), 1, "{stderr}");
+    assert!(lines[0].contains("0:30,1:50"), "{stderr}");
+}
