@@ -76,9 +76,10 @@ fn query(env: &[(&str, &str)]) -> Vec<Value> {
     let dir = fixture();
     let mut lines = Vec::new();
     for client in ["client-linked", "client-dlopen"] {
+        let instance = unique_name("nvml");
         let mut command = dilu_run(true, &dir.join(client), &[&(64 * MIB).to_string()]);
         command
-            .env("SIMGPU_INSTANCE", unique_name("nvml"))
+            .env("SIMGPU_INSTANCE", &instance)
             .env("SIMGPU_DEVICES", "2")
             .env("LD_LIBRARY_PATH", dir)
             .env_remove("CUDA_VISIBLE_DEVICES")
@@ -90,6 +91,9 @@ fn query(env: &[(&str, &str)]) -> Vec<Value> {
             command.env(key, value);
         }
         let output = output_within(command, Duration::from_secs(120));
+        // SAFETY: getuid has no preconditions.
+        let uid = unsafe { libc::getuid() };
+        let _ = std::fs::remove_file(format!("/dev/shm/simgpu-{uid}-{instance}"));
         let stdout = String::from_utf8_lossy(&output.stdout);
         assert!(
             output.status.success(),
