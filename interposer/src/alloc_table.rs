@@ -6,16 +6,23 @@
 //! tombstone that later inserts reuse. Should the table ever fill up (more
 //! than `CAPACITY` live allocations), further entries go to a mutex-guarded
 //! overflow map, which is slow but correct.
+//!
+//! Every entry carries the table's *epoch* at insertion. [`AllocTable::forget_all`]
+//! moves to the next epoch in O(1), after which older entries read as absent:
+//! a forked child uses this so that it never refunds (or double-refunds) an
+//! allocation its parent made.
 
 use std::collections::HashMap;
-use std::sync::Mutex;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU8, AtomicU64, Ordering};
+use std::sync::{Mutex, MutexGuard};
 
 const DEFAULT_CAPACITY: usize = 1 << 18;
 const EMPTY: u64 = 0;
 const TOMBSTONE: u64 = u64::MAX;
 /// Probes before giving up on the array and using the overflow map.
 const MAX_PROBES: usize = 64;
+/// Largest charge one entry can record (48 bits: 256 TiB).
+const MAX_BYTES: u64 = (1 << 48) - 1;
 
 /// What one allocation was charged: device index and bytes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -25,24 +32,31 @@ pub struct Charge {
 }
 
 impl Charge {
-    fn pack(self) -> u64 {
-        (self.bytes << 8) | u64::from(self.device)
+    /// bytes (48 bits) | epoch (8 bits) | device (8 bits).
+    fn pack(self, epoch: u8) -> u64 {
+        debug_assert!(self.bytes <= MAX_BYTES);
+        (self.bytes.min(MAX_BYTES) << 16) | (u64::from(epoch) << 8) | u64::from(self.device)
     }
 
-    fn unpack(word: u64) -> Self {
-        Charge {
+    /// The charge in `word`, if it was recorded in `epoch`.
+    fn unpack(word: u64, epoch: u8) -> Option<Self> {
+        ((word >> 8) as u8 == epoch).then_some(Charge {
             device: (word & 0xff) as u8,
-            bytes: word >> 8,
-        }
+            bytes: word >> 16,
+        })
     }
 }
+
+/// The overflow map: key -> packed charge.
+pub type Overflow = HashMap<u64, u64>;
 
 pub struct AllocTable {
     /// Capacity − 1 (capacity is a power of two).
     mask: usize,
     keys: Box<[AtomicU64]>,
     values: Box<[AtomicU64]>,
-    overflow: Mutex<HashMap<u64, Charge>>,
+    overflow: Mutex<Overflow>,
+    epoch: AtomicU8,
 }
 
 impl Default for AllocTable {
@@ -65,7 +79,22 @@ impl AllocTable {
             keys: (0..capacity).map(|_| AtomicU64::new(EMPTY)).collect(),
             values: (0..capacity).map(|_| AtomicU64::new(0)).collect(),
             overflow: Mutex::new(HashMap::new()),
+            epoch: AtomicU8::new(0),
         }
+    }
+
+    /// Treats every entry recorded so far as absent (a forked child's view
+    /// of its parent's allocations). O(1).
+    pub fn forget_all(&self) {
+        self.epoch.fetch_add(1, Ordering::AcqRel);
+    }
+
+    /// Locks the overflow map (held across `fork` so the child never
+    /// inherits it locked by a thread that does not exist there).
+    pub fn lock_overflow(&self) -> MutexGuard<'_, Overflow> {
+        self.overflow
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
     fn slot_of(&self, key: u64) -> usize {
@@ -78,6 +107,7 @@ impl AllocTable {
     /// Sizes must fit in 56 bits (64 PiB).
     pub fn insert(&self, key: u64, charge: Charge) {
         debug_assert!(key != EMPTY && key != TOMBSTONE);
+        let word = charge.pack(self.epoch.load(Ordering::Acquire));
         let start = self.slot_of(key);
         for probe in 0..MAX_PROBES.min(self.mask + 1) {
             let index = (start + probe) & self.mask;
@@ -89,22 +119,21 @@ impl AllocTable {
             {
                 // The key is only looked up after the allocation returned to
                 // the program, i.e. after this store.
-                self.values[index].store(charge.pack(), Ordering::Release);
+                self.values[index].store(word, Ordering::Release);
                 return;
             }
         }
-        self.overflow
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
-            .insert(key, charge);
+        self.lock_overflow().insert(key, word);
     }
 
     /// Removes `key` and returns what it was charged, or `None` if it is not
-    /// a live allocation this process made (double free, foreign pointer).
+    /// a live allocation this process made (double free, foreign pointer, an
+    /// entry from before [`AllocTable::forget_all`]).
     pub fn remove(&self, key: u64) -> Option<Charge> {
         if key == EMPTY || key == TOMBSTONE {
             return None;
         }
+        let epoch = self.epoch.load(Ordering::Acquire);
         let start = self.slot_of(key);
         for probe in 0..MAX_PROBES.min(self.mask + 1) {
             let index = (start + probe) & self.mask;
@@ -113,20 +142,19 @@ impl AllocTable {
                 break;
             }
             if current == key {
-                let charge = Charge::unpack(self.values[index].load(Ordering::Acquire));
+                let word = self.values[index].load(Ordering::Acquire);
                 if self.keys[index]
                     .compare_exchange(key, TOMBSTONE, Ordering::AcqRel, Ordering::Relaxed)
                     .is_ok()
                 {
-                    return Some(charge);
+                    return Charge::unpack(word, epoch);
                 }
                 return None; // a concurrent free of the same pointer won
             }
         }
-        self.overflow
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
+        self.lock_overflow()
             .remove(&key)
+            .and_then(|word| Charge::unpack(word, epoch))
     }
 }
 
@@ -217,5 +245,30 @@ mod tests {
             );
         }
         assert_eq!(table.remove(keys[0]), None);
+    }
+
+    #[test]
+    fn forgotten_entries_are_never_refunded_and_new_ones_are() {
+        let table = AllocTable::with_capacity(8);
+        let charge = |bytes| Charge { device: 0, bytes };
+        // Some in the array, some in the overflow map.
+        let inherited: Vec<u64> = (1..=20u64).map(|i| i << 8).collect();
+        for &key in &inherited {
+            table.insert(key, charge(key));
+        }
+        table.forget_all();
+        let fresh = 0xabc_0000;
+        table.insert(fresh, charge(777));
+        for &key in &inherited {
+            assert_eq!(table.remove(key), None, "inherited entry {key:#x}");
+        }
+        assert_eq!(table.remove(fresh), Some(charge(777)));
+        // After 256 forks the epoch wraps; entries of the current epoch
+        // still work.
+        for _ in 0..256 {
+            table.forget_all();
+        }
+        table.insert(fresh, charge(1 << 40));
+        assert_eq!(table.remove(fresh), Some(charge(1 << 40)));
     }
 }

@@ -22,6 +22,9 @@
 //! member notices: each member's watcher thread scans every
 //! [`RECLAIM_PERIOD`] and a refused reservation rescans at once, so a dead
 //! process's memory is back within 100 ms (plus scheduling delay).
+//!
+//! A forked child is a new member with its own slot; it never refunds what
+//! its parent charged (see [`crate::fork`]).
 
 use crate::alloc_table::{AllocTable, Charge};
 use crate::config;
@@ -188,22 +191,35 @@ extern "C" fn leave_at_exit() {
     }
 }
 
-extern "C" fn forget_parent_state_in_child() {
-    // The child is a new process: it joins with its own slot on first use;
-    // the parent's watcher thread does not exist here.
+/// In a forked child (see [`crate::fork`]): the child is a new process that
+/// joins the tenant with its own slot on first use, has no watcher thread,
+/// has charged no context, and owns none of the allocations in the charge
+/// table it inherited (freeing one must not refund the parent's charge).
+pub fn forget_parent_state_in_child() {
     SLOT.store(NOT_JOINED, Ordering::Relaxed);
     WATCHER_RUNNING.store(false, Ordering::Relaxed);
     for charged in &CONTEXT_CHARGED {
         charged.store(false, Ordering::Relaxed);
     }
+    if let Some(budget) = existing() {
+        budget.charges.forget_all();
+    }
+}
+
+/// The budget if it has been set up, without setting it up.
+pub fn existing() -> Option<&'static MemoryBudget> {
+    BUDGET.get().and_then(Option::as_ref)
+}
+
+/// Locks the join lock for `fork` (see [`crate::fork`]).
+pub fn lock_join_for_fork() -> std::sync::MutexGuard<'static, ()> {
+    JOIN_LOCK.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 fn register_process_hooks() {
-    // SAFETY: registering plain extern "C" functions that never unwind.
-    unsafe {
-        libc::atexit(leave_at_exit);
-        libc::pthread_atfork(None, None, Some(forget_parent_state_in_child));
-    }
+    // SAFETY: registering a plain extern "C" function that never unwinds.
+    unsafe { libc::atexit(leave_at_exit) };
+    crate::fork::install();
 }
 
 fn start_watcher() {
@@ -280,6 +296,20 @@ impl MemoryBudget {
         self.device_count
     }
 
+    /// What a budgeted `device` reports in place of the driver's (total,
+    /// free): total = min(real total, budget), free = min(real free, budget
+    /// − the tenant's usage), never below 0 nor above total. `None` when the
+    /// device has no budget.
+    pub fn view(&self, device: usize, total: u64, free: u64) -> Option<(u64, u64)> {
+        let limit = self.budget_of(device);
+        if limit == UNLIMITED {
+            return None;
+        }
+        let left = limit.saturating_sub(self.used_on(device));
+        let total = total.min(limit);
+        Some((total, free.min(left).min(total)))
+    }
+
     /// Charges the context allowance the first time this process uses
     /// `device`.
     pub fn charge_context(&self, slot: SlotId, device: usize) -> Result<(), ledger::Refusal> {
@@ -313,7 +343,11 @@ impl MemoryBudget {
         match attempt() {
             Ok(()) => Ok(slot),
             Err(refusal) => {
-                if self.ledger.reclaim_dead(ledger::process_alive) > 0 && attempt().is_ok() {
+                // Before refusing: memory of dead members, and graph memory
+                // the driver has given back since it was last asked.
+                let reclaimed = self.ledger.reclaim_dead(ledger::process_alive) > 0;
+                let reconciled = crate::graph_memory::reconcile_all();
+                if (reclaimed || reconciled) && attempt().is_ok() {
                     return Ok(slot);
                 }
                 self.log_refusal(&refusal);

@@ -128,6 +128,13 @@ pub fn ensure_loaded() -> bool {
     }
 }
 
+/// In a forked child: a load that another thread of the parent had under
+/// way at the fork will never finish here (that thread does not exist in
+/// the child), so the next use starts it afresh instead of waiting forever.
+pub fn restart_interrupted_load() {
+    let _ = STATE.compare_exchange(LOADING, UNINIT, Ordering::AcqRel, Ordering::Relaxed);
+}
+
 /// `dlopen`s `path`, returning the handle or the `dlerror` text.
 fn open(path: &CStr) -> Result<*mut c_void, String> {
     // SAFETY: `path` is NUL-terminated; dlopen has no other preconditions.

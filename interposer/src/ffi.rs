@@ -1,6 +1,7 @@
 //! Panic containment at the FFI edge: no panic may unwind into C.
 
 use core::cell::Cell;
+use core::ffi::CStr;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 
 use dilu_abi::cuda::{CUDA_ERROR_UNKNOWN, CUresult};
@@ -21,23 +22,50 @@ pub fn entry(
     body: impl FnOnce() -> CUresult,
     real: impl FnOnce() -> CUresult,
 ) -> CUresult {
+    let name = || match cx {
+        Some(cx) => (cx.name(), cx.per_thread),
+        None => (c"cuGetProcAddress", false),
+    };
+    contain(name, done, body, real)
+}
+
+/// [`entry`] for an entry point outside the driver's hook table (NVML),
+/// named by its exported C name. Its status codes are 32-bit like
+/// `CUresult`, and NVML's "unknown error" is 999 as well.
+#[inline(always)]
+pub fn entry_named(
+    name: &'static CStr,
+    done: &Cell<Option<CUresult>>,
+    body: impl FnOnce() -> CUresult,
+    real: impl FnOnce() -> CUresult,
+) -> CUresult {
+    contain(|| (name, false), done, body, real)
+}
+
+#[inline(always)]
+fn contain(
+    name: impl FnOnce() -> (&'static CStr, bool),
+    done: &Cell<Option<CUresult>>,
+    body: impl FnOnce() -> CUresult,
+    real: impl FnOnce() -> CUresult,
+) -> CUresult {
     match catch_unwind(AssertUnwindSafe(body)) {
         Ok(r) => r,
-        Err(_) => after_panic(cx, done.get(), real),
+        Err(_) => {
+            let (name, per_thread) = name();
+            after_panic(name, per_thread, done.get(), real)
+        }
     }
 }
 
 #[cold]
 #[inline(never)]
 fn after_panic(
-    cx: Option<Cx>,
+    name: &CStr,
+    per_thread: bool,
     done: Option<CUresult>,
     real: impl FnOnce() -> CUresult,
 ) -> CUresult {
-    let (name, per_thread) = match cx {
-        Some(cx) => (cx.name(), cx.per_thread),
-        None => (c"cuGetProcAddress", false),
-    };
     tracing::error!(
         hook = ?name,
         per_thread,

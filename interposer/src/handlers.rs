@@ -33,6 +33,11 @@ pub use crate::memory_hooks::{
     mem_free_async, mem_get_info, mem_release, mipmapped_array_create, mipmapped_array_destroy,
 };
 
+pub use crate::graph_memory::{
+    device_graph_mem_trim, graph_add_node, graph_add_node_v2, graph_destroy, graph_exec_destroy,
+    graph_instantiate, graph_instantiate_with_flags, graph_instantiate_with_params,
+};
+
 // ---- launches -------------------------------------------------------------
 //
 // Every launch path goes through `launch_control::controlled`: charged to

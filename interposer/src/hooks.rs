@@ -7,12 +7,14 @@
 //! per-thread-default-stream variant, its C signature from `cuda.h`, and a
 //! handler in `handlers.rs`. Nothing else needs to change.
 
-use core::ffi::{c_uint, c_ulonglong, c_void};
+use core::ffi::{c_char, c_uint, c_ulonglong, c_void};
 
 use dilu_abi::cuda::sys::{
-    CUDA_ARRAY_DESCRIPTOR, CUDA_ARRAY3D_DESCRIPTOR, CUDA_LAUNCH_PARAMS, CUarray, CUdevice,
-    CUdeviceptr, CUevent, CUfunction, CUgraph, CUgraphExec, CUgraphNode, CUlaunchConfig,
-    CUmemAllocationProp, CUmemGenericAllocationHandle, CUmemoryPool, CUmipmappedArray, CUstream,
+    CUDA_ARRAY_DESCRIPTOR, CUDA_ARRAY3D_DESCRIPTOR, CUDA_GRAPH_INSTANTIATE_PARAMS,
+    CUDA_LAUNCH_PARAMS, CUDA_MEM_ALLOC_NODE_PARAMS, CUarray, CUdevice, CUdeviceptr, CUevent,
+    CUfunction, CUgraph, CUgraphEdgeData, CUgraphExec, CUgraphNode, CUgraphNodeParams,
+    CUlaunchConfig, CUmemAllocationProp, CUmemGenericAllocationHandle, CUmemoryPool,
+    CUmipmappedArray, CUstream,
 };
 
 use crate::handlers as h;
@@ -48,6 +50,37 @@ hook_table! {
     );
     h::mipmapped_array_destroy => fn cuMipmappedArrayDestroy(array: CUmipmappedArray);
     h::device_total_mem => fn cuDeviceTotalMem_v2(bytes: *mut usize, dev: CUdevice);
+
+    // ---- graph memory (see graph_memory.rs for the rule) ------------------
+    h::graph_add_node => fn cuGraphAddMemAllocNode(
+        node: *mut CUgraphNode, graph: CUgraph, dependencies: *const CUgraphNode, count: usize,
+        params: *mut CUDA_MEM_ALLOC_NODE_PARAMS,
+    );
+    h::graph_add_node => fn cuGraphAddNode(
+        node: *mut CUgraphNode, graph: CUgraph, dependencies: *const CUgraphNode, count: usize,
+        params: *mut CUgraphNodeParams,
+    );
+    h::graph_add_node_v2 => fn cuGraphAddNode_v2(
+        node: *mut CUgraphNode, graph: CUgraph, dependencies: *const CUgraphNode,
+        edges: *const CUgraphEdgeData, count: usize, params: *mut CUgraphNodeParams,
+    );
+    h::graph_instantiate => fn cuGraphInstantiate(
+        exec: *mut CUgraphExec, graph: CUgraph, error_node: *mut CUgraphNode, log: *mut c_char,
+        log_size: usize,
+    );
+    h::graph_instantiate => fn cuGraphInstantiate_v2(
+        exec: *mut CUgraphExec, graph: CUgraph, error_node: *mut CUgraphNode, log: *mut c_char,
+        log_size: usize,
+    );
+    h::graph_instantiate_with_flags => fn cuGraphInstantiateWithFlags(
+        exec: *mut CUgraphExec, graph: CUgraph, flags: c_ulonglong,
+    );
+    h::graph_instantiate_with_params => fn cuGraphInstantiateWithParams / cuGraphInstantiateWithParams_ptsz(
+        exec: *mut CUgraphExec, graph: CUgraph, params: *mut CUDA_GRAPH_INSTANTIATE_PARAMS,
+    );
+    h::graph_exec_destroy => fn cuGraphExecDestroy(exec: CUgraphExec);
+    h::graph_destroy => fn cuGraphDestroy(graph: CUgraph);
+    h::device_graph_mem_trim => fn cuDeviceGraphMemTrim(device: CUdevice);
 
     // ---- launches ---------------------------------------------------------
     h::launch_kernel => fn cuLaunchKernel / cuLaunchKernel_ptsz(

@@ -334,19 +334,20 @@ pub fn mem_get_info(
         return result;
     }
     let device = b.current_device();
-    let limit = b.budget_of(device);
-    if limit == UNLIMITED {
+    if b.budget_of(device) == UNLIMITED {
         return result;
     }
-    // The context allowance is part of what this process occupies.
+    // The context allowance is part of what this process occupies; graph
+    // memory the driver has given back is not.
     if let Some(slot) = b.slot() {
         let _ = b.charge_context(slot, device);
     }
-    let left = limit.saturating_sub(b.used_on(device));
+    crate::graph_memory::reconcile_all();
     // SAFETY: both pointers are non-null and the driver just wrote them.
     unsafe {
-        *total = (*total).min(limit as usize);
-        *free = (*free).min(left as usize);
+        if let Some((t, f)) = b.view(device, *total as u64, *free as u64) {
+            (*total, *free) = (t as usize, f as usize);
+        }
     }
     result
 }

@@ -176,9 +176,13 @@ pub unsafe extern "C" fn cuGetProcAddress_v2(
     )
 }
 
-/// Our wrapper for an exact exported name, if it is one we answer for.
-/// Table rows the real driver lacks are not wrapped.
+/// Our wrapper for an exact exported name, if it is one we answer for
+/// (driver rows, or NVML's; see [`crate::nvml`]). Table rows the real
+/// driver lacks are not wrapped.
 fn wrapper_for_name(name: &[u8]) -> Option<usize> {
+    if name.starts_with(b"nvml") {
+        return crate::nvml::wrapper_for_name(name);
+    }
     if !name.starts_with(b"cu") {
         return None;
     }

@@ -250,7 +250,7 @@ fn start_harvester() {
 
 /// A forked child has no harvester thread (and its parent's events belong
 /// to the parent's contexts).
-pub extern "C" fn forget_parent_state_in_child() {
+pub fn forget_parent_state_in_child() {
     HARVESTER_RUNNING.store(false, Ordering::Relaxed);
 }
 

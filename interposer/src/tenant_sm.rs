@@ -92,14 +92,7 @@ fn init() -> Option<TenantSm> {
             (budget, telemetry)
         }
     };
-    // SAFETY: registers a plain extern "C" function that never unwinds.
-    unsafe {
-        libc::pthread_atfork(
-            None,
-            None,
-            Some(crate::sampler::forget_parent_state_in_child),
-        )
-    };
+    crate::fork::install();
     tracing::debug!(
         tenant = cfg.tenant.as_deref().unwrap_or(""),
         share_ppm_device0 = budget.share_ppm(0),

@@ -152,7 +152,25 @@ pub(crate) fn init() -> CUresult {
     }
 }
 
+/// Set in a child forked after the driver was initialised. NVIDIA's driver
+/// cannot be used in such a child (every call returns
+/// `CUDA_ERROR_NOT_INITIALIZED`, `cuInit` included); simgpu does the same,
+/// so a child never touches the locks, streams, memory or trace buffer it
+/// inherited from its parent.
+static FORKED: AtomicBool = AtomicBool::new(false);
+
+pub(crate) fn forked() -> bool {
+    FORKED.load(Relaxed)
+}
+
+extern "C" fn in_forked_child() {
+    FORKED.store(true, Relaxed);
+}
+
 extern "C" fn at_exit() {
+    if forked() {
+        return; // the parent's slot and trace buffer are not ours
+    }
     if let Ok(d) = drv() {
         d.exiting.store(true, Relaxed);
         d.flush_trace();
@@ -199,8 +217,11 @@ impl Driver {
                 c
             })
             .collect();
-        // SAFETY: registering a plain extern "C" fn with atexit.
-        unsafe { libc::atexit(at_exit) };
+        // SAFETY: registering plain extern "C" fns that never unwind.
+        unsafe {
+            libc::atexit(at_exit);
+            libc::pthread_atfork(None, None, Some(in_forked_child));
+        }
         Ok(Driver {
             cfg,
             shm,

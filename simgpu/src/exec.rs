@@ -62,6 +62,14 @@ pub(crate) enum Op {
         seq: u64,
         ev: Arc<Event>,
     },
+    /// A graph's allocation node (applied at launch, never enqueued).
+    GraphAlloc {
+        ptr: u64,
+    },
+    /// A graph's free node (applied at launch, never enqueued).
+    GraphFree {
+        ptr: u64,
+    },
 }
 
 struct St {
@@ -284,6 +292,7 @@ impl Stream {
                 let _ = stream.wait_seq(seq);
                 ready.max(ev.time().unwrap_or(0))
             }
+            Op::GraphAlloc { .. } | Op::GraphFree { .. } => ready,
         }
     }
 
@@ -504,12 +513,14 @@ pub(crate) static GRAPH_EXECS: Registry<GraphExec> = Registry::new();
 
 impl GraphExec {
     pub(crate) fn launch(&self, stream: &Arc<Stream>) -> Res {
+        crate::api::graph_mem::launch(&self.ops)?;
         for op in &self.ops {
             let op = match op {
                 Op::Kernel(k) => Op::Kernel(KernelOp {
                     graph: true,
                     ..k.clone()
                 }),
+                Op::GraphAlloc { .. } | Op::GraphFree { .. } => continue,
                 other => other.clone(),
             };
             stream.enqueue(op)?;

@@ -21,10 +21,27 @@ use std::panic::{AssertUnwindSafe, catch_unwind};
 /// Internal result type: `Err` carries the CUDA status to return.
 pub(crate) type Res<T = ()> = Result<T, CUresult>;
 
+/// Entry points that still work in a forked child (they touch no driver
+/// state): versions, error strings and symbol look-ups.
+const WORK_AFTER_FORK: [&str; 5] = [
+    "cuDriverGetVersion",
+    "cuGetErrorString",
+    "cuGetErrorName",
+    "cuGetProcAddress",
+    "cuGetProcAddress_v2",
+];
+
 /// Runs an entry point's body; maps `Err(code)` to `code` and a panic to
-/// `CUDA_ERROR_UNKNOWN`.
+/// `CUDA_ERROR_UNKNOWN`. In a child forked after initialisation every other
+/// call fails with `CUDA_ERROR_NOT_INITIALIZED`, as with NVIDIA's driver.
 pub(crate) fn guard(name: &str, f: impl FnOnce() -> Res) -> CUresult {
-    let code = match catch_unwind(AssertUnwindSafe(f)) {
+    let forked = driver::forked() && !WORK_AFTER_FORK.contains(&name);
+    let result = if forked {
+        Ok(Err(dilu_abi::cuda::CUDA_ERROR_NOT_INITIALIZED))
+    } else {
+        catch_unwind(AssertUnwindSafe(f))
+    };
+    let code = match result {
         Ok(Ok(())) => return CUDA_SUCCESS,
         Ok(Err(code)) => code,
         Err(_) => CUDA_ERROR_UNKNOWN,

@@ -26,6 +26,8 @@ fn child_entry() {
         "vmm" => role_vmm(),
         "cudart" => role_cudart(),
         "null" => role_null(),
+        "graphmem" => role_graphmem(),
+        "fork" => role_fork(),
         other => panic!("unknown role {other}"),
     }
 }
@@ -789,4 +791,122 @@ fn null_mode_returns_at_once() {
         !std::path::Path::new(&inst.shm_path()).exists(),
         "null mode has no shared state"
     );
+}
+
+/// Graph memory on a 64 MiB device (see README, Memory).
+fn role_graphmem() {
+    use dilu_abi::cuda::sys;
+    const MIB: usize = 1 << 20;
+    let a = Api::setup();
+    let l = Lib::open();
+    let create: unsafe extern "C" fn(*mut H, u32) -> u32 = l.f("cuGraphCreate");
+    let add_alloc: unsafe extern "C" fn(
+        *mut H,
+        H,
+        *const H,
+        usize,
+        *mut sys::CUDA_MEM_ALLOC_NODE_PARAMS,
+    ) -> u32 = l.f("cuGraphAddMemAllocNode");
+    let add_free: unsafe extern "C" fn(*mut H, H, *const H, usize, Dptr) -> u32 =
+        l.f("cuGraphAddMemFreeNode");
+    let trim: unsafe extern "C" fn(c_int) -> u32 = l.f("cuDeviceGraphMemTrim");
+    let attribute: unsafe extern "C" fn(c_int, c_int, *mut u64) -> u32 =
+        l.f("cuDeviceGetGraphMemAttribute");
+    let attr = |which| {
+        let mut v = 0u64;
+        // SAFETY: valid out-pointer for a cuuint64_t attribute.
+        assert_eq!(unsafe { attribute(0, which, &mut v) }, 0);
+        v as usize
+    };
+    let params = |bytes| {
+        // SAFETY: all-zero is valid for this C struct (enums have 0 values).
+        let mut p: sys::CUDA_MEM_ALLOC_NODE_PARAMS = unsafe { std::mem::zeroed() };
+        p.poolProps.allocType = sys::CUmemAllocationType::CU_MEM_ALLOCATION_TYPE_PINNED;
+        p.poolProps.location.type_ = sys::CUmemLocationType::CU_MEM_LOCATION_TYPE_DEVICE;
+        p.bytesize = bytes;
+        p
+    };
+    let null: H = std::ptr::null_mut();
+    let (mut g, mut h, mut eg, mut eh, mut node) = (null, null, null, null, null);
+    let mut pg = params(48 * MIB);
+    let mut ph = params(32 * MIB);
+    // SAFETY: valid handles, out-pointers and parameter structs throughout.
+    unsafe {
+        assert_eq!(create(&mut g, 0), 0);
+        assert_eq!(create(&mut h, 0), 0);
+        // G's allocation escapes G; H frees its own.
+        assert_eq!(add_alloc(&mut node, g, std::ptr::null(), 0, &mut pg), 0);
+        assert_eq!(add_alloc(&mut node, h, std::ptr::null(), 0, &mut ph), 0);
+        assert_eq!(add_free(&mut node, h, std::ptr::null(), 0, ph.dptr), 0);
+        assert_ne!(pg.dptr, 0);
+        assert_eq!(a.mem_info().0, 64 * MIB, "adding nodes charges nothing");
+        assert_eq!((a.graph_instantiate)(&mut eg, g, 0), 0);
+        assert_eq!((a.graph_instantiate)(&mut eh, h, 0), 0);
+        assert_eq!((a.graph_launch)(eg, null), 0);
+        assert_eq!(a.mem_info().0, 16 * MIB, "a launch reserves the memory");
+        assert_eq!((attr(0), attr(2)), (48 * MIB, 48 * MIB), "used, reserved");
+        assert_eq!((a.graph_launch)(eg, null), 1, "relaunch while live");
+        assert_eq!((a.graph_launch)(eh, null), 2, "48 + 32 MiB do not fit");
+        assert_eq!(a.mem_info().0, 16 * MIB, "a refused launch changes nothing");
+        assert_eq!((a.mem_free)(pg.dptr), 0);
+        assert_eq!((a.mem_free)(pg.dptr), 1, "already ended");
+        assert_eq!((attr(0), attr(2)), (0, 48 * MIB), "freed, still reserved");
+        assert_eq!((a.graph_launch)(eh, null), 0, "fits in the reserve");
+        assert_eq!(a.mem_info().0, 16 * MIB);
+        assert_eq!(attr(1), 48 * MIB, "used high watermark");
+        assert_eq!(trim(0), 0);
+        assert_eq!(attr(2), 0);
+        assert_eq!(a.mem_info().0, 64 * MIB, "trim gives the reserve back");
+        assert_eq!((a.ctx_sync)(), 0);
+    }
+    println!("OK");
+}
+
+#[test]
+fn graph_memory_is_reserved_at_launch_and_trimmed() {
+    let inst = Instance::new("graphmem");
+    let out = run_child(
+        "graphmem",
+        &[("SIMGPU_INSTANCE", &inst.0), ("SIMGPU_MEMORY", "64MiB")],
+    );
+    assert!(out.contains("OK"), "{out}");
+}
+
+/// A child forked after cuInit cannot use the driver, like NVIDIA's.
+fn role_fork() {
+    let a = Api::setup();
+    let p = a.alloc(1 << 20).unwrap();
+    let version: unsafe extern "C" fn(*mut c_int) -> u32 = Lib::open().f("cuDriverGetVersion");
+    // SAFETY: fork; the child only makes driver calls and _exits.
+    let pid = unsafe { libc::fork() };
+    if pid == 0 {
+        let (mut f, mut t, mut v) = (0, 0, 0);
+        // SAFETY: valid out-pointers; _exit has no preconditions.
+        unsafe {
+            let ok = (a.init)(0) == 3
+                && (a.mem_get_info)(&mut f, &mut t) == 3
+                && (a.mem_free)(p) == 3
+                && version(&mut v) == 0
+                && v > 0;
+            libc::_exit(if ok { 0 } else { 1 });
+        }
+    }
+    let mut status = 0;
+    // SAFETY: reaping our own child.
+    assert_eq!(unsafe { libc::waitpid(pid, &mut status, 0) }, pid);
+    assert!(
+        libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0,
+        "child: {status}"
+    );
+    // SAFETY: freeing our own allocation.
+    let freed = unsafe { (a.mem_free)(p) };
+    assert_eq!(freed, 0, "the parent's memory is untouched");
+    println!("OK");
+}
+
+#[test]
+fn a_forked_child_cannot_use_the_driver() {
+    let inst = Instance::new("fork");
+    let out = run_child("fork", &[("SIMGPU_INSTANCE", &inst.0)]);
+    assert!(out.contains("OK"), "{out}");
 }

@@ -61,8 +61,11 @@ fn mem_alloc(_: bool, p: *mut CUdeviceptr, size: usize) -> Res {
 }
 
 /// Frees a device pointer, updating pool statistics for stream-ordered
-/// allocations.
+/// allocations; a graph allocation is ended, its address kept.
 pub(crate) fn free_device(ptr: u64) -> Res {
+    if let Some(result) = super::graph_mem::free(ptr) {
+        return result;
+    }
     if let Some((pool, n)) = async_owners().remove(&ptr)
         && let Some(pool) = POOLS.get(pool)
     {

@@ -20,12 +20,14 @@ macro_rules! export {
 }
 
 pub mod device;
+pub mod graph_mem;
 pub mod mem;
 pub mod misc;
 pub mod module;
 pub mod stream;
 
 pub use device::*;
+pub use graph_mem::*;
 pub use mem::*;
 pub use misc::*;
 pub use module::*;

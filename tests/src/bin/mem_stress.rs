@@ -4,7 +4,7 @@
 //! concurrency across processes.
 
 use dilu_abi::cuda::{self, CUresult, sys};
-use std::ffi::{CString, c_int, c_uint, c_void};
+use dilu_tests::driver::{Driver, flag_value};
 use std::process::ExitCode;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
@@ -15,56 +15,30 @@ type MemAlloc = unsafe extern "C" fn(*mut u64, usize) -> CUresult;
 type MemFree = unsafe extern "C" fn(u64) -> CUresult;
 type SetCurrent = unsafe extern "C" fn(sys::CUcontext) -> CUresult;
 
-/// A driver entry point as the function-pointer type `F` (its cuda.h
-/// signature, which the caller names).
-fn function<F: Copy>(handle: *mut c_void, name: &str) -> F {
-    let name = CString::new(name).expect("no NUL");
-    // SAFETY: live dlopen handle, NUL-terminated name.
-    let address = unsafe { libc::dlsym(handle, name.as_ptr()) } as usize;
-    assert!(address != 0, "driver lacks {name:?}");
-    assert_eq!(std::mem::size_of::<F>(), std::mem::size_of::<usize>());
-    // SAFETY: F is a function-pointer type matching this symbol's C signature.
-    unsafe { std::mem::transmute_copy::<usize, F>(&address) }
-}
-
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
-    let value = |flag: &str, default: u64| -> Option<u64> {
-        match args.iter().position(|a| a == flag) {
-            None => Some(default),
-            Some(i) => args.get(i + 1)?.parse().ok(),
-        }
-    };
     let (Some(threads), Some(seconds), Some(max_bytes)) = (
-        value("--threads", 16),
-        value("--seconds", 3),
-        value("--max-bytes", 4 << 20),
+        flag_value(&args, "--threads", 16),
+        flag_value(&args, "--seconds", 3),
+        flag_value(&args, "--max-bytes", 4 << 20),
     ) else {
         eprintln!("{USAGE}");
         return ExitCode::from(2);
     };
-    let library = CString::new("libcuda.so.1").expect("no NUL");
-    // SAFETY: plain dlopen.
-    let handle = unsafe { libc::dlopen(library.as_ptr(), libc::RTLD_NOW) };
-    if handle.is_null() {
-        eprintln!("mem-stress: cannot dlopen libcuda.so.1");
-        return ExitCode::FAILURE;
-    }
-    let init: unsafe extern "C" fn(c_uint) -> CUresult = function(handle, "cuInit");
-    let retain: unsafe extern "C" fn(*mut sys::CUcontext, c_int) -> CUresult =
-        function(handle, "cuDevicePrimaryCtxRetain");
-    // SAFETY (block): cuda.h contracts; live out-parameters.
-    let context = unsafe {
-        let mut context: sys::CUcontext = std::ptr::null_mut();
-        if init(0) != 0 || retain(&mut context, 0) != 0 {
-            eprintln!("mem-stress: driver initialisation failed");
+    let opened = Driver::open().and_then(|driver| {
+        let context = driver.primary_context()? as usize;
+        let alloc: MemAlloc = driver.function("cuMemAlloc_v2")?;
+        let free: MemFree = driver.function("cuMemFree_v2")?;
+        let set_current: SetCurrent = driver.function("cuCtxSetCurrent")?;
+        Ok((context, alloc, free, set_current))
+    });
+    let (context, alloc, free, set_current) = match opened {
+        Ok(opened) => opened,
+        Err(message) => {
+            eprintln!("mem-stress: {message}");
             return ExitCode::FAILURE;
         }
-        context as usize
     };
-    let alloc: MemAlloc = function(handle, "cuMemAlloc_v2");
-    let free: MemFree = function(handle, "cuMemFree_v2");
-    let set_current: SetCurrent = function(handle, "cuCtxSetCurrent");
     let granted = AtomicU64::new(0);
     let refused = AtomicU64::new(0);
     let other_errors = AtomicU64::new(0);

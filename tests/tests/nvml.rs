@@ -1,0 +1,195 @@
+//! NVML memory queries under dilu, end to end on simgpu with a stand-in
+//! NVML (`tests/c/fakenvml.c`: two GPUs on the PCI buses of simgpu's two
+//! devices). A C client asks for every GPU's memory with
+//! `nvmlDeviceGetMemoryInfo` and `_v2`, once linked against NVML and once
+//! through `dlopen` + `dlsym` only. Needs `cc`.
+
+use dilu_tests::workspace::{dilu_run, output_within, unique_name};
+use serde_json::Value;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::OnceLock;
+use std::time::Duration;
+
+const MIB: u64 = 1 << 20;
+const GIB: u64 = 1 << 30;
+
+/// What the stand-in NVML reports for GPU `index` (see fakenvml.c).
+struct Real {
+    total: u64,
+    reserved: u64,
+    used: u64,
+}
+
+fn real(index: u64) -> Real {
+    Real {
+        total: 80 * GIB,
+        reserved: 512 * MIB,
+        used: (index + 1) * 10 * GIB,
+    }
+}
+
+/// Compiles the stand-in NVML and both clients, once.
+fn fixture() -> &'static PathBuf {
+    static DIR: OnceLock<PathBuf> = OnceLock::new();
+    DIR.get_or_init(|| {
+        let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join(unique_name("nvml"));
+        std::fs::create_dir_all(&dir).expect("fixture dir");
+        let c = Path::new(env!("CARGO_MANIFEST_DIR")).join("c");
+        // `flags` go before the source, `libraries` after it (link order).
+        let cc = |flags: &[&str], out: &str, source: &str, libraries: &[&str]| {
+            let status = Command::new("cc")
+                .args(["-Wall", "-Werror"])
+                .args(flags)
+                .arg("-o")
+                .arg(dir.join(out))
+                .arg(c.join(source))
+                .arg("-L")
+                .arg(&dir)
+                .arg(format!("-Wl,-rpath,{}", dir.display()))
+                .args(libraries)
+                .arg("-ldl")
+                .status()
+                .expect("run cc");
+            assert!(status.success(), "cc {source} failed");
+        };
+        cc(
+            &["-shared", "-fPIC", "-Wl,-soname,libnvidia-ml.so.1"],
+            "libnvidia-ml.so.1",
+            "fakenvml.c",
+            &[],
+        );
+        cc(
+            &["-DLINKED"],
+            "client-linked",
+            "nvml_client.c",
+            &["-l:libnvidia-ml.so.1"],
+        );
+        cc(&[], "client-dlopen", "nvml_client.c", &[]);
+        dir
+    })
+}
+
+/// Runs both clients under `dilu run --sim` on a two-device simgpu with
+/// `env`; returns every reported line (one per client and GPU).
+fn query(env: &[(&str, &str)]) -> Vec<Value> {
+    let dir = fixture();
+    let mut lines = Vec::new();
+    for client in ["client-linked", "client-dlopen"] {
+        let instance = unique_name("nvml");
+        let mut command = dilu_run(true, &dir.join(client), &[&(64 * MIB).to_string()]);
+        command
+            .env("SIMGPU_INSTANCE", &instance)
+            .env("SIMGPU_DEVICES", "2")
+            .env("LD_LIBRARY_PATH", dir)
+            .env_remove("CUDA_VISIBLE_DEVICES")
+            .env_remove("DILU_MEM_LIMIT")
+            .env_remove("DILU_TENANT")
+            .env_remove("DILU_CONTEXT_MEMORY")
+            .env_remove("CUDA_DEVICE_MEMORY_LIMIT");
+        for (key, value) in env {
+            command.env(key, value);
+        }
+        let output = output_within(command, Duration::from_secs(120));
+        // SAFETY: getuid has no preconditions.
+        let uid = unsafe { libc::getuid() };
+        let _ = std::fs::remove_file(format!("/dev/shm/simgpu-{uid}-{instance}"));
+        let stdout = String::from_utf8_lossy(&output.stdout);
+        assert!(
+            output.status.success(),
+            "{client}: {stdout}{}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+        let answers: Vec<Value> = stdout
+            .lines()
+            .map(|l| serde_json::from_str(l).expect("JSON line"))
+            .collect();
+        assert_eq!(answers.len(), 2, "{client}: one line per GPU: {stdout}");
+        lines.extend(answers);
+    }
+    lines
+}
+
+fn field(answer: &Value, version: &str, name: &str) -> u64 {
+    answer[version][name]
+        .as_u64()
+        .unwrap_or_else(|| panic!("{version}.{name} missing: {answer}"))
+}
+
+/// Both answers are exactly what NVML itself said.
+fn assert_unchanged(answer: &Value) {
+    let r = real(answer["index"].as_u64().unwrap());
+    assert_eq!(answer["v1"]["result"], 0, "{answer}");
+    assert_eq!(answer["v2"]["result"], 0, "{answer}");
+    assert_eq!(field(answer, "v1", "total"), r.total, "{answer}");
+    assert_eq!(field(answer, "v1", "used"), r.used + r.reserved, "{answer}");
+    assert_eq!(
+        field(answer, "v1", "free"),
+        r.total - r.used - r.reserved,
+        "{answer}"
+    );
+    assert_eq!(field(answer, "v2", "total"), r.total, "{answer}");
+    assert_eq!(field(answer, "v2", "reserved"), r.reserved, "{answer}");
+    assert_eq!(field(answer, "v2", "used"), r.used, "{answer}");
+    assert_eq!(
+        field(answer, "v2", "free"),
+        r.total - r.used - r.reserved,
+        "{answer}"
+    );
+}
+
+/// Both answers report the budget with `used` bytes of it in use.
+fn assert_budget(answer: &Value, budget: u64, used: u64) {
+    for version in ["v1", "v2"] {
+        assert_eq!(answer[version]["result"], 0, "{answer}");
+        assert_eq!(
+            field(answer, version, "total"),
+            budget,
+            "{version}: {answer}"
+        );
+        assert_eq!(field(answer, version, "used"), used, "{version}: {answer}");
+        assert_eq!(
+            field(answer, version, "free"),
+            budget - used,
+            "{version}: {answer}"
+        );
+    }
+    // Total = reserved + free + used still holds for the v2 structure.
+    assert_eq!(field(answer, "v2", "reserved"), 0, "{answer}");
+}
+
+fn gpu(lines: &[Value], via: &str, index: u64) -> Value {
+    lines
+        .iter()
+        .find(|l| l["via"] == via && l["index"] == index)
+        .unwrap_or_else(|| panic!("no answer for GPU {index} via {via}: {lines:?}"))
+        .clone()
+}
+
+#[test]
+fn nvml_reports_the_budget_of_the_cuda_device_on_the_same_pci_bus() {
+    // The program sees only simgpu's device 1 (PCI bus 0x19, NVML's GPU 1)
+    // as CUDA device 0; its budget and usage (the default 256 MiB context
+    // allowance plus 64 MiB allocated) must show on NVML's GPU 1, and NVML's
+    // GPU 0, which the program cannot use, must be left alone.
+    let lines = query(&[("CUDA_VISIBLE_DEVICES", "1"), ("DILU_MEM_LIMIT", "1GiB")]);
+    for via in ["linked", "dlsym"] {
+        assert_budget(&gpu(&lines, via, 1), GIB, 320 * MIB);
+        assert_unchanged(&gpu(&lines, via, 0));
+    }
+}
+
+#[test]
+fn nvml_passes_through_devices_without_a_budget() {
+    // All devices visible; only CUDA device 1 has a budget, and the client's
+    // usage is on device 0.
+    let lines = query(&[("DILU_MEM_LIMIT", "1:1GiB")]);
+    for via in ["linked", "dlsym"] {
+        assert_unchanged(&gpu(&lines, via, 0));
+        assert_budget(&gpu(&lines, via, 1), GIB, 0);
+    }
+    // No budget at all: everything as NVML said.
+    for answer in query(&[]) {
+        assert_unchanged(&answer);
+    }
+}
