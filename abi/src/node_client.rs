@@ -199,19 +199,11 @@ fn register(
 /// Waits for the daemon to go away, then re-registers until it is back.
 /// Never panics (it runs inside the tenant's program).
 fn keep_attached(attached: &'static Attached, socket: PathBuf, mut connection: OwnedFd) {
-    let mut buffer = [0u8; 256];
     loop {
         let _ = seqpacket::set_timeout(&connection, None);
-        // The daemon never writes after registration: a read returns when
+        // The daemon never writes after registration: this returns when
         // the connection closes (daemon gone).
-        loop {
-            match seqpacket::recv(&connection, &mut buffer) {
-                Ok((0, _)) => break,
-                Ok(_) => continue,
-                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
-                Err(_) => break,
-            }
-        }
+        seqpacket::wait_closed(&connection);
         // Fail static: the last budget stays in force while we retry.
         connection = loop {
             std::thread::sleep(RECONNECT_PERIOD);

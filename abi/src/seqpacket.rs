@@ -246,6 +246,20 @@ pub fn recv(fd: &OwnedFd, buffer: &mut [u8]) -> io::Result<(usize, Vec<OwnedFd>)
     Ok((received, fds))
 }
 
+/// Blocks until the peer closes the connection (or it fails), discarding
+/// anything it sends meanwhile.
+pub fn wait_closed(fd: &OwnedFd) {
+    let mut buffer = [0u8; 256];
+    loop {
+        match recv(fd, &mut buffer) {
+            Ok((0, _)) => return,
+            Ok(_) => continue,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+            Err(_) => return,
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

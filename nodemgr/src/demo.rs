@@ -14,6 +14,7 @@ use std::time::{Duration, Instant};
 pub struct DemoSpec {
     pub seconds: u64,
     pub json: bool,
+    pub controllers: Vec<String>,
 }
 
 /// One demo tenant: a name and the workload arguments that shape it.
