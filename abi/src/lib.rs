@@ -17,4 +17,6 @@ pub mod seqpacket;
 pub mod simtrace;
 pub mod units;
 
-pub use dilu_layout::{histogram, ledger, memfd, shm, sm, telemetry};
+pub use dilu_layout::{
+    histogram, ledger, memfd, monotonic_ns, shm, sm, telemetry, tenant_region_path,
+};

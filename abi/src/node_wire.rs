@@ -73,17 +73,17 @@ impl TenantSpec {
     }
 
     /// The spec a tenant process asks for, from the variables `dilu run`
-    /// sets: `DILU_CLASS` (`latency`/`batch`), `DILU_SLO_MS`,
-    /// `DILU_SM_REQUEST`, `DILU_SM_LIMIT` (percent), `DILU_SPEC_MEM` (bytes
+    /// sets: `DILU_SPEC_CLASS` (`latency`/`batch`), `DILU_SPEC_SLO_MS`,
+    /// `DILU_SPEC_SM_REQUEST`, `DILU_SPEC_SM_LIMIT` (percent), `DILU_SPEC_MEM` (bytes
     /// per device). `Ok(None)` when none is set (the daemon's configuration
     /// or defaults apply); a bad value is an error naming the variable.
     pub fn from_env() -> Result<Option<TenantSpec>, String> {
         let var = |name: &str| std::env::var(name).ok().filter(|v| !v.is_empty());
         let names = [
-            "DILU_CLASS",
-            "DILU_SLO_MS",
-            "DILU_SM_REQUEST",
-            "DILU_SM_LIMIT",
+            "DILU_SPEC_CLASS",
+            "DILU_SPEC_SLO_MS",
+            "DILU_SPEC_SM_REQUEST",
+            "DILU_SPEC_SM_LIMIT",
             "DILU_SPEC_MEM",
         ];
         if names.iter().all(|n| var(n).is_none()) {
@@ -99,16 +99,16 @@ impl TenantSpec {
                 .transpose()
         };
         let mut spec = TenantSpec::default();
-        if let Some(class) = var("DILU_CLASS") {
+        if let Some(class) = var("DILU_SPEC_CLASS") {
             spec.class = parse_class(&class).ok_or_else(|| {
-                format!("DILU_CLASS={class:?} is invalid: expected latency or batch")
+                format!("DILU_SPEC_CLASS={class:?} is invalid: expected latency or batch")
             })?;
         }
-        spec.slo_ms = number("DILU_SLO_MS")?;
-        if let Some(v) = number("DILU_SM_REQUEST")? {
+        spec.slo_ms = number("DILU_SPEC_SLO_MS")?;
+        if let Some(v) = number("DILU_SPEC_SM_REQUEST")? {
             spec.sm_request_pct = v;
         }
-        if let Some(v) = number("DILU_SM_LIMIT")? {
+        if let Some(v) = number("DILU_SPEC_SM_LIMIT")? {
             spec.sm_limit_pct = v;
         }
         if let Some(v) = var("DILU_SPEC_MEM") {

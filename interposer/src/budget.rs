@@ -25,12 +25,12 @@
 
 use crate::alloc_table::{AllocTable, Charge};
 use crate::config;
+use crate::devices::{self, CurrentDevice};
 use crate::driver;
 use crate::hooks::{HookId, REAL};
 use dilu_abi::cuda::{CUDA_ERROR_OUT_OF_MEMORY, CUDA_SUCCESS, CUresult, sys};
 use dilu_abi::ledger::{self, MAX_DEVICES, SlotId, TenantLedger, UNLIMITED};
 use dilu_abi::shm::Region;
-use std::ffi::c_int;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Mutex, OnceLock};
 use std::time::Duration;
@@ -54,7 +54,7 @@ pub struct MemoryBudget {
     ledger: Region<TenantLedger>,
     tenant: String,
     device_count: usize,
-    ctx_get_device: usize,
+    current_device: CurrentDevice,
     context_memory: u64,
     pub charges: AllocTable,
 }
@@ -83,32 +83,6 @@ pub fn charged(bytes: u64) -> u64 {
     bytes.max(1).div_ceil(CHARGE_GRANULE) * CHARGE_GRANULE
 }
 
-fn real_device_count() -> usize {
-    type InitFn = unsafe extern "C" fn(u32) -> CUresult;
-    type Fn = unsafe extern "C" fn(*mut c_int) -> CUresult;
-    // The budget may be set up by the program's first memory call; make sure
-    // the driver is initialised (cuInit is idempotent) before asking it.
-    let init = driver::real_symbol(c"cuInit");
-    if init != 0 {
-        // SAFETY: cuInit(unsigned int) from cuda.h; flags must be 0.
-        unsafe { std::mem::transmute::<usize, InitFn>(init)(0) };
-    }
-    let address = driver::real_symbol(c"cuDeviceGetCount");
-    if address == 0 {
-        return 1;
-    }
-    // SAFETY: cuDeviceGetCount(int*) from cuda.h, resolved from the real driver.
-    let count_fn: Fn = unsafe { std::mem::transmute::<usize, Fn>(address) };
-    let mut count: c_int = 0;
-    // SAFETY: writes one int to a live local.
-    let result = unsafe { count_fn(&mut count) };
-    if result == CUDA_SUCCESS && count > 0 {
-        (count as usize).min(MAX_DEVICES)
-    } else {
-        1
-    }
-}
-
 fn real_total_memory(device: usize) -> Option<u64> {
     type Fn = unsafe extern "C" fn(*mut usize, sys::CUdevice) -> CUresult;
     let address = driver::real_fn(&REAL[HookId::cuDeviceTotalMem_v2 as usize]);
@@ -129,7 +103,7 @@ fn init() -> Option<MemoryBudget> {
     if !limited && cfg.tenant.is_none() {
         return None;
     }
-    let device_count = real_device_count();
+    let device_count = devices::real_device_count();
     let budgets: Vec<u64> = (0..MAX_DEVICES)
         .map(|device| match cfg.memory.per_device[device] {
             Some(limit) if device < device_count => {
@@ -147,7 +121,7 @@ fn init() -> Option<MemoryBudget> {
         Some(name) => {
             // SAFETY: getuid has no preconditions.
             let uid = unsafe { libc::getuid() };
-            let path = std::path::PathBuf::from(format!("/dev/shm/dilu-{uid}-{name}.ledger"));
+            let path = dilu_abi::tenant_region_path(uid, name, "ledger");
             Region::<TenantLedger>::open_or_create(&path, 0o600, write_budgets)
                 .map_err(|e| format!("{}: {e}", path.display()))
         }
@@ -179,11 +153,7 @@ fn init() -> Option<MemoryBudget> {
             .clone()
             .unwrap_or_else(|| format!("pid-{}", std::process::id())),
         device_count,
-        ctx_get_device: if device_count > 1 {
-            driver::real_symbol(c"cuCtxGetDevice")
-        } else {
-            0
-        },
+        current_device: CurrentDevice::new(device_count),
         context_memory: cfg.context_memory,
         charges: AllocTable::new(),
     };
@@ -295,19 +265,7 @@ impl MemoryBudget {
     /// The device of the calling thread's current context.
     #[inline]
     pub fn current_device(&self) -> usize {
-        if self.ctx_get_device == 0 {
-            return 0;
-        }
-        type Fn = unsafe extern "C" fn(*mut sys::CUdevice) -> CUresult;
-        // SAFETY: the real cuCtxGetDevice, signature from cuda.h.
-        let get_device: Fn = unsafe { std::mem::transmute::<usize, Fn>(self.ctx_get_device) };
-        let mut device: sys::CUdevice = 0;
-        // SAFETY: writes one CUdevice to a live local.
-        if unsafe { get_device(&mut device) } == CUDA_SUCCESS {
-            (device as usize).min(MAX_DEVICES - 1)
-        } else {
-            0
-        }
+        self.current_device.get()
     }
 
     pub fn budget_of(&self, device: usize) -> u64 {

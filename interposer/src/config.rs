@@ -8,12 +8,15 @@
 //! | `DILU_LOG` | `tracing` `EnvFilter` directive (e.g. `debug`); logging is off when unset |
 //! | `DILU_TENANT` | tenant name; processes with the same name (and user) share one budget |
 //! | `DILU_MEM_LIMIT` | memory budget: `8GiB`, `50%`, `0:8GiB,1:4GiB` (see [`crate::memory_config`]); HAMi's `CUDA_DEVICE_MEMORY_LIMIT[_i]` are aliases |
+//! | `DILU_SM_LIMIT` | SM-time share: `30` (% of every device), `0:30,1:50`; HAMi's `CUDA_DEVICE_SM_LIMIT[_i]` are aliases (see [`crate::sm_config`]) |
+//! | `DILU_SM_DEPTH` | token bucket depth (burst allowance after idling); default 5ms |
 //! | `DILU_CONTEXT_MEMORY` | memory charged per process and device for the CUDA context itself; default 256MiB |
 //!
 //! A variable that is set but unusable stops the process with one line naming
 //! it and the accepted forms (fail closed).
 
 use crate::memory_config::{self, MemoryLimits};
+use crate::sm_config::{self, SmLimits};
 use dilu_abi::units;
 use std::ffi::{CString, OsString};
 use std::os::unix::ffi::OsStringExt;
@@ -27,6 +30,7 @@ pub struct Config {
     pub tenant: Option<String>,
     pub memory: MemoryLimits,
     pub context_memory: u64,
+    pub sm: SmLimits,
 }
 
 /// What a CUDA context occupies on the device before the program allocates
@@ -78,6 +82,10 @@ fn read() -> Config {
             Err(_) => DEFAULT_CONTEXT_MEMORY,
             Ok(value) => units::parse_size(&value)
                 .unwrap_or_else(|_| fail("DILU_CONTEXT_MEMORY", &value.into(), units::SIZE_FORMS)),
+        },
+        sm: match sm_config::from_env(|name| std::env::var(name).ok()) {
+            Ok(limits) => limits,
+            Err(error) => fail(&error.variable, &error.value.into(), &error.expected),
         },
     }
 }

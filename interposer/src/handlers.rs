@@ -4,8 +4,8 @@
 //! Contract: a handler receives the call context, `next` (which calls the
 //! real driver function) and the C arguments. It must stay on the hot-path
 //! budget: atomics only, no lock, no syscall, no allocation, no `getenv`, no
-//! logging unless enabled. Today every handler passes the call through; memory
-//! budgets, SM-time token buckets and telemetry fill these bodies in later.
+//! logging unless enabled (a launch that must wait for SM-time tokens sleeps:
+//! that is the throttling itself).
 //!
 //! Raw pointers received here come straight from the C caller: only
 //! dereference them (in an `unsafe` block with a `// SAFETY:` comment) after
@@ -15,12 +15,15 @@
 
 use core::ffi::{c_uint, c_void};
 
-use dilu_abi::cuda::CUresult;
 use dilu_abi::cuda::sys::{
-    CUDA_LAUNCH_PARAMS, CUevent, CUfunction, CUgraphExec, CUlaunchConfig, CUstream,
+    CUDA_LAUNCH_PARAMS, CUevent, CUfunction, CUgraph, CUgraphExec, CUgraphNode, CUlaunchConfig,
+    CUstream,
 };
+use dilu_abi::cuda::{CUDA_SUCCESS, CUresult};
 
+use crate::kernel_estimates::LaunchKey;
 use crate::table::Cx;
+use crate::{launch_control, sync_telemetry};
 
 // ---- memory ---------------------------------------------------------------
 
@@ -31,9 +34,16 @@ pub use crate::memory_hooks::{
 };
 
 // ---- launches -------------------------------------------------------------
+//
+// Every launch path goes through `launch_control::controlled`: charged to
+// the tenant's SM-time bucket, delayed while it is in debt, sometimes timed.
+
+fn grid_blocks(x: c_uint, y: c_uint, z: c_uint) -> u64 {
+    x as u64 * y as u64 * z as u64
+}
 
 pub fn launch_kernel(
-    _cx: Cx,
+    cx: Cx,
     next: impl FnOnce(
         CUfunction,
         c_uint,
@@ -59,34 +69,52 @@ pub fn launch_kernel(
     params: *mut *mut c_void,
     extra: *mut *mut c_void,
 ) -> CUresult {
-    next(
-        f,
-        grid_x,
-        grid_y,
-        grid_z,
-        block_x,
-        block_y,
-        block_z,
-        shared_mem_bytes,
-        stream,
-        params,
-        extra,
-    )
+    let key = LaunchKey::kernel(f as usize, grid_blocks(grid_x, grid_y, grid_z));
+    launch_control::controlled(key, stream, cx.per_thread, || {
+        next(
+            f,
+            grid_x,
+            grid_y,
+            grid_z,
+            block_x,
+            block_y,
+            block_z,
+            shared_mem_bytes,
+            stream,
+            params,
+            extra,
+        )
+    })
 }
 
 pub fn launch_kernel_ex(
-    _cx: Cx,
+    cx: Cx,
     next: impl FnOnce(*const CUlaunchConfig, CUfunction, *mut *mut c_void, *mut *mut c_void) -> CUresult,
     config: *const CUlaunchConfig,
     f: CUfunction,
     params: *mut *mut c_void,
     extra: *mut *mut c_void,
 ) -> CUresult {
-    next(config, f, params, extra)
+    if config.is_null() {
+        return next(config, f, params, extra);
+    }
+    // SAFETY: a non-null config is, by cuLaunchKernelEx's contract, a valid
+    // CUlaunchConfig for the duration of the call; we read three grid
+    // dimensions and the stream.
+    let (blocks, stream) = unsafe {
+        let c = &*config;
+        (grid_blocks(c.gridDimX, c.gridDimY, c.gridDimZ), c.hStream)
+    };
+    launch_control::controlled(
+        LaunchKey::kernel(f as usize, blocks),
+        stream,
+        cx.per_thread,
+        || next(config, f, params, extra),
+    )
 }
 
 pub fn launch_cooperative_kernel(
-    _cx: Cx,
+    cx: Cx,
     next: impl FnOnce(
         CUfunction,
         c_uint,
@@ -110,18 +138,21 @@ pub fn launch_cooperative_kernel(
     stream: CUstream,
     params: *mut *mut c_void,
 ) -> CUresult {
-    next(
-        f,
-        grid_x,
-        grid_y,
-        grid_z,
-        block_x,
-        block_y,
-        block_z,
-        shared_mem_bytes,
-        stream,
-        params,
-    )
+    let key = LaunchKey::kernel(f as usize, grid_blocks(grid_x, grid_y, grid_z));
+    launch_control::controlled(key, stream, cx.per_thread, || {
+        next(
+            f,
+            grid_x,
+            grid_y,
+            grid_z,
+            block_x,
+            block_y,
+            block_z,
+            shared_mem_bytes,
+            stream,
+            params,
+        )
+    })
 }
 
 pub fn launch_cooperative_kernel_multi_device(
@@ -131,16 +162,96 @@ pub fn launch_cooperative_kernel_multi_device(
     num_devices: c_uint,
     flags: c_uint,
 ) -> CUresult {
+    if !list.is_null() {
+        // SAFETY: by the API's contract `list` holds `num_devices` launch
+        // parameter structs; we read the function, grid and stream of each.
+        let launches = unsafe { std::slice::from_raw_parts(list, num_devices as usize) };
+        for launch in launches {
+            let blocks = grid_blocks(launch.gridDimX, launch.gridDimY, launch.gridDimZ);
+            let device = launch_control::device_of_stream(launch.hStream);
+            launch_control::charge_untimed(
+                LaunchKey::kernel(launch.function as usize, blocks),
+                device,
+            );
+        }
+    }
     next(list, num_devices, flags)
 }
 
 pub fn graph_launch(
-    _cx: Cx,
+    cx: Cx,
     next: impl FnOnce(CUgraphExec, CUstream) -> CUresult,
     exec: CUgraphExec,
     stream: CUstream,
 ) -> CUresult {
-    next(exec, stream)
+    launch_control::controlled(
+        LaunchKey::graph(exec as usize),
+        stream,
+        cx.per_thread,
+        || next(exec, stream),
+    )
+}
+
+// ---- stream capture ---------------------------------------------------------
+//
+// Launches into a capturing stream do not run; they are charged when the
+// graph is launched. Counting captures lets the launch path skip asking the
+// driver whenever no capture is in progress.
+
+pub fn stream_begin_capture(
+    _cx: Cx,
+    next: impl FnOnce(CUstream) -> CUresult,
+    stream: CUstream,
+) -> CUresult {
+    counted_capture(next(stream))
+}
+
+pub fn stream_begin_capture_v2(
+    _cx: Cx,
+    next: impl FnOnce(CUstream, c_uint) -> CUresult,
+    stream: CUstream,
+    mode: c_uint,
+) -> CUresult {
+    counted_capture(next(stream, mode))
+}
+
+pub fn stream_begin_capture_to_graph(
+    _cx: Cx,
+    next: impl FnOnce(CUstream, CUgraph, *const CUgraphNode, *const c_void, usize, c_uint) -> CUresult,
+    stream: CUstream,
+    graph: CUgraph,
+    dependencies: *const CUgraphNode,
+    dependency_data: *const c_void,
+    num_dependencies: usize,
+    mode: c_uint,
+) -> CUresult {
+    counted_capture(next(
+        stream,
+        graph,
+        dependencies,
+        dependency_data,
+        num_dependencies,
+        mode,
+    ))
+}
+
+fn counted_capture(result: CUresult) -> CUresult {
+    if result == CUDA_SUCCESS {
+        launch_control::capture_began();
+    }
+    result
+}
+
+pub fn stream_end_capture(
+    _cx: Cx,
+    next: impl FnOnce(CUstream, *mut CUgraph) -> CUresult,
+    stream: CUstream,
+    graph: *mut CUgraph,
+) -> CUresult {
+    // An invalidated capture ends with an error but is over all the same.
+    let result = next(stream, graph);
+    launch_control::capture_ended();
+    result
 }
 
 // ---- synchronisation ------------------------------------------------------
@@ -150,11 +261,15 @@ pub fn stream_synchronize(
     next: impl FnOnce(CUstream) -> CUresult,
     stream: CUstream,
 ) -> CUresult {
-    next(stream)
+    let result = next(stream);
+    sync_telemetry::synchronised();
+    result
 }
 
 pub fn ctx_synchronize(_cx: Cx, next: impl FnOnce() -> CUresult) -> CUresult {
-    next()
+    let result = next();
+    sync_telemetry::synchronised();
+    result
 }
 
 pub fn event_synchronize(
@@ -162,5 +277,7 @@ pub fn event_synchronize(
     next: impl FnOnce(CUevent) -> CUresult,
     event: CUevent,
 ) -> CUresult {
-    next(event)
+    let result = next(event);
+    sync_telemetry::synchronised();
+    result
 }

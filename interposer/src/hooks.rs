@@ -11,8 +11,8 @@ use core::ffi::{c_uint, c_ulonglong, c_void};
 
 use dilu_abi::cuda::sys::{
     CUDA_ARRAY_DESCRIPTOR, CUDA_ARRAY3D_DESCRIPTOR, CUDA_LAUNCH_PARAMS, CUarray, CUdevice,
-    CUdeviceptr, CUevent, CUfunction, CUgraphExec, CUlaunchConfig, CUmemAllocationProp,
-    CUmemGenericAllocationHandle, CUmemoryPool, CUmipmappedArray, CUstream,
+    CUdeviceptr, CUevent, CUfunction, CUgraph, CUgraphExec, CUgraphNode, CUlaunchConfig,
+    CUmemAllocationProp, CUmemGenericAllocationHandle, CUmemoryPool, CUmipmappedArray, CUstream,
 };
 
 use crate::handlers as h;
@@ -68,6 +68,17 @@ hook_table! {
         list: *mut CUDA_LAUNCH_PARAMS, num_devices: c_uint, flags: c_uint,
     );
     h::graph_launch => fn cuGraphLaunch / cuGraphLaunch_ptsz(exec: CUgraphExec, stream: CUstream);
+
+    // ---- stream capture (launches into a capture are charged at graph launch)
+    h::stream_begin_capture => fn cuStreamBeginCapture / cuStreamBeginCapture_ptsz(stream: CUstream);
+    h::stream_begin_capture_v2 => fn cuStreamBeginCapture_v2 / cuStreamBeginCapture_v2_ptsz(
+        stream: CUstream, mode: c_uint,
+    );
+    h::stream_begin_capture_to_graph => fn cuStreamBeginCaptureToGraph / cuStreamBeginCaptureToGraph_ptsz(
+        stream: CUstream, graph: CUgraph, dependencies: *const CUgraphNode,
+        dependency_data: *const c_void, num_dependencies: usize, mode: c_uint,
+    );
+    h::stream_end_capture => fn cuStreamEndCapture / cuStreamEndCapture_ptsz(stream: CUstream, graph: *mut CUgraph);
 
     // ---- synchronisation --------------------------------------------------
     h::stream_synchronize => fn cuStreamSynchronize / cuStreamSynchronize_ptsz(stream: CUstream);

@@ -36,15 +36,22 @@
 mod alloc_table;
 mod budget;
 mod config;
+mod devices;
 mod driver;
 mod ffi;
 mod handlers;
 pub mod hooks;
+mod kernel_estimates;
+mod launch_control;
 mod memory_config;
 mod memory_hooks;
 mod procaddr;
+mod sampler;
+mod sm_config;
 mod stats;
+mod sync_telemetry;
 mod table;
+mod tenant_sm;
 
 pub use dilu_abi::cuda::CUresult;
 

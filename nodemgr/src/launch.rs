@@ -8,6 +8,7 @@ use std::process::{Command, ExitCode};
 pub struct LaunchSpec {
     pub sim: bool,
     pub mem: Option<String>,
+    pub sm: Option<String>,
     pub tenant: Option<String>,
     /// The tenant's spec for the node manager (ignored without one).
     pub class: Option<dilu_abi::node_wire::WorkClass>,
@@ -30,6 +31,9 @@ pub fn environment(spec: &LaunchSpec) -> Result<Vec<(String, OsString)>, String>
         ),
     )];
     // The interposer validates these at start and stops with one clear line.
+    if let Some(sm) = &spec.sm {
+        env.push(("DILU_SM_LIMIT".to_string(), sm.into()));
+    }
     if let Some(mem) = &spec.mem {
         env.push(("DILU_MEM_LIMIT".to_string(), mem.into()));
     }
@@ -40,12 +44,12 @@ pub fn environment(spec: &LaunchSpec) -> Result<Vec<(String, OsString)>, String>
     // (`TenantSpec::from_env`); a plain size also becomes its memory budget.
     if let Some(class) = spec.class {
         let name = dilu_abi::node_wire::class_name(class);
-        env.push(("DILU_CLASS".to_string(), name.into()));
+        env.push(("DILU_SPEC_CLASS".to_string(), name.into()));
     }
     for (name, value) in [
-        ("DILU_SLO_MS", spec.slo_ms),
-        ("DILU_SM_REQUEST", spec.sm_request),
-        ("DILU_SM_LIMIT", spec.sm_limit),
+        ("DILU_SPEC_SLO_MS", spec.slo_ms),
+        ("DILU_SPEC_SM_REQUEST", spec.sm_request),
+        ("DILU_SPEC_SM_LIMIT", spec.sm_limit),
     ] {
         if let Some(value) = value {
             env.push((name.to_string(), value.to_string().into()));

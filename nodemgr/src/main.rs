@@ -67,6 +67,10 @@ pub struct RunArgs {
     /// (sets DILU_MEM_LIMIT).
     #[arg(long, value_name = "SIZE")]
     mem: Option<String>,
+    /// SM-time share: 30 (% of every device's time) or per device 0:30,1:50
+    /// (sets DILU_SM_LIMIT).
+    #[arg(long, value_name = "PERCENT")]
+    sm: Option<String>,
     /// Tenant name: processes with the same name share one budget (sets DILU_TENANT).
     #[arg(long, value_name = "NAME")]
     tenant: Option<String>,
@@ -206,6 +210,7 @@ fn main() -> ExitCode {
             launch::run(&launch::LaunchSpec {
                 sim: args.sim,
                 mem: args.mem,
+                sm: args.sm,
                 tenant: args.tenant,
                 class,
                 slo_ms: args.spec.slo_ms,

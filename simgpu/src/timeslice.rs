@@ -65,7 +65,9 @@ fn take_slice(dev: &ShmDevice, me: u64, ready: u64, timeslice_ns: u64) {
         let slice_end = started + timeslice_ns;
         let holder_idle = now >= busy_until + HOLDER_GRACE_NS;
         if owner == 0 || now >= slice_end || holder_idle {
-            let start = ready.max(busy_until).max(now);
+            // Slots are reserved on the simulated timeline: a slice starts
+            // when the device frees up, not when this thread woke up.
+            let start = ready.max(busy_until);
             if dev
                 .slice
                 .compare_exchange(word, pack(me, start), AcqRel, Acquire)

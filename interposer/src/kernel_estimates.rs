@@ -1,0 +1,191 @@
+//! What each kind of launch costs in GPU time, learned from measurements.
+//!
+//! A launch is keyed by what determines its duration as far as we can see:
+//! the function and its grid size (or the executable graph). The table is
+//! lock-free open addressing in a fixed array (no allocation on the launch
+//! path); entries are never removed. Each entry also counts the launches
+//! charged since the last measurement and what they were charged, so a new
+//! measurement can charge back the exact difference.
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+
+const CAPACITY: usize = 4096;
+const MAX_PROBES: usize = 64;
+
+/// What a launch is charged before anything of its kind was measured.
+pub const FIRST_GUESS_NS: u64 = 100_000;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct LaunchKey(u64);
+
+impl LaunchKey {
+    /// A kernel launch of `function` with `blocks` thread blocks in all.
+    pub fn kernel(function: usize, blocks: u64) -> Self {
+        Self::mix(function as u64, blocks, 0x9E37_79B9_7F4A_7C15)
+    }
+
+    /// A launch of the executable graph `exec`.
+    pub fn graph(exec: usize) -> Self {
+        Self::mix(exec as u64, 0, 0xD6E8_FEB8_6659_FD93)
+    }
+
+    fn mix(a: u64, b: u64, seed: u64) -> Self {
+        let mut z = a ^ seed ^ b.rotate_left(29).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        LaunchKey((z ^ (z >> 31)).max(1))
+    }
+}
+
+pub struct Entry {
+    key: AtomicU64,
+    /// Measured duration (ns); 0 until the first measurement.
+    estimate_ns: AtomicU64,
+    launches: AtomicU64,
+    pending_launches: AtomicU64,
+    pending_charged_ns: AtomicU64,
+    /// A sample of this kind is being timed.
+    sampling: AtomicBool,
+}
+
+impl Entry {
+    const fn empty() -> Self {
+        Entry {
+            key: AtomicU64::new(0),
+            estimate_ns: AtomicU64::new(0),
+            launches: AtomicU64::new(0),
+            pending_launches: AtomicU64::new(0),
+            pending_charged_ns: AtomicU64::new(0),
+            sampling: AtomicBool::new(false),
+        }
+    }
+
+    pub fn estimate_ns(&self) -> Option<u64> {
+        match self.estimate_ns.load(Ordering::Relaxed) {
+            0 => None,
+            ns => Some(ns),
+        }
+    }
+
+    /// Records a launch charged `charged_ns`; returns how many launches of
+    /// this kind came before it.
+    #[inline]
+    pub fn charge(&self, charged_ns: u64) -> u64 {
+        self.pending_launches.fetch_add(1, Ordering::Relaxed);
+        self.pending_charged_ns
+            .fetch_add(charged_ns, Ordering::Relaxed);
+        self.launches.fetch_add(1, Ordering::Relaxed)
+    }
+
+    /// Claims the right to time a sample (one at a time per kind).
+    pub fn start_sampling(&self) -> bool {
+        !self.sampling.swap(true, Ordering::AcqRel)
+    }
+
+    pub fn stop_sampling(&self) {
+        self.sampling.store(false, Ordering::Release);
+    }
+
+    /// Installs a new estimate and returns the GPU time the launches since
+    /// the previous one were under-charged (negative: over-charged).
+    pub fn settle(&self, estimate_ns: u64) -> i64 {
+        self.estimate_ns
+            .store(estimate_ns.max(1), Ordering::Relaxed);
+        let launches = self.pending_launches.swap(0, Ordering::AcqRel);
+        let charged = self.pending_charged_ns.swap(0, Ordering::AcqRel);
+        (launches as i128 * estimate_ns as i128 - charged as i128)
+            .clamp(i64::MIN as i128, i64::MAX as i128) as i64
+    }
+}
+
+pub struct EstimateTable {
+    entries: [Entry; CAPACITY],
+    /// Shared by kinds that found no room (charged the first guess, or the
+    /// last measured duration, never sampled).
+    overflow: Entry,
+}
+
+impl EstimateTable {
+    pub const fn new() -> Self {
+        EstimateTable {
+            entries: [const { Entry::empty() }; CAPACITY],
+            overflow: Entry::empty(),
+        }
+    }
+
+    /// The entry for `key`, inserting it if new. `None` means the table is
+    /// full around this key and the shared overflow entry was returned.
+    #[inline]
+    pub fn entry(&self, key: LaunchKey) -> (&Entry, bool) {
+        let start = key.0 as usize % CAPACITY;
+        for probe in 0..MAX_PROBES {
+            let entry = &self.entries[(start + probe) % CAPACITY];
+            let current = entry.key.load(Ordering::Acquire);
+            if current == key.0 {
+                return (entry, true);
+            }
+            if current == 0 {
+                match entry
+                    .key
+                    .compare_exchange(0, key.0, Ordering::AcqRel, Ordering::Acquire)
+                {
+                    Ok(_) => return (entry, true),
+                    Err(other) if other == key.0 => return (entry, true),
+                    Err(_) => continue,
+                }
+            }
+        }
+        (&self.overflow, false)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn kinds_are_told_apart_and_found_again() {
+        let table = Box::new(EstimateTable::new());
+        let a = LaunchKey::kernel(0x7f00_1000, 1320);
+        let b = LaunchKey::kernel(0x7f00_1000, 2640);
+        let g = LaunchKey::graph(0x7f00_1000);
+        assert!(a != b && a != g && b != g);
+        let (ea, placed) = table.entry(a);
+        assert!(placed);
+        assert!(std::ptr::eq(ea, table.entry(a).0));
+        assert!(!std::ptr::eq(ea, table.entry(b).0));
+    }
+
+    #[test]
+    fn settling_charges_back_the_exact_difference() {
+        let table = Box::new(EstimateTable::new());
+        let (entry, _) = table.entry(LaunchKey::kernel(1, 1));
+        assert_eq!(entry.estimate_ns(), None);
+        for _ in 0..10 {
+            entry.charge(FIRST_GUESS_NS);
+        }
+        // Ten launches charged 100 µs each really took 250 µs each.
+        assert_eq!(entry.settle(250_000), 10 * 150_000);
+        assert_eq!(entry.estimate_ns(), Some(250_000));
+        entry.charge(250_000);
+        entry.charge(250_000);
+        assert_eq!(entry.settle(200_000), -100_000);
+        assert_eq!(entry.settle(200_000), 0, "nothing pending");
+        assert!(entry.start_sampling());
+        assert!(!entry.start_sampling());
+        entry.stop_sampling();
+        assert!(entry.start_sampling());
+    }
+
+    #[test]
+    fn a_full_neighbourhood_falls_back_to_the_overflow_entry() {
+        let table = Box::new(EstimateTable::new());
+        let mut overflowed = false;
+        for i in 0..(CAPACITY as u64 + 10) {
+            if !table.entry(LaunchKey::kernel(i as usize, i)).1 {
+                overflowed = true;
+            }
+        }
+        assert!(overflowed);
+    }
+}

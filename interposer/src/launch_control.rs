@@ -1,0 +1,192 @@
+//! The launch path of SM-time control: charge the launch to the tenant's
+//! token bucket, wait if the bucket is in debt, count it, and time a sample.
+//!
+//! Within budget a launch costs an estimate look-up, one CAS on the bucket
+//! and a few counter adds: no lock, no system call, no allocation. A sampled
+//! launch (the first of a kind, then one in [`SAMPLE_EVERY`]) additionally
+//! records two events; a throttled one sleeps until its tokens exist
+//! (`clock_nanosleep` to an absolute deadline, not a polling tick).
+
+use crate::driver;
+use crate::kernel_estimates::{EstimateTable, FIRST_GUESS_NS, LaunchKey};
+use crate::sampler;
+use crate::tenant_sm::{self, TenantSm};
+use dilu_abi::cuda::{CUDA_SUCCESS, CUresult, sys};
+use dilu_abi::monotonic_ns;
+use dilu_abi::sm::is_limited;
+use dilu_abi::telemetry::Admission;
+use std::sync::OnceLock;
+use std::sync::atomic::{AtomicI64, Ordering};
+
+/// One launch of a kind in this many is timed once the kind is known.
+pub const SAMPLE_EVERY: u64 = 16;
+
+static ESTIMATES: EstimateTable = EstimateTable::new();
+
+/// Stream captures in progress in this process (begun minus ended). While
+/// none is, no launch can be a capture and we never ask the driver.
+static CAPTURES: AtomicI64 = AtomicI64::new(0);
+
+pub fn capture_began() {
+    CAPTURES.fetch_add(1, Ordering::AcqRel);
+}
+
+pub fn capture_ended() {
+    CAPTURES.fetch_sub(1, Ordering::AcqRel);
+}
+
+type IsCapturingFn = unsafe extern "C" fn(sys::CUstream, *mut u32) -> CUresult;
+
+fn is_capturing_fns() -> &'static (usize, usize) {
+    static FNS: OnceLock<(usize, usize)> = OnceLock::new();
+    FNS.get_or_init(|| {
+        (
+            driver::real_symbol(c"cuStreamIsCapturing"),
+            driver::real_symbol(c"cuStreamIsCapturing_ptsz"),
+        )
+    })
+}
+
+/// Whether a launch on `stream` is being captured into a graph (then it
+/// does not run now: the graph's launches are what we charge).
+fn captured(stream: sys::CUstream, per_thread: bool) -> bool {
+    if CAPTURES.load(Ordering::Acquire) <= 0 {
+        return false;
+    }
+    let (plain, ptsz) = *is_capturing_fns();
+    let address = if per_thread && ptsz != 0 { ptsz } else { plain };
+    if address == 0 {
+        return false;
+    }
+    // SAFETY: the real cuStreamIsCapturing[_ptsz]; the status is a C enum
+    // (int-sized), written to a live local.
+    let is_capturing: IsCapturingFn =
+        unsafe { std::mem::transmute::<usize, IsCapturingFn>(address) };
+    let mut status: u32 = 0;
+    // SAFETY: see above.
+    (unsafe { is_capturing(stream, &mut status) }) == CUDA_SUCCESS && status != 0
+}
+
+fn sleep_until(deadline_ns: u64) {
+    let ts = libc::timespec {
+        tv_sec: (deadline_ns / 1_000_000_000) as libc::time_t,
+        tv_nsec: (deadline_ns % 1_000_000_000) as libc::c_long,
+    };
+    // SAFETY: a valid timespec; with TIMER_ABSTIME the remainder pointer may
+    // be null. EINTR is retried with the same absolute deadline.
+    while unsafe {
+        libc::clock_nanosleep(
+            libc::CLOCK_MONOTONIC,
+            libc::TIMER_ABSTIME,
+            &ts,
+            std::ptr::null_mut(),
+        )
+    } == libc::EINTR
+    {}
+}
+
+/// Charges one launch of `key` on `device`, waiting while the tenant's
+/// bucket is in debt. Returns the kind's entry and whether to time it.
+#[inline]
+fn admit(
+    sm: &TenantSm,
+    key: LaunchKey,
+    device: usize,
+) -> (&'static crate::kernel_estimates::Entry, bool) {
+    let (entry, placed) = ESTIMATES.entry(key);
+    let estimate = entry.estimate_ns();
+    let cost = estimate.unwrap_or(FIRST_GUESS_NS);
+    let launches_before = entry.charge(cost);
+    let telemetry = sm.device(device);
+    let share = sm.budget().share_ppm(device);
+    let mut now = monotonic_ns();
+    if is_limited(share)
+        && let Admission::At(deadline) = telemetry.admit(now, cost, share, sm.budget().depth_ns())
+    {
+        sleep_until(deadline);
+        let woke = monotonic_ns();
+        telemetry.record_throttle(woke - now);
+        now = woke;
+    }
+    telemetry.record_launch(now, cost);
+    let sample = placed
+        && (estimate.is_none() || launches_before % SAMPLE_EVERY == 0)
+        && entry.start_sampling();
+    (entry, sample)
+}
+
+/// Runs `launch` (the real driver call) under SM-time control: charged,
+/// possibly delayed, possibly timed. Launches being captured into a graph
+/// and processes without SM state pass straight through.
+#[inline]
+pub fn controlled(
+    key: LaunchKey,
+    stream: sys::CUstream,
+    per_thread: bool,
+    launch: impl FnOnce() -> CUresult,
+) -> CUresult {
+    let Some(sm) = tenant_sm::get() else {
+        return launch();
+    };
+    if captured(stream, per_thread) {
+        return launch();
+    }
+    let device = sm.current_device();
+    let (entry, sample) = admit(sm, key, device);
+    if !sample {
+        return launch();
+    }
+    let timing = sampler::begin(stream, per_thread);
+    let result = launch();
+    sampler::finish(
+        timing,
+        result == CUDA_SUCCESS,
+        stream,
+        per_thread,
+        entry,
+        device,
+    );
+    result
+}
+
+/// Charges a launch without timing it (launch paths with no single stream
+/// to record events on: multi-device cooperative launches).
+pub fn charge_untimed(key: LaunchKey, device: usize) {
+    if let Some(sm) = tenant_sm::get() {
+        let (entry, sample) = admit(sm, key, device);
+        if sample {
+            entry.stop_sampling();
+        }
+    }
+}
+
+/// The device a stream belongs to (slow: for the rare multi-device launch
+/// path only). Falls back to the current context's device.
+pub fn device_of_stream(stream: sys::CUstream) -> usize {
+    type GetCtxFn = unsafe extern "C" fn(sys::CUstream, *mut sys::CUcontext) -> CUresult;
+    type PushFn = unsafe extern "C" fn(sys::CUcontext) -> CUresult;
+    type PopFn = unsafe extern "C" fn(*mut sys::CUcontext) -> CUresult;
+    let Some(sm) = tenant_sm::get() else { return 0 };
+    let (get_ctx, push, pop) = (
+        driver::real_symbol(c"cuStreamGetCtx"),
+        driver::real_symbol(c"cuCtxPushCurrent_v2"),
+        driver::real_symbol(c"cuCtxPopCurrent_v2"),
+    );
+    if get_ctx == 0 || push == 0 || pop == 0 {
+        return sm.current_device();
+    }
+    let mut ctx: sys::CUcontext = std::ptr::null_mut();
+    // SAFETY: real driver functions with their cuda.h signatures; the
+    // context pushed is popped again before returning.
+    unsafe {
+        if std::mem::transmute::<usize, GetCtxFn>(get_ctx)(stream, &mut ctx) != CUDA_SUCCESS
+            || std::mem::transmute::<usize, PushFn>(push)(ctx) != CUDA_SUCCESS
+        {
+            return sm.current_device();
+        }
+        let device = sm.current_device();
+        let mut popped: sys::CUcontext = std::ptr::null_mut();
+        std::mem::transmute::<usize, PopFn>(pop)(&mut popped);
+        device
+    }
+}

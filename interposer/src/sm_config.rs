@@ -1,0 +1,188 @@
+//! SM-time share configuration: which share of each device's time a tenant
+//! may use.
+//!
+//! Sources, strongest first:
+//! 1. `DILU_SM_LIMIT` (what `dilu run --sm` sets): `30` or `30%` (every
+//!    device), `0:30,1:50` (per device index as the program sees it).
+//!    Percentages from 1 to 100; 100 means unlimited.
+//! 2. HAMi-core's names: `CUDA_DEVICE_SM_LIMIT_<i>` over
+//!    `CUDA_DEVICE_SM_LIMIT`, integers 0–100 where 0 (HAMi's "no limit") and
+//!    100 mean unlimited.
+//!
+//! `DILU_SM_DEPTH` sets the token bucket's depth (default 5ms): after idling
+//! a tenant may run ahead of its share by at most this much wall-clock time,
+//! i.e. a burst of `share × depth` of GPU time.
+
+use crate::memory_config::ConfigError;
+use dilu_abi::ledger::MAX_DEVICES;
+use dilu_abi::sm::{DEFAULT_DEPTH_NS, FULL_SHARE_PPM};
+use dilu_abi::units;
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct SmLimits {
+    /// Share in ppm per device ordinal; `None` = unlimited.
+    pub per_device: [Option<u32>; MAX_DEVICES],
+    pub depth_ns: u64,
+}
+
+impl SmLimits {
+    pub fn any(&self) -> bool {
+        self.per_device.iter().any(Option::is_some)
+    }
+}
+
+impl Default for SmLimits {
+    fn default() -> Self {
+        SmLimits {
+            per_device: [None; MAX_DEVICES],
+            depth_ns: DEFAULT_DEPTH_NS,
+        }
+    }
+}
+
+const DILU_FORMS: &str = "a percentage of every device's time from 1 to 100 (30 or 30%), \
+     or per-device entries (0:30,1:50) with indices below 16";
+const HAMI_FORMS: &str = "an integer percentage from 0 to 100 (0 = no limit)";
+const DEPTH_FORMS: &str = "a duration from 100us to 1s, such as 5ms";
+
+/// A percentage as a share in ppm, `None` for 100 (the whole device).
+fn percent_share(text: &str) -> Option<Option<u32>> {
+    let text = text.trim();
+    let number = text.strip_suffix('%').unwrap_or(text).trim();
+    let percent: f64 = number.parse().ok()?;
+    if !(1.0..=100.0).contains(&percent) {
+        return None;
+    }
+    let ppm = (percent * 10_000.0).round() as u32;
+    Some((ppm < FULL_SHARE_PPM).then_some(ppm))
+}
+
+fn parse_dilu(value: &str) -> Result<[Option<u32>; MAX_DEVICES], ConfigError> {
+    let error = || ConfigError {
+        variable: "DILU_SM_LIMIT".into(),
+        value: value.into(),
+        expected: DILU_FORMS.into(),
+    };
+    if !value.contains(':') {
+        let share = percent_share(value).ok_or_else(error)?;
+        return Ok([share; MAX_DEVICES]);
+    }
+    let mut shares = [None; MAX_DEVICES];
+    let mut seen = [false; MAX_DEVICES];
+    for entry in value.split(',') {
+        let (index, share) = entry.split_once(':').ok_or_else(error)?;
+        let index: usize = index.trim().parse().map_err(|_| error())?;
+        if index >= MAX_DEVICES || seen[index] {
+            return Err(error());
+        }
+        seen[index] = true;
+        shares[index] = percent_share(share).ok_or_else(error)?;
+    }
+    Ok(shares)
+}
+
+fn parse_hami(variable: String, value: String) -> Result<Option<u32>, ConfigError> {
+    match value.trim().parse::<u32>() {
+        Ok(0) | Ok(100) => Ok(None),
+        Ok(percent) if percent < 100 => Ok(Some(percent * 10_000)),
+        _ => Err(ConfigError {
+            variable,
+            value,
+            expected: HAMI_FORMS.into(),
+        }),
+    }
+}
+
+/// Reads the shares from an environment lookup (injected for tests).
+pub fn from_env(get: impl Fn(&str) -> Option<String>) -> Result<SmLimits, ConfigError> {
+    let mut limits = SmLimits::default();
+    if let Some(value) = get("DILU_SM_DEPTH").filter(|v| !v.is_empty()) {
+        limits.depth_ns = units::parse_duration_ns(&value)
+            .ok()
+            .filter(|ns| (100_000..=1_000_000_000).contains(ns))
+            .ok_or_else(|| ConfigError {
+                variable: "DILU_SM_DEPTH".into(),
+                value: value.clone(),
+                expected: DEPTH_FORMS.into(),
+            })?;
+    }
+    if let Some(value) = get("DILU_SM_LIMIT").filter(|v| !v.is_empty()) {
+        limits.per_device = parse_dilu(&value)?;
+        return Ok(limits);
+    }
+    let hami = |variable: String| match get(&variable).filter(|v| !v.is_empty()) {
+        None => Ok(None),
+        Some(value) => parse_hami(variable, value).map(Some),
+    };
+    let all = hami("CUDA_DEVICE_SM_LIMIT".into())?;
+    for (index, slot) in limits.per_device.iter_mut().enumerate() {
+        *slot = match hami(format!("CUDA_DEVICE_SM_LIMIT_{index}"))? {
+            Some(share) => share,
+            None => all.flatten(),
+        };
+    }
+    Ok(limits)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::HashMap;
+
+    fn env(pairs: &[(&str, &str)]) -> impl Fn(&str) -> Option<String> {
+        let map: HashMap<String, String> = pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        move |key| map.get(key).cloned()
+    }
+
+    #[test]
+    fn every_documented_form() {
+        let all = from_env(env(&[("DILU_SM_LIMIT", "30")])).unwrap();
+        assert_eq!(all.per_device, [Some(300_000); MAX_DEVICES]);
+        assert_eq!(all.depth_ns, DEFAULT_DEPTH_NS);
+        let percent = from_env(env(&[("DILU_SM_LIMIT", "12.5%")])).unwrap();
+        assert_eq!(percent.per_device[7], Some(125_000));
+        let each = from_env(env(&[
+            ("DILU_SM_LIMIT", "0:30,1:100"),
+            ("DILU_SM_DEPTH", "2ms"),
+        ]))
+        .unwrap();
+        assert_eq!(each.per_device[0], Some(300_000));
+        assert_eq!(each.per_device[1], None, "100% is the whole device");
+        assert_eq!(each.per_device[2], None);
+        assert_eq!(each.depth_ns, 2_000_000);
+        assert!(!from_env(env(&[])).unwrap().any());
+    }
+
+    #[test]
+    fn hami_names_are_aliases() {
+        let limits = from_env(env(&[
+            ("CUDA_DEVICE_SM_LIMIT", "40"),
+            ("CUDA_DEVICE_SM_LIMIT_1", "0"),
+        ]))
+        .unwrap();
+        assert_eq!(limits.per_device[0], Some(400_000));
+        assert_eq!(limits.per_device[1], None, "0 is HAMi's no limit");
+        let both = from_env(env(&[
+            ("CUDA_DEVICE_SM_LIMIT", "40"),
+            ("DILU_SM_LIMIT", "20"),
+        ]))
+        .unwrap();
+        assert_eq!(both.per_device[0], Some(200_000));
+    }
+
+    #[test]
+    fn bad_values_name_the_variable_and_the_forms() {
+        for bad in ["0", "101", "lots", "0:30,0:40", "16:30", "-5", "0:", "30,"] {
+            let error = from_env(env(&[("DILU_SM_LIMIT", bad)])).unwrap_err();
+            assert_eq!(error.variable, "DILU_SM_LIMIT", "{bad}");
+            assert!(error.to_string().contains("0:30,1:50"), "{error}");
+        }
+        let error = from_env(env(&[("CUDA_DEVICE_SM_LIMIT", "150")])).unwrap_err();
+        assert_eq!(error.variable, "CUDA_DEVICE_SM_LIMIT");
+        let error = from_env(env(&[("DILU_SM_DEPTH", "1ns")])).unwrap_err();
+        assert_eq!(error.variable, "DILU_SM_DEPTH");
+    }
+}

@@ -1,0 +1,188 @@
+//! The tenant's SM-time state as this process sees it: its share of each
+//! device ([`SmBudget`], one writer) and the telemetry all its processes
+//! write, token bucket included ([`TenantTelemetry`]).
+//!
+//! Where they live (standalone mode, no node manager):
+//! - `DILU_TENANT=NAME`: `/dev/shm/dilu-<uid>-<NAME>.sm` and `.telemetry`,
+//!   mode 0600. The process that creates `.sm`, or finds its writer gone,
+//!   writes its configured shares and becomes the writer; a process joining
+//!   a running tenant uses the shares already there. Any process of the same
+//!   user can change them (`dilu_abi::sm::SmBudget::set_share_ppm`); they
+//!   take effect at the next launch of every member.
+//! - no tenant name: anonymous memory shared with forked children.
+//!
+//! Under the node manager (its socket exists, see
+//! `dilu_abi::node_client`), a named tenant registers instead: the daemon
+//! hands it a read-only, sealed budget it writes itself and the telemetry
+//! region it reads; `DILU_SM_LIMIT` is then ignored (the daemon decides).
+//! A refused registration stops the process with the daemon's reason.
+//!
+//! Without a tenant and without an SM limit this process has no SM state
+//! and every launch passes straight through.
+
+use crate::config;
+use crate::devices::{self, CurrentDevice};
+use dilu_abi::ledger;
+use dilu_abi::node_client::{self, Attached};
+use dilu_abi::node_wire::TenantSpec;
+use dilu_abi::shm::Region;
+use dilu_abi::sm::{SmBudget, UNLIMITED_SHARE};
+use dilu_abi::telemetry::{DeviceTelemetry, TenantTelemetry};
+use std::sync::OnceLock;
+
+/// Where the budget and telemetry live.
+enum Regions {
+    Standalone {
+        budget: Region<SmBudget>,
+        telemetry: Region<TenantTelemetry>,
+    },
+    /// Owned by the node manager (the budget may be swapped when a
+    /// restarted daemon re-adopts the tenant).
+    Managed(&'static Attached),
+}
+
+pub struct TenantSm {
+    regions: Regions,
+    /// Resolved at the first launch, when the driver is initialised.
+    current_device: OnceLock<CurrentDevice>,
+}
+
+static STATE: OnceLock<Option<TenantSm>> = OnceLock::new();
+
+/// The SM state, or `None` when this process has neither a tenant nor an SM
+/// limit.
+#[inline]
+pub fn get() -> Option<&'static TenantSm> {
+    match STATE.get() {
+        Some(state) => state.as_ref(),
+        None => STATE.get_or_init(init).as_ref(),
+    }
+}
+
+fn write_shares(budget: &SmBudget) {
+    let limits = &config::get().sm;
+    for (device, share) in limits.per_device.iter().enumerate() {
+        budget.set_share_ppm(device, share.unwrap_or(UNLIMITED_SHARE));
+    }
+    budget.set_depth_ns(limits.depth_ns);
+}
+
+/// Whether (pid, low 32 bits of its start time) is a running process.
+fn writer_alive(pid: i32, start_low: u64) -> bool {
+    ledger::process_start_time(pid).is_some_and(|start| start & 0xffff_ffff == start_low)
+}
+
+fn fail(what: &str, error: impl std::fmt::Display) -> ! {
+    // Fail closed: a share we cannot keep must not become "no limit".
+    eprintln!("dilu-interposer: cannot open the tenant's {what} ({error}); stopping");
+    std::process::exit(2)
+}
+
+fn register_fork_handler() {
+    // SAFETY: registers a plain extern "C" function that never unwinds.
+    unsafe {
+        libc::pthread_atfork(
+            None,
+            None,
+            Some(crate::sampler::forget_parent_state_in_child),
+        )
+    };
+}
+
+/// Registers with the node manager when one is running.
+fn attach_to_node_manager(name: &str) -> Option<&'static Attached> {
+    let spec = TenantSpec::from_env().unwrap_or_else(|e| fail("spec", e));
+    match node_client::attach(name, spec) {
+        Ok(attached) => attached,
+        Err(reason) => {
+            eprintln!("dilu-interposer: {reason}; stopping");
+            std::process::exit(2)
+        }
+    }
+}
+
+fn init() -> Option<TenantSm> {
+    let cfg = config::get();
+    if let Some(name) = &cfg.tenant
+        && let Some(attached) = attach_to_node_manager(name)
+    {
+        tracing::debug!(tenant = name, "SM-time budget from the node manager");
+        register_fork_handler();
+        return Some(TenantSm {
+            regions: Regions::Managed(attached),
+            current_device: OnceLock::new(),
+        });
+    }
+    let (budget, telemetry) = match &cfg.tenant {
+        None if !cfg.sm.any() => return None,
+        None => (
+            Region::<SmBudget>::anonymous(write_shares).unwrap_or_else(|e| fail("SM budget", e)),
+            Region::<TenantTelemetry>::anonymous(|_| {}).unwrap_or_else(|e| fail("telemetry", e)),
+        ),
+        Some(name) => {
+            // SAFETY: getuid has no preconditions.
+            let uid = unsafe { libc::getuid() };
+            let path = dilu_abi::tenant_region_path(uid, name, "sm");
+            let budget = Region::<SmBudget>::open_or_create(&path, 0o600, write_shares)
+                .unwrap_or_else(|e| fail("SM budget", format!("{}: {e}", path.display())));
+            let pid = std::process::id() as i32;
+            let start = ledger::process_start_time(pid).unwrap_or(0);
+            if budget.claim_writer(pid, start, writer_alive) {
+                if !budget.created() {
+                    write_shares(&budget);
+                }
+            } else if cfg.sm.any() {
+                tracing::warn!(
+                    tenant = name,
+                    "joining a running tenant: its SM shares stay as its writer set them"
+                );
+            }
+            let path = dilu_abi::tenant_region_path(uid, name, "telemetry");
+            let telemetry = Region::<TenantTelemetry>::open_or_create(&path, 0o600, |_| {})
+                .unwrap_or_else(|e| fail("telemetry", format!("{}: {e}", path.display())));
+            (budget, telemetry)
+        }
+    };
+    register_fork_handler();
+    tracing::debug!(
+        tenant = cfg.tenant.as_deref().unwrap_or(""),
+        share_ppm_device0 = budget.share_ppm(0),
+        "SM-time control active"
+    );
+    Some(TenantSm {
+        regions: Regions::Standalone { budget, telemetry },
+        current_device: OnceLock::new(),
+    })
+}
+
+impl TenantSm {
+    #[inline]
+    pub fn budget(&self) -> &SmBudget {
+        match &self.regions {
+            Regions::Standalone { budget, .. } => budget,
+            Regions::Managed(attached) => attached.budget(),
+        }
+    }
+
+    #[inline]
+    pub fn telemetry(&self) -> &TenantTelemetry {
+        match &self.regions {
+            Regions::Standalone { telemetry, .. } => telemetry,
+            Regions::Managed(attached) => attached.telemetry(),
+        }
+    }
+
+    /// The device of the calling thread's current context (0 on a process
+    /// with one device, without asking the driver).
+    #[inline]
+    pub fn current_device(&self) -> usize {
+        self.current_device
+            .get_or_init(|| CurrentDevice::new(devices::real_device_count()))
+            .get()
+    }
+
+    #[inline]
+    pub fn device(&self, device: usize) -> &DeviceTelemetry {
+        &self.telemetry().devices[device]
+    }
+}
