@@ -6,4 +6,5 @@
 //! integration tests in `tests/tests/` run them under `dilu run --sim`.
 
 pub mod ptx;
+pub mod workload;
 pub mod workspace;
