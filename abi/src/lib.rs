@@ -2,14 +2,21 @@
 //!
 //! It owns what crosses process boundaries: CUDA driver ABI aliases
 //! (`cuda`), unit parsing used by every configuration surface (`units`),
-//! simgpu's kernel-trace format (`simtrace`) and wire messages. The
+//! simgpu's kernel-trace format (`simtrace`) and wire messages
+//! (`cluster_wire`, `node_wire`), and the tenant's end of the node manager's
+//! socket (`seqpacket`, `node_client`: connect, register, receive fds). The
 //! `#[repr(C)]` shared-memory layouts live in their own crate, `dilu-layout`,
 //! re-exported here. It never calls a CUDA driver and never links the
 //! interposer; it may touch `/proc` and shared-memory files.
 
 pub mod cluster_wire;
 pub mod cuda;
+pub mod node_client;
+pub mod node_wire;
+pub mod seqpacket;
 pub mod simtrace;
 pub mod units;
 
-pub use dilu_layout::{histogram, ledger, monotonic_ns, shm, sm, telemetry, tenant_region_path};
+pub use dilu_layout::{
+    histogram, ledger, memfd, monotonic_ns, shm, sm, telemetry, tenant_region_path,
+};

@@ -119,10 +119,10 @@ fn admit(
     let cost = estimate.unwrap_or(FIRST_GUESS_NS);
     let launches_before = entry.charge(cost);
     let telemetry = sm.device(device);
-    let share = sm.budget.share_ppm(device);
+    let share = sm.budget().share_ppm(device);
     let mut now = monotonic_ns();
     if is_limited(share)
-        && let Admission::At(deadline) = telemetry.admit(now, cost, share, sm.budget.depth_ns())
+        && let Admission::At(deadline) = telemetry.admit(now, cost, share, sm.budget().depth_ns())
     {
         sleep_until(deadline);
         let woke = monotonic_ns();

@@ -351,7 +351,7 @@ fn settle(sample: &Sample, estimate_ns: u64) {
     let device = sm.device(sample.device);
     device.record_sample();
     if delta != 0 {
-        let share = sm.budget.share_ppm(sample.device);
+        let share = sm.budget().share_ppm(sample.device);
         device.charge_back(delta, share, dilu_abi::monotonic_ns());
     }
 }

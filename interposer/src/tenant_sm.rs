@@ -11,20 +11,38 @@
 //!   take effect at the next launch of every member.
 //! - no tenant name: anonymous memory shared with forked children.
 //!
+//! Under the node manager (its socket exists, see
+//! `dilu_abi::node_client`), a named tenant registers instead: the daemon
+//! hands it a read-only, sealed budget it writes itself and the telemetry
+//! region it reads; `DILU_SM_LIMIT` is then ignored (the daemon decides).
+//! A refused registration stops the process with the daemon's reason.
+//!
 //! Without a tenant and without an SM limit this process has no SM state
 //! and every launch passes straight through.
 
 use crate::config;
 use crate::devices::{self, CurrentDevice};
 use dilu_abi::ledger;
+use dilu_abi::node_client::{self, Attached};
+use dilu_abi::node_wire::TenantSpec;
 use dilu_abi::shm::Region;
 use dilu_abi::sm::{SmBudget, UNLIMITED_SHARE};
 use dilu_abi::telemetry::{DeviceTelemetry, TenantTelemetry};
 use std::sync::OnceLock;
 
+/// Where the budget and telemetry live.
+enum Regions {
+    Standalone {
+        budget: Region<SmBudget>,
+        telemetry: Region<TenantTelemetry>,
+    },
+    /// Owned by the node manager (the budget may be swapped when a
+    /// restarted daemon re-adopts the tenant).
+    Managed(&'static Attached),
+}
+
 pub struct TenantSm {
-    pub budget: Region<SmBudget>,
-    pub telemetry: Region<TenantTelemetry>,
+    regions: Regions,
     /// Resolved at the first launch, when the driver is initialised.
     current_device: OnceLock<CurrentDevice>,
 }
@@ -60,8 +78,31 @@ fn fail(what: &str, error: impl std::fmt::Display) -> ! {
     std::process::exit(2)
 }
 
+
+/// Registers with the node manager when one is running.
+fn attach_to_node_manager(name: &str) -> Option<&'static Attached> {
+    let spec = TenantSpec::from_env().unwrap_or_else(|e| fail("spec", e));
+    match node_client::attach(name, spec) {
+        Ok(attached) => attached,
+        Err(reason) => {
+            eprintln!("dilu-interposer: {reason}; stopping");
+            std::process::exit(2)
+        }
+    }
+}
+
 fn init() -> Option<TenantSm> {
     let cfg = config::get();
+    if let Some(name) = &cfg.tenant
+        && let Some(attached) = attach_to_node_manager(name)
+    {
+        tracing::debug!(tenant = name, "SM-time budget from the node manager");
+        crate::fork::install();
+        return Some(TenantSm {
+            regions: Regions::Managed(attached),
+            current_device: OnceLock::new(),
+        });
+    }
     let (budget, telemetry) = match &cfg.tenant {
         None if !cfg.sm.any() => return None,
         None => (
@@ -99,13 +140,28 @@ fn init() -> Option<TenantSm> {
         "SM-time control active"
     );
     Some(TenantSm {
-        budget,
-        telemetry,
+        regions: Regions::Standalone { budget, telemetry },
         current_device: OnceLock::new(),
     })
 }
 
 impl TenantSm {
+    #[inline]
+    pub fn budget(&self) -> &SmBudget {
+        match &self.regions {
+            Regions::Standalone { budget, .. } => budget,
+            Regions::Managed(attached) => attached.budget(),
+        }
+    }
+
+    #[inline]
+    pub fn telemetry(&self) -> &TenantTelemetry {
+        match &self.regions {
+            Regions::Standalone { telemetry, .. } => telemetry,
+            Regions::Managed(attached) => attached.telemetry(),
+        }
+    }
+
     /// The device of the calling thread's current context (0 on a process
     /// with one device, without asking the driver).
     #[inline]
@@ -117,6 +173,6 @@ impl TenantSm {
 
     #[inline]
     pub fn device(&self, device: usize) -> &DeviceTelemetry {
-        &self.telemetry.devices[device]
+        &self.telemetry().devices[device]
     }
 }

@@ -7,12 +7,14 @@
 //! - [`telemetry`]: what a tenant's processes report and share (the token
 //!   bucket, GPU busy time, throttling, bubble and latency histograms).
 //! - [`histogram`]: the lock-free log₂ histogram telemetry is made of.
+//! - [`memfd`]: regions in sealed memfds (budgets only their creator writes).
 //!
 //! Layouts change only together with their magic number. This crate depends
 //! on libc alone; it never calls a CUDA driver.
 
 pub mod histogram;
 pub mod ledger;
+pub mod memfd;
 pub mod shm;
 pub mod sm;
 pub mod telemetry;

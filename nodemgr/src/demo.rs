@@ -1,224 +1,256 @@
-//! `dilu demo`: two unmodified CUDA programs share one simulated GPU under
-//! dilu, with a live view of each one's device time read from simgpu's
-//! kernel trace (the ground truth).
+//! `dilu demo`: an inference tenant with an SLO and a training tenant share
+//! one simulated GPU under an embedded node manager; the same scenario runs
+//! once per controller (`static`, `dilu-rckm`, `dilu`) and the summary
+//! compares SLO violations and training throughput.
+//!
+//! The workloads are ordinary CUDA programs (`demo-tenant`) started with
+//! `dilu run --sim`; they register with the node manager through the
+//! interposer, and the inference program measures each request's latency
+//! itself (arrival to completion, queueing included) and reports it with
+//! `dilu_report_latency`.
 
 use crate::artifacts;
-use dilu_abi::simtrace::{self, KernelRecord};
+use crate::config::Config;
+use crate::daemon::Daemon;
+use dilu_abi::node_wire::{TenantSpec, WorkClass};
 use std::collections::BTreeMap;
-use std::fs::File;
-use std::io::{Read, Seek, SeekFrom};
-use std::path::{Path, PathBuf};
+use std::io::Read;
+use std::path::Path;
 use std::process::{Child, Command, ExitCode, Stdio};
 use std::time::{Duration, Instant};
 
 pub struct DemoSpec {
     pub seconds: u64,
     pub json: bool,
+    pub controllers: Vec<String>,
 }
 
-/// One demo tenant: a name and the workload arguments that shape it.
-struct TenantPlan {
-    name: &'static str,
-    about: &'static str,
-    args: &'static [&'static str],
+/// The scenario: the inference SLO and both tenants' specs.
+pub const SLO_MS: f64 = 15.0;
+const SERVE_ARGS: [&str; 6] = ["--blocks", "6600", "--kernels", "8", "--rate", "40"];
+const TRAIN_ARGS: [&str; 6] = ["--blocks", "13200", "--kernels", "8", "--load-ms", "4"];
+
+fn specs() -> [(&'static str, TenantSpec); 2] {
+    [
+        (
+            "infer",
+            TenantSpec {
+                class: WorkClass::Latency,
+                slo_ms: Some(SLO_MS),
+                sm_request_pct: 30.0,
+                sm_limit_pct: 100.0,
+                mem_bytes: None,
+            },
+        ),
+        (
+            "train",
+            TenantSpec {
+                class: WorkClass::Batch,
+                slo_ms: None,
+                sm_request_pct: 20.0,
+                sm_limit_pct: 100.0,
+                mem_bytes: None,
+            },
+        ),
+    ]
 }
 
-const TENANTS: [TenantPlan; 2] = [
-    TenantPlan {
-        name: "inference",
-        about: "20 us kernels, synchronises after each one",
-        args: &["--blocks", "264", "--depth", "1"],
-    },
-    TenantPlan {
-        name: "training",
-        about: "400 us kernels, 32 in flight",
-        args: &["--blocks", "5280", "--depth", "32"],
-    },
-];
-
-struct Running {
-    plan: &'static TenantPlan,
-    child: Child,
+/// What one controller's run produced.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Outcome {
+    pub controller: String,
+    pub slo_violation_rate: f64,
+    pub p99_ms: f64,
+    pub requests: u64,
+    pub batch_throughput: f64,
 }
 
-/// Reads a growing trace file from where it left off.
-struct TraceFollower {
-    path: PathBuf,
-    offset: u64,
-    partial: String,
-}
-
-impl TraceFollower {
-    fn new(path: PathBuf) -> Self {
-        TraceFollower {
-            path,
-            offset: 0,
-            partial: String::new(),
-        }
-    }
-
-    fn poll(&mut self) -> Result<Vec<KernelRecord>, String> {
-        let Ok(mut file) = File::open(&self.path) else {
-            return Ok(Vec::new()); // no kernel has finished yet
-        };
-        file.seek(SeekFrom::Start(self.offset))
-            .map_err(|e| e.to_string())?;
-        let mut fresh = String::new();
-        let read = file.read_to_string(&mut fresh).map_err(|e| e.to_string())?;
-        self.offset += read as u64;
-        self.partial.push_str(&fresh);
-        let records = simtrace::parse(&self.partial)?;
-        let keep_from = self.partial.rfind('\n').map_or(0, |i| i + 1);
-        self.partial.drain(..keep_from);
-        Ok(records)
-    }
-}
-
-fn spawn_tenant(
-    plan: &'static TenantPlan,
-    seconds: u64,
+fn spawn(
+    socket: &Path,
     instance: &str,
-    trace: &Path,
-) -> Result<Running, String> {
-    let workload = artifacts::find("cudarc-loop")?;
+    tenant: &str,
+    mode: &str,
+    args: &[&str],
+    seconds: u64,
+) -> Result<Child, String> {
+    let workload = artifacts::find("demo-tenant")?;
     let me = std::env::current_exe().map_err(|e| e.to_string())?;
-    let child = Command::new(me)
-        .args(["run", "--sim", "--"])
+    Command::new(me)
+        .args(["run", "--sim", "--tenant", tenant, "--"])
         .arg(workload)
-        .args(["--seconds", &seconds.to_string(), "--json"])
-        .args(plan.args)
+        .arg(mode)
+        .args([
+            "--seconds",
+            &seconds.to_string(),
+            "--slo-ms",
+            &SLO_MS.to_string(),
+        ])
+        .args(args)
+        .env(dilu_abi::node_wire::SOCKET_ENV, socket)
         .env("SIMGPU_INSTANCE", instance)
-        .env("SIMGPU_TRACE", trace)
         .stdout(Stdio::piped())
         .stderr(Stdio::inherit())
         .spawn()
-        .map_err(|e| format!("cannot start the {} tenant: {e}", plan.name))?;
-    Ok(Running { plan, child })
+        .map_err(|e| format!("cannot start the {tenant} tenant: {e}"))
 }
 
-/// Device time per pid over records, as a fraction of `window_ns`.
-fn busy_fractions(records: &[KernelRecord], from: u64, to: u64) -> BTreeMap<u32, f64> {
-    let window = (to - from).max(1) as f64;
-    simtrace::busy_ns_by_pid(records, from, to)
-        .into_iter()
-        .map(|(pid, ns)| (pid, ns as f64 / window))
-        .collect()
+fn finish(mut child: Child, what: &str) -> Result<serde_json::Value, String> {
+    let mut stdout = String::new();
+    if let Some(mut pipe) = child.stdout.take() {
+        let _ = pipe.read_to_string(&mut stdout);
+    }
+    let status = child.wait().map_err(|e| e.to_string())?;
+    if !status.success() {
+        return Err(format!("the {what} tenant failed ({status})"));
+    }
+    stdout
+        .lines()
+        .rev()
+        .find_map(|l| serde_json::from_str(l).ok())
+        .ok_or_else(|| format!("the {what} tenant printed no summary"))
 }
 
-pub fn run(spec: &DemoSpec) -> Result<ExitCode, String> {
-    let scratch = std::env::temp_dir().join(format!("dilu-demo-{}", std::process::id()));
+/// Runs the scenario under one controller.
+pub fn run_one(controller: &str, seconds: u64, live: bool) -> Result<Outcome, String> {
+    let tag = format!("{}-{controller}", std::process::id());
+    let scratch = std::env::temp_dir().join(format!("dilu-demo-{tag}"));
     std::fs::create_dir_all(&scratch).map_err(|e| format!("{}: {e}", scratch.display()))?;
-    let trace_path = scratch.join("trace.jsonl");
-    let instance = format!("demo-{}", std::process::id());
-
-    if !spec.json {
-        println!(
-            "dilu demo: {} CUDA programs share one simulated GPU for {} s (trace: {})",
-            TENANTS.len(),
-            spec.seconds,
-            trace_path.display()
-        );
-        for plan in &TENANTS {
-            println!("  {:<10} {}", plan.name, plan.about);
+    let names: Vec<String> = specs().iter().map(|(n, _)| format!("{n}-{tag}")).collect();
+    let config = Config {
+        socket: scratch.join("nodemgr.sock"),
+        run_dir: scratch.join("run"),
+        metrics: None,
+        controller: controller.to_string(),
+        tenants: names
+            .iter()
+            .cloned()
+            .zip(specs().map(|(_, s)| s))
+            .collect::<BTreeMap<_, _>>(),
+        ..Config::default()
+    };
+    let daemon = Daemon::start(config)?;
+    let instance = format!("demo-{tag}");
+    let socket = daemon.shared.config.socket.clone();
+    let serve = spawn(&socket, &instance, &names[0], "serve", &SERVE_ARGS, seconds);
+    let train = spawn(&socket, &instance, &names[1], "train", &TRAIN_ARGS, seconds);
+    let (mut serve, mut train) = match (serve, train) {
+        (Ok(s), Ok(t)) => (s, t),
+        (s, t) => {
+            let mut error = String::new();
+            for result in [s, t] {
+                match result {
+                    Ok(mut child) => {
+                        let _ = child.kill();
+                        let _ = child.wait();
+                    }
+                    Err(e) => error = e,
+                }
+            }
+            daemon.stop();
+            return Err(error);
         }
-        println!();
-        println!(
-            "{:>5}  {}",
-            "time",
-            TENANTS
-                .map(|p| format!("{:>18}", format!("{} busy", p.name)))
-                .join("")
-        );
-    }
-    let mut running = Vec::new();
-    for plan in &TENANTS {
-        running.push(spawn_tenant(plan, spec.seconds, &instance, &trace_path)?);
-    }
-    let pids: Vec<u32> = running.iter().map(|r| r.child.id()).collect();
-
-    let mut follower = TraceFollower::new(trace_path.clone());
-    let mut all = Vec::new();
+    };
     let started = Instant::now();
     let mut tick = 1;
-    while running
-        .iter_mut()
-        .any(|r| matches!(r.child.try_wait(), Ok(None)))
-    {
-        std::thread::sleep(Duration::from_millis(100));
+    while matches!(serve.try_wait(), Ok(None)) || matches!(train.try_wait(), Ok(None)) {
+        std::thread::sleep(Duration::from_millis(50));
         if started.elapsed() < Duration::from_secs(tick) {
             continue;
         }
         tick += 1;
-        let fresh = follower.poll()?;
-        if !spec.json && !fresh.is_empty() {
-            let from = fresh.iter().map(|r| r.start_ns).min().unwrap_or(0);
-            let to = fresh.iter().map(|r| r.end_ns).max().unwrap_or(from);
-            let fractions = busy_fractions(&fresh, from, to);
-            let cells: Vec<String> = pids
-                .iter()
-                .map(|pid| {
-                    let share = fractions.get(pid).copied().unwrap_or(0.0);
-                    format!("{:>17.1}%", share * 100.0)
-                })
-                .collect();
-            println!("{:>4}s  {}", tick - 1, cells.join(" "));
+        if live {
+            let status = daemon.shared.status();
+            let cell = |name: &str| {
+                status.tenants.iter().find(|t| t.name == name).map_or_else(
+                    || format!("{:>26}", "(not running)"),
+                    |t| {
+                        format!(
+                            "{:>5.0}% {:>5.1}% {:>12}",
+                            t.sm_current_pct,
+                            t.sm_achieved_pct,
+                            t.p99_ms.map_or("-".into(), |p| format!("p99 {p:.1}ms"))
+                        )
+                    },
+                )
+            };
+            println!(
+                "{controller:>10} {:>3}s  {}   {}",
+                tick - 1,
+                cell(&names[0]),
+                cell(&names[1])
+            );
         }
-        all.extend(fresh);
     }
-    all.extend(follower.poll()?);
-
-    let mut rows = Vec::new();
-    for tenant in &mut running {
-        let mut stdout = String::new();
-        if let Some(mut pipe) = tenant.child.stdout.take() {
-            let _ = pipe.read_to_string(&mut stdout);
-        }
-        let status = tenant.child.wait().map_err(|e| e.to_string())?;
-        if !status.success() {
-            return Err(format!("the {} tenant failed ({status})", tenant.plan.name));
-        }
-        let rate = stdout
-            .lines()
-            .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
-            .find_map(|v| v["kernels_per_second"].as_f64())
-            .unwrap_or(0.0);
-        rows.push((tenant.plan.name, tenant.child.id(), rate));
-    }
-    let from = all.iter().map(|r| r.start_ns).min().unwrap_or(0);
-    let to = all.iter().map(|r| r.end_ns).max().unwrap_or(from);
-    let fractions = busy_fractions(&all, from, to);
-    let overlaps = simtrace::overlapping(&all).len();
+    let serve = finish(serve, "inference");
+    let train = finish(train, "training");
+    daemon.stop();
     let _ = std::fs::remove_dir_all(&scratch);
+    let (serve, train) = (serve?, train?);
+    Ok(Outcome {
+        controller: controller.to_string(),
+        slo_violation_rate: serve["slo_violation_rate"].as_f64().unwrap_or(1.0),
+        p99_ms: serve["p99_ms"].as_f64().unwrap_or(0.0),
+        requests: serve["requests"].as_u64().unwrap_or(0),
+        batch_throughput: train["iterations_per_second"].as_f64().unwrap_or(0.0),
+    })
+}
 
+pub fn run(spec: &DemoSpec) -> Result<ExitCode, String> {
+    let controllers: Vec<String> = if spec.controllers.is_empty() {
+        ["static", "dilu-rckm", "dilu"].map(String::from).to_vec()
+    } else {
+        spec.controllers.clone()
+    };
+    for c in &controllers {
+        crate::control::by_name(c)?;
+    }
+    if !spec.json {
+        println!(
+            "dilu demo: an inference tenant (bursty requests of 8 x 500 us kernels, SLO p99 {SLO_MS} ms, SM request 30% limit 100%)"
+        );
+        println!(
+            "and a training tenant (8 x 1 ms kernels per iteration after 4 ms of data loading, request 20% limit 100%)"
+        );
+        println!(
+            "share one simulated GPU under the node manager, {} s per controller.\n",
+            spec.seconds
+        );
+        println!(
+            "{:>10} {:>4}  {:>26}   {:>26}",
+            "controller", "time", "inference share/used/p99", "training share/used"
+        );
+    }
+    let mut outcomes = Vec::new();
+    for controller in &controllers {
+        outcomes.push(run_one(controller, spec.seconds, !spec.json)?);
+    }
     if spec.json {
-        let tenants: Vec<String> = rows
+        let entries: Vec<String> = outcomes
             .iter()
-            .map(|(name, pid, rate)| {
+            .map(|o| {
                 format!(
-                    "\"{name}\":{{\"kernels_per_second\":{rate:.3},\"device_share\":{:.4}}}",
-                    fractions.get(pid).copied().unwrap_or(0.0)
+                    "\"{}\":{{\"slo_violation_rate\":{:.4},\"batch_throughput\":{:.3},\"p99_ms\":{:.3},\"requests\":{}}}",
+                    o.controller, o.slo_violation_rate, o.batch_throughput, o.p99_ms, o.requests
                 )
             })
             .collect();
-        println!(
-            "{{\"tenants\":{{{}}},\"kernels\":{},\"overlapping_kernels\":{overlaps}}}",
-            tenants.join(","),
-            all.len()
-        );
+        println!("{{\"controllers\":{{{}}}}}", entries.join(","));
     } else {
         println!();
         println!(
-            "{:<10} {:>8} {:>14} {:>13}",
-            "tenant", "pid", "kernels/s", "device time"
+            "{:<10} {:>10} {:>16} {:>10} {:>22}",
+            "controller", "requests", "SLO violations", "p99", "training iterations/s"
         );
-        for (name, pid, rate) in &rows {
-            let share = fractions.get(pid).copied().unwrap_or(0.0);
-            println!("{name:<10} {pid:>8} {rate:>14.1} {:>12.1}%", share * 100.0);
+        for o in &outcomes {
+            println!(
+                "{:<10} {:>10} {:>15.1}% {:>8.1}ms {:>22.1}",
+                o.controller,
+                o.requests,
+                o.slo_violation_rate * 100.0,
+                o.p99_ms,
+                o.batch_throughput
+            );
         }
-        println!(
-            "{} kernels executed; {overlaps} overlapped on the device (must be 0).",
-            all.len()
-        );
     }
     Ok(ExitCode::SUCCESS)
 }

@@ -10,6 +10,11 @@ pub struct LaunchSpec {
     pub mem: Option<String>,
     pub sm: Option<String>,
     pub tenant: Option<String>,
+    /// The tenant's spec for the node manager (ignored without one).
+    pub class: Option<dilu_abi::node_wire::WorkClass>,
+    pub slo_ms: Option<f64>,
+    pub sm_request: Option<f64>,
+    pub sm_limit: Option<f64>,
     pub command: Vec<String>,
 }
 
@@ -34,6 +39,28 @@ pub fn environment(spec: &LaunchSpec) -> Result<Vec<(String, OsString)>, String>
     }
     if let Some(tenant) = &spec.tenant {
         env.push(("DILU_TENANT".to_string(), tenant.into()));
+    }
+    // The spec the interposer registers with the node manager
+    // (`TenantSpec::from_env`); a plain size also becomes its memory budget.
+    if let Some(class) = spec.class {
+        let name = dilu_abi::node_wire::class_name(class);
+        env.push(("DILU_SPEC_CLASS".to_string(), name.into()));
+    }
+    for (name, value) in [
+        ("DILU_SPEC_SLO_MS", spec.slo_ms),
+        ("DILU_SPEC_SM_REQUEST", spec.sm_request),
+        ("DILU_SPEC_SM_LIMIT", spec.sm_limit),
+    ] {
+        if let Some(value) = value {
+            env.push((name.to_string(), value.to_string().into()));
+        }
+    }
+    if let Some(bytes) = spec
+        .mem
+        .as_deref()
+        .and_then(|m| dilu_abi::units::parse_size(m).ok())
+    {
+        env.push(("DILU_SPEC_MEM".to_string(), bytes.to_string().into()));
     }
     if spec.sim {
         let simgpu = artifacts::find(artifacts::SIMGPU_FILE)?;

@@ -1,15 +1,16 @@
 //! `dilu`: the command-line front end of dilu.
 //!
 //! It owns user-facing commands: launching CUDA programs under the
-//! interposer (`dilu run`) and the demo. It never links the interposer's
-//! cdylib code; it only points `LD_PRELOAD` at it.
-
-mod artifacts;
-mod demo;
-mod launch;
+//! interposer (`dilu run`), the node manager daemon (`dilu nodemgr`) and its
+//! operator tools (`dilu status`, `dilu top`, `dilu set`), and the demo. It
+//! never links the interposer's cdylib code; it only points `LD_PRELOAD` at it.
 
 use clap::{Args, Parser, Subcommand};
+use dilu_abi::node_wire::{self, SpecUpdate};
+use dilu_nodemgr::{config, daemon, demo, launch, ops};
+use std::path::PathBuf;
 use std::process::ExitCode;
+use std::time::Duration;
 
 #[derive(Parser)]
 #[command(
@@ -27,20 +28,34 @@ struct Cli {
 enum Command {
     /// Run a CUDA program with the dilu interposer preloaded.
     ///
-    /// Example: dilu run --sim -- python train.py
+    /// Example: dilu run --sim --tenant infer --class latency --slo-ms 50 --sm-request 20 --sm-limit 80 -- python serve.py
     Run(RunArgs),
-    /// Show two CUDA programs sharing one simulated GPU under dilu.
+    /// Show a latency tenant and a batch tenant sharing one simulated GPU
+    /// under the node manager, with three controllers compared.
     Demo(DemoArgs),
+    /// The node manager daemon (normally run by systemd as root).
+    Nodemgr(NodemgrArgs),
+    /// Print the node manager's tenants as a table.
+    Status(StatusArgs),
+    /// Show the status table, refreshed live.
+    Top(TopArgs),
+    /// Change a tenant's spec while it runs.
+    ///
+    /// Example: dilu set infer --sm-limit 60
+    Set(SetArgs),
 }
 
 #[derive(Args)]
 pub struct DemoArgs {
-    /// How long the programs run, in seconds.
+    /// How long each controller's run lasts, in seconds.
     #[arg(long, default_value_t = 5, value_parser = clap::value_parser!(u64).range(1..=3600))]
     seconds: u64,
     /// Print only a JSON summary.
     #[arg(long)]
     json: bool,
+    /// Run only these controllers (comma-separated; default all three).
+    #[arg(long, value_delimiter = ',')]
+    controllers: Vec<String>,
 }
 
 #[derive(Args)]
@@ -59,25 +74,190 @@ pub struct RunArgs {
     /// Tenant name: processes with the same name share one budget (sets DILU_TENANT).
     #[arg(long, value_name = "NAME")]
     tenant: Option<String>,
+    #[command(flatten)]
+    spec: SpecArgs,
     /// The program to run and its arguments (after `--`).
     #[arg(required = true, trailing_var_arg = true, allow_hyphen_values = true)]
     command: Vec<String>,
 }
 
+/// A tenant's spec for the node manager.
+#[derive(Args)]
+struct SpecArgs {
+    /// Tenant class: latency or batch.
+    #[arg(long, value_name = "CLASS")]
+    class: Option<String>,
+    /// Latency SLO in milliseconds (latency tenants).
+    #[arg(long, value_name = "MS")]
+    slo_ms: Option<f64>,
+    /// Guaranteed SM-time share, percent.
+    #[arg(long, value_name = "PCT")]
+    sm_request: Option<f64>,
+    /// Most SM-time share the tenant may use when others idle, percent.
+    #[arg(long, value_name = "PCT")]
+    sm_limit: Option<f64>,
+}
+
+#[derive(Args)]
+struct NodemgrArgs {
+    /// Configuration file.
+    #[arg(long, default_value = config::DEFAULT_CONFIG)]
+    config: PathBuf,
+    /// Stay in the foreground (the only mode: systemd supervises it).
+    #[arg(long)]
+    foreground: bool,
+    /// Unix socket tenants and tools connect to.
+    #[arg(long)]
+    socket: Option<PathBuf>,
+    /// Directory for the persisted state (re-adoption after a restart).
+    #[arg(long)]
+    run_dir: Option<PathBuf>,
+    /// Prometheus endpoint address (host:port; empty turns it off).
+    #[arg(long)]
+    metrics: Option<String>,
+    /// Control period in milliseconds.
+    #[arg(long)]
+    period_ms: Option<f64>,
+    /// Control law: dilu, dilu-rckm or static.
+    #[arg(long)]
+    controller: Option<String>,
+    /// Device memory for admission when NVML is absent (e.g. 80GiB).
+    #[arg(long)]
+    gpu_memory: Option<String>,
+}
+
+#[derive(Args)]
+struct SocketArg {
+    /// The node manager's socket (default $DILU_NODEMGR_SOCKET or /run/dilu/nodemgr.sock).
+    #[arg(long)]
+    socket: Option<PathBuf>,
+}
+
+impl SocketArg {
+    fn path(&self) -> PathBuf {
+        self.socket
+            .clone()
+            .unwrap_or_else(dilu_abi::node_client::socket_path)
+    }
+}
+
+#[derive(Args)]
+struct StatusArgs {
+    #[command(flatten)]
+    socket: SocketArg,
+    /// Print the status as JSON.
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(Args)]
+struct TopArgs {
+    #[command(flatten)]
+    socket: SocketArg,
+    /// Refresh interval in seconds.
+    #[arg(long, default_value_t = 1.0)]
+    interval: f64,
+    /// Stop after this many refreshes.
+    #[arg(long)]
+    count: Option<u64>,
+}
+
+#[derive(Args)]
+struct SetArgs {
+    #[command(flatten)]
+    socket: SocketArg,
+    /// The tenant to change.
+    tenant: String,
+    #[command(flatten)]
+    spec: SpecArgs,
+    /// Memory budget per device (8GiB, 8192MiB, ...).
+    #[arg(long, value_name = "SIZE")]
+    mem: Option<String>,
+}
+
+fn parse_class(text: Option<&str>) -> Result<Option<node_wire::WorkClass>, String> {
+    text.map(|c| {
+        node_wire::parse_class(c).ok_or_else(|| format!("--class {c:?}: expected latency or batch"))
+    })
+    .transpose()
+}
+
+fn nodemgr(args: NodemgrArgs) -> Result<ExitCode, String> {
+    let filter = std::env::var("DILU_LOG").unwrap_or_else(|_| "info".into());
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::new(filter))
+        .with_writer(std::io::stderr)
+        .try_init();
+    let _ = args.foreground;
+    let overrides = config::Overrides {
+        socket: args.socket,
+        run_dir: args.run_dir,
+        metrics: args.metrics,
+        period_ms: args.period_ms,
+        controller: args.controller,
+        gpu_memory: args.gpu_memory,
+    };
+    let explicit = args.config.as_path() != std::path::Path::new(config::DEFAULT_CONFIG);
+    let config = config::Config::load(&args.config, explicit, &overrides)?;
+    daemon::run(config)?;
+    Ok(ExitCode::SUCCESS)
+}
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
-        Command::Run(args) => launch::run(&launch::LaunchSpec {
-            sim: args.sim,
-            mem: args.mem,
-            sm: args.sm,
-            tenant: args.tenant,
-            command: args.command,
+        Command::Run(args) => parse_class(args.spec.class.as_deref()).and_then(|class| {
+            launch::run(&launch::LaunchSpec {
+                sim: args.sim,
+                mem: args.mem,
+                sm: args.sm,
+                tenant: args.tenant,
+                class,
+                slo_ms: args.spec.slo_ms,
+                sm_request: args.spec.sm_request,
+                sm_limit: args.spec.sm_limit,
+                command: args.command,
+            })
         }),
         Command::Demo(args) => demo::run(&demo::DemoSpec {
             seconds: args.seconds,
             json: args.json,
+            controllers: args.controllers,
         }),
+        Command::Nodemgr(args) => nodemgr(args),
+        Command::Status(args) => {
+            ops::status(&args.socket.path(), args.json).map(|()| ExitCode::SUCCESS)
+        }
+        Command::Top(args) => Duration::try_from_secs_f64(args.interval)
+            .map_err(|_| "--interval must be a positive number of seconds".to_string())
+            .and_then(|interval| ops::top(&args.socket.path(), interval, args.count))
+            .map(|()| ExitCode::SUCCESS),
+        Command::Set(args) => (|| {
+            let update = SpecUpdate {
+                class: parse_class(args.spec.class.as_deref())?,
+                slo_ms: args.spec.slo_ms,
+                sm_request_pct: args.spec.sm_request,
+                sm_limit_pct: args.spec.sm_limit,
+                mem_bytes: args
+                    .mem
+                    .as_deref()
+                    .map(dilu_abi::units::parse_size)
+                    .transpose()
+                    .map_err(|e| format!("--mem: {e}"))?,
+            };
+            let spec = ops::set(&args.socket.path(), &args.tenant, update)?;
+            println!(
+                "{}: {} request {}% limit {}%{}",
+                args.tenant,
+                node_wire::class_name(spec.class),
+                spec.sm_request_pct,
+                spec.sm_limit_pct,
+                spec.slo_ms
+                    .map(|s| format!(" SLO {s} ms"))
+                    .unwrap_or_default()
+            );
+            Ok(ExitCode::SUCCESS)
+        })(),
     };
     match result {
         Ok(code) => code,

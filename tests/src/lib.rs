@@ -8,4 +8,5 @@
 pub mod driver;
 pub mod ptx;
 pub mod sm_scenario;
+pub mod workload;
 pub mod workspace;

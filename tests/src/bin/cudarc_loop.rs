@@ -194,21 +194,5 @@ fn run(options: &Options) -> Result<String, Box<dyn std::error::Error>> {
 }
 
 fn main() -> ExitCode {
-    let options = match parse_options() {
-        Ok(options) => options,
-        Err(message) => {
-            eprintln!("cudarc-loop: {message}\n{USAGE}");
-            return ExitCode::from(2);
-        }
-    };
-    match run(&options) {
-        Ok(summary) => {
-            println!("{summary}");
-            ExitCode::SUCCESS
-        }
-        Err(error) => {
-            eprintln!("cudarc-loop: {error}");
-            ExitCode::FAILURE
-        }
-    }
+    dilu_tests::workload::main("cudarc-loop", USAGE, parse_options, run)
 }

@@ -1,0 +1,291 @@
+//! Messages on the node manager's Unix socket (`SOCK_SEQPACKET`, one
+//! postcard-encoded message per packet, see [`crate::seqpacket`]).
+//!
+//! Two kinds of peers speak first:
+//! - a tenant process (the interposer, through [`crate::node_client`]) sends
+//!   [`ToDaemon::Register`] and gets [`FromDaemon::Registered`] with two
+//!   descriptors attached: its SM budget (read-only, sealed) and its
+//!   telemetry region (writable). It then keeps the connection open: the
+//!   daemon learns that the process died when the socket closes.
+//! - an operator tool (`dilu status`, `dilu set`, `dilu top`) sends one
+//!   request and reads one answer.
+//!
+//! The peer's pid and uid are taken from `SO_PEERCRED`, never from the
+//! message. New variants go at the end of each enum (postcard encodes the
+//! variant index).
+
+pub use crate::cluster_wire::WorkClass;
+use serde::{Deserialize, Serialize};
+
+/// Carried in [`ToDaemon::Register`]; a daemon refuses other versions.
+pub const PROTOCOL_VERSION: u16 = 1;
+/// Where tenants and tools find the daemon unless `DILU_NODEMGR_SOCKET` says.
+pub const DEFAULT_SOCKET: &str = "/run/dilu/nodemgr.sock";
+/// Environment variable naming the daemon's socket.
+pub const SOCKET_ENV: &str = "DILU_NODEMGR_SOCKET";
+
+/// What a tenant asks for. Shares are percentages of one device's time;
+/// `mem_bytes` is per device.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TenantSpec {
+    pub class: WorkClass,
+    /// Target p99 request latency (latency tenants).
+    pub slo_ms: Option<f64>,
+    /// Guaranteed share (0–100).
+    pub sm_request_pct: f64,
+    /// Most it may take when others leave the device idle (request–100).
+    pub sm_limit_pct: f64,
+    pub mem_bytes: Option<u64>,
+}
+
+impl Default for TenantSpec {
+    /// A batch tenant with no guarantee that may use the whole device.
+    fn default() -> Self {
+        TenantSpec {
+            class: WorkClass::Batch,
+            slo_ms: None,
+            sm_request_pct: 0.0,
+            sm_limit_pct: 100.0,
+            mem_bytes: None,
+        }
+    }
+}
+
+impl TenantSpec {
+    /// Checks the spec on its own (admission against others is the daemon's).
+    pub fn validate(&self) -> Result<(), String> {
+        let pct = |v: f64| (0.0..=100.0).contains(&v);
+        if !pct(self.sm_request_pct) || !pct(self.sm_limit_pct) {
+            return Err("SM request and limit must be percentages from 0 to 100".into());
+        }
+        if self.sm_request_pct > self.sm_limit_pct {
+            return Err(format!(
+                "SM request {}% is above the limit {}%",
+                self.sm_request_pct, self.sm_limit_pct
+            ));
+        }
+        match (self.class, self.slo_ms) {
+            (_, Some(slo)) if !(slo > 0.0 && slo.is_finite()) => {
+                Err(format!("SLO must be a positive number of ms, not {slo}"))
+            }
+            _ => Ok(()),
+        }
+    }
+
+    /// The spec a tenant process asks for, from the variables `dilu run`
+    /// sets: `DILU_SPEC_CLASS` (`latency`/`batch`), `DILU_SPEC_SLO_MS`,
+    /// `DILU_SPEC_SM_REQUEST`, `DILU_SPEC_SM_LIMIT` (percent), `DILU_SPEC_MEM` (bytes
+    /// per device). `Ok(None)` when none is set (the daemon's configuration
+    /// or defaults apply); a bad value is an error naming the variable.
+    pub fn from_env() -> Result<Option<TenantSpec>, String> {
+        let var = |name: &str| std::env::var(name).ok().filter(|v| !v.is_empty());
+        let names = [
+            "DILU_SPEC_CLASS",
+            "DILU_SPEC_SLO_MS",
+            "DILU_SPEC_SM_REQUEST",
+            "DILU_SPEC_SM_LIMIT",
+            "DILU_SPEC_MEM",
+        ];
+        if names.iter().all(|n| var(n).is_none()) {
+            return Ok(None);
+        }
+        let number = |name: &str| -> Result<Option<f64>, String> {
+            var(name)
+                .map(|v| {
+                    v.trim_end_matches('%')
+                        .parse::<f64>()
+                        .map_err(|_| format!("{name}={v:?} is invalid: expected a number"))
+                })
+                .transpose()
+        };
+        let mut spec = TenantSpec::default();
+        if let Some(class) = var("DILU_SPEC_CLASS") {
+            spec.class = parse_class(&class).ok_or_else(|| {
+                format!("DILU_SPEC_CLASS={class:?} is invalid: expected latency or batch")
+            })?;
+        }
+        spec.slo_ms = number("DILU_SPEC_SLO_MS")?;
+        if let Some(v) = number("DILU_SPEC_SM_REQUEST")? {
+            spec.sm_request_pct = v;
+        }
+        if let Some(v) = number("DILU_SPEC_SM_LIMIT")? {
+            spec.sm_limit_pct = v;
+        }
+        if let Some(v) = var("DILU_SPEC_MEM") {
+            spec.mem_bytes =
+                Some(v.parse().map_err(|_| {
+                    format!("DILU_SPEC_MEM={v:?} is invalid: expected a byte count")
+                })?);
+        }
+        spec.validate()?;
+        Ok(Some(spec))
+    }
+}
+
+/// `latency` or `batch`.
+pub fn parse_class(text: &str) -> Option<WorkClass> {
+    match text.to_ascii_lowercase().as_str() {
+        "latency" | "inference" => Some(WorkClass::Latency),
+        "batch" | "training" => Some(WorkClass::Batch),
+        _ => None,
+    }
+}
+
+/// `latency` or `batch`.
+pub fn class_name(class: WorkClass) -> &'static str {
+    match class {
+        WorkClass::Latency => "latency",
+        WorkClass::Batch => "batch",
+    }
+}
+
+/// Changes an operator makes to a tenant (`dilu set`); `None` keeps a field.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct SpecUpdate {
+    pub class: Option<WorkClass>,
+    pub slo_ms: Option<f64>,
+    pub sm_request_pct: Option<f64>,
+    pub sm_limit_pct: Option<f64>,
+    pub mem_bytes: Option<u64>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub enum ToDaemon {
+    /// A tenant process starts (or, with `reattach`, reconnects after the
+    /// daemon restarted, attaching its old budget and telemetry fds).
+    Register {
+        version: u16,
+        tenant: String,
+        spec: Option<TenantSpec>,
+        reattach: bool,
+    },
+    /// One [`NodeStatus`].
+    Status,
+    /// Change a tenant's spec (operators: root or the daemon's user).
+    Set { tenant: String, update: SpecUpdate },
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub enum FromDaemon {
+    /// Admitted; fds: [SM budget (read-only), telemetry (read-write)].
+    Registered {
+        tenant: String,
+        spec: TenantSpec,
+    },
+    /// Not admitted, and why (one line, for the program's stderr).
+    Refused {
+        reason: String,
+    },
+    Status(Box<NodeStatus>),
+    Updated {
+        tenant: String,
+        spec: TenantSpec,
+    },
+    Error {
+        reason: String,
+    },
+}
+
+/// What the daemon recommends the cluster layer do with a tenant.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum ScaleAdvice {
+    /// At its limit and still missing its SLO: add an instance elsewhere.
+    ScaleOut,
+    /// Idle for a long time: an instance can go.
+    ScaleIn,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ScaleSignal {
+    pub tenant: String,
+    pub advice: ScaleAdvice,
+    /// How long the condition has held.
+    pub for_seconds: f64,
+    pub reason: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct GpuStatus {
+    pub index: u32,
+    pub uuid: String,
+    pub name: String,
+    /// NVML utilisation (0–1), when NVML is present.
+    pub utilization: Option<f64>,
+    pub memory_used_bytes: Option<u64>,
+    pub memory_total_bytes: Option<u64>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TenantStatus {
+    pub name: String,
+    pub uid: u32,
+    pub spec: TenantSpec,
+    pub pids: Vec<i32>,
+    /// Memory in use and budget on device 0 (bytes), from the tenant's ledger.
+    pub mem_used_bytes: u64,
+    pub mem_budget_bytes: Option<u64>,
+    /// The share the controller set now (percent; 100 = whole device).
+    pub sm_current_pct: f64,
+    /// Device time the tenant used over the last second (percent).
+    pub sm_achieved_pct: f64,
+    pub busy_seconds_total: f64,
+    pub launches_total: u64,
+    pub throttled_seconds_total: f64,
+    /// Recent p99 request latency (reported, else the sync-interval proxy).
+    pub p99_ms: Option<f64>,
+    /// Fraction of the last second in which the tenant had no kernel.
+    pub bubble_ratio: f64,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct NodeStatus {
+    pub controller: String,
+    pub period_ms: f64,
+    pub uptime_seconds: f64,
+    pub gpus: Vec<GpuStatus>,
+    pub tenants: Vec<TenantStatus>,
+    pub signals: Vec<ScaleSignal>,
+}
+
+/// Encodes a message for the socket.
+pub fn encode<T: Serialize>(message: &T) -> Result<Vec<u8>, String> {
+    postcard::to_allocvec(message).map_err(|e| format!("cannot encode a message: {e}"))
+}
+
+/// Decodes a message read from the socket.
+pub fn decode<'a, T: Deserialize<'a>>(bytes: &'a [u8]) -> Result<T, String> {
+    postcard::from_bytes(bytes).map_err(|e| format!("malformed message: {e}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn messages_round_trip_and_specs_are_checked() {
+        let message = ToDaemon::Register {
+            version: PROTOCOL_VERSION,
+            tenant: "infer".into(),
+            spec: Some(TenantSpec {
+                class: WorkClass::Latency,
+                slo_ms: Some(50.0),
+                sm_request_pct: 20.0,
+                sm_limit_pct: 80.0,
+                mem_bytes: Some(8 << 30),
+            }),
+            reattach: false,
+        };
+        let bytes = encode(&message).unwrap();
+        assert_eq!(decode::<ToDaemon>(&bytes).unwrap(), message);
+        assert!(decode::<ToDaemon>(&[0xff, 0xff]).is_err());
+
+        let bad = TenantSpec {
+            sm_request_pct: 90.0,
+            sm_limit_pct: 50.0,
+            ..TenantSpec::default()
+        };
+        assert!(bad.validate().unwrap_err().contains("above the limit"));
+        assert_eq!(parse_class("Latency"), Some(WorkClass::Latency));
+        assert_eq!(parse_class("gpu"), None);
+    }
+}

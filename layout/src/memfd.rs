@@ -1,0 +1,121 @@
+//! Regions in `memfd`s: what a node manager creates and hands to tenants
+//! over a Unix socket.
+//!
+//! A budget region is made unwritable for everyone but its creator:
+//! 1. the creator maps it writable ([`create`]),
+//! 2. then seals it ([`seal_read_only`]): `F_SEAL_FUTURE_WRITE` forbids
+//!    every *new* writable mapping and `write(2)` (the creator's existing
+//!    mapping keeps working), `F_SEAL_SHRINK`/`F_SEAL_GROW` fix its size and
+//!    `F_SEAL_SEAL` stops anyone from changing the seals,
+//! 3. and hands out a descriptor opened read-only ([`reopen_read_only`]):
+//!    a mapping of it never has `VM_MAYWRITE`, so `mprotect` cannot make it
+//!    writable either. Reopening `/proc/self/fd/N` for writing gives a
+//!    writable descriptor of the same file, but the seal still refuses
+//!    writable mappings and writes, even to root.
+
+use crate::shm::{Region, SharedLayout};
+use std::ffi::CStr;
+use std::io;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+
+fn check(result: libc::c_int) -> io::Result<libc::c_int> {
+    if result < 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(result)
+    }
+}
+
+/// Creates a memfd holding one `T`, initialised by `init` before anyone can
+/// see it, and maps it writable. Returns the mapping and the (read-write,
+/// sealable) descriptor.
+pub fn create<T: SharedLayout>(
+    name: &CStr,
+    init: impl FnOnce(&T),
+) -> io::Result<(Region<T>, OwnedFd)> {
+    // SAFETY: name is NUL-terminated; the flags are valid for memfd_create.
+    let raw = check(unsafe {
+        libc::memfd_create(name.as_ptr(), libc::MFD_CLOEXEC | libc::MFD_ALLOW_SEALING)
+    })?;
+    // SAFETY: raw was just returned by memfd_create and is owned by nobody else.
+    let fd = unsafe { OwnedFd::from_raw_fd(raw) };
+    let length = std::mem::size_of::<T>();
+    // Build the initial image in private memory, then write it into the
+    // file: the magic is in it, so every mapping sees an initialised region.
+    let image = Region::<T>::anonymous(init)?;
+    // SAFETY: reading the bytes of a T that only this thread can reach
+    // (fresh anonymous mapping); T is plain atomics.
+    let bytes = unsafe { std::slice::from_raw_parts((&*image as *const T).cast::<u8>(), length) };
+    // SAFETY: fd is ours; extending a fresh memfd zero-fills it.
+    check(unsafe { libc::ftruncate(fd.as_raw_fd(), length as libc::off_t) })?;
+    let mut written = 0;
+    while written < length {
+        // SAFETY: writing from a live buffer of the given length.
+        let n = unsafe {
+            libc::pwrite(
+                fd.as_raw_fd(),
+                bytes[written..].as_ptr().cast(),
+                length - written,
+                written as libc::off_t,
+            )
+        };
+        if n < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        written += n as usize;
+    }
+    let region = Region::<T>::from_fd(fd.as_raw_fd(), true)?;
+    Ok((region, fd))
+}
+
+/// Seals a memfd so that no new writable mapping or write is possible and
+/// its size and seals are fixed. Mappings made before (the creator's) stay
+/// writable.
+pub fn seal_read_only(fd: &OwnedFd) -> io::Result<()> {
+    let seals =
+        libc::F_SEAL_SHRINK | libc::F_SEAL_GROW | libc::F_SEAL_FUTURE_WRITE | libc::F_SEAL_SEAL;
+    // SAFETY: fcntl on an fd we own.
+    check(unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_ADD_SEALS, seals) })?;
+    Ok(())
+}
+
+/// The seals on a memfd.
+pub fn seals(fd: &OwnedFd) -> io::Result<libc::c_int> {
+    // SAFETY: fcntl on an fd we own.
+    check(unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_GET_SEALS) })
+}
+
+/// A new descriptor of the same file, opened read-only (through
+/// `/proc/self/fd`), to hand to a process that must only read it.
+pub fn reopen_read_only(fd: &OwnedFd) -> io::Result<OwnedFd> {
+    let path = format!("/proc/self/fd/{}\0", fd.as_raw_fd());
+    // SAFETY: path is NUL-terminated.
+    let raw = check(unsafe { libc::open(path.as_ptr().cast(), libc::O_RDONLY | libc::O_CLOEXEC) })?;
+    // SAFETY: raw was just returned by open.
+    Ok(unsafe { OwnedFd::from_raw_fd(raw) })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::sm::SmBudget;
+
+    #[test]
+    fn a_sealed_region_stays_writable_for_its_creator_only() {
+        let (budget, fd) = create::<SmBudget>(c"test-sm", |b| b.set_share_ppm(0, 250_000)).unwrap();
+        seal_read_only(&fd).unwrap();
+        budget.set_share_ppm(0, 300_000);
+        let reader_fd = reopen_read_only(&fd).unwrap();
+        let reader = Region::<SmBudget>::from_fd(reader_fd.as_raw_fd(), false).unwrap();
+        assert_eq!(
+            reader.share_ppm(0),
+            300_000,
+            "the reader sees the creator's writes"
+        );
+        assert!(
+            Region::<SmBudget>::from_fd(fd.as_raw_fd(), true).is_err(),
+            "no new writable mapping, even from the read-write fd"
+        );
+        assert!(seals(&fd).unwrap() & libc::F_SEAL_FUTURE_WRITE != 0);
+    }
+}

@@ -1,0 +1,256 @@
+//! The daemon's configuration: `/etc/dilu/nodemgr.toml`, then flags.
+//!
+//! ```toml
+//! socket = "/run/dilu/nodemgr.sock"   # where tenants and tools connect
+//! run_dir = "/run/dilu"               # persisted state (re-adoption)
+//! metrics = "127.0.0.1:9400"          # Prometheus /metrics; "" turns it off
+//! period_ms = 5                       # control period
+//! controller = "dilu"                 # dilu | dilu-rckm | static
+//! gpu_memory = "80GiB"                # device memory for admission when NVML is absent
+//!
+//! [tenants.infer]                     # specs the operator owns (win over the tenant's own)
+//! class = "latency"
+//! slo_ms = 50
+//! sm_request = 20
+//! sm_limit = 80
+//! mem = "8GiB"
+//! ```
+
+use crate::control;
+use dilu_abi::node_wire::{self, TenantSpec};
+use dilu_abi::units;
+use serde::Deserialize;
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+pub const DEFAULT_CONFIG: &str = "/etc/dilu/nodemgr.toml";
+
+#[derive(Debug, Clone)]
+pub struct Config {
+    pub socket: PathBuf,
+    pub run_dir: PathBuf,
+    /// Address of the metrics endpoint (None: off).
+    pub metrics: Option<String>,
+    pub period: Duration,
+    pub controller: String,
+    /// Device memory used for admission (bytes), when NVML cannot tell.
+    pub gpu_memory: Option<u64>,
+    pub tenants: BTreeMap<String, TenantSpec>,
+    /// A latency tenant at its limit and over its SLO this long: scale out.
+    pub scale_out_after: Duration,
+    /// A tenant idle this long: scale in.
+    pub scale_in_after: Duration,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            socket: PathBuf::from(node_wire::DEFAULT_SOCKET),
+            run_dir: PathBuf::from("/run/dilu"),
+            metrics: Some("127.0.0.1:9400".into()),
+            period: Duration::from_millis(5),
+            controller: "dilu".into(),
+            gpu_memory: None,
+            tenants: BTreeMap::new(),
+            scale_out_after: Duration::from_secs(10),
+            scale_in_after: Duration::from_secs(300),
+        }
+    }
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FileConfig {
+    socket: Option<PathBuf>,
+    run_dir: Option<PathBuf>,
+    metrics: Option<String>,
+    period_ms: Option<f64>,
+    controller: Option<String>,
+    gpu_memory: Option<String>,
+    scale_out_after_s: Option<f64>,
+    scale_in_after_s: Option<f64>,
+    #[serde(default)]
+    tenants: BTreeMap<String, FileTenant>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FileTenant {
+    class: Option<String>,
+    slo_ms: Option<f64>,
+    sm_request: Option<f64>,
+    sm_limit: Option<f64>,
+    mem: Option<String>,
+}
+
+/// Flags that override the file (`dilu nodemgr --help`).
+#[derive(Debug, Default, Clone)]
+pub struct Overrides {
+    pub socket: Option<PathBuf>,
+    pub run_dir: Option<PathBuf>,
+    pub metrics: Option<String>,
+    pub period_ms: Option<f64>,
+    pub controller: Option<String>,
+    pub gpu_memory: Option<String>,
+}
+
+fn size(what: &str, text: &str) -> Result<u64, String> {
+    units::parse_size(text).map_err(|e| format!("{what}: {e}"))
+}
+
+fn seconds(what: &str, value: f64) -> Result<Duration, String> {
+    Duration::try_from_secs_f64(value).map_err(|_| format!("{what} must be a non-negative number"))
+}
+
+impl Config {
+    /// Reads `path` (a missing file is fine unless `required`), then applies
+    /// the flags.
+    pub fn load(path: &Path, required: bool, overrides: &Overrides) -> Result<Config, String> {
+        let mut config = match std::fs::read_to_string(path) {
+            Ok(text) => Config::parse(&text).map_err(|e| format!("{}: {e}", path.display()))?,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound && !required => Config::default(),
+            Err(e) => return Err(format!("{}: {e}", path.display())),
+        };
+        config.apply(overrides)?;
+        Ok(config)
+    }
+
+    /// Parses the TOML text of a configuration file.
+    pub fn parse(text: &str) -> Result<Config, String> {
+        let file: FileConfig = toml::from_str(text).map_err(|e| e.to_string())?;
+        let mut config = Config::default();
+        if let Some(v) = file.socket {
+            config.socket = v;
+        }
+        if let Some(v) = file.run_dir {
+            config.run_dir = v;
+        }
+        if let Some(v) = file.metrics {
+            config.metrics = (!v.is_empty()).then_some(v);
+        }
+        if let Some(v) = file.period_ms {
+            config.period = period(v)?;
+        }
+        if let Some(v) = file.controller {
+            config.controller = v;
+        }
+        if let Some(v) = file.gpu_memory {
+            config.gpu_memory = Some(size("gpu_memory", &v)?);
+        }
+        if let Some(v) = file.scale_out_after_s {
+            config.scale_out_after = seconds("scale_out_after_s", v)?;
+        }
+        if let Some(v) = file.scale_in_after_s {
+            config.scale_in_after = seconds("scale_in_after_s", v)?;
+        }
+        for (name, t) in file.tenants {
+            let mut spec = TenantSpec::default();
+            if let Some(class) = t.class {
+                spec.class = node_wire::parse_class(&class).ok_or_else(|| {
+                    format!("tenants.{name}.class = {class:?}: expected latency or batch")
+                })?;
+            }
+            spec.slo_ms = t.slo_ms;
+            spec.sm_request_pct = t.sm_request.unwrap_or(spec.sm_request_pct);
+            spec.sm_limit_pct = t.sm_limit.unwrap_or(spec.sm_limit_pct);
+            if let Some(mem) = t.mem {
+                spec.mem_bytes = Some(size(&format!("tenants.{name}.mem"), &mem)?);
+            }
+            spec.validate()
+                .map_err(|e| format!("tenants.{name}: {e}"))?;
+            config.tenants.insert(name, spec);
+        }
+        control::by_name(&config.controller)?;
+        Ok(config)
+    }
+
+    fn apply(&mut self, o: &Overrides) -> Result<(), String> {
+        if let Some(v) = &o.socket {
+            self.socket = v.clone();
+        }
+        if let Some(v) = &o.run_dir {
+            self.run_dir = v.clone();
+        }
+        if let Some(v) = &o.metrics {
+            self.metrics = (!v.is_empty()).then(|| v.clone());
+        }
+        if let Some(v) = o.period_ms {
+            self.period = period(v)?;
+        }
+        if let Some(v) = &o.controller {
+            control::by_name(v)?;
+            self.controller = v.clone();
+        }
+        if let Some(v) = &o.gpu_memory {
+            self.gpu_memory = Some(size("--gpu-memory", v)?);
+        }
+        Ok(())
+    }
+}
+
+fn period(ms: f64) -> Result<Duration, String> {
+    if !(0.5..=1000.0).contains(&ms) {
+        return Err(format!("period_ms = {ms}: expected 0.5 to 1000"));
+    }
+    Ok(Duration::from_secs_f64(ms / 1000.0))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use dilu_abi::node_wire::WorkClass;
+
+    #[test]
+    fn files_and_flags_combine_and_bad_values_are_named() {
+        let config = Config::parse(
+            r#"
+            period_ms = 10
+            controller = "dilu-rckm"
+            metrics = ""
+            [tenants.infer]
+            class = "latency"
+            slo_ms = 50
+            sm_request = 20
+            sm_limit = 80
+            mem = "8GiB"
+            "#,
+        )
+        .unwrap();
+        assert_eq!(config.period, Duration::from_millis(10));
+        assert_eq!(config.metrics, None);
+        let infer = &config.tenants["infer"];
+        assert_eq!(infer.class, WorkClass::Latency);
+        assert_eq!(infer.mem_bytes, Some(8 << 30));
+
+        let mut flagged = config.clone();
+        flagged
+            .apply(&Overrides {
+                controller: Some("static".into()),
+                ..Overrides::default()
+            })
+            .unwrap();
+        assert_eq!(flagged.controller, "static");
+
+        let error = Config::parse("[tenants.x]\nsm_request = 90\nsm_limit = 50\n").unwrap_err();
+        assert!(
+            error.contains("tenants.x") && error.contains("above the limit"),
+            "{error}"
+        );
+        assert!(
+            Config::parse("controller = \"pid\"")
+                .unwrap_err()
+                .contains("unknown controller")
+        );
+        assert!(
+            Config::parse("colour = 1").is_err(),
+            "unknown keys are refused"
+        );
+        let missing = Config::load(
+            Path::new("/nonexistent/dilu.toml"),
+            false,
+            &Overrides::default(),
+        );
+        assert_eq!(missing.unwrap().controller, "dilu");
+    }
+}

@@ -1,0 +1,225 @@
+//! dilu's controller.
+//!
+//! # Control law
+//!
+//! Shares are caps on a token bucket, so a share nobody uses costs nothing:
+//! what matters is how much of the device batch tenants may take while a
+//! latency tenant needs it. For every latency tenant `L` the controller keeps
+//! a **reserve** `r_L` (ppm of the device held back from batch tenants);
+//! `L` itself may always use up to its limit. Each period:
+//!
+//! 1. **Wake-up**: if `L` launched in this period after being idle for more
+//!    than `hold`, `r_L := limit_L` (protect first, measure later: its
+//!    latency is unknown until requests complete).
+//! 2. **Near the SLO**: if the recent p99 is at least `high × SLO`,
+//!    `r_L := limit_L` at once (one period).
+//! 3. **Comfortable**: if p99 < `low × SLO` (or `L` has been idle for
+//!    `hold`), `r_L` moves down towards its floor by at most `step` per
+//!    period. The floor is `max(request_L, 1.5 × L's recent use)` while `L`
+//!    is active and 0 when it is idle.
+//! 4. Between `low` and `high` nothing changes (hysteresis).
+//!
+//! Batch tenants then share `FULL − Σ r_L` by water-filling: each gets at
+//! least its request, those with demand split the rest up to their limits
+//! (work-conserving: an idle latency tenant leaves batch tenants everything).
+//!
+//! # Why it is stable
+//!
+//! The only feedback path is latency → reserve. Increases are a saturating
+//! jump to a fixed bound (the limit), so they cannot overshoot or grow.
+//! Decreases are a ramp of slope `step` per period; with the defaults the
+//! full range takes 250 ms, longer than the latency window that judges the
+//! effect of the last release, so each release is observed before the
+//! next significant one. The dead band `[low, high)` between the two
+//! thresholds means a latency just under the SLO neither releases nor
+//! protects, so there is no chattering between jump and ramp; the worst
+//! case is a slow sawtooth (release over ≥ 250 ms, jump back in one period)
+//! whose high edge stays below `high × SLO` plus one period of reaction.
+//! Every output is clamped to `[request, limit]`, and requests are admitted
+//! only when they sum to at most the device, so guarantees hold whatever
+//! the telemetry says (telemetry is advisory).
+
+use super::{Controller, FULL, Observation, share_out_batch};
+use dilu_abi::node_wire::WorkClass;
+
+#[derive(Debug, Clone)]
+pub struct Params {
+    /// Protect at once when p99 ≥ high × SLO.
+    pub high: f64,
+    /// Release when p99 < low × SLO.
+    pub low: f64,
+    /// A latency tenant idle this long is asleep (ns).
+    pub hold_ns: u64,
+    /// Largest release per period (ppm).
+    pub step_ppm: u32,
+    /// Head-room over recent use kept for an active latency tenant.
+    pub headroom: f64,
+}
+
+impl Default for Params {
+    fn default() -> Self {
+        Params {
+            high: 0.8,
+            low: 0.5,
+            hold_ns: 50_000_000,
+            step_ppm: 20_000,
+            headroom: 1.5,
+        }
+    }
+}
+
+#[derive(Debug, Default)]
+pub struct Dilu {
+    pub params: Params,
+    /// Reserve per tenant index (latency tenants only).
+    reserve: Vec<u32>,
+    /// Whether each tenant was asleep at the last step.
+    asleep: Vec<bool>,
+}
+
+impl Dilu {
+    pub fn new(params: Params) -> Self {
+        Dilu {
+            params,
+            ..Dilu::default()
+        }
+    }
+
+    fn update_reserve(&mut self, i: usize, o: &Observation) {
+        let p = &self.params;
+        let active = o.idle_ns < p.hold_ns;
+        let was_asleep = self.asleep[i];
+        self.asleep[i] = !active;
+        let pressure = o.slo_pressure();
+        let r = &mut self.reserve[i];
+        if (active && was_asleep) || pressure >= p.high {
+            *r = o.limit_ppm;
+            return;
+        }
+        if active && pressure >= p.low {
+            return; // dead band: hold
+        }
+        let floor = if active {
+            let used = (o.utilisation() * p.headroom * FULL as f64) as u32;
+            used.max(o.request_ppm).min(o.limit_ppm)
+        } else {
+            0
+        };
+        if *r > floor {
+            *r = r.saturating_sub(p.step_ppm).max(floor);
+        } else if active {
+            *r = floor; // rising demand below the SLO: follow it up
+        }
+    }
+}
+
+impl Controller for Dilu {
+    fn name(&self) -> &'static str {
+        "dilu"
+    }
+
+    fn reset(&mut self) {
+        self.reserve.clear();
+        self.asleep.clear();
+    }
+
+    fn step(&mut self, _now_ns: u64, tenants: &[Observation]) -> Vec<u32> {
+        if self.reserve.len() != tenants.len() {
+            self.reserve = vec![0; tenants.len()];
+            self.asleep = vec![true; tenants.len()];
+        }
+        let mut out = vec![0; tenants.len()];
+        let mut reserved: u64 = 0;
+        let mut batch = Vec::new();
+        for (i, o) in tenants.iter().enumerate() {
+            match o.class {
+                WorkClass::Latency => {
+                    self.update_reserve(i, o);
+                    reserved += self.reserve[i] as u64;
+                    out[i] = o.limit_ppm;
+                }
+                WorkClass::Batch => batch.push(i),
+            }
+        }
+        let available = (FULL as u64).saturating_sub(reserved) as u32;
+        share_out_batch(tenants, &batch, available, &mut out);
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::testing::*;
+    use super::*;
+
+    fn pair() -> Vec<Observation> {
+        vec![
+            tenant(WorkClass::Latency, 30, 80),
+            busy(tenant(WorkClass::Batch, 20, 100), 90),
+        ]
+    }
+
+    #[test]
+    fn an_idle_latency_tenant_leaves_batch_the_whole_device() {
+        let mut c = Dilu::default();
+        let shares = c.step(0, &pair());
+        assert_eq!(shares[1], FULL, "work-conserving");
+        assert_eq!(
+            shares[0], 800_000,
+            "latency tenants may always use their limit"
+        );
+    }
+
+    #[test]
+    fn a_waking_latency_tenant_is_protected_within_one_period() {
+        let mut c = Dilu::default();
+        let mut t = pair();
+        c.step(0, &t);
+        t[0] = busy(t[0].clone(), 10);
+        let shares = c.step(5_000_000, &t);
+        assert_eq!(shares[1], 200_000, "batch cut to 1 - limit_L at once");
+    }
+
+    #[test]
+    fn release_is_gradual_and_a_near_slo_latency_takes_it_back_at_once() {
+        let mut c = Dilu::default();
+        let mut t = pair();
+        t[0] = with_latency(busy(t[0].clone(), 10), 10, 8); // p99 10 ms, SLO 50
+        let mut previous = c.step(0, &t)[1];
+        assert_eq!(previous, 200_000);
+        let mut steps = 0;
+        loop {
+            let now = c.step(0, &t)[1];
+            assert!(now >= previous, "monotone release");
+            assert!(
+                now - previous <= c.params.step_ppm,
+                "at most one step per period"
+            );
+            if now == previous {
+                break;
+            }
+            previous = now;
+            steps += 1;
+        }
+        // Floor: max(request 30%, 1.5 × 10% use) = 30% reserved.
+        assert_eq!(previous, 700_000);
+        assert!(steps >= 20, "released over {steps} periods");
+
+        t[0] = with_latency(t[0].clone(), 45, 40); // p99 at 90% of the SLO
+        assert_eq!(c.step(0, &t)[1], 200_000, "one period to protect");
+        // In the dead band nothing moves.
+        t[0] = with_latency(t[0].clone(), 30, 30);
+        assert_eq!(c.step(0, &t)[1], 200_000);
+    }
+
+    #[test]
+    fn guarantees_hold_whatever_the_telemetry_says() {
+        let mut c = Dilu::default();
+        let mut t = pair();
+        t[0] = with_latency(busy(t[0].clone(), 100), 500, 500);
+        t[1].request_ppm = 300_000;
+        let shares = c.step(0, &t);
+        assert!(shares[1] >= 300_000, "batch keeps its request");
+        assert!(shares[0] >= t[0].request_ppm);
+    }
+}

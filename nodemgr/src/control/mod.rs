@@ -1,0 +1,194 @@
+//! Controllers: pure functions from what tenants did in the last period to
+//! the SM-time share each may use in the next one.
+//!
+//! The daemon samples every tenant's telemetry once per period (default
+//! 5 ms), turns the counter differences into an [`Observation`] per tenant
+//! and asks the active [`Controller`] for new shares, which it writes into
+//! the tenants' budgets. Controllers never touch processes or memory, so
+//! they are tested with made-up observations.
+//!
+//! - [`dilu::Dilu`]: dilu's controller (work-conserving, SLO-protecting).
+//! - [`rckm::Rckm`]: the law of Dilu's published code, as a baseline.
+//! - [`fixed::Static`]: fixed requests (what HAMi-core or MPS limits give).
+
+pub mod dilu;
+pub mod fixed;
+pub mod rckm;
+
+use dilu_abi::node_wire::WorkClass;
+
+/// Parts per million of the device: all of it.
+pub const FULL: u32 = 1_000_000;
+
+/// What one tenant did during the last period, and what it is allowed.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Observation {
+    pub class: WorkClass,
+    /// Latency target (latency tenants).
+    pub slo_ns: Option<u64>,
+    pub request_ppm: u32,
+    pub limit_ppm: u32,
+    /// The share in force during the period.
+    pub share_ppm: u32,
+    /// Length of the period (wall-clock ns).
+    pub period_ns: u64,
+    /// GPU time charged in the period.
+    pub busy_ns: u64,
+    pub launches: u64,
+    /// Wall time launches spent waiting for tokens in the period.
+    pub throttled_ns: u64,
+    /// Time since the tenant last launched anything (0 if it did in this
+    /// period; `u64::MAX` if never).
+    pub idle_ns: u64,
+    /// Latency over a recent window (reported request latency, else the
+    /// sync-to-sync proxy).
+    pub latency: Latency,
+}
+
+/// Recent latency of a tenant.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct Latency {
+    /// p99 over the recent window, when there were samples.
+    pub p99_ns: Option<u64>,
+    /// Mean of the samples that completed in this period (None: none did).
+    pub period_mean_ns: Option<u64>,
+}
+
+impl Observation {
+    /// Fraction of the period the tenant kept the device busy.
+    pub fn utilisation(&self) -> f64 {
+        self.busy_ns as f64 / self.period_ns.max(1) as f64
+    }
+
+    /// Whether the tenant wants more than it has: it waited for tokens, or
+    /// used nearly all of its share.
+    pub fn saturated(&self) -> bool {
+        self.throttled_ns > 0 || self.utilisation() * FULL as f64 >= 0.9 * self.share_ppm as f64
+    }
+
+    /// Recent p99 as a fraction of the SLO (0 when unknown).
+    pub fn slo_pressure(&self) -> f64 {
+        match (self.latency.p99_ns, self.slo_ns) {
+            (Some(p99), Some(slo)) if slo > 0 => p99 as f64 / slo as f64,
+            _ => 0.0,
+        }
+    }
+}
+
+/// A control law. `step` is called once per period with one observation
+/// per tenant (same order every time while the tenant set is unchanged;
+/// `reset` is called when it changes) and returns one share per tenant.
+pub trait Controller: Send {
+    fn name(&self) -> &'static str;
+    fn step(&mut self, now_ns: u64, tenants: &[Observation]) -> Vec<u32>;
+    /// The tenant set changed: forget per-tenant state.
+    fn reset(&mut self) {}
+}
+
+/// The names `--controller` accepts.
+pub const NAMES: [&str; 3] = ["dilu", "dilu-rckm", "static"];
+
+/// Builds a controller by name.
+pub fn by_name(name: &str) -> Result<Box<dyn Controller>, String> {
+    match name {
+        "dilu" => Ok(Box::new(dilu::Dilu::default())),
+        "dilu-rckm" | "rckm" => Ok(Box::new(rckm::Rckm::default())),
+        "static" => Ok(Box::new(fixed::Static)),
+        other => Err(format!(
+            "unknown controller {other:?}: expected one of {}",
+            NAMES.join(", ")
+        )),
+    }
+}
+
+/// Splits `available` ppm among batch tenants (indices) by water-filling:
+/// each gets at least its request, tenants with demand share what is left
+/// equally up to their limits, tenants without demand keep their request.
+pub fn share_out_batch(tenants: &[Observation], batch: &[usize], available: u32, out: &mut [u32]) {
+    let mut left = available as i64;
+    for &i in batch {
+        out[i] = tenants[i].request_ppm;
+        left -= tenants[i].request_ppm as i64;
+    }
+    let mut hungry: Vec<usize> = batch
+        .iter()
+        .copied()
+        .filter(|&i| tenants[i].launches > 0 || tenants[i].idle_ns == 0)
+        .collect();
+    while left > 0 && !hungry.is_empty() {
+        let each = (left / hungry.len() as i64).max(1);
+        let mut next = Vec::new();
+        for &i in &hungry {
+            let room = tenants[i].limit_ppm.saturating_sub(out[i]) as i64;
+            let give = room.min(each).min(left);
+            out[i] += give as u32;
+            left -= give;
+            if (out[i] as i64) < tenants[i].limit_ppm as i64 {
+                next.push(i);
+            }
+        }
+        if next.len() == hungry.len() && each == 1 {
+            break;
+        }
+        hungry = next;
+    }
+}
+
+#[cfg(test)]
+pub(crate) mod testing {
+    use super::*;
+
+    /// A tenant observation with sensible defaults for tests.
+    pub fn tenant(class: WorkClass, request_pct: u32, limit_pct: u32) -> Observation {
+        Observation {
+            class,
+            slo_ns: (class == WorkClass::Latency).then_some(50_000_000),
+            request_ppm: request_pct * 10_000,
+            limit_ppm: limit_pct * 10_000,
+            share_ppm: request_pct * 10_000,
+            period_ns: 5_000_000,
+            busy_ns: 0,
+            launches: 0,
+            throttled_ns: 0,
+            idle_ns: u64::MAX,
+            latency: Latency::default(),
+        }
+    }
+
+    /// The tenant was busy `pct` percent of the period.
+    pub fn busy(mut o: Observation, pct: u64) -> Observation {
+        o.busy_ns = o.period_ns * pct / 100;
+        o.launches = 10;
+        o.idle_ns = 0;
+        o
+    }
+
+    pub fn with_latency(mut o: Observation, p99_ms: u64, mean_ms: u64) -> Observation {
+        o.latency = Latency {
+            p99_ns: Some(p99_ms * 1_000_000),
+            period_mean_ns: Some(mean_ms * 1_000_000),
+        };
+        o
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::testing::*;
+    use super::*;
+
+    #[test]
+    fn batch_tenants_share_what_is_left_up_to_their_limits() {
+        let tenants = vec![
+            busy(tenant(WorkClass::Batch, 10, 30), 50),
+            busy(tenant(WorkClass::Batch, 20, 100), 50),
+            tenant(WorkClass::Batch, 5, 100), // idle: keeps its request
+        ];
+        let mut out = vec![0; 3];
+        share_out_batch(&tenants, &[0, 1, 2], 900_000, &mut out);
+        assert_eq!(out[0], 300_000, "capped at its limit");
+        assert_eq!(out[2], 50_000);
+        assert_eq!(out.iter().sum::<u32>(), 900_000, "nothing left unused");
+        assert!(by_name("nope").err().unwrap().contains("dilu-rckm"));
+    }
+}

@@ -1,0 +1,350 @@
+//! `dilu nodemgr`: the node manager daemon, and the handle the demo and
+//! tests use to run one in-process.
+//!
+//! Threads: the socket server (one thread per connection), the control
+//! loop (every period: sample telemetry, run the controller, write budgets;
+//! every 100 ms housekeeping; every second state file and GPU refresh) and
+//! the metrics endpoint. Budgets live in memfds the tenants hold mapped, so
+//! when the daemon dies they keep their last values (fail static); the
+//! state file lets the next daemon re-adopt them.
+
+use crate::config::Config;
+use crate::control::{self, Controller};
+use crate::registry::{Registry, SavedTenant};
+use crate::{metrics, nvml, server};
+use dilu_abi::node_wire::{GpuStatus, NodeStatus, ScaleAdvice, ScaleSignal, WorkClass};
+use dilu_abi::seqpacket;
+use std::collections::BTreeMap;
+use std::os::fd::{AsRawFd, OwnedFd};
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+pub const STATE_FILE: &str = "state.json";
+
+pub struct Shared {
+    pub config: Config,
+    pub registry: Mutex<Registry>,
+    pub controller: Mutex<Box<dyn Controller>>,
+    pub signals: Mutex<Vec<ScaleSignal>>,
+    pub gpus: Mutex<Vec<GpuStatus>>,
+    pub stopping: AtomicBool,
+    pub started: Instant,
+}
+
+impl Shared {
+    pub fn status(&self) -> NodeStatus {
+        let tenants = self.registry.lock().expect("registry lock").status();
+        NodeStatus {
+            controller: self
+                .controller
+                .lock()
+                .expect("controller lock")
+                .name()
+                .to_string(),
+            period_ms: self.config.period.as_secs_f64() * 1e3,
+            uptime_seconds: self.started.elapsed().as_secs_f64(),
+            gpus: self.gpus.lock().expect("gpus lock").clone(),
+            tenants,
+            signals: self.signals.lock().expect("signals lock").clone(),
+        }
+    }
+}
+
+/// A running daemon.
+pub struct Daemon {
+    pub shared: Arc<Shared>,
+    listener: Arc<OwnedFd>,
+    threads: Vec<JoinHandle<()>>,
+    /// Where the metrics endpoint actually listens (port 0 picks one).
+    pub metrics_addr: Option<String>,
+}
+
+fn state_path(config: &Config) -> PathBuf {
+    config.run_dir.join(STATE_FILE)
+}
+
+fn load_state(config: &Config) -> Vec<SavedTenant> {
+    let Ok(text) = std::fs::read_to_string(state_path(config)) else {
+        return Vec::new();
+    };
+    serde_json::from_str(&text).unwrap_or_else(|e| {
+        tracing::warn!("ignoring {}: {e}", state_path(config).display());
+        Vec::new()
+    })
+}
+
+fn save_state(config: &Config, saved: &[SavedTenant]) {
+    let Ok(text) = serde_json::to_string_pretty(saved) else {
+        return;
+    };
+    let path = state_path(config);
+    let staging = path.with_extension("json.new");
+    if std::fs::write(&staging, text)
+        .and_then(|()| std::fs::rename(&staging, &path))
+        .is_err()
+    {
+        tracing::warn!("cannot write {}", path.display());
+    }
+}
+
+impl Daemon {
+    /// Starts the daemon's threads. Tenants of a previous daemon (from the
+    /// state file) are waited for.
+    pub fn start(config: Config) -> Result<Daemon, String> {
+        let controller = control::by_name(&config.controller)?;
+        std::fs::create_dir_all(&config.run_dir)
+            .map_err(|e| format!("{}: {e}", config.run_dir.display()))?;
+        if let Some(dir) = config.socket.parent() {
+            std::fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+        }
+        let mut registry = Registry::new(config.tenants.clone(), config.gpu_memory);
+        let gpus = nvml::probe();
+        if registry.gpu_memory.is_none() {
+            registry.gpu_memory = gpus.first().and_then(|g| g.memory_total_bytes);
+        }
+        let saved = load_state(&config);
+        if !saved.is_empty() {
+            tracing::info!(
+                tenants = saved.len(),
+                "re-adopting tenants of the previous daemon"
+            );
+        }
+        registry.restore(saved);
+        // Tenants of any user connect; admission and SO_PEERCRED decide.
+        let listener = Arc::new(
+            seqpacket::listen(&config.socket, 0o666)
+                .map_err(|e| format!("cannot listen on {}: {e}", config.socket.display()))?,
+        );
+        let shared = Arc::new(Shared {
+            config,
+            registry: Mutex::new(registry),
+            controller: Mutex::new(controller),
+            signals: Mutex::new(Vec::new()),
+            gpus: Mutex::new(gpus),
+            stopping: AtomicBool::new(false),
+            started: Instant::now(),
+        });
+        let mut threads = Vec::new();
+        let mut metrics_addr = None;
+        if let Some(addr) = &shared.config.metrics {
+            let (server, bound) = metrics::bind(addr)?;
+            metrics_addr = Some(bound);
+            let s = shared.clone();
+            threads.push(spawn("dilu-metrics", move || metrics::serve(s, server))?);
+        }
+        let (s, l) = (shared.clone(), listener.clone());
+        threads.push(spawn("dilu-server", move || server::serve(s, l))?);
+        let s = shared.clone();
+        threads.push(spawn("dilu-control", move || control_loop(s))?);
+        Ok(Daemon {
+            shared,
+            listener,
+            threads,
+            metrics_addr,
+        })
+    }
+
+    /// Switches the control law (the demo compares them on one daemon).
+    pub fn set_controller(&self, name: &str) -> Result<(), String> {
+        *self.shared.controller.lock().expect("controller lock") = control::by_name(name)?;
+        Ok(())
+    }
+
+    /// Stops the threads and closes every tenant connection (tenants keep
+    /// their budgets and try to re-register with a later daemon).
+    pub fn stop(mut self) {
+        self.shared.stopping.store(true, Ordering::Release);
+        // SAFETY: shutdown on a socket we own; wakes the blocked accept.
+        unsafe { libc::shutdown(self.listener.as_raw_fd(), libc::SHUT_RDWR) };
+        for tenant in self
+            .shared
+            .registry
+            .lock()
+            .expect("registry lock")
+            .tenants
+            .values()
+        {
+            for member in tenant.members.values() {
+                // SAFETY: shutdown on a connection we hold; wakes its thread.
+                unsafe { libc::shutdown(member.connection.as_raw_fd(), libc::SHUT_RDWR) };
+            }
+        }
+        for thread in self.threads.drain(..) {
+            let _ = thread.join();
+        }
+        let _ = std::fs::remove_file(&self.shared.config.socket);
+    }
+}
+
+fn spawn(name: &str, f: impl FnOnce() + Send + 'static) -> Result<JoinHandle<()>, String> {
+    std::thread::Builder::new()
+        .name(name.into())
+        .spawn(f)
+        .map_err(|e| format!("cannot start thread {name}: {e}"))
+}
+
+/// Per-tenant timers behind the scale signals.
+#[derive(Default)]
+struct SignalState {
+    missing_since: Option<Instant>,
+    idle_since: Option<Instant>,
+}
+
+fn control_loop(shared: Arc<Shared>) {
+    let period = shared.config.period;
+    let mut epoch = u64::MAX;
+    let mut names: Vec<String> = Vec::new();
+    let mut next = Instant::now();
+    let mut last_housekeeping = Instant::now();
+    let mut last_slow = Instant::now();
+    let mut last_saved = String::new();
+    let mut timers: BTreeMap<String, SignalState> = BTreeMap::new();
+    while !shared.stopping.load(Ordering::Acquire) {
+        next += period;
+        let now = Instant::now();
+        if next > now {
+            std::thread::sleep(next - now);
+        } else {
+            next = now; // overran: do not try to catch up
+        }
+        let now_ns = dilu_layout::monotonic_ns();
+        let mut registry = shared.registry.lock().expect("registry lock");
+        if last_housekeeping.elapsed() >= Duration::from_millis(100) {
+            last_housekeeping = Instant::now();
+            registry.housekeeping();
+        }
+        let mut observations = Vec::with_capacity(registry.tenants.len());
+        for tenant in registry.tenants.values_mut() {
+            let share = tenant.share_ppm;
+            let o = tenant
+                .sampler
+                .observe(&tenant.regions.telemetry, now_ns, &tenant.spec, share);
+            observations.push(o);
+        }
+        {
+            let mut controller = shared.controller.lock().expect("controller lock");
+            if registry.epoch != epoch {
+                epoch = registry.epoch;
+                names = registry.tenants.keys().cloned().collect();
+                controller.reset();
+            }
+            let shares = controller.step(now_ns, &observations);
+            for (name, share) in names.iter().zip(shares) {
+                registry.set_share(name, share);
+            }
+        }
+        update_signals(&shared, &registry, &observations, &names, &mut timers);
+        if last_slow.elapsed() >= Duration::from_secs(1) {
+            last_slow = Instant::now();
+            let saved = registry.saved();
+            drop(registry);
+            let text = serde_json::to_string(&saved).unwrap_or_default();
+            if text != last_saved {
+                save_state(&shared.config, &saved);
+                last_saved = text;
+            }
+            let gpus = nvml::refresh(&shared.gpus.lock().expect("gpus lock"));
+            *shared.gpus.lock().expect("gpus lock") = gpus;
+        }
+    }
+}
+
+fn update_signals(
+    shared: &Shared,
+    registry: &Registry,
+    observations: &[control::Observation],
+    names: &[String],
+    timers: &mut BTreeMap<String, SignalState>,
+) {
+    timers.retain(|name, _| registry.tenants.contains_key(name));
+    let mut signals = Vec::new();
+    for (name, o) in names.iter().zip(observations) {
+        let timer = timers.entry(name.clone()).or_default();
+        let at_limit = o.share_ppm >= o.limit_ppm && o.saturated();
+        let missing = o.class == WorkClass::Latency && o.slo_pressure() > 1.0 && at_limit;
+        timer.missing_since = if missing {
+            timer.missing_since.or(Some(Instant::now()))
+        } else {
+            None
+        };
+        timer.idle_since = if o.launches == 0 {
+            timer.idle_since.or(Some(Instant::now()))
+        } else {
+            None
+        };
+        if let Some(since) = timer.missing_since
+            && since.elapsed() >= shared.config.scale_out_after
+        {
+            signals.push(ScaleSignal {
+                tenant: name.clone(),
+                advice: ScaleAdvice::ScaleOut,
+                for_seconds: since.elapsed().as_secs_f64(),
+                reason: "at its SM limit and over its SLO".into(),
+            });
+        } else if let Some(since) = timer.idle_since
+            && since.elapsed() >= shared.config.scale_in_after
+        {
+            signals.push(ScaleSignal {
+                tenant: name.clone(),
+                advice: ScaleAdvice::ScaleIn,
+                for_seconds: since.elapsed().as_secs_f64(),
+                reason: "no kernel launched".into(),
+            });
+        }
+    }
+    *shared.signals.lock().expect("signals lock") = signals;
+}
+
+/// Tells systemd (Type=notify) that the daemon is ready, if it asked.
+pub fn notify_ready() {
+    let Some(path) = std::env::var_os("NOTIFY_SOCKET") else {
+        return;
+    };
+    use std::os::unix::net::{SocketAddr, UnixDatagram};
+    let bytes = path.as_encoded_bytes();
+    let address = if let Some(name) = bytes.strip_prefix(b"@") {
+        use std::os::linux::net::SocketAddrExt;
+        SocketAddr::from_abstract_name(name)
+    } else {
+        SocketAddr::from_pathname(PathBuf::from(&path))
+    };
+    let sent = UnixDatagram::unbound().and_then(|socket| {
+        let address = address?;
+        socket.send_to_addr(b"READY=1\nSTATUS=managing GPU tenants", &address)
+    });
+    if let Err(e) = sent {
+        tracing::warn!("cannot notify systemd: {e}");
+    }
+}
+
+/// `dilu nodemgr`: runs until SIGTERM or SIGINT.
+pub fn run(config: Config) -> Result<(), String> {
+    use nix::sys::signal::{SigSet, Signal};
+    // Block the signals in every thread, then wait for them here.
+    let mut set = SigSet::empty();
+    set.add(Signal::SIGTERM);
+    set.add(Signal::SIGINT);
+    set.thread_block().map_err(|e| e.to_string())?;
+    let daemon = Daemon::start(config)?;
+    tracing::info!(
+        socket = %daemon.shared.config.socket.display(),
+        metrics = daemon.metrics_addr.as_deref().unwrap_or("off"),
+        controller = daemon.shared.config.controller,
+        "dilu node manager ready"
+    );
+    eprintln!(
+        "dilu nodemgr: listening on {} (metrics: {}, controller: {}, period {} ms)",
+        daemon.shared.config.socket.display(),
+        daemon.metrics_addr.as_deref().unwrap_or("off"),
+        daemon.shared.config.controller,
+        daemon.shared.config.period.as_secs_f64() * 1e3
+    );
+    notify_ready();
+    let signal = set.wait().map_err(|e| e.to_string())?;
+    tracing::info!(?signal, "stopping; tenants keep their budgets");
+    daemon.stop();
+    Ok(())
+}

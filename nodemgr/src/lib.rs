@@ -1,0 +1,25 @@
+//! The node manager and the `dilu` command-line front end, as a library so
+//! that tests and the demo can run a daemon in-process.
+//!
+//! - [`config`]: `/etc/dilu/nodemgr.toml` and flags.
+//! - [`registry`]: tenants, admission, regions, re-adoption.
+//! - [`server`]: the Unix socket (registration with `SO_PEERCRED`, tools).
+//! - [`observe`]: telemetry counters → per-period observations.
+//! - [`control`]: control laws (pure: observations in, shares out).
+//! - [`daemon`]: threads, control loop, persistence, systemd notification.
+//! - [`metrics`]: Prometheus `/metrics` and the JSON API.
+//! - [`nvml`]: NVML when present, a fallback when not.
+//! - [`ops`]: `dilu status`, `dilu top`, `dilu set`.
+
+pub mod artifacts;
+pub mod config;
+pub mod control;
+pub mod daemon;
+pub mod demo;
+pub mod launch;
+pub mod metrics;
+pub mod nvml;
+pub mod observe;
+pub mod ops;
+pub mod registry;
+pub mod server;

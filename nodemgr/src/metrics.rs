@@ -1,0 +1,250 @@
+//! Prometheus metrics (`/metrics`) and a small JSON API (`/api/status`,
+//! `/api/signals`, for the cluster layer) over HTTP.
+//!
+//! Names carry the `dilu_` prefix and base units (seconds, bytes, ratios
+//! 0–1), counters end in `_total`; labels are `gpu`, `uuid` and `tenant`
+//! (never a pid: pids churn and would explode the series count). Every
+//! scrape encodes a fresh snapshot of the daemon's status, so `/metrics`
+//! and `dilu status` show the same numbers.
+
+use crate::daemon::Shared;
+use dilu_abi::node_wire::{GpuStatus, NodeStatus, ScaleAdvice, TenantStatus};
+use prometheus_client::encoding::text::encode;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::registry::Registry;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+type Labels = Vec<(String, String)>;
+type GaugeFamily = Family<Labels, Gauge<f64, AtomicU64>>;
+type CounterFamily = Family<Labels, Counter<f64, AtomicU64>>;
+
+pub const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
+
+type TenantValue = fn(&TenantStatus) -> Option<f64>;
+
+/// Per-tenant gauges: name, help, value (None: no sample).
+const TENANT_GAUGES: [(&str, &str, TenantValue); 10] = [
+    (
+        "dilu_tenant_sm_request_ratio",
+        "Guaranteed SM-time share (0-1).",
+        |t| Some(t.spec.sm_request_pct / 100.0),
+    ),
+    (
+        "dilu_tenant_sm_limit_ratio",
+        "Most SM-time share a tenant may borrow (0-1).",
+        |t| Some(t.spec.sm_limit_pct / 100.0),
+    ),
+    (
+        "dilu_tenant_sm_share_ratio",
+        "SM-time share the controller set for the next period (0-1).",
+        |t| Some(t.sm_current_pct / 100.0),
+    ),
+    (
+        "dilu_tenant_sm_achieved_ratio",
+        "Device time the tenant used over the last second (0-1).",
+        |t| Some(t.sm_achieved_pct / 100.0),
+    ),
+    (
+        "dilu_tenant_memory_used_bytes",
+        "Device memory in use by the tenant.",
+        |t| Some(t.mem_used_bytes as f64),
+    ),
+    (
+        "dilu_tenant_memory_budget_bytes",
+        "Device memory budget of the tenant.",
+        |t| t.mem_budget_bytes.map(|b| b as f64),
+    ),
+    (
+        "dilu_tenant_latency_p99_seconds",
+        "p99 request latency over the last second (reported, else sync-to-sync).",
+        |t| t.p99_ms.map(|ms| ms / 1e3),
+    ),
+    (
+        "dilu_tenant_slo_seconds",
+        "Latency SLO of a latency tenant.",
+        |t| t.spec.slo_ms.map(|ms| ms / 1e3),
+    ),
+    (
+        "dilu_tenant_bubble_ratio",
+        "Fraction of the last second in which the tenant had no kernel on the GPU.",
+        |t| Some(t.bubble_ratio),
+    ),
+    (
+        "dilu_tenant_processes",
+        "Live processes of the tenant.",
+        |t| Some(t.pids.len() as f64),
+    ),
+];
+
+/// Per-tenant counters (encoded with `_total`).
+const TENANT_COUNTERS: [(&str, &str, TenantValue); 3] = [
+    (
+        "dilu_tenant_busy_seconds",
+        "GPU time charged to the tenant.",
+        |t| Some(t.busy_seconds_total),
+    ),
+    (
+        "dilu_tenant_launches",
+        "Kernel launches of the tenant.",
+        |t| Some(t.launches_total as f64),
+    ),
+    (
+        "dilu_tenant_throttled_seconds",
+        "Wall time launches waited for SM-time tokens.",
+        |t| Some(t.throttled_seconds_total),
+    ),
+];
+
+type GpuValue = fn(&GpuStatus) -> Option<f64>;
+
+const GPU_GAUGES: [(&str, &str, GpuValue); 3] = [
+    (
+        "dilu_gpu_utilization_ratio",
+        "GPU utilisation from NVML (0-1).",
+        |g| g.utilization,
+    ),
+    (
+        "dilu_gpu_memory_used_bytes",
+        "GPU memory in use from NVML.",
+        |g| g.memory_used_bytes.map(|b| b as f64),
+    ),
+    (
+        "dilu_gpu_memory_total_bytes",
+        "GPU memory from NVML.",
+        |g| g.memory_total_bytes.map(|b| b as f64),
+    ),
+];
+
+fn plain_gauge(registry: &mut Registry, name: &str, help: &str, value: f64) {
+    let gauge = Gauge::<f64, AtomicU64>::default();
+    gauge.set(value);
+    registry.register(name, help, gauge);
+}
+
+/// The metrics text of one status snapshot.
+pub fn render(status: &NodeStatus) -> String {
+    let mut registry = Registry::default();
+    plain_gauge(
+        &mut registry,
+        "dilu_nodemgr_control_period_seconds",
+        "Control period of the node manager.",
+        status.period_ms / 1e3,
+    );
+    plain_gauge(
+        &mut registry,
+        "dilu_nodemgr_uptime_seconds",
+        "Time since the node manager started.",
+        status.uptime_seconds,
+    );
+    let (gpu, uuid) = status
+        .gpus
+        .first()
+        .map(|g| (g.index.to_string(), g.uuid.clone()))
+        .unwrap_or_else(|| ("0".into(), "unknown".into()));
+    let tenant_labels = |t: &TenantStatus| -> Labels {
+        vec![
+            ("gpu".into(), gpu.clone()),
+            ("uuid".into(), uuid.clone()),
+            ("tenant".into(), t.name.clone()),
+        ]
+    };
+    for (name, help, value) in TENANT_GAUGES {
+        let family = GaugeFamily::default();
+        for t in &status.tenants {
+            if let Some(v) = value(t) {
+                family.get_or_create(&tenant_labels(t)).set(v);
+            }
+        }
+        registry.register(name, help, family);
+    }
+    for (name, help, value) in TENANT_COUNTERS {
+        let family = CounterFamily::default();
+        for t in &status.tenants {
+            if let Some(v) = value(t) {
+                family.get_or_create(&tenant_labels(t)).inc_by(v.max(0.0));
+            }
+        }
+        registry.register(name, help, family);
+    }
+    for (name, help, value) in GPU_GAUGES {
+        let family = GaugeFamily::default();
+        for g in &status.gpus {
+            let labels = vec![
+                ("gpu".into(), g.index.to_string()),
+                ("uuid".into(), g.uuid.clone()),
+            ];
+            if let Some(v) = value(g) {
+                family.get_or_create(&labels).set(v);
+            }
+        }
+        registry.register(name, help, family);
+    }
+    let scale = GaugeFamily::default();
+    for s in &status.signals {
+        let advice = match s.advice {
+            ScaleAdvice::ScaleOut => "out",
+            ScaleAdvice::ScaleIn => "in",
+        };
+        let labels = vec![
+            ("tenant".into(), s.tenant.clone()),
+            ("advice".into(), advice.into()),
+        ];
+        scale.get_or_create(&labels).set(1.0);
+    }
+    registry.register(
+        "dilu_scale_recommendation",
+        "1 while the node manager recommends scaling a tenant out or in.",
+        scale,
+    );
+    let mut text = String::new();
+    if encode(&mut text, &registry).is_err() {
+        text = "# EOF\n".into();
+    }
+    text
+}
+
+/// Binds the endpoint; returns the server and the address it got.
+pub fn bind(addr: &str) -> Result<(tiny_http::Server, String), String> {
+    let server = tiny_http::Server::http(addr)
+        .map_err(|e| format!("cannot serve metrics on {addr}: {e}"))?;
+    let bound = match server.server_addr() {
+        tiny_http::ListenAddr::IP(a) => a.to_string(),
+        other => other.to_string(),
+    };
+    Ok((server, bound))
+}
+
+/// Answers HTTP requests until the daemon stops.
+pub fn serve(shared: Arc<Shared>, server: tiny_http::Server) {
+    while !shared.stopping.load(Ordering::Acquire) {
+        let request = match server.recv_timeout(std::time::Duration::from_millis(200)) {
+            Ok(Some(request)) => request,
+            Ok(None) => continue,
+            Err(_) => return,
+        };
+        let header = |content_type: &str| {
+            tiny_http::Header::from_bytes("Content-Type", content_type).expect("valid header")
+        };
+        let path = request.url().split('?').next().unwrap_or("").to_string();
+        let response = match path.as_str() {
+            "/metrics" => tiny_http::Response::from_string(render(&shared.status()))
+                .with_header(header(CONTENT_TYPE)),
+            "/api/status" => tiny_http::Response::from_string(
+                serde_json::to_string(&shared.status()).unwrap_or_default(),
+            )
+            .with_header(header("application/json")),
+            "/api/signals" => tiny_http::Response::from_string(
+                serde_json::to_string(&shared.status().signals).unwrap_or_default(),
+            )
+            .with_header(header("application/json")),
+            _ => tiny_http::Response::from_string(
+                "not found: try /metrics, /api/status, /api/signals\n",
+            )
+            .with_status_code(404),
+        };
+        let _ = request.respond(response);
+    }
+}

@@ -1,0 +1,66 @@
+//! NVML, when the node has an NVIDIA driver: device identity, utilisation
+//! and memory for metrics and admission. Without NVML (simgpu, CI) the node
+//! manager still runs: it reports one device with unknown figures and
+//! judges memory admission by `gpu_memory` from its configuration.
+
+use dilu_abi::node_wire::GpuStatus;
+use nvml_wrapper::Nvml;
+use std::sync::OnceLock;
+
+fn nvml() -> Option<&'static Nvml> {
+    static NVML: OnceLock<Option<Nvml>> = OnceLock::new();
+    NVML.get_or_init(|| match Nvml::init() {
+        Ok(nvml) => Some(nvml),
+        Err(e) => {
+            tracing::info!("NVML not available ({e}); device figures come from telemetry only");
+            None
+        }
+    })
+    .as_ref()
+}
+
+/// The device list as a daemon without NVML reports it.
+pub fn fallback() -> Vec<GpuStatus> {
+    vec![GpuStatus {
+        index: 0,
+        uuid: "unknown".into(),
+        name: "no NVML".into(),
+        utilization: None,
+        memory_used_bytes: None,
+        memory_total_bytes: None,
+    }]
+}
+
+/// Reads every device NVML knows (or the fallback).
+pub fn probe() -> Vec<GpuStatus> {
+    let Some(nvml) = nvml() else {
+        return fallback();
+    };
+    let count = nvml.device_count().unwrap_or(0);
+    let gpus: Vec<GpuStatus> = (0..count)
+        .filter_map(|index| {
+            let device = nvml.device_by_index(index).ok()?;
+            let memory = device.memory_info().ok();
+            Some(GpuStatus {
+                index,
+                uuid: device.uuid().unwrap_or_else(|_| "unknown".into()),
+                name: device.name().unwrap_or_default(),
+                utilization: device
+                    .utilization_rates()
+                    .ok()
+                    .map(|u| u.gpu as f64 / 100.0),
+                memory_used_bytes: memory.as_ref().map(|m| m.used),
+                memory_total_bytes: memory.as_ref().map(|m| m.total),
+            })
+        })
+        .collect();
+    if gpus.is_empty() { fallback() } else { gpus }
+}
+
+/// Fresh figures (once a second); identity stays as probed.
+pub fn refresh(previous: &[GpuStatus]) -> Vec<GpuStatus> {
+    if nvml().is_none() {
+        return previous.to_vec();
+    }
+    probe()
+}

@@ -1,0 +1,272 @@
+//! Turning a tenant's telemetry counters into per-period observations for
+//! the controller and per-second figures for operators.
+//!
+//! Each period the sampler reads the counters once, keeps the differences
+//! in a ring covering the last second, and derives: busy time, launches and
+//! throttling of the period, time since the last launch, and latency
+//! quantiles over a recent window (reported latencies when the program
+//! reports any, else the intervals between its synchronisations).
+
+use crate::control::{Latency, Observation};
+use dilu_abi::histogram::{BUCKETS, HistogramSnapshot, bucket_upper_ns};
+use dilu_abi::node_wire::TenantSpec;
+use dilu_abi::telemetry::{DeviceSnapshot, TenantTelemetry};
+use std::collections::VecDeque;
+
+/// Window over which the controller judges latency.
+pub const CONTROL_WINDOW_NS: u64 = 200_000_000;
+/// Window of the operator figures (status, metrics).
+pub const STATUS_WINDOW_NS: u64 = 1_000_000_000;
+
+type Hist = [u64; BUCKETS];
+
+struct Slice {
+    at_ns: u64,
+    wall_ns: u64,
+    busy_ns: u64,
+    launches: u64,
+    latencies: Hist,
+}
+
+/// Totals read at one instant.
+#[derive(Clone, Copy)]
+struct Reading {
+    device: DeviceSnapshot,
+    latencies: Hist,
+    syncs: Hist,
+    latency_count: u64,
+    latency_sum_ns: u64,
+}
+
+fn read(telemetry: &TenantTelemetry) -> Reading {
+    let (latency_count, latency_sum_ns) = telemetry.latency_totals();
+    Reading {
+        device: telemetry.devices[0].snapshot(),
+        latencies: telemetry.latencies.snapshot(),
+        syncs: telemetry.sync_intervals.snapshot(),
+        latency_count,
+        latency_sum_ns,
+    }
+}
+
+/// Per-tenant sampling state.
+#[derive(Default)]
+pub struct Sampler {
+    previous: Option<(u64, Reading)>,
+    last_launch_ns: Option<u64>,
+    ring: VecDeque<Slice>,
+    reports_latency: bool,
+}
+
+/// Operator figures over the last second.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct Recent {
+    pub achieved: f64,
+    pub bubble_ratio: f64,
+    pub p99_ns: Option<u64>,
+    pub busy_total_ns: u64,
+    pub launches_total: u64,
+    pub throttled_total_ns: u64,
+}
+
+/// The value below which a fraction `q` of a histogram's samples lie,
+/// interpolated linearly inside the log₂ bucket.
+pub fn quantile_ns(hist: &Hist, q: f64) -> Option<u64> {
+    let total = hist.total();
+    if total == 0 {
+        return None;
+    }
+    let rank = (q.clamp(0.0, 1.0) * total as f64).max(1.0);
+    let mut seen = 0.0;
+    for (i, &count) in hist.iter().enumerate() {
+        if count == 0 {
+            continue;
+        }
+        if seen + count as f64 >= rank {
+            let low = if i == 0 {
+                0
+            } else {
+                bucket_upper_ns(i - 1) + 1
+            };
+            let high = bucket_upper_ns(i);
+            let within = (rank - seen) / count as f64;
+            return Some(low + ((high - low) as f64 * within) as u64);
+        }
+        seen += count as f64;
+    }
+    Some(bucket_upper_ns(BUCKETS - 1))
+}
+
+fn mean_ns(hist: &Hist) -> Option<u64> {
+    let total = hist.total();
+    (total > 0).then(|| {
+        let sum: f64 = hist
+            .iter()
+            .enumerate()
+            .map(|(i, &c)| c as f64 * (bucket_upper_ns(i) as f64 * 0.75))
+            .sum();
+        (sum / total as f64) as u64
+    })
+}
+
+fn add(into: &mut Hist, from: &Hist) {
+    for (a, b) in into.iter_mut().zip(from) {
+        *a += b;
+    }
+}
+
+impl Sampler {
+    /// Reads the counters at `now_ns` and returns the period's observation.
+    pub fn observe(
+        &mut self,
+        telemetry: &TenantTelemetry,
+        now_ns: u64,
+        spec: &TenantSpec,
+        share_ppm: u32,
+    ) -> Observation {
+        let reading = read(telemetry);
+        let (since, before) = self.previous.unwrap_or((now_ns, reading));
+        self.previous = Some((now_ns, reading));
+        let wall_ns = now_ns.saturating_sub(since);
+        let busy_ns = (reading.device.busy_ns - before.device.busy_ns).max(0) as u64;
+        let launches = reading
+            .device
+            .launches
+            .saturating_sub(before.device.launches);
+        let throttled_ns = reading
+            .device
+            .throttled_ns
+            .saturating_sub(before.device.throttled_ns);
+        if launches > 0 {
+            self.last_launch_ns = Some(now_ns);
+        }
+        self.reports_latency |= reading.latency_count > 0;
+        let (latencies, period_mean_ns) = if self.reports_latency {
+            let count = reading.latency_count.saturating_sub(before.latency_count);
+            let sum = reading.latency_sum_ns.saturating_sub(before.latency_sum_ns);
+            (
+                reading.latencies.since(&before.latencies),
+                (count > 0).then(|| sum / count),
+            )
+        } else {
+            let delta = reading.syncs.since(&before.syncs);
+            (delta, mean_ns(&delta))
+        };
+        self.ring.push_back(Slice {
+            at_ns: now_ns,
+            wall_ns,
+            busy_ns,
+            launches,
+            latencies,
+        });
+        while self
+            .ring
+            .front()
+            .is_some_and(|s| s.at_ns + STATUS_WINDOW_NS < now_ns)
+        {
+            self.ring.pop_front();
+        }
+        let mut window: Hist = [0; BUCKETS];
+        for slice in self.ring.iter().rev() {
+            if slice.at_ns + CONTROL_WINDOW_NS < now_ns {
+                break;
+            }
+            add(&mut window, &slice.latencies);
+        }
+        Observation {
+            class: spec.class,
+            slo_ns: spec.slo_ms.map(|ms| (ms * 1e6) as u64),
+            request_ppm: (spec.sm_request_pct * 10_000.0).round() as u32,
+            limit_ppm: (spec.sm_limit_pct * 10_000.0).round() as u32,
+            share_ppm,
+            period_ns: wall_ns.max(1),
+            busy_ns,
+            launches,
+            throttled_ns,
+            idle_ns: self
+                .last_launch_ns
+                .map_or(u64::MAX, |t| now_ns.saturating_sub(t)),
+            latency: Latency {
+                p99_ns: quantile_ns(&window, 0.99),
+                period_mean_ns,
+            },
+        }
+    }
+
+    /// Figures over the last second, and totals.
+    pub fn recent(&self) -> Recent {
+        let wall: u64 = self.ring.iter().map(|s| s.wall_ns).sum();
+        let busy: u64 = self.ring.iter().map(|s| s.busy_ns).sum();
+        let mut hist: Hist = [0; BUCKETS];
+        for slice in &self.ring {
+            add(&mut hist, &slice.latencies);
+        }
+        let achieved = if wall > 0 {
+            (busy as f64 / wall as f64).min(1.0)
+        } else {
+            0.0
+        };
+        let totals = self.previous.map(|(_, r)| r.device);
+        Recent {
+            achieved,
+            bubble_ratio: if wall > 0 { 1.0 - achieved } else { 0.0 },
+            p99_ns: quantile_ns(&hist, 0.99),
+            busy_total_ns: totals.map_or(0, |d| d.busy_ns.max(0) as u64),
+            launches_total: totals.map_or(0, |d| d.launches),
+            throttled_total_ns: totals.map_or(0, |d| d.throttled_ns),
+        }
+    }
+
+    /// Whether the tenant launched anything in the last `ns`.
+    pub fn launched_within(&self, now_ns: u64, ns: u64) -> bool {
+        self.last_launch_ns
+            .is_some_and(|t| now_ns.saturating_sub(t) < ns)
+            || self
+                .ring
+                .iter()
+                .any(|s| s.launches > 0 && s.at_ns + ns >= now_ns)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use dilu_abi::shm::Region;
+
+    #[test]
+    fn counters_become_rates_and_latency_quantiles() {
+        let telemetry = Region::<TenantTelemetry>::anonymous(|_| {}).unwrap();
+        let spec = TenantSpec {
+            class: dilu_abi::node_wire::WorkClass::Latency,
+            slo_ms: Some(50.0),
+            ..TenantSpec::default()
+        };
+        let mut sampler = Sampler::default();
+        let t0 = 1_000_000_000;
+        let first = sampler.observe(&telemetry, t0, &spec, 500_000);
+        assert_eq!(
+            (first.busy_ns, first.launches, first.idle_ns),
+            (0, 0, u64::MAX)
+        );
+
+        // 2 ms of kernels in a 5 ms period, and three requests of ~30 ms.
+        telemetry.devices[0].record_launch(t0 + 1_000_000, 2_000_000);
+        for _ in 0..3 {
+            telemetry.report_latency(30_000_000);
+        }
+        let o = sampler.observe(&telemetry, t0 + 5_000_000, &spec, 500_000);
+        assert_eq!((o.busy_ns, o.launches, o.idle_ns), (2_000_000, 1, 0));
+        assert!((o.utilisation() - 0.4).abs() < 1e-9);
+        assert_eq!(o.slo_ns, Some(50_000_000));
+        assert_eq!(o.latency.period_mean_ns, Some(30_000_000));
+        let p99 = o.latency.p99_ns.unwrap();
+        assert!((16_777_216..33_554_432).contains(&p99), "p99 {p99}");
+
+        let later = sampler.observe(&telemetry, t0 + 10_000_000, &spec, 500_000);
+        assert_eq!(later.idle_ns, 5_000_000);
+        assert_eq!(later.latency.period_mean_ns, None, "no request completed");
+        let recent = sampler.recent();
+        assert!((recent.achieved - 0.2).abs() < 1e-9, "{recent:?}");
+        assert_eq!(recent.launches_total, 1);
+    }
+}

@@ -1,0 +1,168 @@
+//! Operator commands: `dilu status`, `dilu top`, `dilu set`.
+
+use dilu_abi::node_wire::{
+    self, FromDaemon, NodeStatus, ScaleAdvice, SpecUpdate, TenantSpec, ToDaemon,
+};
+use dilu_abi::seqpacket;
+use dilu_abi::units::format_size;
+use std::fmt::Write;
+use std::path::Path;
+use std::time::Duration;
+
+/// One request to the daemon, one answer.
+pub fn ask(socket: &Path, request: &ToDaemon) -> Result<FromDaemon, String> {
+    let connection = seqpacket::connect(socket, Some(Duration::from_secs(5))).map_err(|e| {
+        format!(
+            "cannot reach the node manager at {} ({e}); is `dilu nodemgr` running? (set {} or --socket)",
+            socket.display(),
+            node_wire::SOCKET_ENV
+        )
+    })?;
+    seqpacket::send(&connection, &node_wire::encode(request)?, &[]).map_err(|e| e.to_string())?;
+    let mut buffer = vec![0u8; seqpacket::MAX_MESSAGE];
+    let (n, _) = seqpacket::recv(&connection, &mut buffer).map_err(|e| e.to_string())?;
+    if n == 0 {
+        return Err("the node manager closed the connection".into());
+    }
+    node_wire::decode(&buffer[..n])
+}
+
+pub fn fetch_status(socket: &Path) -> Result<NodeStatus, String> {
+    match ask(socket, &ToDaemon::Status)? {
+        FromDaemon::Status(status) => Ok(*status),
+        FromDaemon::Error { reason } => Err(reason),
+        other => Err(format!("unexpected answer: {other:?}")),
+    }
+}
+
+fn pct(v: f64) -> String {
+    format!("{v:.0}%")
+}
+
+/// The status table.
+pub fn format_status(status: &NodeStatus) -> String {
+    let mut out = String::new();
+    let gpus: Vec<String> = status
+        .gpus
+        .iter()
+        .map(|g| match g.utilization {
+            Some(u) => format!("gpu{} {} {:.0}% busy", g.index, g.name, u * 100.0),
+            None => format!("gpu{} ({})", g.index, g.name),
+        })
+        .collect();
+    let _ = writeln!(
+        out,
+        "controller {} · period {} ms · up {:.0} s · {}",
+        status.controller,
+        status.period_ms,
+        status.uptime_seconds,
+        gpus.join(", ")
+    );
+    let _ = writeln!(
+        out,
+        "{:<14} {:<7} {:<12} {:>21} {:>9} {:>7} {:>8} {:>9} {:>10} {:>17} {:>8}",
+        "TENANT",
+        "CLASS",
+        "PIDS",
+        "MEMORY used/budget",
+        "SM req",
+        "limit",
+        "current",
+        "achieved",
+        "throttled",
+        "p99 / SLO",
+        "bubbles"
+    );
+    for t in &status.tenants {
+        let pids: Vec<String> = t.pids.iter().map(|p| p.to_string()).collect();
+        let memory = format!(
+            "{}/{}",
+            format_size(t.mem_used_bytes),
+            t.mem_budget_bytes.map_or("-".into(), format_size)
+        );
+        let latency = match (t.p99_ms, t.spec.slo_ms) {
+            (Some(p), Some(s)) => format!("{p:.1}/{s:.0} ms"),
+            (Some(p), None) => format!("{p:.1} ms"),
+            (None, Some(s)) => format!("-/{s:.0} ms"),
+            (None, None) => "-".into(),
+        };
+        let _ = writeln!(
+            out,
+            "{:<14} {:<7} {:<12} {:>21} {:>9} {:>7} {:>8} {:>9} {:>9.2}s {:>17} {:>8}",
+            t.name,
+            node_wire::class_name(t.spec.class),
+            if pids.is_empty() {
+                "-".into()
+            } else {
+                pids.join(",")
+            },
+            memory,
+            pct(t.spec.sm_request_pct),
+            pct(t.spec.sm_limit_pct),
+            pct(t.sm_current_pct),
+            format!("{:.1}%", t.sm_achieved_pct),
+            t.throttled_seconds_total,
+            latency,
+            pct(t.bubble_ratio * 100.0)
+        );
+    }
+    if status.tenants.is_empty() {
+        let _ = writeln!(out, "(no tenants)");
+    }
+    for s in &status.signals {
+        let advice = match s.advice {
+            ScaleAdvice::ScaleOut => "scale out",
+            ScaleAdvice::ScaleIn => "scale in",
+        };
+        let _ = writeln!(
+            out,
+            "recommendation: {advice} {} ({}, for {:.0} s)",
+            s.tenant, s.reason, s.for_seconds
+        );
+    }
+    out
+}
+
+pub fn status(socket: &Path, json: bool) -> Result<(), String> {
+    let status = fetch_status(socket)?;
+    if json {
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&status).map_err(|e| e.to_string())?
+        );
+    } else {
+        print!("{}", format_status(&status));
+    }
+    Ok(())
+}
+
+/// Redraws the table every `interval` until interrupted (or `rounds` times).
+pub fn top(socket: &Path, interval: Duration, rounds: Option<u64>) -> Result<(), String> {
+    let mut shown = 0;
+    loop {
+        let status = fetch_status(socket)?;
+        // Clear the screen and go home, as top does.
+        print!("\x1b[2J\x1b[H{}", format_status(&status));
+        use std::io::Write as _;
+        let _ = std::io::stdout().flush();
+        shown += 1;
+        if rounds.is_some_and(|r| shown >= r) {
+            return Ok(());
+        }
+        std::thread::sleep(interval);
+    }
+}
+
+pub fn set(socket: &Path, tenant: &str, update: SpecUpdate) -> Result<TenantSpec, String> {
+    match ask(
+        socket,
+        &ToDaemon::Set {
+            tenant: tenant.to_string(),
+            update,
+        },
+    )? {
+        FromDaemon::Updated { spec, .. } => Ok(spec),
+        FromDaemon::Error { reason } => Err(reason),
+        other => Err(format!("unexpected answer: {other:?}")),
+    }
+}

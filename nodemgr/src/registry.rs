@@ -1,0 +1,459 @@
+//! The daemon's tenants: their specs, regions, member processes and
+//! sampling state; admission and re-adoption.
+//!
+//! A tenant is identified by (name, uid): the uid is the one the kernel
+//! reported for its first process (`SO_PEERCRED`), and other users cannot
+//! join it. The daemon holds the only writable mapping of each tenant's SM
+//! budget (a sealed memfd); members get a read-only descriptor.
+
+use crate::observe::Sampler;
+use dilu_abi::ledger::{self, TenantLedger};
+use dilu_abi::memfd;
+use dilu_abi::node_wire::{SpecUpdate, TenantSpec, TenantStatus};
+use dilu_abi::shm::Region;
+use dilu_abi::sm::{self, DEFAULT_DEPTH_NS, FULL_SHARE_PPM, SmBudget, UNLIMITED_SHARE};
+use dilu_abi::telemetry::TenantTelemetry;
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+use std::ffi::CString;
+use std::os::fd::{AsRawFd, OwnedFd, RawFd};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// How long a tenant known from the persisted state may take to re-register
+/// after a restart before its share is given back.
+pub const READOPT_GRACE: Duration = Duration::from_secs(10);
+
+pub struct Regions {
+    pub budget: Region<SmBudget>,
+    /// Read-only descriptor handed to members.
+    pub budget_ro: OwnedFd,
+    pub telemetry: Region<TenantTelemetry>,
+    pub telemetry_fd: OwnedFd,
+}
+
+pub struct Member {
+    pub pid: i32,
+    pub start_time: u64,
+    /// The connection, so the daemon can close it on shutdown.
+    pub connection: Arc<OwnedFd>,
+}
+
+pub struct Tenant {
+    pub name: String,
+    pub uid: u32,
+    pub spec: TenantSpec,
+    pub regions: Regions,
+    pub members: BTreeMap<u64, Member>,
+    pub ledger: Option<Region<TenantLedger>>,
+    pub share_ppm: u32,
+    pub sampler: Sampler,
+    /// Re-adopted from the persisted state and not re-registered yet.
+    pub awaiting_since: Option<Instant>,
+    /// Times the daemon found the tenant's memory budget changed and restored it.
+    pub tamper_total: u64,
+}
+
+/// What is persisted under the run directory for re-adoption.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SavedTenant {
+    pub name: String,
+    pub uid: u32,
+    pub spec: TenantSpec,
+    pub share_ppm: u32,
+}
+
+/// Where a registering process comes from.
+pub struct Peer {
+    pub pid: i32,
+    pub uid: u32,
+    pub connection: Arc<OwnedFd>,
+}
+
+pub struct Registry {
+    /// Specs from the operator's configuration (win over the tenant's).
+    pub configured: BTreeMap<String, TenantSpec>,
+    pub gpu_memory: Option<u64>,
+    pub tenants: BTreeMap<String, Tenant>,
+    /// Bumped when the tenant set changes (controllers reset).
+    pub epoch: u64,
+    next_member: u64,
+}
+
+/// Tenant names: what `DILU_TENANT` and `/dev/shm` file names accept.
+pub fn valid_name(name: &str) -> bool {
+    !name.is_empty()
+        && name.len() <= 64
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"._-".contains(&b))
+}
+
+fn ppm(pct: f64) -> u32 {
+    (pct * 10_000.0).round() as u32
+}
+
+/// Writes one share to every device of a budget.
+pub fn write_share(budget: &SmBudget, share_ppm: u32) {
+    let value = if share_ppm >= FULL_SHARE_PPM {
+        UNLIMITED_SHARE
+    } else {
+        share_ppm
+    };
+    for device in 0..dilu_abi::ledger::MAX_DEVICES {
+        if budget.share_ppm(device) != value {
+            budget.set_share_ppm(device, value);
+        }
+    }
+}
+
+fn create_regions(
+    name: &str,
+    share_ppm: u32,
+    old_telemetry: Option<OwnedFd>,
+) -> Result<Regions, String> {
+    let label = CString::new(format!("dilu-sm-{name}")).map_err(|e| e.to_string())?;
+    let (budget, budget_fd) = memfd::create::<SmBudget>(&label, |b| {
+        b.set_depth_ns(DEFAULT_DEPTH_NS);
+        write_share(b, share_ppm);
+    })
+    .map_err(|e| format!("cannot create the SM budget: {e}"))?;
+    memfd::seal_read_only(&budget_fd).map_err(|e| format!("cannot seal the SM budget: {e}"))?;
+    let budget_ro = memfd::reopen_read_only(&budget_fd)
+        .map_err(|e| format!("cannot reopen the SM budget: {e}"))?;
+    let (telemetry, telemetry_fd) = match old_telemetry {
+        Some(fd) => match Region::<TenantTelemetry>::from_fd(fd.as_raw_fd(), true) {
+            Ok(region) => (region, fd),
+            Err(e) => return Err(format!("cannot adopt the tenant's telemetry: {e}")),
+        },
+        None => {
+            let label = CString::new(format!("dilu-tel-{name}")).map_err(|e| e.to_string())?;
+            memfd::create::<TenantTelemetry>(&label, |_| {})
+                .map_err(|e| format!("cannot create the telemetry region: {e}"))?
+        }
+    };
+    Ok(Regions {
+        budget,
+        budget_ro,
+        telemetry,
+        telemetry_fd,
+    })
+}
+
+/// The share a tenant starts with before the controller's first period.
+fn initial_share(spec: &TenantSpec) -> u32 {
+    ppm(spec.sm_limit_pct)
+}
+
+impl Registry {
+    pub fn new(configured: BTreeMap<String, TenantSpec>, gpu_memory: Option<u64>) -> Self {
+        Registry {
+            configured,
+            gpu_memory,
+            tenants: BTreeMap::new(),
+            epoch: 0,
+            next_member: 1,
+        }
+    }
+
+    /// Checks that `spec` fits beside every other tenant (`except` is the
+    /// tenant being changed).
+    pub fn admit(&self, name: &str, spec: &TenantSpec) -> Result<(), String> {
+        spec.validate()?;
+        let others: Vec<(&String, &TenantSpec)> = self
+            .tenants
+            .iter()
+            .filter(|(n, _)| n.as_str() != name)
+            .map(|(n, t)| (n, &t.spec))
+            .collect();
+        let requested: u32 = others
+            .iter()
+            .map(|(_, s)| ppm(s.sm_request_pct))
+            .sum::<u32>()
+            + ppm(spec.sm_request_pct);
+        if requested > FULL_SHARE_PPM {
+            let list: Vec<String> = others
+                .iter()
+                .map(|(n, s)| format!("{n} {}%", s.sm_request_pct))
+                .collect();
+            return Err(format!(
+                "SM requests would sum to {}% of the GPU (> 100%): {name} asks {}%, admitted: {}",
+                requested as f64 / 10_000.0,
+                spec.sm_request_pct,
+                if list.is_empty() {
+                    "none".into()
+                } else {
+                    list.join(", ")
+                }
+            ));
+        }
+        if let (Some(capacity), Some(mem)) = (self.gpu_memory, spec.mem_bytes) {
+            let used: u64 = others.iter().filter_map(|(_, s)| s.mem_bytes).sum();
+            if used.saturating_add(mem) > capacity {
+                return Err(format!(
+                    "memory budgets would sum to {} on a {} GPU: {name} asks {}, others hold {}",
+                    dilu_abi::units::format_size(used.saturating_add(mem)),
+                    dilu_abi::units::format_size(capacity),
+                    dilu_abi::units::format_size(mem),
+                    dilu_abi::units::format_size(used)
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    /// Registers a process of tenant `name`. `handed_back` are the regions
+    /// a re-attaching process had from a previous daemon: (budget, telemetry).
+    /// Returns the member id, the spec in force and the fds to send.
+    pub fn register(
+        &mut self,
+        name: &str,
+        peer: Peer,
+        asked: Option<TenantSpec>,
+        handed_back: Option<(OwnedFd, OwnedFd)>,
+    ) -> Result<(u64, TenantSpec, [RawFd; 2]), String> {
+        if !valid_name(name) {
+            return Err(format!(
+                "tenant name {name:?} is invalid: use 1-64 of A-Z a-z 0-9 . _ -"
+            ));
+        }
+        let start_time = ledger::process_start_time(peer.pid).unwrap_or(0);
+        let mut handed_back = handed_back;
+        if let Some(tenant) = self.tenants.get_mut(name)
+            && tenant.uid == peer.uid
+            && tenant.awaiting_since.take().is_some()
+        {
+            // Re-adopted from the state file: the first process back hands
+            // over the telemetry its processes write and its last budget.
+            if let Some((budget_fd, telemetry_fd)) = handed_back.take() {
+                if let Ok(old) = Region::<SmBudget>::from_fd(budget_fd.as_raw_fd(), false) {
+                    tenant.share_ppm = old.share_ppm(0).min(FULL_SHARE_PPM);
+                }
+                tenant.regions = create_regions(name, tenant.share_ppm, Some(telemetry_fd))?;
+                tenant.sampler = Sampler::default();
+            }
+        }
+        if !self.tenants.contains_key(name) {
+            let spec = self
+                .configured
+                .get(name)
+                .cloned()
+                .or(asked)
+                .unwrap_or_default();
+            self.admit(name, &spec)?;
+            // A process coming back from a previous daemon keeps its budget.
+            let (share, telemetry) = match handed_back {
+                Some((budget_fd, telemetry_fd)) => {
+                    let share = Region::<SmBudget>::from_fd(budget_fd.as_raw_fd(), false)
+                        .map(|old| old.share_ppm(0).min(FULL_SHARE_PPM))
+                        .unwrap_or_else(|_| initial_share(&spec));
+                    (share, Some(telemetry_fd))
+                }
+                None => (initial_share(&spec), None),
+            };
+            let regions = create_regions(name, share, telemetry)?;
+            self.tenants.insert(
+                name.to_string(),
+                Tenant {
+                    name: name.to_string(),
+                    uid: peer.uid,
+                    spec,
+                    regions,
+                    members: BTreeMap::new(),
+                    ledger: None,
+                    share_ppm: share,
+                    sampler: Sampler::default(),
+                    awaiting_since: None,
+                    tamper_total: 0,
+                },
+            );
+            self.epoch += 1;
+        }
+        let tenant = self.tenants.get_mut(name).expect("inserted above");
+        if tenant.uid != peer.uid {
+            return Err(format!(
+                "tenant {name:?} belongs to another user (uid {})",
+                tenant.uid
+            ));
+        }
+        let id = self.next_member;
+        self.next_member += 1;
+        tenant.members.insert(
+            id,
+            Member {
+                pid: peer.pid,
+                start_time,
+                connection: peer.connection,
+            },
+        );
+        let fds = [
+            tenant.regions.budget_ro.as_raw_fd(),
+            tenant.regions.telemetry_fd.as_raw_fd(),
+        ];
+        Ok((id, tenant.spec.clone(), fds))
+    }
+
+    /// A member's connection closed. A tenant with no member left is gone:
+    /// its share goes back to the others.
+    pub fn leave(&mut self, member: u64) {
+        let mut emptied = None;
+        for (name, tenant) in &mut self.tenants {
+            if tenant.members.remove(&member).is_some() && tenant.members.is_empty() {
+                emptied = Some(name.clone());
+            }
+        }
+        if let Some(name) = emptied {
+            self.tenants.remove(&name);
+            self.epoch += 1;
+        }
+    }
+
+    /// Applies an operator's change after admission.
+    pub fn update(&mut self, name: &str, update: &SpecUpdate) -> Result<TenantSpec, String> {
+        let tenant = self
+            .tenants
+            .get(name)
+            .ok_or_else(|| format!("no tenant named {name:?}"))?;
+        let mut spec = tenant.spec.clone();
+        if let Some(v) = update.class {
+            spec.class = v;
+        }
+        if let Some(v) = update.slo_ms {
+            spec.slo_ms = Some(v);
+        }
+        if let Some(v) = update.sm_request_pct {
+            spec.sm_request_pct = v;
+        }
+        if let Some(v) = update.sm_limit_pct {
+            spec.sm_limit_pct = v;
+            spec.sm_request_pct = spec.sm_request_pct.min(v);
+        }
+        if let Some(v) = update.mem_bytes {
+            spec.mem_bytes = Some(v);
+        }
+        self.admit(name, &spec)?;
+        let tenant = self.tenants.get_mut(name).expect("checked above");
+        tenant.spec = spec.clone();
+        self.epoch += 1;
+        Ok(spec)
+    }
+
+    /// Housekeeping every ~100 ms: dead processes' memory back, memory
+    /// budgets restored, re-adoption grace expired.
+    pub fn housekeeping(&mut self) {
+        let before = self.tenants.len();
+        self.tenants.retain(|_, t| {
+            t.awaiting_since
+                .is_none_or(|since| since.elapsed() < READOPT_GRACE)
+        });
+        if self.tenants.len() != before {
+            self.epoch += 1;
+        }
+        for tenant in self.tenants.values_mut() {
+            if tenant.ledger.is_none() {
+                let path = dilu_layout::tenant_region_path(tenant.uid, &tenant.name, "ledger");
+                if path.exists() {
+                    tenant.ledger =
+                        Region::<TenantLedger>::open_or_create(&path, 0o600, |_| {}).ok();
+                }
+            }
+            if let Some(ledger) = &tenant.ledger {
+                ledger.reclaim_dead(ledger::process_alive);
+                if let Some(bytes) = tenant.spec.mem_bytes
+                    && ledger.budget(0) != bytes
+                {
+                    tenant.tamper_total += 1;
+                    for device in 0..ledger::MAX_DEVICES {
+                        ledger.set_budget(device, bytes);
+                    }
+                }
+            }
+        }
+    }
+
+    /// Tenants as they are now, for `dilu status` and metrics.
+    pub fn status(&self) -> Vec<TenantStatus> {
+        self.tenants
+            .values()
+            .map(|t| {
+                let recent = t.sampler.recent();
+                TenantStatus {
+                    name: t.name.clone(),
+                    uid: t.uid,
+                    spec: t.spec.clone(),
+                    pids: t.members.values().map(|m| m.pid).collect(),
+                    mem_used_bytes: t.ledger.as_ref().map_or(0, |l| l.used(0)),
+                    mem_budget_bytes: t.spec.mem_bytes.or_else(|| {
+                        t.ledger
+                            .as_ref()
+                            .map(|l| l.budget(0))
+                            .filter(|&b| b != ledger::UNLIMITED)
+                    }),
+                    sm_current_pct: t.share_ppm as f64 / 10_000.0,
+                    sm_achieved_pct: recent.achieved * 100.0,
+                    busy_seconds_total: recent.busy_total_ns as f64 / 1e9,
+                    launches_total: recent.launches_total,
+                    throttled_seconds_total: recent.throttled_total_ns as f64 / 1e9,
+                    p99_ms: recent.p99_ns.map(|ns| ns as f64 / 1e6),
+                    bubble_ratio: recent.bubble_ratio,
+                }
+            })
+            .collect()
+    }
+
+    /// The state to persist.
+    pub fn saved(&self) -> Vec<SavedTenant> {
+        self.tenants
+            .values()
+            .map(|t| SavedTenant {
+                name: t.name.clone(),
+                uid: t.uid,
+                spec: t.spec.clone(),
+                share_ppm: t.share_ppm,
+            })
+            .collect()
+    }
+
+    /// Tenants of a previous daemon, waiting for their processes to
+    /// re-register: they keep their requests admitted meanwhile.
+    pub fn restore(&mut self, saved: Vec<SavedTenant>) {
+        for s in saved {
+            if !valid_name(&s.name) || self.tenants.contains_key(&s.name) {
+                continue;
+            }
+            let Ok(regions) = create_regions(&s.name, s.share_ppm, None) else {
+                continue;
+            };
+            self.tenants.insert(
+                s.name.clone(),
+                Tenant {
+                    name: s.name,
+                    uid: s.uid,
+                    spec: s.spec,
+                    regions,
+                    members: BTreeMap::new(),
+                    ledger: None,
+                    share_ppm: s.share_ppm,
+                    sampler: Sampler::default(),
+                    awaiting_since: Some(Instant::now()),
+                    tamper_total: 0,
+                },
+            );
+            self.epoch += 1;
+        }
+    }
+
+    /// Sets a tenant's share (what the controller decided).
+    pub fn set_share(&mut self, name: &str, share_ppm: u32) {
+        if let Some(t) = self.tenants.get_mut(name) {
+            t.share_ppm = share_ppm;
+            write_share(&t.regions.budget, share_ppm);
+        }
+    }
+}
+
+/// A share as the interposer reads it (for tests and tools).
+pub fn effective_share(budget: &SmBudget) -> u32 {
+    let v = budget.share_ppm(0);
+    if sm::is_limited(v) { v } else { FULL_SHARE_PPM }
+}

@@ -1,0 +1,169 @@
+//! The daemon's Unix socket: tenants register, tools ask for status and
+//! change specs. One thread per connection (a tenant process keeps its
+//! connection open for its whole life, so that its death is noticed).
+
+use crate::daemon::Shared;
+use crate::registry::Peer;
+use dilu_abi::node_wire::{self, FromDaemon, PROTOCOL_VERSION, ToDaemon};
+use dilu_abi::seqpacket;
+use std::os::fd::OwnedFd;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+
+/// Accepts connections until the daemon stops.
+pub fn serve(shared: Arc<Shared>, listener: Arc<OwnedFd>) {
+    loop {
+        let connection = match seqpacket::accept(&listener) {
+            Ok(fd) => fd,
+            Err(e) => {
+                if shared.stopping.load(Ordering::Acquire) {
+                    return;
+                }
+                if e.kind() != std::io::ErrorKind::Interrupted {
+                    tracing::warn!("accept: {e}");
+                    std::thread::sleep(std::time::Duration::from_millis(10));
+                }
+                continue;
+            }
+        };
+        if shared.stopping.load(Ordering::Acquire) {
+            return;
+        }
+        let shared = shared.clone();
+        let spawned = std::thread::Builder::new()
+            .name("dilu-conn".into())
+            .spawn(move || handle(shared, Arc::new(connection)));
+        if let Err(e) = spawned {
+            tracing::warn!("cannot start a connection thread: {e}");
+        }
+    }
+}
+
+fn reply(connection: &OwnedFd, message: &FromDaemon, fds: &[i32]) {
+    match node_wire::encode(message) {
+        Ok(bytes) => {
+            if let Err(e) = seqpacket::send(connection, &bytes, fds) {
+                tracing::debug!("reply: {e}");
+            }
+        }
+        Err(e) => tracing::warn!("{e}"),
+    }
+}
+
+fn handle(shared: Arc<Shared>, connection: Arc<OwnedFd>) {
+    let peer = match seqpacket::peer_cred(&connection) {
+        Ok(peer) => peer,
+        Err(e) => {
+            tracing::warn!("SO_PEERCRED: {e}");
+            return;
+        }
+    };
+    let mut buffer = vec![0u8; seqpacket::MAX_MESSAGE];
+    let Ok((n, mut fds)) = seqpacket::recv(&connection, &mut buffer) else {
+        return;
+    };
+    if n == 0 {
+        return;
+    }
+    let request = match node_wire::decode::<ToDaemon>(&buffer[..n]) {
+        Ok(request) => request,
+        Err(reason) => {
+            reply(&connection, &FromDaemon::Error { reason }, &[]);
+            return;
+        }
+    };
+    match request {
+        ToDaemon::Register {
+            version,
+            tenant,
+            spec,
+            reattach,
+        } => {
+            if version != PROTOCOL_VERSION {
+                let reason = format!(
+                    "protocol version {version} is not {PROTOCOL_VERSION}: the interposer and the daemon come from different dilu versions"
+                );
+                reply(&connection, &FromDaemon::Refused { reason }, &[]);
+                return;
+            }
+            let handed_back = (reattach && fds.len() == 2).then(|| {
+                let telemetry = fds.pop().expect("two fds");
+                (fds.pop().expect("two fds"), telemetry)
+            });
+            let result = {
+                let mut registry = shared.registry.lock().expect("registry lock");
+                let registered = registry.register(
+                    &tenant,
+                    Peer {
+                        pid: peer.pid,
+                        uid: peer.uid,
+                        connection: connection.clone(),
+                    },
+                    spec,
+                    handed_back,
+                );
+                // Send while holding the lock: the fds stay open meanwhile.
+                match &registered {
+                    Ok((_, spec, fds)) => reply(
+                        &connection,
+                        &FromDaemon::Registered {
+                            tenant: tenant.clone(),
+                            spec: spec.clone(),
+                        },
+                        fds,
+                    ),
+                    Err(reason) => reply(
+                        &connection,
+                        &FromDaemon::Refused {
+                            reason: reason.clone(),
+                        },
+                        &[],
+                    ),
+                }
+                registered.map(|(id, _, _)| id)
+            };
+            let Ok(member) = result else {
+                return;
+            };
+            tracing::info!(
+                tenant,
+                pid = peer.pid,
+                reattach,
+                "tenant process registered"
+            );
+            // The process writes nothing more: wait for its end.
+            seqpacket::wait_closed(&connection);
+            tracing::info!(tenant, pid = peer.pid, "tenant process left");
+            shared.registry.lock().expect("registry lock").leave(member);
+        }
+        ToDaemon::Status => {
+            let status = shared.status();
+            reply(&connection, &FromDaemon::Status(Box::new(status)), &[]);
+        }
+        ToDaemon::Set { tenant, update } => {
+            // SAFETY: geteuid has no preconditions.
+            let me = unsafe { libc::geteuid() };
+            if peer.uid != 0 && peer.uid != me {
+                let reason = format!(
+                    "only root or uid {me} may change tenants (you are uid {})",
+                    peer.uid
+                );
+                reply(&connection, &FromDaemon::Error { reason }, &[]);
+                return;
+            }
+            let result = shared
+                .registry
+                .lock()
+                .expect("registry lock")
+                .update(&tenant, &update);
+            let message = match result {
+                Ok(spec) => {
+                    tracing::info!(tenant, ?spec, "spec changed by uid {}", peer.uid);
+                    FromDaemon::Updated { tenant, spec }
+                }
+                Err(reason) => FromDaemon::Error { reason },
+            };
+            reply(&connection, &message, &[]);
+        }
+    }
+}

@@ -1,0 +1,191 @@
+//! `demo-tenant`: the two workloads of `dilu demo`, as ordinary CUDA
+//! programs (through `cudarc`).
+//!
+//! - `serve`: an inference server. Requests arrive in bursts (Poisson
+//!   arrivals at `--rate` per second during ON periods, nothing during OFF
+//!   periods); each request is `--kernels` kernels, each waited for (like
+//!   decoding one token after another). A request's latency runs from its
+//!   arrival (queueing included) to its last kernel's end; it is reported to
+//!   dilu with `dilu_report_latency` when the interposer exports it.
+//! - `train`: a training loop. Each iteration waits `--load-ms` for data
+//!   (a bubble: nothing on the GPU), then launches `--kernels` kernels and
+//!   synchronises (the loss).
+//!
+//! Prints one JSON line at the end.
+
+use cudarc::driver::{CudaContext, CudaSlice, LaunchConfig, PushKernelArg};
+use cudarc::nvrtc::Ptx;
+use dilu_tests::ptx::{BLOCK_THREADS, BUSY_KERNEL, PTX};
+use std::process::ExitCode;
+use std::time::{Duration, Instant};
+
+const USAGE: &str = "usage: demo-tenant serve|train [--seconds S] [--blocks B] [--kernels K]
+    serve: [--rate R/s] [--on-ms MS] [--off-ms MS] [--slo-ms MS] [--seed N]
+    train: [--load-ms MS]";
+
+struct Options {
+    mode: String,
+    seconds: f64,
+    blocks: u32,
+    kernels: u32,
+    rate: f64,
+    on_ms: f64,
+    off_ms: f64,
+    slo_ms: f64,
+    load_ms: f64,
+    seed: u64,
+}
+
+fn parse() -> Result<Options, String> {
+    let mut args = std::env::args().skip(1);
+    let mode = args.next().ok_or("the first argument is serve or train")?;
+    if mode != "serve" && mode != "train" {
+        return Err("the first argument is serve or train".into());
+    }
+    let mut o = Options {
+        mode,
+        seconds: 5.0,
+        blocks: 6600,
+        kernels: 8,
+        rate: 40.0,
+        on_ms: 400.0,
+        off_ms: 600.0,
+        slo_ms: 15.0,
+        load_ms: 4.0,
+        seed: 7,
+    };
+    while let Some(flag) = args.next() {
+        let value = args.next().ok_or_else(|| format!("{flag} needs a value"))?;
+        let number = || {
+            value
+                .parse::<f64>()
+                .map_err(|_| format!("bad value {value:?} for {flag}"))
+        };
+        match flag.as_str() {
+            "--seconds" => o.seconds = number()?,
+            "--blocks" => o.blocks = number()? as u32,
+            "--kernels" => o.kernels = number()? as u32,
+            "--rate" => o.rate = number()?,
+            "--on-ms" => o.on_ms = number()?,
+            "--off-ms" => o.off_ms = number()?,
+            "--slo-ms" => o.slo_ms = number()?,
+            "--load-ms" => o.load_ms = number()?,
+            "--seed" => o.seed = number()? as u64,
+            _ => return Err(format!("unknown option {flag}")),
+        }
+    }
+    if o.blocks == 0 || o.kernels == 0 || o.rate <= 0.0 {
+        return Err("--blocks, --kernels and --rate must be positive".into());
+    }
+    Ok(o)
+}
+
+/// `dilu_report_latency` from the interposer, when it is preloaded.
+fn latency_reporter() -> Option<extern "C" fn(u64)> {
+    // SAFETY: dlsym with a NUL-terminated name on the global scope.
+    let address = unsafe { libc::dlsym(libc::RTLD_DEFAULT, c"dilu_report_latency".as_ptr()) };
+    // SAFETY: the interposer exports `extern "C" fn(u64)` under this name.
+    (!address.is_null())
+        .then(|| unsafe { std::mem::transmute::<*mut libc::c_void, extern "C" fn(u64)>(address) })
+}
+
+/// Exponential inter-arrival times from a small deterministic generator.
+struct Arrivals(u64);
+
+impl Arrivals {
+    fn next_gap_s(&mut self, rate: f64) -> f64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        let uniform = ((self.0 >> 11) as f64 + 0.5) / (1u64 << 53) as f64;
+        -uniform.ln() / rate
+    }
+}
+
+fn run(o: &Options) -> Result<String, Box<dyn std::error::Error>> {
+    let ctx = CudaContext::new(0)?;
+    let module = ctx.load_module(Ptx::from_src(PTX))?;
+    let function = module.load_function(BUSY_KERNEL)?;
+    let stream = ctx.default_stream();
+    let buffer: CudaSlice<f32> = stream.alloc_zeros(o.blocks as usize * BLOCK_THREADS as usize)?;
+    let iters = 2000u32;
+    let launch = || -> Result<(), cudarc::driver::DriverError> {
+        let config = LaunchConfig {
+            grid_dim: (o.blocks, 1, 1),
+            block_dim: (BLOCK_THREADS, 1, 1),
+            shared_mem_bytes: 0,
+        };
+        let mut builder = stream.launch_builder(&function);
+        builder.arg(&buffer).arg(&iters);
+        // SAFETY: `busy` takes (float*, u32) and the buffer holds grid × block floats.
+        unsafe { builder.launch(config) }.map(|_| ())
+    };
+    let started = Instant::now();
+    let deadline = Duration::from_secs_f64(o.seconds);
+    if o.mode == "train" {
+        let mut iterations = 0u64;
+        while started.elapsed() < deadline {
+            std::thread::sleep(Duration::from_secs_f64(o.load_ms / 1e3));
+            for _ in 0..o.kernels {
+                launch()?;
+            }
+            stream.synchronize()?;
+            iterations += 1;
+        }
+        let seconds = started.elapsed().as_secs_f64();
+        return Ok(format!(
+            "{{\"mode\":\"train\",\"iterations\":{iterations},\"seconds\":{seconds:.3},\"iterations_per_second\":{:.3}}}",
+            iterations as f64 / seconds
+        ));
+    }
+    let report = latency_reporter();
+    let mut arrivals = Arrivals(o.seed.max(1).wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1);
+    let cycle = (o.on_ms + o.off_ms) / 1e3;
+    let mut next_arrival = 0.0f64;
+    let mut latencies = Vec::new();
+    loop {
+        next_arrival += arrivals.next_gap_s(o.rate);
+        // Arrivals only in the ON part of each cycle: skip to the next one.
+        let phase = next_arrival % cycle;
+        if phase > o.on_ms / 1e3 {
+            next_arrival += cycle - phase;
+        }
+        if next_arrival >= o.seconds {
+            break;
+        }
+        let arrival = started + Duration::from_secs_f64(next_arrival);
+        if let Some(wait) = arrival.checked_duration_since(Instant::now()) {
+            std::thread::sleep(wait);
+        }
+        for _ in 0..o.kernels {
+            launch()?;
+            stream.synchronize()?;
+        }
+        let latency = arrival.elapsed();
+        if let Some(report) = report {
+            report(latency.as_nanos() as u64);
+        }
+        latencies.push(latency.as_secs_f64() * 1e3);
+    }
+    latencies.sort_by(f64::total_cmp);
+    let n = latencies.len();
+    let quantile = |q: f64| {
+        if n == 0 {
+            0.0
+        } else {
+            latencies[((q * n as f64).ceil() as usize).clamp(1, n) - 1]
+        }
+    };
+    let violations = latencies.iter().filter(|&&l| l > o.slo_ms).count();
+    Ok(format!(
+        "{{\"mode\":\"serve\",\"requests\":{n},\"violations\":{violations},\"slo_violation_rate\":{:.4},\"p50_ms\":{:.3},\"p99_ms\":{:.3},\"reported\":{}}}",
+        violations as f64 / n.max(1) as f64,
+        quantile(0.5),
+        quantile(0.99),
+        report.is_some()
+    ))
+}
+
+fn main() -> ExitCode {
+    dilu_tests::workload::main("demo-tenant", USAGE, parse, run)
+}

@@ -1,0 +1,155 @@
+//! The node manager with real tenant processes on simgpu: budgets reach the
+//! interposer, and a daemon killed under load leaves its tenant running on
+//! its last budget until a new daemon re-adopts it.
+
+use dilu_tests::workspace::{Scratch, artifact, dilu, read_trace, unique_name};
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+fn start_daemon(scratch: &Scratch, config: &Path) -> Child {
+    Command::new(dilu())
+        .args(["nodemgr", "--foreground", "--metrics", "", "--config"])
+        .arg(config)
+        .arg("--socket")
+        .arg(scratch.path("nodemgr.sock"))
+        .arg("--run-dir")
+        .arg(scratch.path("run"))
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("start dilu nodemgr")
+}
+
+fn status_json(scratch: &Scratch) -> Option<serde_json::Value> {
+    let output = Command::new(dilu())
+        .args(["status", "--json", "--socket"])
+        .arg(scratch.path("nodemgr.sock"))
+        .output()
+        .ok()?;
+    output
+        .status
+        .success()
+        .then(|| serde_json::from_slice(&output.stdout).ok())
+        .flatten()
+}
+
+/// Waits (generously: the machine may be loaded) for the tenant to be
+/// listed with a process, and returns its status entry.
+fn wait_for_tenant(scratch: &Scratch, tenant: &str) -> serde_json::Value {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        if let Some(status) = status_json(scratch)
+            && let Some(t) = status["tenants"]
+                .as_array()
+                .and_then(|ts| ts.iter().find(|t| t["name"] == tenant))
+            && t["pids"].as_array().is_some_and(|p| !p.is_empty())
+        {
+            return t.clone();
+        }
+        assert!(Instant::now() < deadline, "tenant {tenant} never showed up");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+#[test]
+fn a_killed_daemon_leaves_tenants_on_their_budgets_and_a_new_one_readopts_them() {
+    let scratch = Scratch::new("nodemgr-restart");
+    let tenant = unique_name("train");
+    let config = scratch.path("nodemgr.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "controller = \"static\"\n[tenants.{tenant}]\nclass = \"batch\"\nsm_request = 40\nsm_limit = 100\n"
+        ),
+    )
+    .unwrap();
+    let mut daemon = start_daemon(&scratch, &config);
+    let trace = scratch.path("trace.jsonl");
+    let mut workload = Command::new(dilu())
+        .args(["run", "--sim", "--tenant", &tenant, "--"])
+        .arg(artifact("demo-tenant"))
+        .args([
+            "train",
+            "--seconds",
+            "6",
+            "--blocks",
+            "2640",
+            "--kernels",
+            "8",
+            "--load-ms",
+            "2",
+        ])
+        .env(
+            dilu_abi::node_wire::SOCKET_ENV,
+            scratch.path("nodemgr.sock"),
+        )
+        .env("SIMGPU_INSTANCE", unique_name("restart"))
+        .env("SIMGPU_TRACE", &trace)
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("start the tenant");
+
+    let before = wait_for_tenant(&scratch, &tenant);
+    assert_eq!(before["sm_current_pct"], 40.0, "static: the request");
+    std::thread::sleep(Duration::from_millis(500));
+
+    daemon.kill().unwrap();
+    daemon.wait().unwrap();
+    let killed_at = dilu_abi::monotonic_ns();
+    std::thread::sleep(Duration::from_millis(500));
+    assert!(
+        workload.try_wait().unwrap().is_none(),
+        "the tenant keeps running without its daemon"
+    );
+
+    let mut daemon = start_daemon(&scratch, &config);
+    let after = wait_for_tenant(&scratch, &tenant);
+    let readopted_at = dilu_abi::monotonic_ns();
+    assert_eq!(after["sm_current_pct"], 40.0, "the budget continues");
+    assert_eq!(
+        after["pids"], before["pids"],
+        "the same process, re-adopted"
+    );
+
+    let output = workload.wait_with_output().unwrap();
+    assert!(output.status.success(), "the tenant finished normally");
+    daemon.kill().unwrap();
+    daemon.wait().unwrap();
+
+    // Device time around the outage: the tenant's largest gap between
+    // kernels (its own data loading is 2 ms), and its share while the
+    // daemon was down (the last budget, 40%, still applied).
+    let kernels = read_trace(&trace);
+    let mut ends: Vec<(u64, u64)> = kernels.iter().map(|k| (k.start_ns, k.end_ns)).collect();
+    ends.sort();
+    let largest_gap = ends
+        .windows(2)
+        .map(|w| w[1].0.saturating_sub(w[0].1))
+        .max()
+        .unwrap_or(0);
+    let busy_down: u64 = kernels
+        .iter()
+        .map(|k| {
+            k.end_ns
+                .min(readopted_at)
+                .saturating_sub(k.start_ns.max(killed_at))
+        })
+        .sum();
+    let share_down = busy_down as f64 / (readopted_at - killed_at) as f64;
+    println!(
+        "restart: largest gap between the tenant's kernels {:.1} ms; device share while the daemon was down {:.1}% (budget 40%)",
+        largest_gap as f64 / 1e6,
+        share_down * 100.0
+    );
+    assert!(
+        kernels
+            .iter()
+            .any(|k| k.start_ns > killed_at && k.end_ns < readopted_at),
+        "kernels ran while the daemon was down"
+    );
+    assert!(
+        share_down < 0.6,
+        "the 40% budget still held: {share_down:.2}"
+    );
+}
