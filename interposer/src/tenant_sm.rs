@@ -78,7 +78,6 @@ fn fail(what: &str, error: impl std::fmt::Display) -> ! {
     std::process::exit(2)
 }
 
-
 /// Registers with the node manager when one is running.
 fn attach_to_node_manager(name: &str) -> Option<&'static Attached> {
     let spec = TenantSpec::from_env().unwrap_or_else(|e| fail("spec", e));

@@ -226,3 +226,43 @@ fn a_bad_share_is_one_clear_line() {
     assert_eq!(lines.len(), 1, "{stderr}");
     assert!(lines[0].contains("0:30,1:50"), "{stderr}");
 }
+
+#[test]
+fn python_servers_report_latency_into_the_tenants_telemetry() {
+    let tenant = dilu_tests::workspace::unique_name("latency");
+    let module_dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../interposer/python");
+    let script = "import dilu_latency\n\
+                  assert dilu_latency.available(), 'interposer not loaded'\n\
+                  for ms in (10, 20, 30):\n    dilu_latency.report(ms / 1000)\n";
+    let mut command = std::process::Command::new(dilu_tests::workspace::dilu());
+    command
+        .args([
+            "run", "--sim", "--tenant", &tenant, "--", "python3", "-c", script,
+        ])
+        .env("PYTHONPATH", &module_dir)
+        .env("SIMGPU_INSTANCE", &tenant);
+    let output = dilu_tests::workspace::output_within(command, LIMIT);
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    // SAFETY: getuid has no preconditions.
+    let uid = unsafe { libc::getuid() };
+    let path = dilu_abi::tenant_region_path(uid, &tenant, "telemetry");
+    let telemetry = dilu_abi::shm::Region::<dilu_abi::telemetry::TenantTelemetry>::open_or_create(
+        &path,
+        0o600,
+        |_| panic!("the tenant left no telemetry"),
+    )
+    .expect("open telemetry");
+    assert_eq!(telemetry.latency_totals(), (3, 60_000_000));
+    use dilu_abi::histogram::HistogramSnapshot;
+    let p99 = telemetry
+        .latencies
+        .snapshot()
+        .quantile_upper_ns(0.99)
+        .unwrap();
+    assert!((30_000_000..60_000_000).contains(&p99), "p99 bucket {p99}");
+    dilu_tests::sm_scenario::remove_tenant_files(&tenant);
+}
