@@ -3,8 +3,11 @@
 //! are committed live in `bench/results/`. Run them all with
 //! `scripts/bench.sh`.
 //!
+//! - `benches/overhead.rs` (criterion): what the interposer adds per driver
+//!   call, on simgpu's null driver.
 //! - [`svg`]: line and CDF plots for reports.
 
+pub mod driver;
 pub mod report;
 pub mod stats;
 pub mod svg;
