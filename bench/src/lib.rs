@@ -5,8 +5,15 @@
 //!
 //! - `benches/overhead.rs` (criterion): what the interposer adds per driver
 //!   call, on simgpu's null driver.
+//! - `benches/startup.rs`: the interposer's start-up cost per process, with
+//!   0, 16 and 64 other processes of the tenant running.
+//! - `scripts/syscalls.sh` with the `bench-client` binary: no syscall on the
+//!   launch path.
+//! - `real-overhead` (binary, run by `scripts/gpu-check.sh`): launch and
+//!   allocation overhead on the real NVIDIA driver.
 //! - [`svg`]: line and CDF plots for reports.
 
+pub mod cli;
 pub mod driver;
 pub mod report;
 pub mod stats;
