@@ -1,6 +1,70 @@
 #!/usr/bin/env bash
-# Builds what the benchmarks load (release) and runs them.
+# Runs dilu's benchmarks with one command (no GPU needed) and says where the
+# results went. Each one measures dilu and what it is compared with side by
+# side in one run.
+#
+#   overhead   what the interposer adds per driver call (criterion, simgpu null
+#              driver)                        -> bench/results/overhead.md
+#   startup    interposer start-up per process with 0, 16 and 64 other
+#              processes of the tenant        -> bench/results/startup.md, startup-cdf.svg
+#   syscalls   no syscall on the launch path (strace)
+#                                             -> bench/results/syscalls.md
+#   placement  cluster-lite placement latency per policy (criterion)
+#                                             -> target/criterion/
+#
+# usage: scripts/bench.sh [all | overhead | startup | syscalls | placement ...] [-- ARGS]
+#   ARGS go to the one benchmark named, e.g. `scripts/bench.sh startup -- --runs 50`
+#   or `scripts/bench.sh overhead -- cuLaunchKernel` (a criterion filter).
+# The real-driver overhead needs a GPU: scripts/gpu-check.sh (-> bench/results/real-overhead.md).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-cargo build --release -p simgpu -p dilu-interposer
-cargo bench -p dilu-bench --bench overhead "$@"
+
+targets=()
+while [ $# -gt 0 ] && [ "$1" != "--" ]; do
+  case $1 in
+    all) targets+=(overhead startup syscalls placement) ;;
+    overhead | startup | syscalls | placement) targets+=("$1") ;;
+    -h | --help) awk 'NR > 1 && !/^#/ { exit } NR > 1 { sub(/^# ?/, ""); print }' "$0"; exit 0 ;;
+    *) echo "bench: unknown benchmark '$1' (all, overhead, startup, syscalls, placement)" >&2; exit 2 ;;
+  esac
+  shift
+done
+[ "${1:-}" = "--" ] && shift
+extra=("$@")
+[ ${#targets[@]} -gt 0 ] || targets=(overhead startup syscalls placement)
+if [ ${#extra[@]} -gt 0 ] && [ ${#targets[@]} -ne 1 ]; then
+  echo "bench: arguments after -- need exactly one benchmark named" >&2
+  exit 2
+fi
+
+echo "== building (release): simgpu, the interposer, the benchmark clients" >&2
+cargo build --release -p simgpu -p dilu-interposer -p dilu-bench --bins
+
+results=()
+failed=()
+for target in "${targets[@]}"; do
+  echo "== $target" >&2
+  case $target in
+    overhead)
+      cargo bench -p dilu-bench --bench overhead -- "${extra[@]}" || failed+=(overhead)
+      results+=("bench/results/overhead.md (and criterion's reports in target/criterion/)") ;;
+    startup)
+      cargo bench -p dilu-bench --bench startup -- "${extra[@]}" || failed+=(startup)
+      results+=(bench/results/startup.md bench/results/startup-cdf.svg) ;;
+    syscalls)
+      scripts/syscalls.sh --no-build || failed+=(syscalls)
+      results+=(bench/results/syscalls.md) ;;
+    placement)
+      cargo bench -p dilu-cluster --bench placement -- "${extra[@]}" || failed+=(placement)
+      results+=("target/criterion/ (placement: printed above)") ;;
+  esac
+done
+
+echo >&2
+echo "bench: results in:" >&2
+printf '  %s\n' "${results[@]}" >&2
+echo "bench: the real-driver overhead runs on a GPU host: scripts/gpu-check.sh (bench/results/real-overhead.md)" >&2
+if [ ${#failed[@]} -gt 0 ]; then
+  echo "bench: failed: ${failed[*]}" >&2
+  exit 1
+fi

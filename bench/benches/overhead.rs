@@ -1,305 +1,334 @@
-//! What the interposer adds per driver call, measured side by side in one
-//! process: the same call made directly on the driver and through the
-//! interposer's exported wrapper, alternating batches, on simgpu's null mode
-//! (calls that cost almost nothing, so the interposer's own cost shows).
+//! What the interposer adds per driver call (criterion), measured side by
+//! side in one process: the same call made directly on the driver and
+//! through the interposer's exported wrapper of the same ABI name, which
+//! forwards to that same driver, on simgpu's null mode (calls that cost
+//! almost nothing, so the interposer's own cost shows).
 //!
-//! The interposer runs with a memory budget configured, so allocation and
-//! query calls take their budgeted paths (ledger reservation, charge table).
-//! Needs release builds of simgpu and the interposer: run `scripts/bench.sh`.
+//! The interposer runs with a memory budget, so allocation and
+//! `cuMemGetInfo` take their budgeted paths (ledger reservation, charge
+//! table). Any other `DILU_*` setting in the environment (an SM-time budget,
+//! say) applies too. Needs release builds of simgpu and the interposer:
+//! run `scripts/bench.sh` (or `scripts/bench.sh overhead`).
+//!
+//! At the end it prints a table of medians (direct, through dilu, added ns,
+//! ratio) taken from the same criterion samples, and writes it to
+//! `bench/results/overhead.md` when every row was measured.
 
+use criterion::{BenchmarkId, Criterion};
+use dilu_bench::driver::{
+    self, GetProcAddress, LaunchKernel, Library, MemAlloc, MemFree, MemGetInfo, thread_cpu_time,
+};
 use dilu_bench::median;
-use std::ffi::{CString, c_int, c_uint, c_void};
-use std::path::PathBuf;
-use std::time::Instant;
+use dilu_bench::report::{self, Table};
+use std::cell::RefCell;
+use std::hint::black_box;
+use std::time::Duration;
 
-type CUresult = u32;
+const THREADS: usize = 8;
+const ALLOC_BYTES: usize = 4096;
 
-fn profile_dir() -> PathBuf {
-    let exe = std::env::current_exe().expect("current_exe");
-    let mut dir = exe.parent().expect("parent").to_path_buf();
-    if dir.ends_with("deps") {
-        dir.pop();
-    }
-    dir
-}
+/// The two sides of every comparison.
+const SIDES: [&str; 2] = ["direct", "dilu"];
 
-struct Library(*mut c_void);
+/// Paired per-call times (direct ns, dilu ns) of criterion's samples, kept
+/// for the summary. Criterion calls a routine for warm-up first and then
+/// once per sample, so the last `sample_size` calls of a benchmark are its
+/// samples.
+#[derive(Default)]
+struct Samples(RefCell<Vec<(String, [f64; 2])>>);
 
-impl Library {
-    fn open(path: &std::path::Path) -> Library {
-        let name = CString::new(path.to_str().expect("utf-8 path")).expect("no NUL");
-        // SAFETY: dlopen of a library path; RTLD_LOCAL keeps the interposer's
-        // exported dlsym from replacing the process's.
-        let handle = unsafe { libc::dlopen(name.as_ptr(), libc::RTLD_NOW | libc::RTLD_LOCAL) };
-        assert!(
-            !handle.is_null(),
-            "cannot load {} (build it: scripts/bench.sh does)",
-            path.display()
-        );
-        Library(handle)
+impl Samples {
+    fn record(&self, benchmark: &str, iters: u64, elapsed: [Duration; 2]) {
+        let per_call = elapsed.map(|d| d.as_nanos() as f64 / iters as f64);
+        self.0.borrow_mut().push((benchmark.to_string(), per_call));
     }
 
-    fn get<F: Copy>(&self, name: &str) -> F {
-        let symbol = CString::new(name).expect("no NUL");
-        // SAFETY: live handle, NUL-terminated name.
-        let address = unsafe { libc::dlsym(self.0, symbol.as_ptr()) } as usize;
-        assert!(address != 0, "missing {name}");
-        assert_eq!(std::mem::size_of::<F>(), std::mem::size_of::<usize>());
-        // SAFETY: F is the cuda.h signature of `name`.
-        unsafe { std::mem::transmute_copy::<usize, F>(&address) }
-    }
-}
-
-/// Nanoseconds per call of `op`, as the median over alternating batches.
-fn per_call(batches: usize, batch: usize, mut op: impl FnMut()) -> f64 {
-    let mut samples: Vec<f64> = (0..batches)
-        .map(|_| {
-            let started = Instant::now();
-            for _ in 0..batch {
-                op();
+    /// The samples of both benchmarks of `group`, if criterion took
+    /// `sample_size` of each (not under `--test`, `--list` or a filter).
+    fn pairs(&self, group: &str, sample_size: usize) -> Option<Vec<[f64; 2]>> {
+        let all = self.0.borrow();
+        let mut pairs = Vec::new();
+        for side in SIDES {
+            let benchmark = format!("{group}/{side}");
+            let mine: Vec<[f64; 2]> = all
+                .iter()
+                .filter(|(b, _)| *b == benchmark)
+                .map(|(_, pair)| *pair)
+                .collect();
+            if mine.len() < sample_size {
+                return None;
             }
-            started.elapsed().as_nanos() as f64 / batch as f64
-        })
-        .collect();
-    median(&mut samples)
-}
-
-struct Row {
-    name: &'static str,
-    direct: f64,
-    dilu: f64,
-}
-
-fn side_by_side(name: &'static str, mut direct: impl FnMut(), mut dilu: impl FnMut()) -> Row {
-    // Warm both paths, then interleave rounds so drift hits both equally.
-    per_call(3, 1000, &mut direct);
-    per_call(3, 1000, &mut dilu);
-    let (mut d, mut i) = (Vec::new(), Vec::new());
-    for _ in 0..15 {
-        d.push(per_call(5, 2000, &mut direct));
-        i.push(per_call(5, 2000, &mut dilu));
-    }
-    Row {
-        name,
-        direct: median(&mut d),
-        dilu: median(&mut i),
+            pairs.extend_from_slice(&mine[mine.len() - sample_size..]);
+        }
+        Some(pairs)
     }
 }
 
-type LaunchKernel = unsafe extern "C" fn(
-    *mut c_void,
-    c_uint,
-    c_uint,
-    c_uint,
-    c_uint,
-    c_uint,
-    c_uint,
-    c_uint,
-    *mut c_void,
-    *mut *mut c_void,
-    *mut *mut c_void,
-) -> CUresult;
-
-/// One 1×1 launch of the parameterless `noop` kernel on the null stream.
-fn launch_noop(launch: LaunchKernel, function: usize) {
-    // SAFETY: a valid function handle from cuModuleGetFunction, the null
-    // stream and no parameters, as `noop` takes none.
-    unsafe {
-        launch(
-            function as *mut c_void,
-            1,
-            1,
-            1,
-            1,
-            1,
-            1,
-            0,
-            std::ptr::null_mut(),
-            std::ptr::null_mut(),
-            std::ptr::null_mut(),
-        )
-    };
+/// CPU time of `iters` calls of `op` on this thread.
+fn timed(iters: u64, mut op: impl FnMut()) -> Duration {
+    let started = thread_cpu_time();
+    for _ in 0..iters {
+        op();
+    }
+    thread_cpu_time() - started
 }
 
-fn threaded_launches(launch: LaunchKernel, function: usize, threads: usize) -> f64 {
-    let barrier = std::sync::Barrier::new(threads);
-    let results: Vec<f64> = std::thread::scope(|scope| {
-        let handles: Vec<_> = (0..threads)
+/// `iters` calls of `op` on each of `threads` threads started together:
+/// the mean CPU time per thread.
+fn timed_threads(threads: usize, iters: u64, op: impl Fn() + Sync) -> Duration {
+    let start = std::sync::Barrier::new(threads);
+    let total: Duration = std::thread::scope(|scope| {
+        let workers: Vec<_> = (0..threads)
             .map(|_| {
                 scope.spawn(|| {
-                    barrier.wait();
-                    per_call(9, 5000, || {
-                        launch_noop(launch, function);
-                    })
+                    start.wait();
+                    timed(iters, &op)
                 })
             })
             .collect();
-        handles
-            .into_iter()
-            .map(|h| h.join().expect("thread"))
-            .collect()
+        workers.into_iter().map(|w| w.join().expect("worker")).sum()
     });
-    let mut results = results;
-    median(&mut results)
+    total / threads as u32
 }
 
-fn main() {
-    let dir = profile_dir();
-    let simgpu_path = dir.join("libsimgpu.so");
-    let interposer_path = dir.join("libdilu_interposer.so");
+struct Paths {
+    libraries: [Library; 2],
+    function: usize,
+}
+
+fn open_paths() -> Paths {
+    let simgpu = driver::artifact("libsimgpu.so");
+    let interposer = driver::artifact("libdilu_interposer.so");
     // SAFETY: single-threaded at this point; the libraries read these once.
     unsafe {
         std::env::set_var("SIMGPU_NULL", "1");
         std::env::set_var("SIMGPU_INSTANCE", format!("bench-{}", std::process::id()));
-        std::env::set_var("DILU_REAL_LIBCUDA", &simgpu_path);
+        std::env::set_var("DILU_REAL_LIBCUDA", &simgpu);
         std::env::set_var("DILU_MEM_LIMIT", "64GiB");
         std::env::set_var("DILU_CONTEXT_MEMORY", "0");
     }
-    let driver = Library::open(&simgpu_path);
-    let dilu = Library::open(&interposer_path);
-
-    type Init = unsafe extern "C" fn(c_uint) -> CUresult;
-    type Retain = unsafe extern "C" fn(*mut *mut c_void, c_int) -> CUresult;
-    type SetCurrent = unsafe extern "C" fn(*mut c_void) -> CUresult;
-    type LoadData = unsafe extern "C" fn(*mut *mut c_void, *const c_void) -> CUresult;
-    type GetFunction = unsafe extern "C" fn(*mut *mut c_void, *mut c_void, *const i8) -> CUresult;
-    type MemAlloc = unsafe extern "C" fn(*mut u64, usize) -> CUresult;
-    type MemFree = unsafe extern "C" fn(u64) -> CUresult;
-    type MemGetInfo = unsafe extern "C" fn(*mut usize, *mut usize) -> CUresult;
-    type GetProcAddress =
-        unsafe extern "C" fn(*const i8, *mut *mut c_void, c_int, u64, *mut c_int) -> CUresult;
-
-    let mut function: *mut c_void = std::ptr::null_mut();
-    // SAFETY (block): cuda.h contracts with live out-parameters.
-    unsafe {
-        let mut context = std::ptr::null_mut();
-        let mut module = std::ptr::null_mut();
-        assert_eq!(driver.get::<Init>("cuInit")(0), 0);
+    let direct = Library::open(&simgpu).unwrap_or_else(|e| panic!("{e}"));
+    let dilu = Library::open(&interposer).unwrap_or_else(|e| panic!("{e}"));
+    driver::init_context(&direct).unwrap_or_else(|e| panic!("{e}"));
+    let function = driver::load_noop(&direct).unwrap_or_else(|e| panic!("{e}"));
+    // Every path works, and the interposer's lazy set-up (driver symbols,
+    // ledger join) happens before anything is timed.
+    for library in [&direct, &dilu] {
         assert_eq!(
-            driver.get::<Retain>("cuDevicePrimaryCtxRetain")(&mut context, 0),
+            driver::alloc_free(
+                library.get("cuMemAlloc_v2"),
+                library.get("cuMemFree_v2"),
+                ALLOC_BYTES
+            ),
             0
         );
-        assert_eq!(driver.get::<SetCurrent>("cuCtxSetCurrent")(context), 0);
-        let ptx = CString::new(
-            ".version 7.0\n.target sm_50\n.address_size 64\n.visible .entry noop()\n{\n ret;\n}\n",
-        )
-        .unwrap();
         assert_eq!(
-            driver.get::<LoadData>("cuModuleLoadData")(&mut module, ptx.as_ptr().cast()),
-            0
-        );
-        let name = CString::new("noop").unwrap();
-        assert_eq!(
-            driver.get::<GetFunction>("cuModuleGetFunction")(&mut function, module, name.as_ptr()),
+            driver::launch_noop(library.get("cuLaunchKernel"), function),
             0
         );
     }
-    let function = function as usize;
-    let mut rows = Vec::new();
-
-    for (label, library) in [("direct", &driver), ("dilu", &dilu)] {
-        let _ = label;
-        let alloc: MemAlloc = library.get("cuMemAlloc_v2");
-        let free: MemFree = library.get("cuMemFree_v2");
-        let mut p = 0u64;
-        // SAFETY: warm-up allocation through each path.
-        unsafe {
-            assert_eq!(alloc(&mut p, 4096), 0);
-            assert_eq!(free(p), 0);
-        }
+    Paths {
+        libraries: [direct, dilu],
+        function,
     }
+}
 
-    let pair = |library: &Library| {
-        let alloc: MemAlloc = library.get("cuMemAlloc_v2");
-        let free: MemFree = library.get("cuMemFree_v2");
-        move || {
-            let mut p = 0u64;
-            // SAFETY: allocate and free 4 KiB through one path.
-            unsafe {
-                alloc(&mut p, 4096);
-                free(p);
-            }
+/// One row of the summary: a criterion group with a "direct" and a "dilu"
+/// benchmark.
+struct Row {
+    group: &'static str,
+    label: &'static str,
+    /// Target for the added ns, if the issue sets one.
+    target_ns: Option<f64>,
+}
+
+const ROWS: [Row; 5] = [
+    Row {
+        group: "cuLaunchKernel",
+        label: "cuLaunchKernel, 1 thread",
+        target_ns: Some(50.0),
+    },
+    Row {
+        group: "cuLaunchKernel-8-threads",
+        label: "cuLaunchKernel, 8 threads at once",
+        target_ns: Some(100.0),
+    },
+    Row {
+        group: "cuMemAlloc_v2+cuMemFree_v2",
+        label: "cuMemAlloc_v2 + cuMemFree_v2 (4 KiB, budgeted)",
+        target_ns: Some(200.0),
+    },
+    Row {
+        group: "cuMemGetInfo_v2",
+        label: "cuMemGetInfo_v2 (budgeted)",
+        target_ns: None,
+    },
+    Row {
+        group: "cuGetProcAddress_v2",
+        label: "cuGetProcAddress_v2(\"cuMemAlloc\", 12090, flags 0)",
+        target_ns: None,
+    },
+];
+
+/// Times `iters` calls of `row`'s operation through `library`.
+fn run(row: &Row, library: &Library, function: usize, iters: u64) -> Duration {
+    let launch: LaunchKernel = library.get("cuLaunchKernel");
+    match row.group {
+        "cuLaunchKernel" => timed(iters, || {
+            black_box(driver::launch_noop(launch, function));
+        }),
+        "cuLaunchKernel-8-threads" => timed_threads(THREADS, iters, || {
+            black_box(driver::launch_noop(launch, function));
+        }),
+        "cuMemAlloc_v2+cuMemFree_v2" => {
+            let alloc: MemAlloc = library.get("cuMemAlloc_v2");
+            let free: MemFree = library.get("cuMemFree_v2");
+            timed(iters, || {
+                black_box(driver::alloc_free(alloc, free, ALLOC_BYTES));
+            })
         }
-    };
-    rows.push(side_by_side(
-        "cuMemAlloc_v2 + cuMemFree_v2 (4 KiB, budgeted)",
-        pair(&driver),
-        pair(&dilu),
-    ));
-
-    let info = |library: &Library| {
-        let get_info: MemGetInfo = library.get("cuMemGetInfo_v2");
-        move || {
-            let (mut free, mut total) = (0usize, 0usize);
-            // SAFETY: live out-parameters.
-            unsafe { get_info(&mut free, &mut total) };
+        "cuMemGetInfo_v2" => {
+            let get_info: MemGetInfo = library.get("cuMemGetInfo_v2");
+            timed(iters, || {
+                let (mut free, mut total) = (0usize, 0usize);
+                // SAFETY: live out-parameters.
+                black_box(unsafe { get_info(&mut free, &mut total) });
+            })
         }
-    };
-    rows.push(side_by_side(
-        "cuMemGetInfo_v2 (budgeted)",
-        info(&driver),
-        info(&dilu),
-    ));
-
-    let launch = |library: &Library| {
-        let launch: LaunchKernel = library.get("cuLaunchKernel");
-        move || {
-            launch_noop(launch, function);
+        "cuGetProcAddress_v2" => {
+            let lookup: GetProcAddress = library.get("cuGetProcAddress_v2");
+            let name = c"cuMemAlloc";
+            timed(iters, || {
+                let (mut pointer, mut status) = (std::ptr::null_mut(), 0);
+                // SAFETY: cuGetProcAddress_v2 contract, live out-parameters.
+                black_box(unsafe { lookup(name.as_ptr(), &mut pointer, 12090, 0, &mut status) });
+            })
         }
-    };
-    rows.push(side_by_side(
-        "cuLaunchKernel, 1 thread",
-        launch(&driver),
-        launch(&dilu),
-    ));
-
-    let lookup = |library: &Library| {
-        let gpa: GetProcAddress = library.get("cuGetProcAddress_v2");
-        let name = CString::new("cuMemAlloc").unwrap();
-        move || {
-            let mut pointer = std::ptr::null_mut();
-            let mut status = 0;
-            // SAFETY: cuGetProcAddress_v2 contract with live out-parameters.
-            unsafe { gpa(name.as_ptr(), &mut pointer, 12090, 0, &mut status) };
-        }
-    };
-    rows.push(side_by_side(
-        "cuGetProcAddress_v2(\"cuMemAlloc\")",
-        lookup(&driver),
-        lookup(&dilu),
-    ));
-
-    let threads = 8;
-    let (mut direct8, mut dilu8) = (Vec::new(), Vec::new());
-    for _ in 0..5 {
-        direct8.push(threaded_launches(
-            driver.get("cuLaunchKernel"),
-            function,
-            threads,
-        ));
-        dilu8.push(threaded_launches(
-            dilu.get("cuLaunchKernel"),
-            function,
-            threads,
-        ));
+        other => unreachable!("no benchmark for {other}"),
     }
-    rows.push(Row {
-        name: "cuLaunchKernel, 8 threads (per thread)",
-        direct: median(&mut direct8),
-        dilu: median(&mut dilu8),
-    });
+}
 
-    println!("interposer overhead on simgpu's null driver (median ns per call, side by side)");
-    println!("| call | direct ns | through dilu ns | added ns | ratio |");
-    println!("|---|---:|---:|---:|---:|");
-    for row in &rows {
-        println!(
-            "| {} | {:.1} | {:.1} | {:+.1} | {:.2} |",
-            row.name,
-            row.direct,
-            row.dilu,
-            row.dilu - row.direct,
-            row.dilu / row.direct
-        );
+/// Every row's group, with a "direct" and a "dilu" benchmark. Each sample
+/// of either times the same number of calls on both sides back to back
+/// (which goes first alternates), so the two are paired in time and drift
+/// on a loaded machine hits both alike; criterion is given the time of the
+/// benchmark's own side.
+fn bench_all(c: &mut Criterion, paths: &Paths, samples: &Samples) {
+    for row in &ROWS {
+        let mut group = c.benchmark_group(row.group);
+        for (index, side) in SIDES.iter().enumerate() {
+            let benchmark = format!("{}/{side}", row.group);
+            let mut calls = 0u64;
+            group.bench_function(BenchmarkId::from_parameter(side), |b| {
+                b.iter_custom(|iters| {
+                    calls += 1;
+                    let mut elapsed = [Duration::ZERO; 2];
+                    let order = if calls.is_multiple_of(2) {
+                        [0, 1]
+                    } else {
+                        [1, 0]
+                    };
+                    for which in order {
+                        elapsed[which] = run(row, &paths.libraries[which], paths.function, iters);
+                    }
+                    samples.record(&benchmark, iters, elapsed);
+                    elapsed[index]
+                })
+            });
+        }
+        group.finish();
     }
+}
+
+fn summary(samples: &Samples, sample_size: usize) -> Option<String> {
+    let mut table = Table::new(&[
+        "call",
+        "direct ns",
+        "through dilu ns",
+        "added ns",
+        "ratio",
+        "target (added)",
+    ]);
+    let mut complete = true;
+    for row in &ROWS {
+        let Some(pairs) = samples.pairs(row.group, sample_size) else {
+            complete = false;
+            continue;
+        };
+        let direct = median(&mut pairs.iter().map(|p| p[0]).collect::<Vec<_>>());
+        let dilu = median(&mut pairs.iter().map(|p| p[1]).collect::<Vec<_>>());
+        let added = median(&mut pairs.iter().map(|p| p[1] - p[0]).collect::<Vec<_>>());
+        let target = match row.target_ns {
+            Some(t) if added <= t => format!("≤ {t:.0}: met"),
+            Some(t) => format!("≤ {t:.0}: **missed**"),
+            None => "—".into(),
+        };
+        table.row(vec![
+            row.label.into(),
+            report::ns(direct),
+            report::ns(dilu),
+            format!("{added:+.1}"),
+            format!("{:.2}", dilu / direct),
+            target,
+        ]);
+    }
+    if table.is_empty() {
+        return None;
+    }
+    let markdown = table.markdown();
+    println!("\ninterposer overhead on simgpu's null driver (median ns per call, paired samples)");
+    print!("{markdown}");
+    complete.then_some(markdown)
+}
+
+fn main() {
+    let sample_size = 60;
+    let mut criterion = Criterion::default()
+        .sample_size(sample_size)
+        .warm_up_time(Duration::from_secs(1))
+        .measurement_time(Duration::from_secs(2))
+        .configure_from_args();
+    let paths = open_paths();
+    let samples = Samples::default();
+    let machine_before = report::machine();
+    bench_all(&mut criterion, &paths, &samples);
+    criterion.final_summary();
+    // The sample size may have been changed on the command line; criterion
+    // does not say, so read it from the command line the same way.
+    let sample_size = std::env::args()
+        .skip_while(|a| a != "--sample-size")
+        .nth(1)
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(sample_size);
+    let Some(table) = summary(&samples, sample_size) else {
+        return;
+    };
+    let text = format!(
+        "# Interposer overhead per driver call\n\n\
+Command: `scripts/bench.sh overhead` (release build; `cargo bench -p dilu-bench --bench overhead`,\n\
+criterion, {sample_size} samples per benchmark after 1 s warm-up, 2 s measurement).\n\n\
+Machine: {machine_before}. A loaded VM: the cores are shared with other engineers' builds,\n\
+so expect a few ns of noise in every cell. No GPU: the driver is simgpu in null mode\n\
+(`SIMGPU_NULL=1`), so the driver's own work is almost nothing and the interposer's cost shows.\n\n\
+Both columns come from one process and one run. \"direct\" calls simgpu's export; \"through\n\
+dilu\" calls the interposer's exported wrapper of the same name (both libraries `dlopen`ed\n\
+`RTLD_LOCAL`), which forwards to the same simgpu. Every criterion sample times the same\n\
+number of calls on both sides back to back (alternating which goes first), so each sample\n\
+is a pair measured within milliseconds; the \"direct\" and \"dilu\" benchmarks of a call\n\
+give {pairs} such pairs. \"direct ns\" and \"through dilu ns\" are the medians of the mean\n\
+time per call over those samples, \"added ns\" the median of the paired differences and\n\
+\"ratio\" the ratio of the medians. The interposer runs with a memory budget (`DILU_MEM_LIMIT=64GiB`,\n\
+`DILU_CONTEXT_MEMORY=0`), so allocation and `cuMemGetInfo` take the budgeted path (ledger\n\
+CAS, charge table). Times are the CPU time of the calling thread (`CLOCK_THREAD_CPUTIME_ID`),\n\
+not the wall clock: time spent waiting for a core while other builds ran is left out. The\n\
+8-thread row is the CPU time per call of each of 8 threads launching at once (with fewer\n\
+cores than threads, only as many run at any moment as there are cores, so contention\n\
+between cores is only that many-way).\n\n\
+{table}\n\
+Launch has no SM-time budget in this build, so its row is the pass-through cost of the\n\
+launch hook; with an SM-time budget in the environment the same command measures the\n\
+budgeted path. Criterion's own reports: `target/criterion/`.\n",
+        pairs = 2 * sample_size
+    );
+    report::write_result("overhead.md", &text);
 }

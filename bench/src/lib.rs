@@ -1,27 +1,22 @@
 //! dilu benchmarks. Each benchmark measures dilu and the thing it is
 //! compared with side by side in one run and prints the ratio; results that
-//! are committed live in `bench/results/`. Run them with `scripts/bench.sh`.
+//! are committed live in `bench/results/`. Run them all with
+//! `scripts/bench.sh`.
+//!
+//! - `benches/overhead.rs` (criterion): what the interposer adds per driver
+//!   call, on simgpu's null driver.
+//! - `benches/startup.rs`: the interposer's start-up cost per process, with
+//!   0, 16 and 64 other processes of the tenant running.
+//! - `scripts/syscalls.sh` with the `bench-client` binary: no syscall on the
+//!   launch path.
+//! - `real-overhead` (binary, run by `scripts/gpu-check.sh`): launch and
+//!   allocation overhead on the real NVIDIA driver.
+//! - [`svg`]: line and CDF plots for reports.
 
-/// Median of a sample (sorts it).
-pub fn median(samples: &mut [f64]) -> f64 {
-    samples.sort_by(f64::total_cmp);
-    let n = samples.len();
-    if n == 0 {
-        return f64::NAN;
-    }
-    if n % 2 == 1 {
-        samples[n / 2]
-    } else {
-        (samples[n / 2 - 1] + samples[n / 2]) / 2.0
-    }
-}
+pub mod cli;
+pub mod driver;
+pub mod report;
+pub mod stats;
+pub mod svg;
 
-#[cfg(test)]
-mod tests {
-    #[test]
-    fn median_of_odd_and_even_samples() {
-        assert_eq!(super::median(&mut [3.0, 1.0, 2.0]), 2.0);
-        assert_eq!(super::median(&mut [4.0, 1.0, 3.0, 2.0]), 2.5);
-        assert!(super::median(&mut []).is_nan());
-    }
-}
+pub use stats::{median, percentile};

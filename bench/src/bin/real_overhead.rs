@@ -1,0 +1,319 @@
+//! `real-overhead`: what the interposer adds to kernel launches and to
+//! allocations on the real NVIDIA driver, measured through the `cudarc`
+//! crate (which loads `libcuda` dynamically and `dlsym`s exact ABI names,
+//! so under `LD_PRELOAD` it calls the interposer's wrappers).
+//!
+//! - `real-overhead measure`: one process; prints the median ns per
+//!   `cuLaunchKernel` (no-op kernel, 1×1, null stream, timed in batches with
+//!   a synchronise between batches, outside the timing) and per
+//!   `cuMemAlloc_v2` + `cuMemFree_v2` pair (4 KiB).
+//! - `real-overhead compare --interposer PATH`: runs `measure` in several
+//!   processes, alternately directly and with `LD_PRELOAD=PATH` and a memory
+//!   budget, and prints a markdown table (medians over processes, added ns,
+//!   ratio). `scripts/gpu-check.sh` runs it on hosts with a GPU.
+//!
+//! Both sides inherit the environment, so on a host without a GPU
+//! `LD_LIBRARY_PATH=<dir with libcuda.so → libsimgpu.so> SIMGPU_NULL=1`
+//! runs the same comparison on simgpu (a smoke test of this program).
+
+use cudarc::driver::{result, sys};
+use dilu_bench::driver::{Library, NOOP_PTX, monotonic_ns};
+use dilu_bench::median;
+use dilu_bench::report::{self, Table};
+use std::ffi::{CString, c_void};
+use std::path::{Path, PathBuf};
+use std::process::{Command, ExitCode};
+
+const USAGE: &str = "usage: real-overhead measure [--rounds R] [--batch B]
+       real-overhead compare --interposer PATH [--processes P] [--mem SIZE] [--rounds R] [--batch B]
+  measure     time cuLaunchKernel and cuMemAlloc_v2+cuMemFree_v2 in this process
+  compare     run `measure` P times (default 6) per side, alternately directly and with
+              LD_PRELOAD=PATH DILU_MEM_LIMIT=SIZE (default 8GiB); print a markdown table
+  --rounds R  timed batches per measurement (default 200)
+  --batch B   calls per timed batch (default 100)";
+
+struct Measured {
+    launch_ns: f64,
+    alloc_free_ns: f64,
+    interposed: bool,
+    device: String,
+}
+
+fn interposer_loaded() -> bool {
+    std::fs::read_to_string("/proc/self/maps").is_ok_and(|maps| maps.contains("libdilu_interposer"))
+}
+
+fn measure(rounds: usize, batch: usize) -> Result<Measured, String> {
+    let e = |what: &str| {
+        let what = what.to_string();
+        move |error: result::DriverError| format!("{what}: {error:?}")
+    };
+    // cudarc panics when it finds no driver; say so plainly instead.
+    if ["libcuda.so.1", "libcuda.so"]
+        .iter()
+        .all(|name| Library::open(Path::new(name)).is_err())
+    {
+        return Err("no CUDA driver found (neither libcuda.so.1 nor libcuda.so loads)".into());
+    }
+    result::init().map_err(e("cuInit"))?;
+    let device = result::device::get(0).map_err(e("cuDeviceGet"))?;
+    let name = result::device::get_name(device).map_err(e("cuDeviceGetName"))?;
+    let ptx = CString::new(NOOP_PTX).expect("no NUL");
+    // SAFETY (block): cuda.h contracts: a device from cuDeviceGet, its primary
+    // context made current, a NUL-terminated PTX image, and a kernel that
+    // takes no parameters launched with none.
+    let function = unsafe {
+        let context = result::primary_ctx::retain(device).map_err(e("cuDevicePrimaryCtxRetain"))?;
+        result::ctx::set_current(context).map_err(e("cuCtxSetCurrent"))?;
+        let module =
+            result::module::load_data(ptx.as_ptr().cast()).map_err(e("cuModuleLoadData"))?;
+        result::module::get_function(module, CString::new("noop").expect("no NUL"))
+            .map_err(e("cuModuleGetFunction"))?
+    };
+    let launch = || {
+        let mut no_params: [*mut c_void; 0] = [];
+        // SAFETY: see above; the null stream.
+        unsafe {
+            result::launch_kernel(
+                function,
+                (1, 1, 1),
+                (1, 1, 1),
+                0,
+                std::ptr::null_mut::<sys::CUstream_st>(),
+                &mut no_params,
+            )
+        }
+        .map_err(e("cuLaunchKernel"))
+    };
+    let alloc_free = || {
+        // SAFETY: allocates 4 KiB and frees exactly that pointer.
+        unsafe {
+            let pointer = result::malloc_sync(4096).map_err(e("cuMemAlloc_v2"))?;
+            result::free_sync(pointer).map_err(e("cuMemFree_v2"))
+        }
+    };
+    let per_call = |op: &dyn Fn() -> Result<(), String>| -> Result<f64, String> {
+        // Warm-up (module load, first-launch set-up, allocator pools).
+        for _ in 0..batch {
+            op()?;
+        }
+        result::ctx::synchronize().map_err(e("cuCtxSynchronize"))?;
+        let mut samples = Vec::with_capacity(rounds);
+        for _ in 0..rounds {
+            let started = monotonic_ns();
+            for _ in 0..batch {
+                op()?;
+            }
+            samples.push((monotonic_ns() - started) as f64 / batch as f64);
+            result::ctx::synchronize().map_err(e("cuCtxSynchronize"))?;
+        }
+        Ok(median(&mut samples))
+    };
+    Ok(Measured {
+        launch_ns: per_call(&launch)?,
+        alloc_free_ns: per_call(&alloc_free)?,
+        interposed: interposer_loaded(),
+        device: name,
+    })
+}
+
+fn measured_line(m: &Measured) -> String {
+    format!(
+        "launch_ns={:.1} alloc_free_ns={:.1} interposed={} device={}",
+        m.launch_ns,
+        m.alloc_free_ns,
+        m.interposed,
+        m.device.replace(' ', "_")
+    )
+}
+
+fn parse_measured(line: &str) -> Result<Measured, String> {
+    let field = |name: &str| {
+        line.split_whitespace()
+            .find_map(|f| f.strip_prefix(name)?.strip_prefix('='))
+            .ok_or_else(|| format!("no {name} in {line:?}"))
+    };
+    let number = |name: &str| -> Result<f64, String> {
+        field(name)?
+            .parse()
+            .map_err(|_| format!("bad {name} in {line:?}"))
+    };
+    Ok(Measured {
+        launch_ns: number("launch_ns")?,
+        alloc_free_ns: number("alloc_free_ns")?,
+        interposed: field("interposed")? == "true",
+        device: field("device")?.replace('_', " "),
+    })
+}
+
+struct CompareOptions {
+    interposer: PathBuf,
+    processes: usize,
+    mem: String,
+    rounds: usize,
+    batch: usize,
+}
+
+fn run_side(options: &CompareOptions, dilu: bool) -> Result<Measured, String> {
+    let exe = std::env::current_exe().map_err(|e| e.to_string())?;
+    let mut command = Command::new(exe);
+    command.args([
+        "measure",
+        "--rounds",
+        &options.rounds.to_string(),
+        "--batch",
+        &options.batch.to_string(),
+    ]);
+    if dilu {
+        command
+            .env("LD_PRELOAD", &options.interposer)
+            .env("DILU_MEM_LIMIT", &options.mem);
+    } else {
+        command.env_remove("LD_PRELOAD");
+    }
+    let output = command.output().map_err(|e| format!("run measure: {e}"))?;
+    if !output.status.success() {
+        return Err(format!(
+            "measure ({}) failed: {}",
+            if dilu {
+                "with the interposer"
+            } else {
+                "direct"
+            },
+            String::from_utf8_lossy(&output.stderr).trim()
+        ));
+    }
+    let measured = parse_measured(String::from_utf8_lossy(&output.stdout).trim())?;
+    if measured.interposed != dilu {
+        return Err(format!(
+            "the {} side {} the interposer loaded",
+            if dilu { "dilu" } else { "direct" },
+            if dilu { "did not have" } else { "had" }
+        ));
+    }
+    Ok(measured)
+}
+
+fn compare(options: &CompareOptions) -> Result<String, String> {
+    let (mut direct, mut dilu) = (Vec::new(), Vec::new());
+    for process in 0..options.processes {
+        // Alternate which side goes first, so drift hits both alike.
+        for side in [!process.is_multiple_of(2), process.is_multiple_of(2)] {
+            let measured = run_side(options, side)?;
+            if side { &mut dilu } else { &mut direct }.push(measured);
+        }
+    }
+    let device = direct[0].device.clone();
+    let mut table = Table::new(&["call", "direct ns", "through dilu ns", "added ns", "ratio"]);
+    let launch = |m: &Measured| m.launch_ns;
+    let alloc_free = |m: &Measured| m.alloc_free_ns;
+    let rows = [
+        (
+            "cuLaunchKernel (no-op, 1×1, null stream)",
+            launch as fn(&Measured) -> f64,
+        ),
+        ("cuMemAlloc_v2 + cuMemFree_v2 (4 KiB, budgeted)", alloc_free),
+    ];
+    for (label, of) in rows {
+        let d = median(&mut direct.iter().map(of).collect::<Vec<_>>());
+        let i = median(&mut dilu.iter().map(of).collect::<Vec<_>>());
+        table.row(vec![
+            label.into(),
+            report::ns(d),
+            report::ns(i),
+            format!("{:+.1}", i - d),
+            format!("{:.3}", i / d),
+        ]);
+    }
+    Ok(format!(
+        "Device: {device}. {processes} processes per side, alternating; each process takes the\n\
+median of {rounds} batches of {batch} calls (ns per call); cells are the median over\n\
+processes. The dilu side runs with `LD_PRELOAD={interposer}` and\n\
+`DILU_MEM_LIMIT={mem}`.\n\n{table}",
+        processes = options.processes,
+        rounds = options.rounds,
+        batch = options.batch,
+        interposer = options.interposer.display(),
+        mem = options.mem,
+        table = table.markdown()
+    ))
+}
+
+enum Mode {
+    Measure { rounds: usize, batch: usize },
+    Compare(CompareOptions),
+}
+
+fn parse_options() -> Result<Mode, String> {
+    let mut args = std::env::args().skip(1);
+    let mode = args.next().ok_or("a mode is required")?;
+    let (mut rounds, mut batch, mut processes) = (200, 100, 6);
+    let (mut interposer, mut mem) = (None, "8GiB".to_string());
+    while let Some(flag) = args.next() {
+        if flag == "--help" || flag == "-h" {
+            println!("{USAGE}");
+            std::process::exit(0);
+        }
+        let value = args.next().ok_or_else(|| format!("{flag} needs a value"))?;
+        let count = || {
+            value
+                .parse::<usize>()
+                .ok()
+                .filter(|&n| n > 0)
+                .ok_or_else(|| format!("bad {flag} {value:?}: a positive count"))
+        };
+        match flag.as_str() {
+            "--rounds" => rounds = count()?,
+            "--batch" => batch = count()?,
+            "--processes" => processes = count()?,
+            "--interposer" => interposer = Some(PathBuf::from(&value)),
+            "--mem" => mem = value,
+            _ => return Err(format!("unknown option {flag}")),
+        }
+    }
+    match mode.as_str() {
+        "measure" => Ok(Mode::Measure { rounds, batch }),
+        "compare" => {
+            let interposer = interposer.ok_or("compare needs --interposer PATH")?;
+            if !interposer.exists() {
+                return Err(format!("no interposer at {}", interposer.display()));
+            }
+            Ok(Mode::Compare(CompareOptions {
+                interposer,
+                processes,
+                mem,
+                rounds,
+                batch,
+            }))
+        }
+        "--help" | "-h" => {
+            println!("{USAGE}");
+            std::process::exit(0);
+        }
+        other => Err(format!("unknown mode {other:?}")),
+    }
+}
+
+fn main() -> ExitCode {
+    dilu_bench::cli::main("real-overhead", USAGE, parse_options, |mode| match mode {
+        Mode::Measure { rounds, batch } => measure(rounds, batch).map(|m| measured_line(&m)),
+        Mode::Compare(options) => compare(&options),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn measured_lines_round_trip() {
+        let line = "launch_ns=2301.5 alloc_free_ns=5120.0 interposed=true device=NVIDIA_H200";
+        let m = parse_measured(line).unwrap();
+        assert_eq!(m.launch_ns, 2301.5);
+        assert_eq!(m.alloc_free_ns, 5120.0);
+        assert!(m.interposed);
+        assert_eq!(m.device, "NVIDIA H200");
+        assert!(parse_measured("launch_ns=1 interposed=false device=x").is_err());
+        assert!(parse_measured("launch_ns=x alloc_free_ns=1 interposed=false device=x").is_err());
+    }
+}
