@@ -7,12 +7,14 @@
 #              driver)                        -> bench/results/overhead.md
 #   startup    interposer start-up per process with 0, 16 and 64 other
 #              processes of the tenant        -> bench/results/startup.md, startup-cdf.svg
+#   sm         SM-time shares of two tenants under dilu vs plain time slicing
+#              (simgpu trace)                 -> bench/results/sm-accuracy.md
 #   syscalls   no syscall on the launch path (strace)
 #                                             -> bench/results/syscalls.md
 #   placement  cluster-lite placement latency per policy (criterion)
 #                                             -> target/criterion/
 #
-# usage: scripts/bench.sh [all | overhead | startup | syscalls | placement ...] [-- ARGS]
+# usage: scripts/bench.sh [all | overhead | startup | sm | syscalls | placement ...] [-- ARGS]
 #   ARGS go to the one benchmark named, e.g. `scripts/bench.sh startup -- --runs 50`
 #   or `scripts/bench.sh overhead -- cuLaunchKernel` (a criterion filter).
 # The real-driver overhead needs a GPU: scripts/gpu-check.sh (-> bench/results/real-overhead.md).
@@ -22,23 +24,23 @@ cd "$(dirname "$0")/.."
 targets=()
 while [ $# -gt 0 ] && [ "$1" != "--" ]; do
   case $1 in
-    all) targets+=(overhead startup syscalls placement) ;;
-    overhead | startup | syscalls | placement) targets+=("$1") ;;
+    all) targets+=(overhead startup sm syscalls placement) ;;
+    overhead | startup | sm | syscalls | placement) targets+=("$1") ;;
     -h | --help) awk 'NR > 1 && !/^#/ { exit } NR > 1 { sub(/^# ?/, ""); print }' "$0"; exit 0 ;;
-    *) echo "bench: unknown benchmark '$1' (all, overhead, startup, syscalls, placement)" >&2; exit 2 ;;
+    *) echo "bench: unknown benchmark '$1' (all, overhead, startup, sm, syscalls, placement)" >&2; exit 2 ;;
   esac
   shift
 done
 [ "${1:-}" = "--" ] && shift
 extra=("$@")
-[ ${#targets[@]} -gt 0 ] || targets=(overhead startup syscalls placement)
+[ ${#targets[@]} -gt 0 ] || targets=(overhead startup sm syscalls placement)
 if [ ${#extra[@]} -gt 0 ] && [ ${#targets[@]} -ne 1 ]; then
   echo "bench: arguments after -- need exactly one benchmark named" >&2
   exit 2
 fi
 
 echo "== building (release): simgpu, the interposer, the benchmark clients" >&2
-cargo build --release -p simgpu -p dilu-interposer -p dilu-bench --bins
+cargo build --release -p simgpu -p dilu-interposer -p dilu-bench -p dilu-nodemgr -p dilu-tests --bins
 
 results=()
 failed=()
@@ -51,6 +53,9 @@ for target in "${targets[@]}"; do
     startup)
       cargo bench -p dilu-bench --bench startup -- "${extra[@]}" || failed+=(startup)
       results+=(bench/results/startup.md bench/results/startup-cdf.svg) ;;
+    sm)
+      cargo bench -p dilu-bench --bench sm_accuracy -- "${extra[@]}" || failed+=(sm)
+      results+=(bench/results/sm-accuracy.md) ;;
     syscalls)
       scripts/syscalls.sh --no-build || failed+=(syscalls)
       results+=(bench/results/syscalls.md) ;;

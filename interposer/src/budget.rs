@@ -20,8 +20,11 @@
 //!
 //! A process that dies without cleaning up (SIGKILL) keeps its slot until a
 //! member notices: each member's watcher thread scans every
-//! [`RECLAIM_PERIOD`] and a refused reservation rescans at once, so a dead
-//! process's memory is back within 100 ms (plus scheduling delay).
+//! [`RECLAIM_PERIOD`] and a refused reservation rescans at once, so the
+//! memory of a dead process that has been reaped is back within 100 ms (plus
+//! scheduling delay). The periodic scan asks only whether each pid exists
+//! (`kill(pid, 0)`, no file read); every tenth scan (1 s) also compares start
+//! times, which is when an unreaped zombie or a reused pid is noticed.
 //!
 //! A forked child is a new member with its own slot; it never refunds what
 //! its parent charged (see [`crate::fork`]).
@@ -37,6 +40,9 @@ use dilu_abi::shm::Region;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Mutex, OnceLock};
 use std::time::Duration;
+
+/// Watcher rounds between full liveness checks (start time from /proc).
+const FULL_CHECK_EVERY: u64 = 10;
 
 /// How often each member looks for dead members.
 pub const RECLAIM_PERIOD: Duration = Duration::from_millis(100);
@@ -139,8 +145,9 @@ fn init() -> Option<MemoryBudget> {
         }
     };
     if !ledger.created() {
-        ledger.reclaim_dead(ledger::process_alive);
-        if ledger.members().is_empty() {
+        // Dead members are left to the watcher (and to any refusal), so a
+        // process joining a large tenant checks one member, not all.
+        if !ledger.any_member_alive(ledger::process_alive) {
             write_budgets(&ledger);
         } else if limited && (0..device_count).any(|d| ledger.budget(d) != budgets[d]) {
             tracing::warn!(
@@ -229,10 +236,17 @@ fn start_watcher() {
     let spawned = std::thread::Builder::new()
         .name("dilu-reclaim".into())
         .spawn(|| {
-            loop {
+            for round in 1u64.. {
                 std::thread::sleep(RECLAIM_PERIOD);
                 if let Some(budget) = get() {
-                    budget.ledger.reclaim_dead(ledger::process_alive);
+                    // Most rounds only ask whether each pid still exists
+                    // (kill 0); every FULL_CHECK_EVERY-th also reads its start
+                    // time, which catches zombies and reused pids.
+                    if round % FULL_CHECK_EVERY == 0 {
+                        budget.ledger.reclaim_dead(ledger::process_alive);
+                    } else {
+                        budget.ledger.reclaim_dead(ledger::process_exists);
+                    }
                 }
             }
         });

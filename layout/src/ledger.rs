@@ -195,6 +195,16 @@ impl TenantLedger {
             .collect()
     }
 
+    /// Whether any member is alive by `is_alive(pid, start_time)`; stops at
+    /// the first live one (a process joining a running tenant pays one
+    /// check, not one per member).
+    pub fn any_member_alive(&self, is_alive: impl Fn(i32, u64) -> bool) -> bool {
+        self.slots.iter().any(|s| {
+            let pid = s.pid.load(Ordering::Acquire);
+            pid > 0 && is_alive(pid, s.start_time.load(Ordering::Relaxed))
+        })
+    }
+
     /// Bytes a member process holds on `device`.
     pub fn member_used(&self, pid: i32, device: usize) -> u64 {
         self.slots
@@ -236,6 +246,14 @@ pub fn process_start_time(pid: i32) -> Option<u64> {
     let after_name = &stat[stat.rfind(')')? + 1..];
     // Field 3 is the first after the name; start time is field 22.
     after_name.split_whitespace().nth(22 - 3)?.parse().ok()
+}
+
+/// Whether a process with this pid exists (one `kill(pid, 0)`, no file
+/// read). Cheaper than [`process_alive`] but blind to pid reuse and counts a
+/// zombie as existing.
+pub fn process_exists(pid: i32, _start_time: u64) -> bool {
+    // SAFETY: signal 0 only checks that the pid exists and may be signalled.
+    unsafe { libc::kill(pid, 0) == 0 || *libc::__errno_location() == libc::EPERM }
 }
 
 /// Whether the process (pid, start time) is still running (a zombie counts
