@@ -19,10 +19,11 @@
 //! the budget already there.
 //!
 //! A process that dies without cleaning up (SIGKILL) keeps its slot until a
-//! member notices: each member's watcher thread scans every
-//! [`RECLAIM_PERIOD`] and a refused reservation rescans at once, so the
-//! memory of a dead process that has been reaped is back within 100 ms (plus
-//! scheduling delay). The periodic scan asks only whether each pid exists
+//! member notices: one member's watcher thread (the tenant's scanner, a role
+//! another member takes over within one period if its holder dies) scans
+//! every [`RECLAIM_PERIOD`] and a refused reservation rescans at once, so the
+//! memory of a dead process that has been reaped is back within 100 ms (200
+//! ms when the dead process was the scanner; plus scheduling delay). The periodic scan asks only whether each pid exists
 //! (`kill(pid, 0)`, no file read); every tenth scan (1 s) also compares start
 //! times, which is when an unreaped zombie or a reused pid is noticed.
 //!
@@ -195,6 +196,7 @@ extern "C" fn leave_at_exit() {
         if slot != NOT_JOINED {
             budget.ledger.leave(SlotId::from_index(slot));
         }
+        budget.ledger.drop_scanner_role(std::process::id() as i32);
     }
 }
 
@@ -236,9 +238,18 @@ fn start_watcher() {
     let spawned = std::thread::Builder::new()
         .name("dilu-reclaim".into())
         .spawn(|| {
+            let me = std::process::id() as i32;
             for round in 1u64.. {
                 std::thread::sleep(RECLAIM_PERIOD);
                 if let Some(budget) = get() {
+                    // One member scans for the whole tenant; the others only
+                    // check that it is still there.
+                    if !budget
+                        .ledger
+                        .take_scanner_role(me, |pid| ledger::process_exists(pid, 0))
+                    {
+                        continue;
+                    }
                     // Most rounds only ask whether each pid still exists
                     // (kill 0); every FULL_CHECK_EVERY-th also reads its start
                     // time, which catches zombies and reused pids.

@@ -37,13 +37,15 @@ pub struct TenantLedger {
     peak: [AtomicU64; MAX_DEVICES],
     refusals: AtomicU64,
     members: AtomicU32,
-    _pad: u32,
+    /// The member that scans for dead members on everyone's behalf (0 =
+    /// none): one scanner per tenant instead of one per process.
+    scanner_pid: AtomicI32,
     slots: [ProcessSlot; MAX_PROCESSES],
 }
 
 // SAFETY: repr(C), atomics and padding only; all-zero is "no budget set yet".
 unsafe impl SharedLayout for TenantLedger {
-    const MAGIC: u64 = 0x6469_6c75_4c45_4401; // "diluLED" v1
+    const MAGIC: u64 = 0x6469_6c75_4c45_4402; // "diluLED" v2
     fn magic(&self) -> &AtomicU64 {
         &self.magic
     }
@@ -193,6 +195,29 @@ impl TenantLedger {
                 (pid > 0).then(|| (pid, s.start_time.load(Ordering::Relaxed)))
             })
             .collect()
+    }
+
+    /// Whether `pid` is (now) the tenant's scanner: it already was, or the
+    /// role was free or held by a process `exists` says is gone, and this
+    /// call took it.
+    pub fn take_scanner_role(&self, pid: i32, exists: impl Fn(i32) -> bool) -> bool {
+        let current = self.scanner_pid.load(Ordering::Acquire);
+        if current == pid {
+            return true;
+        }
+        if current > 0 && exists(current) {
+            return false;
+        }
+        self.scanner_pid
+            .compare_exchange(current, pid, Ordering::AcqRel, Ordering::Acquire)
+            .is_ok()
+    }
+
+    /// Gives the scanner role up if `pid` holds it (at exit).
+    pub fn drop_scanner_role(&self, pid: i32) {
+        let _ = self
+            .scanner_pid
+            .compare_exchange(pid, 0, Ordering::AcqRel, Ordering::Relaxed);
     }
 
     /// Whether any member is alive by `is_alive(pid, start_time)`; stops at
