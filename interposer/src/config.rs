@@ -103,3 +103,13 @@ pub fn fail(var: &str, value: &OsString, accepted: &str) -> ! {
     eprintln!("dilu-interposer: invalid {var}={value:?}; expected {accepted}");
     std::process::exit(2)
 }
+
+/// An environment lookup over fixed pairs, for configuration tests.
+#[cfg(test)]
+pub fn test_env(pairs: &[(&str, &str)]) -> impl Fn(&str) -> Option<String> {
+    let map: std::collections::HashMap<String, String> = pairs
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
+    move |key| map.get(key).cloned()
+}

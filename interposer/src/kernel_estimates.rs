@@ -118,8 +118,9 @@ impl EstimateTable {
         }
     }
 
-    /// The entry for `key`, inserting it if new. `None` means the table is
-    /// full around this key and the shared overflow entry was returned.
+    /// The entry for `key`, inserting it if new, and whether it is the key's
+    /// own (`false`: the table is full around this key and the shared
+    /// overflow entry was returned).
     #[inline]
     pub fn entry(&self, key: LaunchKey) -> (&Entry, bool) {
         let start = key.0 as usize % CAPACITY;

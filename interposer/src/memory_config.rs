@@ -119,15 +119,7 @@ pub fn from_env(get: impl Fn(&str) -> Option<String>) -> Result<MemoryLimits, Co
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::collections::HashMap;
-
-    fn env(pairs: &[(&str, &str)]) -> impl Fn(&str) -> Option<String> {
-        let map: HashMap<String, String> = pairs
-            .iter()
-            .map(|(k, v)| (k.to_string(), v.to_string()))
-            .collect();
-        move |key| map.get(key).cloned()
-    }
+    use crate::config::test_env as env;
 
     #[test]
     fn every_documented_dilu_form() {
