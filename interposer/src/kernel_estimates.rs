@@ -87,6 +87,11 @@ impl Entry {
         !self.sampling.swap(true, Ordering::AcqRel)
     }
 
+    /// Whether a sample of this kind is being timed now.
+    pub fn sampling(&self) -> bool {
+        self.sampling.load(Ordering::Acquire)
+    }
+
     pub fn stop_sampling(&self) {
         self.sampling.store(false, Ordering::Release);
     }

@@ -113,7 +113,12 @@ fn admit(
 ) -> (&'static crate::kernel_estimates::Entry, bool) {
     let (entry, placed) = ESTIMATES.entry(key);
     let mut estimate = entry.estimate_ns();
-    if estimate.is_none() && placed && entry.unmeasured_launches() >= MAX_UNMEASURED_LAUNCHES {
+    // Only wait when a measurement is actually on its way.
+    if estimate.is_none()
+        && placed
+        && entry.sampling()
+        && entry.unmeasured_launches() >= MAX_UNMEASURED_LAUNCHES
+    {
         estimate = wait_for_first_measurement(entry);
     }
     let cost = estimate.unwrap_or(FIRST_GUESS_NS);
@@ -148,6 +153,9 @@ fn wait_for_first_measurement(entry: &crate::kernel_estimates::Entry) -> Option<
     loop {
         if let Some(estimate) = entry.estimate_ns() {
             return Some(estimate);
+        }
+        if !entry.sampling() {
+            return None;
         }
         let now = monotonic_ns();
         if now >= deadline {
