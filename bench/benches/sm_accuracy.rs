@@ -6,7 +6,8 @@
 //! Run: `cargo bench -p dilu-bench --bench sm_accuracy` (needs the release
 //! build of the workspace: `cargo build --release --workspace`).
 
-use dilu_tests::sm_scenario::{Scenario, TenantLoop};
+use dilu_bench::svg::LinePlot;
+use dilu_tests::sm_scenario::{Outcome, Scenario, TenantLoop};
 use std::fmt::Write as _;
 use std::time::Duration;
 
@@ -91,7 +92,7 @@ const CASES: &[Case] = &[
     },
 ];
 
-fn run(case: &Case, limited: bool) -> (Vec<f64>, f64) {
+fn run(case: &Case, limited: bool) -> (Vec<f64>, f64, Outcome) {
     let loops: Vec<TenantLoop> = case
         .shares
         .iter()
@@ -100,7 +101,31 @@ fn run(case: &Case, limited: bool) -> (Vec<f64>, f64) {
     let outcome = Scenario::start("bench-sm", &loops, &[]).finish(Duration::from_secs(120));
     let shares = outcome.shares();
     let used = shares.iter().sum();
-    (shares, used)
+    (shares, used, outcome)
+}
+
+/// Device-time share per tenant over time, with and without dilu.
+fn plot_over_time(case: &Case, dilu: &Outcome, plain: &Outcome, path: &std::path::Path) {
+    let bin_ns = 250_000_000;
+    let mut plot = LinePlot::new(
+        &format!(
+            "{} at {:?}%: device-time share per 250 ms",
+            case.name, case.shares
+        ),
+        "seconds",
+        "% of device time",
+    )
+    .y_range(0.0, 100.0);
+    for (label, outcome) in [("dilu", dilu), ("no dilu", plain)] {
+        for (tenant, points) in outcome.shares_over_time(bin_ns).iter().enumerate() {
+            let name = format!("{label}: tenant {} ({}%)", tenant + 1, case.shares[tenant]);
+            plot = plot.series(&name, points);
+        }
+    }
+    match plot.write(path) {
+        Ok(()) => eprintln!("wrote {}", path.display()),
+        Err(error) => eprintln!("cannot write {}: {error}", path.display()),
+    }
 }
 
 fn percents(values: &[f64]) -> String {
@@ -118,10 +143,19 @@ fn main() {
     let mut table = String::from(
         "| workload | target % | dilu: device time % | dilu: split of used % | worst error (pts) | without dilu: device time % |\n|---|---|---|---|---:|---|\n",
     );
-    for case in CASES {
+    let results = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("results");
+    for (index, case) in CASES.iter().enumerate() {
         eprintln!("sm_accuracy: {} at {:?} ...", case.name, case.shares);
-        let (dilu, used) = run(case, true);
-        let (plain, _) = run(case, false);
+        let (dilu, used, dilu_outcome) = run(case, true);
+        let (plain, _, plain_outcome) = run(case, false);
+        if index == 0 {
+            plot_over_time(
+                case,
+                &dilu_outcome,
+                &plain_outcome,
+                &results.join("sm-share-over-time.svg"),
+            );
+        }
         // Alone, the share of wall-clock time is the measure; together, how
         // the tenants split the device time they used.
         let judged: Vec<f64> = if case.shares.len() == 1 {
@@ -154,7 +188,7 @@ fn main() {
         table.push_str(&line);
     }
     println!("{table}");
-    let out = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("results/sm-accuracy.md");
+    let out = results.join("sm-accuracy.md");
     let mut doc = String::from("# SM-time accuracy on simgpu\n\n");
     let _ = writeln!(
         doc,
@@ -168,6 +202,9 @@ fn main() {
          error above the ±3-point target.\n"
     );
     doc.push_str(&table);
+    doc.push_str(
+        "\nShares over time for the first row, with and without dilu: `sm-share-over-time.svg`.\n",
+    );
     if let Err(error) = std::fs::write(&out, doc) {
         eprintln!("cannot write {}: {error}", out.display());
     } else {

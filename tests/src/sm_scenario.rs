@@ -163,6 +163,25 @@ impl Outcome {
             .collect()
     }
 
+    /// Per tenant, its share of each `bin_ns` slice of the common window, as
+    /// (seconds from the window's start, share).
+    pub fn shares_over_time(&self, bin_ns: u64) -> Vec<Vec<(f64, f64)>> {
+        let mut series = vec![Vec::new(); self.pids.len()];
+        let Some((from, to)) = dilu_abi::simtrace::common_window(&self.records) else {
+            return series;
+        };
+        let mut start = from;
+        while start + bin_ns <= to {
+            let shares = self.shares_between(Some((start, start + bin_ns)));
+            let at = (start + bin_ns / 2 - from) as f64 / 1e9;
+            for (tenant, share) in shares.into_iter().enumerate() {
+                series[tenant].push((at, share * 100.0));
+            }
+            start += bin_ns;
+        }
+        series
+    }
+
     /// Each tenant's part of the device time used by all of them.
     pub fn split(&self) -> Vec<f64> {
         let shares = self.shares();
