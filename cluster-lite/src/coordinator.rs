@@ -29,7 +29,7 @@ use crate::control::{
     ClusterStatus, ControlReply, ControlRequest, FunctionProfile, FunctionStatus, NodeStatus,
 };
 use crate::model::ClusterState;
-use crate::policy::{PlacementPolicy, place, policy_by_name};
+use crate::policy::{PlacementPolicy, place_on_one_node, policy_by_name};
 use crate::scaling::{Autoscaler, LoadSample, ScalingRule};
 use crate::wire_io::{WireError, read_frame, write_frame};
 
@@ -446,7 +446,9 @@ impl Coordinator {
         demand: &dilu_abi::cluster_wire::InstanceDemand,
     ) -> bool {
         let (cluster, owners) = self.cluster_view();
-        let Some(placement) = place(self.policy.as_ref(), &cluster, demand) else {
+        // A node agent hosts an instance on its own GPUs only, so a gang
+        // stays on one node here even under a policy that may span nodes.
+        let Some(placement) = place_on_one_node(self.policy.as_ref(), &cluster, demand) else {
             tracing::warn!("function {function}: no GPU fits another instance");
             return false;
         };

@@ -2,12 +2,15 @@
 //! every policy, print the markdown table, optionally write md + SVG.
 
 use std::io::{IsTerminal, Write};
+use std::ops::RangeInclusive;
 use std::path::PathBuf;
 
 use clap::Args;
 use dilu_abi::units::parse_size;
 use dilu_cluster::policy::{POLICY_NAMES, policy_by_name};
-use dilu_cluster::simulator::trace::{ArrivalPattern, TraceSpec, generate, read_json_lines};
+use dilu_cluster::simulator::trace::{
+    ArrivalPattern, TraceRecord, TraceSpec, generate, read_json_lines,
+};
 use dilu_cluster::simulator::{ClusterShape, SimulationResult, report, simulate};
 
 #[derive(Debug, Args)]
@@ -21,7 +24,8 @@ pub struct SimulateArgs {
     /// GPUs in the simulated cluster.
     #[arg(long, default_value_t = 4000)]
     pub gpus: usize,
-    /// GPUs per node (gang placement keeps training on one node).
+    /// GPUs per node (gangs of dilu-paper and dilu may span nodes; the other
+    /// policies keep a gang on one node).
     #[arg(long, default_value_t = 8)]
     pub gpus_per_node: usize,
     /// Memory per GPU, e.g. 80GiB.
@@ -42,10 +46,31 @@ pub struct SimulateArgs {
     /// Write the generated trace as JSON lines to this file.
     #[arg(long)]
     pub save_trace: Option<PathBuf>,
+    /// Replay one generated trace per seed in FIRST..LAST (inclusive) and
+    /// print how each policy compares with dilu-paper across them.
+    #[arg(long, value_name = "FIRST..LAST", value_parser = parse_seed_range,
+          conflicts_with_all = ["trace", "seed", "out", "save_trace"])]
+    pub seeds: Option<RangeInclusive<u64>>,
+}
+
+fn parse_seed_range(text: &str) -> Result<RangeInclusive<u64>, String> {
+    let (first, last) = text
+        .split_once("..")
+        .ok_or_else(|| format!("expected FIRST..LAST, got {text:?}"))?;
+    let parse = |part: &str| {
+        part.trim()
+            .parse::<u64>()
+            .map_err(|error| format!("seed {part:?}: {error}"))
+    };
+    let (first, last) = (parse(first)?, parse(last)?);
+    if first > last {
+        return Err(format!("empty seed range {text:?}"));
+    }
+    Ok(first..=last)
 }
 
 pub fn run(args: SimulateArgs) -> Result<(), String> {
-    let names: Vec<&str> = if args.policy == "all" {
+    let mut names: Vec<&str> = if args.policy == "all" {
         POLICY_NAMES.to_vec()
     } else if POLICY_NAMES.contains(&args.policy.as_str()) {
         vec![args.policy.as_str()]
@@ -58,6 +83,39 @@ pub fn run(args: SimulateArgs) -> Result<(), String> {
     };
     if args.gpus == 0 || args.gpus_per_node == 0 {
         return Err("--gpus and --gpus-per-node must be at least 1".into());
+    }
+    let shape = ClusterShape {
+        gpus: args.gpus,
+        gpus_per_node: args.gpus_per_node,
+        gpu_memory: args.gpu_memory,
+    };
+    let interactive = std::io::stderr().is_terminal();
+    if let Some(seeds) = &args.seeds {
+        if !names.contains(&"dilu-paper") {
+            names.push("dilu-paper");
+        }
+        let mut runs = Vec::new();
+        for seed in seeds.clone() {
+            let trace = generate(&TraceSpec {
+                instances: args.events,
+                cluster_gpus: args.gpus,
+                arrival: args.arrival,
+                seed,
+            });
+            runs.push(replay(&names, &trace, &shape, interactive)?);
+        }
+        println!(
+            "{} instances, {:?} arrivals, seeds {}..{}; cluster of {} GPUs ({} per node, {} each)\n\n{}",
+            args.events,
+            args.arrival,
+            seeds.start(),
+            seeds.end(),
+            args.gpus,
+            args.gpus_per_node,
+            dilu_abi::units::format_size(args.gpu_memory),
+            report::sweep_table(&runs)
+        );
+        return Ok(());
     }
     let trace = match &args.trace {
         Some(path) => {
@@ -79,20 +137,7 @@ pub fn run(args: SimulateArgs) -> Result<(), String> {
         dilu_cluster::simulator::trace::write_json_lines(&trace, std::io::BufWriter::new(file))
             .map_err(|error| format!("cannot write {}: {error}", path.display()))?;
     }
-    let shape = ClusterShape {
-        gpus: args.gpus,
-        gpus_per_node: args.gpus_per_node,
-        gpu_memory: args.gpu_memory,
-    };
-    let interactive = std::io::stderr().is_terminal();
-    let mut results: Vec<SimulationResult> = Vec::new();
-    for name in &names {
-        let policy = policy_by_name(name).ok_or_else(|| format!("unknown policy {name}"))?;
-        let result = simulate(policy.as_ref(), &trace, &shape, |done, total| {
-            show_progress(name, done, total, interactive)
-        });
-        results.push(result);
-    }
+    let results = replay(&names, &trace, &shape, interactive)?;
     let source = match &args.trace {
         Some(path) => format!("trace file {}", path.display()),
         None => format!(
@@ -123,6 +168,23 @@ pub fn run(args: SimulateArgs) -> Result<(), String> {
         eprintln!("wrote {} and {}", md_path.display(), svg_path.display());
     }
     Ok(())
+}
+
+/// Replays `trace` under each named policy, in order.
+fn replay(
+    names: &[&str],
+    trace: &[TraceRecord],
+    shape: &ClusterShape,
+    interactive: bool,
+) -> Result<Vec<SimulationResult>, String> {
+    let mut results = Vec::with_capacity(names.len());
+    for name in names {
+        let policy = policy_by_name(name).ok_or_else(|| format!("unknown policy {name}"))?;
+        results.push(simulate(policy.as_ref(), trace, shape, |done, total| {
+            show_progress(name, done, total, interactive)
+        }));
+    }
+    Ok(results)
 }
 
 fn show_progress(policy: &str, done: usize, total: usize, interactive: bool) {

@@ -1,47 +1,56 @@
 //! `dilu`: resourcing-complementary placement (ours).
 //!
-//! Control law, for an instance with per-GPU demand (r = SM request,
-//! l = SM limit, m = memory share) on a GPU whose sums before placement are
-//! (R, L, M):
+//! For an instance with per-GPU demand (r = SM request, l = SM limit,
+//! m = memory share) and a GPU whose sums before placement are (R, L, M):
 //!
-//! * admit only if R + r ≤ 1, M + m ≤ 1 and L + l ≤ `limit_bound`
-//!   (oversubscription of limits within a bound);
-//! * cost, lower is better, the sum of:
-//!   - `OPEN_GPU_COST` if the GPU is idle (wake GPUs only when no busy GPU
-//!     fits);
-//!   - (1 − (R + r)) + `memory_weight` · (1 − (M + m)): best fit, fill GPUs;
-//!   - `balance_weight` · |(R + r) − (M + m)|: pack SM against memory, so an
-//!     SM-heavy/memory-light instance lands where memory-heavy work already
-//!     sits and neither dimension strands the other;
-//!   - `risk_weight` · (max(0, L + l − 1) − max(0, L − 1)): each unit of new
-//!     limit excess (SLO risk) must buy a real packing gain;
-//!   - minus `pairing_bonus` if the GPU hosts only the other class (latency
-//!     work next to batch work, whose bursts rarely coincide).
+//! * **admit** only if R + r ≤ 1, M + m ≤ 1 and L + l ≤ `limit_bound`
+//!   (requests are reserved, limits are oversubscribed within a bound);
+//! * **cost**, lower is better:
+//!   - `OPEN_GPU_COST` if the GPU is idle: wake a GPU only when no busy GPU
+//!     admits the instance;
+//!   - 1 − max(R + r, M + m): best fit on the GPU's dominant (tightest)
+//!     resource after placement, so SM-light/memory-heavy work fills the
+//!     GPUs whose memory binds and SM-heavy work the GPUs whose SM binds;
+//!   - `risk_weight` · (max(0, L + l − 1) − max(0, L − 1)): the limit excess
+//!     (SLO risk) the placement adds. Work with a large limit-to-request
+//!     headroom (bursty latency work) is thereby steered onto GPUs whose
+//!     limits sum to well under 1, which are the GPUs running low-headroom
+//!     batch work: latency is paired with batch without naming the classes.
 //!
-//! Gang instances (training on several GPUs) go to the cheapest set of GPUs
-//! on one node.
+//! Gang instances (training on several GPUs) take the cheapest GPUs
+//! cluster-wide, like `dilu-paper`, so they fill holes on busy GPUs instead
+//! of waking idle ones. Front ends that can put an instance on one node only
+//! (the embedded coordinator, the Kubernetes extender) run the same search
+//! node by node.
+//!
+//! Why this rule, measured on the simulator's traces
+//! (`bench/results/cluster-sim.md`): SM requests bind long before memory, so
+//! placement is nearly one-dimensional bin packing, where best fit is hard to
+//! beat; GPU-hours and SLO risk then trade against each other (denser GPUs
+//! carry more limit excess). Best fit on the dominant resource plus the
+//! price on new excess sits on a slightly better trade-off than
+//! `dilu-paper`'s fixed 0.6·SM + 0.4·memory score. A memory-fill term, an
+//! SM-against-memory balance term, class-pairing bonuses and single-node
+//! gangs were each measured too; none improved the trade-off (single-node
+//! gangs cost about 1–2% GPU-hours).
 
 use super::{OPEN_GPU_COST, PlacementPolicy};
-use crate::model::{GpuState, InstanceDemand, SHARE_EPSILON, WorkClass};
+use crate::model::{GpuState, InstanceDemand, SHARE_EPSILON};
 
-/// Tunable weights of the `dilu` control law (see the module docs).
+/// Tunable parameters of the `dilu` rule (see the module docs).
 #[derive(Debug, Clone, PartialEq)]
 pub struct Complementary {
+    /// Bound on Σ SM limits per GPU.
     pub limit_bound: f64,
-    pub memory_weight: f64,
-    pub balance_weight: f64,
+    /// Price of one unit of new limit excess, in units of best-fit slack.
     pub risk_weight: f64,
-    pub pairing_bonus: f64,
 }
 
 impl Default for Complementary {
     fn default() -> Self {
         Self {
             limit_bound: 1.5,
-            memory_weight: 0.5,
-            balance_weight: 0.25,
-            risk_weight: 0.2,
-            pairing_bonus: 0.05,
+            risk_weight: 0.4,
         }
     }
 }
@@ -58,21 +67,15 @@ impl PlacementPolicy for Complementary {
     }
 
     fn cost(&self, gpu: &GpuState, demand: &InstanceDemand) -> f64 {
+        let open = if gpu.is_active() { 0.0 } else { OPEN_GPU_COST };
         let sm_after = gpu.sm_request_sum + demand.sm_request;
         let memory_after = gpu.memory_share_with(demand.memory_bytes);
-        let open = if gpu.is_active() { 0.0 } else { OPEN_GPU_COST };
-        let best_fit = (1.0 - sm_after) + self.memory_weight * (1.0 - memory_after);
-        let balance = self.balance_weight * (sm_after - memory_after).abs();
+        let slack = 1.0 - sm_after.max(memory_after);
         let new_excess = (gpu.sm_limit_sum + demand.sm_limit - 1.0).max(0.0) - gpu.limit_excess();
-        let pairing = match demand.class {
-            WorkClass::Latency if gpu.latency_instances == 0 && gpu.batch_instances > 0 => {
-                self.pairing_bonus
-            }
-            WorkClass::Batch if gpu.batch_instances == 0 && gpu.latency_instances > 0 => {
-                self.pairing_bonus
-            }
-            _ => 0.0,
-        };
-        open + best_fit + balance + self.risk_weight * new_excess - pairing
+        open + slack + self.risk_weight * new_excess
+    }
+
+    fn gang_on_one_node(&self) -> bool {
+        false
     }
 }

@@ -6,7 +6,8 @@
 //! placement: the cheapest admitting GPU for single-GPU instances, and for
 //! multi-GPU (gang) instances the cheapest set of GPUs, on one node unless the
 //! policy says otherwise. The same search answers "can this node take it, and
-//! how well?" for the Kubernetes extender.
+//! how well?" for the Kubernetes extender, and [`place_on_one_node`] keeps
+//! gangs on one node for the embedded coordinator.
 
 mod baselines;
 mod dilu;
@@ -65,6 +66,17 @@ pub fn place(
     if wanted == 1 || !policy.gang_on_one_node() {
         return cheapest_gpus(policy, cluster, demand, 0..cluster.gpus.len(), wanted);
     }
+    place_on_one_node(policy, cluster, demand)
+}
+
+/// Like [`place`], but every GPU of the placement is on one node, whatever
+/// the policy's gang preference (for front ends whose nodes host an instance
+/// only on their own GPUs).
+pub fn place_on_one_node(
+    policy: &dyn PlacementPolicy,
+    cluster: &ClusterState,
+    demand: &InstanceDemand,
+) -> Option<Placement> {
     let mut best: Option<Placement> = None;
     for node in 0..cluster.nodes.len() {
         if let Some(candidate) = place_on_node(policy, cluster, demand, node)

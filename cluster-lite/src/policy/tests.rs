@@ -84,50 +84,134 @@ fn limit_bounds_differ_between_infless_variants_and_dilu_paper() {
 }
 
 #[test]
-fn dilu_prefers_a_busy_gpu_and_pairs_memory_heavy_with_sm_heavy_work() {
+fn dilu_pairs_bursty_latency_work_with_batch_work_where_dilu_paper_does_not() {
+    let mut cluster = ClusterState::uniform(1, 2, 80 * GIB);
+    // GPU 0 runs batch work with little limit headroom, GPU 1 latency work
+    // with a lot; the next latency instance also bursts well above its request.
+    cluster.apply(&demand(WorkClass::Batch, 0.45, 0.5, 30, 1), &[0]);
+    cluster.apply(&demand(WorkClass::Latency, 0.5, 0.9, 40, 1), &[1]);
+    let bursty = demand(WorkClass::Latency, 0.3, 0.55, 5, 1);
+    let ours = place(&Complementary::default(), &cluster, &bursty).expect("fits");
+    assert_eq!(ours.gpus, vec![0], "dilu pairs latency with batch work");
+    let paper = place(&DiluPaper, &cluster, &bursty).expect("fits");
+    assert_eq!(paper.gpus, vec![1], "dilu-paper fills the fuller GPU");
+    // dilu's choice leaves less limit excess on the cluster.
+    let excess_after = |gpu: usize| {
+        let mut after = cluster.clone();
+        after.apply(&bursty, &[gpu]);
+        after.gpus.iter().map(GpuState::limit_excess).sum::<f64>()
+    };
+    assert!(excess_after(0) + 0.3 < excess_after(1));
+}
+
+#[test]
+fn dilu_fits_each_instance_where_its_dominant_resource_binds() {
     let mut cluster = ClusterState::uniform(1, 3, 80 * GIB);
-    let memory_heavy = demand(WorkClass::Batch, 0.2, 0.3, 60, 1);
-    let sm_heavy = demand(WorkClass::Latency, 0.6, 0.6, 5, 1);
-    // GPU 0 holds memory-heavy work, GPU 1 SM-heavy work.
-    cluster.apply(&memory_heavy, &[0]);
-    cluster.apply(&sm_heavy, &[1]);
+    // GPU 0 is memory-bound, GPU 1 SM-bound, GPU 2 idle.
+    cluster.apply(&demand(WorkClass::Batch, 0.2, 0.3, 60, 1), &[0]);
+    cluster.apply(&demand(WorkClass::Latency, 0.6, 0.6, 5, 1), &[1]);
     let policy = Complementary::default();
-    let next_sm_heavy = demand(WorkClass::Latency, 0.3, 0.3, 5, 1);
-    let placement = place(&policy, &cluster, &next_sm_heavy).expect("fits");
-    assert_eq!(
-        placement.gpus,
-        vec![0],
-        "SM-heavy work should join memory-heavy work"
-    );
-    let next_memory_heavy = demand(WorkClass::Batch, 0.1, 0.1, 50, 1);
-    let placement = place(&policy, &cluster, &next_memory_heavy).expect("fits");
-    assert_eq!(
-        placement.gpus,
-        vec![1],
-        "memory-heavy work should join SM-heavy work"
-    );
+    let memory_heavy = demand(WorkClass::Batch, 0.1, 0.1, 15, 1);
+    let placement = place(&policy, &cluster, &memory_heavy).expect("fits");
+    assert_eq!(placement.gpus, vec![0], "memory-heavy work fills memory");
+    let sm_heavy = demand(WorkClass::Latency, 0.3, 0.3, 5, 1);
+    let placement = place(&policy, &cluster, &sm_heavy).expect("fits");
+    assert_eq!(placement.gpus, vec![1], "SM-heavy work fills SM");
+    // Nothing busy admits it (memory on GPU 0, SM on GPU 1): wake GPU 2.
+    let big = demand(WorkClass::Latency, 0.5, 0.5, 30, 1);
+    let placement = place(&policy, &cluster, &big).expect("fits");
+    assert_eq!(placement.gpus, vec![2]);
 }
 
 #[test]
-fn dilu_gang_places_training_on_one_node() {
+fn dilu_gangs_fill_busy_gpus_across_nodes_and_one_node_search_stays_local() {
     let mut cluster = ClusterState::uniform(2, 4, 80 * GIB);
-    let filler = demand(WorkClass::Latency, 0.9, 0.9, 10, 1);
-    // Node 0 has only two GPUs with room, node 1 has four.
-    cluster.apply(&filler, &[0]);
-    cluster.apply(&filler, &[1]);
-    let training = demand(WorkClass::Batch, 0.5, 0.7, 30, 3);
-    let placement = place(&Complementary::default(), &cluster, &training).expect("node 1 fits");
-    assert_eq!(placement.gpus, vec![4, 5, 6]);
-    assert!(place_on_node(&Complementary::default(), &cluster, &training, 0).is_none());
+    let filler = demand(WorkClass::Latency, 0.4, 0.5, 10, 1);
+    // Two busy GPUs with room on each node; the rest idle.
+    for gpu in [0, 1, 4, 5] {
+        cluster.apply(&filler, &[gpu]);
+    }
+    let training = demand(WorkClass::Batch, 0.5, 0.6, 30, 3);
+    let policy = Complementary::default();
+    let placement = place(&policy, &cluster, &training).expect("fits");
+    assert_eq!(placement.gpus.len(), 3);
+    let woken = placement
+        .gpus
+        .iter()
+        .filter(|&&gpu| !cluster.gpus[gpu].is_active())
+        .count();
+    assert_eq!(woken, 0, "three busy GPUs admit it: {:?}", placement.gpus);
+    let local = place_on_one_node(&policy, &cluster, &training).expect("fits on a node");
+    let node = cluster.gpus[local.gpus[0]].node;
+    assert!(local.gpus.iter().all(|&gpu| cluster.gpus[gpu].node == node));
+    assert_eq!(local.gpus.len(), 3);
 }
 
 #[test]
-fn gang_larger_than_any_node_is_refused() {
+fn gang_larger_than_any_node_needs_a_spanning_policy() {
     let cluster = ClusterState::uniform(3, 2, 80 * GIB);
     let training = demand(WorkClass::Batch, 0.5, 0.5, 10, 3);
-    assert!(place(&Complementary::default(), &cluster, &training).is_none());
-    assert!(
-        place(&DiluPaper, &cluster, &training).is_some(),
-        "dilu-paper spans nodes"
-    );
+    assert!(place(&InflessRequests, &cluster, &training).is_none());
+    for policy in [
+        &Complementary::default() as &dyn PlacementPolicy,
+        &DiluPaper,
+    ] {
+        assert!(
+            place(policy, &cluster, &training).is_some(),
+            "{}",
+            policy.name()
+        );
+        assert!(place_on_one_node(policy, &cluster, &training).is_none());
+    }
+}
+
+#[test]
+fn dilu_never_exceeds_requests_limits_or_memory_on_a_generated_trace() {
+    use crate::simulator::trace::{ArrivalPattern, TraceSpec, generate};
+    let trace = generate(&TraceSpec {
+        instances: 600,
+        cluster_gpus: 160,
+        arrival: ArrivalPattern::Bursty,
+        seed: 11,
+    });
+    // Arrivals and departures in time order (departures first on ties).
+    let mut events: Vec<(f64, bool, usize)> = trace
+        .iter()
+        .enumerate()
+        .flat_map(|(index, record)| {
+            [
+                (record.arrival_s, true, index),
+                (record.arrival_s + record.duration_s, false, index),
+            ]
+        })
+        .collect();
+    events.sort_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)));
+    let policy = Complementary::default();
+    // A quarter of the GPUs the trace was sized for, so the cluster fills up.
+    let mut cluster = ClusterState::uniform(5, 8, 80 * GIB);
+    let mut placed: Vec<Vec<usize>> = vec![Vec::new(); trace.len()];
+    let (mut placements, mut refusals) = (0, 0);
+    for (_, arrival, index) in events {
+        let work = trace[index].demand();
+        if !arrival {
+            cluster.release(&work, &std::mem::take(&mut placed[index]));
+            continue;
+        }
+        let Some(placement) = place(&policy, &cluster, &work) else {
+            refusals += 1;
+            continue;
+        };
+        let mut distinct = placement.gpus.clone();
+        distinct.dedup();
+        assert_eq!(distinct.len(), work.gpus as usize);
+        cluster.apply(&work, &placement.gpus);
+        placed[index] = placement.gpus;
+        placements += 1;
+        for gpu in &cluster.gpus {
+            assert!(gpu.sm_request_sum <= 1.0 + 1e-9, "{gpu:?}");
+            assert!(gpu.sm_limit_sum <= policy.limit_bound + 1e-9, "{gpu:?}");
+            assert!(gpu.memory_used <= gpu.memory_capacity, "{gpu:?}");
+        }
+    }
+    assert!(placements > 300 && refusals > 0, "{placements} {refusals}");
 }

@@ -223,6 +223,20 @@ mod tests {
         }
     }
 
+    fn generated(
+        instances: usize,
+        cluster_gpus: usize,
+        arrival: ArrivalPattern,
+        seed: u64,
+    ) -> Vec<TraceRecord> {
+        generate(&TraceSpec {
+            instances,
+            cluster_gpus,
+            arrival,
+            seed,
+        })
+    }
+
     #[test]
     fn two_instances_sharing_a_gpu_cost_one_gpu_hour_per_hour() {
         let record = |id, arrival_s| TraceRecord {
@@ -253,12 +267,7 @@ mod tests {
 
     #[test]
     fn full_cluster_rejects_and_progress_reaches_the_end() {
-        let trace = generate(&TraceSpec {
-            instances: 200,
-            cluster_gpus: 400,
-            arrival: ArrivalPattern::Poisson,
-            seed: 3,
-        });
+        let trace = generated(200, 400, ArrivalPattern::Poisson, 3);
         let mut last_progress = (0, 0);
         let tiny = simulate(&Exclusive, &trace, &shape(8), |done, total| {
             last_progress = (done, total)
@@ -269,13 +278,29 @@ mod tests {
     }
 
     #[test]
+    fn dilu_uses_fewer_gpu_hours_than_dilu_paper_at_no_more_risk_on_a_seeded_trace() {
+        // The bursty headline trace of bench/results/cluster-sim.md.
+        let trace = generated(3200, 4000, ArrivalPattern::Bursty, 1);
+        let paper = simulate(&DiluPaper, &trace, &shape(4000), |_, _| {});
+        let ours = simulate(&Complementary::default(), &trace, &shape(4000), |_, _| {});
+        assert_eq!(paper.rejected + ours.rejected, 0);
+        assert!(
+            ours.gpu_hours < paper.gpu_hours,
+            "dilu {} vs dilu-paper {} GPU-hours",
+            ours.gpu_hours,
+            paper.gpu_hours
+        );
+        assert!(
+            ours.mean_limit_excess <= paper.mean_limit_excess,
+            "dilu risk {} vs dilu-paper {}",
+            ours.mean_limit_excess,
+            paper.mean_limit_excess
+        );
+    }
+
+    #[test]
     fn sharing_policies_use_fewer_gpu_hours_than_exclusive() {
-        let trace = generate(&TraceSpec {
-            instances: 400,
-            cluster_gpus: 256,
-            arrival: ArrivalPattern::Poisson,
-            seed: 9,
-        });
+        let trace = generated(400, 256, ArrivalPattern::Poisson, 9);
         let exclusive = simulate(&Exclusive, &trace, &shape(256), |_, _| {});
         let paper = simulate(&DiluPaper, &trace, &shape(256), |_, _| {});
         let ours = simulate(&Complementary::default(), &trace, &shape(256), |_, _| {});

@@ -41,6 +41,52 @@ pub fn markdown_table(results: &[SimulationResult]) -> String {
     table
 }
 
+/// Markdown summary of one policy set replayed on several traces: each inner
+/// slice holds the results of one trace (same policies in the same order).
+/// Every policy is compared with `dilu-paper` on the same trace; a trace
+/// counts as a win when the policy uses fewer GPU-hours at no more SLO risk.
+pub fn sweep_table(runs: &[Vec<SimulationResult>]) -> String {
+    let mut table = String::from(
+        "| policy | traces | mean GPU-hours vs dilu-paper | worst | mean SLO risk − dilu-paper's | fewer GPU-hours | fewer GPU-hours at ≤ risk |\n\
+         |---|---:|---:|---:|---:|---:|---:|\n",
+    );
+    let Some(first) = runs.first() else {
+        return table;
+    };
+    for (column, result) in first.iter().enumerate() {
+        let mut relative = Vec::new();
+        let (mut risk_delta, mut fewer, mut wins) = (0.0, 0, 0);
+        for run in runs {
+            let Some(paper) = run.iter().find(|result| result.policy == "dilu-paper") else {
+                continue;
+            };
+            let Some(ours) = run.get(column).filter(|ours| ours.policy == result.policy) else {
+                continue;
+            };
+            let change = 100.0 * (ours.gpu_hours / paper.gpu_hours.max(f64::MIN_POSITIVE) - 1.0);
+            let risk = ours.mean_limit_excess - paper.mean_limit_excess;
+            relative.push(change);
+            risk_delta += risk;
+            if ours.gpu_hours < paper.gpu_hours {
+                fewer += 1;
+                if risk <= 0.0 {
+                    wins += 1;
+                }
+            }
+        }
+        let traces = relative.len();
+        let mean = relative.iter().sum::<f64>() / traces.max(1) as f64;
+        let worst = relative.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+        let _ = writeln!(
+            table,
+            "| {} | {traces} | {mean:+.2}% | {worst:+.2}% | {:+.4} | {fewer}/{traces} | {wins}/{traces} |",
+            result.policy,
+            risk_delta / traces.max(1) as f64,
+        );
+    }
+    table
+}
+
 const COLOURS: [&str; 6] = [
     "#d62728", "#1f77b4", "#2ca02c", "#ff7f0e", "#7f7f7f", "#9467bd",
 ];
@@ -157,6 +203,26 @@ mod tests {
         let table = markdown_table(&[result("dilu", 90.0), result("dilu-paper", 100.0)]);
         assert!(table.contains("| dilu | 90.0 | -10.0% |"), "{table}");
         assert!(table.contains("| dilu-paper | 100.0 | +0.0% |"), "{table}");
+    }
+
+    #[test]
+    fn sweep_counts_wins_against_dilu_paper() {
+        let mut cheaper_riskier = result("dilu", 90.0);
+        cheaper_riskier.mean_limit_excess = 0.1;
+        let runs = vec![
+            vec![result("dilu", 90.0), result("dilu-paper", 100.0)],
+            vec![cheaper_riskier, result("dilu-paper", 100.0)],
+            vec![result("dilu", 110.0), result("dilu-paper", 100.0)],
+        ];
+        let table = sweep_table(&runs);
+        assert!(
+            table.contains("| dilu | 3 | -3.33% | +10.00% | +0.0333 | 2/3 | 1/3 |"),
+            "{table}"
+        );
+        assert!(
+            table.contains("| dilu-paper | 3 | +0.00% | +0.00% | +0.0000 | 0/3 | 0/3 |"),
+            "{table}"
+        );
     }
 
     #[test]
