@@ -4,7 +4,8 @@
 # side in one run.
 #
 #   overhead   what the interposer adds per driver call (criterion, simgpu null
-#              driver)                        -> bench/results/overhead.md
+#              driver), then launch again with an SM-time share
+#                                             -> bench/results/overhead.md, overhead-sm-launch.md
 #   startup    interposer start-up per process with 0, 16 and 64 other
 #              processes of the tenant        -> bench/results/startup.md, startup-cdf.svg
 #   sm         SM-time shares of two tenants under dilu vs plain time slicing
@@ -49,7 +50,11 @@ for target in "${targets[@]}"; do
   case $target in
     overhead)
       cargo bench -p dilu-bench --bench overhead -- "${extra[@]}" || failed+=(overhead)
-      results+=("bench/results/overhead.md (and criterion's reports in target/criterion/)") ;;
+      # The same launch rows again with an SM-time share (within budget).
+      DILU_SM_LIMIT=99 DILU_TENANT="bench-sm-$$" \
+        cargo bench -p dilu-bench --bench overhead -- cuLaunchKernel || failed+=(overhead-sm)
+      rm -f "/dev/shm/dilu-$(id -u)-bench-sm-$$".*
+      results+=("bench/results/overhead.md, overhead-sm-launch.md (and criterion's reports in target/criterion/)") ;;
     startup)
       cargo bench -p dilu-bench --bench startup -- "${extra[@]}" || failed+=(startup)
       results+=(bench/results/startup.md bench/results/startup-cdf.svg) ;;

@@ -16,14 +16,14 @@
 use core::ffi::{c_uint, c_void};
 
 use dilu_abi::cuda::sys::{
-    CUDA_LAUNCH_PARAMS, CUevent, CUfunction, CUgraph, CUgraphExec, CUgraphNode, CUlaunchConfig,
-    CUstream,
+    CUDA_LAUNCH_PARAMS, CUcontext, CUdevice, CUevent, CUfunction, CUgraph, CUgraphExec,
+    CUgraphNode, CUlaunchConfig, CUstream,
 };
 use dilu_abi::cuda::{CUDA_SUCCESS, CUresult};
 
 use crate::kernel_estimates::LaunchKey;
 use crate::table::Cx;
-use crate::{launch_control, sync_telemetry};
+use crate::{launch_control, recent_streams, sync_telemetry};
 
 // ---- memory ---------------------------------------------------------------
 
@@ -260,6 +260,30 @@ pub fn stream_end_capture(
 }
 
 // ---- synchronisation ------------------------------------------------------
+
+pub fn stream_destroy(
+    _cx: Cx,
+    next: impl FnOnce(CUstream) -> CUresult,
+    stream: CUstream,
+) -> CUresult {
+    recent_streams::forget(stream);
+    next(stream)
+}
+
+pub fn ctx_destroy(_cx: Cx, next: impl FnOnce(CUcontext) -> CUresult, ctx: CUcontext) -> CUresult {
+    recent_streams::forget_all();
+    next(ctx)
+}
+
+/// Releasing the primary context may destroy it (the last reference).
+pub fn primary_ctx_end(
+    _cx: Cx,
+    next: impl FnOnce(CUdevice) -> CUresult,
+    dev: CUdevice,
+) -> CUresult {
+    recent_streams::forget_all();
+    next(dev)
+}
 
 pub fn stream_synchronize(
     _cx: Cx,

@@ -11,8 +11,8 @@ use core::ffi::{c_char, c_uint, c_ulonglong, c_void};
 
 use dilu_abi::cuda::sys::{
     CUDA_ARRAY_DESCRIPTOR, CUDA_ARRAY3D_DESCRIPTOR, CUDA_GRAPH_INSTANTIATE_PARAMS,
-    CUDA_LAUNCH_PARAMS, CUDA_MEM_ALLOC_NODE_PARAMS, CUarray, CUdevice, CUdeviceptr, CUevent,
-    CUfunction, CUgraph, CUgraphEdgeData, CUgraphExec, CUgraphNode, CUgraphNodeParams,
+    CUDA_LAUNCH_PARAMS, CUDA_MEM_ALLOC_NODE_PARAMS, CUarray, CUcontext, CUdevice, CUdeviceptr,
+    CUevent, CUfunction, CUgraph, CUgraphEdgeData, CUgraphExec, CUgraphNode, CUgraphNodeParams,
     CUlaunchConfig, CUmemAllocationProp, CUmemGenericAllocationHandle, CUmemoryPool,
     CUmipmappedArray, CUstream,
 };
@@ -112,6 +112,17 @@ hook_table! {
         dependency_data: *const c_void, num_dependencies: usize, mode: c_uint,
     );
     h::stream_end_capture => fn cuStreamEndCapture / cuStreamEndCapture_ptsz(stream: CUstream, graph: *mut CUgraph);
+
+    // ---- stream and context lifetimes (streams a sample may record on) --
+    // (the unsuffixed cuStreamDestroy and cuCtxDestroy are the pre-4.0 ABI;
+    // cudart asks for the primary-context functions at version 7000, the
+    // unsuffixed ones)
+    h::stream_destroy => fn cuStreamDestroy_v2(stream: CUstream);
+    h::ctx_destroy => fn cuCtxDestroy_v2(ctx: CUcontext);
+    h::primary_ctx_end => fn cuDevicePrimaryCtxRelease_v2(dev: CUdevice);
+    h::primary_ctx_end => fn cuDevicePrimaryCtxRelease(dev: CUdevice);
+    h::primary_ctx_end => fn cuDevicePrimaryCtxReset_v2(dev: CUdevice);
+    h::primary_ctx_end => fn cuDevicePrimaryCtxReset(dev: CUdevice);
 
     // ---- synchronisation --------------------------------------------------
     h::stream_synchronize => fn cuStreamSynchronize / cuStreamSynchronize_ptsz(stream: CUstream);

@@ -3,9 +3,9 @@
 //! A launch is keyed by what determines its duration as far as we can see:
 //! the function and its grid size (or the executable graph). The table is
 //! lock-free open addressing in a fixed array (no allocation on the launch
-//! path); entries are never removed. Each entry also counts the launches
-//! charged since the last measurement and what they were charged, so a new
-//! measurement can charge back the exact difference.
+//! path); entries are never removed. Each entry also counts its launches:
+//! those since the last measurement were all charged that measurement, so
+//! a new one can charge back the exact difference.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
@@ -41,11 +41,34 @@ pub struct Entry {
     key: AtomicU64,
     /// Measured duration (ns); 0 until the first measurement.
     estimate_ns: AtomicU64,
+    /// Launches of this kind ever charged (the launch path's only write).
     launches: AtomicU64,
-    pending_launches: AtomicU64,
-    pending_charged_ns: AtomicU64,
+    /// `launches` when the last measurement was settled: the launches in
+    /// between were all charged the estimate of that time.
+    settled_launches: AtomicU64,
+    /// Time one launch in this many (see [`sampling_period`]).
+    sample_every: AtomicU64,
     /// A sample of this kind is being timed.
     sampling: AtomicBool,
+}
+
+/// Host time a sample costs on a real driver, counted generously: three
+/// event records, their queries and an elapsed-time read.
+const SAMPLE_COST_NS: u64 = 10_000;
+/// Fewest launches between two samples of one kind.
+pub const MIN_SAMPLE_EVERY: u64 = 4;
+/// Most launches between two samples of one kind.
+pub const MAX_SAMPLE_EVERY: u64 = 256;
+
+/// How often a kind of `estimate_ns` is timed: as often as possible (one
+/// in [`MIN_SAMPLE_EVERY`]) while sampling costs at most about 1% of the GPU
+/// time the kind uses, so short kernels are timed less often. A power of
+/// two, so the launch path tests it with a mask.
+pub fn sampling_period(estimate_ns: u64) -> u64 {
+    (SAMPLE_COST_NS * 100)
+        .div_ceil(estimate_ns.max(1))
+        .clamp(MIN_SAMPLE_EVERY, MAX_SAMPLE_EVERY)
+        .next_power_of_two()
 }
 
 impl Entry {
@@ -54,8 +77,8 @@ impl Entry {
             key: AtomicU64::new(0),
             estimate_ns: AtomicU64::new(0),
             launches: AtomicU64::new(0),
-            pending_launches: AtomicU64::new(0),
-            pending_charged_ns: AtomicU64::new(0),
+            settled_launches: AtomicU64::new(0),
+            sample_every: AtomicU64::new(MIN_SAMPLE_EVERY),
             sampling: AtomicBool::new(false),
         }
     }
@@ -69,17 +92,24 @@ impl Entry {
 
     /// Launches charged since the last measurement.
     pub fn unmeasured_launches(&self) -> u64 {
-        self.pending_launches.load(Ordering::Relaxed)
+        self.launches
+            .load(Ordering::Relaxed)
+            .saturating_sub(self.settled_launches.load(Ordering::Relaxed))
     }
 
-    /// Records a launch charged `charged_ns`; returns how many launches of
-    /// this kind came before it.
+    /// Records a launch (charged the current estimate, or [`FIRST_GUESS_NS`]
+    /// before there is one); returns how many launches of this kind came
+    /// before it.
     #[inline]
-    pub fn charge(&self, charged_ns: u64) -> u64 {
-        self.pending_launches.fetch_add(1, Ordering::Relaxed);
-        self.pending_charged_ns
-            .fetch_add(charged_ns, Ordering::Relaxed);
+    pub fn charge(&self) -> u64 {
         self.launches.fetch_add(1, Ordering::Relaxed)
+    }
+
+    /// Whether the launch that had `launches_before` predecessors is one to
+    /// time.
+    #[inline]
+    pub fn due_for_sample(&self, launches_before: u64) -> bool {
+        launches_before & (self.sample_every.load(Ordering::Relaxed) - 1) == 0
     }
 
     /// Claims the right to time a sample (one at a time per kind).
@@ -99,11 +129,17 @@ impl Entry {
     /// Installs a new estimate and returns the GPU time the launches since
     /// the previous one were under-charged (negative: over-charged).
     pub fn settle(&self, estimate_ns: u64) -> i64 {
-        self.estimate_ns
-            .store(estimate_ns.max(1), Ordering::Relaxed);
-        let launches = self.pending_launches.swap(0, Ordering::AcqRel);
-        let charged = self.pending_charged_ns.swap(0, Ordering::AcqRel);
-        (launches as i128 * estimate_ns as i128 - charged as i128)
+        let estimate_ns = estimate_ns.max(1);
+        self.sample_every
+            .store(sampling_period(estimate_ns), Ordering::Relaxed);
+        let charged_each = match self.estimate_ns.swap(estimate_ns, Ordering::AcqRel) {
+            0 => FIRST_GUESS_NS,
+            previous => previous,
+        };
+        let launches = self.launches.load(Ordering::Acquire);
+        let pending =
+            launches.saturating_sub(self.settled_launches.swap(launches, Ordering::AcqRel));
+        (pending as i128 * (estimate_ns as i128 - charged_each as i128))
             .clamp(i64::MIN as i128, i64::MAX as i128) as i64
     }
 }
@@ -173,19 +209,36 @@ mod tests {
         let (entry, _) = table.entry(LaunchKey::kernel(1, 1));
         assert_eq!(entry.estimate_ns(), None);
         for _ in 0..10 {
-            entry.charge(FIRST_GUESS_NS);
+            entry.charge();
         }
         // Ten launches charged 100 µs each really took 250 µs each.
         assert_eq!(entry.settle(250_000), 10 * 150_000);
         assert_eq!(entry.estimate_ns(), Some(250_000));
-        entry.charge(250_000);
-        entry.charge(250_000);
+        entry.charge();
+        entry.charge();
         assert_eq!(entry.settle(200_000), -100_000);
         assert_eq!(entry.settle(200_000), 0, "nothing pending");
         assert!(entry.start_sampling());
         assert!(!entry.start_sampling());
         entry.stop_sampling();
         assert!(entry.start_sampling());
+    }
+
+    #[test]
+    fn short_kernels_are_timed_less_often() {
+        assert_eq!(sampling_period(5_000_000), MIN_SAMPLE_EVERY);
+        assert_eq!(sampling_period(100_000), 16);
+        assert_eq!(sampling_period(20_000), 64);
+        assert_eq!(sampling_period(1_000), MAX_SAMPLE_EVERY);
+        let table = Box::new(EstimateTable::new());
+        let (entry, _) = table.entry(LaunchKey::kernel(2, 1));
+        assert!(
+            (0..4)
+                .map(|n| entry.due_for_sample(n))
+                .eq([true, false, false, false])
+        );
+        entry.settle(100_000);
+        assert!(entry.due_for_sample(32) && !entry.due_for_sample(4) && !entry.due_for_sample(10));
     }
 
     #[test]

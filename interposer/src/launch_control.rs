@@ -3,32 +3,23 @@
 //!
 //! Within budget a launch costs an estimate look-up, one CAS on the bucket
 //! and a few counter adds: no lock, no system call, no allocation. A sampled
-//! launch (the first of a kind, then one in [`SAMPLE_EVERY`]) additionally
-//! records two events; a throttled one sleeps until its tokens exist
+//! launch (the first of a kind, then one in
+//! [`sampling_period`](crate::kernel_estimates::sampling_period)) additionally
+//! records up to three events; a throttled one sleeps until its tokens exist
 //! (`clock_nanosleep` to an absolute deadline, not a polling tick).
 
 use crate::driver;
 use crate::kernel_estimates::{EstimateTable, FIRST_GUESS_NS, LaunchKey};
+use crate::recent_streams;
 use crate::sampler;
 use crate::tenant_sm::{self, TenantSm};
 use dilu_abi::cuda::{CUDA_SUCCESS, CUresult, sys};
-use dilu_abi::ledger::MAX_DEVICES;
 use dilu_abi::monotonic_ns;
 use dilu_abi::sm::is_limited;
 use dilu_abi::telemetry::Admission;
 use std::sync::OnceLock;
-use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicI64, Ordering};
 
-/// Once a kind is known, a launch of it is timed when this process had no
-/// work of its own left on the device (the sample then times the kernel
-/// alone, not also the work queued ahead of it), at most one in
-/// [`SAMPLE_WHEN_IDLE_EVERY`]; and in any case one in [`SAMPLE_EVERY`].
-pub const SAMPLE_WHEN_IDLE_EVERY: u64 = 4;
-pub const SAMPLE_EVERY: u64 = 256;
-
-/// When this process's launched work is expected to be done, per device
-/// (from the estimates): a launch after that instant finds the device free
-/// of our own work.
 /// Launches of a kind never measured that may be in flight before its first
 /// measurement arrives: each is charged only a guess, so without this bound
 /// a program could queue seconds of unaccounted work (the charge-back
@@ -36,8 +27,6 @@ pub const SAMPLE_EVERY: u64 = 256;
 pub const MAX_UNMEASURED_LAUNCHES: u64 = 4;
 /// Longest wait for a first measurement (a lost sample must not stall).
 const FIRST_MEASUREMENT_WAIT_NS: u64 = 50_000_000;
-
-static OWN_WORK_UNTIL: [AtomicU64; MAX_DEVICES] = [const { AtomicU64::new(0) }; MAX_DEVICES];
 
 static ESTIMATES: EstimateTable = EstimateTable::new();
 
@@ -122,7 +111,7 @@ fn admit(
         estimate = wait_for_first_measurement(entry);
     }
     let cost = estimate.unwrap_or(FIRST_GUESS_NS);
-    let launches_before = entry.charge(cost);
+    let launches_before = entry.charge();
     let telemetry = sm.device(device);
     let share = sm.budget().share_ppm(device);
     let mut now = monotonic_ns();
@@ -135,14 +124,8 @@ fn admit(
         now = woke;
     }
     telemetry.record_launch(now, cost);
-    let own_work = &OWN_WORK_UNTIL[device];
-    let queued_until = own_work.load(Ordering::Relaxed);
-    own_work.fetch_max(queued_until.max(now) + cost, Ordering::Relaxed);
-    let alone = now >= queued_until;
     let sample = placed
-        && (estimate.is_none()
-            || (alone && launches_before % SAMPLE_WHEN_IDLE_EVERY == 0)
-            || launches_before % SAMPLE_EVERY == 0)
+        && (estimate.is_none() || entry.due_for_sample(launches_before))
         && entry.start_sampling();
     (entry, sample)
 }
@@ -183,10 +166,12 @@ pub fn controlled(
     }
     let device = sm.current_device();
     let (entry, sample) = admit(sm, key, device);
+    recent_streams::launching_on(device, stream, per_thread);
     if !sample {
         return launch();
     }
-    let timing = sampler::begin(stream, per_thread);
+    let others = recent_streams::others(device, stream, per_thread);
+    let timing = sampler::begin(stream, per_thread, &others);
     let result = launch();
     sampler::finish(
         timing,

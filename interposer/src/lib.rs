@@ -49,6 +49,7 @@ mod memory_config;
 mod memory_hooks;
 mod nvml;
 mod procaddr;
+mod recent_streams;
 mod sampler;
 mod sm_config;
 mod stats;

@@ -3,9 +3,14 @@
 //! per-kind duration estimates, and the difference to what was charged
 //! charged back to the tenant's bucket.
 //!
-//! When the stream was idle, the start event completes as soon as it is
-//! recorded, before the kernel is even submitted; the host time between
-//! recording it and the launch returning is then taken out of the sample.
+//! A sample starts at the latest of its start events: one recorded on the
+//! launch's stream, and one on each other stream this process launched on
+//! recently on the device (see [`recent_streams`](crate::recent_streams)),
+//! so it times the launch from when our own earlier work was done.
+//!
+//! When the streams were idle, the start events complete as soon as they
+//! are recorded, before the kernel is even submitted; the host time between
+//! recording them and the launch returning is then taken out of the sample.
 //!
 //! The estimate of a kind is the smallest of its last [`WINDOW`] samples:
 //! a sample also contains any time the kernel waited for another process's
@@ -15,6 +20,7 @@
 
 use crate::driver;
 use crate::kernel_estimates::Entry;
+use crate::recent_streams::{self, REMEMBERED};
 use crate::tenant_sm;
 use crossbeam_channel::{Receiver, Sender, TryRecvError};
 use dilu_abi::cuda::{CUDA_SUCCESS, CUresult, sys};
@@ -25,8 +31,8 @@ use std::time::Duration;
 
 /// Samples of one kind the estimate is the minimum of.
 pub const WINDOW: usize = 8;
-/// Event pairs a process keeps at most (= samples in flight).
-const MAX_PAIRS: usize = 64;
+/// Event sets a process keeps at most (= samples in flight).
+const MAX_SETS: usize = 64;
 
 type CreateFn = unsafe extern "C" fn(*mut sys::CUevent, u32) -> CUresult;
 type RecordFn = unsafe extern "C" fn(sys::CUevent, sys::CUstream) -> CUresult;
@@ -75,28 +81,34 @@ fn fns() -> Option<&'static EventFns> {
     .as_ref()
 }
 
-/// Two timing events of one context (handles kept as integers: they are
-/// plain driver handles, usable from any thread).
+/// The timing events of one sample, of one context (handles kept as
+/// integers: they are plain driver handles, usable from any thread).
 #[derive(Clone, Copy)]
-struct EventPair {
+struct EventSet {
+    /// Recorded on the launch's stream before the launch.
     start: usize,
+    /// Recorded on other streams launched on recently.
+    after_others: [usize; REMEMBERED],
+    /// Recorded on the launch's stream after the launch.
     end: usize,
     ctx: usize,
 }
 
 struct Sample {
-    pair: EventPair,
+    events: EventSet,
+    /// Which of `after_others` were recorded.
+    chained: [bool; REMEMBERED],
     entry: &'static Entry,
     device: usize,
-    /// Host time from the start event's record to the launch's return when
-    /// the start event had already completed by then (the stream was idle:
-    /// the events also timed the launch's own submission); else 0.
+    /// Host time from the start events' records to the launch's return when
+    /// they had already completed by then (the streams were idle: the
+    /// events also timed the launch's own submission); else 0.
     submission_ns: u64,
 }
 
 struct Channels {
-    free_tx: Sender<EventPair>,
-    free_rx: Receiver<EventPair>,
+    free_tx: Sender<EventSet>,
+    free_rx: Receiver<EventSet>,
     sample_tx: Sender<Sample>,
     sample_rx: Receiver<Sample>,
 }
@@ -104,8 +116,8 @@ struct Channels {
 fn channels() -> &'static Channels {
     static CHANNELS: OnceLock<Channels> = OnceLock::new();
     CHANNELS.get_or_init(|| {
-        let (free_tx, free_rx) = crossbeam_channel::bounded(MAX_PAIRS);
-        let (sample_tx, sample_rx) = crossbeam_channel::bounded(MAX_PAIRS);
+        let (free_tx, free_rx) = crossbeam_channel::bounded(MAX_SETS);
+        let (sample_tx, sample_rx) = crossbeam_channel::bounded(MAX_SETS);
         Channels {
             free_tx,
             free_rx,
@@ -115,7 +127,7 @@ fn channels() -> &'static Channels {
     })
 }
 
-static PAIRS_CREATED: AtomicUsize = AtomicUsize::new(0);
+static SETS_CREATED: AtomicUsize = AtomicUsize::new(0);
 static HARVESTER_RUNNING: AtomicBool = AtomicBool::new(false);
 
 fn record(fns: &EventFns, event: usize, stream: sys::CUstream, per_thread: bool) -> bool {
@@ -127,37 +139,43 @@ fn record(fns: &EventFns, event: usize, stream: sys::CUstream, per_thread: bool)
     unsafe { record(event as sys::CUevent, stream) == CUDA_SUCCESS }
 }
 
-fn create_pair(fns: &EventFns, ctx: usize) -> Option<EventPair> {
-    if PAIRS_CREATED.fetch_add(1, Ordering::AcqRel) >= MAX_PAIRS {
-        PAIRS_CREATED.fetch_sub(1, Ordering::AcqRel);
+fn create_set(fns: &EventFns, ctx: usize) -> Option<EventSet> {
+    if SETS_CREATED.fetch_add(1, Ordering::AcqRel) >= MAX_SETS {
+        SETS_CREATED.fetch_sub(1, Ordering::AcqRel);
         return None;
     }
-    let mut start: sys::CUevent = std::ptr::null_mut();
-    let mut end: sys::CUevent = std::ptr::null_mut();
-    // SAFETY: create writes one event handle to each live local (flags 0:
-    // timing enabled) in the calling thread's current context.
-    let ok = unsafe { (fns.create)(&mut start, 0) == CUDA_SUCCESS }
-        && unsafe { (fns.create)(&mut end, 0) == CUDA_SUCCESS };
-    if !ok {
-        PAIRS_CREATED.fetch_sub(1, Ordering::AcqRel);
-        return None;
+    let mut events: [sys::CUevent; 2 + REMEMBERED] = [std::ptr::null_mut(); 2 + REMEMBERED];
+    for event in &mut events {
+        // SAFETY: create writes one event handle to a live local (flags 0:
+        // timing enabled) in the calling thread's current context.
+        if unsafe { (fns.create)(event, 0) } != CUDA_SUCCESS {
+            SETS_CREATED.fetch_sub(1, Ordering::AcqRel);
+            return None;
+        }
     }
-    Some(EventPair {
-        start: start as usize,
-        end: end as usize,
+    Some(EventSet {
+        start: events[0] as usize,
+        end: events[1] as usize,
+        after_others: std::array::from_fn(|i| events[2 + i] as usize),
         ctx,
     })
 }
 
-/// A launch being timed: its start event is recorded.
+/// A launch being timed: its start event(s) are recorded.
 pub struct Timing {
-    pair: EventPair,
+    events: EventSet,
+    chained: [bool; REMEMBERED],
     recorded_at_ns: u64,
 }
 
-/// Records the start event of a sampled launch on `stream` (called just
-/// before the launch). `None` if no event pair is available.
-pub fn begin(stream: sys::CUstream, per_thread: bool) -> Option<Timing> {
+/// Records the start events of a sampled launch on `stream` (called just
+/// before the launch), and on `others`, the other streams this process
+/// launched on recently on the device. `None` if no event set is available.
+pub fn begin(
+    stream: sys::CUstream,
+    per_thread: bool,
+    others: &recent_streams::Previous,
+) -> Option<Timing> {
     let fns = fns()?;
     let mut ctx: sys::CUcontext = std::ptr::null_mut();
     // SAFETY: writes one context handle to a live local.
@@ -166,28 +184,41 @@ pub fn begin(stream: sys::CUstream, per_thread: bool) -> Option<Timing> {
     }
     let ctx = ctx as usize;
     let channels = channels();
-    let pair = match channels.free_rx.try_recv() {
-        Ok(pair) if pair.ctx == ctx => pair,
+    let events = match channels.free_rx.try_recv() {
+        Ok(set) if set.ctx == ctx => set,
         Ok(other) => {
-            // Another context's pair: keep it for that context.
+            // Another context's set: keep it for that context.
             let _ = channels.free_tx.try_send(other);
-            create_pair(fns, ctx)?
+            create_set(fns, ctx)?
         }
-        Err(_) => create_pair(fns, ctx)?,
+        Err(_) => create_set(fns, ctx)?,
     };
-    if record(fns, pair.start, stream, per_thread) {
+    let recorded_at_ns = dilu_abi::monotonic_ns();
+    // Recording fails harmlessly on a stream of another context; the
+    // sample then does not start there.
+    let mut chained = [false; REMEMBERED];
+    for ((other, event), chained) in others.iter().zip(events.after_others).zip(&mut chained) {
+        *chained = record(fns, event, other.stream, other.per_thread);
+    }
+    if record(fns, events.start, stream, per_thread) {
         Some(Timing {
-            pair,
-            recorded_at_ns: dilu_abi::monotonic_ns(),
+            events,
+            chained,
+            recorded_at_ns,
         })
     } else {
-        let _ = channels.free_tx.try_send(pair);
+        let _ = channels.free_tx.try_send(events);
         None
     }
 }
 
+fn completed(fns: &EventFns, event: usize) -> bool {
+    // SAFETY: a live, recorded event of ours; querying never blocks.
+    unsafe { (fns.query)(event as sys::CUevent) == CUDA_SUCCESS }
+}
+
 /// Completes a sample after the launch: records the end event and hands the
-/// pair to the harvester. Always releases the kind's sampling claim when
+/// events to the harvester. Always releases the kind's sampling claim when
 /// the sample cannot be taken.
 pub fn finish(
     timing: Option<Timing>,
@@ -199,7 +230,8 @@ pub fn finish(
 ) {
     let launched_at_ns = dilu_abi::monotonic_ns();
     let Some(Timing {
-        pair,
+        events,
+        chained,
         recorded_at_ns,
     }) = timing
     else {
@@ -208,25 +240,27 @@ pub fn finish(
     };
     let channels = channels();
     let Some(fns) = fns() else { return };
-    if !launched || !record(fns, pair.end, stream, per_thread) {
-        let _ = channels.free_tx.try_send(pair);
+    if !launched || !record(fns, events.end, stream, per_thread) {
+        let _ = channels.free_tx.try_send(events);
         entry.stop_sampling();
         return;
     }
-    // SAFETY: a live event of ours; querying never blocks.
-    let stream_was_idle = unsafe { (fns.query)(pair.start as sys::CUevent) } == CUDA_SUCCESS;
-    let submission_ns = if stream_was_idle {
+    let streams_were_idle = completed(fns, events.start)
+        && (events.after_others.iter().zip(chained))
+            .all(|(&event, chained)| !chained || completed(fns, event));
+    let submission_ns = if streams_were_idle {
         launched_at_ns.saturating_sub(recorded_at_ns)
     } else {
         0
     };
     if let Err(error) = channels.sample_tx.try_send(Sample {
-        pair,
+        events,
+        chained,
         entry,
         device,
         submission_ns,
     }) {
-        let _ = channels.free_tx.try_send(error.into_inner().pair);
+        let _ = channels.free_tx.try_send(error.into_inner().events);
         entry.stop_sampling();
         return;
     }
@@ -296,13 +330,13 @@ fn harvest() {
             }
         }
         pending.retain(|sample| {
-            if sample.pair.ctx != current_ctx {
+            if sample.events.ctx != current_ctx {
                 // SAFETY: a context handle this process obtained from the driver.
-                unsafe { (fns.set_current)(sample.pair.ctx as sys::CUcontext) };
-                current_ctx = sample.pair.ctx;
+                unsafe { (fns.set_current)(sample.events.ctx as sys::CUcontext) };
+                current_ctx = sample.events.ctx;
             }
             // SAFETY: a live event of ours.
-            match unsafe { (fns.query)(sample.pair.end as sys::CUevent) } {
+            match unsafe { (fns.query)(sample.events.end as sys::CUevent) } {
                 CUDA_SUCCESS => {}
                 dilu_abi::cuda::CUDA_ERROR_NOT_READY => return true,
                 _ => {
@@ -310,18 +344,18 @@ fn harvest() {
                     return false;
                 }
             }
-            let mut ms: f32 = 0.0;
-            // SAFETY: writes one float; both events were recorded and completed.
-            let result = unsafe {
-                (fns.elapsed)(
-                    &mut ms,
-                    sample.pair.start as sys::CUevent,
-                    sample.pair.end as sys::CUevent,
-                )
-            };
-            if result == CUDA_SUCCESS {
-                let elapsed = (ms as f64 * 1e6).max(0.0) as u64;
-                // On an idle stream the start event completed at once and the
+            // Timed from the latest start event; another stream counts only
+            // if its work was done before this launch's end (else it did not
+            // run ahead of it).
+            let end = sample.events.end;
+            let elapsed = (sample.events.after_others.iter().zip(sample.chained))
+                .filter(|&(_, chained)| chained)
+                .map(|(&event, _)| event)
+                .chain([sample.events.start])
+                .filter_map(|start| elapsed_ns(fns, start, end))
+                .min();
+            if let Some(elapsed) = elapsed {
+                // On idle streams the start events completed at once and the
                 // kernel began only when its launch was submitted: take the
                 // submission time out (never more than 3/4 of the sample).
                 let measured = elapsed
@@ -331,17 +365,31 @@ fn harvest() {
                     .entry(sample.entry as *const Entry as usize)
                     .or_default();
                 let estimate = window.add(measured);
-                tracing::trace!(measured, estimate, "launch sample");
+                tracing::trace!(
+                    kind = sample.entry as *const Entry as usize,
+                    measured,
+                    estimate,
+                    "launch sample"
+                );
                 settle(sample, estimate);
             }
             sample.entry.stop_sampling();
-            let _ = channels.free_tx.try_send(sample.pair);
+            let _ = channels.free_tx.try_send(sample.events);
             false
         });
         if !pending.is_empty() {
             std::thread::sleep(Duration::from_micros(200));
         }
     }
+}
+
+/// Time from `from` to `to` in ns; `None` unless both completed with `to`
+/// no earlier than `from`.
+fn elapsed_ns(fns: &EventFns, from: usize, to: usize) -> Option<u64> {
+    let mut ms: f32 = 0.0;
+    // SAFETY: writes one float; both are live events of ours.
+    let result = unsafe { (fns.elapsed)(&mut ms, from as sys::CUevent, to as sys::CUevent) };
+    (result == CUDA_SUCCESS && ms >= 0.0).then_some((ms as f64 * 1e6) as u64)
 }
 
 fn settle(sample: &Sample, estimate_ns: u64) {

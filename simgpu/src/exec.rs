@@ -301,7 +301,7 @@ impl Stream {
     fn device_time_for_record(&self, ready: u64) -> u64 {
         let Ok(d) = drv() else { return ready };
         let Some(shm) = &d.shm else { return ready };
-        crate::timeslice::acquire(shm, d.phys(self.dev), ready, d.cfg.timeslice_ns)
+        crate::timeslice::record_time(shm, d.phys(self.dev), ready, d.cfg.timeslice_ns)
     }
 
     fn run_kernel(&self, ready: u64, k: &KernelOp) -> u64 {

@@ -7,8 +7,8 @@ use crate::config::MAX_DEVICES;
 use std::ffi::CString;
 use std::sync::atomic::{AtomicU64, Ordering::*};
 
-const MAGIC: u64 = 0x5349_4d47_5055_0002; // "SIMGPU" + layout 2
-const VERSION: u64 = 2;
+const MAGIC: u64 = 0x5349_4d47_5055_0003; // "SIMGPU" + layout 3
+const VERSION: u64 = 3;
 pub(crate) const MAX_SLOTS: usize = 256;
 /// Slot pid value while a process is filling in its slot or reclaiming one.
 const BUSY: u64 = u64::MAX;
@@ -22,7 +22,12 @@ pub(crate) struct ShmDevice {
     /// Time-slice owner: (process slot + 1) << 48 | slice start in µs;
     /// 0 = nobody holds a slice.
     pub slice: AtomicU64,
-    _pad: [u64; 4],
+    /// The slice before the current one, as `slice` held it (0 while being
+    /// rewritten), and when it ended (ns): work that became ready in it
+    /// but was processed late still happened in it.
+    pub previous_slice: AtomicU64,
+    pub previous_slice_end: AtomicU64,
+    _pad: [u64; 2],
 }
 
 #[repr(C)]

@@ -88,12 +88,39 @@ pub(crate) fn acquire(shm: &Shm, phys: usize, ready: u64, timeslice_ns: u64) -> 
                 .compare_exchange(word, pack(me, start), AcqRel, Acquire)
                 .is_ok()
             {
+                if owner != 0 {
+                    dev.previous_slice.store(0, Release);
+                    dev.previous_slice_end.store(start, Release);
+                    dev.previous_slice.store(word, Release);
+                }
                 return start;
             }
             continue;
         }
         sleep_until(slice_end.min(busy_until + HOLDER_GRACE_NS));
     }
+}
+
+/// When work of process `me` that takes no device time (an event record),
+/// ready at `ready`, happens: at `ready` if the process held the device
+/// then (its current slice, or the one before the current holder's, up to
+/// and including the instant it ended: a record right behind a kernel is
+/// part of finishing it), else once it has the device again.
+pub(crate) fn record_time(shm: &Shm, phys: usize, ready: u64, timeslice_ns: u64) -> u64 {
+    if timeslice_ns == 0 {
+        return ready;
+    }
+    let dev: &ShmDevice = shm.dev(phys);
+    let me = shm.slot as u64 + 1;
+    let previous = dev.previous_slice.load(Acquire);
+    let previous_end = dev.previous_slice_end.load(Acquire);
+    if previous != 0 && dev.previous_slice.load(Acquire) == previous {
+        let (owner, started) = unpack(previous);
+        if owner == me && started <= ready && ready <= previous_end {
+            return ready;
+        }
+    }
+    acquire(shm, phys, ready, timeslice_ns)
 }
 
 #[cfg(test)]
