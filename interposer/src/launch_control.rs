@@ -170,7 +170,13 @@ pub fn controlled(
     if !sample {
         return launch();
     }
-    let others = recent_streams::others(device, stream, per_thread);
+    // While any stream captures, recording on another stream could end up
+    // in the captured graph or (on the legacy stream) invalidate it.
+    let others = if CAPTURES.load(Ordering::Acquire) > 0 {
+        recent_streams::Previous::default()
+    } else {
+        recent_streams::others(device, stream, per_thread)
+    };
     let timing = sampler::begin(stream, per_thread, &others);
     let result = launch();
     sampler::finish(
