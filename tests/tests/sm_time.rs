@@ -95,6 +95,25 @@ fn thirty_seventy_with_launches_on_several_streams() {
 }
 
 #[test]
+fn thirty_seventy_with_mixed_kernel_sizes_on_several_streams() {
+    // Each stream's samples must not also time long kernels of the others.
+    two_tenants(
+        "ms3070",
+        (30.0, 70.0),
+        &[
+            "--seconds",
+            "5",
+            "--depth",
+            "1000",
+            "--streams",
+            "3",
+            "--blocks",
+            "264,1320,13200,66000",
+        ],
+    );
+}
+
+#[test]
 fn thirty_seventy_with_cuda_graphs() {
     two_tenants(
         "g3070",
