@@ -1,11 +1,15 @@
 //! The node manager with real tenant processes on simgpu: budgets reach the
-//! interposer, and a daemon killed under load leaves its tenant running on
-//! its last budget until a new daemon re-adopts it.
+//! interposer (and the tenant cannot raise them), and a daemon killed under
+//! load leaves its tenant running on its last budget until a new daemon
+//! re-adopts it.
 
 use dilu_tests::workspace::{Scratch, artifact, dilu, read_trace, unique_name};
+use std::io::{BufRead, BufReader, Write};
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
 use std::time::{Duration, Instant};
+
+const MIB: u64 = 1 << 20;
 
 fn start_daemon(scratch: &Scratch, config: &Path) -> Child {
     Command::new(dilu())
@@ -37,7 +41,19 @@ fn status_json(scratch: &Scratch) -> Option<serde_json::Value> {
 /// Waits (generously: the machine may be loaded) for the tenant to be
 /// listed with a process, and returns its status entry.
 fn wait_for_tenant(scratch: &Scratch, tenant: &str) -> serde_json::Value {
+    wait_for_status(scratch, tenant, "the tenant never showed up", |_| true)
+}
+
+/// Waits for the tenant to be listed with a process and its status entry to
+/// satisfy `check`; returns the entry.
+fn wait_for_status(
+    scratch: &Scratch,
+    tenant: &str,
+    what: &str,
+    check: impl Fn(&serde_json::Value) -> bool,
+) -> serde_json::Value {
     let deadline = Instant::now() + Duration::from_secs(60);
+    let mut last = serde_json::Value::Null;
     loop {
         if let Some(status) = status_json(scratch)
             && let Some(t) = status["tenants"]
@@ -45,9 +61,15 @@ fn wait_for_tenant(scratch: &Scratch, tenant: &str) -> serde_json::Value {
                 .and_then(|ts| ts.iter().find(|t| t["name"] == tenant))
             && t["pids"].as_array().is_some_and(|p| !p.is_empty())
         {
-            return t.clone();
+            if check(t) {
+                return t.clone();
+            }
+            last = t.clone();
         }
-        assert!(Instant::now() < deadline, "tenant {tenant} never showed up");
+        assert!(
+            Instant::now() < deadline,
+            "{what} ({tenant}): last status {last}"
+        );
         std::thread::sleep(Duration::from_millis(50));
     }
 }
@@ -152,4 +174,122 @@ fn a_killed_daemon_leaves_tenants_on_their_budgets_and_a_new_one_readopts_them()
         share_down < 0.6,
         "the 40% budget still held: {share_down:.2}"
     );
+}
+
+/// A `mem-probe` tenant process, driven one command per line.
+struct Probe {
+    child: Child,
+    stdin: ChildStdin,
+    stdout: BufReader<ChildStdout>,
+}
+
+impl Probe {
+    fn ask(&mut self, command: &str) -> String {
+        writeln!(self.stdin, "{command}").expect("the probe reads commands");
+        self.stdin.flush().unwrap();
+        let mut line = String::new();
+        let n = self.stdout.read_line(&mut line).unwrap();
+        assert!(n > 0, "the probe exited while answering {command:?}");
+        line.trim_end().to_string()
+    }
+
+    fn alloc(&mut self, bytes: u64) -> String {
+        self.ask(&format!("alloc {bytes}"))
+    }
+}
+
+fn set_mem(scratch: &Scratch, tenant: &str, mem: &str) {
+    let output = Command::new(dilu())
+        .args(["set", tenant, "--mem", mem, "--socket"])
+        .arg(scratch.path("nodemgr.sock"))
+        .output()
+        .expect("run dilu set");
+    assert!(
+        output.status.success(),
+        "dilu set --mem {mem}: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+}
+
+#[test]
+fn the_daemons_memory_budget_binds_cannot_be_raised_by_the_tenant_and_changes_live() {
+    let scratch = Scratch::new("nodemgr-mem");
+    let tenant = unique_name("mem");
+    let config = scratch.path("nodemgr.toml");
+    std::fs::write(&config, "controller = \"static\"\n").unwrap();
+    let mut daemon = start_daemon(&scratch, &config);
+    // Under the daemon, `--mem` is the budget the tenant asks the daemon
+    // for; the daemon writes it into the sealed region.
+    let mut child = Command::new(dilu())
+        .args(["run", "--sim", "--tenant", &tenant, "--mem", "64MiB", "--"])
+        .arg(artifact("mem-probe"))
+        .env(
+            dilu_abi::node_wire::SOCKET_ENV,
+            scratch.path("nodemgr.sock"),
+        )
+        .env("SIMGPU_INSTANCE", unique_name("mem"))
+        .env("DILU_CONTEXT_MEMORY", "0")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("start the probe");
+    let mut probe = Probe {
+        stdin: child.stdin.take().unwrap(),
+        stdout: BufReader::new(child.stdout.take().unwrap()),
+        child,
+    };
+
+    assert_eq!(
+        probe.alloc(48 * MIB),
+        "alloc 0",
+        "48 MiB of a 64 MiB budget"
+    );
+    wait_for_status(&scratch, &tenant, "budget and usage listed", |t| {
+        t["mem_budget_bytes"] == 64 * MIB && t["mem_used_bytes"] == 48 * MIB
+    });
+
+    // Everything the tenant can try from inside its own process.
+    let raised: serde_json::Value =
+        serde_json::from_str(&probe.ask("raise")).expect("the probe reports JSON");
+    println!("attempts to raise the budget: {raised}");
+    assert_eq!(
+        raised["ledger"], "succeeded",
+        "the ledger is the tenant's own file"
+    );
+    for attempt in ["mprotect", "store", "mmap"] {
+        let result = raised[attempt].as_str().unwrap_or("missing");
+        assert!(result.starts_with("refused"), "{attempt}: {result}");
+    }
+    // Reopening /proc/self/fd/N read-write may itself be refused; if it is
+    // not, mapping or writing the reopened file must be.
+    for attempt in ["reopen_mmap", "reopen_write"] {
+        let result = raised[attempt].as_str().unwrap_or("refused (not tried)");
+        assert!(result.starts_with("refused"), "{attempt}: {result}");
+    }
+    assert_eq!(
+        probe.alloc(32 * MIB),
+        format!("alloc {}", dilu_abi::cuda::CUDA_ERROR_OUT_OF_MEMORY),
+        "48 + 32 MiB is over the daemon's 64 MiB, whatever the ledger says"
+    );
+
+    // The operator raises it: the next allocation sees it.
+    set_mem(&scratch, &tenant, "128MiB");
+    assert_eq!(probe.alloc(32 * MIB), "alloc 0", "80 MiB of 128 MiB");
+    wait_for_status(&scratch, &tenant, "the new budget listed", |t| {
+        t["mem_budget_bytes"] == 128 * MIB && t["mem_used_bytes"] == 80 * MIB
+    });
+    // And lowers it below what is in use: nothing more is granted.
+    set_mem(&scratch, &tenant, "64MiB");
+    assert_eq!(
+        probe.alloc(MIB),
+        format!("alloc {}", dilu_abi::cuda::CUDA_ERROR_OUT_OF_MEMORY)
+    );
+    assert_eq!(probe.ask("free"), "free 0");
+    assert_eq!(probe.alloc(60 * MIB), "alloc 0", "freed memory is reusable");
+
+    drop(probe.stdin);
+    let status = probe.child.wait().unwrap();
+    assert!(status.success(), "the probe exits cleanly: {status}");
+    daemon.kill().unwrap();
+    daemon.wait().unwrap();
 }
