@@ -320,8 +320,10 @@ pub fn notify_ready() {
     }
 }
 
-/// `dilu nodemgr`: runs until SIGTERM or SIGINT.
-pub fn run(config: Config) -> Result<(), String> {
+/// `dilu nodemgr`: runs until SIGTERM or SIGINT, in this process (it never
+/// forks). `foreground` adds a banner for a person at a terminal (see
+/// [`crate::logging`]).
+pub fn run(config: Config, foreground: bool) -> Result<(), String> {
     use nix::sys::signal::{SigSet, Signal};
     // Block the signals in every thread, then wait for them here.
     let mut set = SigSet::empty();
@@ -335,13 +337,15 @@ pub fn run(config: Config) -> Result<(), String> {
         controller = daemon.shared.config.controller,
         "dilu node manager ready"
     );
-    eprintln!(
-        "dilu nodemgr: listening on {} (metrics: {}, controller: {}, period {} ms)",
-        daemon.shared.config.socket.display(),
-        daemon.metrics_addr.as_deref().unwrap_or("off"),
-        daemon.shared.config.controller,
-        daemon.shared.config.period.as_secs_f64() * 1e3
-    );
+    if foreground {
+        eprintln!(
+            "dilu nodemgr: listening on {} (metrics: {}, controller: {}, period {} ms); Ctrl-C stops it, tenants keep their budgets",
+            daemon.shared.config.socket.display(),
+            daemon.metrics_addr.as_deref().unwrap_or("off"),
+            daemon.shared.config.controller,
+            daemon.shared.config.period.as_secs_f64() * 1e3
+        );
+    }
     notify_ready();
     let signal = set.wait().map_err(|e| e.to_string())?;
     tracing::info!(?signal, "stopping; tenants keep their budgets");

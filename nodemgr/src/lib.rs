@@ -7,6 +7,7 @@
 //! - [`observe`]: telemetry counters → per-period observations.
 //! - [`control`]: control laws (pure: observations in, shares out).
 //! - [`daemon`]: threads, control loop, persistence, systemd notification.
+//! - [`logging`]: service-mode (journald) and `--foreground` log lines.
 //! - [`metrics`]: Prometheus `/metrics` and the JSON API.
 //! - [`nvml`]: NVML when present, a fallback when not.
 //! - [`ops`]: `dilu status`, `dilu top`, `dilu set`.
@@ -17,6 +18,7 @@ pub mod control;
 pub mod daemon;
 pub mod demo;
 pub mod launch;
+pub mod logging;
 pub mod metrics;
 pub mod nvml;
 pub mod observe;

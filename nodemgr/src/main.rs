@@ -103,7 +103,14 @@ struct NodemgrArgs {
     /// Configuration file.
     #[arg(long, default_value = config::DEFAULT_CONFIG)]
     config: PathBuf,
-    /// Stay in the foreground (the only mode: systemd supervises it).
+    /// Log for a person at a terminal (timestamps, a start-up banner)
+    /// instead of for journald.
+    ///
+    /// Without it (service mode, what the systemd unit uses) every log line
+    /// starts with its syslog priority (<3> error, <4> warning, <6> info,
+    /// <7> debug) for journald, without timestamps. The daemon never forks
+    /// in either mode (systemd Type=notify supervises it). DILU_LOG filters
+    /// the log (default info).
     #[arg(long)]
     foreground: bool,
     /// Unix socket tenants and tools connect to.
@@ -183,12 +190,7 @@ fn parse_class(text: Option<&str>) -> Result<Option<node_wire::WorkClass>, Strin
 }
 
 fn nodemgr(args: NodemgrArgs) -> Result<ExitCode, String> {
-    let filter = std::env::var("DILU_LOG").unwrap_or_else(|_| "info".into());
-    let _ = tracing_subscriber::fmt()
-        .with_env_filter(tracing_subscriber::EnvFilter::new(filter))
-        .with_writer(std::io::stderr)
-        .try_init();
-    let _ = args.foreground;
+    dilu_nodemgr::logging::init(args.foreground);
     let overrides = config::Overrides {
         socket: args.socket,
         run_dir: args.run_dir,
@@ -199,7 +201,7 @@ fn nodemgr(args: NodemgrArgs) -> Result<ExitCode, String> {
     };
     let explicit = args.config.as_path() != std::path::Path::new(config::DEFAULT_CONFIG);
     let config = config::Config::load(&args.config, explicit, &overrides)?;
-    daemon::run(config)?;
+    daemon::run(config, args.foreground)?;
     Ok(ExitCode::SUCCESS)
 }
 

@@ -293,3 +293,81 @@ fn the_daemons_memory_budget_binds_cannot_be_raised_by_the_tenant_and_changes_li
     daemon.kill().unwrap();
     daemon.wait().unwrap();
 }
+
+/// Runs `dilu nodemgr` with `extra` flags until it is ready, stops it with
+/// SIGTERM and returns its stderr. The process started is the one serving
+/// (it never forks) and it exits 0.
+fn daemon_log(scratch: &Scratch, extra: &[&str]) -> String {
+    let config = scratch.path("empty.toml");
+    std::fs::write(&config, "").unwrap();
+    let socket = scratch.path("log.sock");
+    let mut daemon = Command::new(dilu())
+        .arg("nodemgr")
+        .args(extra)
+        .args(["--metrics", "", "--config"])
+        .arg(&config)
+        .arg("--socket")
+        .arg(&socket)
+        .arg("--run-dir")
+        .arg(scratch.path("log-run"))
+        .env("DILU_LOG", "info")
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start dilu nodemgr");
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while Command::new(dilu())
+        .args(["status", "--socket"])
+        .arg(&socket)
+        .output()
+        .map_or(true, |o| !o.status.success())
+    {
+        assert!(
+            daemon.try_wait().unwrap().is_none(),
+            "the daemon exited (or forked away) instead of serving"
+        );
+        assert!(Instant::now() < deadline, "the daemon never answered");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    // SAFETY: signalling our own child.
+    unsafe { libc::kill(daemon.id() as i32, libc::SIGTERM) };
+    let output = daemon.wait_with_output().unwrap();
+    assert!(output.status.success(), "SIGTERM stops it cleanly");
+    String::from_utf8_lossy(&output.stderr).into_owned()
+}
+
+#[test]
+fn the_daemon_logs_for_journald_by_default_and_for_people_with_foreground() {
+    let scratch = Scratch::new("nodemgr-log");
+    let service = daemon_log(&scratch, &[]);
+    println!("service mode:\n{service}");
+    assert!(service.contains("dilu node manager ready"), "{service}");
+    for line in service.lines() {
+        let priority = line
+            .strip_prefix('<')
+            .and_then(|rest| rest.split_once('>'))
+            .map(|(p, _)| p);
+        assert!(
+            matches!(priority, Some("3" | "4" | "6" | "7")),
+            "every line starts with a syslog priority: {line:?}"
+        );
+        assert!(!line.contains('\x1b'), "no colour: {line:?}");
+    }
+
+    let foreground = daemon_log(&scratch, &["--foreground"]);
+    println!("--foreground:\n{foreground}");
+    assert!(
+        foreground.contains("dilu nodemgr: listening on"),
+        "a banner: {foreground}"
+    );
+    assert!(
+        foreground
+            .lines()
+            .any(|l| l.contains("INFO") && l.starts_with(|c: char| c.is_ascii_digit())),
+        "timestamped lines with their level: {foreground}"
+    );
+    assert!(
+        !foreground.lines().any(|l| l.starts_with('<')),
+        "{foreground}"
+    );
+}
