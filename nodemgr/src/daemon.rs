@@ -186,10 +186,18 @@ fn spawn(name: &str, f: impl FnOnce() + Send + 'static) -> Result<JoinHandle<()>
         .map_err(|e| format!("cannot start thread {name}: {e}"))
 }
 
+/// How long a latency tenant must be seen meeting its SLO (or below its
+/// limit, or unsaturated) before its scale-out window starts over: one
+/// period without a throttled launch is not relief (the p99 behind the
+/// signal covers a second, too).
+pub const SCALE_OUT_HOLD: Duration = Duration::from_secs(1);
+
 /// Per-tenant timers behind the scale signals.
 #[derive(Default)]
 struct SignalState {
     missing_since: Option<Instant>,
+    /// The last period in which the tenant was at its limit and over its SLO.
+    last_missing: Option<Instant>,
     idle_since: Option<Instant>,
 }
 
@@ -265,11 +273,16 @@ fn update_signals(
         let timer = timers.entry(name.clone()).or_default();
         let at_limit = o.share_ppm >= o.limit_ppm && o.saturated();
         let missing = o.class == WorkClass::Latency && o.slo_pressure() > 1.0 && at_limit;
-        timer.missing_since = if missing {
-            timer.missing_since.or(Some(Instant::now()))
-        } else {
-            None
-        };
+        let now = Instant::now();
+        if missing {
+            timer.missing_since = timer.missing_since.or(Some(now));
+            timer.last_missing = Some(now);
+        } else if timer
+            .last_missing
+            .is_none_or(|last| now.duration_since(last) >= SCALE_OUT_HOLD)
+        {
+            timer.missing_since = None;
+        }
         timer.idle_since = if o.launches == 0 {
             timer.idle_since.or(Some(Instant::now()))
         } else {

@@ -37,7 +37,7 @@ enum Command {
     Nodemgr(NodemgrArgs),
     /// Print the node manager's tenants as a table.
     Status(StatusArgs),
-    /// Show the status table, refreshed live.
+    /// Show the status table, refreshed live (plain snapshots when not on a terminal).
     Top(TopArgs),
     /// Change a tenant's spec while it runs.
     ///
@@ -164,8 +164,12 @@ struct TopArgs {
     /// Refresh interval in seconds.
     #[arg(long, default_value_t = 1.0)]
     interval: f64,
-    /// Stop after this many refreshes.
-    #[arg(long)]
+    /// Stop after this many refreshes (default: until interrupted).
+    ///
+    /// When standard output is not a terminal, the tables are printed one
+    /// after another (separated by a blank line, no screen clearing), so
+    /// `dilu top --count 3 > log` records three snapshots.
+    #[arg(long, visible_alias = "iterations", value_name = "N")]
     count: Option<u64>,
 }
 

@@ -12,17 +12,53 @@ use std::time::{Duration, Instant};
 const MIB: u64 = 1 << 20;
 
 fn start_daemon(scratch: &Scratch, config: &Path) -> Child {
-    Command::new(dilu())
-        .args(["nodemgr", "--foreground", "--metrics", "", "--config"])
+    daemon_command(scratch, config)
+        .args(["--foreground", "--metrics", ""])
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("start dilu nodemgr")
+}
+
+fn daemon_command(scratch: &Scratch, config: &Path) -> Command {
+    let mut command = Command::new(dilu());
+    command
+        .arg("nodemgr")
+        .arg("--config")
         .arg(config)
         .arg("--socket")
         .arg(scratch.path("nodemgr.sock"))
         .arg("--run-dir")
         .arg(scratch.path("run"))
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
+        .stdout(Stdio::null());
+    command
+}
+
+/// Starts a daemon with its metrics endpoint on a free port; returns it and
+/// the address it logged when ready.
+fn start_daemon_with_metrics(scratch: &Scratch, config: &Path) -> (Child, String) {
+    let mut daemon = daemon_command(scratch, config)
+        .args(["--metrics", "127.0.0.1:0"])
+        .env("DILU_LOG", "info")
+        .stderr(Stdio::piped())
         .spawn()
-        .expect("start dilu nodemgr")
+        .expect("start dilu nodemgr");
+    let mut log = BufReader::new(daemon.stderr.take().unwrap());
+    let mut line = String::new();
+    let address = loop {
+        line.clear();
+        assert!(
+            log.read_line(&mut line).unwrap() > 0,
+            "the daemon exited before it was ready"
+        );
+        if line.contains("node manager ready")
+            && let Some(rest) = line.split("metrics=\"").nth(1)
+        {
+            break rest.split('"').next().unwrap().to_string();
+        }
+    };
+    // Keep draining the log so the daemon never blocks on a full pipe.
+    std::thread::spawn(move || std::io::copy(&mut log, &mut std::io::sink()));
+    (daemon, address)
 }
 
 fn status_json(scratch: &Scratch) -> Option<serde_json::Value> {
@@ -184,6 +220,28 @@ struct Probe {
 }
 
 impl Probe {
+    /// Starts `mem-probe` under `dilu run --sim RUN_ARGS` with the daemon at
+    /// `socket` (no context allowance, so budgets are what it allocates).
+    fn start(socket: &Path, instance: &str, run_args: &[&str]) -> Probe {
+        let mut child = Command::new(dilu())
+            .args(["run", "--sim"])
+            .args(run_args)
+            .arg("--")
+            .arg(artifact("mem-probe"))
+            .env(dilu_abi::node_wire::SOCKET_ENV, socket)
+            .env("SIMGPU_INSTANCE", instance)
+            .env("DILU_CONTEXT_MEMORY", "0")
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .expect("start mem-probe");
+        Probe {
+            stdin: child.stdin.take().unwrap(),
+            stdout: BufReader::new(child.stdout.take().unwrap()),
+            child,
+        }
+    }
+
     fn ask(&mut self, command: &str) -> String {
         writeln!(self.stdin, "{command}").expect("the probe reads commands");
         self.stdin.flush().unwrap();
@@ -220,24 +278,11 @@ fn the_daemons_memory_budget_binds_cannot_be_raised_by_the_tenant_and_changes_li
     let mut daemon = start_daemon(&scratch, &config);
     // Under the daemon, `--mem` is the budget the tenant asks the daemon
     // for; the daemon writes it into the sealed region.
-    let mut child = Command::new(dilu())
-        .args(["run", "--sim", "--tenant", &tenant, "--mem", "64MiB", "--"])
-        .arg(artifact("mem-probe"))
-        .env(
-            dilu_abi::node_wire::SOCKET_ENV,
-            scratch.path("nodemgr.sock"),
-        )
-        .env("SIMGPU_INSTANCE", unique_name("mem"))
-        .env("DILU_CONTEXT_MEMORY", "0")
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .spawn()
-        .expect("start the probe");
-    let mut probe = Probe {
-        stdin: child.stdin.take().unwrap(),
-        stdout: BufReader::new(child.stdout.take().unwrap()),
-        child,
-    };
+    let mut probe = Probe::start(
+        &scratch.path("nodemgr.sock"),
+        &unique_name("mem"),
+        &["--tenant", &tenant, "--mem", "64MiB"],
+    );
 
     assert_eq!(
         probe.alloc(48 * MIB),
@@ -300,18 +345,11 @@ fn the_daemons_memory_budget_binds_cannot_be_raised_by_the_tenant_and_changes_li
 fn daemon_log(scratch: &Scratch, extra: &[&str]) -> String {
     let config = scratch.path("empty.toml");
     std::fs::write(&config, "").unwrap();
-    let socket = scratch.path("log.sock");
-    let mut daemon = Command::new(dilu())
-        .arg("nodemgr")
+    let socket = scratch.path("nodemgr.sock");
+    let mut daemon = daemon_command(scratch, &config)
         .args(extra)
-        .args(["--metrics", "", "--config"])
-        .arg(&config)
-        .arg("--socket")
-        .arg(&socket)
-        .arg("--run-dir")
-        .arg(scratch.path("log-run"))
+        .args(["--metrics", ""])
         .env("DILU_LOG", "info")
-        .stdout(Stdio::null())
         .stderr(Stdio::piped())
         .spawn()
         .expect("start dilu nodemgr");
@@ -370,4 +408,139 @@ fn the_daemon_logs_for_journald_by_default_and_for_people_with_foreground() {
         !foreground.lines().any(|l| l.starts_with('<')),
         "{foreground}"
     );
+}
+
+/// The body of `GET path` from the daemon's HTTP endpoint.
+fn http_get(address: &str, path: &str) -> String {
+    let mut stream = std::net::TcpStream::connect(address).expect("connect to the metrics port");
+    stream
+        .set_read_timeout(Some(Duration::from_secs(30)))
+        .unwrap();
+    write!(stream, "GET {path} HTTP/1.0\r\nHost: dilu\r\n\r\n").unwrap();
+    let mut response = String::new();
+    std::io::Read::read_to_string(&mut stream, &mut response).unwrap();
+    let (head, body) = response.split_once("\r\n\r\n").expect("an HTTP response");
+    assert!(head.contains(" 200"), "{head}");
+    body.to_string()
+}
+
+fn signal_for<'a>(signals: &'a serde_json::Value, tenant: &str) -> Option<&'a serde_json::Value> {
+    signals.as_array()?.iter().find(|s| s["tenant"] == tenant)
+}
+
+#[test]
+fn scale_signals_reach_the_api_metrics_and_top() {
+    let scratch = Scratch::new("nodemgr-signals");
+    let slow = unique_name("slow");
+    let idle = unique_name("idle");
+    let config = scratch.path("nodemgr.toml");
+    // Short windows so the test need not wait the defaults (10 s, 300 s).
+    std::fs::write(
+        &config,
+        "controller = \"static\"\nscale_out_after_s = 1\nscale_in_after_s = 1\n",
+    )
+    .unwrap();
+    let (mut daemon, metrics) = start_daemon_with_metrics(&scratch, &config);
+    let instance = unique_name("signals");
+    let socket = scratch.path("nodemgr.sock");
+
+    // A latency tenant held at its limit (10%) while its requests need ~40%
+    // of the device: its queue grows and its p99 stays far over its 5 ms SLO.
+    let mut slow_tenant = Command::new(dilu())
+        .args(["run", "--sim", "--tenant", &slow])
+        .args(["--class", "latency", "--slo-ms", "5"])
+        .args(["--sm-request", "10", "--sm-limit", "10", "--"])
+        .arg(artifact("demo-tenant"))
+        .args(["serve", "--seconds", "120", "--blocks", "6600"])
+        .args(["--kernels", "8", "--rate", "100", "--off-ms", "0"])
+        .env(dilu_abi::node_wire::SOCKET_ENV, &socket)
+        .env("SIMGPU_INSTANCE", &instance)
+        .stdout(Stdio::null())
+        .spawn()
+        .expect("start the latency tenant");
+    // A tenant that registers and then never launches a kernel.
+    let mut idle_probe = Probe::start(&socket, &instance, &["--tenant", &idle]);
+    assert_eq!(
+        idle_probe.alloc(MIB),
+        "alloc 0",
+        "the idle tenant registered"
+    );
+
+    // Both recommendations, on the JSON API (generous: a loaded machine).
+    let deadline = Instant::now() + Duration::from_secs(90);
+    let signals = loop {
+        let signals: serde_json::Value =
+            serde_json::from_str(&http_get(&metrics, "/api/signals")).expect("JSON signals");
+        let out = signal_for(&signals, &slow).is_some_and(|s| s["advice"] == "ScaleOut");
+        let idle_in = signal_for(&signals, &idle).is_some_and(|s| s["advice"] == "ScaleIn");
+        if out && idle_in {
+            break signals;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no scale-out for {slow} and scale-in for {idle}: {signals}\nstatus: {}",
+            status_json(&scratch).unwrap_or_default()
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    println!("signals: {signals}");
+    let out = signal_for(&signals, &slow).unwrap();
+    assert!(out["for_seconds"].as_f64().unwrap() >= 1.0, "{out}");
+    assert!(
+        out["reason"].as_str().unwrap().contains("SLO"),
+        "says why: {out}"
+    );
+    assert!(
+        signal_for(&signals, &idle).unwrap()["for_seconds"]
+            .as_f64()
+            .unwrap()
+            >= 1.0
+    );
+
+    // The same on /metrics and in `dilu top` (a bounded, non-terminal run).
+    let text = http_get(&metrics, "/metrics");
+    for (tenant, advice) in [(&slow, "out"), (&idle, "in")] {
+        let series =
+            format!("dilu_scale_recommendation{{tenant=\"{tenant}\",advice=\"{advice}\"}} 1");
+        assert!(
+            text.lines().any(|l| l.starts_with(&series)),
+            "{series} missing from:\n{text}"
+        );
+    }
+    let top = Command::new(dilu())
+        .args(["top", "--iterations", "2", "--interval", "0.2", "--socket"])
+        .arg(&socket)
+        .output()
+        .expect("run dilu top");
+    assert!(top.status.success(), "dilu top exits after its refreshes");
+    let table = String::from_utf8_lossy(&top.stdout);
+    println!("dilu top:\n{table}");
+    assert!(!table.contains('\x1b'), "no screen control off a terminal");
+    assert_eq!(table.matches("TENANT").count(), 2, "two snapshots: {table}");
+    for tenant in [&slow, &idle] {
+        assert!(
+            table.lines().any(|l| l.starts_with(tenant.as_str())),
+            "{tenant} has a row: {table}"
+        );
+    }
+    assert!(
+        table.contains(&format!("recommendation: scale out {slow}"))
+            && table.contains(&format!("recommendation: scale in {idle}")),
+        "{table}"
+    );
+    let row = table
+        .lines()
+        .find(|l| l.starts_with(slow.as_str()))
+        .unwrap();
+    assert!(
+        row.contains("latency") && row.contains("10%") && row.contains("/5 ms"),
+        "class, limit and SLO: {row}"
+    );
+
+    slow_tenant.kill().unwrap();
+    slow_tenant.wait().unwrap();
+    drop(idle_probe.stdin);
+    idle_probe.child.wait().unwrap();
+    daemon.kill().unwrap();
+    daemon.wait().unwrap();
 }
