@@ -56,6 +56,11 @@ pub struct DemoArgs {
     /// Run only these controllers (comma-separated; default all three).
     #[arg(long, value_delimiter = ',')]
     controllers: Vec<String>,
+    /// Keep every request latency of the inference tenant in
+    /// DIR/<controller>.txt (ms, one per line), e.g. for a CDF
+    /// (`scripts/bench.sh demo` plots them).
+    #[arg(long, value_name = "DIR")]
+    latencies_dir: Option<PathBuf>,
 }
 
 #[derive(Args)]
@@ -229,6 +234,7 @@ fn main() -> ExitCode {
             seconds: args.seconds,
             json: args.json,
             controllers: args.controllers,
+            latencies_dir: args.latencies_dir,
         }),
         Command::Nodemgr(args) => nodemgr(args),
         Command::Status(args) => {
