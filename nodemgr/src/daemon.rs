@@ -4,9 +4,16 @@
 //! Threads: the socket server (one thread per connection), the control
 //! loop (every period: sample telemetry, run the controller, write budgets;
 //! every 100 ms housekeeping; every second state file and GPU refresh) and
-//! the metrics endpoint. Budgets live in memfds the tenants hold mapped, so
-//! when the daemon dies they keep their last values (fail static); the
-//! state file lets the next daemon re-adopt them.
+//! the metrics endpoint. Budgets (SM share and memory) live in sealed memfds
+//! the tenants hold mapped read-only, so when the daemon dies they keep their
+//! last values (fail static); the state file lets the next daemon re-adopt
+//! them.
+//!
+//! Scale signals: a latency tenant at its SM limit, saturated and over its
+//! SLO for `scale_out_after` (with a [`SCALE_OUT_HOLD`] of grace for a quiet
+//! spell) gets a scale-out recommendation; a tenant without a launch for
+//! `scale_in_after` a scale-in one. They are published on `/api/signals`,
+//! `/metrics` and in `dilu status`/`top`.
 
 use crate::config::Config;
 use crate::control::{self, Controller};
