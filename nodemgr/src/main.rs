@@ -57,7 +57,7 @@ pub struct DemoArgs {
     #[arg(long, value_delimiter = ',')]
     controllers: Vec<String>,
     /// Keep every request latency of the inference tenant in
-    /// DIR/<controller>.txt (ms, one per line), e.g. for a CDF
+    /// `DIR/<controller>.txt` (ms, one per line), e.g. for a CDF
     /// (`scripts/bench.sh demo` plots them).
     #[arg(long, value_name = "DIR")]
     latencies_dir: Option<PathBuf>,
