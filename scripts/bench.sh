@@ -14,10 +14,14 @@
 #                                             -> bench/results/syscalls.md
 #   placement  cluster-lite placement latency per policy (criterion)
 #                                             -> target/criterion/
+#   demo       `dilu demo`: request latency of an inference tenant beside a
+#              training tenant, per controller (static, dilu-rckm, dilu)
+#                                             -> bench/results/demo.md, demo-latency-cdf.svg
 #
-# usage: scripts/bench.sh [all | overhead | startup | sm | syscalls | placement ...] [-- ARGS]
+# usage: scripts/bench.sh [all | overhead | startup | sm | syscalls | placement | demo ...] [-- ARGS]
 #   ARGS go to the one benchmark named, e.g. `scripts/bench.sh startup -- --runs 50`
-#   or `scripts/bench.sh overhead -- cuLaunchKernel` (a criterion filter).
+#   or `scripts/bench.sh overhead -- cuLaunchKernel` (a criterion filter)
+#   or `scripts/bench.sh demo -- --seconds 10` (per controller; default 5).
 # The real-driver overhead needs a GPU: scripts/gpu-check.sh (-> bench/results/real-overhead.md).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -25,23 +29,23 @@ cd "$(dirname "$0")/.."
 targets=()
 while [ $# -gt 0 ] && [ "$1" != "--" ]; do
   case $1 in
-    all) targets+=(overhead startup sm syscalls placement) ;;
-    overhead | startup | sm | syscalls | placement) targets+=("$1") ;;
+    all) targets+=(overhead startup sm syscalls placement demo) ;;
+    overhead | startup | sm | syscalls | placement | demo) targets+=("$1") ;;
     -h | --help) awk 'NR > 1 && !/^#/ { exit } NR > 1 { sub(/^# ?/, ""); print }' "$0"; exit 0 ;;
-    *) echo "bench: unknown benchmark '$1' (all, overhead, startup, sm, syscalls, placement)" >&2; exit 2 ;;
+    *) echo "bench: unknown benchmark '$1' (all, overhead, startup, sm, syscalls, placement, demo)" >&2; exit 2 ;;
   esac
   shift
 done
 [ "${1:-}" = "--" ] && shift
 extra=("$@")
-[ ${#targets[@]} -gt 0 ] || targets=(overhead startup sm syscalls placement)
+[ ${#targets[@]} -gt 0 ] || targets=(overhead startup sm syscalls placement demo)
 if [ ${#extra[@]} -gt 0 ] && [ ${#targets[@]} -ne 1 ]; then
   echo "bench: arguments after -- need exactly one benchmark named" >&2
   exit 2
 fi
 
 echo "== building (release): simgpu, the interposer, the benchmark clients" >&2
-cargo build --release -p simgpu -p dilu-interposer -p dilu-bench -p dilu-nodemgr -p dilu-tests --bins
+cargo build --release -p simgpu -p dilu-interposer -p dilu-bench -p dilu-nodemgr -p dilu-tests --lib --bins
 
 results=()
 failed=()
@@ -67,6 +71,9 @@ for target in "${targets[@]}"; do
     placement)
       cargo bench -p dilu-cluster --bench placement -- "${extra[@]}" || failed+=(placement)
       results+=("target/criterion/ (placement: printed above)") ;;
+    demo)
+      cargo bench -p dilu-bench --bench demo -- "${extra[@]}" || failed+=(demo)
+      results+=(bench/results/demo.md bench/results/demo-latency-cdf.svg) ;;
   esac
 done
 

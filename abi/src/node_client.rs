@@ -13,15 +13,17 @@
 //!     Ok(Some(attached)) => {
 //!         // Under the node manager: every launch reads
 //!         //   attached.budget().share_ppm(dev)   (one extra relaxed load)
-//!         // and charges attached.telemetry().devices[dev].admit(...).
+//!         // and charges attached.telemetry().devices[dev].admit(...);
+//!         // every allocation is held to attached.budget().mem_budget(dev).
 //!     }
 //!     Ok(None) => { /* no daemon socket: standalone mode, as today */ }
 //!     Err(reason) => { /* refused by admission: print it and exit(2) */ }
 //! }
 //! ```
 //!
-//! `attach` returns `&'static Attached`: the budget is a sealed memfd the
-//! daemon writes and this process maps read-only (it cannot raise it), the
+//! `attach` returns `&'static Attached`: the budget (SM share and memory
+//! budget per device) is a sealed memfd the daemon writes and this process
+//! maps read-only (it cannot raise either), the
 //! telemetry is shared with the daemon and the tenant's other processes.
 //! A background thread keeps the connection; when the daemon dies the
 //! tenant keeps running on its last budget, and when it comes back the
@@ -58,7 +60,7 @@ pub struct Attached {
 }
 
 impl Attached {
-    /// The SM budget the daemon sets (read-only mapping).
+    /// The budgets the daemon sets, SM share and memory (read-only mapping).
     #[inline]
     pub fn budget(&self) -> &SmBudget {
         // SAFETY: the pointer always comes from Box::leak of a live Region
@@ -154,7 +156,7 @@ pub fn attach_at(
 
 fn map_budget(fd: &OwnedFd) -> Result<Region<SmBudget>, String> {
     Region::<SmBudget>::from_fd(fd.as_raw_fd(), false)
-        .map_err(|e| format!("cannot map the SM budget: {e}"))
+        .map_err(|e| format!("cannot map the budget region: {e}"))
 }
 
 /// One registration exchange; `old` carries the regions to hand back.

@@ -4,7 +4,8 @@
 //! Two kinds of peers speak first:
 //! - a tenant process (the interposer, through [`crate::node_client`]) sends
 //!   [`ToDaemon::Register`] and gets [`FromDaemon::Registered`] with two
-//!   descriptors attached: its SM budget (read-only, sealed) and its
+//!   descriptors attached: its budgets (SM share and memory budget per
+//!   device; read-only, sealed) and its
 //!   telemetry region (writable). It then keeps the connection open: the
 //!   daemon learns that the process died when the socket closes.
 //! - an operator tool (`dilu status`, `dilu set`, `dilu top`) sends one
@@ -167,7 +168,8 @@ pub enum ToDaemon {
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub enum FromDaemon {
-    /// Admitted; fds: [SM budget (read-only), telemetry (read-write)].
+    /// Admitted; fds: [budgets: SM share and memory (read-only), telemetry
+    /// (read-write)].
     Registered {
         tenant: String,
         spec: TenantSpec,

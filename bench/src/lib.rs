@@ -9,6 +9,8 @@
 //!   0, 16 and 64 other processes of the tenant running.
 //! - `scripts/syscalls.sh` with the `bench-client` binary: no syscall on the
 //!   launch path.
+//! - `benches/demo.rs`: `dilu demo`'s request latency per controller, as a
+//!   CDF plot and a table.
 //! - `real-overhead` (binary, run by `scripts/gpu-check.sh`): launch and
 //!   allocation overhead on the real NVIDIA driver.
 //! - [`svg`]: line and CDF plots for reports.

@@ -18,6 +18,16 @@
 //! finds no other live member; a process that joins a running tenant uses
 //! the budget already there.
 //!
+//! Under the node manager ([`crate::node`]) the budget that binds is the
+//! daemon's: it sits in the sealed region the tenant maps read-only
+//! ([`dilu_abi::sm::SmBudget::mem_budget`]) and every reservation is checked
+//! against it ([`TenantLedger::try_reserve_within`]), so `dilu set --mem`
+//! takes effect at the next allocation and nothing the tenant writes can
+//! raise it. The ledger then counts usage; its own budget word can only
+//! lower the limit further: it holds `DILU_MEM_LIMIT` when the tenant did
+//! not ask the daemon for a memory budget (self-restraint), and no limit
+//! when it did (`dilu run --mem`, `DILU_SPEC_MEM`: the daemon decides).
+//!
 //! A process that dies without cleaning up (SIGKILL) keeps its slot until a
 //! member notices: one member's watcher thread (the tenant's scanner, a role
 //! another member takes over within one period if its holder dies) scans
@@ -37,6 +47,7 @@ use crate::driver;
 use crate::hooks::{HookId, REAL};
 use dilu_abi::cuda::{CUDA_ERROR_OUT_OF_MEMORY, CUDA_SUCCESS, CUresult, sys};
 use dilu_abi::ledger::{self, MAX_DEVICES, SlotId, TenantLedger, UNLIMITED};
+use dilu_abi::node_client::Attached;
 use dilu_abi::shm::Region;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Mutex, OnceLock};
@@ -62,6 +73,8 @@ const NOT_JOINED: usize = usize::MAX;
 
 pub struct MemoryBudget {
     ledger: Region<TenantLedger>,
+    /// The node manager's read-only budget region, when attached.
+    managed: Option<&'static Attached>,
     tenant: String,
     device_count: usize,
     current_device: CurrentDevice,
@@ -114,9 +127,13 @@ fn init() -> Option<MemoryBudget> {
         return None;
     }
     let device_count = devices::real_device_count();
+    let managed = crate::node::attached();
+    // The daemon's budget binds; this process's own limit goes in the ledger
+    // only when the tenant did not ask the daemon for one.
+    let daemon_decides = managed.is_some_and(|a| a.spec().mem_bytes.is_some());
     let budgets: Vec<u64> = (0..MAX_DEVICES)
         .map(|device| match cfg.memory.per_device[device] {
-            Some(limit) if device < device_count => {
+            Some(limit) if device < device_count && !daemon_decides => {
                 limit.resolve(real_total_memory(device).unwrap_or(u64::MAX))
             }
             _ => UNLIMITED,
@@ -159,6 +176,7 @@ fn init() -> Option<MemoryBudget> {
     }
     let budget = MemoryBudget {
         ledger,
+        managed,
         tenant: cfg
             .tenant
             .clone()
@@ -173,6 +191,7 @@ fn init() -> Option<MemoryBudget> {
         tenant = budget.tenant,
         devices = device_count,
         ?budgets,
+        managed = managed.is_some(),
         "memory budget active"
     );
     Some(budget)
@@ -309,8 +328,15 @@ impl MemoryBudget {
         self.current_device.get()
     }
 
+    /// The budget that binds on `device`: the ledger's word, capped by the
+    /// node manager's read-only budget when attached.
+    #[inline]
     pub fn budget_of(&self, device: usize) -> u64 {
-        self.ledger.budget(device)
+        let own = self.ledger.budget(device);
+        match self.managed {
+            Some(attached) => own.min(attached.budget().mem_budget(device)),
+            None => own,
+        }
     }
 
     pub fn used_on(&self, device: usize) -> u64 {
@@ -345,7 +371,12 @@ impl MemoryBudget {
         if CONTEXT_CHARGED[device].load(Ordering::Acquire) {
             return Ok(());
         }
-        self.ledger.try_reserve(slot, device, self.context_memory)?;
+        self.ledger.try_reserve_within(
+            slot,
+            device,
+            self.context_memory,
+            self.budget_of(device),
+        )?;
         CONTEXT_CHARGED[device].store(true, Ordering::Release);
         Ok(())
     }
@@ -358,12 +389,13 @@ impl MemoryBudget {
                 device,
                 requested: bytes,
                 used: self.ledger.used(device),
-                budget: self.ledger.budget(device),
+                budget: self.budget_of(device),
             });
         };
         let attempt = || {
             self.charge_context(slot, device)?;
-            self.ledger.try_reserve(slot, device, bytes)
+            self.ledger
+                .try_reserve_within(slot, device, bytes, self.budget_of(device))
         };
         match attempt() {
             Ok(()) => Ok(slot),

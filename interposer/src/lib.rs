@@ -47,6 +47,7 @@ mod kernel_estimates;
 mod launch_control;
 mod memory_config;
 mod memory_hooks;
+mod node;
 mod nvml;
 mod procaddr;
 mod recent_streams;

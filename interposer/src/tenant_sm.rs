@@ -11,11 +11,11 @@
 //!   take effect at the next launch of every member.
 //! - no tenant name: anonymous memory shared with forked children.
 //!
-//! Under the node manager (its socket exists, see
-//! `dilu_abi::node_client`), a named tenant registers instead: the daemon
-//! hands it a read-only, sealed budget it writes itself and the telemetry
-//! region it reads; `DILU_SM_LIMIT` is then ignored (the daemon decides).
-//! A refused registration stops the process with the daemon's reason.
+//! Under the node manager (its socket exists, see [`crate::node`]), a named
+//! tenant registers instead: the daemon hands it a read-only, sealed budget
+//! it writes itself and the telemetry region it reads; `DILU_SM_LIMIT` is
+//! then ignored (the daemon decides). A refused registration stops the
+//! process with the daemon's reason.
 //!
 //! Without a tenant and without an SM limit this process has no SM state
 //! and every launch passes straight through.
@@ -23,8 +23,7 @@
 use crate::config;
 use crate::devices::{self, CurrentDevice};
 use dilu_abi::ledger;
-use dilu_abi::node_client::{self, Attached};
-use dilu_abi::node_wire::TenantSpec;
+use dilu_abi::node_client::Attached;
 use dilu_abi::shm::Region;
 use dilu_abi::sm::{SmBudget, UNLIMITED_SHARE};
 use dilu_abi::telemetry::{DeviceTelemetry, TenantTelemetry};
@@ -78,24 +77,9 @@ fn fail(what: &str, error: impl std::fmt::Display) -> ! {
     std::process::exit(2)
 }
 
-/// Registers with the node manager when one is running.
-fn attach_to_node_manager(name: &str) -> Option<&'static Attached> {
-    let spec = TenantSpec::from_env().unwrap_or_else(|e| fail("spec", e));
-    match node_client::attach(name, spec) {
-        Ok(attached) => attached,
-        Err(reason) => {
-            eprintln!("dilu-interposer: {reason}; stopping");
-            std::process::exit(2)
-        }
-    }
-}
-
 fn init() -> Option<TenantSm> {
     let cfg = config::get();
-    if let Some(name) = &cfg.tenant
-        && let Some(attached) = attach_to_node_manager(name)
-    {
-        tracing::debug!(tenant = name, "SM-time budget from the node manager");
+    if let Some(attached) = crate::node::attached() {
         crate::fork::install();
         return Some(TenantSm {
             regions: Regions::Managed(attached),

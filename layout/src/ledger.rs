@@ -103,7 +103,18 @@ impl TenantLedger {
     /// Reserves `bytes` on `device` for the process holding `slot`, or
     /// refuses if that would take the tenant over its budget.
     pub fn try_reserve(&self, slot: SlotId, device: usize, bytes: u64) -> Result<(), Refusal> {
-        let budget = self.budget[device].load(Ordering::Acquire);
+        self.try_reserve_within(slot, device, bytes, self.budget(device))
+    }
+
+    /// [`TenantLedger::try_reserve`] against a budget kept elsewhere (the
+    /// node manager's read-only region) instead of the ledger's own word.
+    pub fn try_reserve_within(
+        &self,
+        slot: SlotId,
+        device: usize,
+        bytes: u64,
+        budget: u64,
+    ) -> Result<(), Refusal> {
         let mut used = self.used[device].load(Ordering::Relaxed);
         loop {
             let wanted = used.checked_add(bytes).filter(|&w| w <= budget);
@@ -378,6 +389,19 @@ mod tests {
         assert_eq!(region.used(1), 30);
         region.try_reserve(live, 1, 70).unwrap();
         assert_eq!(region.members(), vec![(4343, 9)]);
+        let _ = std::fs::remove_file(path);
+    }
+
+    #[test]
+    fn a_budget_kept_elsewhere_ignores_the_ledgers_own_word() {
+        let (region, path) = ledger("within");
+        let slot = region.join(4444, 1).unwrap();
+        // The ledger's word says unlimited; the outside budget says 100.
+        region.try_reserve_within(slot, 0, 60, 100).unwrap();
+        let refusal = region.try_reserve_within(slot, 0, 60, 100).unwrap_err();
+        assert_eq!((refusal.used, refusal.budget), (60, 100));
+        region.try_reserve_within(slot, 0, 40, 100).unwrap();
+        assert_eq!(region.used(0), 100);
         let _ = std::fs::remove_file(path);
     }
 

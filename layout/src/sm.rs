@@ -1,12 +1,18 @@
-//! A tenant's SM-time budget: the share of each device's time its processes
-//! may use, in parts per million, and the depth of its token bucket.
+//! A tenant's budget region: the share of each device's time its processes
+//! may use, in parts per million, the depth of its token bucket, and (under
+//! the node manager) its memory budget per device.
 //!
 //! One writer changes it (the node manager, or in standalone mode the
 //! tenant's first process from its configuration, or an operator's tool);
-//! tenants read it at every launch, so a change takes effect at the next
-//! launch. Under the node manager tenants map it read-only.
+//! tenants read it at every launch and every allocation, so a change takes
+//! effect at the next one. Under the node manager tenants map it read-only
+//! (a sealed memfd, see [`crate::memfd`]): neither the SM share nor the
+//! memory budget can be raised by the tenant. In standalone mode the memory
+//! budget lives in the tenant's ledger instead and [`SmBudget::mem_budget`]
+//! stays unused.
 
 use crate::MAX_DEVICES;
+use crate::ledger::UNLIMITED;
 use crate::shm::SharedLayout;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
@@ -31,12 +37,16 @@ pub struct SmBudget {
     /// mode) or the node manager; 0 when nobody has claimed it.
     /// One word: pid << 32 | low 32 bits of its start time.
     writer: AtomicU64,
+    /// Memory budget per device in bytes ([`UNLIMITED`]: none), written by
+    /// the node manager (v2). Standalone tenants keep theirs in the ledger.
+    mem_budget: [AtomicU64; MAX_DEVICES],
 }
 
-// SAFETY: repr(C), atomics and padding only; all-zero is "share 0 on every
-// device", which the creator overwrites before publishing the magic.
+// SAFETY: repr(C), atomics and padding only; all-zero is "share 0 and no
+// memory on every device", which the creator overwrites before publishing
+// the magic.
 unsafe impl SharedLayout for SmBudget {
-    const MAGIC: u64 = 0x6469_6c75_534d_0001; // "diluSM" v1
+    const MAGIC: u64 = 0x6469_6c75_534d_0002; // "diluSM" v2 (v2: memory budget)
     fn magic(&self) -> &AtomicU64 {
         &self.magic
     }
@@ -75,6 +85,30 @@ impl SmBudget {
     pub fn set_depth_ns(&self, depth_ns: u64) {
         self.depth_ns.store(depth_ns, Ordering::Relaxed);
         self.generation.fetch_add(1, Ordering::Release);
+    }
+
+    /// The memory budget of `device` in bytes, or [`UNLIMITED`].
+    #[inline]
+    pub fn mem_budget(&self, device: usize) -> u64 {
+        self.mem_budget[device].load(Ordering::Acquire)
+    }
+
+    /// Writer side: sets the memory budget of `device` (bytes, or
+    /// [`UNLIMITED`]). Reservations already granted stay; later ones are
+    /// held to the new value.
+    pub fn set_mem_budget(&self, device: usize, bytes: u64) {
+        self.mem_budget[device].store(bytes, Ordering::Release);
+        self.generation.fetch_add(1, Ordering::Release);
+    }
+
+    /// Writer side: sets every device's memory budget (`None`: unlimited).
+    pub fn set_mem_budget_all(&self, bytes: Option<u64>) {
+        let bytes = bytes.unwrap_or(UNLIMITED);
+        for device in 0..MAX_DEVICES {
+            if self.mem_budget(device) != bytes {
+                self.set_mem_budget(device, bytes);
+            }
+        }
     }
 
     /// Who wrote the budget: (pid, low 32 bits of its start time), if
@@ -155,5 +189,12 @@ mod tests {
             "taken over from a dead one"
         );
         assert_eq!(budget.writer(), Some((11, 2)));
+
+        let before = budget.generation();
+        budget.set_mem_budget_all(Some(64 << 20));
+        assert_eq!(budget.mem_budget(MAX_DEVICES - 1), 64 << 20);
+        assert!(budget.generation() > before);
+        budget.set_mem_budget_all(None);
+        assert_eq!(budget.mem_budget(0), UNLIMITED);
     }
 }

@@ -7,13 +7,15 @@
 //! period_ms = 5                       # control period
 //! controller = "dilu"                 # dilu | dilu-rckm | static
 //! gpu_memory = "80GiB"                # device memory for admission when NVML is absent
+//! scale_out_after_s = 10              # latency tenant at its limit and over its SLO this long
+//! scale_in_after_s = 300              # tenant without a kernel launch this long
 //!
 //! [tenants.infer]                     # specs the operator owns (win over the tenant's own)
 //! class = "latency"
 //! slo_ms = 50
 //! sm_request = 20
 //! sm_limit = 80
-//! mem = "8GiB"
+//! mem = "8GiB"                        # memory budget per device (the daemon's; live with `dilu set --mem`)
 //! ```
 
 use crate::control;

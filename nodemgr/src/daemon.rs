@@ -4,9 +4,16 @@
 //! Threads: the socket server (one thread per connection), the control
 //! loop (every period: sample telemetry, run the controller, write budgets;
 //! every 100 ms housekeeping; every second state file and GPU refresh) and
-//! the metrics endpoint. Budgets live in memfds the tenants hold mapped, so
-//! when the daemon dies they keep their last values (fail static); the
-//! state file lets the next daemon re-adopt them.
+//! the metrics endpoint. Budgets (SM share and memory) live in sealed memfds
+//! the tenants hold mapped read-only, so when the daemon dies they keep their
+//! last values (fail static); the state file lets the next daemon re-adopt
+//! them.
+//!
+//! Scale signals: a latency tenant at its SM limit, saturated and over its
+//! SLO for `scale_out_after` (with a [`SCALE_OUT_HOLD`] of grace for a quiet
+//! spell) gets a scale-out recommendation; a tenant without a launch for
+//! `scale_in_after` a scale-in one. They are published on `/api/signals`,
+//! `/metrics` and in `dilu status`/`top`.
 
 use crate::config::Config;
 use crate::control::{self, Controller};
@@ -186,10 +193,18 @@ fn spawn(name: &str, f: impl FnOnce() + Send + 'static) -> Result<JoinHandle<()>
         .map_err(|e| format!("cannot start thread {name}: {e}"))
 }
 
+/// How long a latency tenant must be seen meeting its SLO (or below its
+/// limit, or unsaturated) before its scale-out window starts over: one
+/// period without a throttled launch is not relief (the p99 behind the
+/// signal covers a second, too).
+pub const SCALE_OUT_HOLD: Duration = Duration::from_secs(1);
+
 /// Per-tenant timers behind the scale signals.
 #[derive(Default)]
 struct SignalState {
     missing_since: Option<Instant>,
+    /// The last period in which the tenant was at its limit and over its SLO.
+    last_missing: Option<Instant>,
     idle_since: Option<Instant>,
 }
 
@@ -265,11 +280,16 @@ fn update_signals(
         let timer = timers.entry(name.clone()).or_default();
         let at_limit = o.share_ppm >= o.limit_ppm && o.saturated();
         let missing = o.class == WorkClass::Latency && o.slo_pressure() > 1.0 && at_limit;
-        timer.missing_since = if missing {
-            timer.missing_since.or(Some(Instant::now()))
-        } else {
-            None
-        };
+        let now = Instant::now();
+        if missing {
+            timer.missing_since = timer.missing_since.or(Some(now));
+            timer.last_missing = Some(now);
+        } else if timer
+            .last_missing
+            .is_none_or(|last| now.duration_since(last) >= SCALE_OUT_HOLD)
+        {
+            timer.missing_since = None;
+        }
         timer.idle_since = if o.launches == 0 {
             timer.idle_since.or(Some(Instant::now()))
         } else {
@@ -320,8 +340,10 @@ pub fn notify_ready() {
     }
 }
 
-/// `dilu nodemgr`: runs until SIGTERM or SIGINT.
-pub fn run(config: Config) -> Result<(), String> {
+/// `dilu nodemgr`: runs until SIGTERM or SIGINT, in this process (it never
+/// forks). `foreground` adds a banner for a person at a terminal (see
+/// [`crate::logging`]).
+pub fn run(config: Config, foreground: bool) -> Result<(), String> {
     use nix::sys::signal::{SigSet, Signal};
     // Block the signals in every thread, then wait for them here.
     let mut set = SigSet::empty();
@@ -335,13 +357,15 @@ pub fn run(config: Config) -> Result<(), String> {
         controller = daemon.shared.config.controller,
         "dilu node manager ready"
     );
-    eprintln!(
-        "dilu nodemgr: listening on {} (metrics: {}, controller: {}, period {} ms)",
-        daemon.shared.config.socket.display(),
-        daemon.metrics_addr.as_deref().unwrap_or("off"),
-        daemon.shared.config.controller,
-        daemon.shared.config.period.as_secs_f64() * 1e3
-    );
+    if foreground {
+        eprintln!(
+            "dilu nodemgr: listening on {} (metrics: {}, controller: {}, period {} ms); Ctrl-C stops it, tenants keep their budgets",
+            daemon.shared.config.socket.display(),
+            daemon.metrics_addr.as_deref().unwrap_or("off"),
+            daemon.shared.config.controller,
+            daemon.shared.config.period.as_secs_f64() * 1e3
+        );
+    }
     notify_ready();
     let signal = set.wait().map_err(|e| e.to_string())?;
     tracing::info!(?signal, "stopping; tenants keep their budgets");

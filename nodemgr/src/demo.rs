@@ -8,6 +8,10 @@
 //! interposer, and the inference program measures each request's latency
 //! itself (arrival to completion, queueing included) and reports it with
 //! `dilu_report_latency`.
+//!
+//! With `--latencies-dir DIR` every request's latency is kept in
+//! `DIR/<controller>.txt` (ms, one per line): `scripts/bench.sh demo` turns
+//! them into `bench/results/demo-latency-cdf.svg` and `demo.md`.
 
 use crate::artifacts;
 use crate::config::Config;
@@ -15,7 +19,7 @@ use crate::daemon::Daemon;
 use dilu_abi::node_wire::{TenantSpec, WorkClass};
 use std::collections::BTreeMap;
 use std::io::Read;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitCode, Stdio};
 use std::time::{Duration, Instant};
 
@@ -23,6 +27,8 @@ pub struct DemoSpec {
     pub seconds: u64,
     pub json: bool,
     pub controllers: Vec<String>,
+    /// Where to keep each controller's request latencies.
+    pub latencies_dir: Option<PathBuf>,
 }
 
 /// The scenario: the inference SLO and both tenants' specs.
@@ -60,6 +66,7 @@ fn specs() -> [(&'static str, TenantSpec); 2] {
 pub struct Outcome {
     pub controller: String,
     pub slo_violation_rate: f64,
+    pub p50_ms: f64,
     pub p99_ms: f64,
     pub requests: u64,
     pub batch_throughput: f64,
@@ -110,8 +117,14 @@ fn finish(mut child: Child, what: &str) -> Result<serde_json::Value, String> {
         .ok_or_else(|| format!("the {what} tenant printed no summary"))
 }
 
-/// Runs the scenario under one controller.
-pub fn run_one(controller: &str, seconds: u64, live: bool) -> Result<Outcome, String> {
+/// Runs the scenario under one controller; `latencies`: the file to keep
+/// the inference tenant's request latencies in.
+pub fn run_one(
+    controller: &str,
+    seconds: u64,
+    live: bool,
+    latencies: Option<&Path>,
+) -> Result<Outcome, String> {
     let tag = format!("{}-{controller}", std::process::id());
     let scratch = std::env::temp_dir().join(format!("dilu-demo-{tag}"));
     std::fs::create_dir_all(&scratch).map_err(|e| format!("{}: {e}", scratch.display()))?;
@@ -131,7 +144,12 @@ pub fn run_one(controller: &str, seconds: u64, live: bool) -> Result<Outcome, St
     let daemon = Daemon::start(config)?;
     let instance = format!("demo-{tag}");
     let socket = daemon.shared.config.socket.clone();
-    let serve = spawn(&socket, &instance, &names[0], "serve", &SERVE_ARGS, seconds);
+    let mut serve_args: Vec<&str> = SERVE_ARGS.to_vec();
+    let latencies = latencies.map(|p| p.to_string_lossy().into_owned());
+    if let Some(path) = &latencies {
+        serve_args.extend(["--latencies", path.as_str()]);
+    }
+    let serve = spawn(&socket, &instance, &names[0], "serve", &serve_args, seconds);
     let train = spawn(&socket, &instance, &names[1], "train", &TRAIN_ARGS, seconds);
     let (mut serve, mut train) = match (serve, train) {
         (Ok(s), Ok(t)) => (s, t),
@@ -189,6 +207,7 @@ pub fn run_one(controller: &str, seconds: u64, live: bool) -> Result<Outcome, St
     Ok(Outcome {
         controller: controller.to_string(),
         slo_violation_rate: serve["slo_violation_rate"].as_f64().unwrap_or(1.0),
+        p50_ms: serve["p50_ms"].as_f64().unwrap_or(0.0),
         p99_ms: serve["p99_ms"].as_f64().unwrap_or(0.0),
         requests: serve["requests"].as_u64().unwrap_or(0),
         batch_throughput: train["iterations_per_second"].as_f64().unwrap_or(0.0),
@@ -220,21 +239,42 @@ pub fn run(spec: &DemoSpec) -> Result<ExitCode, String> {
             "controller", "time", "inference share/used/p99", "training share/used"
         );
     }
+    if let Some(dir) = &spec.latencies_dir {
+        std::fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+    }
     let mut outcomes = Vec::new();
     for controller in &controllers {
-        outcomes.push(run_one(controller, spec.seconds, !spec.json)?);
+        let latencies = spec
+            .latencies_dir
+            .as_ref()
+            .map(|dir| dir.join(format!("{controller}.txt")));
+        outcomes.push(run_one(
+            controller,
+            spec.seconds,
+            !spec.json,
+            latencies.as_deref(),
+        )?);
     }
     if spec.json {
         let entries: Vec<String> = outcomes
             .iter()
             .map(|o| {
                 format!(
-                    "\"{}\":{{\"slo_violation_rate\":{:.4},\"batch_throughput\":{:.3},\"p99_ms\":{:.3},\"requests\":{}}}",
-                    o.controller, o.slo_violation_rate, o.batch_throughput, o.p99_ms, o.requests
+                    "\"{}\":{{\"slo_violation_rate\":{:.4},\"batch_throughput\":{:.3},\"p50_ms\":{:.3},\"p99_ms\":{:.3},\"requests\":{}}}",
+                    o.controller,
+                    o.slo_violation_rate,
+                    o.batch_throughput,
+                    o.p50_ms,
+                    o.p99_ms,
+                    o.requests
                 )
             })
             .collect();
-        println!("{{\"controllers\":{{{}}}}}", entries.join(","));
+        println!(
+            "{{\"slo_ms\":{SLO_MS},\"seconds\":{},\"controllers\":{{{}}}}}",
+            spec.seconds,
+            entries.join(",")
+        );
     } else {
         println!();
         println!(

@@ -2,14 +2,17 @@
 //! that tests and the demo can run a daemon in-process.
 //!
 //! - [`config`]: `/etc/dilu/nodemgr.toml` and flags.
-//! - [`registry`]: tenants, admission, regions, re-adoption.
+//! - [`registry`]: tenants, admission, budget regions (SM share and memory,
+//!   the daemon the only writer), re-adoption.
 //! - [`server`]: the Unix socket (registration with `SO_PEERCRED`, tools).
 //! - [`observe`]: telemetry counters → per-period observations.
 //! - [`control`]: control laws (pure: observations in, shares out).
 //! - [`daemon`]: threads, control loop, persistence, systemd notification.
+//! - [`logging`]: service-mode (journald) and `--foreground` log lines.
 //! - [`metrics`]: Prometheus `/metrics` and the JSON API.
 //! - [`nvml`]: NVML when present, a fallback when not.
 //! - [`ops`]: `dilu status`, `dilu top`, `dilu set`.
+//! - [`demo`]: `dilu demo`, three controllers on one scenario.
 
 pub mod artifacts;
 pub mod config;
@@ -17,6 +20,7 @@ pub mod control;
 pub mod daemon;
 pub mod demo;
 pub mod launch;
+pub mod logging;
 pub mod metrics;
 pub mod nvml;
 pub mod observe;

@@ -37,7 +37,7 @@ enum Command {
     Nodemgr(NodemgrArgs),
     /// Print the node manager's tenants as a table.
     Status(StatusArgs),
-    /// Show the status table, refreshed live.
+    /// Show the status table, refreshed live (plain snapshots when not on a terminal).
     Top(TopArgs),
     /// Change a tenant's spec while it runs.
     ///
@@ -56,6 +56,11 @@ pub struct DemoArgs {
     /// Run only these controllers (comma-separated; default all three).
     #[arg(long, value_delimiter = ',')]
     controllers: Vec<String>,
+    /// Keep every request latency of the inference tenant in
+    /// `DIR/<controller>.txt` (ms, one per line), e.g. for a CDF
+    /// (`scripts/bench.sh demo` plots them).
+    #[arg(long, value_name = "DIR")]
+    latencies_dir: Option<PathBuf>,
 }
 
 #[derive(Args)]
@@ -103,7 +108,14 @@ struct NodemgrArgs {
     /// Configuration file.
     #[arg(long, default_value = config::DEFAULT_CONFIG)]
     config: PathBuf,
-    /// Stay in the foreground (the only mode: systemd supervises it).
+    /// Log for a person at a terminal (timestamps, a start-up banner)
+    /// instead of for journald.
+    ///
+    /// Without it (service mode, what the systemd unit uses) every log line
+    /// starts with its syslog priority (<3> error, <4> warning, <6> info,
+    /// <7> debug) for journald, without timestamps. The daemon never forks
+    /// in either mode (systemd Type=notify supervises it). DILU_LOG filters
+    /// the log (default info).
     #[arg(long)]
     foreground: bool,
     /// Unix socket tenants and tools connect to.
@@ -157,8 +169,12 @@ struct TopArgs {
     /// Refresh interval in seconds.
     #[arg(long, default_value_t = 1.0)]
     interval: f64,
-    /// Stop after this many refreshes.
-    #[arg(long)]
+    /// Stop after this many refreshes (default: until interrupted).
+    ///
+    /// When standard output is not a terminal, the tables are printed one
+    /// after another (separated by a blank line, no screen clearing), so
+    /// `dilu top --count 3 > log` records three snapshots.
+    #[arg(long, visible_alias = "iterations", value_name = "N")]
     count: Option<u64>,
 }
 
@@ -183,12 +199,7 @@ fn parse_class(text: Option<&str>) -> Result<Option<node_wire::WorkClass>, Strin
 }
 
 fn nodemgr(args: NodemgrArgs) -> Result<ExitCode, String> {
-    let filter = std::env::var("DILU_LOG").unwrap_or_else(|_| "info".into());
-    let _ = tracing_subscriber::fmt()
-        .with_env_filter(tracing_subscriber::EnvFilter::new(filter))
-        .with_writer(std::io::stderr)
-        .try_init();
-    let _ = args.foreground;
+    dilu_nodemgr::logging::init(args.foreground);
     let overrides = config::Overrides {
         socket: args.socket,
         run_dir: args.run_dir,
@@ -199,7 +210,7 @@ fn nodemgr(args: NodemgrArgs) -> Result<ExitCode, String> {
     };
     let explicit = args.config.as_path() != std::path::Path::new(config::DEFAULT_CONFIG);
     let config = config::Config::load(&args.config, explicit, &overrides)?;
-    daemon::run(config)?;
+    daemon::run(config, args.foreground)?;
     Ok(ExitCode::SUCCESS)
 }
 
@@ -223,6 +234,7 @@ fn main() -> ExitCode {
             seconds: args.seconds,
             json: args.json,
             controllers: args.controllers,
+            latencies_dir: args.latencies_dir,
         }),
         Command::Nodemgr(args) => nodemgr(args),
         Command::Status(args) => {

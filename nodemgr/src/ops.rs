@@ -137,13 +137,22 @@ pub fn status(socket: &Path, json: bool) -> Result<(), String> {
 }
 
 /// Redraws the table every `interval` until interrupted (or `rounds` times).
+/// On a terminal each refresh replaces the last (the screen is cleared, as
+/// `top` does); otherwise (a pipe, a file, a test) the tables follow one
+/// another, separated by a blank line, with no control characters.
 pub fn top(socket: &Path, interval: Duration, rounds: Option<u64>) -> Result<(), String> {
+    use std::io::{IsTerminal, Write as _};
+    let terminal = std::io::stdout().is_terminal();
     let mut shown = 0;
     loop {
         let status = fetch_status(socket)?;
-        // Clear the screen and go home, as top does.
-        print!("\x1b[2J\x1b[H{}", format_status(&status));
-        use std::io::Write as _;
+        let table = format_status(&status);
+        if terminal {
+            // Clear the screen and go home.
+            print!("\x1b[2J\x1b[H{table}");
+        } else {
+            print!("{}{table}", if shown > 0 { "\n" } else { "" });
+        }
         let _ = std::io::stdout().flush();
         shown += 1;
         if rounds.is_some_and(|r| shown >= r) {

@@ -3,8 +3,12 @@
 //!
 //! A tenant is identified by (name, uid): the uid is the one the kernel
 //! reported for its first process (`SO_PEERCRED`), and other users cannot
-//! join it. The daemon holds the only writable mapping of each tenant's SM
-//! budget (a sealed memfd); members get a read-only descriptor.
+//! join it. The daemon holds the only writable mapping of each tenant's
+//! budget region (a sealed memfd holding its SM share and its memory budget
+//! per device); members get a read-only descriptor. The tenant's memory
+//! ledger (a file its processes write) only counts usage: the daemon reads
+//! it for status and reclaims dead processes' memory in it, but the budget
+//! the interposer enforces is the one in the sealed region.
 
 use crate::observe::Sampler;
 use dilu_abi::ledger::{self, TenantLedger};
@@ -50,8 +54,19 @@ pub struct Tenant {
     pub sampler: Sampler,
     /// Re-adopted from the persisted state and not re-registered yet.
     pub awaiting_since: Option<Instant>,
-    /// Times the daemon found the tenant's memory budget changed and restored it.
-    pub tamper_total: u64,
+}
+
+impl Tenant {
+    /// The memory budget that binds on `device`: the daemon's, lowered by
+    /// the tenant's own limit in its ledger (see the interposer's budget).
+    pub fn mem_budget(&self, device: usize) -> Option<u64> {
+        let own = self
+            .ledger
+            .as_ref()
+            .map_or(ledger::UNLIMITED, |l| l.budget(device));
+        let bytes = own.min(self.regions.budget.mem_budget(device));
+        (bytes != ledger::UNLIMITED).then_some(bytes)
+    }
 }
 
 /// What is persisted under the run directory for re-adoption.
@@ -110,17 +125,19 @@ pub fn write_share(budget: &SmBudget, share_ppm: u32) {
 fn create_regions(
     name: &str,
     share_ppm: u32,
+    mem_bytes: Option<u64>,
     old_telemetry: Option<OwnedFd>,
 ) -> Result<Regions, String> {
-    let label = CString::new(format!("dilu-sm-{name}")).map_err(|e| e.to_string())?;
+    let label = CString::new(format!("dilu-budget-{name}")).map_err(|e| e.to_string())?;
     let (budget, budget_fd) = memfd::create::<SmBudget>(&label, |b| {
         b.set_depth_ns(DEFAULT_DEPTH_NS);
         write_share(b, share_ppm);
+        b.set_mem_budget_all(mem_bytes);
     })
-    .map_err(|e| format!("cannot create the SM budget: {e}"))?;
-    memfd::seal_read_only(&budget_fd).map_err(|e| format!("cannot seal the SM budget: {e}"))?;
+    .map_err(|e| format!("cannot create the budget region: {e}"))?;
+    memfd::seal_read_only(&budget_fd).map_err(|e| format!("cannot seal the budget region: {e}"))?;
     let budget_ro = memfd::reopen_read_only(&budget_fd)
-        .map_err(|e| format!("cannot reopen the SM budget: {e}"))?;
+        .map_err(|e| format!("cannot reopen the budget region: {e}"))?;
     let (telemetry, telemetry_fd) = match old_telemetry {
         Some(fd) => match Region::<TenantTelemetry>::from_fd(fd.as_raw_fd(), true) {
             Ok(region) => (region, fd),
@@ -229,7 +246,12 @@ impl Registry {
                 if let Ok(old) = Region::<SmBudget>::from_fd(budget_fd.as_raw_fd(), false) {
                     tenant.share_ppm = old.share_ppm(0).min(FULL_SHARE_PPM);
                 }
-                tenant.regions = create_regions(name, tenant.share_ppm, Some(telemetry_fd))?;
+                tenant.regions = create_regions(
+                    name,
+                    tenant.share_ppm,
+                    tenant.spec.mem_bytes,
+                    Some(telemetry_fd),
+                )?;
                 tenant.sampler = Sampler::default();
             }
         }
@@ -251,7 +273,7 @@ impl Registry {
                 }
                 None => (initial_share(&spec), None),
             };
-            let regions = create_regions(name, share, telemetry)?;
+            let regions = create_regions(name, share, spec.mem_bytes, telemetry)?;
             self.tenants.insert(
                 name.to_string(),
                 Tenant {
@@ -264,7 +286,6 @@ impl Registry {
                     share_ppm: share,
                     sampler: Sampler::default(),
                     awaiting_since: None,
-                    tamper_total: 0,
                 },
             );
             self.epoch += 1;
@@ -334,12 +355,14 @@ impl Registry {
         self.admit(name, &spec)?;
         let tenant = self.tenants.get_mut(name).expect("checked above");
         tenant.spec = spec.clone();
+        // Live: every member's next allocation is held to the new budget.
+        tenant.regions.budget.set_mem_budget_all(spec.mem_bytes);
         self.epoch += 1;
         Ok(spec)
     }
 
-    /// Housekeeping every ~100 ms: dead processes' memory back, memory
-    /// budgets restored, re-adoption grace expired.
+    /// Housekeeping every ~100 ms: dead processes' memory back,
+    /// re-adoption grace expired.
     pub fn housekeeping(&mut self) {
         let before = self.tenants.len();
         self.tenants.retain(|_, t| {
@@ -359,14 +382,6 @@ impl Registry {
             }
             if let Some(ledger) = &tenant.ledger {
                 ledger.reclaim_dead(ledger::process_alive);
-                if let Some(bytes) = tenant.spec.mem_bytes
-                    && ledger.budget(0) != bytes
-                {
-                    tenant.tamper_total += 1;
-                    for device in 0..ledger::MAX_DEVICES {
-                        ledger.set_budget(device, bytes);
-                    }
-                }
             }
         }
     }
@@ -383,12 +398,7 @@ impl Registry {
                     spec: t.spec.clone(),
                     pids: t.members.values().map(|m| m.pid).collect(),
                     mem_used_bytes: t.ledger.as_ref().map_or(0, |l| l.used(0)),
-                    mem_budget_bytes: t.spec.mem_bytes.or_else(|| {
-                        t.ledger
-                            .as_ref()
-                            .map(|l| l.budget(0))
-                            .filter(|&b| b != ledger::UNLIMITED)
-                    }),
+                    mem_budget_bytes: t.mem_budget(0),
                     sm_current_pct: t.share_ppm as f64 / 10_000.0,
                     sm_achieved_pct: recent.achieved * 100.0,
                     busy_seconds_total: recent.busy_total_ns as f64 / 1e9,
@@ -421,7 +431,7 @@ impl Registry {
             if !valid_name(&s.name) || self.tenants.contains_key(&s.name) {
                 continue;
             }
-            let Ok(regions) = create_regions(&s.name, s.share_ppm, None) else {
+            let Ok(regions) = create_regions(&s.name, s.share_ppm, s.spec.mem_bytes, None) else {
                 continue;
             };
             self.tenants.insert(
@@ -436,7 +446,6 @@ impl Registry {
                     share_ppm: s.share_ppm,
                     sampler: Sampler::default(),
                     awaiting_since: Some(Instant::now()),
-                    tamper_total: 0,
                 },
             );
             self.epoch += 1;

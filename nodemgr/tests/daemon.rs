@@ -102,12 +102,17 @@ fn a_tenant_cannot_raise_its_own_budget() {
     let dir = scratch("readonly");
     let daemon = start(&dir);
     let socket = dir.join("nodemgr.sock");
+    let spec = TenantSpec {
+        mem_bytes: Some(64 << 20),
+        ..latency_spec(30.0, 40.0)
+    };
     let (_connection, budget_fd, _telemetry_fd) =
-        register_raw(&socket, "victim", Some(latency_spec(30.0, 40.0))).unwrap();
+        register_raw(&socket, "victim", Some(spec)).unwrap();
     let budget = Region::<SmBudget>::from_fd(budget_fd.as_raw_fd(), false).unwrap();
     wait_until("the controller's first write", || {
         budget.share_ppm(0) == 400_000
     });
+    assert_eq!(budget.mem_budget(0), 64 << 20, "the memory budget is in it");
     let size = std::mem::size_of::<SmBudget>();
     let address = (&*budget as *const SmBudget)
         .cast_mut()
@@ -182,18 +187,27 @@ fn a_tenant_cannot_raise_its_own_budget() {
 
     // The budget is still the daemon's, and the daemon can still change it.
     assert_eq!(budget.share_ppm(0), 400_000);
+    assert_eq!(budget.mem_budget(0), 64 << 20);
     ops::set(
         &socket,
         "victim",
         SpecUpdate {
             sm_limit_pct: Some(60.0),
+            mem_bytes: Some(128 << 20),
             ..SpecUpdate::default()
         },
     )
     .unwrap();
+    assert_eq!(
+        budget.mem_budget(0),
+        128 << 20,
+        "the memory budget is written before `dilu set` returns"
+    );
     wait_until("the operator's new limit", || {
         budget.share_ppm(0) == 600_000
     });
+    let status = ops::fetch_status(&socket).unwrap();
+    assert_eq!(status.tenants[0].mem_budget_bytes, Some(128 << 20));
     daemon.stop();
 }
 

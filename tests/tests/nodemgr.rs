@@ -1,24 +1,64 @@
 //! The node manager with real tenant processes on simgpu: budgets reach the
-//! interposer, and a daemon killed under load leaves its tenant running on
-//! its last budget until a new daemon re-adopts it.
+//! interposer (and the tenant cannot raise them), and a daemon killed under
+//! load leaves its tenant running on its last budget until a new daemon
+//! re-adopts it.
 
 use dilu_tests::workspace::{Scratch, artifact, dilu, read_trace, unique_name};
+use std::io::{BufRead, BufReader, Write};
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
 use std::time::{Duration, Instant};
 
+const MIB: u64 = 1 << 20;
+
 fn start_daemon(scratch: &Scratch, config: &Path) -> Child {
-    Command::new(dilu())
-        .args(["nodemgr", "--foreground", "--metrics", "", "--config"])
+    daemon_command(scratch, config)
+        .args(["--foreground", "--metrics", ""])
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("start dilu nodemgr")
+}
+
+fn daemon_command(scratch: &Scratch, config: &Path) -> Command {
+    let mut command = Command::new(dilu());
+    command
+        .arg("nodemgr")
+        .arg("--config")
         .arg(config)
         .arg("--socket")
         .arg(scratch.path("nodemgr.sock"))
         .arg("--run-dir")
         .arg(scratch.path("run"))
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
+        .stdout(Stdio::null());
+    command
+}
+
+/// Starts a daemon with its metrics endpoint on a free port; returns it and
+/// the address it logged when ready.
+fn start_daemon_with_metrics(scratch: &Scratch, config: &Path) -> (Child, String) {
+    let mut daemon = daemon_command(scratch, config)
+        .args(["--metrics", "127.0.0.1:0"])
+        .env("DILU_LOG", "info")
+        .stderr(Stdio::piped())
         .spawn()
-        .expect("start dilu nodemgr")
+        .expect("start dilu nodemgr");
+    let mut log = BufReader::new(daemon.stderr.take().unwrap());
+    let mut line = String::new();
+    let address = loop {
+        line.clear();
+        assert!(
+            log.read_line(&mut line).unwrap() > 0,
+            "the daemon exited before it was ready"
+        );
+        if line.contains("node manager ready")
+            && let Some(rest) = line.split("metrics=\"").nth(1)
+        {
+            break rest.split('"').next().unwrap().to_string();
+        }
+    };
+    // Keep draining the log so the daemon never blocks on a full pipe.
+    std::thread::spawn(move || std::io::copy(&mut log, &mut std::io::sink()));
+    (daemon, address)
 }
 
 fn status_json(scratch: &Scratch) -> Option<serde_json::Value> {
@@ -37,7 +77,19 @@ fn status_json(scratch: &Scratch) -> Option<serde_json::Value> {
 /// Waits (generously: the machine may be loaded) for the tenant to be
 /// listed with a process, and returns its status entry.
 fn wait_for_tenant(scratch: &Scratch, tenant: &str) -> serde_json::Value {
+    wait_for_status(scratch, tenant, "the tenant never showed up", |_| true)
+}
+
+/// Waits for the tenant to be listed with a process and its status entry to
+/// satisfy `check`; returns the entry.
+fn wait_for_status(
+    scratch: &Scratch,
+    tenant: &str,
+    what: &str,
+    check: impl Fn(&serde_json::Value) -> bool,
+) -> serde_json::Value {
     let deadline = Instant::now() + Duration::from_secs(60);
+    let mut last = serde_json::Value::Null;
     loop {
         if let Some(status) = status_json(scratch)
             && let Some(t) = status["tenants"]
@@ -45,9 +97,15 @@ fn wait_for_tenant(scratch: &Scratch, tenant: &str) -> serde_json::Value {
                 .and_then(|ts| ts.iter().find(|t| t["name"] == tenant))
             && t["pids"].as_array().is_some_and(|p| !p.is_empty())
         {
-            return t.clone();
+            if check(t) {
+                return t.clone();
+            }
+            last = t.clone();
         }
-        assert!(Instant::now() < deadline, "tenant {tenant} never showed up");
+        assert!(
+            Instant::now() < deadline,
+            "{what} ({tenant}): last status {last}"
+        );
         std::thread::sleep(Duration::from_millis(50));
     }
 }
@@ -152,4 +210,337 @@ fn a_killed_daemon_leaves_tenants_on_their_budgets_and_a_new_one_readopts_them()
         share_down < 0.6,
         "the 40% budget still held: {share_down:.2}"
     );
+}
+
+/// A `mem-probe` tenant process, driven one command per line.
+struct Probe {
+    child: Child,
+    stdin: ChildStdin,
+    stdout: BufReader<ChildStdout>,
+}
+
+impl Probe {
+    /// Starts `mem-probe` under `dilu run --sim RUN_ARGS` with the daemon at
+    /// `socket` (no context allowance, so budgets are what it allocates).
+    fn start(socket: &Path, instance: &str, run_args: &[&str]) -> Probe {
+        let mut child = Command::new(dilu())
+            .args(["run", "--sim"])
+            .args(run_args)
+            .arg("--")
+            .arg(artifact("mem-probe"))
+            .env(dilu_abi::node_wire::SOCKET_ENV, socket)
+            .env("SIMGPU_INSTANCE", instance)
+            .env("DILU_CONTEXT_MEMORY", "0")
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .expect("start mem-probe");
+        Probe {
+            stdin: child.stdin.take().unwrap(),
+            stdout: BufReader::new(child.stdout.take().unwrap()),
+            child,
+        }
+    }
+
+    fn ask(&mut self, command: &str) -> String {
+        writeln!(self.stdin, "{command}").expect("the probe reads commands");
+        self.stdin.flush().unwrap();
+        let mut line = String::new();
+        let n = self.stdout.read_line(&mut line).unwrap();
+        assert!(n > 0, "the probe exited while answering {command:?}");
+        line.trim_end().to_string()
+    }
+
+    fn alloc(&mut self, bytes: u64) -> String {
+        self.ask(&format!("alloc {bytes}"))
+    }
+}
+
+fn set_mem(scratch: &Scratch, tenant: &str, mem: &str) {
+    let output = Command::new(dilu())
+        .args(["set", tenant, "--mem", mem, "--socket"])
+        .arg(scratch.path("nodemgr.sock"))
+        .output()
+        .expect("run dilu set");
+    assert!(
+        output.status.success(),
+        "dilu set --mem {mem}: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+}
+
+#[test]
+fn the_daemons_memory_budget_binds_cannot_be_raised_by_the_tenant_and_changes_live() {
+    let scratch = Scratch::new("nodemgr-mem");
+    let tenant = unique_name("mem");
+    let config = scratch.path("nodemgr.toml");
+    std::fs::write(&config, "controller = \"static\"\n").unwrap();
+    let mut daemon = start_daemon(&scratch, &config);
+    // Under the daemon, `--mem` is the budget the tenant asks the daemon
+    // for; the daemon writes it into the sealed region.
+    let mut probe = Probe::start(
+        &scratch.path("nodemgr.sock"),
+        &unique_name("mem"),
+        &["--tenant", &tenant, "--mem", "64MiB"],
+    );
+
+    assert_eq!(
+        probe.alloc(48 * MIB),
+        "alloc 0",
+        "48 MiB of a 64 MiB budget"
+    );
+    wait_for_status(&scratch, &tenant, "budget and usage listed", |t| {
+        t["mem_budget_bytes"] == 64 * MIB && t["mem_used_bytes"] == 48 * MIB
+    });
+
+    // Everything the tenant can try from inside its own process.
+    let raised: serde_json::Value =
+        serde_json::from_str(&probe.ask("raise")).expect("the probe reports JSON");
+    println!("attempts to raise the budget: {raised}");
+    assert_eq!(
+        raised["ledger"], "succeeded",
+        "the ledger is the tenant's own file"
+    );
+    for attempt in ["mprotect", "store", "mmap"] {
+        let result = raised[attempt].as_str().unwrap_or("missing");
+        assert!(result.starts_with("refused"), "{attempt}: {result}");
+    }
+    // Reopening /proc/self/fd/N read-write may itself be refused; if it is
+    // not, mapping or writing the reopened file must be.
+    for attempt in ["reopen_mmap", "reopen_write"] {
+        let result = raised[attempt].as_str().unwrap_or("refused (not tried)");
+        assert!(result.starts_with("refused"), "{attempt}: {result}");
+    }
+    assert_eq!(
+        probe.alloc(32 * MIB),
+        format!("alloc {}", dilu_abi::cuda::CUDA_ERROR_OUT_OF_MEMORY),
+        "48 + 32 MiB is over the daemon's 64 MiB, whatever the ledger says"
+    );
+
+    // The operator raises it: the next allocation sees it.
+    set_mem(&scratch, &tenant, "128MiB");
+    assert_eq!(probe.alloc(32 * MIB), "alloc 0", "80 MiB of 128 MiB");
+    wait_for_status(&scratch, &tenant, "the new budget listed", |t| {
+        t["mem_budget_bytes"] == 128 * MIB && t["mem_used_bytes"] == 80 * MIB
+    });
+    // And lowers it below what is in use: nothing more is granted.
+    set_mem(&scratch, &tenant, "64MiB");
+    assert_eq!(
+        probe.alloc(MIB),
+        format!("alloc {}", dilu_abi::cuda::CUDA_ERROR_OUT_OF_MEMORY)
+    );
+    assert_eq!(probe.ask("free"), "free 0");
+    assert_eq!(probe.alloc(60 * MIB), "alloc 0", "freed memory is reusable");
+
+    drop(probe.stdin);
+    let status = probe.child.wait().unwrap();
+    assert!(status.success(), "the probe exits cleanly: {status}");
+    daemon.kill().unwrap();
+    daemon.wait().unwrap();
+}
+
+/// Runs `dilu nodemgr` with `extra` flags until it is ready, stops it with
+/// SIGTERM and returns its stderr. The process started is the one serving
+/// (it never forks) and it exits 0.
+fn daemon_log(scratch: &Scratch, extra: &[&str]) -> String {
+    let config = scratch.path("empty.toml");
+    std::fs::write(&config, "").unwrap();
+    let socket = scratch.path("nodemgr.sock");
+    let mut daemon = daemon_command(scratch, &config)
+        .args(extra)
+        .args(["--metrics", ""])
+        .env("DILU_LOG", "info")
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start dilu nodemgr");
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while Command::new(dilu())
+        .args(["status", "--socket"])
+        .arg(&socket)
+        .output()
+        .map_or(true, |o| !o.status.success())
+    {
+        assert!(
+            daemon.try_wait().unwrap().is_none(),
+            "the daemon exited (or forked away) instead of serving"
+        );
+        assert!(Instant::now() < deadline, "the daemon never answered");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    // SAFETY: signalling our own child.
+    unsafe { libc::kill(daemon.id() as i32, libc::SIGTERM) };
+    let output = daemon.wait_with_output().unwrap();
+    assert!(output.status.success(), "SIGTERM stops it cleanly");
+    String::from_utf8_lossy(&output.stderr).into_owned()
+}
+
+#[test]
+fn the_daemon_logs_for_journald_by_default_and_for_people_with_foreground() {
+    let scratch = Scratch::new("nodemgr-log");
+    let service = daemon_log(&scratch, &[]);
+    println!("service mode:\n{service}");
+    assert!(service.contains("dilu node manager ready"), "{service}");
+    for line in service.lines() {
+        let priority = line
+            .strip_prefix('<')
+            .and_then(|rest| rest.split_once('>'))
+            .map(|(p, _)| p);
+        assert!(
+            matches!(priority, Some("3" | "4" | "6" | "7")),
+            "every line starts with a syslog priority: {line:?}"
+        );
+        assert!(!line.contains('\x1b'), "no colour: {line:?}");
+    }
+
+    let foreground = daemon_log(&scratch, &["--foreground"]);
+    println!("--foreground:\n{foreground}");
+    assert!(
+        foreground.contains("dilu nodemgr: listening on"),
+        "a banner: {foreground}"
+    );
+    assert!(
+        foreground
+            .lines()
+            .any(|l| l.contains("INFO") && l.starts_with(|c: char| c.is_ascii_digit())),
+        "timestamped lines with their level: {foreground}"
+    );
+    assert!(
+        !foreground.lines().any(|l| l.starts_with('<')),
+        "{foreground}"
+    );
+}
+
+/// The body of `GET path` from the daemon's HTTP endpoint.
+fn http_get(address: &str, path: &str) -> String {
+    let mut stream = std::net::TcpStream::connect(address).expect("connect to the metrics port");
+    stream
+        .set_read_timeout(Some(Duration::from_secs(30)))
+        .unwrap();
+    write!(stream, "GET {path} HTTP/1.0\r\nHost: dilu\r\n\r\n").unwrap();
+    let mut response = String::new();
+    std::io::Read::read_to_string(&mut stream, &mut response).unwrap();
+    let (head, body) = response.split_once("\r\n\r\n").expect("an HTTP response");
+    assert!(head.contains(" 200"), "{head}");
+    body.to_string()
+}
+
+fn signal_for<'a>(signals: &'a serde_json::Value, tenant: &str) -> Option<&'a serde_json::Value> {
+    signals.as_array()?.iter().find(|s| s["tenant"] == tenant)
+}
+
+#[test]
+fn scale_signals_reach_the_api_metrics_and_top() {
+    let scratch = Scratch::new("nodemgr-signals");
+    let slow = unique_name("slow");
+    let idle = unique_name("idle");
+    let config = scratch.path("nodemgr.toml");
+    // Short windows so the test need not wait the defaults (10 s, 300 s).
+    std::fs::write(
+        &config,
+        "controller = \"static\"\nscale_out_after_s = 1\nscale_in_after_s = 1\n",
+    )
+    .unwrap();
+    let (mut daemon, metrics) = start_daemon_with_metrics(&scratch, &config);
+    let instance = unique_name("signals");
+    let socket = scratch.path("nodemgr.sock");
+
+    // A latency tenant held at its limit (10%) while its requests need ~40%
+    // of the device: its queue grows and its p99 stays far over its 5 ms SLO.
+    let mut slow_tenant = Command::new(dilu())
+        .args(["run", "--sim", "--tenant", &slow])
+        .args(["--class", "latency", "--slo-ms", "5"])
+        .args(["--sm-request", "10", "--sm-limit", "10", "--"])
+        .arg(artifact("demo-tenant"))
+        .args(["serve", "--seconds", "120", "--blocks", "6600"])
+        .args(["--kernels", "8", "--rate", "100", "--off-ms", "0"])
+        .env(dilu_abi::node_wire::SOCKET_ENV, &socket)
+        .env("SIMGPU_INSTANCE", &instance)
+        .stdout(Stdio::null())
+        .spawn()
+        .expect("start the latency tenant");
+    // A tenant that registers and then never launches a kernel.
+    let mut idle_probe = Probe::start(&socket, &instance, &["--tenant", &idle]);
+    assert_eq!(
+        idle_probe.alloc(MIB),
+        "alloc 0",
+        "the idle tenant registered"
+    );
+
+    // Both recommendations, on the JSON API (generous: a loaded machine).
+    let deadline = Instant::now() + Duration::from_secs(90);
+    let signals = loop {
+        let signals: serde_json::Value =
+            serde_json::from_str(&http_get(&metrics, "/api/signals")).expect("JSON signals");
+        let out = signal_for(&signals, &slow).is_some_and(|s| s["advice"] == "ScaleOut");
+        let idle_in = signal_for(&signals, &idle).is_some_and(|s| s["advice"] == "ScaleIn");
+        if out && idle_in {
+            break signals;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no scale-out for {slow} and scale-in for {idle}: {signals}\nstatus: {}",
+            status_json(&scratch).unwrap_or_default()
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    println!("signals: {signals}");
+    let out = signal_for(&signals, &slow).unwrap();
+    assert!(out["for_seconds"].as_f64().unwrap() >= 1.0, "{out}");
+    assert!(
+        out["reason"].as_str().unwrap().contains("SLO"),
+        "says why: {out}"
+    );
+    assert!(
+        signal_for(&signals, &idle).unwrap()["for_seconds"]
+            .as_f64()
+            .unwrap()
+            >= 1.0
+    );
+
+    // The same on /metrics and in `dilu top` (a bounded, non-terminal run).
+    let text = http_get(&metrics, "/metrics");
+    for (tenant, advice) in [(&slow, "out"), (&idle, "in")] {
+        let series =
+            format!("dilu_scale_recommendation{{tenant=\"{tenant}\",advice=\"{advice}\"}} 1");
+        assert!(
+            text.lines().any(|l| l.starts_with(&series)),
+            "{series} missing from:\n{text}"
+        );
+    }
+    let top = Command::new(dilu())
+        .args(["top", "--iterations", "2", "--interval", "0.2", "--socket"])
+        .arg(&socket)
+        .output()
+        .expect("run dilu top");
+    assert!(top.status.success(), "dilu top exits after its refreshes");
+    let table = String::from_utf8_lossy(&top.stdout);
+    println!("dilu top:\n{table}");
+    assert!(!table.contains('\x1b'), "no screen control off a terminal");
+    assert_eq!(table.matches("TENANT").count(), 2, "two snapshots: {table}");
+    for tenant in [&slow, &idle] {
+        assert!(
+            table.lines().any(|l| l.starts_with(tenant.as_str())),
+            "{tenant} has a row: {table}"
+        );
+    }
+    assert!(
+        table.contains(&format!("recommendation: scale out {slow}"))
+            && table.contains(&format!("recommendation: scale in {idle}")),
+        "{table}"
+    );
+    let row = table
+        .lines()
+        .find(|l| l.starts_with(slow.as_str()))
+        .unwrap();
+    assert!(
+        row.contains("latency") && row.contains("10%") && row.contains("/5 ms"),
+        "class, limit and SLO: {row}"
+    );
+
+    slow_tenant.kill().unwrap();
+    slow_tenant.wait().unwrap();
+    drop(idle_probe.stdin);
+    idle_probe.child.wait().unwrap();
+    daemon.kill().unwrap();
+    daemon.wait().unwrap();
 }

@@ -11,7 +11,8 @@
 //!   (a bubble: nothing on the GPU), then launches `--kernels` kernels and
 //!   synchronises (the loss).
 //!
-//! Prints one JSON line at the end.
+//! Prints one JSON line at the end. `serve --latencies FILE` also writes
+//! every request's latency (ms, one per line, in completion order) to FILE.
 
 use cudarc::driver::{CudaContext, CudaSlice, LaunchConfig, PushKernelArg};
 use cudarc::nvrtc::Ptx;
@@ -20,7 +21,7 @@ use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
 const USAGE: &str = "usage: demo-tenant serve|train [--seconds S] [--blocks B] [--kernels K]
-    serve: [--rate R/s] [--on-ms MS] [--off-ms MS] [--slo-ms MS] [--seed N]
+    serve: [--rate R/s] [--on-ms MS] [--off-ms MS] [--slo-ms MS] [--seed N] [--latencies FILE]
     train: [--load-ms MS]";
 
 struct Options {
@@ -34,6 +35,7 @@ struct Options {
     slo_ms: f64,
     load_ms: f64,
     seed: u64,
+    latencies: Option<String>,
 }
 
 fn parse() -> Result<Options, String> {
@@ -53,6 +55,7 @@ fn parse() -> Result<Options, String> {
         slo_ms: 15.0,
         load_ms: 4.0,
         seed: 7,
+        latencies: None,
     };
     while let Some(flag) = args.next() {
         let value = args.next().ok_or_else(|| format!("{flag} needs a value"))?;
@@ -62,6 +65,7 @@ fn parse() -> Result<Options, String> {
                 .map_err(|_| format!("bad value {value:?} for {flag}"))
         };
         match flag.as_str() {
+            "--latencies" => o.latencies = Some(value.clone()),
             "--seconds" => o.seconds = number()?,
             "--blocks" => o.blocks = number()? as u32,
             "--kernels" => o.kernels = number()? as u32,
@@ -166,6 +170,10 @@ fn run(o: &Options) -> Result<String, Box<dyn std::error::Error>> {
             report(latency.as_nanos() as u64);
         }
         latencies.push(latency.as_secs_f64() * 1e3);
+    }
+    if let Some(path) = &o.latencies {
+        let lines: String = latencies.iter().map(|l| format!("{l:.4}\n")).collect();
+        std::fs::write(path, lines).map_err(|e| format!("{path}: {e}"))?;
     }
     latencies.sort_by(f64::total_cmp);
     let n = latencies.len();

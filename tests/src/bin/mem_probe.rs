@@ -1,0 +1,221 @@
+//! `mem-probe`: a tenant process that allocates on command and tries to
+//! raise its own memory budget from the inside, for the node manager's
+//! end-to-end tests.
+//!
+//! Reads one command per line on stdin and answers one line on stdout:
+//! - `alloc BYTES` → `alloc CODE` (the `cuMemAlloc_v2` result; the memory is
+//!   kept until `free`);
+//! - `free` → `free CODE` (frees everything held; the worst result);
+//! - `raise` → one JSON object saying what each attempt to raise the budget
+//!   did: writing the tenant's ledger (`DILU_TENANT`), and, on the sealed
+//!   budget region the node manager handed the interposer (found in
+//!   `/proc/self/fd` and `/proc/self/maps`), `mprotect` to writable, a
+//!   writable `mmap` of its descriptor, reopening `/proc/self/fd/N`
+//!   read-write then mapping or `pwrite`-ing it, and a plain store (in a
+//!   forked child, which must die of SIGSEGV).
+//! - end of input: frees everything and exits 0.
+
+use dilu_abi::cuda::{self, CUresult};
+use dilu_abi::ledger::{MAX_DEVICES, TenantLedger, UNLIMITED};
+use dilu_abi::shm::Region;
+use dilu_tests::driver::Driver;
+use std::io::{BufRead, Write};
+use std::os::fd::AsRawFd;
+use std::process::ExitCode;
+
+type MemAlloc = unsafe extern "C" fn(*mut u64, usize) -> CUresult;
+type MemFree = unsafe extern "C" fn(u64) -> CUresult;
+
+/// The name the node manager gives the budget memfd (`memfd:` + label).
+const BUDGET_LABEL: &str = "memfd:dilu-budget-";
+
+fn errno() -> i32 {
+    std::io::Error::last_os_error().raw_os_error().unwrap_or(0)
+}
+
+/// "refused (errno N)" or "succeeded".
+fn outcome(ok: bool) -> String {
+    if ok {
+        "succeeded".into()
+    } else {
+        format!("refused (errno {})", errno())
+    }
+}
+
+/// The descriptor of the budget memfd the interposer holds.
+fn budget_fd() -> Option<i32> {
+    std::fs::read_dir("/proc/self/fd").ok()?.find_map(|entry| {
+        let entry = entry.ok()?;
+        let target = std::fs::read_link(entry.path()).ok()?;
+        target
+            .to_string_lossy()
+            .contains(BUDGET_LABEL)
+            .then(|| entry.file_name().to_str()?.parse().ok())
+            .flatten()
+    })
+}
+
+/// (start, length) of the interposer's mapping of the budget region.
+fn budget_mapping() -> Option<(usize, usize)> {
+    let maps = std::fs::read_to_string("/proc/self/maps").ok()?;
+    let line = maps.lines().find(|l| l.contains(BUDGET_LABEL))?;
+    let (start, end) = line.split_whitespace().next()?.split_once('-')?;
+    let start = usize::from_str_radix(start, 16).ok()?;
+    let end = usize::from_str_radix(end, 16).ok()?;
+    Some((start, end - start))
+}
+
+fn map_writable(fd: i32, length: usize) -> bool {
+    // SAFETY: a fresh mapping request; unmapped at once if it succeeds.
+    let address = unsafe {
+        libc::mmap(
+            std::ptr::null_mut(),
+            length,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_SHARED,
+            fd,
+            0,
+        )
+    };
+    if address == libc::MAP_FAILED {
+        return false;
+    }
+    // SAFETY: the mapping just made.
+    unsafe { libc::munmap(address, length) };
+    true
+}
+
+fn raise() -> String {
+    let mut results: Vec<(&str, String)> = Vec::new();
+    // The ledger is the tenant's own file: writing it works, and must not
+    // matter under the node manager.
+    let ledger = std::env::var("DILU_TENANT").ok().and_then(|tenant| {
+        // SAFETY: getuid has no preconditions.
+        let uid = unsafe { libc::getuid() };
+        let path = dilu_abi::tenant_region_path(uid, &tenant, "ledger");
+        Region::<TenantLedger>::open_or_create(&path, 0o600, |_| {}).ok()
+    });
+    results.push((
+        "ledger",
+        match ledger {
+            Some(ledger) => {
+                for device in 0..MAX_DEVICES {
+                    ledger.set_budget(device, UNLIMITED);
+                }
+                "succeeded".into()
+            }
+            None => "no ledger".into(),
+        },
+    ));
+    match budget_mapping() {
+        Some((start, length)) => {
+            // SAFETY: mprotect on a mapping of this process; expected to fail.
+            let r = unsafe {
+                libc::mprotect(
+                    start as *mut libc::c_void,
+                    length,
+                    libc::PROT_READ | libc::PROT_WRITE,
+                )
+            };
+            results.push(("mprotect", outcome(r == 0)));
+            // SAFETY: fork; the child only stores into the mapping and exits.
+            let child = unsafe { libc::fork() };
+            if child == 0 {
+                // SAFETY: deliberately storing through a read-only mapping.
+                unsafe {
+                    std::ptr::write_volatile((start as *mut u64).add(2), u64::MAX);
+                    libc::_exit(0);
+                }
+            }
+            let mut status = 0;
+            // SAFETY: waiting for our own child.
+            unsafe { libc::waitpid(child, &mut status, 0) };
+            let faulted = libc::WIFSIGNALED(status) && libc::WTERMSIG(status) == libc::SIGSEGV;
+            results.push((
+                "store",
+                if faulted {
+                    "refused (SIGSEGV)".into()
+                } else {
+                    format!("succeeded (status {status:#x})")
+                },
+            ));
+        }
+        None => results.push(("mprotect", "no mapping".into())),
+    }
+    match budget_fd() {
+        Some(fd) => {
+            results.push(("mmap", outcome(map_writable(fd, 4096))));
+            let path = format!("/proc/self/fd/{fd}");
+            match std::fs::OpenOptions::new()
+                .read(true)
+                .write(true)
+                .open(&path)
+            {
+                Ok(file) => {
+                    results.push(("reopen_mmap", outcome(map_writable(file.as_raw_fd(), 4096))));
+                    use std::os::unix::fs::FileExt;
+                    let written = file.write_at(&[0xff; 64], 0).is_ok();
+                    results.push(("reopen_write", outcome(written)));
+                }
+                Err(e) => results.push(("reopen_mmap", format!("refused (open: {e})"))),
+            }
+        }
+        None => results.push(("mmap", "no descriptor".into())),
+    }
+    let fields: Vec<String> = results
+        .iter()
+        .map(|(k, v)| format!("\"{k}\":\"{v}\""))
+        .collect();
+    format!("{{{}}}", fields.join(","))
+}
+
+fn main() -> ExitCode {
+    let opened = Driver::open().and_then(|driver| {
+        driver.primary_context()?;
+        let alloc: MemAlloc = driver.function("cuMemAlloc_v2")?;
+        let free: MemFree = driver.function("cuMemFree_v2")?;
+        Ok((alloc, free))
+    });
+    let (alloc, free) = match opened {
+        Ok(functions) => functions,
+        Err(message) => {
+            eprintln!("mem-probe: {message}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let mut held = Vec::new();
+    let free_all = |held: &mut Vec<u64>| {
+        held.drain(..)
+            // SAFETY: pointers this process allocated.
+            .map(|p| unsafe { free(p) })
+            .find(|&r| r != cuda::CUDA_SUCCESS)
+            .unwrap_or(cuda::CUDA_SUCCESS)
+    };
+    let stdout = std::io::stdout();
+    for line in std::io::stdin().lock().lines() {
+        let Ok(line) = line else { break };
+        let words: Vec<&str> = line.split_whitespace().collect();
+        let answer = match words.as_slice() {
+            ["alloc", bytes] => match bytes.parse::<usize>() {
+                Ok(bytes) => {
+                    let mut pointer = 0u64;
+                    // SAFETY: live out-parameter.
+                    let result = unsafe { alloc(&mut pointer, bytes) };
+                    if result == cuda::CUDA_SUCCESS {
+                        held.push(pointer);
+                    }
+                    format!("alloc {result}")
+                }
+                Err(_) => format!("error: bad size {bytes:?}"),
+            },
+            ["free"] => format!("free {}", free_all(&mut held)),
+            ["raise"] => raise(),
+            _ => format!("error: unknown command {line:?}"),
+        };
+        let mut out = stdout.lock();
+        let _ = writeln!(out, "{answer}");
+        let _ = out.flush();
+    }
+    free_all(&mut held);
+    ExitCode::SUCCESS
+}
