@@ -32,6 +32,25 @@ pub trait PlacementPolicy: Send + Sync {
     fn gang_on_one_node(&self) -> bool {
         true
     }
+    /// Which replica to stop when a function scales in by one: an index into
+    /// `replicas` (running single-GPU inference instances of one function,
+    /// interchangeable for its clients), or `None` to stop the caller's
+    /// default one (in the simulator the instance the trace lets depart, in
+    /// the embedded coordinator the newest). Only `dilu` chooses.
+    fn choose_scale_in_victim(
+        &self,
+        _cluster: &ClusterState,
+        _replicas: &[Replica<'_>],
+    ) -> Option<usize> {
+        None
+    }
+}
+
+/// A running replica of a function, as the scale-in choice sees it.
+#[derive(Debug, Clone, Copy)]
+pub struct Replica<'a> {
+    pub demand: &'a InstanceDemand,
+    pub gpus: &'a [usize],
 }
 
 /// Where an instance goes: global GPU indices and the mean cost per GPU.
