@@ -7,7 +7,9 @@
 //! multi-GPU (gang) instances the cheapest set of GPUs, on one node unless the
 //! policy says otherwise. The same search answers "can this node take it, and
 //! how well?" for the Kubernetes extender, and [`place_on_one_node`] keeps
-//! gangs on one node for the embedded coordinator.
+//! gangs on one node for the embedded coordinator. A policy may also choose
+//! which replica of a function stops when it scales in
+//! ([`PlacementPolicy::choose_scale_in_victim`]).
 
 mod baselines;
 mod dilu;

@@ -1,6 +1,7 @@
 //! Trace-driven simulator: replays instance arrivals and departures against
 //! one placement policy on a uniform cluster and measures what the policy
-//! costs.
+//! costs. An inference record's departure is "its function scales in by
+//! one" and the policy may choose which replica stops (see `ScaleIn`).
 //!
 //! Metrics (time-weighted over the trace, from the first arrival to the last
 //! departure):
