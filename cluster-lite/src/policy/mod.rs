@@ -7,7 +7,9 @@
 //! multi-GPU (gang) instances the cheapest set of GPUs, on one node unless the
 //! policy says otherwise. The same search answers "can this node take it, and
 //! how well?" for the Kubernetes extender, and [`place_on_one_node`] keeps
-//! gangs on one node for the embedded coordinator.
+//! gangs on one node for the embedded coordinator. A policy may also choose
+//! which replica of a function stops when it scales in
+//! ([`PlacementPolicy::choose_scale_in_victim`]).
 
 mod baselines;
 mod dilu;
@@ -32,6 +34,25 @@ pub trait PlacementPolicy: Send + Sync {
     fn gang_on_one_node(&self) -> bool {
         true
     }
+    /// Which replica to stop when a function scales in by one: an index into
+    /// `replicas` (running single-GPU inference instances of one function,
+    /// interchangeable for its clients), or `None` to stop the caller's
+    /// default one (in the simulator the instance the trace lets depart, in
+    /// the embedded coordinator the newest). Only `dilu` chooses.
+    fn choose_scale_in_victim(
+        &self,
+        _cluster: &ClusterState,
+        _replicas: &[Replica<'_>],
+    ) -> Option<usize> {
+        None
+    }
+}
+
+/// A running replica of a function, as the scale-in choice sees it.
+#[derive(Debug, Clone, Copy)]
+pub struct Replica<'a> {
+    pub demand: &'a InstanceDemand,
+    pub gpus: &'a [usize],
 }
 
 /// Where an instance goes: global GPU indices and the mean cost per GPU.

@@ -215,3 +215,36 @@ fn dilu_never_exceeds_requests_limits_or_memory_on_a_generated_trace() {
     }
     assert!(placements > 300 && refusals > 0, "{placements} {refusals}");
 }
+
+#[test]
+fn dilu_stops_the_replica_that_empties_a_gpu_and_baselines_leave_the_choice() {
+    let mut cluster = ClusterState::uniform(1, 3, 80 * GIB);
+    let replica = demand(WorkClass::Latency, 0.3, 0.4, 8, 1);
+    cluster.apply(&demand(WorkClass::Batch, 0.5, 0.6, 30, 1), &[0]);
+    cluster.apply(&replica, &[0]);
+    cluster.apply(&replica, &[1]);
+    let on = |gpu: &'static [usize]| Replica {
+        demand: &replica,
+        gpus: gpu,
+    };
+    let replicas = [on(&[0]), on(&[1])];
+    let policy = Complementary::default();
+    assert_eq!(
+        policy.choose_scale_in_victim(&cluster, &replicas),
+        Some(1),
+        "stopping the replica alone on GPU 1 leaves it idle"
+    );
+    // With a neighbour on GPU 1 too, stop where less load stays behind.
+    cluster.apply(&demand(WorkClass::Latency, 0.1, 0.1, 4, 1), &[1]);
+    assert_eq!(policy.choose_scale_in_victim(&cluster, &replicas), Some(1));
+    cluster.apply(&demand(WorkClass::Latency, 0.5, 0.5, 4, 1), &[1]);
+    assert_eq!(policy.choose_scale_in_victim(&cluster, &replicas), Some(0));
+    for name in POLICY_NAMES.iter().filter(|&&name| name != "dilu") {
+        let baseline = policy_by_name(name).expect("listed policy exists");
+        assert_eq!(
+            baseline.choose_scale_in_victim(&cluster, &replicas),
+            None,
+            "{name}"
+        );
+    }
+}

@@ -5,7 +5,10 @@
 //! Mix: 20% of instances are LLM inference (20–30 GB, SM request 0.4–0.6),
 //! 20% training on 2–4 GPUs (25–40 GB and SM request 0.4–0.8 per GPU), 60%
 //! small inference (3–10 GB, SM request 0.2–0.4). Limits are the request
-//! times a class-specific headroom, capped at 1. Durations are exponential
+//! times a class-specific headroom, capped at 1. Every instance of an
+//! inference function is a replica with the function's one configured
+//! demand (request, limit, memory drawn once per function), as a serverless
+//! platform deploys it; training jobs draw their demand per job. Durations are exponential
 //! (means: small inference 30 min, LLM 60 min, training 120 min). Arrivals
 //! are Poisson, or bursty (a two-phase modulated Poisson process alternating
 //! 1.6× and 0.4× the mean rate). The mean rate is chosen so that about half
@@ -113,11 +116,12 @@ fn catalogue(rng: &mut SeededRng) -> [Vec<FunctionProfile>; 3] {
     for index in 0..8 {
         let memory = rng.between(20.0, 30.0);
         let request = rng.between(0.4, 0.6);
+        let headroom = rng.between(1.2, 1.6);
         catalogue[0].push(FunctionProfile {
             name: format!("llm-{index}"),
             class: WorkClass::Latency,
-            request: (request - 0.02, request + 0.02),
-            headroom: (1.2, 1.6),
+            request: (request, request),
+            headroom: (headroom, headroom),
             memory_gb: (memory, memory),
             gpus: 1,
             mean_duration_s: 3600.0,
@@ -137,11 +141,12 @@ fn catalogue(rng: &mut SeededRng) -> [Vec<FunctionProfile>; 3] {
     for index in 0..26 {
         let memory = rng.between(3.0, 10.0);
         let request = rng.between(0.2, 0.4);
+        let headroom = rng.between(1.3, 2.0);
         catalogue[2].push(FunctionProfile {
             name: format!("infer-{index}"),
             class: WorkClass::Latency,
-            request: (request - 0.02, request + 0.02),
-            headroom: (1.3, 2.0),
+            request: (request, request),
+            headroom: (headroom, headroom),
             memory_gb: (memory, memory),
             gpus: 1,
             mean_duration_s: 1800.0,
@@ -190,7 +195,7 @@ pub fn generate(spec: &TraceSpec) -> Vec<TraceRecord> {
             .between(profile.request.0, profile.request.1)
             .clamp(0.01, 1.0);
         let sm_limit = (sm_request * rng.between(profile.headroom.0, profile.headroom.1)).min(1.0);
-        let memory_gb = rng.between(profile.memory_gb.0, profile.memory_gb.1 + f64::EPSILON);
+        let memory_gb = rng.between(profile.memory_gb.0, profile.memory_gb.1);
         records.push(TraceRecord {
             id,
             function: profile.name.clone(),
@@ -268,6 +273,17 @@ mod tests {
                 .windows(2)
                 .all(|pair| pair[0].arrival_s <= pair[1].arrival_s)
         );
+    }
+
+    #[test]
+    fn inference_replicas_of_one_function_share_one_demand() {
+        let trace = generate(&spec(ArrivalPattern::Poisson));
+        let mut seen = std::collections::HashMap::new();
+        for record in trace.iter().filter(|r| r.class == WorkClass::Latency) {
+            let demand = (record.sm_request, record.sm_limit, record.memory_bytes);
+            assert_eq!(*seen.entry(&record.function).or_insert(demand), demand);
+        }
+        assert_eq!(seen.len(), 34, "8 LLM and 26 small inference functions");
     }
 
     #[test]
