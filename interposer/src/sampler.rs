@@ -30,7 +30,7 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::Duration;
 
 /// Samples of one kind the estimate is the minimum of.
-pub const WINDOW: usize = 8;
+pub const WINDOW: usize = 16;
 /// Event sets a process keeps at most (= samples in flight).
 const MAX_SETS: usize = 64;
 
@@ -193,13 +193,15 @@ pub fn begin(
         }
         Err(_) => create_set(fns, ctx)?,
     };
-    let recorded_at_ns = dilu_abi::monotonic_ns();
     // Recording fails harmlessly on a stream of another context; the
     // sample then does not start there.
     let mut chained = [false; REMEMBERED];
     for ((other, event), chained) in others.iter().zip(events.after_others).zip(&mut chained) {
         *chained = record(fns, event, other.stream, other.per_thread);
     }
+    // Recorded last, the own stream's start event is the latest when all
+    // streams are idle: the submission time is counted from it.
+    let recorded_at_ns = dilu_abi::monotonic_ns();
     if record(fns, events.start, stream, per_thread) {
         Some(Timing {
             events,
