@@ -210,6 +210,11 @@ fn a_killed_daemon_leaves_tenants_on_their_budgets_and_a_new_one_readopts_them()
         share_down < 0.6,
         "the 40% budget still held: {share_down:.2}"
     );
+    assert!(
+        largest_gap < 100_000_000,
+        "the tenant stalled {:.1} ms around the restart",
+        largest_gap as f64 / 1e6
+    );
 }
 
 /// A `mem-probe` tenant process, driven one command per line.
