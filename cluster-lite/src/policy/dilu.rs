@@ -62,9 +62,9 @@ pub struct Complementary {
 impl Default for Complementary {
     fn default() -> Self {
         Self {
-            limit_bound: 1.5,
+            limit_bound: 1.45,
             risk_weight: 0.4,
-            scale_in_risk_weight: 1.0,
+            scale_in_risk_weight: 1.25,
         }
     }
 }
