@@ -5,7 +5,10 @@
 //! per tick: polls each node for load (the poll is the heartbeat), feeds each
 //! function's summed request rate and scale signals to its autoscaler, and
 //! reconciles the number of live instances with the desired one by placing
-//! (through the placement policy) or removing instances on the nodes.
+//! (through the placement policy) or removing instances on the nodes. On
+//! scale-in the policy chooses which instance stops
+//! (`PlacementPolicy::choose_scale_in_victim`; `dilu` stops the one whose GPU
+//! it can empty or leaves least loaded), the others stop the newest.
 //!
 //! When a node disconnects, its instances still count as live for
 //! `node_grace` (a node manager restarting keeps its tenants running); on
@@ -29,7 +32,7 @@ use crate::control::{
     ClusterStatus, ControlReply, ControlRequest, FunctionProfile, FunctionStatus, NodeStatus,
 };
 use crate::model::ClusterState;
-use crate::policy::{PlacementPolicy, place_on_one_node, policy_by_name};
+use crate::policy::{PlacementPolicy, Replica, place_on_one_node, policy_by_name};
 use crate::scaling::{Autoscaler, LoadSample, ScalingRule};
 use crate::wire_io::{WireError, read_frame, write_frame};
 
@@ -415,13 +418,7 @@ impl Coordinator {
         let demand = entry.profile.demand.clone();
         let mut live = self.live_instances(function);
         while live.len() > desired {
-            let Some(position) = live
-                .iter()
-                .enumerate()
-                .filter(|(_, (node, _))| self.nodes[*node].connected())
-                .max_by_key(|(_, (_, id))| *id)
-                .map(|(position, _)| position)
-            else {
+            let Some(position) = self.scale_in_victim(&live) else {
                 break;
             };
             let (node, instance_id) = live.remove(position);
@@ -437,6 +434,41 @@ impl Coordinator {
                 break;
             }
         }
+    }
+
+    /// Which of `live` (one function's instances) stops when the function
+    /// scales in by one: the policy's choice among the instances on
+    /// connected nodes (`PlacementPolicy::choose_scale_in_victim`), else the
+    /// newest of them; `None` when no instance is on a connected node.
+    fn scale_in_victim(&self, live: &[(usize, u64)]) -> Option<usize> {
+        let candidates: Vec<usize> = (0..live.len())
+            .filter(|&position| self.nodes[live[position].0].connected())
+            .collect();
+        let newest = candidates
+            .iter()
+            .copied()
+            .max_by_key(|&position| live[position].1)?;
+        let (cluster, owners) = self.cluster_view();
+        let mut records = Vec::with_capacity(candidates.len());
+        for &position in &candidates {
+            let (link, instance_id) = live[position];
+            let node = owners.iter().position(|&owner| owner == link)?;
+            let range = cluster.nodes[node].clone();
+            let record = self.nodes[link].instances.get(&instance_id)?;
+            records.push((&record.demand, global_gpus(record, &range)));
+        }
+        let replicas: Vec<Replica<'_>> = records
+            .iter()
+            .map(|(demand, gpus)| Replica {
+                demand,
+                gpus: gpus.as_slice(),
+            })
+            .collect();
+        let chosen = self
+            .policy
+            .choose_scale_in_victim(&cluster, &replicas)
+            .and_then(|index| candidates.get(index).copied());
+        Some(chosen.unwrap_or(newest))
     }
 
     /// Places one instance through the policy; false when nothing fits.
@@ -490,13 +522,7 @@ impl Coordinator {
                 cluster.gpus[gpu].memory_capacity = inventory.memory_bytes;
             }
             for record in link.instances.values() {
-                let gpus: Vec<usize> = record
-                    .gpu_indices
-                    .iter()
-                    .map(|&local| range.start + local as usize)
-                    .filter(|gpu| range.contains(gpu))
-                    .collect();
-                cluster.apply(&record.demand, &gpus);
+                cluster.apply(&record.demand, &global_gpus(record, &range));
             }
             owners.push(index);
         }
@@ -528,6 +554,17 @@ impl Coordinator {
                 .collect(),
         }
     }
+}
+
+/// An instance's GPUs as indices into the cluster view, given its node's
+/// range there (local indices outside the node are dropped).
+fn global_gpus(record: &InstanceRecord, range: &std::ops::Range<usize>) -> Vec<usize> {
+    record
+        .gpu_indices
+        .iter()
+        .map(|&local| range.start + local as usize)
+        .filter(|gpu| range.contains(gpu))
+        .collect()
 }
 
 fn check_profile(profile: &FunctionProfile) -> Result<(), String> {

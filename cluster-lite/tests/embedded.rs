@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use dilu_abi::cluster_wire::{InstanceDemand, WorkClass};
 use dilu_cluster::control::{ClusterStatus, ControlReply, ControlRequest, FunctionProfile, send};
-use dilu_cluster::coordinator::{self, CoordinatorConfig};
+use dilu_cluster::coordinator::{self, CoordinatorConfig, CoordinatorHandle};
 use dilu_cluster::node_agent::{self, NodeAgentConfig, NodeAgentHandle};
 
 const GIB: u64 = 1 << 30;
@@ -24,6 +24,27 @@ fn start_agent(listen: SocketAddr, name: &str, state_file: PathBuf) -> NodeAgent
         state_file: Some(state_file),
     })
     .expect("node agent binds loopback")
+}
+
+/// A coordinator on loopback (responsive scaling, 20 ms ticks) that has
+/// registered every node in `nodes`; returns it and its control address.
+fn start_coordinator(nodes: Vec<String>, policy: &str) -> (CoordinatorHandle, String) {
+    let count = nodes.len();
+    let coordinator = coordinator::start(CoordinatorConfig {
+        control_listen: "127.0.0.1:0".parse().unwrap(),
+        nodes,
+        policy: policy.into(),
+        scaling: "responsive".into(),
+        tick: Duration::from_millis(20),
+        io_timeout: IO_TIMEOUT,
+        node_grace: Duration::from_secs(120),
+    })
+    .expect("coordinator starts");
+    let control = coordinator.control_addr().to_string();
+    wait_for(&control, "every node to register", |s| {
+        s.nodes.len() == count && s.nodes.iter().all(|n| n.connected)
+    });
+    (coordinator, control)
 }
 
 fn status(control: &str) -> ClusterStatus {
@@ -65,20 +86,10 @@ fn deploy_scale_out_scale_in_and_node_restart() {
     let first = start_agent(loopback, "node-a", scratch.join("a.json"));
     let mut second = start_agent(loopback, "node-b", scratch.join("b.json"));
     let second_addr = second.addr();
-    let coordinator = coordinator::start(CoordinatorConfig {
-        control_listen: loopback,
-        nodes: vec![first.addr().to_string(), second_addr.to_string()],
-        policy: "dilu".into(),
-        scaling: "responsive".into(),
-        tick: Duration::from_millis(20),
-        io_timeout: IO_TIMEOUT,
-        node_grace: Duration::from_secs(120),
-    })
-    .expect("coordinator starts");
-    let control = coordinator.control_addr().to_string();
-    wait_for(&control, "both nodes to register", |s| {
-        s.nodes.iter().all(|n| n.connected)
-    });
+    let (coordinator, control) = start_coordinator(
+        vec![first.addr().to_string(), second_addr.to_string()],
+        "dilu",
+    );
 
     // Deploy: each instance needs 0.3 SM and 30 GiB, serves 100 req/s.
     let profile = FunctionProfile {
@@ -204,4 +215,117 @@ fn deploy_with_bad_profile_or_unreachable_coordinator_is_a_clear_error() {
     coordinator.shutdown();
     let error = send("127.0.0.1:1", &ControlRequest::Status, IO_TIMEOUT).unwrap_err();
     assert!(error.contains("cannot reach coordinator"), "{error}");
+}
+
+/// Deploys `svc` and `anchor` so that `svc`'s newest instance shares node
+/// B's GPU with `anchor` while its two older ones share node A's GPU, then
+/// scales `svc` in to one instance. Returns the ids of `svc`'s instances in
+/// deploy order and what each node runs at the end (instance ids).
+fn scale_in_scenario(policy: &str) -> (Vec<u64>, u64, Vec<Vec<u64>>) {
+    let scratch = std::env::temp_dir().join(format!(
+        "dilu-embedded-scale-in-{policy}-{}",
+        std::process::id()
+    ));
+    std::fs::create_dir_all(&scratch).unwrap();
+    let loopback: SocketAddr = "127.0.0.1:0".parse().unwrap();
+    let agents = [
+        start_agent(loopback, "node-a", scratch.join("a.json")),
+        start_agent(loopback, "node-b", scratch.join("b.json")),
+    ];
+    let (coordinator, control) = start_coordinator(
+        agents
+            .iter()
+            .map(|agent| agent.addr().to_string())
+            .collect(),
+        policy,
+    );
+    // No load and an hour of cold start: the autoscaler keeps what is
+    // deployed, so only the Deploy calls below change replica counts.
+    let profile = |sm: f64, memory_gib: u64| FunctionProfile {
+        demand: InstanceDemand {
+            class: WorkClass::Latency,
+            sm_request: sm,
+            sm_limit: sm,
+            memory_bytes: memory_gib * GIB,
+            gpus: 1,
+        },
+        throughput_rps: 100.0,
+        cold_start_s: 3600.0,
+    };
+    let deploy = |function: &str, sm: f64, memory_gib: u64, replicas: u32| {
+        let request = ControlRequest::Deploy {
+            function: function.into(),
+            profile: profile(sm, memory_gib),
+            replicas,
+        };
+        let reply = send(&control, &request, IO_TIMEOUT).expect("deploy answers");
+        assert_eq!(
+            reply,
+            ControlReply::Deployed {
+                function: function.into(),
+                live: replicas
+            },
+            "{policy}"
+        );
+    };
+    let ids = |function: &str| -> Vec<u64> {
+        let mut ids: Vec<u64> = agents
+            .iter()
+            .flat_map(|agent| agent.instances())
+            .filter(|record| record.function == function)
+            .map(|record| record.instance_id)
+            .collect();
+        ids.sort_unstable();
+        ids
+    };
+    // svc ×2 fill node A's GPU to 0.6 SM and 60 GiB; anchor (0.5 SM) does
+    // not fit there and opens node B; svc's third instance does not fit
+    // node A's memory and joins anchor on node B.
+    deploy("svc", 0.3, 30, 2);
+    deploy("anchor", 0.5, 10, 1);
+    deploy("svc", 0.3, 30, 3);
+    let svc = ids("svc");
+    let anchor = ids("anchor")[0];
+    let [first, second] = &agents;
+    assert_eq!(first.instances().len(), 2, "{policy}: svc ×2 on node A");
+    assert_eq!(
+        second.instances().len(),
+        2,
+        "{policy}: anchor and svc on node B"
+    );
+    deploy("svc", 0.3, 30, 2);
+    deploy("svc", 0.3, 30, 1);
+    let per_node = agents
+        .iter()
+        .map(|agent| {
+            let mut ids: Vec<u64> = agent.instances().iter().map(|r| r.instance_id).collect();
+            ids.sort_unstable();
+            ids
+        })
+        .collect();
+    coordinator.shutdown();
+    for agent in agents {
+        agent.shutdown();
+    }
+    let _ = std::fs::remove_dir_all(&scratch);
+    (svc, anchor, per_node)
+}
+
+#[test]
+fn scale_in_stops_the_instance_the_policy_chooses() {
+    // dilu stops the two svc instances on node A (the second one leaves that
+    // GPU idle) and keeps the newest, which shares node B with anchor.
+    let (svc, anchor, per_node) = scale_in_scenario("dilu");
+    assert_eq!(svc.len(), 3);
+    let mut node_b = vec![anchor, svc[2]];
+    node_b.sort_unstable();
+    assert_eq!(per_node, vec![vec![], node_b], "dilu empties node A");
+    // dilu-paper does not choose: the coordinator stops the newest instance
+    // each time, and both GPUs stay busy.
+    let (svc, anchor, per_node) = scale_in_scenario("dilu-paper");
+    assert_eq!(
+        per_node,
+        vec![vec![svc[0]], vec![anchor]],
+        "newest stop first"
+    );
 }

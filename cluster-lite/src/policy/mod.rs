@@ -35,10 +35,12 @@ pub trait PlacementPolicy: Send + Sync {
         true
     }
     /// Which replica to stop when a function scales in by one: an index into
-    /// `replicas` (running single-GPU inference instances of one function,
-    /// interchangeable for its clients), or `None` to stop the caller's
-    /// default one (in the simulator the instance the trace lets depart, in
-    /// the embedded coordinator the newest). Only `dilu` chooses.
+    /// `replicas` (running instances of one function, interchangeable for
+    /// its clients: in the simulator its single-GPU inference replicas, in
+    /// the embedded coordinator its instances on connected nodes), or `None`
+    /// to stop the caller's default one (in the simulator the instance the
+    /// trace lets depart, in the embedded coordinator the newest). Only
+    /// `dilu` chooses.
     fn choose_scale_in_victim(
         &self,
         _cluster: &ClusterState,

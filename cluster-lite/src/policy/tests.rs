@@ -84,6 +84,25 @@ fn limit_bounds_differ_between_infless_variants_and_dilu_paper() {
 }
 
 #[test]
+fn dilu_oversubscribes_limits_less_than_dilu_paper() {
+    // Three replicas with request 0.25 and limit 0.49: Σlimits 1.47 fits
+    // dilu-paper's bound of 1.5 but not dilu's 1.45.
+    let work = demand(WorkClass::Latency, 0.25, 0.49, 5, 1);
+    for (policy, expected_per_gpu) in [
+        (&DiluPaper as &dyn PlacementPolicy, 3),
+        (&Complementary::default(), 2),
+    ] {
+        let mut cluster = ClusterState::uniform(1, 1, 80 * GIB);
+        let mut placed = 0;
+        while let Some(placement) = place(policy, &cluster, &work) {
+            cluster.apply(&work, &placement.gpus);
+            placed += 1;
+        }
+        assert_eq!(placed, expected_per_gpu, "{}", policy.name());
+    }
+}
+
+#[test]
 fn dilu_pairs_bursty_latency_work_with_batch_work_where_dilu_paper_does_not() {
     let mut cluster = ClusterState::uniform(1, 2, 80 * GIB);
     // GPU 0 runs batch work with little limit headroom, GPU 1 latency work

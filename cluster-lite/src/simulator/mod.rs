@@ -415,25 +415,26 @@ mod tests {
     }
 
     #[test]
-    fn dilu_uses_fewer_gpu_hours_than_dilu_paper_at_no_more_risk_on_a_seeded_trace() {
-        // The Poisson headline trace of bench/results/cluster-sim.md (on the
-        // bursty one dilu saves GPU-hours but at more risk; see there).
-        let trace = generated(3200, 4000, ArrivalPattern::Poisson, 1);
-        let paper = simulate(&DiluPaper, &trace, &shape(4000), |_, _| {});
-        let ours = simulate(&Complementary::default(), &trace, &shape(4000), |_, _| {});
-        assert_eq!(paper.rejected + ours.rejected, 0);
-        assert!(
-            ours.gpu_hours < paper.gpu_hours,
-            "dilu {} vs dilu-paper {} GPU-hours",
-            ours.gpu_hours,
-            paper.gpu_hours
-        );
-        assert!(
-            ours.mean_limit_excess <= paper.mean_limit_excess,
-            "dilu risk {} vs dilu-paper {}",
-            ours.mean_limit_excess,
-            paper.mean_limit_excess
-        );
+    fn dilu_uses_fewer_gpu_hours_than_dilu_paper_at_no_more_risk_on_seeded_traces() {
+        // The two seed-1 headline traces of bench/results/cluster-sim.md.
+        for arrival in [ArrivalPattern::Poisson, ArrivalPattern::Bursty] {
+            let trace = generated(3200, 4000, arrival, 1);
+            let paper = simulate(&DiluPaper, &trace, &shape(4000), |_, _| {});
+            let ours = simulate(&Complementary::default(), &trace, &shape(4000), |_, _| {});
+            assert_eq!(paper.rejected + ours.rejected, 0);
+            assert!(
+                ours.gpu_hours < paper.gpu_hours,
+                "{arrival:?}: dilu {} vs dilu-paper {} GPU-hours",
+                ours.gpu_hours,
+                paper.gpu_hours
+            );
+            assert!(
+                ours.mean_limit_excess <= paper.mean_limit_excess,
+                "{arrival:?}: dilu risk {} vs dilu-paper {}",
+                ours.mean_limit_excess,
+                paper.mean_limit_excess
+            );
+        }
     }
 
     #[test]
