@@ -52,8 +52,8 @@ pub struct Entry {
     sampling: AtomicBool,
 }
 
-/// Host time a sample costs on a real driver, counted generously: three
-/// event records, their queries and an elapsed-time read.
+/// Host time a sample costs on a real driver, counted generously: its event
+/// records (up to six), their queries and the elapsed-time reads.
 const SAMPLE_COST_NS: u64 = 10_000;
 /// Fewest launches between two samples of one kind.
 pub const MIN_SAMPLE_EVERY: u64 = 4;

@@ -5,7 +5,7 @@
 //! and a few counter adds: no lock, no system call, no allocation. A sampled
 //! launch (the first of a kind, then one in
 //! [`sampling_period`](crate::kernel_estimates::sampling_period)) additionally
-//! records up to three events; a throttled one sleeps until its tokens exist
+//! records events (see [`sampler`]); a throttled one sleeps until its tokens exist
 //! (`clock_nanosleep` to an absolute deadline, not a polling tick).
 
 use crate::driver;

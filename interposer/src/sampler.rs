@@ -342,6 +342,9 @@ fn harvest() {
                 CUDA_SUCCESS => {}
                 dilu_abi::cuda::CUDA_ERROR_NOT_READY => return true,
                 _ => {
+                    // Unusable events (their context is gone): dropped, so
+                    // a new set may be created in their place.
+                    SETS_CREATED.fetch_sub(1, Ordering::AcqRel);
                     sample.entry.stop_sampling();
                     return false;
                 }
