@@ -5,8 +5,10 @@
 //! (`scaling`), and runs in three shapes: an embedded coordinator that talks
 //! to node managers over TCP (`coordinator`, `node_agent`, `wire_io`), a
 //! Kubernetes scheduler extender (`extender`), and a trace-driven simulator
-//! (`simulator`) that measures the policies side by side.
+//! (`simulator`) that measures the policies side by side. While load falls,
+//! `consolidation` moves replicas left alone on a GPU onto busy GPUs.
 
+pub mod consolidation;
 pub mod control;
 pub mod coordinator;
 pub mod extender;

@@ -22,6 +22,9 @@ pub struct GpuState {
     pub sm_limit_sum: f64,
     pub latency_instances: u32,
     pub batch_instances: u32,
+    /// Old copies of moved replicas still serving here until their new
+    /// copies are warm (`consolidation`); a draining GPU admits nothing new.
+    pub draining: u32,
 }
 
 impl GpuState {
@@ -34,6 +37,7 @@ impl GpuState {
             sm_limit_sum: 0.0,
             latency_instances: 0,
             batch_instances: 0,
+            draining: 0,
         }
     }
 
@@ -81,6 +85,7 @@ impl GpuState {
             WorkClass::Batch => self.batch_instances = self.batch_instances.saturating_sub(1),
         }
         if self.instances() == 0 {
+            self.draining = 0;
             self.sm_request_sum = 0.0;
             self.sm_limit_sum = 0.0;
             self.memory_used = 0;

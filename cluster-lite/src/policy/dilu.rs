@@ -63,14 +63,19 @@ pub struct Complementary {
     /// Value of one unit of limit excess removed when choosing which replica
     /// stops on scale-in, in units of load left on the GPU.
     pub scale_in_risk_weight: f64,
+    /// Bound on Σ SM limits of a GPU that takes a moved replica
+    /// (consolidation): tighter than `limit_bound`, so that moves buy idle
+    /// GPUs with little new limit excess.
+    pub move_limit_cap: f64,
 }
 
 impl Default for Complementary {
     fn default() -> Self {
         Self {
-            limit_bound: 1.45,
+            limit_bound: 1.4,
             risk_weight: 0.4,
             scale_in_risk_weight: 1.25,
+            move_limit_cap: 1.2,
         }
     }
 }
@@ -112,6 +117,33 @@ impl PlacementPolicy for Complementary {
                 .filter_map(|&gpu| cluster.gpus.get(gpu))
                 .map(|gpu| self.stop_cost(gpu, replica.demand))
                 .sum();
+            if best.is_none_or(|(best_cost, _)| cost < best_cost) {
+                best = Some((cost, index));
+            }
+        }
+        best.map(|(_, index)| index)
+    }
+
+    fn consolidation_target(
+        &self,
+        cluster: &ClusterState,
+        demand: &InstanceDemand,
+        source: usize,
+    ) -> Option<usize> {
+        if demand.gpus > 1 {
+            return None;
+        }
+        let mut best: Option<(f64, usize)> = None;
+        for (index, gpu) in cluster.gpus.iter().enumerate() {
+            if index == source
+                || !gpu.is_active()
+                || gpu.draining > 0
+                || !self.admits(gpu, demand)
+                || gpu.sm_limit_sum + demand.sm_limit > self.move_limit_cap + SHARE_EPSILON
+            {
+                continue;
+            }
+            let cost = self.cost(gpu, demand);
             if best.is_none_or(|(best_cost, _)| cost < best_cost) {
                 best = Some((cost, index));
             }

@@ -9,7 +9,10 @@
 //! how well?" for the Kubernetes extender, and [`place_on_one_node`] keeps
 //! gangs on one node for the embedded coordinator. A policy may also choose
 //! which replica of a function stops when it scales in
-//! ([`PlacementPolicy::choose_scale_in_victim`]).
+//! ([`PlacementPolicy::choose_scale_in_victim`]), and where a replica left
+//! alone on its GPU moves while the cluster shrinks
+//! ([`PlacementPolicy::consolidation_target`]). GPUs that are draining (see
+//! `consolidation`) take nothing new under any policy.
 
 mod baselines;
 mod dilu;
@@ -45,6 +48,18 @@ pub trait PlacementPolicy: Send + Sync {
         &self,
         _cluster: &ClusterState,
         _replicas: &[Replica<'_>],
+    ) -> Option<usize> {
+        None
+    }
+    /// Where the single-GPU replica with `demand`, alone on GPU `source`,
+    /// should move so that `source` goes idle (see `consolidation`): a busy
+    /// GPU other than `source`, or `None` to leave it where it is. Only
+    /// `dilu` moves replicas.
+    fn consolidation_target(
+        &self,
+        _cluster: &ClusterState,
+        _demand: &InstanceDemand,
+        _source: usize,
     ) -> Option<usize> {
         None
     }
@@ -135,7 +150,7 @@ fn cheapest_gpus(
         let mut best: Option<(f64, usize)> = None;
         for index in range {
             let gpu = &cluster.gpus[index];
-            if !policy.admits(gpu, demand) {
+            if gpu.draining > 0 || !policy.admits(gpu, demand) {
                 continue;
             }
             let cost = policy.cost(gpu, demand);
@@ -149,7 +164,10 @@ fn cheapest_gpus(
         });
     }
     let mut admitted: Vec<(f64, usize)> = range
-        .filter(|&index| policy.admits(&cluster.gpus[index], demand))
+        .filter(|&index| {
+            let gpu = &cluster.gpus[index];
+            gpu.draining == 0 && policy.admits(gpu, demand)
+        })
         .map(|index| (policy.cost(&cluster.gpus[index], demand), index))
         .collect();
     if admitted.len() < wanted {
