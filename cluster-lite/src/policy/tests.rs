@@ -86,7 +86,7 @@ fn limit_bounds_differ_between_infless_variants_and_dilu_paper() {
 #[test]
 fn dilu_oversubscribes_limits_less_than_dilu_paper() {
     // Three replicas with request 0.25 and limit 0.49: Σlimits 1.47 fits
-    // dilu-paper's bound of 1.5 but not dilu's 1.45.
+    // dilu-paper's bound of 1.5 but not dilu's 1.4.
     let work = demand(WorkClass::Latency, 0.25, 0.49, 5, 1);
     for (policy, expected_per_gpu) in [
         (&DiluPaper as &dyn PlacementPolicy, 3),
@@ -262,6 +262,42 @@ fn dilu_stops_the_replica_that_empties_a_gpu_and_baselines_leave_the_choice() {
         let baseline = policy_by_name(name).expect("listed policy exists");
         assert_eq!(
             baseline.choose_scale_in_victim(&cluster, &replicas),
+            None,
+            "{name}"
+        );
+    }
+}
+
+#[test]
+fn dilu_moves_a_lone_replica_only_where_little_limit_excess_follows() {
+    let mut cluster = ClusterState::uniform(1, 4, 80 * GIB);
+    let replica = demand(WorkClass::Latency, 0.3, 0.45, 8, 1);
+    cluster.apply(&replica, &[0]); // the lone replica
+    cluster.apply(&demand(WorkClass::Batch, 0.6, 0.8, 30, 1), &[1]); // Σlimits 1.25 with it
+    cluster.apply(&demand(WorkClass::Batch, 0.5, 0.7, 30, 1), &[2]); // 1.15 with it
+    let policy = Complementary::default();
+    assert_eq!(
+        policy.consolidation_target(&cluster, &replica, 0),
+        Some(2),
+        "GPU 1 would reach Σlimits 1.25 (> 1.2); GPU 3 is idle"
+    );
+    cluster.gpus[2].draining = 1;
+    assert_eq!(
+        policy.consolidation_target(&cluster, &replica, 0),
+        None,
+        "a draining GPU takes nothing"
+    );
+    cluster.gpus[2].draining = 0;
+    cluster.apply(&replica, &[3]);
+    // Two lone replicas: each may move to the other's GPU or to GPU 2, never
+    // to its own.
+    assert_ne!(policy.consolidation_target(&cluster, &replica, 3), Some(3));
+    let gang = demand(WorkClass::Batch, 0.1, 0.1, 1, 2);
+    assert_eq!(policy.consolidation_target(&cluster, &gang, 0), None);
+    for name in POLICY_NAMES.iter().filter(|&&name| name != "dilu") {
+        let baseline = policy_by_name(name).expect("listed policy exists");
+        assert_eq!(
+            baseline.consolidation_target(&cluster, &replica, 0),
             None,
             "{name}"
         );

@@ -8,8 +8,8 @@ use super::SimulationResult;
 /// Markdown table, one row per policy, in the order given.
 pub fn markdown_table(results: &[SimulationResult]) -> String {
     let mut table = String::from(
-        "| policy | GPU-hours | vs dilu-paper | peak GPUs | SM frag | mem frag | SLO risk (mean Σlim−1) | GPUs at risk | place p50 µs | place p99 µs | rejected |\n\
-         |---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n",
+        "| policy | GPU-hours | vs dilu-paper | peak GPUs | SM frag | mem frag | SLO risk (mean Σlim−1) | GPUs at risk | place p50 µs | place p99 µs | rejected | moved |\n\
+         |---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n",
     );
     let paper_hours = results
         .iter()
@@ -24,7 +24,7 @@ pub fn markdown_table(results: &[SimulationResult]) -> String {
         };
         let _ = writeln!(
             table,
-            "| {} | {:.1} | {} | {} | {:.3} | {:.3} | {:.4} | {:.1}% | {:.1} | {:.1} | {} |",
+            "| {} | {:.1} | {} | {} | {:.3} | {:.3} | {:.4} | {:.1}% | {:.1} | {:.1} | {} | {} |",
             result.policy,
             result.gpu_hours,
             relative,
@@ -36,6 +36,7 @@ pub fn markdown_table(results: &[SimulationResult]) -> String {
             result.placement_p50_us,
             result.placement_p99_us,
             result.rejected,
+            result.moved,
         );
     }
     table
@@ -45,17 +46,20 @@ pub fn markdown_table(results: &[SimulationResult]) -> String {
 /// slice holds the results of one trace (same policies in the same order).
 /// Every policy is compared with `dilu-paper` on the same trace; a trace
 /// counts as a win when the policy uses fewer GPU-hours at no more SLO risk.
+/// Means carry ± half the width of a normal 95% confidence interval
+/// (1.96 standard errors over the traces).
 pub fn sweep_table(runs: &[Vec<SimulationResult>]) -> String {
     let mut table = String::from(
-        "| policy | traces | mean GPU-hours vs dilu-paper | worst | mean SLO risk − dilu-paper's | fewer GPU-hours | fewer GPU-hours at ≤ risk |\n\
-         |---|---:|---:|---:|---:|---:|---:|\n",
+        "| policy | traces | mean GPU-hours vs dilu-paper (±95%) | worst | mean SLO risk − dilu-paper's (±95%) | fewer GPU-hours | fewer GPU-hours at ≤ risk | moved per trace |\n\
+         |---|---:|---:|---:|---:|---:|---:|---:|\n",
     );
     let Some(first) = runs.first() else {
         return table;
     };
     for (column, result) in first.iter().enumerate() {
         let mut relative = Vec::new();
-        let (mut risk_delta, mut fewer, mut wins) = (0.0, 0, 0);
+        let mut risk_deltas = Vec::new();
+        let (mut fewer, mut wins, mut moved) = (0, 0, 0);
         for run in runs {
             let Some(paper) = run.iter().find(|result| result.policy == "dilu-paper") else {
                 continue;
@@ -66,7 +70,8 @@ pub fn sweep_table(runs: &[Vec<SimulationResult>]) -> String {
             let change = 100.0 * (ours.gpu_hours / paper.gpu_hours.max(f64::MIN_POSITIVE) - 1.0);
             let risk = ours.mean_limit_excess - paper.mean_limit_excess;
             relative.push(change);
-            risk_delta += risk;
+            risk_deltas.push(risk);
+            moved += ours.moved;
             if ours.gpu_hours < paper.gpu_hours {
                 fewer += 1;
                 if risk <= 0.0 {
@@ -75,16 +80,35 @@ pub fn sweep_table(runs: &[Vec<SimulationResult>]) -> String {
             }
         }
         let traces = relative.len();
-        let mean = relative.iter().sum::<f64>() / traces.max(1) as f64;
+        let (mean, mean_error) = mean_and_ci95(&relative);
+        let (risk_mean, risk_error) = mean_and_ci95(&risk_deltas);
         let worst = relative.iter().copied().fold(f64::NEG_INFINITY, f64::max);
         let _ = writeln!(
             table,
-            "| {} | {traces} | {mean:+.2}% | {worst:+.2}% | {:+.4} | {fewer}/{traces} | {wins}/{traces} |",
+            "| {} | {traces} | {mean:+.2}% ± {mean_error:.2} | {worst:+.2}% | {risk_mean:+.4} ± {risk_error:.4} | {fewer}/{traces} | {wins}/{traces} | {:.1} |",
             result.policy,
-            risk_delta / traces.max(1) as f64,
+            moved as f64 / traces.max(1) as f64,
         );
     }
     table
+}
+
+/// Mean of `values` and 1.96 standard errors (0 with fewer than two).
+fn mean_and_ci95(values: &[f64]) -> (f64, f64) {
+    let count = values.len() as f64;
+    if values.is_empty() {
+        return (0.0, 0.0);
+    }
+    let mean = values.iter().sum::<f64>() / count;
+    if values.len() < 2 {
+        return (mean, 0.0);
+    }
+    let variance = values
+        .iter()
+        .map(|value| (value - mean).powi(2))
+        .sum::<f64>()
+        / (count - 1.0);
+    (mean, 1.96 * (variance / count).sqrt())
 }
 
 const COLOURS: [&str; 6] = [
@@ -194,6 +218,7 @@ mod tests {
             placement_p99_us: 2.0,
             placed: 10,
             rejected: 0,
+            moved: 0,
             timeline: vec![(0.0, 1), (3600.0, 4), (7200.0, 0)],
         }
     }
@@ -209,6 +234,7 @@ mod tests {
     fn sweep_counts_wins_against_dilu_paper() {
         let mut cheaper_riskier = result("dilu", 90.0);
         cheaper_riskier.mean_limit_excess = 0.1;
+        cheaper_riskier.moved = 6;
         let runs = vec![
             vec![result("dilu", 90.0), result("dilu-paper", 100.0)],
             vec![cheaper_riskier, result("dilu-paper", 100.0)],
@@ -216,11 +242,15 @@ mod tests {
         ];
         let table = sweep_table(&runs);
         assert!(
-            table.contains("| dilu | 3 | -3.33% | +10.00% | +0.0333 | 2/3 | 1/3 |"),
+            table.contains(
+                "| dilu | 3 | -3.33% ± 13.07 | +10.00% | +0.0333 ± 0.0653 | 2/3 | 1/3 | 2.0 |"
+            ),
             "{table}"
         );
         assert!(
-            table.contains("| dilu-paper | 3 | +0.00% | +0.00% | +0.0000 | 0/3 | 0/3 |"),
+            table.contains(
+                "| dilu-paper | 3 | +0.00% ± 0.00 | +0.00% | +0.0000 ± 0.0000 | 0/3 | 0/3 | 0.0 |"
+            ),
             "{table}"
         );
     }
