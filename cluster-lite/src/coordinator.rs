@@ -15,6 +15,15 @@
 //! reconnect the coordinator re-learns the node's instances from its
 //! `Registered` answer. After the grace they are replaced elsewhere, and any
 //! surplus that reappears later is removed.
+//!
+//! Consolidation (see `consolidation`): while the cluster is shrinking, a
+//! latency replica left alone on its GPU moves to the busy GPU the policy
+//! names (`PlacementPolicy::consolidation_target`), make-before-break: the
+//! new copy is placed first, the old one is *retiring* until the function's
+//! cold start has passed and is then removed. A retiring copy no longer
+//! counts as a live replica but still holds its GPU, which is draining
+//! (admits nothing new) until it is gone. This is the rule the simulator
+//! applies, so the simulator credits no mechanism this coordinator lacks.
 
 use std::collections::BTreeMap;
 use std::net::{SocketAddr, TcpListener, TcpStream, ToSocketAddrs};
@@ -28,10 +37,11 @@ use dilu_abi::cluster_wire::{
     CoordinatorMessage, FunctionLoad, GpuInventory, InstanceRecord, NodeMessage,
 };
 
+use crate::consolidation::ShrinkWatch;
 use crate::control::{
     ClusterStatus, ControlReply, ControlRequest, FunctionProfile, FunctionStatus, NodeStatus,
 };
-use crate::model::ClusterState;
+use crate::model::{ClusterState, WorkClass};
 use crate::policy::{PlacementPolicy, Replica, place_on_one_node, policy_by_name};
 use crate::scaling::{Autoscaler, LoadSample, ScalingRule};
 use crate::wire_io::{WireError, read_frame, write_frame};
@@ -116,6 +126,9 @@ pub fn start(config: CoordinatorConfig) -> Result<CoordinatorHandle, String> {
         policy,
         functions: BTreeMap::new(),
         next_instance_id: 1,
+        started_at: Instant::now(),
+        shrink: ShrinkWatch::new(),
+        retiring: BTreeMap::new(),
     };
     let control_loop = {
         let stop = stop.clone();
@@ -277,12 +290,25 @@ struct FunctionEntry {
     scaler: Autoscaler,
 }
 
+/// The old copy of a moved replica, serving until its new copy is warm.
+struct Retiring {
+    function: String,
+    /// When it is removed: the move plus the function's cold start.
+    deadline: Instant,
+}
+
 struct Coordinator {
     config: CoordinatorConfig,
     policy: Box<dyn PlacementPolicy>,
     nodes: Vec<NodeLink>,
     functions: BTreeMap<String, FunctionEntry>,
     next_instance_id: u64,
+    /// Origin of the shrink watch's clock (monotonic).
+    started_at: Instant,
+    /// Scale-out/deploy starts and scale-in stops (moves are neither).
+    shrink: ShrinkWatch,
+    /// Old copies of moved replicas, by (node link, instance id).
+    retiring: BTreeMap<(usize, u64), Retiring>,
 }
 
 impl Coordinator {
@@ -375,6 +401,13 @@ impl Coordinator {
             }
             self.reconcile(&name);
         }
+        self.retire_expired();
+        self.consolidate();
+    }
+
+    /// Seconds since the coordinator started, the shrink watch's clock.
+    fn now_s(&self) -> f64 {
+        self.started_at.elapsed().as_secs_f64()
     }
 
     fn load_of(&self, function: &str) -> LoadSample {
@@ -395,6 +428,7 @@ impl Coordinator {
     }
 
     /// (node index, instance id) of the live instances of `function`.
+    /// Retiring copies are not live: their replacements are.
     fn live_instances(&self, function: &str) -> Vec<(usize, u64)> {
         let grace = self.config.node_grace;
         self.nodes
@@ -407,6 +441,7 @@ impl Coordinator {
                     .filter(|record| record.function == function)
                     .map(move |record| (index, record.instance_id))
             })
+            .filter(|key| !self.retiring.contains_key(key))
             .collect()
     }
 
@@ -427,12 +462,16 @@ impl Coordinator {
                 link.call(&CoordinatorMessage::Remove { instance_id })
             {
                 link.instances.remove(&instance_id);
+                let now_s = self.now_s();
+                self.shrink.stopped(now_s);
             }
         }
         for _ in live.len()..desired {
             if !self.place_one(function, &demand) {
                 break;
             }
+            let now_s = self.now_s();
+            self.shrink.started(now_s);
         }
     }
 
@@ -484,31 +523,206 @@ impl Coordinator {
             tracing::warn!("function {function}: no GPU fits another instance");
             return false;
         };
-        let node_index = owners[cluster.gpus[placement.gpus[0]].node];
-        let start = cluster.nodes[cluster.gpus[placement.gpus[0]].node].start;
+        self.place_on(function, demand, &cluster, &owners, &placement.gpus)
+            .is_some()
+    }
+
+    /// Sends a Place for a new instance of `function` on `gpus` (indices
+    /// into `cluster`, all on one node); its id once the node acknowledged.
+    fn place_on(
+        &mut self,
+        function: &str,
+        demand: &dilu_abi::cluster_wire::InstanceDemand,
+        cluster: &ClusterState,
+        owners: &[usize],
+        gpus: &[usize],
+    ) -> Option<u64> {
+        let node = cluster.gpus.get(*gpus.first()?)?.node;
+        let node_index = *owners.get(node)?;
+        let start = cluster.nodes.get(node)?.start;
         let record = InstanceRecord {
             instance_id: self.next_instance_id,
             function: function.to_string(),
             demand: demand.clone(),
-            gpu_indices: placement
-                .gpus
-                .iter()
-                .map(|gpu| (gpu - start) as u32)
-                .collect(),
+            gpu_indices: gpus.iter().map(|gpu| (gpu - start) as u32).collect(),
         };
         self.next_instance_id += 1;
-        let link = &mut self.nodes[node_index];
+        let link = self.nodes.get_mut(node_index)?;
         match link.call(&CoordinatorMessage::Place(record.clone())) {
             Ok(NodeMessage::Ack { error: None, .. }) => {
-                link.instances.insert(record.instance_id, record);
-                true
+                let instance_id = record.instance_id;
+                link.instances.insert(instance_id, record);
+                Some(instance_id)
             }
             Ok(other) => {
                 tracing::warn!("node {} refused a placement: {other:?}", link.address);
-                false
+                None
             }
-            Err(_) => false,
+            Err(_) => None,
         }
+    }
+
+    /// While the cluster is shrinking, moves each latency replica alone on
+    /// its GPU to the GPU the policy names, make-before-break (see the
+    /// module docs). A GPU already draining is no source, so a GPU has at
+    /// most one move under way.
+    fn consolidate(&mut self) {
+        let now_s = self.now_s();
+        if !self.shrink.is_shrinking(now_s) {
+            return;
+        }
+        let (mut cluster, owners) = self.cluster_view();
+        // Candidates first (the view of the nodes is read-only meanwhile):
+        // (link, instance id, function, source GPU in the view).
+        let mut candidates = Vec::new();
+        for (node, &link_index) in owners.iter().enumerate() {
+            let range = cluster.nodes[node].clone();
+            for record in self.nodes[link_index].instances.values() {
+                if self
+                    .retiring
+                    .contains_key(&(link_index, record.instance_id))
+                {
+                    continue;
+                }
+                let Some(entry) = self.functions.get(&record.function) else {
+                    continue;
+                };
+                let gpus = global_gpus(record, &range);
+                if entry.profile.demand.class != WorkClass::Latency
+                    || entry.profile.demand.gpus != 1
+                    || record.demand.gpus != 1
+                    || gpus.len() != 1
+                {
+                    continue;
+                }
+                candidates.push((
+                    link_index,
+                    record.instance_id,
+                    record.function.clone(),
+                    gpus[0],
+                ));
+            }
+        }
+        for (source_link, instance_id, function, source) in candidates {
+            let gpu = &cluster.gpus[source];
+            if gpu.instances() != 1 || gpu.draining > 0 {
+                continue;
+            }
+            let Some(entry) = self.functions.get(&function) else {
+                continue;
+            };
+            let demand = entry.profile.demand.clone();
+            // check_profile keeps it finite and non-negative; the clamp
+            // keeps the deadline representable (about 31 years).
+            let cold_start = Duration::from_secs_f64(entry.profile.cold_start_s.clamp(0.0, 1e9));
+            let Some(target) = self
+                .policy
+                .consolidation_target(&cluster, &demand, source)
+                .filter(|&target| {
+                    // The trait promises a busy GPU other than the source;
+                    // anything else would not free a GPU.
+                    target != source
+                        && cluster
+                            .gpus
+                            .get(target)
+                            .is_some_and(|gpu| gpu.is_active() && gpu.draining == 0)
+                })
+            else {
+                continue;
+            };
+            let Some(new_id) = self.place_on(&function, &demand, &cluster, &owners, &[target])
+            else {
+                tracing::warn!(
+                    "function {function}: could not place the moved copy of instance {instance_id}; it stays"
+                );
+                continue;
+            };
+            tracing::info!(
+                "function {function}: moving instance {instance_id} from {} to {} as instance {new_id} (GPU goes idle after cold start, {:.1} s)",
+                self.gpu_name(&cluster, &owners, source),
+                self.gpu_name(&cluster, &owners, target),
+                cold_start.as_secs_f64()
+            );
+            self.retiring.insert(
+                (source_link, instance_id),
+                Retiring {
+                    function,
+                    deadline: Instant::now() + cold_start,
+                },
+            );
+            // Later candidates in this pass see the move.
+            cluster.apply(&demand, &[target]);
+            cluster.gpus[source].draining += 1;
+        }
+    }
+
+    /// Removes the retiring copies whose deadline has passed. A copy on an
+    /// unreachable node is retried on later ticks; one its node no longer
+    /// lists is forgotten.
+    fn retire_expired(&mut self) {
+        let now = Instant::now();
+        let due: Vec<(usize, u64)> = self
+            .retiring
+            .iter()
+            .filter(|(_, retiring)| retiring.deadline <= now)
+            .map(|(&key, _)| key)
+            .collect();
+        for key in due {
+            let (link_index, instance_id) = key;
+            let Some(link) = self.nodes.get_mut(link_index) else {
+                self.retiring.remove(&key);
+                continue;
+            };
+            if !link.connected() {
+                continue;
+            }
+            let function = self
+                .retiring
+                .get(&key)
+                .map(|retiring| retiring.function.clone())
+                .unwrap_or_default();
+            if !link.instances.contains_key(&instance_id) {
+                tracing::info!(
+                    "function {function}: retiring instance {instance_id} is already gone from node {}",
+                    link.address
+                );
+                self.retiring.remove(&key);
+                continue;
+            }
+            match link.call(&CoordinatorMessage::Remove { instance_id }) {
+                Ok(NodeMessage::Ack { error: None, .. }) => {
+                    tracing::info!(
+                        "function {function}: retired instance {instance_id} on node {} (its replacement is warm)",
+                        link.address
+                    );
+                    link.instances.remove(&instance_id);
+                    self.retiring.remove(&key);
+                }
+                Ok(NodeMessage::Ack {
+                    error: Some(error), ..
+                }) => {
+                    // The node does not hold it (the agent's only refusal);
+                    // its next poll drops it from the view.
+                    tracing::warn!(
+                        "function {function}: node {} refused to remove retiring instance {instance_id}: {error}",
+                        link.address
+                    );
+                    self.retiring.remove(&key);
+                }
+                // An unexpected answer or a lost connection: retry later.
+                Ok(other) => {
+                    tracing::warn!("node {} answered a Remove with {other:?}", link.address)
+                }
+                Err(_) => {}
+            }
+        }
+    }
+
+    /// "ADDRESS GPU N" for a GPU of the cluster view, for logs.
+    fn gpu_name(&self, cluster: &ClusterState, owners: &[usize], gpu: usize) -> String {
+        let node = cluster.gpus[gpu].node;
+        let local = gpu - cluster.nodes[node].start;
+        format!("node {} GPU {local}", self.nodes[owners[node]].address)
     }
 
     /// The connected nodes as a `ClusterState`, and which link each node is.
@@ -522,7 +736,14 @@ impl Coordinator {
                 cluster.gpus[gpu].memory_capacity = inventory.memory_bytes;
             }
             for record in link.instances.values() {
-                cluster.apply(&record.demand, &global_gpus(record, &range));
+                let gpus = global_gpus(record, &range);
+                cluster.apply(&record.demand, &gpus);
+                // A retiring copy holds its GPU, which takes nothing new.
+                if self.retiring.contains_key(&(index, record.instance_id)) {
+                    for &gpu in &gpus {
+                        cluster.gpus[gpu].draining += 1;
+                    }
+                }
             }
             owners.push(index);
         }

@@ -1,5 +1,6 @@
 //! Embedded mode end to end on loopback: a coordinator and two node agents;
-//! deploy, scale out under load, scale in, and a node agent restarting.
+//! deploy, scale out under load, scale in, a node agent restarting, and a
+//! lone replica moving to a busy GPU while the cluster shrinks.
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -328,4 +329,209 @@ fn scale_in_stops_the_instance_the_policy_chooses() {
         vec![vec![svc[0]], vec![anchor]],
         "newest stop first"
     );
+}
+
+/// Cold start of `svc` in the consolidation scenario: how long its old copy
+/// keeps serving after a move. Long enough that a status poll sees both
+/// copies even on a busy machine.
+const SVC_COLD_START: Duration = Duration::from_secs(2);
+
+/// What `consolidation_scenario` saw.
+struct Consolidation {
+    /// `svc`'s instance alone on node B's GPU before load falls.
+    lone: u64,
+    anchor: u64,
+    /// Instance ids on nodes A and B when the scenario ended.
+    per_node: Vec<Vec<u64>>,
+    /// `svc`'s live replica count at the end.
+    svc_live: u32,
+    /// Whether some status showed a new `svc` copy on node A while the lone
+    /// one still ran on node B (`None` if no copy appeared on node A).
+    both_seen: Option<bool>,
+    /// From scaling `filler` to zero to the scenario's end.
+    elapsed: Duration,
+}
+
+/// Leaves `svc` alone on node B's GPU while node A's GPU is busy (`anchor`)
+/// with room for it, then makes the cluster shrink. A first coordinator
+/// places everything (anchor and six fillers fill node A, so svc opens node
+/// B) and stops; a second one re-learns the instances, adopts them by
+/// deploying the same counts (no starts), and scales `filler` to zero: six
+/// stops and no start since it started, so it is shrinking (a coordinator
+/// that started every instance itself never sees twice as many stops as
+/// starts). With
+/// `wait_for_move` it waits until `svc` has left node B, else `quiet` long.
+fn consolidation_scenario(policy: &str, wait_for_move: bool, quiet: Duration) -> Consolidation {
+    let scratch = std::env::temp_dir().join(format!(
+        "dilu-embedded-consolidation-{policy}-{}",
+        std::process::id()
+    ));
+    let _ = std::fs::remove_dir_all(&scratch);
+    std::fs::create_dir_all(&scratch).unwrap();
+    let loopback: SocketAddr = "127.0.0.1:0".parse().unwrap();
+    let agents = [
+        start_agent(loopback, "node-a", scratch.join("a.json")),
+        start_agent(loopback, "node-b", scratch.join("b.json")),
+    ];
+    let addresses: Vec<String> = agents.iter().map(|a| a.addr().to_string()).collect();
+    // No load: the autoscaler keeps what is deployed (an hour of cold start
+    // keeps six idle fillers from scaling in on their own).
+    let profile = |class, sm_request: f64, sm_limit: f64, memory_gib: u64, cold_start_s: f64| {
+        FunctionProfile {
+            demand: InstanceDemand {
+                class,
+                sm_request,
+                sm_limit,
+                memory_bytes: memory_gib * GIB,
+                gpus: 1,
+            },
+            throughput_rps: 100.0,
+            cold_start_s,
+        }
+    };
+    // anchor is batch work, which never moves: only svc is a lone replica
+    // that may move.
+    let anchor_profile = profile(WorkClass::Batch, 0.3, 0.3, 10, 3600.0);
+    let filler_profile = profile(WorkClass::Latency, 0.1, 0.1, 5, 3600.0);
+    // On node A with anchor: Σrequests 0.6, Σlimits 0.75, 40 GiB.
+    let svc_profile = profile(
+        WorkClass::Latency,
+        0.3,
+        0.45,
+        30,
+        SVC_COLD_START.as_secs_f64(),
+    );
+    let deploy = |control: &str, function: &str, profile: &FunctionProfile, replicas: u32| {
+        let request = ControlRequest::Deploy {
+            function: function.into(),
+            profile: profile.clone(),
+            replicas,
+        };
+        let reply = send(control, &request, IO_TIMEOUT).expect("deploy answers");
+        assert_eq!(
+            reply,
+            ControlReply::Deployed {
+                function: function.into(),
+                live: replicas
+            },
+            "{policy}: deploy {function} ×{replicas}"
+        );
+    };
+    let ids_on = |status: &ClusterStatus, node: usize, function: &str| -> Vec<u64> {
+        let address = &addresses[node];
+        status
+            .nodes
+            .iter()
+            .filter(|n| &n.address == address)
+            .flat_map(|n| &n.instances)
+            .filter(|record| record.function == function)
+            .map(|record| record.instance_id)
+            .collect()
+    };
+
+    let (first, control) = start_coordinator(addresses.clone(), policy);
+    deploy(&control, "anchor", &anchor_profile, 1);
+    deploy(&control, "filler", &filler_profile, 6);
+    deploy(&control, "svc", &svc_profile, 1);
+    let placed = status(&control);
+    first.shutdown();
+    let anchor = ids_on(&placed, 0, "anchor");
+    let lone = ids_on(&placed, 1, "svc");
+    assert_eq!(anchor.len(), 1, "{policy}: anchor on node A: {placed:#?}");
+    assert_eq!(
+        ids_on(&placed, 0, "filler").len(),
+        6,
+        "{policy}: fillers on node A"
+    );
+    assert_eq!(lone.len(), 1, "{policy}: svc alone on node B: {placed:#?}");
+    let (anchor, lone) = (anchor[0], lone[0]);
+
+    let (coordinator, control) = start_coordinator(addresses.clone(), policy);
+    deploy(&control, "anchor", &anchor_profile, 1);
+    deploy(&control, "filler", &filler_profile, 6);
+    deploy(&control, "svc", &svc_profile, 1);
+    let shrink_began = Instant::now();
+    deploy(&control, "filler", &filler_profile, 0);
+
+    let mut both_seen = None;
+    if wait_for_move {
+        // Polls fast: the old copy outlives the new one's placement by the
+        // cold start, and a status is one snapshot of the coordinator's view.
+        let deadline = Instant::now() + PATIENCE;
+        loop {
+            let current = status(&control);
+            let on_a = ids_on(&current, 0, "svc");
+            let on_b = ids_on(&current, 1, "svc");
+            if both_seen.is_none() && !on_a.is_empty() {
+                both_seen = Some(on_b.contains(&lone));
+            }
+            if both_seen.is_some() && on_b.is_empty() {
+                break;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "{policy}: timed out waiting for svc to leave node B; last status: {current:#?}"
+            );
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    } else {
+        std::thread::sleep(quiet);
+    }
+    let elapsed = shrink_began.elapsed();
+    let end = wait_for(&control, "svc to have its replica", |s| live(s, "svc") == 1);
+    let per_node = agents
+        .iter()
+        .map(|agent| {
+            let mut ids: Vec<u64> = agent.instances().iter().map(|r| r.instance_id).collect();
+            ids.sort_unstable();
+            ids
+        })
+        .collect();
+    coordinator.shutdown();
+    for agent in agents {
+        agent.shutdown();
+    }
+    let _ = std::fs::remove_dir_all(&scratch);
+    Consolidation {
+        lone,
+        anchor,
+        per_node,
+        svc_live: live(&end, "svc"),
+        both_seen,
+        elapsed,
+    }
+}
+
+#[test]
+fn a_replica_left_alone_moves_to_a_busy_gpu_when_load_falls() {
+    let moved = consolidation_scenario("dilu", true, Duration::ZERO);
+    assert_eq!(
+        moved.both_seen,
+        Some(true),
+        "make-before-break: the new copy runs on node A while the old one still serves"
+    );
+    assert!(
+        moved.elapsed >= SVC_COLD_START,
+        "the old copy serves for the cold start: {:?}",
+        moved.elapsed
+    );
+    assert_eq!(moved.svc_live, 1, "svc keeps its one replica");
+    let [node_a, node_b] = &moved.per_node[..] else {
+        panic!("two nodes: {:?}", moved.per_node);
+    };
+    assert!(node_b.is_empty(), "node B's GPU is idle: {node_b:?}");
+    assert_eq!(node_a.len(), 2, "anchor and the moved svc: {node_a:?}");
+    assert!(node_a.contains(&moved.anchor));
+    assert!(!node_a.contains(&moved.lone), "svc runs as a new instance");
+
+    // dilu-paper answers no consolidation target: nothing moves, given at
+    // least twice the time the move took under dilu.
+    let quiet = (moved.elapsed * 2).max(SVC_COLD_START + Duration::from_secs(1));
+    let stayed = consolidation_scenario("dilu-paper", false, quiet);
+    assert_eq!(
+        stayed.per_node,
+        vec![vec![stayed.anchor], vec![stayed.lone]],
+        "dilu-paper leaves svc alone on node B"
+    );
+    assert_eq!(stayed.svc_live, 1);
 }
