@@ -47,11 +47,13 @@ pub fn markdown_table(results: &[SimulationResult]) -> String {
 /// Every policy is compared with `dilu-paper` on the same trace; a trace
 /// counts as a win when the policy uses fewer GPU-hours at no more SLO risk.
 /// Means carry ± half the width of a normal 95% confidence interval
-/// (1.96 standard errors over the traces).
+/// (1.96 standard errors over the traces); the last column is the
+/// correlation of the two per-trace differences (near −1 when traces only
+/// move the policy along the GPU-hours/risk trade-off).
 pub fn sweep_table(runs: &[Vec<SimulationResult>]) -> String {
     let mut table = String::from(
-        "| policy | traces | mean GPU-hours vs dilu-paper (±95%) | worst | mean SLO risk − dilu-paper's (±95%) | fewer GPU-hours | fewer GPU-hours at ≤ risk | moved per trace |\n\
-         |---|---:|---:|---:|---:|---:|---:|---:|\n",
+        "| policy | traces | mean GPU-hours vs dilu-paper (±95%) | worst | mean SLO risk − dilu-paper's (±95%) | fewer GPU-hours | fewer GPU-hours at ≤ risk | moved per trace | corr(ΔGPU-hours, Δrisk) |\n\
+         |---|---:|---:|---:|---:|---:|---:|---:|---:|\n",
     );
     let Some(first) = runs.first() else {
         return table;
@@ -82,10 +84,12 @@ pub fn sweep_table(runs: &[Vec<SimulationResult>]) -> String {
         let traces = relative.len();
         let (mean, mean_error) = mean_and_ci95(&relative);
         let (risk_mean, risk_error) = mean_and_ci95(&risk_deltas);
+        let correlation = correlation(&relative, &risk_deltas)
+            .map_or_else(|| "n/a".to_string(), |value| format!("{value:+.2}"));
         let worst = relative.iter().copied().fold(f64::NEG_INFINITY, f64::max);
         let _ = writeln!(
             table,
-            "| {} | {traces} | {mean:+.2}% ± {mean_error:.2} | {worst:+.2}% | {risk_mean:+.4} ± {risk_error:.4} | {fewer}/{traces} | {wins}/{traces} | {:.1} |",
+            "| {} | {traces} | {mean:+.2}% ± {mean_error:.2} | {worst:+.2}% | {risk_mean:+.4} ± {risk_error:.4} | {fewer}/{traces} | {wins}/{traces} | {:.1} | {correlation} |",
             result.policy,
             moved as f64 / traces.max(1) as f64,
         );
@@ -109,6 +113,25 @@ fn mean_and_ci95(values: &[f64]) -> (f64, f64) {
         .sum::<f64>()
         / (count - 1.0);
     (mean, 1.96 * (variance / count).sqrt())
+}
+
+/// Pearson correlation of two equally long series; `None` when either is
+/// constant or there are fewer than two values.
+fn correlation(first: &[f64], second: &[f64]) -> Option<f64> {
+    if first.len() != second.len() || first.len() < 2 {
+        return None;
+    }
+    let count = first.len() as f64;
+    let mean_first = first.iter().sum::<f64>() / count;
+    let mean_second = second.iter().sum::<f64>() / count;
+    let (mut covariance, mut spread_first, mut spread_second) = (0.0, 0.0, 0.0);
+    for (a, b) in first.iter().zip(second) {
+        covariance += (a - mean_first) * (b - mean_second);
+        spread_first += (a - mean_first).powi(2);
+        spread_second += (b - mean_second).powi(2);
+    }
+    let scale = (spread_first * spread_second).sqrt();
+    (scale > 0.0).then(|| covariance / scale)
 }
 
 const COLOURS: [&str; 6] = [
