@@ -222,6 +222,29 @@ fn deploy_with_bad_profile_or_unreachable_coordinator_is_a_clear_error() {
 /// B's GPU with `anchor` while its two older ones share node A's GPU, then
 /// scales `svc` in to one instance. Returns the ids of `svc`'s instances in
 /// deploy order and what each node runs at the end (instance ids).
+/// Each agent's instance ids (sorted), then stops everything and removes
+/// the scenario's scratch folder.
+fn tear_down(
+    coordinator: CoordinatorHandle,
+    agents: [NodeAgentHandle; 2],
+    scratch: &std::path::Path,
+) -> Vec<Vec<u64>> {
+    let per_node = agents
+        .iter()
+        .map(|agent| {
+            let mut ids: Vec<u64> = agent.instances().iter().map(|r| r.instance_id).collect();
+            ids.sort_unstable();
+            ids
+        })
+        .collect();
+    coordinator.shutdown();
+    for agent in agents {
+        agent.shutdown();
+    }
+    let _ = std::fs::remove_dir_all(scratch);
+    per_node
+}
+
 fn scale_in_scenario(policy: &str) -> (Vec<u64>, u64, Vec<Vec<u64>>) {
     let scratch = std::env::temp_dir().join(format!(
         "dilu-embedded-scale-in-{policy}-{}",
@@ -296,19 +319,7 @@ fn scale_in_scenario(policy: &str) -> (Vec<u64>, u64, Vec<Vec<u64>>) {
     );
     deploy("svc", 0.3, 30, 2);
     deploy("svc", 0.3, 30, 1);
-    let per_node = agents
-        .iter()
-        .map(|agent| {
-            let mut ids: Vec<u64> = agent.instances().iter().map(|r| r.instance_id).collect();
-            ids.sort_unstable();
-            ids
-        })
-        .collect();
-    coordinator.shutdown();
-    for agent in agents {
-        agent.shutdown();
-    }
-    let _ = std::fs::remove_dir_all(&scratch);
+    let per_node = tear_down(coordinator, agents, &scratch);
     (svc, anchor, per_node)
 }
 
@@ -479,19 +490,7 @@ fn consolidation_scenario(policy: &str, wait_for_move: bool, quiet: Duration) ->
     }
     let elapsed = shrink_began.elapsed();
     let end = wait_for(&control, "svc to have its replica", |s| live(s, "svc") == 1);
-    let per_node = agents
-        .iter()
-        .map(|agent| {
-            let mut ids: Vec<u64> = agent.instances().iter().map(|r| r.instance_id).collect();
-            ids.sort_unstable();
-            ids
-        })
-        .collect();
-    coordinator.shutdown();
-    for agent in agents {
-        agent.shutdown();
-    }
-    let _ = std::fs::remove_dir_all(&scratch);
+    let per_node = tear_down(coordinator, agents, &scratch);
     Consolidation {
         lone,
         anchor,
