@@ -14,7 +14,10 @@
 use serde::{Deserialize, Serialize};
 
 /// Version carried in every frame; a peer refuses frames of another version.
-pub const PROTOCOL_VERSION: u16 = 1;
+/// The coordinator's control port (`dilu-cluster deploy`/`status`) frames
+/// its messages the same way, so a change there bumps it too. 2: function
+/// profiles on the control port say whether the function is restartable.
+pub const PROTOCOL_VERSION: u16 = 2;
 
 /// Largest encoded frame a peer accepts (guards against garbage lengths).
 pub const MAX_FRAME_BYTES: u32 = 4 << 20;

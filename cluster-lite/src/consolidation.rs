@@ -1,21 +1,33 @@
-//! Consolidation while load falls: when a cluster is shrinking, a replica
-//! left alone on its GPU is moved to a busy GPU that has room for it, so its
-//! GPU goes idle instead of staying on for one replica.
+//! Consolidation while load falls: when a cluster is shrinking, work left
+//! alone on a GPU is moved to a busy GPU that has room for it, so its GPU
+//! goes idle instead of staying on for one instance.
 //!
-//! A move is make-before-break: the new copy starts on the target GPU and the
-//! old copy keeps serving, and keeps its GPU, until the new copy has had the
-//! function's cold start to warm up. A GPU holding such an old copy is
-//! *draining* (`GpuState::draining`) and admits nothing new. Which GPU takes
-//! the replica is the policy's answer to
+//! Two kinds of work move:
+//!
+//! * **A replica** of an inference function moves make-before-break: the
+//!   new copy starts on the target GPU and the old copy keeps serving, and
+//!   keeps its GPU, until the new copy has had the function's cold start to
+//!   warm up. A GPU holding such an old copy is *draining*
+//!   (`GpuState::draining`) and admits nothing new.
+//! * **A restartable gang** (training that resumes from its checkpoint when
+//!   restarted; the function says so) with a GPU to itself is restarted
+//!   with that GPU's share on the target GPU and its other shares where
+//!   they were. This is break-before-make: the job checkpoints, stops and
+//!   starts again, losing the restart time (`simulator::RESTART_S` in the
+//!   simulator) on all its GPUs. A job restarts at most once per pass, with
+//!   every lone share of it moved in that restart.
+//!
+//! Which GPU takes the work is the policy's answer to
 //! `PlacementPolicy::consolidation_target` (only `dilu` answers).
 //!
 //! Why only while shrinking: while instances arrive, a hole on a busy GPU is
-//! filled by the next arrival anyway, and moving a replica into it only
-//! makes that arrival wake a GPU, at the price of a cold start. When the
-//! load falls nothing fills the holes, so lone replicas pin GPUs. "Shrinking"
-//! is read from what the cluster did, not from a forecast: over the last
-//! `SHRINK_WINDOW_S` at least `SHRINK_RATIO` times as many instances stopped
-//! as started. The simulator and the embedded coordinator share this rule.
+//! filled by the next arrival anyway, and moving work into it only makes
+//! that arrival wake a GPU, at the price of a cold start or a restart. When
+//! the load falls nothing fills the holes, so lone instances pin GPUs.
+//! "Shrinking" is read from what the cluster did, not from a forecast: over
+//! the last `SHRINK_WINDOW_S` at least `SHRINK_RATIO` times as many
+//! instances stopped as started. The simulator and the embedded coordinator
+//! share this rule.
 
 use std::collections::VecDeque;
 

@@ -18,6 +18,11 @@ pub struct FunctionProfile {
     pub throughput_rps: f64,
     /// Seconds from placement until an instance serves.
     pub cold_start_s: f64,
+    /// Whether an instance resumes from its checkpoint when restarted (a
+    /// training job that checkpoints when stopped): `dilu` may then restart
+    /// it with part of it on other GPUs of its node to empty a GPU while
+    /// the cluster shrinks.
+    pub restartable: bool,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

@@ -22,8 +22,13 @@
 //! new copy is placed first, the old one is *retiring* until the function's
 //! cold start has passed and is then removed. A retiring copy no longer
 //! counts as a live replica but still holds its GPU, which is draining
-//! (admits nothing new) until it is gone. This is the rule the simulator
-//! applies, so the simulator credits no mechanism this coordinator lacks.
+//! (admits nothing new) until it is gone. An instance of a function
+//! deployed as restartable (training that resumes from its checkpoint)
+//! that holds a GPU alone is restarted, break-before-make, with that share
+//! on the GPU the policy names on the same node: removed, then placed again
+//! under a new id. These are the rules the simulator applies, so the
+//! simulator credits no mechanism this coordinator lacks (it does let
+//! `dilu`'s gangs and their moves span nodes, which a node agent cannot).
 
 use std::collections::BTreeMap;
 use std::net::{SocketAddr, TcpListener, TcpStream, ToSocketAddrs};
@@ -41,8 +46,8 @@ use crate::consolidation::ShrinkWatch;
 use crate::control::{
     ClusterStatus, ControlReply, ControlRequest, FunctionProfile, FunctionStatus, NodeStatus,
 };
-use crate::model::{ClusterState, WorkClass};
-use crate::policy::{PlacementPolicy, Replica, place_on_one_node, policy_by_name};
+use crate::model::{ClusterState, GpuState, WorkClass};
+use crate::policy::{MoveRequest, PlacementPolicy, Replica, place_on_one_node, policy_by_name};
 use crate::scaling::{Autoscaler, LoadSample, ScalingRule};
 use crate::wire_io::{WireError, read_frame, write_frame};
 
@@ -563,7 +568,9 @@ impl Coordinator {
     }
 
     /// While the cluster is shrinking, moves each latency replica alone on
-    /// its GPU to the GPU the policy names, make-before-break (see the
+    /// its GPU to the GPU the policy names, make-before-break, then
+    /// restarts each restartable gang that has a GPU to itself with that
+    /// GPU's share moved where the policy names on the same node (see the
     /// module docs). A GPU already draining is no source, so a GPU has at
     /// most one move under way.
     fn consolidate(&mut self) {
@@ -572,9 +579,20 @@ impl Coordinator {
             return;
         }
         let (mut cluster, owners) = self.cluster_view();
-        // Candidates first (the view of the nodes is read-only meanwhile):
-        // (link, instance id, function, source GPU in the view).
-        let mut candidates = Vec::new();
+        self.move_lone_replicas(&mut cluster, &owners);
+        self.restart_gangs_with_lone_shares(&mut cluster, &owners);
+    }
+
+    /// Instances of known functions on connected nodes that `wanted`
+    /// accepts, as (link, instance id, function, GPUs in the view), read
+    /// before anything moves (the view of the nodes is read-only meanwhile).
+    fn movable_instances(
+        &self,
+        cluster: &ClusterState,
+        owners: &[usize],
+        wanted: impl Fn(&FunctionProfile, &InstanceRecord) -> bool,
+    ) -> Vec<(usize, u64, String, Vec<usize>)> {
+        let mut found = Vec::new();
         for (node, &link_index) in owners.iter().enumerate() {
             let range = cluster.nodes[node].clone();
             for record in self.nodes[link_index].instances.values() {
@@ -588,24 +606,30 @@ impl Coordinator {
                     continue;
                 };
                 let gpus = global_gpus(record, &range);
-                if entry.profile.demand.class != WorkClass::Latency
-                    || entry.profile.demand.gpus != 1
-                    || record.demand.gpus != 1
-                    || gpus.len() != 1
-                {
-                    continue;
+                if gpus.len() == record.demand.gpus as usize && wanted(&entry.profile, record) {
+                    found.push((
+                        link_index,
+                        record.instance_id,
+                        record.function.clone(),
+                        gpus,
+                    ));
                 }
-                candidates.push((
-                    link_index,
-                    record.instance_id,
-                    record.function.clone(),
-                    gpus[0],
-                ));
             }
         }
-        for (source_link, instance_id, function, source) in candidates {
-            let gpu = &cluster.gpus[source];
-            if gpu.instances() != 1 || gpu.draining > 0 {
+        found
+    }
+
+    fn move_lone_replicas(&mut self, cluster: &mut ClusterState, owners: &[usize]) {
+        let candidates = self.movable_instances(cluster, owners, |profile, record| {
+            profile.demand.class == WorkClass::Latency
+                && profile.demand.gpus == 1
+                && record.demand.gpus == 1
+        });
+        // A replica may go to any connected node.
+        let within: Vec<usize> = (0..cluster.gpus.len()).collect();
+        for (source_link, instance_id, function, gpus) in candidates {
+            let source = gpus[0];
+            if !is_alone(&cluster.gpus[source]) {
                 continue;
             }
             let Some(entry) = self.functions.get(&function) else {
@@ -615,23 +639,20 @@ impl Coordinator {
             // check_profile keeps it finite and non-negative; the clamp
             // keeps the deadline representable (about 31 years).
             let cold_start = Duration::from_secs_f64(entry.profile.cold_start_s.clamp(0.0, 1e9));
+            let request = MoveRequest {
+                share: &demand,
+                source,
+                keeps: &[],
+                within: &within,
+            };
             let Some(target) = self
                 .policy
-                .consolidation_target(&cluster, &demand, source)
-                .filter(|&target| {
-                    // The trait promises a busy GPU other than the source;
-                    // anything else would not free a GPU.
-                    target != source
-                        && cluster
-                            .gpus
-                            .get(target)
-                            .is_some_and(|gpu| gpu.is_active() && gpu.draining == 0)
-                })
+                .consolidation_target(cluster, &request)
+                .filter(|&target| is_move_target(cluster, source, target))
             else {
                 continue;
             };
-            let Some(new_id) = self.place_on(&function, &demand, &cluster, &owners, &[target])
-            else {
+            let Some(new_id) = self.place_on(&function, &demand, cluster, owners, &[target]) else {
                 tracing::warn!(
                     "function {function}: could not place the moved copy of instance {instance_id}; it stays"
                 );
@@ -639,8 +660,8 @@ impl Coordinator {
             };
             tracing::info!(
                 "function {function}: moving instance {instance_id} from {} to {} as instance {new_id} (GPU goes idle after cold start, {:.1} s)",
-                self.gpu_name(&cluster, &owners, source),
-                self.gpu_name(&cluster, &owners, target),
+                self.gpu_name(cluster, owners, source),
+                self.gpu_name(cluster, owners, target),
                 cold_start.as_secs_f64()
             );
             self.retiring.insert(
@@ -653,6 +674,100 @@ impl Coordinator {
             // Later candidates in this pass see the move.
             cluster.apply(&demand, &[target]);
             cluster.gpus[source].draining += 1;
+        }
+    }
+
+    /// Restarts each gang of a restartable function that holds a GPU alone
+    /// with those shares on the GPUs the policy names on the same node
+    /// (node agents host an instance on their own GPUs only). Break before
+    /// make: the instance is removed (the job checkpoints and stops) and
+    /// placed again with its new GPUs under a new id; if that placement
+    /// fails it goes back on its old GPUs, and failing that the next
+    /// reconcile places it anew.
+    fn restart_gangs_with_lone_shares(&mut self, cluster: &mut ClusterState, owners: &[usize]) {
+        let candidates = self.movable_instances(cluster, owners, |profile, record| {
+            profile.restartable && record.demand.gpus > 1
+        });
+        for (link_index, instance_id, function, gpus) in candidates {
+            let Some(record) = self.nodes[link_index].instances.get(&instance_id) else {
+                continue;
+            };
+            let demand = record.demand.clone();
+            let Some(node) = gpus.first().map(|&gpu| cluster.gpus[gpu].node) else {
+                continue;
+            };
+            let within: Vec<usize> = cluster.nodes[node].clone().collect();
+            let mut moved_gpus = gpus.clone();
+            for position in 0..moved_gpus.len() {
+                let source = moved_gpus[position];
+                if !is_alone(&cluster.gpus[source]) {
+                    continue;
+                }
+                let request = MoveRequest {
+                    share: &demand,
+                    source,
+                    keeps: &moved_gpus,
+                    within: &within,
+                };
+                let Some(target) =
+                    self.policy
+                        .consolidation_target(cluster, &request)
+                        .filter(|&target| {
+                            is_move_target(cluster, source, target) && !moved_gpus.contains(&target)
+                        })
+                else {
+                    continue;
+                };
+                cluster.release(&demand, &[source]);
+                cluster.apply(&demand, &[target]);
+                moved_gpus[position] = target;
+            }
+            if moved_gpus == gpus {
+                continue;
+            }
+            let first = cluster.nodes[node].start;
+            let names =
+                |gpus: &[usize]| -> Vec<usize> { gpus.iter().map(|gpu| gpu - first).collect() };
+            let link = &mut self.nodes[link_index];
+            match link.call(&CoordinatorMessage::Remove { instance_id }) {
+                Ok(NodeMessage::Ack { error: None, .. }) => {
+                    link.instances.remove(&instance_id);
+                }
+                _ => {
+                    tracing::warn!(
+                        "function {function}: node {} did not stop instance {instance_id} for a restart; it stays",
+                        link.address
+                    );
+                    // Undo the view's move so later candidates see the truth.
+                    cluster.release(&demand, &moved_gpus);
+                    cluster.apply(&demand, &gpus);
+                    continue;
+                }
+            }
+            if let Some(new_id) = self.place_on(&function, &demand, cluster, owners, &moved_gpus) {
+                tracing::info!(
+                    "function {function}: restarted instance {instance_id} as instance {new_id} on node {} GPUs {:?} (was {:?}); a GPU goes idle",
+                    self.nodes[link_index].address,
+                    names(&moved_gpus),
+                    names(&gpus)
+                );
+                continue;
+            }
+            cluster.release(&demand, &moved_gpus);
+            if self
+                .place_on(&function, &demand, cluster, owners, &gpus)
+                .is_some()
+            {
+                cluster.apply(&demand, &gpus);
+                tracing::warn!(
+                    "function {function}: instance {instance_id} could not restart on GPUs {:?}; restarted where it was",
+                    names(&moved_gpus)
+                );
+            } else {
+                tracing::warn!(
+                    "function {function}: instance {instance_id} stopped for a restart and could not be placed again; the next reconcile places it"
+                );
+            }
         }
     }
 
@@ -775,6 +890,22 @@ impl Coordinator {
                 .collect(),
         }
     }
+}
+
+/// Whether a GPU holds exactly one instance and is not draining: moving
+/// that instance away leaves it idle.
+fn is_alone(gpu: &GpuState) -> bool {
+    gpu.instances() == 1 && gpu.draining == 0
+}
+
+/// The trait promises a busy, non-draining GPU other than the source;
+/// anything else would not free a GPU.
+fn is_move_target(cluster: &ClusterState, source: usize, target: usize) -> bool {
+    target != source
+        && cluster
+            .gpus
+            .get(target)
+            .is_some_and(|gpu| gpu.is_active() && gpu.draining == 0)
 }
 
 /// An instance's GPUs as indices into the cluster view, given its node's

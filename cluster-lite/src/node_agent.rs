@@ -416,7 +416,9 @@ mod tests {
             ("n1", 2, 0)
         );
         // A well-framed but undecodable body gets a Rejected answer.
-        stream.write_all(&[2, 0, 0, 0, 1, 0xff]).unwrap();
+        // (A version below 128 is one postcard byte.)
+        let version = dilu_abi::cluster_wire::PROTOCOL_VERSION as u8;
+        stream.write_all(&[2, 0, 0, 0, version, 0xff]).unwrap();
         let reply: NodeMessage = read_frame(&mut stream).unwrap();
         assert!(matches!(reply, NodeMessage::Rejected { .. }), "{reply:?}");
         write_frame(&mut stream, &CoordinatorMessage::Poll).unwrap();

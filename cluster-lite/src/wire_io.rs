@@ -131,11 +131,12 @@ mod tests {
         assert!(error.to_string().contains("version 99"), "{error}");
 
         let mut junk = 3u32.to_le_bytes().to_vec();
-        junk.extend_from_slice(&[1, 0, 0xff]);
+        // (A version below 128 is one postcard byte.)
+        junk.extend_from_slice(&[PROTOCOL_VERSION as u8, 0, 0xff]);
         let error = read_frame::<CoordinatorMessage>(&mut junk.as_slice()).unwrap_err();
         assert!(matches!(error, WireError::Decode(_)), "{error}");
 
-        let truncated = [5u8, 0, 0, 0, 1];
+        let truncated = [5u8, 0, 0, 0, PROTOCOL_VERSION as u8];
         assert!(matches!(
             read_frame::<CoordinatorMessage>(&mut truncated.as_slice()),
             Err(WireError::Io(_))

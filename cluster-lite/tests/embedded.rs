@@ -1,6 +1,7 @@
 //! Embedded mode end to end on loopback: a coordinator and two node agents;
-//! deploy, scale out under load, scale in, a node agent restarting, and a
-//! lone replica moving to a busy GPU while the cluster shrinks.
+//! deploy, scale out under load, scale in, a node agent restarting, a lone
+//! replica moving to a busy GPU while the cluster shrinks, and (on one
+//! three-GPU node) a restartable training gang restarting to empty a GPU.
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -17,10 +18,19 @@ const PATIENCE: Duration = Duration::from_secs(60);
 const IO_TIMEOUT: Duration = Duration::from_secs(5);
 
 fn start_agent(listen: SocketAddr, name: &str, state_file: PathBuf) -> NodeAgentHandle {
+    start_agent_with_gpus(listen, name, state_file, 1)
+}
+
+fn start_agent_with_gpus(
+    listen: SocketAddr,
+    name: &str,
+    state_file: PathBuf,
+    gpus: u32,
+) -> NodeAgentHandle {
     node_agent::start(NodeAgentConfig {
         listen,
         node_name: name.into(),
-        gpus: 1,
+        gpus,
         gpu_memory: 80 * GIB,
         state_file: Some(state_file),
     })
@@ -75,6 +85,30 @@ fn wait_for(
     }
 }
 
+/// Deploys `replicas` instances of `function` and asserts that all were placed.
+fn deploy_exactly(
+    control: &str,
+    function: &str,
+    profile: &FunctionProfile,
+    replicas: u32,
+    scenario: &str,
+) {
+    let request = ControlRequest::Deploy {
+        function: function.into(),
+        profile: profile.clone(),
+        replicas,
+    };
+    let reply = send(control, &request, IO_TIMEOUT).expect("deploy answers");
+    assert_eq!(
+        reply,
+        ControlReply::Deployed {
+            function: function.into(),
+            live: replicas
+        },
+        "{scenario}: deploy {function} ×{replicas}"
+    );
+}
+
 fn live(status: &ClusterStatus, function: &str) -> u32 {
     status.function(function).map_or(0, |f| f.live)
 }
@@ -103,6 +137,7 @@ fn deploy_scale_out_scale_in_and_node_restart() {
         },
         throughput_rps: 100.0,
         cold_start_s: 0.0,
+        restartable: false,
     };
     let deploy = ControlRequest::Deploy {
         function: "resnet".into(),
@@ -198,6 +233,7 @@ fn deploy_with_bad_profile_or_unreachable_coordinator_is_a_clear_error() {
         },
         throughput_rps: 10.0,
         cold_start_s: 1.0,
+        restartable: false,
     };
     let deploy = |profile: &FunctionProfile| ControlRequest::Deploy {
         function: "train".into(),
@@ -218,15 +254,11 @@ fn deploy_with_bad_profile_or_unreachable_coordinator_is_a_clear_error() {
     assert!(error.contains("cannot reach coordinator"), "{error}");
 }
 
-/// Deploys `svc` and `anchor` so that `svc`'s newest instance shares node
-/// B's GPU with `anchor` while its two older ones share node A's GPU, then
-/// scales `svc` in to one instance. Returns the ids of `svc`'s instances in
-/// deploy order and what each node runs at the end (instance ids).
 /// Each agent's instance ids (sorted), then stops everything and removes
 /// the scenario's scratch folder.
 fn tear_down(
     coordinator: CoordinatorHandle,
-    agents: [NodeAgentHandle; 2],
+    agents: Vec<NodeAgentHandle>,
     scratch: &std::path::Path,
 ) -> Vec<Vec<u64>> {
     let per_node = agents
@@ -245,6 +277,10 @@ fn tear_down(
     per_node
 }
 
+/// Deploys `svc` and `anchor` so that `svc`'s newest instance shares node
+/// B's GPU with `anchor` while its two older ones share node A's GPU, then
+/// scales `svc` in to one instance. Returns the ids of `svc`'s instances in
+/// deploy order and what each node runs at the end (instance ids).
 fn scale_in_scenario(policy: &str) -> (Vec<u64>, u64, Vec<Vec<u64>>) {
     let scratch = std::env::temp_dir().join(format!(
         "dilu-embedded-scale-in-{policy}-{}",
@@ -275,6 +311,7 @@ fn scale_in_scenario(policy: &str) -> (Vec<u64>, u64, Vec<Vec<u64>>) {
         },
         throughput_rps: 100.0,
         cold_start_s: 3600.0,
+        restartable: false,
     };
     let deploy = |function: &str, sm: f64, memory_gib: u64, replicas: u32| {
         let request = ControlRequest::Deploy {
@@ -319,7 +356,7 @@ fn scale_in_scenario(policy: &str) -> (Vec<u64>, u64, Vec<Vec<u64>>) {
     );
     deploy("svc", 0.3, 30, 2);
     deploy("svc", 0.3, 30, 1);
-    let per_node = tear_down(coordinator, agents, &scratch);
+    let per_node = tear_down(coordinator, Vec::from(agents), &scratch);
     (svc, anchor, per_node)
 }
 
@@ -398,6 +435,7 @@ fn consolidation_scenario(policy: &str, wait_for_move: bool, quiet: Duration) ->
             },
             throughput_rps: 100.0,
             cold_start_s,
+            restartable: false,
         }
     };
     // anchor is batch work, which never moves: only svc is a lone replica
@@ -413,20 +451,7 @@ fn consolidation_scenario(policy: &str, wait_for_move: bool, quiet: Duration) ->
         SVC_COLD_START.as_secs_f64(),
     );
     let deploy = |control: &str, function: &str, profile: &FunctionProfile, replicas: u32| {
-        let request = ControlRequest::Deploy {
-            function: function.into(),
-            profile: profile.clone(),
-            replicas,
-        };
-        let reply = send(control, &request, IO_TIMEOUT).expect("deploy answers");
-        assert_eq!(
-            reply,
-            ControlReply::Deployed {
-                function: function.into(),
-                live: replicas
-            },
-            "{policy}: deploy {function} ×{replicas}"
-        );
+        deploy_exactly(control, function, profile, replicas, policy)
     };
     let ids_on = |status: &ClusterStatus, node: usize, function: &str| -> Vec<u64> {
         let address = &addresses[node];
@@ -490,7 +515,7 @@ fn consolidation_scenario(policy: &str, wait_for_move: bool, quiet: Duration) ->
     }
     let elapsed = shrink_began.elapsed();
     let end = wait_for(&control, "svc to have its replica", |s| live(s, "svc") == 1);
-    let per_node = tear_down(coordinator, agents, &scratch);
+    let per_node = tear_down(coordinator, Vec::from(agents), &scratch);
     Consolidation {
         lone,
         anchor,
@@ -533,4 +558,139 @@ fn a_replica_left_alone_moves_to_a_busy_gpu_when_load_falls() {
         "dilu-paper leaves svc alone on node B"
     );
     assert_eq!(stayed.svc_live, 1);
+}
+
+/// What `gang_restart_scenario` saw.
+struct GangRestart {
+    /// `train`'s instance id before load fell, and its GPUs (node-local).
+    before: (u64, Vec<u32>),
+    /// `train`'s instances at the end: (id, GPUs).
+    after: Vec<(u64, Vec<u32>)>,
+    /// `train`'s live count at the end.
+    live: u32,
+}
+
+/// One node with three GPUs: `anchor` (batch, 0.5 SM) and two fillers on
+/// GPU 0, so the two-GPU `train` job (0.45 SM per GPU) opens GPUs 1 and 2,
+/// each of which it then holds alone. As in `consolidation_scenario`, a
+/// second coordinator adopts the instances and scales `filler` to zero, so
+/// the cluster is shrinking and GPU 0 has room for one share of `train`.
+/// With `wait_for_restart` it waits until `train` runs as a new instance,
+/// else `quiet` long.
+fn gang_restart_scenario(
+    restartable: bool,
+    wait_for_restart: bool,
+    quiet: Duration,
+) -> GangRestart {
+    let scratch = std::env::temp_dir().join(format!(
+        "dilu-embedded-gang-restart-{restartable}-{}",
+        std::process::id()
+    ));
+    let _ = std::fs::remove_dir_all(&scratch);
+    std::fs::create_dir_all(&scratch).unwrap();
+    let loopback: SocketAddr = "127.0.0.1:0".parse().unwrap();
+    let agents = vec![start_agent_with_gpus(
+        loopback,
+        "node-a",
+        scratch.join("a.json"),
+        3,
+    )];
+    let addresses = vec![agents[0].addr().to_string()];
+    // No load and an hour of cold start: only the deploys change counts.
+    let profile =
+        |class, sm_request: f64, sm_limit: f64, memory_gib: u64, gpus: u32| FunctionProfile {
+            demand: InstanceDemand {
+                class,
+                sm_request,
+                sm_limit,
+                memory_bytes: memory_gib * GIB,
+                gpus,
+            },
+            throughput_rps: 100.0,
+            cold_start_s: 3600.0,
+            restartable: false,
+        };
+    let anchor = profile(WorkClass::Batch, 0.5, 0.5, 10, 1);
+    let filler = profile(WorkClass::Latency, 0.1, 0.1, 5, 1);
+    // With anchor alone on GPU 0: Σrequests 0.95, Σlimits 1.0.
+    let train = FunctionProfile {
+        restartable,
+        ..profile(WorkClass::Batch, 0.45, 0.5, 30, 2)
+    };
+    let deploy = |control: &str, function: &str, profile: &FunctionProfile, replicas: u32| {
+        deploy_exactly(control, function, profile, replicas, "gang restart")
+    };
+    let trains = |status: &ClusterStatus| -> Vec<(u64, Vec<u32>)> {
+        status
+            .nodes
+            .iter()
+            .flat_map(|n| &n.instances)
+            .filter(|record| record.function == "train")
+            .map(|record| {
+                let mut gpus = record.gpu_indices.clone();
+                gpus.sort_unstable();
+                (record.instance_id, gpus)
+            })
+            .collect()
+    };
+
+    let (first, control) = start_coordinator(addresses.clone(), "dilu");
+    deploy(&control, "anchor", &anchor, 1);
+    deploy(&control, "filler", &filler, 2);
+    deploy(&control, "train", &train, 1);
+    let placed = status(&control);
+    first.shutdown();
+    let [before] = &trains(&placed)[..] else {
+        panic!("one train instance: {placed:#?}");
+    };
+    assert_eq!(
+        before.1,
+        vec![1, 2],
+        "train opens GPUs 1 and 2: {placed:#?}"
+    );
+
+    let (coordinator, control) = start_coordinator(addresses, "dilu");
+    deploy(&control, "anchor", &anchor, 1);
+    deploy(&control, "filler", &filler, 2);
+    deploy(&control, "train", &train, 1);
+    deploy(&control, "filler", &filler, 0);
+    if wait_for_restart {
+        wait_for(&control, "train to restart as a new instance", |s| {
+            trains(s).iter().any(|(id, _)| *id != before.0)
+        });
+    } else {
+        std::thread::sleep(quiet);
+    }
+    let end = wait_for(&control, "train to be live", |s| live(s, "train") == 1);
+    let after = trains(&end);
+    tear_down(coordinator, agents, &scratch);
+    GangRestart {
+        before: before.clone(),
+        after,
+        live: live(&end, "train"),
+    }
+}
+
+#[test]
+fn a_restartable_gang_restarts_to_empty_a_gpu_when_load_falls() {
+    let restarted = gang_restart_scenario(true, true, Duration::ZERO);
+    assert_eq!(restarted.live, 1, "train keeps its one instance");
+    let [(id, gpus)] = &restarted.after[..] else {
+        panic!("one train instance: {:?}", restarted.after);
+    };
+    assert_ne!(*id, restarted.before.0, "a restart is a new instance");
+    assert_eq!(
+        gpus,
+        &vec![0, 2],
+        "GPU 1's share joins anchor on GPU 0, so GPU 1 goes idle"
+    );
+
+    // Without the function's consent the job stays where it is.
+    let stayed = gang_restart_scenario(false, false, Duration::from_secs(1));
+    assert_eq!(
+        stayed.after,
+        vec![stayed.before],
+        "a non-restartable job never moves"
+    );
+    assert_eq!(stayed.live, 1);
 }

@@ -134,6 +134,11 @@ pub struct DeployArgs {
     /// Cold start, e.g. 20s (makes scale-in keep instances longer).
     #[arg(long, default_value = "10s", value_parser = parse_duration)]
     pub cold_start: Duration,
+    /// The function resumes from its checkpoint when restarted (training
+    /// that checkpoints on SIGTERM); under the `dilu` policy a gang may then
+    /// be restarted on other GPUs of its node to empty a GPU while load falls.
+    #[arg(long)]
+    pub restartable: bool,
 }
 
 pub fn deploy(args: DeployArgs) -> Result<(), String> {
@@ -152,6 +157,7 @@ pub fn deploy(args: DeployArgs) -> Result<(), String> {
             },
             throughput_rps: args.throughput,
             cold_start_s: args.cold_start.as_secs_f64(),
+            restartable: args.restartable,
         },
         replicas: args.replicas,
     };

@@ -9,10 +9,10 @@
 //! how well?" for the Kubernetes extender, and [`place_on_one_node`] keeps
 //! gangs on one node for the embedded coordinator. A policy may also choose
 //! which replica of a function stops when it scales in
-//! ([`PlacementPolicy::choose_scale_in_victim`]), and where a replica left
-//! alone on its GPU moves while the cluster shrinks
-//! ([`PlacementPolicy::consolidation_target`]). GPUs that are draining (see
-//! `consolidation`) take nothing new under any policy.
+//! ([`PlacementPolicy::choose_scale_in_victim`]), and where a replica or a
+//! restartable gang's share left alone on its GPU moves while the cluster
+//! shrinks ([`PlacementPolicy::consolidation_target`]). GPUs that are
+//! draining (see `consolidation`) take nothing new under any policy.
 
 mod baselines;
 mod dilu;
@@ -51,18 +51,33 @@ pub trait PlacementPolicy: Send + Sync {
     ) -> Option<usize> {
         None
     }
-    /// Where the single-GPU replica with `demand`, alone on GPU `source`,
-    /// should move so that `source` goes idle (see `consolidation`): a busy
-    /// GPU other than `source`, or `None` to leave it where it is. Only
-    /// `dilu` moves replicas.
+    /// Where one GPU's share of an instance, alone on GPU `request.source`,
+    /// should move so that the source goes idle (see `consolidation`): one
+    /// of `request.within`, busy, not draining and not among the GPUs the
+    /// instance keeps; `None` leaves it where it is. Only `dilu` moves work.
     fn consolidation_target(
         &self,
         _cluster: &ClusterState,
-        _demand: &InstanceDemand,
-        _source: usize,
+        _request: &MoveRequest<'_>,
     ) -> Option<usize> {
         None
     }
+}
+
+/// A consolidation move the caller considers: a replica (its whole demand)
+/// or one GPU's share of a restartable gang.
+#[derive(Debug, Clone, Copy)]
+pub struct MoveRequest<'a> {
+    /// What the moving work needs on one GPU (`gpus` is the instance's
+    /// count; the share is per GPU).
+    pub share: &'a InstanceDemand,
+    /// The GPU it leaves; it is the only work there.
+    pub source: usize,
+    /// GPUs the instance keeps holding (a gang's other GPUs).
+    pub keeps: &'a [usize],
+    /// GPUs the caller can put it on (the simulator: every GPU; the
+    /// embedded coordinator: the GPUs of the instance's node).
+    pub within: &'a [usize],
 }
 
 /// A running replica of a function, as the scale-in choice sees it.

@@ -86,7 +86,7 @@ fn limit_bounds_differ_between_infless_variants_and_dilu_paper() {
 #[test]
 fn dilu_oversubscribes_limits_less_than_dilu_paper() {
     // Three replicas with request 0.25 and limit 0.49: Σlimits 1.47 fits
-    // dilu-paper's bound of 1.5 but not dilu's 1.4.
+    // dilu-paper's bound of 1.5 but not dilu's 1.35.
     let work = demand(WorkClass::Latency, 0.25, 0.49, 5, 1);
     for (policy, expected_per_gpu) in [
         (&DiluPaper as &dyn PlacementPolicy, 3),
@@ -268,22 +268,44 @@ fn dilu_stops_the_replica_that_empties_a_gpu_and_baselines_leave_the_choice() {
     }
 }
 
+/// A move of `share` off GPU `source` to any GPU of `within`.
+fn move_off<'a>(
+    share: &'a InstanceDemand,
+    source: usize,
+    keeps: &'a [usize],
+    within: &'a [usize],
+) -> MoveRequest<'a> {
+    MoveRequest {
+        share,
+        source,
+        keeps,
+        within,
+    }
+}
+
 #[test]
 fn dilu_moves_a_lone_replica_only_where_little_limit_excess_follows() {
     let mut cluster = ClusterState::uniform(1, 4, 80 * GIB);
+    let everywhere = [0, 1, 2, 3];
     let replica = demand(WorkClass::Latency, 0.3, 0.45, 8, 1);
     cluster.apply(&replica, &[0]); // the lone replica
     cluster.apply(&demand(WorkClass::Batch, 0.6, 0.8, 30, 1), &[1]); // Σlimits 1.25 with it
     cluster.apply(&demand(WorkClass::Batch, 0.5, 0.7, 30, 1), &[2]); // 1.15 with it
     let policy = Complementary::default();
+    let off_gpu_0 = move_off(&replica, 0, &[], &everywhere);
     assert_eq!(
-        policy.consolidation_target(&cluster, &replica, 0),
+        policy.consolidation_target(&cluster, &off_gpu_0),
         Some(2),
         "GPU 1 would reach Σlimits 1.25 (> 1.2); GPU 3 is idle"
     );
+    assert_eq!(
+        policy.consolidation_target(&cluster, &move_off(&replica, 0, &[], &[0, 1, 3])),
+        None,
+        "GPU 2 is not among the GPUs the caller can use"
+    );
     cluster.gpus[2].draining = 1;
     assert_eq!(
-        policy.consolidation_target(&cluster, &replica, 0),
+        policy.consolidation_target(&cluster, &off_gpu_0),
         None,
         "a draining GPU takes nothing"
     );
@@ -291,15 +313,47 @@ fn dilu_moves_a_lone_replica_only_where_little_limit_excess_follows() {
     cluster.apply(&replica, &[3]);
     // Two lone replicas: each may move to the other's GPU or to GPU 2, never
     // to its own.
-    assert_ne!(policy.consolidation_target(&cluster, &replica, 3), Some(3));
-    let gang = demand(WorkClass::Batch, 0.1, 0.1, 1, 2);
-    assert_eq!(policy.consolidation_target(&cluster, &gang, 0), None);
+    let off_gpu_3 = move_off(&replica, 3, &[], &everywhere);
+    assert_ne!(policy.consolidation_target(&cluster, &off_gpu_3), Some(3));
     for name in POLICY_NAMES.iter().filter(|&&name| name != "dilu") {
         let baseline = policy_by_name(name).expect("listed policy exists");
         assert_eq!(
-            baseline.consolidation_target(&cluster, &replica, 0),
+            baseline.consolidation_target(&cluster, &off_gpu_0),
             None,
             "{name}"
         );
     }
+}
+
+#[test]
+fn dilu_moves_a_gang_share_off_its_own_gpus_within_a_tighter_cap() {
+    let mut cluster = ClusterState::uniform(1, 4, 80 * GIB);
+    let everywhere = [0, 1, 2, 3];
+    // A two-GPU training job on GPUs 0 and 1; GPU 0 holds it alone.
+    let gang = demand(WorkClass::Batch, 0.45, 0.5, 30, 2);
+    cluster.apply(&gang, &[0, 1]);
+    cluster.apply(&demand(WorkClass::Latency, 0.3, 0.4, 8, 1), &[1]);
+    // GPU 2: Σlimits 1.15 with the share (over the 1.1 cap); GPU 3: 1.05.
+    cluster.apply(&demand(WorkClass::Latency, 0.4, 0.65, 8, 1), &[2]);
+    cluster.apply(&demand(WorkClass::Latency, 0.35, 0.55, 8, 1), &[3]);
+    let policy = Complementary::default();
+    assert_eq!(
+        policy.consolidation_target(&cluster, &move_off(&gang, 0, &[0, 1], &everywhere)),
+        Some(3),
+        "GPU 2 would pass Σlimits 1.1 with it; GPU 1 is the job's own"
+    );
+    assert_eq!(
+        policy.consolidation_target(&cluster, &move_off(&gang, 0, &[0, 1, 3], &everywhere)),
+        None,
+        "GPUs the gang keeps never take a second share"
+    );
+    // A replica with the same share may go where the gang may not: its cap is 1.2.
+    let replica = InstanceDemand {
+        gpus: 1,
+        ..gang.clone()
+    };
+    assert_eq!(
+        policy.consolidation_target(&cluster, &move_off(&replica, 0, &[], &[0, 2])),
+        Some(2)
+    );
 }

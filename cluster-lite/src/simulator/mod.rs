@@ -3,8 +3,10 @@
 //! costs. An inference record's departure is "its function scales in by
 //! one" and the policy may choose which replica stops (see `ScaleIn`).
 //! While the cluster shrinks, the policy may move replicas left alone on a
-//! GPU (`consolidation`); a moved replica's old copy keeps its GPU for
-//! `MOVE_WARM_UP_S` and counts in every metric meanwhile.
+//! GPU and restart restartable gangs with a share on a GPU of its own
+//! (`consolidation`); a moved replica's old copy keeps its GPU for
+//! `MOVE_WARM_UP_S`, and a restarted job ends `RESTART_S` later, both
+//! counted in every metric.
 //!
 //! Metrics (time-weighted over the trace, from the first arrival to the last
 //! departure):
@@ -15,7 +17,7 @@
 //!   active GPUs where Σlimits > 1;
 //! * placement latency p50/p99 (wall clock of one `policy::place` call);
 //! * rejected instances (nothing fitted; they are dropped);
-//! * moved replicas (consolidation moves).
+//! * moved replicas and gang restarts (consolidation).
 
 pub mod report;
 pub mod trace;
@@ -25,9 +27,17 @@ use std::collections::BinaryHeap;
 use std::time::Instant;
 
 use crate::consolidation::ShrinkWatch;
-use crate::model::{ClusterState, InstanceDemand, WorkClass};
-use crate::policy::{PlacementPolicy, Replica, place};
+use crate::model::{ClusterState, InstanceDemand, SHARE_EPSILON, WorkClass};
+use crate::policy::{MoveRequest, PlacementPolicy, Replica, place};
 use trace::TraceRecord;
+
+/// How much later a restartable gang ends for each restart that moves part
+/// of it (see `consolidation`): the checkpoint, the stop and the start on
+/// the new GPUs, during which it holds all its GPUs and makes no progress.
+/// Trace records carry no restart cost, so every restart pays this one
+/// (five minutes: saving and loading tens of GB of training state and
+/// re-initialising the job).
+pub const RESTART_S: f64 = 300.0;
 
 /// How long the old copy of a moved replica keeps serving (and keeps its
 /// GPU) while the new copy starts: the cold start of a replica. Trace
@@ -59,6 +69,9 @@ pub struct SimulationResult {
     pub rejected: usize,
     /// Replicas moved by consolidation (each paid `MOVE_WARM_UP_S` on two GPUs).
     pub moved: usize,
+    /// Restarts of gangs by consolidation (each delayed its job's end by
+    /// `RESTART_S`).
+    pub restarts: usize,
     /// (time in seconds, active GPUs) after each event.
     pub timeline: Vec<(f64, usize)>,
 }
@@ -119,8 +132,7 @@ impl ScaleIn {
         let function = trace
             .iter()
             .map(|record| {
-                let replica = record.class == WorkClass::Latency && record.gpus <= 1;
-                replica.then(|| {
+                is_replica(record).then(|| {
                     let next = names.len();
                     *names.entry(record.function.as_str()).or_insert(next)
                 })
@@ -138,11 +150,6 @@ impl ScaleIn {
         if let Some(function) = self.function[index] {
             self.running[function].push(index);
         }
-    }
-
-    /// Whether `index` is a replica of a function (may be swapped or moved).
-    fn is_replica(&self, index: usize) -> bool {
-        self.function[index].is_some()
     }
 
     /// The instance that departure `event` stops, as `policy` chooses it.
@@ -220,28 +227,43 @@ impl Integrals {
     }
 }
 
-/// Replicas that can be moved, per GPU, and the moves themselves (see
-/// `consolidation`).
+/// Work that consolidation may move, per GPU, and the moves themselves
+/// (see `consolidation`).
 struct Mover {
     /// Single-GPU replicas (record indices) on each GPU.
     replicas_on: Vec<Vec<usize>>,
+    /// Restartable gangs (record indices) holding each GPU.
+    gangs_on: Vec<Vec<usize>>,
+    /// Seconds by which restarts pushed each instance's departure back,
+    /// not yet applied to its queued departure.
+    restart_delay_s: Vec<f64>,
     watch: ShrinkWatch,
     moved: usize,
+    restarts: usize,
 }
 
 impl Mover {
-    fn new(gpus: usize) -> Self {
+    fn new(gpus: usize, instances: usize) -> Self {
         Self {
             replicas_on: vec![Vec::new(); gpus],
+            gangs_on: vec![Vec::new(); gpus],
+            restart_delay_s: vec![0.0; instances],
             watch: ShrinkWatch::new(),
             moved: 0,
+            restarts: 0,
         }
     }
 
-    fn started(&mut self, now: f64, index: usize, gpus: &[usize], replica: bool) {
+    fn started(&mut self, now: f64, index: usize, gpus: &[usize], record: &TraceRecord) {
         self.watch.started(now);
-        if let ([gpu], true) = (gpus, replica) {
-            self.replicas_on[*gpu].push(index);
+        match gpus {
+            [gpu] if is_replica(record) => self.replicas_on[*gpu].push(index),
+            [_, _, ..] if record.restartable => {
+                for &gpu in gpus {
+                    self.gangs_on[gpu].push(index);
+                }
+            }
+            _ => {}
         }
     }
 
@@ -249,11 +271,21 @@ impl Mover {
         self.watch.stopped(now);
         for &gpu in gpus {
             self.replicas_on[gpu].retain(|&other| other != index);
+            self.gangs_on[gpu].retain(|&other| other != index);
         }
     }
 
+    /// The delay restarts added to `index`'s departure since it was queued
+    /// (and forgets it: the caller queues the departure again).
+    fn take_restart_delay(&mut self, index: usize) -> f64 {
+        std::mem::take(&mut self.restart_delay_s[index])
+    }
+
     /// While the cluster shrinks, moves every replica alone on its GPU to
-    /// the GPU the policy names; the old copy stops `MOVE_WARM_UP_S` later.
+    /// the GPU the policy names (the old copy stops `MOVE_WARM_UP_S`
+    /// later), then restarts every restartable gang with a GPU to itself
+    /// with that GPU's share on the GPU the policy names (the job ends
+    /// `RESTART_S` later than it would have).
     fn consolidate(
         &mut self,
         now: f64,
@@ -266,18 +298,49 @@ impl Mover {
         if !self.watch.is_shrinking(now) {
             return;
         }
-        for source in 0..cluster.gpus.len() {
-            let gpu = &cluster.gpus[source];
-            let [index] = self.replicas_on[source][..] else {
-                continue;
-            };
-            if gpu.instances() != 1 || gpu.draining > 0 {
+        let lone_replicas: Vec<(usize, usize)> = (0..cluster.gpus.len())
+            .filter_map(|source| match self.replicas_on[source][..] {
+                [index] if is_alone(&cluster.gpus[source]) => Some((source, index)),
+                _ => None,
+            })
+            .collect();
+        let lone_shares: Vec<(usize, usize)> = (0..cluster.gpus.len())
+            .filter_map(|source| match self.gangs_on[source][..] {
+                [index] if is_alone(&cluster.gpus[source]) => Some((source, index)),
+                _ => None,
+            })
+            .collect();
+        // Only busy GPUs with room for the smallest request can take a
+        // move (every policy keeps Σrequests ≤ 1); listing them once keeps
+        // a pass cheap when most busy GPUs are full.
+        let smallest_request = lone_replicas
+            .iter()
+            .chain(&lone_shares)
+            .map(|&(_, index)| demands[index].sm_request)
+            .fold(f64::INFINITY, f64::min);
+        if smallest_request.is_infinite() {
+            return;
+        }
+        let within: Vec<usize> = (0..cluster.gpus.len())
+            .filter(|&gpu| {
+                let state = &cluster.gpus[gpu];
+                state.is_active()
+                    && state.draining == 0
+                    && state.sm_request_sum + smallest_request <= 1.0 + SHARE_EPSILON
+            })
+            .collect();
+        for (source, index) in lone_replicas {
+            // An earlier move in this pass may have put work here.
+            if !is_alone(&cluster.gpus[source]) {
                 continue;
             }
-            let Some(target) = policy
-                .consolidation_target(cluster, &demands[index], source)
-                .filter(|&target| target != source && target < cluster.gpus.len())
-            else {
+            let request = MoveRequest {
+                share: &demands[index],
+                source,
+                keeps: &[],
+                within: &within,
+            };
+            let Some(target) = policy.consolidation_target(cluster, &request) else {
                 continue;
             };
             cluster.apply(&demands[index], &[target]);
@@ -292,7 +355,53 @@ impl Mover {
             });
             self.moved += 1;
         }
+        let mut restarted: Vec<usize> = Vec::new();
+        for (source, index) in lone_shares {
+            // An earlier move in this pass may have put work here.
+            if !is_alone(&cluster.gpus[source]) {
+                continue;
+            }
+            let request = MoveRequest {
+                share: &demands[index],
+                source,
+                keeps: &placed_gpus[index],
+                within: &within,
+            };
+            let Some(target) = policy.consolidation_target(cluster, &request) else {
+                continue;
+            };
+            // Break before make: the job checkpoints and stops, then starts
+            // again with this share on `target` and its other shares where
+            // they were. All its GPUs stay held meanwhile.
+            cluster.release(&demands[index], &[source]);
+            cluster.apply(&demands[index], &[target]);
+            self.gangs_on[source].clear();
+            self.gangs_on[target].push(index);
+            for gpu in placed_gpus[index].iter_mut().filter(|gpu| **gpu == source) {
+                *gpu = target;
+            }
+            if !restarted.contains(&index) {
+                restarted.push(index);
+            }
+        }
+        // A job restarts once per pass, however many of its shares moved.
+        for index in restarted {
+            self.restart_delay_s[index] += RESTART_S;
+            self.restarts += 1;
+        }
     }
+}
+
+/// Whether a GPU holds exactly one instance and is not draining: moving
+/// that instance away leaves it idle.
+fn is_alone(gpu: &crate::model::GpuState) -> bool {
+    gpu.instances() == 1 && gpu.draining == 0
+}
+
+/// Whether a record is one replica of an inference function (may be
+/// swapped on scale-in or moved while shrinking).
+fn is_replica(record: &TraceRecord) -> bool {
+    record.class == WorkClass::Latency && record.gpus <= 1
 }
 
 /// Replays `trace` under `policy`; `progress` is called with
@@ -309,7 +418,7 @@ pub fn simulate(
     let mut placed_gpus: Vec<Vec<usize>> = vec![Vec::new(); trace.len()];
     let mut due: BinaryHeap<Due> = BinaryHeap::new();
     let mut scale_in = ScaleIn::new(trace);
-    let mut mover = Mover::new(cluster.gpus.len());
+    let mut mover = Mover::new(cluster.gpus.len(), trace.len());
     let mut latencies_ns = Vec::with_capacity(trace.len());
     let mut integrals = Integrals::default();
     if let Some(first) = trace.first() {
@@ -340,7 +449,7 @@ pub fn simulate(
                 Some(placement) => {
                     cluster.apply(&demands[index], &placement.gpus);
                     scale_in.started(index);
-                    mover.started(now, index, &placement.gpus, scale_in.is_replica(index));
+                    mover.started(now, index, &placement.gpus, &trace[index]);
                     placed_gpus[index] = placement.gpus;
                     due.push(Due {
                         time: now + trace[index].duration_s,
@@ -359,6 +468,15 @@ pub fn simulate(
                 cluster.gpus[gpu].draining = cluster.gpus[gpu].draining.saturating_sub(1);
                 timeline.push((now, cluster.active_gpus()));
                 continue; // not one of the trace's events
+            }
+            let delay = mover.take_restart_delay(event.record_index);
+            if delay > 0.0 {
+                // Restarted since this departure was queued: it ends later.
+                due.push(Due {
+                    time: now + delay,
+                    ..event
+                });
+                continue;
             }
             let stopped =
                 scale_in.stop(event.record_index, policy, &cluster, &demands, &placed_gpus);
@@ -397,6 +515,7 @@ pub fn simulate(
         placed: trace.len() - rejected,
         rejected,
         moved: mover.moved,
+        restarts: mover.restarts,
         timeline,
     }
 }
@@ -452,6 +571,7 @@ mod tests {
             sm_limit: 0.4,
             memory_bytes: 10 * GIB,
             gpus: 1,
+            restartable: false,
         };
         let trace = vec![record(0, 0.0), record(1, 0.0)];
         let shared = simulate(&Complementary::default(), &trace, &shape(8), |_, _| {});
@@ -481,6 +601,7 @@ mod tests {
             sm_limit: sm_request,
             memory_bytes: 4 * GIB,
             gpus: 1,
+            restartable: false,
         };
         vec![
             record(0, "long", 0.0, 10.0, 0.7),
@@ -528,6 +649,7 @@ mod tests {
                 sm_limit: sm_request * 1.1,
                 memory_bytes: 4 * GIB,
                 gpus: 1,
+                restartable: false,
             };
         use crate::model::WorkClass::{Batch, Latency};
         vec![
@@ -573,6 +695,75 @@ mod tests {
         let ours = simulate(&Complementary::default(), &trace, &shape(8), |_, _| {});
         assert_eq!(ours.moved, 0);
         assert!((ours.gpu_hours - 20.0).abs() < 0.01, "{}", ours.gpu_hours);
+    }
+
+    /// A long single-GPU job `anchor` (0.5 SM) shares GPU 0 with a short
+    /// one `b` (0.3 SM), so the two-GPU training job `train` (0.45 SM per
+    /// GPU, ten hours) opens GPUs 1 and 2. When `b` ends 1,000 s in (and
+    /// nothing started for ten minutes), GPU 0 has room for one share.
+    fn lone_gang_share_trace(restartable: bool) -> Vec<TraceRecord> {
+        use crate::model::WorkClass::Batch;
+        let record =
+            |id, function: &str, arrival_s, duration_s, sm_request: f64, gpus| TraceRecord {
+                id,
+                function: function.into(),
+                arrival_s,
+                duration_s,
+                class: Batch,
+                sm_request,
+                sm_limit: sm_request * 1.1,
+                memory_bytes: 20 * GIB,
+                gpus,
+                restartable: restartable && gpus > 1,
+            };
+        vec![
+            record(0, "anchor", 0.0, 36_000.0, 0.5, 1),
+            record(1, "b", 1.0, 999.0, 0.3, 1),
+            record(2, "train", 2.0, 36_000.0, 0.45, 2),
+        ]
+    }
+
+    #[test]
+    fn dilu_restarts_a_restartable_gang_to_empty_a_gpu_when_the_cluster_shrinks() {
+        let ours = simulate(
+            &Complementary::default(),
+            &lone_gang_share_trace(true),
+            &shape(8),
+            |_, _| {},
+        );
+        // GPU 1's share joins `anchor` on GPU 0 at 1,000 s; `train` pays
+        // one restart, so GPUs 0 and 2 stay on `RESTART_S` longer.
+        assert_eq!((ours.moved, ours.restarts), (0, 1));
+        let expected =
+            (36_002.0 + RESTART_S + (1000.0 - 2.0) + (36_002.0 + RESTART_S - 2.0)) / 3600.0;
+        assert!(
+            (ours.gpu_hours - expected).abs() < 0.01,
+            "{} vs {expected}",
+            ours.gpu_hours
+        );
+        assert_eq!(ours.timeline.last().map(|point| point.1), Some(0));
+        // Without the trace's consent, and under dilu-paper, all three GPUs
+        // run for ten hours.
+        let stayed = simulate(
+            &Complementary::default(),
+            &lone_gang_share_trace(false),
+            &shape(8),
+            |_, _| {},
+        );
+        let paper = simulate(
+            &DiluPaper,
+            &lone_gang_share_trace(true),
+            &shape(8),
+            |_, _| {},
+        );
+        for result in [&stayed, &paper] {
+            assert_eq!(result.restarts, 0, "{}", result.policy);
+            assert!(
+                (result.gpu_hours - 30.0).abs() < 0.01,
+                "{}",
+                result.gpu_hours
+            );
+        }
     }
 
     #[test]

@@ -8,8 +8,8 @@ use super::SimulationResult;
 /// Markdown table, one row per policy, in the order given.
 pub fn markdown_table(results: &[SimulationResult]) -> String {
     let mut table = String::from(
-        "| policy | GPU-hours | vs dilu-paper | peak GPUs | SM frag | mem frag | SLO risk (mean Σlim−1) | GPUs at risk | place p50 µs | place p99 µs | rejected | moved |\n\
-         |---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n",
+        "| policy | GPU-hours | vs dilu-paper | peak GPUs | SM frag | mem frag | SLO risk (mean Σlim−1) | GPUs at risk | place p50 µs | place p99 µs | rejected | moved | restarts |\n\
+         |---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n",
     );
     let paper_hours = results
         .iter()
@@ -24,7 +24,7 @@ pub fn markdown_table(results: &[SimulationResult]) -> String {
         };
         let _ = writeln!(
             table,
-            "| {} | {:.1} | {} | {} | {:.3} | {:.3} | {:.4} | {:.1}% | {:.1} | {:.1} | {} | {} |",
+            "| {} | {:.1} | {} | {} | {:.3} | {:.3} | {:.4} | {:.1}% | {:.1} | {:.1} | {} | {} | {} |",
             result.policy,
             result.gpu_hours,
             relative,
@@ -37,6 +37,7 @@ pub fn markdown_table(results: &[SimulationResult]) -> String {
             result.placement_p99_us,
             result.rejected,
             result.moved,
+            result.restarts,
         );
     }
     table
@@ -52,8 +53,8 @@ pub fn markdown_table(results: &[SimulationResult]) -> String {
 /// move the policy along the GPU-hours/risk trade-off).
 pub fn sweep_table(runs: &[Vec<SimulationResult>]) -> String {
     let mut table = String::from(
-        "| policy | traces | mean GPU-hours vs dilu-paper (±95%) | worst | mean SLO risk − dilu-paper's (±95%) | fewer GPU-hours | fewer GPU-hours at ≤ risk | moved per trace | corr(ΔGPU-hours, Δrisk) |\n\
-         |---|---:|---:|---:|---:|---:|---:|---:|---:|\n",
+        "| policy | traces | mean GPU-hours vs dilu-paper (±95%) | worst | mean SLO risk − dilu-paper's (±95%) | fewer GPU-hours | fewer GPU-hours at ≤ risk | moved per trace | restarts per trace | corr(ΔGPU-hours, Δrisk) |\n\
+         |---|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n",
     );
     let Some(first) = runs.first() else {
         return table;
@@ -61,7 +62,7 @@ pub fn sweep_table(runs: &[Vec<SimulationResult>]) -> String {
     for (column, result) in first.iter().enumerate() {
         let mut relative = Vec::new();
         let mut risk_deltas = Vec::new();
-        let (mut fewer, mut wins, mut moved) = (0, 0, 0);
+        let (mut fewer, mut wins, mut moved, mut restarts) = (0, 0, 0, 0);
         for run in runs {
             let Some(paper) = run.iter().find(|result| result.policy == "dilu-paper") else {
                 continue;
@@ -74,6 +75,7 @@ pub fn sweep_table(runs: &[Vec<SimulationResult>]) -> String {
             relative.push(change);
             risk_deltas.push(risk);
             moved += ours.moved;
+            restarts += ours.restarts;
             if ours.gpu_hours < paper.gpu_hours {
                 fewer += 1;
                 if risk <= 0.0 {
@@ -89,9 +91,10 @@ pub fn sweep_table(runs: &[Vec<SimulationResult>]) -> String {
         let worst = relative.iter().copied().fold(f64::NEG_INFINITY, f64::max);
         let _ = writeln!(
             table,
-            "| {} | {traces} | {mean:+.2}% ± {mean_error:.2} | {worst:+.2}% | {risk_mean:+.4} ± {risk_error:.4} | {fewer}/{traces} | {wins}/{traces} | {:.1} | {correlation} |",
+            "| {} | {traces} | {mean:+.2}% ± {mean_error:.2} | {worst:+.2}% | {risk_mean:+.4} ± {risk_error:.4} | {fewer}/{traces} | {wins}/{traces} | {:.1} | {:.1} | {correlation} |",
             result.policy,
             moved as f64 / traces.max(1) as f64,
+            restarts as f64 / traces.max(1) as f64,
         );
     }
     table
@@ -242,6 +245,7 @@ mod tests {
             placed: 10,
             rejected: 0,
             moved: 0,
+            restarts: 0,
             timeline: vec![(0.0, 1), (3600.0, 4), (7200.0, 0)],
         }
     }
@@ -258,6 +262,7 @@ mod tests {
         let mut cheaper_riskier = result("dilu", 90.0);
         cheaper_riskier.mean_limit_excess = 0.1;
         cheaper_riskier.moved = 6;
+        cheaper_riskier.restarts = 3;
         let runs = vec![
             vec![result("dilu", 90.0), result("dilu-paper", 100.0)],
             vec![cheaper_riskier, result("dilu-paper", 100.0)],
@@ -266,13 +271,13 @@ mod tests {
         let table = sweep_table(&runs);
         assert!(
             table.contains(
-                "| dilu | 3 | -3.33% ± 13.07 | +10.00% | +0.0333 ± 0.0653 | 2/3 | 1/3 | 2.0 |"
+                "| dilu | 3 | -3.33% ± 13.07 | +10.00% | +0.0333 ± 0.0653 | 2/3 | 1/3 | 2.0 | 1.0 |"
             ),
             "{table}"
         );
         assert!(
             table.contains(
-                "| dilu-paper | 3 | +0.00% ± 0.00 | +0.00% | +0.0000 ± 0.0000 | 0/3 | 0/3 | 0.0 |"
+                "| dilu-paper | 3 | +0.00% ± 0.00 | +0.00% | +0.0000 ± 0.0000 | 0/3 | 0/3 | 0.0 | 0.0 |"
             ),
             "{table}"
         );

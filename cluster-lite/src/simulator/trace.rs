@@ -9,7 +9,10 @@
 //! inference function is a replica with the function's one configured
 //! demand (request, limit, memory drawn once per function), as a serverless
 //! platform deploys it; training jobs draw their demand per job. Durations are exponential
-//! (means: small inference 30 min, LLM 60 min, training 120 min). Arrivals
+//! (means: small inference 30 min, LLM 60 min, training 120 min). Training
+//! jobs are `restartable` (they resume from a checkpoint when restarted, as
+//! a preemptible training job must); records read from a file are not,
+//! unless they say so. Arrivals
 //! are Poisson, or bursty (a two-phase modulated Poisson process alternating
 //! 1.6× and 0.4× the mean rate). The mean rate is chosen so that about half
 //! of the GPUs would be busy under exclusive placement, but never more
@@ -37,6 +40,10 @@ pub struct TraceRecord {
     pub sm_limit: f64,
     pub memory_bytes: u64,
     pub gpus: u32,
+    /// Whether the instance resumes from a checkpoint when restarted, so a
+    /// policy may restart it on other GPUs (see `consolidation`).
+    #[serde(default)]
+    pub restartable: bool,
 }
 
 impl TraceRecord {
@@ -206,6 +213,7 @@ pub fn generate(spec: &TraceSpec) -> Vec<TraceRecord> {
             sm_limit,
             memory_bytes: (memory_gb * GB) as u64,
             gpus: profile.gpus,
+            restartable: profile.class == WorkClass::Batch,
         });
     }
     records
@@ -307,6 +315,24 @@ mod tests {
         write_json_lines(&trace, &mut buffer).expect("write to memory");
         let back = read_json_lines(buffer.as_slice()).expect("round trip");
         assert_eq!(back.len(), trace.len());
+        for (read, written) in back.iter().zip(&trace) {
+            assert_eq!(
+                (read.id, &read.function, read.gpus, read.restartable),
+                (
+                    written.id,
+                    &written.function,
+                    written.gpus,
+                    written.restartable
+                )
+            );
+        }
+        assert!(
+            trace.iter().any(|record| record.restartable),
+            "generated training is restartable"
+        );
+        let without_flag = r#"{"id":1,"function":"t","arrival_s":0,"duration_s":5,"class":"Batch","sm_request":0.5,"sm_limit":0.6,"memory_bytes":1,"gpus":2}"#;
+        let read = read_json_lines(without_flag.as_bytes()).expect("valid record");
+        assert!(!read[0].restartable, "restarts need the trace's consent");
         let error = read_json_lines("# comment\n{\"id\": 1}\n".as_bytes()).unwrap_err();
         assert!(error.starts_with("line 2:"), "{error}");
         let bad_share = r#"{"id":1,"function":"f","arrival_s":0,"duration_s":5,"class":"Latency","sm_request":0.9,"sm_limit":0.5,"memory_bytes":1,"gpus":1}"#;
