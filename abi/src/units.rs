@@ -64,10 +64,10 @@ pub fn parse_size(text: &str) -> Result<u64, UnitError> {
 }
 
 pub const DURATION_FORMS: &str =
-    "a duration such as 100us, 5ms, 1.5s, 250ns or a plain nanosecond count";
+    "a duration such as 100us, 5ms, 1.5s, 2m, 1h, 250ns or a plain nanosecond count";
 
-/// Parses a duration into nanoseconds: `250ns`, `100us`, `5ms`, `1.5s`, or a
-/// plain integer of nanoseconds.
+/// Parses a duration into nanoseconds: `250ns`, `100us`, `5ms`, `1.5s`,
+/// `2m` (minutes), `1h`, or a plain integer of nanoseconds.
 pub fn parse_duration_ns(text: &str) -> Result<u64, UnitError> {
     let err = || UnitError {
         value: text.to_string(),
@@ -86,6 +86,8 @@ pub fn parse_duration_ns(text: &str) -> Result<u64, UnitError> {
         "us" | "µs" => 1e3,
         "ms" => 1e6,
         "s" => 1e9,
+        "m" | "min" => 60e9,
+        "h" => 3600e9,
         _ => return Err(err()),
     };
     let value: f64 = number.parse().map_err(|_| err())?;
@@ -142,6 +144,8 @@ mod tests {
         assert_eq!(parse_duration_ns("5ms").unwrap(), 5_000_000);
         assert_eq!(parse_duration_ns("1.5s").unwrap(), 1_500_000_000);
         assert_eq!(parse_duration_ns("250").unwrap(), 250);
+        assert_eq!(parse_duration_ns("2m").unwrap(), 120_000_000_000);
+        assert_eq!(parse_duration_ns("1.5h").unwrap(), 5_400_000_000_000);
         assert!(parse_duration_ns("soon").is_err());
     }
 

@@ -35,8 +35,24 @@ enum Command {
     Extender(commands::extender::ExtenderArgs),
 }
 
+/// The variable that filters the log (`info` by default), as for `dilu`.
+const LOG_FILTER_ENV: &str = "DILU_LOG";
+
+/// Log lines of the long-running commands (the coordinator's scaling,
+/// moves and restarts; the extender's requests) go to stderr, timestamped.
+fn install_logging() {
+    let filter = tracing_subscriber::EnvFilter::try_from_env(LOG_FILTER_ENV)
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_target(false)
+        .try_init();
+}
+
 fn main() {
     let cli = Cli::parse();
+    install_logging();
     let outcome = match cli.command {
         Command::Simulate(args) => commands::simulate::run(args),
         Command::Serve(args) => commands::embedded::serve(args),
