@@ -372,7 +372,8 @@ impl Mover {
             };
             // Break before make: the job checkpoints and stops, then starts
             // again with this share on `target` and its other shares where
-            // they were. All its GPUs stay held meanwhile.
+            // they were. The source is free at once; the restart's time is
+            // charged as a later end on every GPU the job then holds.
             cluster.release(&demands[index], &[source]);
             cluster.apply(&demands[index], &[target]);
             self.gangs_on[source].clear();
