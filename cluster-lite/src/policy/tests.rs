@@ -65,6 +65,17 @@ fn exclusive_gives_each_instance_its_own_gpu() {
     assert!(place(&Exclusive, &cluster, &work).is_none());
 }
 
+/// How many copies of `work` `policy` places on a cluster of one GPU.
+fn copies_one_gpu_takes(policy: &dyn PlacementPolicy, work: &InstanceDemand) -> usize {
+    let mut cluster = ClusterState::uniform(1, 1, 80 * GIB);
+    let mut placed = 0;
+    while let Some(placement) = place(policy, &cluster, work) {
+        cluster.apply(work, &placement.gpus);
+        placed += 1;
+    }
+    placed
+}
+
 #[test]
 fn limit_bounds_differ_between_infless_variants_and_dilu_paper() {
     let work = demand(WorkClass::Latency, 0.3, 0.6, 5, 1);
@@ -73,13 +84,12 @@ fn limit_bounds_differ_between_infless_variants_and_dilu_paper() {
         (&DiluPaper, 2),
         (&InflessRequests, 3),
     ] {
-        let mut cluster = ClusterState::uniform(1, 1, 80 * GIB);
-        let mut placed = 0;
-        while let Some(placement) = place(policy, &cluster, &work) {
-            cluster.apply(&work, &placement.gpus);
-            placed += 1;
-        }
-        assert_eq!(placed, expected_per_gpu, "{}", policy.name());
+        assert_eq!(
+            copies_one_gpu_takes(policy, &work),
+            expected_per_gpu,
+            "{}",
+            policy.name()
+        );
     }
 }
 
@@ -92,13 +102,12 @@ fn dilu_oversubscribes_limits_less_than_dilu_paper() {
         (&DiluPaper as &dyn PlacementPolicy, 3),
         (&Complementary::default(), 2),
     ] {
-        let mut cluster = ClusterState::uniform(1, 1, 80 * GIB);
-        let mut placed = 0;
-        while let Some(placement) = place(policy, &cluster, &work) {
-            cluster.apply(&work, &placement.gpus);
-            placed += 1;
-        }
-        assert_eq!(placed, expected_per_gpu, "{}", policy.name());
+        assert_eq!(
+            copies_one_gpu_takes(policy, &work),
+            expected_per_gpu,
+            "{}",
+            policy.name()
+        );
     }
 }
 
