@@ -1,6 +1,8 @@
 //! simgpu's kernel trace (`SIMGPU_TRACE`, one JSON object per executed
-//! kernel): parsing and the device-time arithmetic every accuracy claim
-//! rests on. Callers read the file; this module only interprets text.
+//! kernel segment: a kernel preempted at a time-slice end has one row per
+//! stretch it ran): parsing and the device-time arithmetic every accuracy
+//! claim rests on. Callers read the file; this module only interprets text.
+//! Count kernels with [`KernelRecord::last`] rows; sum time over all rows.
 
 use std::collections::BTreeMap;
 
@@ -16,6 +18,12 @@ pub struct KernelRecord {
     /// Thread blocks in the grid.
     pub blocks: u64,
     pub graph: bool,
+    /// Per-process kernel number shared by the segments of one kernel (0 in
+    /// traces from before segments).
+    pub kernel: u64,
+    /// Whether this row ends its kernel (true in traces from before
+    /// segments, where every row was a whole kernel).
+    pub last: bool,
 }
 
 /// Parses one trace line.
@@ -36,6 +44,8 @@ pub fn parse_line(line: &str) -> Result<KernelRecord, String> {
         name: value["name"].as_str().unwrap_or_default().to_string(),
         blocks: value["blocks"].as_u64().unwrap_or(0),
         graph: value["graph"].as_bool().unwrap_or(false),
+        kernel: value["kernel"].as_u64().unwrap_or(0),
+        last: value["last"].as_bool().unwrap_or(true),
     })
 }
 
@@ -67,17 +77,33 @@ pub fn common_window(records: &[KernelRecord]) -> Option<(u64, u64)> {
     (end > start).then_some((start, end))
 }
 
-/// Device time per pid inside `[from, to)`, clipping kernels at the edges.
+/// Device time per pid inside `[from, to)`, clipping kernels at the edges:
+/// the length of the union of its kernels' rows (kernels of one process's
+/// streams may run at the same time; together they occupy the device once).
 pub fn busy_ns_by_pid(records: &[KernelRecord], from: u64, to: u64) -> BTreeMap<u32, u64> {
-    let mut busy = BTreeMap::new();
+    let mut spans: BTreeMap<u32, Vec<(u64, u64)>> = BTreeMap::new();
     for r in records {
         let start = r.start_ns.max(from);
         let end = r.end_ns.min(to);
         if end > start {
-            *busy.entry(r.pid).or_insert(0) += end - start;
+            spans.entry(r.pid).or_default().push((start, end));
         }
     }
-    busy
+    spans
+        .into_iter()
+        .map(|(pid, mut spans)| {
+            spans.sort_unstable();
+            let (mut busy, mut reached) = (0, 0);
+            for (start, end) in spans {
+                let start = start.max(reached);
+                if end > start {
+                    busy += end - start;
+                    reached = end;
+                }
+            }
+            (pid, busy)
+        })
+        .collect()
 }
 
 /// Each pid's fraction of the device time used inside the common window.
@@ -92,16 +118,29 @@ pub fn shares_in_common_window(records: &[KernelRecord]) -> BTreeMap<u32, f64> {
         .collect()
 }
 
-/// Pairs of kernels on the same device whose execution overlaps; a GPU
-/// without MPS runs one context's kernel at a time, so this must be empty.
+/// Pairs of kernels of different processes on the same device whose
+/// execution overlaps; a GPU without MPS runs one context at a time, so
+/// this must be empty (one process's streams may overlap).
 pub fn overlapping(records: &[KernelRecord]) -> Vec<(KernelRecord, KernelRecord)> {
     let mut sorted: Vec<&KernelRecord> = records.iter().collect();
     sorted.sort_by_key(|r| (r.device, r.start_ns));
-    sorted
-        .windows(2)
-        .filter(|w| w[0].device == w[1].device && w[1].start_ns < w[0].end_ns)
-        .map(|w| (w[0].clone(), w[1].clone()))
-        .collect()
+    let mut found = Vec::new();
+    // The row reaching furthest so far on the current device.
+    let mut reach: Option<&KernelRecord> = None;
+    for r in sorted {
+        if let Some(prev) = reach
+            && prev.device == r.device
+        {
+            if r.start_ns < prev.end_ns && prev.pid != r.pid {
+                found.push((prev.clone(), r.clone()));
+            }
+            if r.end_ns <= prev.end_ns {
+                continue;
+            }
+        }
+        reach = Some(r);
+    }
+    found
 }
 
 #[cfg(test)]
@@ -118,7 +157,18 @@ mod tests {
             name: "k".into(),
             blocks: 1,
             graph: false,
+            kernel: 0,
+            last: true,
         }
+    }
+
+    #[test]
+    fn a_process_busy_on_two_streams_at_once_counts_once() {
+        let records = vec![record(1, 0, 100), record(1, 50, 150), record(2, 150, 200)];
+        assert_eq!(busy_ns_by_pid(&records, 0, 200)[&1], 150);
+        assert!(overlapping(&records).is_empty());
+        let clash = vec![record(1, 0, 100), record(2, 50, 150)];
+        assert_eq!(overlapping(&clash).len(), 1);
     }
 
     #[test]

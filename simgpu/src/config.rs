@@ -6,6 +6,41 @@ use std::collections::HashMap;
 
 pub(crate) const MAX_DEVICES: usize = 16;
 
+/// Preemption at the end of a time slice (`SIMGPU_PREEMPT`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Preempt {
+    /// Running kernels stop at once (compute preemption since Pascal).
+    Instruction,
+    /// Running kernels stop after their current wave of blocks.
+    Wave,
+    /// Running kernels finish; the slice ends after them.
+    None,
+}
+
+fn duration(var: &str, default: u64, max: u64) -> Result<u64, String> {
+    match get(var) {
+        None => Ok(default),
+        Some(v) => match parse_duration_ns(&v) {
+            Ok(n) if n <= max => Ok(n),
+            _ => Err(bad(var, &v, &format!("{DURATION_FORMS}, at most {max} ns"))),
+        },
+    }
+}
+
+fn sigma(var: &str, default: f64) -> Result<f64, String> {
+    match get(var) {
+        None => Ok(default),
+        Some(v) => match v.trim().parse::<f64>() {
+            Ok(s) if (0.0..=1.0).contains(&s) => Ok(s),
+            _ => Err(bad(
+                var,
+                &v,
+                "a number from 0 to 1 (sigma of the log of the duration)",
+            )),
+        },
+    }
+}
+
 #[derive(Debug, Clone)]
 pub(crate) struct Config {
     pub devices: usize,
@@ -15,6 +50,20 @@ pub(crate) struct Config {
     /// Longest run of one process's kernels while another process waits
     /// (0 = strict FIFO between processes).
     pub timeslice_ns: u64,
+    /// What happens to running kernels when a slice ends with another
+    /// process waiting.
+    pub preempt: Preempt,
+    /// Device time lost when the device passes to another process.
+    pub switch_ns: u64,
+    /// Device gap before a kernel (after its launch or the previous work
+    /// of its stream).
+    pub gap_ns: u64,
+    /// Sigma of the lognormal duration factor of each kernel.
+    pub jitter: f64,
+    /// Sigma of the slow drift of durations (one second correlation).
+    pub drift: f64,
+    /// Seed of the jitter (0 = from pid and clock).
+    pub seed: u64,
     pub kernel_cost: HashMap<String, u64>,
     pub trace: Option<String>,
     pub instance: String,
@@ -68,10 +117,28 @@ impl Config {
             }
         };
         let timeslice_ns = match get("SIMGPU_TIMESLICE") {
-            None => 2_000_000,
+            // (128 << 3) × 1024 ns: the open kernel driver's default.
+            None => 1_048_576,
             Some(v) => {
                 parse_duration_ns(&v).map_err(|_| bad("SIMGPU_TIMESLICE", &v, DURATION_FORMS))?
             }
+        };
+        let preempt = match get("SIMGPU_PREEMPT").as_deref() {
+            None | Some("instruction") => Preempt::Instruction,
+            Some("wave") => Preempt::Wave,
+            Some("none") => Preempt::None,
+            Some(v) => return Err(bad("SIMGPU_PREEMPT", v, "instruction, wave or none")),
+        };
+        let switch_ns = duration("SIMGPU_SWITCH_COST", 25_000, 100_000_000)?;
+        let gap_ns = duration("SIMGPU_KERNEL_GAP", 3_000, 100_000_000)?;
+        let jitter = sigma("SIMGPU_JITTER", 0.03)?;
+        let drift = sigma("SIMGPU_DRIFT", 0.02)?;
+        let seed = match get("SIMGPU_SEED") {
+            None => 0,
+            Some(v) => v
+                .trim()
+                .parse::<u64>()
+                .map_err(|_| bad("SIMGPU_SEED", &v, "an unsigned integer"))?,
         };
         let mut kernel_cost = HashMap::new();
         if let Some(v) = get("SIMGPU_KERNEL_COST") {
@@ -132,6 +199,12 @@ impl Config {
             sms,
             wave_ns,
             timeslice_ns,
+            preempt,
+            switch_ns,
+            gap_ns,
+            jitter,
+            drift,
+            seed,
             kernel_cost,
             trace,
             instance,

@@ -127,6 +127,8 @@ pub(crate) struct Driver {
     pub capacity: Vec<u64>,
     pub primary: Vec<Arc<Ctx>>,
     pub trace: Option<Trace>,
+    /// Per visible device: the engine running this process's kernels.
+    pub engines: Vec<Arc<crate::engine::Engine>>,
     null_next: AtomicU64,
     pub exiting: AtomicBool,
 }
@@ -210,6 +212,17 @@ impl Driver {
             }
             shm = Some(s);
         }
+        let seed = if cfg.seed != 0 {
+            cfg.seed
+        } else {
+            crate::now_ns() ^ (std::process::id() as u64) << 32
+        };
+        let engines = cfg
+            .visible
+            .iter()
+            .enumerate()
+            .map(|(i, &p)| Arc::new(crate::engine::Engine::new(p, seed.wrapping_add(i as u64))))
+            .collect();
         let primary = (0..cfg.visible.len())
             .map(|d| {
                 let c = Arc::new(Ctx::new(d, 0, true));
@@ -229,6 +242,7 @@ impl Driver {
             capacity,
             primary,
             trace,
+            engines,
             null_next: AtomicU64::new(1 << 44),
             exiting: AtomicBool::new(false),
         })

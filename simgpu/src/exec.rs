@@ -3,8 +3,8 @@
 //! timeline on which every kernel of every process is serialised.
 
 use crate::driver::{Ctx, Registry, current, drv, next_id};
-use crate::trace::KernelRecord;
-use crate::{Res, now_ns, sleep_until};
+use crate::engine::Submit;
+use crate::{Res, now_ns};
 use dilu_abi::cuda::*;
 use std::cell::RefCell;
 use std::collections::{HashMap, VecDeque};
@@ -296,35 +296,42 @@ impl Stream {
         }
     }
 
-    /// When an event recorded at `ready` is timestamped: once this process
-    /// has the device (time slicing).
+    /// When an event recorded at `ready` is timestamped: at once if this
+    /// process held the device then, else once it has the device again (a
+    /// context that is not resident does not advance, as with real time
+    /// slicing).
     fn device_time_for_record(&self, ready: u64) -> u64 {
         let Ok(d) = drv() else { return ready };
         let Some(shm) = &d.shm else { return ready };
-        crate::timeslice::record_time(shm, d.phys(self.dev), ready, d.cfg.timeslice_ns)
+        let engine = &d.engines[self.dev];
+        if let Some(t) = engine.record_time(shm, ready) {
+            return t;
+        }
+        shm.queued(shm.slot, d.phys(self.dev)).fetch_add(1, AcqRel);
+        engine.run(&d.cfg, shm, d.trace.as_ref(), self.submit(ready, None))
     }
 
+    fn submit(&self, ready: u64, k: Option<&KernelOp>) -> Submit {
+        Submit {
+            stream: self.id,
+            device: self.dev,
+            name: k.map(|k| k.name.clone()).unwrap_or_else(|| Arc::from("")),
+            blocks: k.map_or(0, |k| k.blocks),
+            graph: k.is_some_and(|k| k.graph),
+            dur_ns: k.map_or(0, |k| k.dur_ns),
+            record: k.is_none(),
+            ready,
+        }
+    }
+
+    /// Hands the kernel to this process's engine for the device and waits
+    /// for it to complete; it starts no earlier than the device gap after
+    /// it became ready.
     fn run_kernel(&self, ready: u64, k: &KernelOp) -> u64 {
         let Ok(d) = drv() else { return ready };
         let Some(shm) = &d.shm else { return ready };
-        let phys = d.phys(self.dev);
-        let (start, end) =
-            crate::timeslice::reserve(shm, phys, ready, k.dur_ns, d.cfg.timeslice_ns);
-        let queued = shm.queued(shm.slot, phys);
-        let _ = queued.fetch_update(AcqRel, Acquire, |n| n.checked_sub(1));
-        sleep_until(end);
-        if let Some(t) = &d.trace {
-            t.kernel(&KernelRecord {
-                device: self.dev,
-                stream: self.id,
-                start_ns: start,
-                end_ns: end,
-                name: &k.name,
-                blocks: k.blocks,
-                graph: k.graph,
-            });
-        }
-        end
+        let ready = ready + d.cfg.gap_ns;
+        d.engines[self.dev].run(&d.cfg, shm, d.trace.as_ref(), self.submit(ready, Some(k)))
     }
 
     pub(crate) fn wait_seq(&self, seq: u64) -> Res {

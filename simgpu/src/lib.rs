@@ -8,6 +8,7 @@
 pub mod api;
 mod config;
 mod driver;
+mod engine;
 mod exec;
 mod host_cost;
 mod memory;

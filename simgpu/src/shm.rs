@@ -5,10 +5,10 @@
 
 use crate::config::MAX_DEVICES;
 use std::ffi::CString;
-use std::sync::atomic::{AtomicU64, Ordering::*};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering::*};
 
-const MAGIC: u64 = 0x5349_4d47_5055_0003; // "SIMGPU" + layout 3
-const VERSION: u64 = 3;
+const MAGIC: u64 = 0x5349_4d47_5055_0004; // "SIMGPU" + layout 4
+const VERSION: u64 = 4;
 pub(crate) const MAX_SLOTS: usize = 256;
 /// Slot pid value while a process is filling in its slot or reclaiming one.
 const BUSY: u64 = u64::MAX;
@@ -17,17 +17,15 @@ const BUSY: u64 = u64::MAX;
 pub(crate) struct ShmDevice {
     pub capacity: AtomicU64,
     pub used: AtomicU64,
-    /// Device timeline: the end of the last reserved kernel slot (ns).
+    /// Device timeline: the latest end of a kernel (segment) so far (ns).
     pub busy_until: AtomicU64,
-    /// Time-slice owner: (process slot + 1) << 48 | slice start in µs;
-    /// 0 = nobody holds a slice.
+    /// Who holds the device (`timeslice::Holder`, encoded).
     pub slice: AtomicU64,
-    /// The slice before the current one, as `slice` held it (0 while being
-    /// rewritten), and when it ended (ns): work that became ready in it
-    /// but was processed late still happened in it.
-    pub previous_slice: AtomicU64,
-    pub previous_slice_end: AtomicU64,
-    _pad: [u64; 2],
+    /// Bumped at every change of `slice` that waiters care about; they
+    /// sleep on it (futex).
+    pub slice_changes: AtomicU32,
+    _pad32: u32,
+    _pad: [u64; 3],
 }
 
 #[repr(C)]
@@ -35,8 +33,9 @@ pub(crate) struct ShmSlot {
     pub pid: AtomicU64,
     pub start_time: AtomicU64,
     pub used: [AtomicU64; MAX_DEVICES],
-    /// Kernels this process has queued on each device and not yet started
-    /// (a time-slice holder with queued kernels is not idle).
+    /// Kernels (and event records waiting for the device) this process has
+    /// queued on each device and not yet completed: a process with any has
+    /// work for the device.
     pub queued: [AtomicU64; MAX_DEVICES],
 }
 
@@ -233,6 +232,27 @@ impl Shm {
     /// device `phys`.
     pub(crate) fn queued(&self, slot: usize, phys: usize) -> &'static AtomicU64 {
         &self.layout.slots[slot.min(MAX_SLOTS - 1)].queued[phys]
+    }
+
+    /// Slots of live processes with kernels queued on device `phys`.
+    pub(crate) fn slots_with_work(&self, phys: usize) -> impl Iterator<Item = usize> + '_ {
+        self.layout
+            .slots
+            .iter()
+            .enumerate()
+            .filter_map(move |(i, s)| {
+                let pid = s.pid.load(Relaxed);
+                (pid != 0 && pid != BUSY && s.queued[phys].load(Acquire) > 0).then_some(i)
+            })
+    }
+
+    /// Whether the process in `slot` is still the one that claimed it.
+    pub(crate) fn slot_alive(&self, slot: usize) -> bool {
+        let Some(s) = self.layout.slots.get(slot) else {
+            return false;
+        };
+        let pid = s.pid.load(Acquire);
+        pid != 0 && (pid == BUSY || start_time(pid) == Some(s.start_time.load(Relaxed)))
     }
 
     fn drain_slot(&self, s: &ShmSlot) {

@@ -1,126 +1,237 @@
-//! Who gets the device next: time slices between processes, like a GPU
-//! without MPS. The process holding the slice keeps the device for its
-//! queued kernels until its slice (`SIMGPU_TIMESLICE`) runs out or it has
-//! nothing left to run; other processes wait for either. Kernels are not
-//! preempted: a slice ends after the kernel that crosses its end.
+//! Who holds the device: time slices between processes, like a GPU without
+//! MPS. One word per device in shared memory says either "process P holds a
+//! slice that started at S" or "free since S, last held by P"; every change
+//! is a CAS on it, followed by a futex wake of the waiters.
+//!
+//! The holder's engine (`engine.rs`) decides at the end of its slice: when
+//! another process has kernels waiting it releases the device (preempting
+//! its own running kernels), otherwise it starts another slice. It also
+//! frees the device as soon as it has no kernel left (no idle grace: the
+//! hardware switches at once when a context runs out of work). A waiter
+//! takes a free device and starts `SIMGPU_SWITCH_COST` after it was freed
+//! when the previous holder was another process.
 
-use crate::shm::{Shm, ShmDevice};
-use crate::{now_ns, sleep_until};
+use crate::now_ns;
+use crate::shm::Shm;
 use std::sync::atomic::Ordering::*;
 
-/// How long after the device's last reserved kernel a slice holder with no
-/// kernel queued still counts as busy: its program needs a moment to launch
-/// the next one, and taking the device in that gap would switch on every
-/// kernel.
-const HOLDER_GRACE_NS: u64 = 20_000;
-const OWNER_SHIFT: u32 = 48;
+const BUSY_BIT: u64 = 1 << 63;
+const OWNER_SHIFT: u32 = 53;
+const OWNER_MASK: u64 = (1 << 10) - 1;
+/// Times are stored in units of 100 ns (53 bits: 28 years of uptime).
+const TIME_UNIT_NS: u64 = 100;
+const TIME_MASK: u64 = (1 << OWNER_SHIFT) - 1;
+/// A process that stays the last holder of a free device while another has
+/// work gives way to it; after this long it takes the device anyway (the
+/// other may have died with kernels counted as queued).
+const GIVE_WAY_NS: u64 = 5_000_000;
+/// How long after a slice's end a waiter checks whether its holder died.
+const DEAD_HOLDER_CHECK_NS: u64 = 100_000_000;
 
-fn pack(owner: u64, start_ns: u64) -> u64 {
-    owner << OWNER_SHIFT | ((start_ns / 1_000) & ((1 << OWNER_SHIFT) - 1))
+/// The device-holder word, decoded. Owners are process slot + 1.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Holder {
+    Busy { owner: u64, start_ns: u64 },
+    Free { last: u64, since_ns: u64 },
 }
 
-fn unpack(word: u64) -> (u64, u64) {
-    (
-        word >> OWNER_SHIFT,
-        (word & ((1 << OWNER_SHIFT) - 1)) * 1_000,
-    )
+impl Holder {
+    fn encode(self) -> u64 {
+        let (busy, owner, t) = match self {
+            Holder::Busy { owner, start_ns } => (BUSY_BIT, owner, start_ns),
+            Holder::Free { last, since_ns } => (0, last, since_ns),
+        };
+        busy | (owner & OWNER_MASK) << OWNER_SHIFT | (t.div_ceil(TIME_UNIT_NS) & TIME_MASK)
+    }
+
+    fn decode(word: u64) -> Holder {
+        let owner = (word >> OWNER_SHIFT) & OWNER_MASK;
+        let t = (word & TIME_MASK) * TIME_UNIT_NS;
+        if word & BUSY_BIT != 0 {
+            Holder::Busy { owner, start_ns: t }
+        } else {
+            Holder::Free {
+                last: owner,
+                since_ns: t,
+            }
+        }
+    }
 }
 
-/// Reserves `dur_ns` of device time for process `me` (its shared-state
-/// slot plus one), starting no earlier than `ready`; returns (start, end) on
-/// the device timeline. Blocks while another process holds the slice.
-pub(crate) fn reserve(
+/// This process's owner id on the device word.
+pub(crate) fn me(shm: &Shm) -> u64 {
+    shm.slot as u64 + 1
+}
+
+pub(crate) fn holder(shm: &Shm, phys: usize) -> Holder {
+    Holder::decode(shm.dev(phys).slice.load(Acquire))
+}
+
+/// Whether any process but this one has kernels queued or running on the
+/// device.
+pub(crate) fn others_have_work(shm: &Shm, phys: usize) -> bool {
+    shm.slots_with_work(phys).any(|slot| slot != shm.slot)
+}
+
+fn changed(shm: &Shm, phys: usize) {
+    let seq = &shm.dev(phys).slice_changes;
+    seq.fetch_add(1, Release);
+    futex_wake(seq);
+}
+
+/// Takes the device for this process; blocks while another holds it.
+/// Returns the start of the slice on the device timeline: no earlier than
+/// `ready`, and `switch_ns` after the device was freed by another process.
+pub(crate) fn acquire(
     shm: &Shm,
     phys: usize,
     ready: u64,
-    dur_ns: u64,
     timeslice_ns: u64,
-) -> (u64, u64) {
+    switch_ns: u64,
+) -> u64 {
     let dev = shm.dev(phys);
-    if timeslice_ns > 0 {
-        acquire(shm, phys, ready, timeslice_ns);
-    }
-    let mut cur = dev.busy_until.load(Acquire);
+    let me = me(shm);
+    let mut giving_way_since = None;
     loop {
-        let start = ready.max(cur);
-        let end = start + dur_ns;
-        match dev
-            .busy_until
-            .compare_exchange_weak(cur, end, AcqRel, Acquire)
-        {
-            Ok(_) => return (start, end),
-            Err(now) => cur = now,
-        }
-    }
-}
-
-/// The instant, no earlier than `ready`, from which process `me` has the
-/// device: at once if it holds the slice, else once the holder's slice ran
-/// out or it went idle and its last kernel ended. Work of the process that
-/// takes no device time (event records) happens then: a context that is not
-/// resident does not advance at all, as with real time slicing.
-pub(crate) fn acquire(shm: &Shm, phys: usize, ready: u64, timeslice_ns: u64) -> u64 {
-    if timeslice_ns == 0 {
-        return ready;
-    }
-    let dev: &ShmDevice = shm.dev(phys);
-    let me = shm.slot as u64 + 1;
-    loop {
+        let seq = dev.slice_changes.load(Acquire);
         let word = dev.slice.load(Acquire);
-        let (owner, started) = unpack(word);
-        if owner == me {
-            return ready;
-        }
-        let busy_until = dev.busy_until.load(Acquire);
         let now = now_ns();
-        let slice_end = started + timeslice_ns;
-        // Idle: nothing queued (the GPU sees a context's pending work) and
-        // its last kernel done a moment ago.
-        let holder_idle = owner == 0
-            || (shm.queued(owner as usize - 1, phys).load(Acquire) == 0
-                && now >= busy_until + HOLDER_GRACE_NS);
-        if owner == 0 || now >= slice_end || holder_idle {
-            // Slots are reserved on the simulated timeline: a slice starts
-            // when the device frees up, not when this thread woke up.
-            let start = ready.max(busy_until);
-            if dev
-                .slice
-                .compare_exchange(word, pack(me, start), AcqRel, Acquire)
-                .is_ok()
-            {
-                if owner != 0 {
-                    dev.previous_slice.store(0, Release);
-                    dev.previous_slice_end.store(start, Release);
-                    dev.previous_slice.store(word, Release);
+        let wait_until = match Holder::decode(word) {
+            Holder::Busy { owner, start_ns } if owner == me => return ready.max(start_ns),
+            Holder::Free { last, since_ns } => {
+                let wait = if last == me && others_have_work(shm, phys) {
+                    let since = *giving_way_since.get_or_insert(now);
+                    (now < since + GIVE_WAY_NS).then_some(now + 1_000_000)
+                } else {
+                    None
+                };
+                match wait {
+                    Some(t) => t,
+                    None => {
+                        let switch = if last != me && last != 0 {
+                            switch_ns
+                        } else {
+                            0
+                        };
+                        let start = ready.max(since_ns + switch);
+                        let next = Holder::Busy {
+                            owner: me,
+                            start_ns: start,
+                        };
+                        if dev
+                            .slice
+                            .compare_exchange(word, next.encode(), AcqRel, Acquire)
+                            .is_ok()
+                        {
+                            changed(shm, phys);
+                            // The word keeps 100 ns units: start where it says.
+                            return match Holder::decode(next.encode()) {
+                                Holder::Busy { start_ns, .. } => start_ns,
+                                Holder::Free { .. } => start,
+                            };
+                        }
+                        continue;
+                    }
                 }
-                return start;
             }
-            continue;
-        }
-        sleep_until(slice_end.min(busy_until + HOLDER_GRACE_NS));
+            Holder::Busy { owner, start_ns } => {
+                let end = start_ns + timeslice_ns;
+                if now > end + DEAD_HOLDER_CHECK_NS && !shm.slot_alive(owner as usize - 1) {
+                    let freed = Holder::Free {
+                        last: owner,
+                        since_ns: end,
+                    };
+                    if dev
+                        .slice
+                        .compare_exchange(word, freed.encode(), AcqRel, Acquire)
+                        .is_ok()
+                    {
+                        changed(shm, phys);
+                    }
+                    continue;
+                }
+                // The holder decides at its slice end; wake a little after
+                // it at the latest, or when the word changes.
+                if now < end {
+                    end + 200_000
+                } else {
+                    now + 1_000_000
+                }
+            }
+        };
+        futex_wait(
+            &dev.slice_changes,
+            seq,
+            wait_until.saturating_sub(now_ns()).max(1_000),
+        );
     }
 }
 
-/// When work of process `me` that takes no device time (an event record),
-/// ready at `ready`, happens: at `ready` if the process held the device
-/// then (its current slice, or the one before the current holder's, up to
-/// and including the instant it ended: a record right behind a kernel is
-/// part of finishing it), else once it has the device again.
-pub(crate) fn record_time(shm: &Shm, phys: usize, ready: u64, timeslice_ns: u64) -> u64 {
-    if timeslice_ns == 0 {
-        return ready;
+/// The holder starts another slice at `next_start` (nobody else waited).
+/// False when the device is no longer this process's.
+pub(crate) fn renew(shm: &Shm, phys: usize, start_ns: u64, next_start: u64) -> bool {
+    let me = me(shm);
+    let cur = Holder::Busy {
+        owner: me,
+        start_ns,
+    };
+    let next = Holder::Busy {
+        owner: me,
+        start_ns: next_start,
+    };
+    shm.dev(phys)
+        .slice
+        .compare_exchange(cur.encode(), next.encode(), AcqRel, Acquire)
+        .is_ok()
+}
+
+/// The holder frees the device at `at` (its slice ended with others
+/// waiting, or it ran out of work).
+pub(crate) fn release(shm: &Shm, phys: usize, start_ns: u64, at: u64) {
+    let me = me(shm);
+    let cur = Holder::Busy {
+        owner: me,
+        start_ns,
+    };
+    let next = Holder::Free {
+        last: me,
+        since_ns: at,
+    };
+    if shm
+        .dev(phys)
+        .slice
+        .compare_exchange(cur.encode(), next.encode(), AcqRel, Acquire)
+        .is_ok()
+    {
+        changed(shm, phys);
     }
-    let dev: &ShmDevice = shm.dev(phys);
-    let me = shm.slot as u64 + 1;
-    let previous = dev.previous_slice.load(Acquire);
-    let previous_end = dev.previous_slice_end.load(Acquire);
-    if previous != 0 && dev.previous_slice.load(Acquire) == previous {
-        let (owner, started) = unpack(previous);
-        if owner == me && started <= ready && ready <= previous_end {
-            return ready;
-        }
+}
+
+fn futex_wait(word: &std::sync::atomic::AtomicU32, expected: u32, timeout_ns: u64) {
+    let ts = libc::timespec {
+        tv_sec: (timeout_ns / 1_000_000_000) as libc::time_t,
+        tv_nsec: (timeout_ns % 1_000_000_000) as libc::c_long,
+    };
+    // SAFETY: `word` is a live u32 in a MAP_SHARED mapping (a shared futex,
+    // so no FUTEX_PRIVATE_FLAG); `ts` is a valid relative timeout. The call
+    // returns at once if the value already differs from `expected`.
+    unsafe {
+        libc::syscall(
+            libc::SYS_futex,
+            word.as_ptr(),
+            libc::FUTEX_WAIT,
+            expected,
+            &ts as *const libc::timespec,
+        );
     }
-    acquire(shm, phys, ready, timeslice_ns)
+}
+
+fn futex_wake(word: &std::sync::atomic::AtomicU32) {
+    // SAFETY: `word` is a live u32 in shared memory; waking has no other
+    // preconditions.
+    unsafe {
+        libc::syscall(libc::SYS_futex, word.as_ptr(), libc::FUTEX_WAKE, i32::MAX);
+    }
 }
 
 #[cfg(test)]
@@ -128,9 +239,38 @@ mod tests {
     use super::*;
 
     #[test]
-    fn slice_word_round_trips_owner_and_microseconds() {
-        let (owner, start) = unpack(pack(7, 123_456_789_000));
-        assert_eq!(owner, 7);
-        assert_eq!(start, 123_456_789_000);
+    fn holder_word_round_trips_owner_and_time() {
+        let busy = Holder::Busy {
+            owner: 257,
+            start_ns: 123_456_789_000,
+        };
+        assert_eq!(Holder::decode(busy.encode()), busy);
+        let free = Holder::Free {
+            last: 3,
+            since_ns: 987_654_321_100,
+        };
+        assert_eq!(Holder::decode(free.encode()), free);
+        assert_eq!(
+            Holder::decode(0),
+            Holder::Free {
+                last: 0,
+                since_ns: 0
+            }
+        );
+    }
+
+    #[test]
+    fn times_round_up_to_the_unit() {
+        let busy = Holder::Busy {
+            owner: 1,
+            start_ns: 1_001,
+        };
+        assert_eq!(
+            Holder::decode(busy.encode()),
+            Holder::Busy {
+                owner: 1,
+                start_ns: 1_100
+            }
+        );
     }
 }

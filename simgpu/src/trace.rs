@@ -1,4 +1,4 @@
-//! SIMGPU_TRACE: one JSON line per executed kernel, appended with O_APPEND in
+//! SIMGPU_TRACE: one JSON line per executed kernel segment, appended with O_APPEND in
 //! whole-line write() calls so concurrent processes never interleave.
 
 use std::ffi::CString;
@@ -20,6 +20,12 @@ pub(crate) struct KernelRecord<'a> {
     pub name: &'a str,
     pub blocks: u64,
     pub graph: bool,
+    /// Per-process kernel number: the segments of one kernel share it.
+    pub kernel: u64,
+    /// Segment number within the kernel (0 = first).
+    pub segment: u32,
+    /// Whether this segment ends the kernel.
+    pub last: bool,
 }
 
 fn json_str(out: &mut String, s: &str) {
@@ -74,7 +80,11 @@ impl Trace {
             r.end_ns
         );
         json_str(&mut b, r.name);
-        let _ = writeln!(b, ",\"blocks\":{},\"graph\":{}}}", r.blocks, r.graph);
+        let _ = writeln!(
+            b,
+            ",\"blocks\":{},\"graph\":{},\"kernel\":{},\"segment\":{},\"last\":{}}}",
+            r.blocks, r.graph, r.kernel, r.segment, r.last
+        );
         if b.len() >= FLUSH_AT {
             self.write_out(&mut b);
         }

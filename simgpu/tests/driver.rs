@@ -318,6 +318,9 @@ fn kernel_durations_follow_the_cost_model() {
             ("SIMGPU_WAVE_NS", "1ms"),
             ("SIMGPU_KERNEL_COST", "relu=3ms"),
             ("SIMGPU_TRACE", &trace),
+            // Exact durations: no jitter.
+            ("SIMGPU_JITTER", "0"),
+            ("SIMGPU_DRIFT", "0"),
         ],
     );
     let recs = read_trace(&trace);
@@ -427,7 +430,7 @@ fn two_processes_share_device_time_fairly() {
     let window = (hi - lo) as f64;
     let s0 = busy(pids[0]) as f64 / window * 100.0;
     let s1 = busy(pids[1]) as f64 / window * 100.0;
-    // Time slices (2 ms) and 20 ms batches between syncs make a one-second
+    // Time slices (1 ms) and 20 ms batches between syncs make a one-second
     // window coarse, and start-up jitter on a loaded machine shortens it:
     // fair means neither process is starved, not an exact half.
     assert!(

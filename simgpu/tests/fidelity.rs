@@ -1,5 +1,6 @@
 //! How closely simgpu behaves like a real, shared GPU: what driver calls
-//! cost the host (and, later, preemption, concurrent streams, jitter).
+//! cost the host, preemption at slice end, concurrent streams of one
+//! process, duration jitter, the gap between kernels, switch costs.
 //! Every scenario runs in a child process with its own SIMGPU_* settings.
 
 mod common;
@@ -16,6 +17,8 @@ fn child_entry() {
     match role.as_str() {
         "callcost" => role_callcost(),
         "freesync" => role_freesync(),
+        "launches" => role_launches(),
+        "twostreams" => role_twostreams(),
         other => panic!("unknown role {other}"),
     }
 }
@@ -143,6 +146,8 @@ fn mem_free_waits_for_queued_kernels() {
         &[
             ("SIMGPU_INSTANCE", &inst.0),
             ("SIMGPU_KERNEL_COST", "k=50ms"),
+            ("SIMGPU_JITTER", "0"),
+            ("SIMGPU_DRIFT", "0"),
         ],
     );
     assert!(
@@ -152,5 +157,264 @@ fn mem_free_waits_for_queued_kernels() {
     assert!(
         num(&out, "FREED_US") >= 50_000,
         "the free waited for the kernel: {out}"
+    );
+}
+
+/// Launches ROLE_KERNEL (grid ROLE_BLOCKS) ROLE_COUNT times on one stream,
+/// synchronising every ROLE_BATCH launches.
+fn role_launches() {
+    let a = Api::setup();
+    let name = std::env::var("ROLE_KERNEL").unwrap();
+    let f = a.function(PTX, &name);
+    let blocks: u32 = std::env::var("ROLE_BLOCKS").unwrap().parse().unwrap();
+    let count: usize = std::env::var("ROLE_COUNT").unwrap().parse().unwrap();
+    let batch: usize = std::env::var("ROLE_BATCH").unwrap().parse().unwrap();
+    let mut s: H = std::ptr::null_mut();
+    // SAFETY: valid out-pointer.
+    unsafe { assert_eq!((a.stream_create)(&mut s, 1), 0) };
+    for i in 0..count {
+        assert_eq!(a.launch_grid(f, [blocks, 1, 1], s), 0);
+        if (i + 1) % batch == 0 {
+            // SAFETY: valid stream.
+            unsafe { assert_eq!((a.stream_sync)(s), 0) };
+        }
+    }
+    // SAFETY: valid stream.
+    unsafe { assert_eq!((a.stream_sync)(s), 0) };
+    println!("DONE");
+}
+
+fn launches(kernel: &str, blocks: &str, count: &str, batch: &str) -> [(&'static str, String); 4] {
+    [
+        ("ROLE_KERNEL", kernel.into()),
+        ("ROLE_BLOCKS", blocks.into()),
+        ("ROLE_COUNT", count.into()),
+        ("ROLE_BATCH", batch.into()),
+    ]
+}
+
+fn env_of<'a>(
+    base: &'a [(&'a str, &'a str)],
+    extra: &'a [(&'static str, String)],
+) -> Vec<(&'a str, &'a str)> {
+    base.iter()
+        .copied()
+        .chain(extra.iter().map(|(k, v)| (*k, v.as_str())))
+        .collect()
+}
+
+struct TraceFile(String);
+
+impl TraceFile {
+    fn new(tag: &str) -> TraceFile {
+        let p = format!("/tmp/simgpu-trace-{tag}-{}.jsonl", std::process::id());
+        let _ = std::fs::remove_file(&p);
+        TraceFile(p)
+    }
+}
+
+impl Drop for TraceFile {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.0);
+    }
+}
+
+/// Process A runs one 10 ms kernel while process B keeps launching short
+/// ones; returns the trace.
+fn long_kernel_beside_a_busy_process(tag: &str, preempt: &str) -> Vec<Rec> {
+    let inst = Instance::new(tag);
+    let trace = TraceFile::new(tag);
+    let base = [
+        ("SIMGPU_INSTANCE", inst.0.as_str()),
+        ("SIMGPU_TRACE", trace.0.as_str()),
+        ("SIMGPU_KERNEL_COST", "gemm=10ms,k=200us"),
+        ("SIMGPU_JITTER", "0"),
+        ("SIMGPU_DRIFT", "0"),
+        ("SIMGPU_PREEMPT", preempt),
+    ];
+    let busy = launches("k", "1", "300", "10");
+    let long = launches("gemm", "1", "1", "1");
+    let b = child("launches", &env_of(&base, &busy)).spawn().unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(20));
+    let a = run_child("launches", &env_of(&base, &long));
+    assert!(a.contains("DONE"));
+    assert!(b.wait_with_output().unwrap().status.success());
+    read_trace(&trace.0)
+}
+
+#[test]
+fn a_preempted_kernels_segments_add_up_to_its_duration() {
+    let recs = long_kernel_beside_a_busy_process("preempt", "instruction");
+    let segments: Vec<&Rec> = recs.iter().filter(|r| r.name == "gemm").collect();
+    assert!(
+        segments.len() >= 3,
+        "a 10 ms kernel beside a busy process is preempted at 1 ms slices: {} segments",
+        segments.len()
+    );
+    let total: u64 = segments.iter().map(|r| r.end - r.start).sum();
+    assert!(
+        total.abs_diff(10_000_000) <= 1_000 * segments.len() as u64,
+        "segments add up to {total} ns"
+    );
+    assert_eq!(segments.iter().filter(|r| r.last).count(), 1);
+    assert!(segments.iter().all(|r| r.kernel == segments[0].kernel));
+    // The other process ran between the segments; processes never overlap.
+    let mut sorted = recs.clone();
+    sorted.sort_by_key(|r| r.start);
+    for w in sorted.windows(2) {
+        if w[0].pid != w[1].pid {
+            assert!(w[1].start >= w[0].end, "overlap: {:?} {:?}", w[0], w[1]);
+        }
+    }
+    // Without preemption the kernel runs in one piece.
+    let recs = long_kernel_beside_a_busy_process("nopreempt", "none");
+    let segments = recs.iter().filter(|r| r.name == "gemm").count();
+    assert_eq!(segments, 1);
+}
+
+#[test]
+fn a_context_switch_costs_the_set_time() {
+    let inst = Instance::new("switch");
+    let trace = TraceFile::new("switch");
+    let base = [
+        ("SIMGPU_INSTANCE", inst.0.as_str()),
+        ("SIMGPU_TRACE", trace.0.as_str()),
+        ("SIMGPU_KERNEL_COST", "k=300us"),
+        ("SIMGPU_SWITCH_COST", "200us"),
+    ];
+    let busy = launches("k", "1", "200", "20");
+    let kids: Vec<_> = (0..2)
+        .map(|_| child("launches", &env_of(&base, &busy)).spawn().unwrap())
+        .collect();
+    for k in kids {
+        assert!(k.wait_with_output().unwrap().status.success());
+    }
+    let mut recs = read_trace(&trace.0);
+    recs.sort_by_key(|r| r.start);
+    let switches: Vec<u64> = recs
+        .windows(2)
+        .filter(|w| w[0].pid != w[1].pid)
+        .map(|w| w[1].start.saturating_sub(w[0].end))
+        .collect();
+    assert!(
+        switches.len() >= 5,
+        "the processes alternated: {}",
+        switches.len()
+    );
+    assert!(
+        switches.iter().all(|&gap| gap >= 199_900),
+        "every switch leaves the device idle for 200 µs: {switches:?}"
+    );
+}
+
+/// Two streams of one process, each launching one kernel of ROLE_BLOCKS.
+fn role_twostreams() {
+    let a = Api::setup();
+    let f = a.function(PTX, "k");
+    let blocks: u32 = std::env::var("ROLE_BLOCKS").unwrap().parse().unwrap();
+    let (mut s1, mut s2): (H, H) = (std::ptr::null_mut(), std::ptr::null_mut());
+    // SAFETY: valid out-pointers and handles.
+    unsafe {
+        assert_eq!((a.stream_create)(&mut s1, 1), 0);
+        assert_eq!((a.stream_create)(&mut s2, 1), 0);
+        assert_eq!(a.launch_grid(f, [blocks, 1, 1], s1), 0);
+        assert_eq!(a.launch_grid(f, [blocks, 1, 1], s2), 0);
+        assert_eq!((a.ctx_sync)(), 0);
+    }
+    println!("DONE");
+}
+
+fn two_streams(tag: &str, blocks: &str) -> Vec<Rec> {
+    let inst = Instance::new(tag);
+    let trace = TraceFile::new(tag);
+    run_child(
+        "twostreams",
+        &[
+            ("SIMGPU_INSTANCE", &inst.0),
+            ("SIMGPU_TRACE", &trace.0),
+            ("SIMGPU_WAVE_NS", "20ms"),
+            ("SIMGPU_JITTER", "0"),
+            ("SIMGPU_DRIFT", "0"),
+            ("ROLE_BLOCKS", blocks),
+        ],
+    );
+    let recs = read_trace(&trace.0);
+    assert_eq!(recs.len(), 2, "{recs:?}");
+    recs
+}
+
+#[test]
+fn two_streams_of_one_process_overlap() {
+    // 66 blocks each on 132 SMs: both fit, both run at full speed together.
+    let r = two_streams("streams-fit", "66");
+    let overlap = r[0]
+        .end
+        .min(r[1].end)
+        .saturating_sub(r[0].start.max(r[1].start));
+    assert!(overlap > 15_000_000, "the two 20 ms kernels overlap: {r:?}");
+    for k in &r {
+        assert!((k.end - k.start).abs_diff(20_000_000) < 100_000, "{r:?}");
+    }
+    // 132 blocks each: together they ask for twice the SMs and stretch.
+    let r = two_streams("streams-full", "132");
+    let overlap = r[0]
+        .end
+        .min(r[1].end)
+        .saturating_sub(r[0].start.max(r[1].start));
+    assert!(overlap > 15_000_000, "{r:?}");
+    for k in &r {
+        let d = k.end - k.start;
+        assert!(
+            (35_000_000..=41_000_000).contains(&d),
+            "stretched to ~40 ms: {r:?}"
+        );
+    }
+}
+
+fn durations(tag: &str, jitter: &str) -> Vec<Rec> {
+    let inst = Instance::new(tag);
+    let trace = TraceFile::new(tag);
+    let run = launches("k", "1", "400", "400");
+    let base = [
+        ("SIMGPU_INSTANCE", inst.0.as_str()),
+        ("SIMGPU_TRACE", trace.0.as_str()),
+        ("SIMGPU_KERNEL_COST", "k=100us"),
+        ("SIMGPU_JITTER", jitter),
+        ("SIMGPU_DRIFT", "0"),
+    ];
+    run_child("launches", &env_of(&base, &run));
+    let mut recs = read_trace(&trace.0);
+    recs.sort_by_key(|r| r.start);
+    assert_eq!(recs.len(), 400);
+    recs
+}
+
+#[test]
+fn jitter_has_the_set_spread() {
+    let recs = durations("jitter", "0.1");
+    let logs: Vec<f64> = recs
+        .iter()
+        .map(|r| ((r.end - r.start) as f64).ln())
+        .collect();
+    let mean = logs.iter().sum::<f64>() / logs.len() as f64;
+    let sd = (logs.iter().map(|x| (x - mean).powi(2)).sum::<f64>() / logs.len() as f64).sqrt();
+    assert!((0.08..=0.12).contains(&sd), "sigma of log duration {sd}");
+    let mean_ns = recs.iter().map(|r| (r.end - r.start) as f64).sum::<f64>() / 400.0;
+    assert!((95_000.0..=105_000.0).contains(&mean_ns), "mean {mean_ns}");
+    // Off: every kernel takes exactly its cost.
+    let recs = durations("nojitter", "0");
+    assert!(
+        recs.iter()
+            .all(|r| (r.end - r.start).abs_diff(100_000) <= 1)
+    );
+    // Back-to-back kernels of one stream leave the device gap between them.
+    let gaps: Vec<u64> = recs.windows(2).map(|w| w[1].start - w[0].end).collect();
+    assert!(gaps.iter().all(|&g| g >= 3_000), "{gaps:?}");
+    let mut sorted = gaps.clone();
+    sorted.sort_unstable();
+    assert!(
+        sorted[sorted.len() / 2] < 50_000,
+        "median gap {}",
+        sorted[sorted.len() / 2]
     );
 }

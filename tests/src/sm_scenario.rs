@@ -195,7 +195,12 @@ impl Outcome {
     /// Per process, per stream: the sequence of grid sizes as executed.
     pub fn blocks_by_stream(&self, tenant: usize) -> BTreeMap<u64, Vec<u64>> {
         let mut streams: BTreeMap<u64, Vec<(u64, u64)>> = BTreeMap::new();
-        for record in self.records.iter().filter(|r| r.pid == self.pids[tenant]) {
+        // One entry per kernel: its last segment (a preempted kernel has several).
+        for record in self
+            .records
+            .iter()
+            .filter(|r| r.pid == self.pids[tenant] && r.last)
+        {
             streams
                 .entry(record.stream)
                 .or_default()
@@ -214,7 +219,7 @@ impl Outcome {
     pub fn traced_kernels(&self, tenant: usize) -> u64 {
         self.records
             .iter()
-            .filter(|r| r.pid == self.pids[tenant])
+            .filter(|r| r.pid == self.pids[tenant] && r.last)
             .count() as u64
     }
 }

@@ -252,6 +252,12 @@ pub fn child(role: &str, env: &[(&str, &str)]) -> Command {
         .env_remove("SIMGPU_KERNEL_COST")
         .env_remove("SIMGPU_NULL")
         .env_remove("SIMGPU_CALL_COST")
+        .env_remove("SIMGPU_JITTER")
+        .env_remove("SIMGPU_DRIFT")
+        .env_remove("SIMGPU_PREEMPT")
+        .env_remove("SIMGPU_TIMESLICE")
+        .env_remove("SIMGPU_SWITCH_COST")
+        .env_remove("SIMGPU_KERNEL_GAP")
         .env_remove("CUDA_VISIBLE_DEVICES")
         .stdin(Stdio::null());
     for (k, v) in env {
@@ -293,6 +299,8 @@ pub struct Rec {
     pub name: String,
     pub blocks: u64,
     pub graph: bool,
+    pub kernel: u64,
+    pub last: bool,
 }
 
 pub fn read_trace(path: &str) -> Vec<Rec> {
@@ -309,6 +317,8 @@ pub fn read_trace(path: &str) -> Vec<Rec> {
                 name: v["name"].as_str().unwrap().to_string(),
                 blocks: v["blocks"].as_u64().unwrap(),
                 graph: v["graph"].as_bool().unwrap(),
+                kernel: v["kernel"].as_u64().unwrap(),
+                last: v["last"].as_bool().unwrap(),
             }
         })
         .collect()
