@@ -70,6 +70,11 @@ pub(crate) struct Config {
     pub null: bool,
     /// Host time each priced driver call takes (`SIMGPU_CALL_COST`).
     pub call_costs: CallCosts,
+    /// Hardware work queues of a process (`CUDA_DEVICE_MAX_CONNECTIONS`, as
+    /// the real driver reads it): streams share them by stream id, and
+    /// kernels of streams on one queue never overlap (1 serialises every
+    /// stream of the process).
+    pub connections: u64,
     /// Visible device ordinal -> simulated physical device index.
     pub visible: Vec<usize>,
 }
@@ -174,6 +179,7 @@ impl Config {
             Some("1") => true,
             Some(v) => return Err(bad("SIMGPU_NULL", v, "0 or 1")),
         };
+        let connections = count("CUDA_DEVICE_MAX_CONNECTIONS", 8, 32)?;
         let call_costs = match get("SIMGPU_CALL_COST") {
             None => CallCosts::default(),
             Some(v) => CallCosts::parse(&v)
@@ -210,6 +216,7 @@ impl Config {
             instance,
             null,
             call_costs,
+            connections,
             visible,
         })
     }

@@ -1,7 +1,8 @@
 //! One process's execution engine per device: runs the kernels at the head
 //! of every stream of this process on the shared device timeline.
 //!
-//! Kernels of one process run concurrently, sharing the SMs by blocks: each
+//! Kernels of one process run concurrently (up to one per hardware queue,
+//! `CUDA_DEVICE_MAX_CONNECTIONS`, default 8), sharing the SMs by blocks: each
 //! asks for `min(blocks, SMs)` SMs; when together they ask for more than
 //! the device has, every one progresses at `SMs / asked` of its own speed.
 //! Between processes the device is time-sliced (`timeslice.rs`): while this
@@ -126,6 +127,16 @@ impl Engine {
                 return end;
             }
             st.started = true;
+        }
+        // A stream's hardware queue runs one of its kernels at a time: wait
+        // while a kernel of another stream on the same queue is in flight.
+        let queue = sub.stream % cfg.connections;
+        while st
+            .jobs
+            .iter()
+            .any(|j| j.sub.stream != sub.stream && j.sub.stream % cfg.connections == queue)
+        {
+            st = self.cv.wait(st).unwrap_or_else(|e| e.into_inner());
         }
         let id = st.next_id;
         st.next_id += 1;

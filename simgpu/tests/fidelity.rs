@@ -324,7 +324,7 @@ fn role_twostreams() {
     println!("DONE");
 }
 
-fn two_streams(tag: &str, blocks: &str) -> Vec<Rec> {
+fn two_streams(tag: &str, blocks: &str, connections: &str) -> Vec<Rec> {
     let inst = Instance::new(tag);
     let trace = TraceFile::new(tag);
     run_child(
@@ -335,6 +335,7 @@ fn two_streams(tag: &str, blocks: &str) -> Vec<Rec> {
             ("SIMGPU_WAVE_NS", "20ms"),
             ("SIMGPU_JITTER", "0"),
             ("SIMGPU_DRIFT", "0"),
+            ("CUDA_DEVICE_MAX_CONNECTIONS", connections),
             ("ROLE_BLOCKS", blocks),
         ],
     );
@@ -346,7 +347,7 @@ fn two_streams(tag: &str, blocks: &str) -> Vec<Rec> {
 #[test]
 fn two_streams_of_one_process_overlap() {
     // 66 blocks each on 132 SMs: both fit, both run at full speed together.
-    let r = two_streams("streams-fit", "66");
+    let r = two_streams("streams-fit", "66", "8");
     let overlap = r[0]
         .end
         .min(r[1].end)
@@ -356,7 +357,7 @@ fn two_streams_of_one_process_overlap() {
         assert!((k.end - k.start).abs_diff(20_000_000) < 100_000, "{r:?}");
     }
     // 132 blocks each: together they ask for twice the SMs and stretch.
-    let r = two_streams("streams-full", "132");
+    let r = two_streams("streams-full", "132", "8");
     let overlap = r[0]
         .end
         .min(r[1].end)
@@ -368,6 +369,18 @@ fn two_streams_of_one_process_overlap() {
             (35_000_000..=41_000_000).contains(&d),
             "stretched to ~40 ms: {r:?}"
         );
+    }
+}
+
+#[test]
+fn one_hardware_queue_serialises_the_streams_of_a_process() {
+    // CUDA_DEVICE_MAX_CONNECTIONS=1: both streams feed one queue, so the
+    // second kernel starts when the first ends, each at full speed.
+    let mut r = two_streams("streams-serial", "66", "1");
+    r.sort_by_key(|k| k.start);
+    assert!(r[1].start >= r[0].end, "no overlap on one queue: {r:?}");
+    for k in &r {
+        assert!((k.end - k.start).abs_diff(20_000_000) < 100_000, "{r:?}");
     }
 }
 
