@@ -17,6 +17,9 @@
 #   demo       `dilu demo`: request latency of an inference tenant beside a
 #              training tenant, per controller (static, dilu-rckm, dilu)
 #                                             -> bench/results/demo.md, demo-latency-cdf.svg
+#   profile    `dilu profile`'s search against Dilu's published HGSS and an
+#              exhaustive search, on Dilu's measured tables (no GPU, no run)
+#                                             -> bench/results/profile.md
 #
 # usage: scripts/bench.sh [all | overhead | startup | sm | syscalls | placement | demo ...] [-- ARGS]
 #   ARGS go to the one benchmark named, e.g. `scripts/bench.sh startup -- --runs 50`
@@ -29,23 +32,26 @@ cd "$(dirname "$0")/.."
 targets=()
 while [ $# -gt 0 ] && [ "$1" != "--" ]; do
   case $1 in
-    all) targets+=(overhead startup sm syscalls placement demo) ;;
-    overhead | startup | sm | syscalls | placement | demo) targets+=("$1") ;;
+    all) targets+=(overhead startup sm syscalls placement demo profile) ;;
+    overhead | startup | sm | syscalls | placement | demo | profile) targets+=("$1") ;;
     -h | --help) awk 'NR > 1 && !/^#/ { exit } NR > 1 { sub(/^# ?/, ""); print }' "$0"; exit 0 ;;
-    *) echo "bench: unknown benchmark '$1' (all, overhead, startup, sm, syscalls, placement, demo)" >&2; exit 2 ;;
+    *) echo "bench: unknown benchmark '$1' (all, overhead, startup, sm, syscalls, placement, demo, profile)" >&2; exit 2 ;;
   esac
   shift
 done
 [ "${1:-}" = "--" ] && shift
 extra=("$@")
-[ ${#targets[@]} -gt 0 ] || targets=(overhead startup sm syscalls placement demo)
+[ ${#targets[@]} -gt 0 ] || targets=(overhead startup sm syscalls placement demo profile)
 if [ ${#extra[@]} -gt 0 ] && [ ${#targets[@]} -ne 1 ]; then
   echo "bench: arguments after -- need exactly one benchmark named" >&2
   exit 2
 fi
 
-echo "== building (release): simgpu, the interposer, the benchmark clients" >&2
-cargo build --release -p simgpu -p dilu-interposer -p dilu-bench -p dilu-nodemgr -p dilu-tests --lib --bins
+# `profile` runs nothing on the GPU side and builds only what it uses.
+if [ "${targets[*]}" != profile ]; then
+  echo "== building (release): simgpu, the interposer, the benchmark clients" >&2
+  cargo build --release -p simgpu -p dilu-interposer -p dilu-bench -p dilu-nodemgr -p dilu-tests --lib --bins
+fi
 
 results=()
 failed=()
@@ -74,6 +80,18 @@ for target in "${targets[@]}"; do
     demo)
       cargo bench -p dilu-bench --bench demo -- "${extra[@]}" || failed+=(demo)
       results+=(bench/results/demo.md bench/results/demo-latency-cdf.svg) ;;
+    profile)
+      {
+        echo "# \`dilu profile\`: search methods on measured tables"
+        echo
+        echo "Command: \`scripts/bench.sh profile\` (runs \`profile-compare\` over"
+        echo "\`bench/data/dilu-profiles/*.csv\` and, held out, \`bench/data/dilu-profiles-heldout/*.csv\`)."
+        echo "Tables: Dilu's measurements on a real GPU under MPS (sources in each folder's SOURCE.md)."
+        echo
+        cargo run --release -q -p dilu-profile --bin profile-compare -- \
+          bench/data/dilu-profiles/*.csv --held-out bench/data/dilu-profiles-heldout/*.csv
+      } >bench/results/profile.md.new && mv bench/results/profile.md.new bench/results/profile.md || failed+=(profile)
+      results+=(bench/results/profile.md) ;;
   esac
 done
 

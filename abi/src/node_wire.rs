@@ -235,6 +235,10 @@ pub struct TenantStatus {
     pub throttled_seconds_total: f64,
     /// Recent p99 request latency (reported, else the sync-interval proxy).
     pub p99_ms: Option<f64>,
+    /// Request latencies the program reported with `dilu_report_latency`
+    /// since it registered, and their sum (seconds).
+    pub latency_reports_total: u64,
+    pub latency_seconds_total: f64,
     /// Fraction of the last second in which the tenant had no kernel.
     pub bubble_ratio: f64,
 }

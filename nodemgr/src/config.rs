@@ -16,6 +16,9 @@
 //! sm_request = 20
 //! sm_limit = 80
 //! mem = "8GiB"                        # memory budget per device (the daemon's; live with `dilu set --mem`)
+//!
+//! [tenants.serve]
+//! profile = "/etc/dilu/serve.profile.toml"  # written by `dilu profile`; keys beside it win
 //! ```
 
 use crate::control;
@@ -84,6 +87,7 @@ struct FileTenant {
     sm_request: Option<f64>,
     sm_limit: Option<f64>,
     mem: Option<String>,
+    profile: Option<PathBuf>,
 }
 
 /// Flags that override the file (`dilu nodemgr --help`).
@@ -147,13 +151,20 @@ impl Config {
             config.scale_in_after = seconds("scale_in_after_s", v)?;
         }
         for (name, t) in file.tenants {
-            let mut spec = TenantSpec::default();
+            let mut spec = match &t.profile {
+                Some(path) => {
+                    crate::profile_run::load_spec(path)
+                        .map_err(|e| format!("tenants.{name}.profile: {e}"))?
+                        .0
+                }
+                None => TenantSpec::default(),
+            };
             if let Some(class) = t.class {
                 spec.class = node_wire::parse_class(&class).ok_or_else(|| {
                     format!("tenants.{name}.class = {class:?}: expected latency or batch")
                 })?;
             }
-            spec.slo_ms = t.slo_ms;
+            spec.slo_ms = t.slo_ms.or(spec.slo_ms);
             spec.sm_request_pct = t.sm_request.unwrap_or(spec.sm_request_pct);
             spec.sm_limit_pct = t.sm_limit.unwrap_or(spec.sm_limit_pct);
             if let Some(mem) = t.mem {
@@ -202,6 +213,35 @@ fn period(ms: f64) -> Result<Duration, String> {
 mod tests {
     use super::*;
     use dilu_abi::node_wire::WorkClass;
+
+    #[test]
+    fn a_tenant_spec_can_come_from_a_profile_with_keys_beside_it_winning() {
+        let dir = std::env::temp_dir().join(format!("dilu-config-profile-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let profile = dir.join("serve.toml");
+        std::fs::write(
+            &profile,
+            "class = \"latency\"\nslo_ms = 8.0\nbatch = 16\nsm_request = 30\nsm_limit = 50\n\
+             throughput_at_request = 100.0\nthroughput_at_limit = 120.0\ntrials = 14\nmethod = \"dilu\"\n",
+        )
+        .unwrap();
+        let text = format!(
+            "[tenants.serve]\nprofile = {:?}\nsm_limit = 70\n",
+            profile.display().to_string()
+        );
+        let config = Config::parse(&text).unwrap();
+        let serve = &config.tenants["serve"];
+        assert_eq!(serve.class, WorkClass::Latency);
+        assert_eq!(serve.slo_ms, Some(8.0));
+        assert_eq!((serve.sm_request_pct, serve.sm_limit_pct), (30.0, 70.0));
+        let missing =
+            Config::parse("[tenants.x]\nprofile = \"/nonexistent/p.toml\"\n").unwrap_err();
+        assert!(
+            missing.contains("tenants.x.profile") && missing.contains("/nonexistent/p.toml"),
+            "{missing}"
+        );
+        let _ = std::fs::remove_dir_all(&dir);
+    }
 
     #[test]
     fn files_and_flags_combine_and_bad_values_are_named() {

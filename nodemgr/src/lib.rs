@@ -25,5 +25,6 @@ pub mod metrics;
 pub mod nvml;
 pub mod observe;
 pub mod ops;
+pub mod profile_run;
 pub mod registry;
 pub mod server;

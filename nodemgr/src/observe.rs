@@ -67,6 +67,9 @@ pub struct Recent {
     pub busy_total_ns: u64,
     pub launches_total: u64,
     pub throttled_total_ns: u64,
+    /// Request latencies the program reported, and their sum.
+    pub latency_reports_total: u64,
+    pub latency_sum_total_ns: u64,
 }
 
 /// The value below which a fraction `q` of a histogram's samples lie,
@@ -207,6 +210,9 @@ impl Sampler {
             0.0
         };
         let totals = self.previous.map(|(_, r)| r.device);
+        let reports = self
+            .previous
+            .map_or((0, 0), |(_, r)| (r.latency_count, r.latency_sum_ns));
         Recent {
             achieved,
             bubble_ratio: if wall > 0 { 1.0 - achieved } else { 0.0 },
@@ -214,6 +220,8 @@ impl Sampler {
             busy_total_ns: totals.map_or(0, |d| d.busy_ns.max(0) as u64),
             launches_total: totals.map_or(0, |d| d.launches),
             throttled_total_ns: totals.map_or(0, |d| d.throttled_ns),
+            latency_reports_total: reports.0,
+            latency_sum_total_ns: reports.1,
         }
     }
 

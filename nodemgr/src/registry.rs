@@ -405,6 +405,8 @@ impl Registry {
                     launches_total: recent.launches_total,
                     throttled_seconds_total: recent.throttled_total_ns as f64 / 1e9,
                     p99_ms: recent.p99_ns.map(|ns| ns as f64 / 1e6),
+                    latency_reports_total: recent.latency_reports_total,
+                    latency_seconds_total: recent.latency_sum_total_ns as f64 / 1e9,
                     bubble_ratio: recent.bubble_ratio,
                 }
             })
