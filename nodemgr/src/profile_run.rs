@@ -155,9 +155,7 @@ fn question(spec: &ProfileSpec, headroom: f64) -> Question {
 /// and its batch size: what `dilu run --profile` and the node manager's
 /// `[tenants.NAME] profile` use.
 pub fn load_spec(path: &Path) -> Result<(TenantSpec, u32), String> {
-    let text = std::fs::read_to_string(path)
-        .map_err(|e| format!("cannot read profile {}: {e}", path.display()))?;
-    let profile = Profile::from_toml(&text).map_err(|e| format!("{}: {e}", path.display()))?;
+    let profile = Profile::load(path)?;
     let spec = TenantSpec {
         class: match profile.class {
             Class::Latency => WorkClass::Latency,

@@ -18,11 +18,26 @@ pub struct Found {
 }
 
 pub fn latency_run(table: &ProfileTable, method: Method, slo_s: f64) -> Found {
+    run_with(table, |trials, grid| {
+        latency::search(method, trials, grid, slo_s)
+    })
+}
+
+/// dilu's first design (the walk without the climb), for the record.
+fn walk_only_run(table: &ProfileTable, slo_s: f64) -> Found {
+    run_with(table, |trials, grid| {
+        latency::walk_only(trials, grid, slo_s)
+    })
+}
+
+fn run_with(
+    table: &ProfileTable,
+    search: impl FnOnce(&mut Trials, &Grid) -> Result<Option<Config>, String>,
+) -> Found {
     let grid = table.grid();
     let mut backend = table.clone();
     let mut trials = Trials::new(&mut backend);
-    let config =
-        latency::search(method, &mut trials, &grid, slo_s).expect("a table never fails to measure");
+    let config = search(&mut trials, &grid).expect("a table never fails to measure");
     let efficiency = config.map_or(0.0, |c| table.get(c).map_or(0.0, |s| s.efficiency(c.sm)));
     Found {
         config,
@@ -74,6 +89,8 @@ struct Tally {
     near: [usize; 3],
     trials: [usize; 3],
     worst_gap: [f64; 3],
+    /// dilu's first design, the walk alone: within 2%, trials.
+    walk: (usize, usize),
 }
 
 /// The whole comparison as Markdown. `tables` are (name, table, held out).
@@ -86,15 +103,18 @@ pub fn report(tables: &[(String, ProfileTable, bool)]) -> String {
          Every SLO equal to a latency in the table (each is a point where the set of \
          configurations meeting it changes). \"within 2%\": the method's configuration has at \
          least 98% of the exhaustive optimum's throughput per SM % (or both find nothing). \
-         Trials: configurations measured.\n"
+         Trials: configurations measured. \"walk only\" is dilu's first design (the staircase \
+         walk without the climb), designed on the two tables not held out; the climb was added \
+         after seeing its misses on the held-out ones, so for dilu's final search those three \
+         tables are no longer unseen.\n"
     );
     let _ = writeln!(
         out,
-        "| table | held out | SLOs | within 2%: dilu-paper (HGSS) | within 2%: dilu | worst gap: HGSS | worst gap: dilu | trials: HGSS | trials: dilu | trials: exhaustive | dilu / HGSS trials |"
+        "| table | held out | SLOs | within 2%: dilu-paper (HGSS) | within 2%: walk only | within 2%: dilu | worst gap: HGSS | worst gap: dilu | trials: HGSS | trials: walk only | trials: dilu | trials: exhaustive | dilu / HGSS trials |"
     );
     let _ = writeln!(
         out,
-        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
+        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
     );
     let mut all = Tally::default();
     let mut details = String::new();
@@ -107,6 +127,9 @@ pub fn report(tables: &[(String, ProfileTable, bool)]) -> String {
                 .map(|m| latency_run(table, *m, slo))
                 .collect();
             let optimum = &runs[2];
+            let walk = walk_only_run(table, slo);
+            tally.walk.0 += usize::from(near_optimum(&walk, optimum));
+            tally.walk.1 += walk.trials;
             tally.slos += 1;
             for (i, run) in runs.iter().enumerate() {
                 tally.near[i] += usize::from(near_optimum(run, optimum));
@@ -119,19 +142,23 @@ pub fn report(tables: &[(String, ProfileTable, bool)]) -> String {
         }
         let _ = writeln!(
             out,
-            "| {name} | {} | {} | {} | {} | {:.1}% | {:.1}% | {} | {} | {} | {:.2} |",
+            "| {name} | {} | {} | {} | {} | {} | {:.1}% | {:.1}% | {} | {} | {} | {} | {:.2} |",
             if *held_out { "yes" } else { "no" },
             tally.slos,
             tally.near[1],
+            tally.walk.0,
             tally.near[0],
             tally.worst_gap[1] * 100.0,
             tally.worst_gap[0] * 100.0,
             tally.trials[1],
+            tally.walk.1,
             tally.trials[0],
             tally.trials[2],
             tally.trials[0] as f64 / tally.trials[1].max(1) as f64,
         );
         all.slos += tally.slos;
+        all.walk.0 += tally.walk.0;
+        all.walk.1 += tally.walk.1;
         for i in 0..3 {
             all.near[i] += tally.near[i];
             all.trials[i] += tally.trials[i];
@@ -160,13 +187,15 @@ pub fn report(tables: &[(String, ProfileTable, bool)]) -> String {
     }
     let _ = writeln!(
         out,
-        "| **all** | | {} | {} | {} | {:.1}% | {:.1}% | {} | {} | {} | {:.2} |",
+        "| **all** | | {} | {} | {} | {} | {:.1}% | {:.1}% | {} | {} | {} | {} | {:.2} |",
         all.slos,
         all.near[1],
+        all.walk.0,
         all.near[0],
         all.worst_gap[1] * 100.0,
         all.worst_gap[0] * 100.0,
         all.trials[1],
+        all.walk.1,
         all.trials[0],
         all.trials[2],
         all.trials[0] as f64 / all.trials[1].max(1) as f64,

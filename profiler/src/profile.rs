@@ -51,9 +51,38 @@ impl Profile {
         toml::to_string(self).expect("a profile always serialises")
     }
 
+    /// Reads a profile as `dilu profile` writes it: its TOML file, or the
+    /// JSON object `--json` prints (e.g. in a Kubernetes annotation).
+    pub fn from_text(text: &str) -> Result<Profile, String> {
+        if text.trim_start().starts_with('{') {
+            let profile: Profile =
+                serde_json::from_str(text).map_err(|e| format!("not a dilu profile: {e}"))?;
+            return profile.validated();
+        }
+        Profile::from_toml(text)
+    }
+
     pub fn from_toml(text: &str) -> Result<Profile, String> {
         let profile: Profile =
             toml::from_str(text).map_err(|e| format!("not a dilu profile: {e}"))?;
+        profile.validated()
+    }
+
+    /// Loads a profile file (TOML or JSON).
+    pub fn load(path: &std::path::Path) -> Result<Profile, String> {
+        let text = std::fs::read_to_string(path)
+            .map_err(|e| format!("cannot read profile {}: {e}", path.display()))?;
+        Profile::from_text(&text).map_err(|e| format!("{}: {e}", path.display()))
+    }
+
+    /// Requests per second one instance serves at its request (a request
+    /// is one batch).
+    pub fn requests_per_second(&self) -> f64 {
+        self.throughput_at_request / f64::from(self.batch.max(1))
+    }
+
+    fn validated(self) -> Result<Profile, String> {
+        let profile = self;
         for (name, share) in [
             ("sm_request", profile.sm_request),
             ("sm_limit", profile.sm_limit),
@@ -192,6 +221,10 @@ mod tests {
         assert!(profile.sm_limit >= profile.sm_request);
         assert!(profile.trials < 60);
         assert_eq!(Profile::from_toml(&profile.to_toml()).unwrap(), profile);
+        let json = serde_json::to_string(&profile).unwrap();
+        assert_eq!(Profile::from_text(&json).unwrap(), profile);
+        let json = serde_json::to_string(&profile).unwrap();
+        assert_eq!(Profile::from_text(&json).unwrap(), profile);
     }
 
     #[test]

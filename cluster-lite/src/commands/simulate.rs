@@ -40,6 +40,11 @@ pub struct SimulateArgs {
     /// Read the trace from this JSON-lines file instead of generating one.
     #[arg(long)]
     pub trace: Option<PathBuf>,
+    /// Profiles written by `dilu profile`, one per function as
+    /// `DIR/<function>.toml`: each instance of a function that has one takes
+    /// its class, SM request and SM limit from it.
+    #[arg(long, value_name = "DIR")]
+    pub profiles: Option<PathBuf>,
     /// Write cluster-sim.md and cluster-sim-active-gpus.svg into this folder.
     #[arg(long)]
     pub out: Option<PathBuf>,
@@ -69,6 +74,38 @@ fn parse_seed_range(text: &str) -> Result<RangeInclusive<u64>, String> {
     Ok(first..=last)
 }
 
+/// Gives every instance of a function with a profile in `dir` the profile's
+/// class, SM request and limit. Reports how many functions had one.
+fn apply_profiles(trace: &mut [TraceRecord], dir: &std::path::Path) -> Result<(), String> {
+    use dilu_profile::profile::{Class, Profile};
+    if !dir.is_dir() {
+        return Err(format!("--profiles {}: not a directory", dir.display()));
+    }
+    let mut found = std::collections::BTreeMap::<String, Option<Profile>>::new();
+    for record in trace.iter_mut() {
+        if !found.contains_key(&record.function) {
+            let path = dir.join(format!("{}.toml", record.function));
+            let profile = path.is_file().then(|| Profile::load(&path)).transpose()?;
+            found.insert(record.function.clone(), profile);
+        }
+        if let Some(profile) = &found[&record.function] {
+            record.class = match profile.class {
+                Class::Latency => dilu_cluster::model::WorkClass::Latency,
+                Class::Batch => dilu_cluster::model::WorkClass::Batch,
+            };
+            record.sm_request = f64::from(profile.sm_request) / 100.0;
+            record.sm_limit = f64::from(profile.sm_limit) / 100.0;
+        }
+    }
+    let with = found.values().filter(|p| p.is_some()).count();
+    eprintln!(
+        "dilu-cluster: profiles from {} for {with} of {} functions",
+        dir.display(),
+        found.len()
+    );
+    Ok(())
+}
+
 pub fn run(args: SimulateArgs) -> Result<(), String> {
     let mut names: Vec<&str> = if args.policy == "all" {
         POLICY_NAMES.to_vec()
@@ -96,12 +133,15 @@ pub fn run(args: SimulateArgs) -> Result<(), String> {
         }
         let mut runs = Vec::new();
         for seed in seeds.clone() {
-            let trace = generate(&TraceSpec {
+            let mut trace = generate(&TraceSpec {
                 instances: args.events,
                 cluster_gpus: args.gpus,
                 arrival: args.arrival,
                 seed,
             });
+            if let Some(dir) = &args.profiles {
+                apply_profiles(&mut trace, dir)?;
+            }
             runs.push(replay(&names, &trace, &shape, interactive)?);
         }
         println!(
@@ -117,7 +157,7 @@ pub fn run(args: SimulateArgs) -> Result<(), String> {
         );
         return Ok(());
     }
-    let trace = match &args.trace {
+    let mut trace = match &args.trace {
         Some(path) => {
             let file = std::fs::File::open(path)
                 .map_err(|error| format!("cannot open trace {}: {error}", path.display()))?;
@@ -131,6 +171,9 @@ pub fn run(args: SimulateArgs) -> Result<(), String> {
             seed: args.seed,
         }),
     };
+    if let Some(dir) = &args.profiles {
+        apply_profiles(&mut trace, dir)?;
+    }
     if let Some(path) = &args.save_trace {
         let file = std::fs::File::create(path)
             .map_err(|error| format!("cannot write {}: {error}", path.display()))?;
@@ -203,5 +246,46 @@ fn show_progress(policy: &str, done: usize, total: usize, interactive: bool) {
         }
     } else if percent.is_multiple_of(25) || done >= total {
         let _ = writeln!(stderr, "{policy}: {done}/{total} events ({percent}%)");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use dilu_cluster::model::WorkClass;
+
+    #[test]
+    fn a_functions_profile_sets_the_share_of_each_of_its_instances() {
+        let dir = std::env::temp_dir().join(format!("dilu-sim-profiles-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(
+            dir.join("llm-0.toml"),
+            "class = \"latency\"\nslo_ms = 50.0\nbatch = 8\nsm_request = 35\nsm_limit = 60\n\
+             throughput_at_request = 80.0\nthroughput_at_limit = 95.0\ntrials = 12\nmethod = \"dilu\"\n",
+        )
+        .unwrap();
+        let mut trace = generate(&TraceSpec {
+            instances: 200,
+            cluster_gpus: 64,
+            arrival: ArrivalPattern::Poisson,
+            seed: 3,
+        });
+        let before: Vec<TraceRecord> = trace.clone();
+        apply_profiles(&mut trace, &dir).unwrap();
+        let mut profiled = 0;
+        for (old, new) in before.iter().zip(&trace) {
+            if new.function == "llm-0" {
+                profiled += 1;
+                assert_eq!(
+                    (new.sm_request, new.sm_limit, new.class),
+                    (0.35, 0.6, WorkClass::Latency)
+                );
+            } else {
+                assert_eq!(old, new);
+            }
+        }
+        assert!(profiled > 0, "the generated trace has llm-0 instances");
+        assert!(apply_profiles(&mut trace, &dir.join("missing")).is_err());
+        let _ = std::fs::remove_dir_all(&dir);
     }
 }

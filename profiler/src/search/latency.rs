@@ -73,11 +73,15 @@ impl Best {
     }
 }
 
-/// dilu's search: the staircase walk, then a climb in share from every
-/// staircase point (module doc).
-pub fn frontier(trials: &mut Trials, grid: &Grid, slo_s: f64) -> Result<Option<Config>, String> {
+/// The staircase: for each batch that meets the SLO, its smallest share at
+/// or above the previous batch's (grid indices and efficiency).
+fn staircase(
+    trials: &mut Trials,
+    grid: &Grid,
+    slo_s: f64,
+) -> Result<Vec<(usize, usize, f64)>, String> {
     let (mut b, mut s) = (0, 0);
-    let mut staircase = Vec::new();
+    let mut steps = Vec::new();
     while b < grid.batches.len() && s < grid.sms.len() {
         let config = Config {
             batch: grid.batches[b],
@@ -85,12 +89,35 @@ pub fn frontier(trials: &mut Trials, grid: &Grid, slo_s: f64) -> Result<Option<C
         };
         match trials.get(config)? {
             Some(sample) if sample.latency_s <= slo_s => {
-                staircase.push((b, s, sample.efficiency(config.sm)));
+                steps.push((b, s, sample.efficiency(config.sm)));
                 b += 1;
             }
             _ => s += 1,
         }
     }
+    Ok(steps)
+}
+
+/// The first design of dilu's search, the walk alone (kept to report what
+/// the climb adds, `bench/results/profile.md`).
+pub fn walk_only(trials: &mut Trials, grid: &Grid, slo_s: f64) -> Result<Option<Config>, String> {
+    let mut best = Best::default();
+    for (b, s, efficiency) in staircase(trials, grid, slo_s)? {
+        best.offer(
+            Config {
+                batch: grid.batches[b],
+                sm: grid.sms[s],
+            },
+            efficiency,
+        );
+    }
+    Ok(best.0.map(|(c, _)| c))
+}
+
+/// dilu's search: the staircase walk, then a climb in share from every
+/// staircase point (module doc).
+pub fn frontier(trials: &mut Trials, grid: &Grid, slo_s: f64) -> Result<Option<Config>, String> {
+    let staircase = staircase(trials, grid, slo_s)?;
     let mut best = Best::default();
     for (b, s, efficiency) in staircase {
         best.offer(
