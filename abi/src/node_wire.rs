@@ -247,6 +247,8 @@ pub struct NodeStatus {
     pub gpus: Vec<GpuStatus>,
     pub tenants: Vec<TenantStatus>,
     pub signals: Vec<ScaleSignal>,
+    /// Control periods the daemon has run since it started.
+    pub control_periods: u64,
 }
 
 /// Encodes a message for the socket.

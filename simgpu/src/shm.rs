@@ -53,6 +53,23 @@ pub(crate) struct ShmLayout {
 pub(crate) struct Shm {
     layout: &'static ShmLayout,
     pub slot: usize,
+    /// The instance file, kept open with a shared `flock` for the process's
+    /// life: the last process out can tell that nobody else uses the file
+    /// and remove it, so instances do not pile up in /dev/shm.
+    held: libc::c_int,
+    path: CString,
+}
+
+/// (device, inode, links) of an open file, or None.
+fn identity(fd: libc::c_int) -> Option<(u64, u64, u64)> {
+    // SAFETY: zeroed stat is a valid out-parameter for fstat.
+    let mut st: libc::stat = unsafe { std::mem::zeroed() };
+    // SAFETY: fd is open, st is writable.
+    (unsafe { libc::fstat(fd, &mut st) } == 0).then_some((
+        st.st_dev as u64,
+        st.st_ino as u64,
+        st.st_nlink as u64,
+    ))
 }
 
 /// Process start time (field 22 of /proc/<pid>/stat), or None if the
@@ -82,34 +99,20 @@ impl Shm {
         let path = Self::path_for(instance);
         let cpath = CString::new(path.clone()).map_err(|_| "simgpu: bad path".to_string())?;
         let size = std::mem::size_of::<ShmLayout>();
-        let mut creator = true;
-        // SAFETY: cpath is a valid NUL-terminated string.
-        let mut fd = unsafe {
-            libc::open(
-                cpath.as_ptr(),
-                libc::O_RDWR | libc::O_CREAT | libc::O_EXCL | libc::O_CLOEXEC,
-                0o600,
-            )
+        let mut attempts = 0;
+        let (fd, creator) = loop {
+            attempts += 1;
+            let (fd, creator) = Self::open_file(&cpath, &path, size)?;
+            // SAFETY: flock on the descriptor just opened.
+            unsafe { libc::flock(fd, libc::LOCK_SH) };
+            // A last user may have removed the file between our open and
+            // our lock: then start again with a fresh one.
+            if identity(fd).is_some_and(|(_, _, links)| links > 0) || attempts > 100 {
+                break (fd, creator);
+            }
+            // SAFETY: fd is ours.
+            unsafe { libc::close(fd) };
         };
-        if fd < 0 {
-            creator = false;
-            // SAFETY: as above.
-            fd = unsafe { libc::open(cpath.as_ptr(), libc::O_RDWR | libc::O_CLOEXEC) };
-            if fd < 0 {
-                return Err(os_err("open", &path));
-            }
-        } else {
-            // SAFETY: fd is an open file we own.
-            if unsafe { libc::ftruncate(fd, size as libc::off_t) } != 0 {
-                let e = os_err("size", &path);
-                // SAFETY: fd is ours; path was created by us.
-                unsafe {
-                    libc::close(fd);
-                    libc::unlink(cpath.as_ptr());
-                }
-                return Err(e);
-            }
-        }
         if !creator {
             // Wait for the creator to size the file (it does so immediately).
             let deadline = crate::now_ns() + 5_000_000_000;
@@ -141,10 +144,11 @@ impl Shm {
                 0,
             )
         };
-        // SAFETY: fd is ours; the mapping stays valid after close.
-        unsafe { libc::close(fd) };
         if ptr == libc::MAP_FAILED {
-            return Err(os_err("map", &path));
+            let e = os_err("map", &path);
+            // SAFETY: fd is ours.
+            unsafe { libc::close(fd) };
+            return Err(e);
         }
         // SAFETY: the mapping is page aligned, `size` bytes, zero-filled or
         // initialised by a creator, lives for the whole process (never
@@ -177,10 +181,49 @@ impl Shm {
         let mut shm = Shm {
             layout,
             slot: usize::MAX,
+            held: fd,
+            path: cpath,
         };
         shm.reclaim_dead();
         shm.slot = shm.claim_slot()?;
         Ok(shm)
+    }
+
+    /// Opens the instance file, creating and sizing it if it does not exist;
+    /// never through a symbolic link. Returns (fd, created).
+    fn open_file(cpath: &CString, path: &str, size: usize) -> Result<(libc::c_int, bool), String> {
+        // SAFETY: cpath is a valid NUL-terminated string.
+        let fd = unsafe {
+            libc::open(
+                cpath.as_ptr(),
+                libc::O_RDWR | libc::O_CREAT | libc::O_EXCL | libc::O_CLOEXEC | libc::O_NOFOLLOW,
+                0o600,
+            )
+        };
+        if fd < 0 {
+            // SAFETY: as above.
+            let fd = unsafe {
+                libc::open(
+                    cpath.as_ptr(),
+                    libc::O_RDWR | libc::O_CLOEXEC | libc::O_NOFOLLOW,
+                )
+            };
+            if fd < 0 {
+                return Err(os_err("open", path));
+            }
+            return Ok((fd, false));
+        }
+        // SAFETY: fd is an open file we own.
+        if unsafe { libc::ftruncate(fd, size as libc::off_t) } != 0 {
+            let e = os_err("size", path);
+            // SAFETY: fd is ours; path was created by us.
+            unsafe {
+                libc::close(fd);
+                libc::unlink(cpath.as_ptr());
+            }
+            return Err(e);
+        }
+        Ok((fd, true))
     }
 
     pub(crate) fn ndev(&self) -> usize {
@@ -290,6 +333,31 @@ impl Shm {
         if s.pid.compare_exchange(pid, BUSY, AcqRel, Relaxed).is_ok() {
             self.drain_slot(s);
             s.pid.store(0, Release);
+        }
+        self.remove_if_last();
+    }
+
+    /// Removes the instance file when no slot is taken and no other process
+    /// holds the file (ours is the last use).
+    fn remove_if_last(&self) {
+        if self.layout.slots.iter().any(|s| s.pid.load(Acquire) != 0) {
+            return;
+        }
+        // SAFETY: flock on our own descriptor; non-blocking.
+        if unsafe { libc::flock(self.held, libc::LOCK_EX | libc::LOCK_NB) } != 0 {
+            return;
+        }
+        // SAFETY: zeroed stat is a valid out-parameter for lstat.
+        let mut named: libc::stat = unsafe { std::mem::zeroed() };
+        // SAFETY: path is NUL-terminated, named is writable.
+        let found = unsafe { libc::lstat(self.path.as_ptr(), &mut named) } == 0;
+        if found
+            && identity(self.held).is_some_and(|(dev, ino, _)| {
+                dev == named.st_dev as u64 && ino == named.st_ino as u64
+            })
+        {
+            // SAFETY: path is NUL-terminated; it names the file we hold.
+            unsafe { libc::unlink(self.path.as_ptr()) };
         }
     }
 }
