@@ -226,6 +226,9 @@ pub struct TenantStatus {
     /// Memory in use and budget on device 0 (bytes), from the tenant's ledger.
     pub mem_used_bytes: u64,
     pub mem_budget_bytes: Option<u64>,
+    /// Device memory the tenant's processes really hold on device 0, from
+    /// the daemon's audit (NVML); None when no audit has seen it.
+    pub mem_audited_bytes: Option<u64>,
     /// The share the controller set now (percent; 100 = whole device).
     pub sm_current_pct: f64,
     /// Device time the tenant used over the last second (percent).

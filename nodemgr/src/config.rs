@@ -9,6 +9,8 @@
 //! gpu_memory = "80GiB"                # device memory for admission when NVML is absent
 //! scale_out_after_s = 10              # latency tenant at its limit and over its SLO this long
 //! scale_in_after_s = 300              # tenant without a kernel launch this long
+//! audit = "log"                       # a tenant over its memory budget (NVML): off | log | signal | kill
+//! audit_slack = "64MiB"               # what a tenant may hold beyond its budget before the audit acts
 //!
 //! [tenants.infer]                     # specs the operator owns (win over the tenant's own)
 //! class = "latency"
@@ -18,6 +20,7 @@
 //! mem = "8GiB"                        # memory budget per device (the daemon's; live with `dilu set --mem`)
 //! ```
 
+use crate::audit::AuditAction;
 use crate::control;
 use dilu_abi::node_wire::{self, TenantSpec};
 use dilu_abi::units;
@@ -43,6 +46,11 @@ pub struct Config {
     pub scale_out_after: Duration,
     /// A tenant idle this long: scale in.
     pub scale_in_after: Duration,
+    /// What the memory audit does to a tenant over its budget.
+    pub audit: AuditAction,
+    /// Bytes beyond its budget a tenant may hold before the audit acts
+    /// (what the driver keeps beside allocations: context, heap, pools).
+    pub audit_slack: u64,
 }
 
 impl Default for Config {
@@ -57,6 +65,8 @@ impl Default for Config {
             tenants: BTreeMap::new(),
             scale_out_after: Duration::from_secs(10),
             scale_in_after: Duration::from_secs(300),
+            audit: AuditAction::Log,
+            audit_slack: 64 << 20,
         }
     }
 }
@@ -72,6 +82,8 @@ struct FileConfig {
     gpu_memory: Option<String>,
     scale_out_after_s: Option<f64>,
     scale_in_after_s: Option<f64>,
+    audit: Option<String>,
+    audit_slack: Option<String>,
     #[serde(default)]
     tenants: BTreeMap<String, FileTenant>,
 }
@@ -145,6 +157,12 @@ impl Config {
         }
         if let Some(v) = file.scale_in_after_s {
             config.scale_in_after = seconds("scale_in_after_s", v)?;
+        }
+        if let Some(v) = file.audit {
+            config.audit = AuditAction::parse(&v)?;
+        }
+        if let Some(v) = file.audit_slack {
+            config.audit_slack = size("audit_slack", &v)?;
         }
         for (name, t) in file.tenants {
             let mut spec = TenantSpec::default();

@@ -17,6 +17,7 @@
 //! `scale_in_after` a scale-in one. They are published on `/api/signals`,
 //! `/metrics` and in `dilu status`/`top`.
 
+use crate::audit::{self, AuditAction, UsageSource};
 use crate::config::Config;
 use crate::control::{self, Controller};
 use crate::registry::{Registry, SavedTenant};
@@ -265,6 +266,8 @@ fn control_loop(shared: Arc<Shared>) {
 fn housekeeping_loop(shared: Arc<Shared>) {
     let mut last_slow = Instant::now();
     let mut last_saved = String::new();
+    let mut usage = nvml::NvmlUsage;
+    let mut audit_failed = false;
     while !shared.stopping.load(Ordering::Acquire) {
         std::thread::sleep(Duration::from_millis(100));
         let sources = {
@@ -300,7 +303,46 @@ fn housekeeping_loop(shared: Arc<Shared>) {
             let previous = shared.gpus.lock().expect("gpus lock").clone();
             let gpus = nvml::refresh(&previous);
             *shared.gpus.lock().expect("gpus lock") = gpus;
+            if shared.config.audit != AuditAction::Off {
+                audit_memory(&shared, &mut usage, &mut audit_failed);
+            }
         }
+    }
+}
+
+/// Compares every tenant's real device memory with its budget and acts on
+/// an overrun (see [`crate::audit`]). The query runs outside the lock.
+fn audit_memory(shared: &Shared, source: &mut dyn UsageSource, failed: &mut bool) {
+    let tenants = shared.registry.lock().expect("registry lock").audit_view();
+    if tenants.is_empty() {
+        return;
+    }
+    let usage = match source.process_memory() {
+        Ok(usage) => {
+            *failed = false;
+            usage
+        }
+        Err(e) => {
+            if !*failed {
+                tracing::info!("memory audit unavailable: {e}");
+                *failed = true;
+            }
+            return;
+        }
+    };
+    let totals = audit::usage_by_tenant(&usage, &tenants);
+    {
+        let mut registry = shared.registry.lock().expect("registry lock");
+        for tenant in &tenants {
+            let on_device_0 = totals
+                .get(&tenant.name)
+                .and_then(|devices| devices.get(&0))
+                .map_or(0, |(bytes, _)| *bytes);
+            registry.set_audited(&tenant.name, Some(on_device_0));
+        }
+    }
+    for overrun in audit::find_overruns(&usage, &tenants, shared.config.audit_slack) {
+        audit::act(&overrun, shared.config.audit);
     }
 }
 

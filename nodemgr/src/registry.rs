@@ -59,6 +59,8 @@ pub struct Tenant {
     pub sampler: Sampler,
     /// Re-adopted from the persisted state and not re-registered yet.
     pub awaiting_since: Option<Instant>,
+    /// What the audit last saw its processes hold on device 0.
+    pub audited_bytes: Option<u64>,
 }
 
 impl Tenant {
@@ -294,6 +296,7 @@ impl Registry {
                     share_ppm: share,
                     sampler: Sampler::default(),
                     awaiting_since: None,
+                    audited_bytes: None,
                 },
             );
             self.epoch += 1;
@@ -399,6 +402,32 @@ impl Registry {
         }
     }
 
+    /// What the memory audit needs: each tenant's processes and budgets.
+    /// The budget audited is the daemon's (the sealed region), never the
+    /// tenant's own ledger, which the tenant can rewrite.
+    pub fn audit_view(&self) -> Vec<crate::audit::AuditedTenant> {
+        self.tenants
+            .values()
+            .map(|t| crate::audit::AuditedTenant {
+                name: t.name.clone(),
+                pids: t.members.values().map(|m| m.pid).collect(),
+                budgets: (0..ledger::MAX_DEVICES)
+                    .map(|d| {
+                        let bytes = t.regions.budget.mem_budget(d);
+                        (bytes != ledger::UNLIMITED).then_some(bytes)
+                    })
+                    .collect(),
+            })
+            .collect()
+    }
+
+    /// Records what the audit saw a tenant hold on device 0.
+    pub fn set_audited(&mut self, name: &str, bytes: Option<u64>) {
+        if let Some(t) = self.tenants.get_mut(name) {
+            t.audited_bytes = bytes;
+        }
+    }
+
     /// Tenants as they are now, for `dilu status` and metrics.
     pub fn status(&self) -> Vec<TenantStatus> {
         self.tenants
@@ -412,6 +441,7 @@ impl Registry {
                     pids: t.members.values().map(|m| m.pid).collect(),
                     mem_used_bytes: t.ledger.as_ref().map_or(0, |l| l.used(0)),
                     mem_budget_bytes: t.mem_budget(0),
+                    mem_audited_bytes: t.audited_bytes,
                     sm_current_pct: t.share_ppm as f64 / 10_000.0,
                     sm_achieved_pct: recent.achieved * 100.0,
                     busy_seconds_total: recent.busy_total_ns as f64 / 1e9,
@@ -460,6 +490,7 @@ impl Registry {
                     share_ppm: s.share_ppm,
                     sampler: Sampler::default(),
                     awaiting_since: Some(Instant::now()),
+                    audited_bytes: None,
                 },
             );
             self.epoch += 1;
