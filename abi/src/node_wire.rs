@@ -295,4 +295,73 @@ mod tests {
         assert_eq!(parse_class("Latency"), Some(WorkClass::Latency));
         assert_eq!(parse_class("gpu"), None);
     }
+
+    /// A valid registration, as bytes (the seed the fuzzing below mutates).
+    fn registration() -> Vec<u8> {
+        encode(&ToDaemon::Register {
+            version: PROTOCOL_VERSION,
+            tenant: "infer".into(),
+            spec: Some(TenantSpec::default()),
+            reattach: true,
+        })
+        .unwrap()
+    }
+
+    proptest::proptest! {
+        /// Whatever bytes a peer sends, decoding returns (no panic, no
+        /// hang, no huge allocation) with a message or a one-line error.
+        #[test]
+        fn any_bytes_decode_to_a_message_or_a_clear_error(
+            bytes in proptest::collection::vec(proptest::num::u8::ANY, 0..2048)
+        ) {
+            for result in [
+                decode::<ToDaemon>(&bytes).map(|_| ()),
+                decode::<FromDaemon>(&bytes).map(|_| ()),
+            ] {
+                if let Err(error) = result {
+                    proptest::prop_assert!(error.starts_with("malformed message"));
+                    proptest::prop_assert!(!error.contains('\n'));
+                }
+            }
+        }
+
+        /// Valid messages with bytes flipped or cut short: the same.
+        #[test]
+        fn damaged_registrations_decode_or_fail_cleanly(
+            flips in proptest::collection::vec((0usize..64, proptest::num::u8::ANY), 0..8),
+            cut in 0usize..64,
+        ) {
+            let mut bytes = registration();
+            for (at, value) in flips {
+                let at = at % bytes.len();
+                bytes[at] = value;
+            }
+            bytes.truncate(cut.max(1).min(bytes.len()));
+            if let Ok(ToDaemon::Register { spec: Some(spec), .. }) = decode::<ToDaemon>(&bytes) {
+                // Whatever spec came through, validation answers.
+                let _ = spec.validate();
+            }
+        }
+
+        /// Specs with any numbers (NaN, infinities, negatives) are judged,
+        /// never accepted when they are not percentages and a positive SLO.
+        #[test]
+        fn any_spec_is_validated(
+            request in proptest::num::f64::ANY,
+            limit in proptest::num::f64::ANY,
+            slo in proptest::option::of(proptest::num::f64::ANY),
+        ) {
+            let spec = TenantSpec {
+                sm_request_pct: request,
+                sm_limit_pct: limit,
+                slo_ms: slo,
+                ..TenantSpec::default()
+            };
+            if spec.validate().is_ok() {
+                proptest::prop_assert!((0.0..=100.0).contains(&request));
+                proptest::prop_assert!((0.0..=100.0).contains(&limit) && request <= limit);
+                proptest::prop_assert!(slo.is_none_or(|s| s > 0.0 && s.is_finite()));
+            }
+        }
+    }
 }

@@ -221,8 +221,15 @@ extern "C" fn leave_at_exit() {
             budget.ledger.leave(SlotId::from_index(slot));
         }
         budget.ledger.drop_scanner_role(std::process::id() as i32);
-        if let Some(path) = &budget.ledger_path {
-            budget.ledger.remove_if_unused(path);
+        if let Some(path) = &budget.ledger_path
+            && budget.ledger.remove_if_unused(path)
+        {
+            // The tenant's last process: its other standalone regions go
+            // too. The ledger stays locked (exclusively) until we are gone,
+            // so a process starting now waits for it and starts afresh.
+            for kind in ["sm", "telemetry"] {
+                let _ = std::fs::remove_file(path.with_extension(kind));
+            }
         }
     }
 }

@@ -194,4 +194,38 @@ mod tests {
             unsafe { (OwnedFd::from_raw_fd(ends[0]), OwnedFd::from_raw_fd(ends[1])) };
         assert!(adopt::<TenantTelemetry>(&read, true).is_err());
     }
+
+    proptest::proptest! {
+        /// Whatever a tenant hands back (any size, any bytes, sealed or
+        /// not), adoption answers at once, with a region or an error.
+        #[test]
+        fn any_handed_back_memfd_is_adopted_or_refused_at_once(
+            bytes in proptest::collection::vec(proptest::num::u8::ANY, 0..9000),
+            keep_magic in proptest::bool::ANY,
+            seal in proptest::bool::ANY,
+        ) {
+            use crate::telemetry::TenantTelemetry;
+            // SAFETY: name is NUL-terminated.
+            let raw = unsafe { libc::memfd_create(c"fuzz".as_ptr(), libc::MFD_ALLOW_SEALING) };
+            // SAFETY: raw is a fresh fd.
+            let fd = unsafe { OwnedFd::from_raw_fd(check(raw).unwrap()) };
+            let mut bytes = bytes;
+            if keep_magic && bytes.len() >= 8 {
+                bytes[..8].copy_from_slice(&<TenantTelemetry as SharedLayout>::MAGIC.to_ne_bytes());
+            }
+            let file = std::fs::File::from(fd.try_clone().unwrap());
+            std::os::unix::fs::FileExt::write_all_at(&file, &bytes, 0).unwrap();
+            if seal {
+                seal_size(&fd).unwrap();
+            }
+            let started = std::time::Instant::now();
+            let adopted = adopt::<TenantTelemetry>(&fd, true);
+            proptest::prop_assert!(started.elapsed() < std::time::Duration::from_millis(500));
+            if let Ok(region) = adopted {
+                proptest::prop_assert!(bytes.len() >= std::mem::size_of::<TenantTelemetry>());
+                let _ = region.devices[0].snapshot();
+                proptest::prop_assert!(truncate(&fd).is_err(), "adopted means size-sealed");
+            }
+        }
+    }
 }

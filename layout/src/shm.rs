@@ -16,7 +16,7 @@ use std::ffi::CString;
 use std::marker::PhantomData;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicI32, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
@@ -492,6 +492,12 @@ pub fn private_dir(dir: &Path) -> std::io::Result<()> {
     if owner != euid() && owner != 0 {
         return Err(not_ours(dir, "", owner));
     }
+    if owner == euid() && owner != 0 && mode & 0o077 != 0 {
+        // Ours but open to others (made by hand): close it. Files already
+        // in it are still checked one by one when opened.
+        std::fs::set_permissions(dir, std::os::unix::fs::PermissionsExt::from_mode(0o700))?;
+        return Ok(());
+    }
     let shared = mode & 0o022 != 0;
     if shared && !(owner == 0 && mode & 0o1000 != 0) {
         return Err(not_ours(
@@ -501,6 +507,79 @@ pub fn private_dir(dir: &Path) -> std::io::Result<()> {
         ));
     }
     Ok(())
+}
+
+/// Whether `dir` is a real directory of `uid` that no one else may write.
+fn private_of(dir: &Path, uid: u32) -> bool {
+    std::fs::symlink_metadata(dir)
+        .is_ok_and(|m| m.file_type().is_dir() && m.uid() == uid && m.mode() & 0o077 == 0)
+}
+
+/// A user's region directory under `root`: `dilu-<uid>` unless another user
+/// squatted that name; then the first (by name) `dilu-<uid>.<suffix>` that
+/// is the user's and private, made with a random suffix if there is none
+/// (only by the user's own processes; a reader such as the daemon just
+/// finds it). Processes of one user all resolve to the same directory, and
+/// no other user can predict a random name to squat it too.
+pub fn user_dir(root: &Path, uid: u32) -> PathBuf {
+    let primary = root.join(format!("dilu-{uid}"));
+    let squatted = match std::fs::symlink_metadata(&primary) {
+        Err(_) => false,
+        Ok(m) => !(m.file_type().is_dir() && m.uid() == uid),
+    };
+    if !squatted {
+        return primary;
+    }
+    let prefix = format!("dilu-{uid}.");
+    let find = || {
+        let mut names: Vec<PathBuf> = std::fs::read_dir(root)
+            .into_iter()
+            .flatten()
+            .flatten()
+            .filter(|e| e.file_name().to_string_lossy().starts_with(&prefix))
+            .map(|e| e.path())
+            .filter(|p| private_of(p, uid))
+            .collect();
+        names.sort();
+        names.into_iter().next()
+    };
+    if let Some(found) = find() {
+        return found;
+    }
+    if euid() == uid {
+        for _ in 0..8 {
+            let candidate = root.join(format!("{prefix}{:016x}", random_u64()));
+            if std::fs::DirBuilder::new()
+                .mode(0o700)
+                .create(&candidate)
+                .is_ok()
+            {
+                break;
+            }
+        }
+        if let Some(found) = find() {
+            let owner = std::fs::symlink_metadata(&primary).map_or(0, |m| m.uid());
+            eprintln!(
+                "dilu: {} belongs to uid {owner}, not to uid {uid}: using {} instead",
+                primary.display(),
+                found.display()
+            );
+            return found;
+        }
+    }
+    primary
+}
+
+fn random_u64() -> u64 {
+    let mut bytes = [0u8; 8];
+    // SAFETY: getrandom writes at most bytes.len() bytes into the buffer.
+    let n = unsafe { libc::getrandom(bytes.as_mut_ptr().cast(), bytes.len(), 0) };
+    if n != bytes.len() as isize {
+        // No entropy source: time and pid still make the name unguessable
+        // enough that a squatter must race us for it.
+        return crate::monotonic_ns() ^ (u64::from(std::process::id()) << 40);
+    }
+    u64::from_ne_bytes(bytes)
 }
 
 /// Unlinks `path` if it still names the file open as `fd`.
@@ -558,5 +637,98 @@ fn wait_for_length(fd: libc::c_int, length: usize) -> std::io::Result<()> {
             ));
         }
         std::thread::sleep(Duration::from_millis(1));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ledger::TenantLedger;
+
+    fn scratch(tag: &str) -> PathBuf {
+        let dir = std::env::temp_dir().join(format!("dilu-shm-{tag}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        dir
+    }
+
+    /// Gives `path` to another user; false when this process may not
+    /// (the test then has nothing to show).
+    fn give_away(path: &Path, uid: u32) -> bool {
+        std::os::unix::fs::chown(path, Some(uid), None).is_ok()
+    }
+
+    #[test]
+    fn a_squatted_user_directory_is_replaced_by_a_private_one_all_processes_find() {
+        let root = scratch("squat");
+        let me = euid();
+        let primary = root.join(format!("dilu-{me}"));
+        std::fs::create_dir(&primary).unwrap();
+        assert_eq!(user_dir(&root, me), primary, "our own directory is used");
+        if !give_away(&primary, me + 4242) {
+            return;
+        }
+        let chosen = user_dir(&root, me);
+        assert_ne!(chosen, primary, "a squatted name is not used");
+        assert!(private_of(&chosen, me));
+        assert_eq!(user_dir(&root, me), chosen, "every process agrees on it");
+        let path = chosen.join("t.ledger");
+        assert!(Region::<TenantLedger>::open_or_create(&path, 0o600, |_| {}).is_ok());
+        let _ = std::fs::remove_dir_all(&root);
+    }
+
+    #[test]
+    fn a_region_file_of_another_user_is_refused_with_its_owner_named() {
+        let root = scratch("owner");
+        let path = root.join("t.ledger");
+        std::fs::write(&path, vec![0u8; std::mem::size_of::<TenantLedger>()]).unwrap();
+        std::fs::set_permissions(&path, std::os::unix::fs::PermissionsExt::from_mode(0o600))
+            .unwrap();
+        if !give_away(&path, euid() + 4242) {
+            return;
+        }
+        let error = Region::<TenantLedger>::open_or_create(&path, 0o600, |_| {})
+            .err()
+            .expect("refused")
+            .to_string();
+        assert!(
+            error.contains(&path.display().to_string())
+                && error.contains(&format!("uid {}", euid() + 4242))
+                && !error.contains('\n'),
+            "{error}"
+        );
+        let link = root.join("link.ledger");
+        std::os::unix::fs::symlink(&path, &link).unwrap();
+        let error = Region::<TenantLedger>::open_or_create(&link, 0o600, |_| {})
+            .err()
+            .expect("a symlink is refused")
+            .to_string();
+        assert!(error.contains("symbolic link"), "{error}");
+        let _ = std::fs::remove_dir_all(&root);
+    }
+
+    #[test]
+    fn the_last_user_removes_the_file_and_the_next_start_sweeps_leftovers() {
+        let root = scratch("sweep");
+        let path = root.join("t.ledger");
+        let first = Region::<TenantLedger>::open_or_create(&path, 0o600, |_| {}).unwrap();
+        let second = Region::<TenantLedger>::open_or_create(&path, 0o600, |_| {}).unwrap();
+        assert!(!first.remove_if_unused(&path), "another holder keeps it");
+        drop(first);
+        assert!(
+            second.remove_if_unused(&path),
+            "the last one out removes it"
+        );
+        assert!(!path.exists());
+        // A file nobody holds (its process crashed) goes at the next sweep;
+        // one still held stays.
+        let leftover = root.join("crashed.ledger");
+        drop(Region::<TenantLedger>::open_or_create(&leftover, 0o600, |_| {}).unwrap());
+        let held_path = root.join("held.ledger");
+        let held = Region::<TenantLedger>::open_or_create(&held_path, 0o600, |_| {}).unwrap();
+        assert_eq!(sweep_unused(&root), 1);
+        assert!(!leftover.exists() && held_path.exists());
+        drop(held);
+        let _ = std::fs::remove_dir_all(&root);
     }
 }

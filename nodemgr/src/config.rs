@@ -273,4 +273,60 @@ mod tests {
         );
         assert_eq!(missing.unwrap().controller, "dilu");
     }
+
+    fn value() -> impl proptest::strategy::Strategy<Value = String> {
+        use proptest::prelude::*;
+        prop_oneof![
+            any::<f64>().prop_map(|v| format!("{v:?}")),
+            any::<i64>().prop_map(|v| v.to_string()),
+            "[ -~]{0,12}".prop_map(|v| format!("{v:?}")),
+            Just("nan".to_string()),
+            Just("-inf".to_string()),
+            Just("\"18446744073709551616GiB\"".to_string()),
+        ]
+    }
+
+    fn key() -> impl proptest::strategy::Strategy<Value = &'static str> {
+        proptest::sample::select(vec![
+            "period_ms",
+            "controller",
+            "gpu_memory",
+            "scale_out_after_s",
+            "scale_in_after_s",
+            "audit",
+            "audit_slack",
+            "metrics",
+            "[tenants.t]\nsm_request",
+            "[tenants.t]\nsm_limit",
+            "[tenants.t]\nslo_ms",
+            "[tenants.t]\nmem",
+            "[tenants.t]\nclass",
+        ])
+    }
+
+    proptest::proptest! {
+        /// Any text: a configuration or one error line, never a panic.
+        #[test]
+        fn any_text_parses_or_is_refused_with_one_line(text in "\\PC{0,200}") {
+            if let Err(error) = Config::parse(&text) {
+                proptest::prop_assert!(!error.is_empty());
+            }
+        }
+
+        /// Every key with any value: accepted values are in range, refused
+        /// ones are named.
+        #[test]
+        fn any_value_of_any_key_is_judged(key in key(), value in value()) {
+            let text = format!("{key} = {value}\n");
+            match Config::parse(&text) {
+                Ok(config) => {
+                    proptest::prop_assert!(config.period >= Duration::from_micros(500));
+                    for spec in config.tenants.values() {
+                        proptest::prop_assert!(spec.validate().is_ok());
+                    }
+                }
+                Err(error) => proptest::prop_assert!(!error.is_empty()),
+            }
+        }
+    }
 }

@@ -3,8 +3,8 @@
 //!
 //! Threads: the socket server (one thread per connection), the control
 //! loop (every period: sample telemetry, run the controller, write budgets),
-//! housekeeping (every 100 ms: re-adoption grace, tenants' ledgers; every
-//! second: state file, GPU refresh, memory audit) and the metrics endpoint.
+//! housekeeping (every 100 ms: re-adoption grace, tenants' ledgers, the
+//! state file when it changed; every second: GPU refresh, memory audit) and the metrics endpoint.
 //! The registry lock is only ever held for memory work: file, socket and
 //! NVML I/O happen outside it, so the control loop never waits for I/O. Budgets (SM share and memory) live in sealed memfds
 //! the tenants hold mapped read-only, so when the daemon dies they keep their
@@ -292,14 +292,16 @@ fn housekeeping_loop(shared: Arc<Shared>) {
                 registry.set_ledger(&name, uid, copy);
             }
         }
+        // The state a restarted daemon re-adopts from (shares included: a
+        // re-attaching tenant's own word is never taken for its share).
+        let saved = shared.registry.lock().expect("registry lock").saved();
+        let text = serde_json::to_string(&saved).unwrap_or_default();
+        if text != last_saved {
+            save_state(&shared.config, &saved);
+            last_saved = text;
+        }
         if last_slow.elapsed() >= Duration::from_secs(1) {
             last_slow = Instant::now();
-            let saved = shared.registry.lock().expect("registry lock").saved();
-            let text = serde_json::to_string(&saved).unwrap_or_default();
-            if text != last_saved {
-                save_state(&shared.config, &saved);
-                last_saved = text;
-            }
             let previous = shared.gpus.lock().expect("gpus lock").clone();
             let gpus = nvml::refresh(&previous);
             *shared.gpus.lock().expect("gpus lock") = gpus;

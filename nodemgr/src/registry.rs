@@ -511,3 +511,49 @@ pub fn effective_share(budget: &SmBudget) -> u32 {
     let v = budget.share_ppm(0);
     if sm::is_limited(v) { v } else { FULL_SHARE_PPM }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn peer(uid: u32) -> Peer {
+        Peer {
+            pid: std::process::id() as i32,
+            uid,
+            connection: Arc::new(std::fs::File::open("/dev/null").unwrap().into()),
+        }
+    }
+
+    proptest::proptest! {
+        /// Whatever name and spec a tenant sends, registration admits it
+        /// within the GPU or refuses it with a reason; admitted requests
+        /// never sum past the whole GPU.
+        #[test]
+        fn any_registration_is_admitted_within_the_gpu_or_refused(
+            asks in proptest::collection::vec((
+                "[ -~]{0,70}",
+                proptest::num::f64::ANY,
+                proptest::num::f64::ANY,
+                proptest::option::of(proptest::num::u64::ANY),
+                0u32..3,
+            ), 1..6),
+        ) {
+            let mut registry = Registry::new(BTreeMap::new(), Some(80 << 30));
+            for (name, request, limit, mem, uid) in asks {
+                let spec = TenantSpec {
+                    sm_request_pct: request,
+                    sm_limit_pct: limit,
+                    mem_bytes: mem,
+                    ..TenantSpec::default()
+                };
+                let Ok(fresh) = create_regions("fuzz", None) else { continue };
+                if let Err(reason) = registry.register(&name, peer(uid), 0, Some(spec), fresh) {
+                    proptest::prop_assert!(!reason.is_empty());
+                }
+            }
+            let requested: u32 = registry.tenants.values().map(|t| ppm(t.spec.sm_request_pct)).sum();
+            proptest::prop_assert!(requested <= FULL_SHARE_PPM);
+            let _ = registry.status();
+        }
+    }
+}

@@ -197,3 +197,165 @@ fn a_tenant_that_stalls_its_handed_back_fds_cannot_stall_the_control_loop() {
         "the tenant is admitted with fresh regions: {answer:?}"
     );
 }
+
+/// Finding 1, the ledger too: the daemon mapped the tenant's ledger file,
+/// which the tenant can truncate. It now reads a copy.
+#[test]
+fn a_tenant_that_truncates_its_ledger_cannot_kill_the_daemon() {
+    use dilu_abi::ledger::TenantLedger;
+    use dilu_abi::shm::Region;
+    let scratch = Scratch::new("threat-ledger");
+    let mut daemon = Daemon::start(&scratch, "period_ms = 5\n");
+    let tenant = unique_name("ledger");
+    let (_connection, answer, _fds) = daemon.register(&tenant, &[]);
+    assert!(
+        matches!(answer, FromDaemon::Registered { .. }),
+        "{answer:?}"
+    );
+    // SAFETY: getuid has no preconditions.
+    let uid = unsafe { libc::getuid() };
+    let path = dilu_abi::tenant_region_path(uid, &tenant, "ledger");
+    let budget = 64 << 20;
+    drop(
+        Region::<TenantLedger>::open_or_create(&path, 0o600, |l| l.set_budget(0, budget))
+            .expect("create the tenant's ledger"),
+    );
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let status = daemon.status().expect("status");
+        let seen = status
+            .tenants
+            .iter()
+            .any(|t| t.name == tenant && t.mem_budget_bytes == Some(budget));
+        if seen {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the daemon never read the ledger"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    std::fs::OpenOptions::new()
+        .write(true)
+        .open(&path)
+        .and_then(|f| f.set_len(0))
+        .expect("truncate the ledger");
+    std::thread::sleep(Duration::from_millis(500));
+    let answered = daemon.status().is_some();
+    let _ = std::fs::remove_file(&path);
+    assert!(
+        daemon.alive() && answered,
+        "the daemon died after a tenant truncated its ledger"
+    );
+}
+
+/// Runs a tenant process under `dilu run --sim` as `uid` (None: as we are).
+fn run_tenant(tenant: &str, instance: &str, uid: Option<u32>) -> std::process::Output {
+    use std::os::unix::process::CommandExt;
+    let mut command = Command::new(dilu());
+    command
+        .args(["run", "--sim", "--tenant", tenant, "--mem", "1GiB", "--"])
+        .arg(dilu_tests::workspace::artifact("cudart-client"))
+        .env("SIMGPU_INSTANCE", instance)
+        .env_remove("DILU_MEM_LIMIT")
+        .env_remove("DILU_TENANT")
+        .env_remove("DILU_NODEMGR_SOCKET")
+        .current_dir("/");
+    if let Some(uid) = uid {
+        command.uid(uid).gid(uid).env("HOME", "/");
+    }
+    dilu_tests::workspace::output_within(command, Duration::from_secs(120))
+}
+
+fn simgpu_instance_file(uid: u32, instance: &str) -> PathBuf {
+    PathBuf::from(format!("/dev/shm/simgpu-{uid}-{instance}"))
+}
+
+/// Finding 4: every run used to leave its ledger, SM and telemetry files
+/// and its simulated GPU's state in /dev/shm. The last process out removes
+/// them now.
+#[test]
+fn a_finished_tenant_leaves_no_files_behind() {
+    // SAFETY: getuid has no preconditions.
+    let uid = unsafe { libc::getuid() };
+    let tenant = unique_name("tidy");
+    let instance = unique_name("tidy");
+    let output = run_tenant(&tenant, &instance, None);
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let left: Vec<PathBuf> = ["ledger", "sm", "telemetry"]
+        .iter()
+        .map(|kind| dilu_abi::tenant_region_path(uid, &tenant, kind))
+        .chain([simgpu_instance_file(uid, &instance)])
+        .filter(|path| path.exists())
+        .collect();
+    for path in &left {
+        let _ = std::fs::remove_file(path);
+    }
+    assert!(left.is_empty(), "left behind: {left:?}");
+}
+
+/// Finding 4: another user could create a victim's region name first and
+/// stop the victim's processes (exit 2). Now a squatted name is never used:
+/// the victim's processes agree on a private directory no one can predict,
+/// and say so in one line naming the squatted directory and its owner.
+#[test]
+fn a_name_squatted_by_another_user_does_not_stop_the_victim() {
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        eprintln!("needs root to play two users; skipped");
+        return;
+    }
+    let victim = 61_000 + std::process::id() % 1000;
+    let attacker = victim + 1000;
+    let tenant = unique_name("victim");
+    let instance = unique_name("victim");
+    let cleanup = || {
+        for entry in std::fs::read_dir("/dev/shm").unwrap().flatten() {
+            let name = entry.file_name().to_string_lossy().into_owned();
+            if name.starts_with(&format!("dilu-{victim}")) {
+                let _ = std::fs::remove_dir_all(entry.path());
+                let _ = std::fs::remove_file(entry.path());
+            }
+        }
+        let _ = std::fs::remove_file(simgpu_instance_file(victim, &instance));
+    };
+    cleanup();
+    // What the attacker creates first: the victim's directory (and the
+    // file name earlier versions used), open to all, owned by the attacker.
+    let squatted = dilu_abi::user_region_dir(victim);
+    std::fs::create_dir(&squatted).unwrap();
+    std::fs::set_permissions(
+        &squatted,
+        std::os::unix::fs::PermissionsExt::from_mode(0o777),
+    )
+    .unwrap();
+    std::os::unix::fs::chown(&squatted, Some(attacker), Some(attacker)).unwrap();
+    let old_name = PathBuf::from(format!("/dev/shm/dilu-{victim}-{tenant}.ledger"));
+    std::fs::write(&old_name, b"").unwrap();
+    std::os::unix::fs::chown(&old_name, Some(attacker), Some(attacker)).unwrap();
+
+    let output = run_tenant(&tenant, &instance, Some(victim));
+    let stderr = String::from_utf8_lossy(&output.stderr).into_owned();
+    let chosen = dilu_abi::user_region_dir(victim);
+    let leftovers: Vec<_> = std::fs::read_dir(&chosen)
+        .map(|d| d.flatten().map(|e| e.path()).collect())
+        .unwrap_or_default();
+    cleanup();
+    assert!(
+        output.status.success(),
+        "the victim's process failed (status {:?}): {stderr}",
+        output.status.code()
+    );
+    assert_ne!(chosen, squatted, "the victim uses a directory of its own");
+    let line = stderr
+        .lines()
+        .find(|l| l.contains(&squatted.display().to_string()))
+        .unwrap_or_else(|| panic!("no line names the squatted directory: {stderr}"));
+    assert!(line.contains(&format!("uid {attacker}")), "{line}");
+    assert!(leftovers.is_empty(), "left behind: {leftovers:?}");
+}
