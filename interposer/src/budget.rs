@@ -244,6 +244,7 @@ pub fn forget_parent_state_in_child() {
     for charged in &CONTEXT_CHARGED {
         charged.store(false, Ordering::Relaxed);
     }
+    crate::driver_reserved::forget_parent_state_in_child();
     if let Some(budget) = existing() {
         budget.charges.forget_all();
         if let Some(path) = &budget.ledger_path {

@@ -84,7 +84,7 @@ fn every_allocation_path_is_held_to_the_budget_whichever_way_it_is_reached() {
             .collect();
         assert_eq!(
             paths.len(),
-            9,
+            12,
             "via {via}: every path must report: {stdout}\n{}",
             text(&output.stderr)
         );
