@@ -164,7 +164,7 @@ fn run(via: &str, budget: usize) -> Result<bool, String> {
     let device_get: DeviceGet = r.get("cuDeviceGet", "cuDeviceGet")?;
     let retain: Retain = r.get("cuDevicePrimaryCtxRetain", "cuDevicePrimaryCtxRetain")?;
     let set_current: SetCurrent = r.get("cuCtxSetCurrent", "cuCtxSetCurrent")?;
-    // SAFETY (whole block): each call follows its cuda.h contract with live
+    // SAFETY: (whole block) each call follows its cuda.h contract with live
     // locals as out-parameters and sizes within the buffers passed.
     unsafe {
         let mut device = 0;
