@@ -7,8 +7,8 @@ use crate::config::MAX_DEVICES;
 use std::ffi::CString;
 use std::sync::atomic::{AtomicU64, Ordering::*};
 
-const MAGIC: u64 = 0x5349_4d47_5055_0003; // "SIMGPU" + layout 3
-const VERSION: u64 = 3;
+const MAGIC: u64 = 0x5349_4d47_5055_0004; // "SIMGPU" + layout 4
+const VERSION: u64 = 4;
 pub(crate) const MAX_SLOTS: usize = 256;
 /// Slot pid value while a process is filling in its slot or reclaiming one.
 const BUSY: u64 = u64::MAX;
@@ -27,7 +27,10 @@ pub(crate) struct ShmDevice {
     /// but was processed late still happened in it.
     pub previous_slice: AtomicU64,
     pub previous_slice_end: AtomicU64,
-    _pad: [u64; 2],
+    /// Device time reserved for kernels of all processes, ever (ns): the
+    /// simulated NVML samples utilisation from its growth.
+    pub busy_ns: AtomicU64,
+    _pad: [u64; 1],
 }
 
 #[repr(C)]
@@ -38,6 +41,21 @@ pub(crate) struct ShmSlot {
     /// Kernels this process has queued on each device and not yet started
     /// (a time-slice holder with queued kernels is not idle).
     pub queued: [AtomicU64; MAX_DEVICES],
+    /// Device time reserved for this process's kernels on each device (ns).
+    pub busy_ns: [AtomicU64; MAX_DEVICES],
+    /// Bit d set: the process has a context on device d (NVML lists it as a
+    /// running process there).
+    pub active_devices: AtomicU64,
+}
+
+/// One live process of the shared device, as NVML reports it.
+#[allow(dead_code)] // read by the simulated NVML (simgpu/nvml includes this file)
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct ProcessUsage {
+    pub slot: usize,
+    pub pid: u32,
+    pub used_bytes: u64,
+    pub busy_ns: u64,
 }
 
 #[repr(C)]
@@ -96,6 +114,12 @@ impl Shm {
 
     /// Opens (creating if needed) the instance and claims a process slot.
     pub(crate) fn attach(instance: &str, ndev: usize, capacity: u64) -> Result<Shm, String> {
+        let mut shm = Self::open(instance, ndev, capacity)?;
+        shm.slot = shm.claim_slot()?;
+        Ok(shm)
+    }
+
+    fn open(instance: &str, ndev: usize, capacity: u64) -> Result<Shm, String> {
         let path = Self::path_for(instance);
         let cpath = CString::new(path.clone()).map_err(|_| "simgpu: bad path".to_string())?;
         let size = std::mem::size_of::<ShmLayout>();
@@ -178,14 +202,13 @@ impl Shm {
                 ));
             }
         }
-        let mut shm = Shm {
+        let shm = Shm {
             layout,
             slot: usize::MAX,
             held: fd,
             path: cpath,
         };
         shm.reclaim_dead();
-        shm.slot = shm.claim_slot()?;
         Ok(shm)
     }
 
@@ -282,6 +305,10 @@ impl Shm {
         for queued in &s.queued {
             queued.store(0, Relaxed);
         }
+        for busy in &s.busy_ns {
+            busy.store(0, Relaxed);
+        }
+        s.active_devices.store(0, Relaxed);
         for (d, used) in s.used.iter().enumerate() {
             let n = used.swap(0, AcqRel);
             if n > 0 {
@@ -326,6 +353,21 @@ impl Shm {
         (cap.saturating_sub(used), cap)
     }
 
+    /// Records that this process has a context on device `phys`.
+    pub(crate) fn mark_active(&self, phys: usize) {
+        if let Some(s) = self.layout.slots.get(self.slot) {
+            s.active_devices.fetch_or(1 << phys, Relaxed);
+        }
+    }
+
+    /// Counts `ns` of device time reserved for this process on `phys`.
+    pub(crate) fn add_busy(&self, phys: usize, ns: u64) {
+        self.dev(phys).busy_ns.fetch_add(ns, Relaxed);
+        if let Some(s) = self.layout.slots.get(self.slot) {
+            s.busy_ns[phys].fetch_add(ns, Relaxed);
+        }
+    }
+
     /// Releases this process's slot and usage (normal exit).
     pub(crate) fn release(&self) {
         let s = &self.layout.slots[self.slot];
@@ -359,5 +401,54 @@ impl Shm {
             // SAFETY: path is NUL-terminated; it names the file we hold.
             unsafe { libc::unlink(self.path.as_ptr()) };
         }
+    }
+}
+
+/// What the simulated NVML reads (simgpu/nvml includes this file; the driver
+/// itself uses none of it).
+#[allow(dead_code)]
+impl Shm {
+    /// Opens (creating if needed) the instance without claiming a process
+    /// slot: an observer such as the simulated NVML, which is no CUDA
+    /// process and must not appear as one.
+    pub(crate) fn observe(instance: &str, ndev: usize, capacity: u64) -> Result<Shm, String> {
+        Self::open(instance, ndev, capacity)
+    }
+
+    /// Device time reserved for kernels of all processes on `phys`, ever.
+    pub(crate) fn device_busy_ns(&self, phys: usize) -> u64 {
+        self.dev(phys).busy_ns.load(Relaxed)
+    }
+
+    /// (used, capacity) of device `phys`, after reclaiming dead processes.
+    pub(crate) fn used_and_capacity(&self, phys: usize) -> (u64, u64) {
+        let (free, cap) = self.mem_info(phys);
+        (cap - free, cap)
+    }
+
+    /// Live processes with a context or memory on device `phys`, in slot
+    /// order (dead ones are reclaimed first).
+    pub(crate) fn processes(&self, phys: usize) -> Vec<ProcessUsage> {
+        self.reclaim_dead();
+        let mut out = Vec::new();
+        for (slot, s) in self.layout.slots.iter().enumerate() {
+            let pid = s.pid.load(Acquire);
+            if pid == 0 || pid == BUSY {
+                continue;
+            }
+            let used_bytes = s.used[phys].load(Relaxed);
+            let busy_ns = s.busy_ns[phys].load(Relaxed);
+            let active = s.active_devices.load(Relaxed) & (1 << phys) != 0;
+            if !active && used_bytes == 0 && busy_ns == 0 {
+                continue;
+            }
+            out.push(ProcessUsage {
+                slot,
+                pid: pid as u32,
+                used_bytes,
+                busy_ns,
+            });
+        }
+        out
     }
 }
