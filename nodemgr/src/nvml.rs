@@ -9,11 +9,20 @@ use std::sync::OnceLock;
 
 fn nvml() -> Option<&'static Nvml> {
     static NVML: OnceLock<Option<Nvml>> = OnceLock::new();
-    NVML.get_or_init(|| match Nvml::init() {
-        Ok(nvml) => Some(nvml),
-        Err(e) => {
-            tracing::info!("NVML not available ({e}); device figures come from telemetry only");
-            None
+    // The runtime name first: every driver installs libnvidia-ml.so.1, the
+    // unversioned name only comes with development packages. Under simgpu
+    // the simulated NVML answers to the same name (LD_LIBRARY_PATH).
+    NVML.get_or_init(|| {
+        match Nvml::builder()
+            .lib_path(std::ffi::OsStr::new("libnvidia-ml.so.1"))
+            .init()
+            .or_else(|_| Nvml::init())
+        {
+            Ok(nvml) => Some(nvml),
+            Err(e) => {
+                tracing::info!("NVML not available ({e}); device figures come from telemetry only");
+                None
+            }
         }
     })
     .as_ref()

@@ -7,8 +7,14 @@
 //! budget region (a sealed memfd holding its SM share and its memory budget
 //! per device); members get a read-only descriptor. The tenant's memory
 //! ledger (a file its processes write) only counts usage: the daemon reads
-//! it for status and reclaims dead processes' memory in it, but the budget
-//! the interposer enforces is the one in the sealed region.
+//! a copy of it for status (never a mapping the tenant could truncate), but
+//! the budget the interposer enforces is the one in the sealed region, and
+//! real usage is audited from NVML ([`crate::audit`]).
+//!
+//! Nothing here performs I/O or waits: callers hold the registry lock, which
+//! the control loop needs every period. Regions are made, and descriptors a
+//! tenant hands back are inspected, before the lock is taken
+//! ([`create_regions`]).
 
 use crate::observe::Sampler;
 use dilu_abi::ledger::{self, TenantLedger};

@@ -359,3 +359,125 @@ fn a_name_squatted_by_another_user_does_not_stop_the_victim() {
     assert!(line.contains(&format!("uid {attacker}")), "{line}");
     assert!(leftovers.is_empty(), "left behind: {leftovers:?}");
 }
+
+/// A directory where `libnvidia-ml.so.1` is simgpu's simulated NVML, for a
+/// daemon that must see the simulated GPU's processes.
+fn simulated_nvml_dir(scratch: &Scratch) -> PathBuf {
+    let dir = scratch.path("nvml");
+    std::fs::create_dir_all(&dir).unwrap();
+    let link = dir.join("libnvidia-ml.so.1");
+    let _ = std::fs::remove_file(&link);
+    std::os::unix::fs::symlink(dilu_tests::workspace::artifact("libsimgpu_nvml.so"), &link)
+        .unwrap();
+    dir
+}
+
+/// Finding 3: the memory budget counts in a ledger the tenant writes. A
+/// tenant that zeroes it allocates past its budget; the daemon's audit of
+/// real per-process usage (NVML, here simgpu's) catches it and, configured
+/// to, kills it.
+#[test]
+fn the_audit_catches_a_tenant_that_zeroes_its_ledger() {
+    use std::io::{BufRead, BufReader, Write};
+    use std::os::unix::process::ExitStatusExt;
+    const MIB: u64 = 1 << 20;
+    let scratch = Scratch::new("threat-audit");
+    let tenant = unique_name("cheat");
+    let instance = unique_name("audit");
+    let config = scratch.path("nodemgr.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "audit = \"kill\"\naudit_slack = \"1MiB\"\ncontroller = \"static\"\n[tenants.{tenant}]\nmem = \"32MiB\"\n"
+        ),
+    )
+    .unwrap();
+    let socket = scratch.path("nodemgr.sock");
+    let daemon_child = Command::new(dilu())
+        .arg("nodemgr")
+        .arg("--config")
+        .arg(&config)
+        .arg("--socket")
+        .arg(&socket)
+        .arg("--run-dir")
+        .arg(scratch.path("run"))
+        .args(["--foreground", "--metrics", ""])
+        .env("LD_LIBRARY_PATH", simulated_nvml_dir(&scratch))
+        .env("SIMGPU_INSTANCE", &instance)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("start dilu nodemgr");
+    let daemon = Daemon {
+        child: daemon_child,
+        socket: socket.clone(),
+    };
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while daemon.status().is_none() {
+        assert!(Instant::now() < deadline, "the daemon never answered");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let mut probe = Command::new(dilu())
+        .args(["run", "--sim", "--tenant", &tenant, "--"])
+        .arg(dilu_tests::workspace::artifact("mem-probe"))
+        .env(node_wire::SOCKET_ENV, &socket)
+        .env("SIMGPU_INSTANCE", &instance)
+        .env("DILU_CONTEXT_MEMORY", "0")
+        .env_remove("DILU_MEM_LIMIT")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("start mem-probe");
+    let mut input = probe.stdin.take().unwrap();
+    let mut output = BufReader::new(probe.stdout.take().unwrap());
+    let mut ask = |command: &str| {
+        writeln!(input, "{command}").unwrap();
+        input.flush().unwrap();
+        let mut line = String::new();
+        output.read_line(&mut line).unwrap();
+        line.trim_end().to_string()
+    };
+    let chunk = 24 * MIB;
+    assert_eq!(ask(&format!("alloc {chunk}")), "alloc 0");
+    assert_eq!(
+        ask(&format!("alloc {chunk}")),
+        "alloc 2",
+        "the budget holds an honest tenant"
+    );
+    assert!(
+        ask("zero").starts_with("zero "),
+        "the tenant zeroed its ledger"
+    );
+    assert_eq!(
+        ask(&format!("alloc {chunk}")),
+        "alloc 0",
+        "with its ledger zeroed the tenant gets past its budget"
+    );
+    // 48 MiB held on a 32 MiB budget: the audit (every second) must act.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let status = loop {
+        if let Some(status) = probe.try_wait().unwrap() {
+            break Some(status);
+        }
+        if Instant::now() > deadline {
+            break None;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    let audited = daemon.status().and_then(|s| {
+        s.tenants
+            .iter()
+            .find(|t| t.name == tenant)
+            .and_then(|t| t.mem_audited_bytes)
+    });
+    let _ = probe.kill();
+    let _ = probe.wait();
+    let status = status.unwrap_or_else(|| {
+        panic!("the over-budget tenant still runs 30 s later (audited: {audited:?})")
+    });
+    assert_eq!(
+        status.signal(),
+        Some(libc::SIGKILL),
+        "the audit kills the tenant ({status:?})"
+    );
+}
