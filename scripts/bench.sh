@@ -63,7 +63,7 @@ for target in "${targets[@]}"; do
       # The same launch rows again with an SM-time share (within budget).
       DILU_SM_LIMIT=99 DILU_TENANT="bench-sm-$$" \
         cargo bench -p dilu-bench --bench overhead -- cuLaunchKernel || failed+=(overhead-sm)
-      rm -f "/dev/shm/dilu-$(id -u)-bench-sm-$$".*
+      rm -f "/dev/shm/dilu-$(id -u)/bench-sm-$$".*
       results+=("bench/results/overhead.md, overhead-sm-launch.md (and criterion's reports in target/criterion/)") ;;
     startup)
       cargo bench -p dilu-bench --bench startup -- "${extra[@]}" || failed+=(startup)

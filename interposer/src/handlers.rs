@@ -33,6 +33,9 @@ pub use crate::memory_hooks::{
     mem_free_async, mem_get_info, mem_release, mipmapped_array_create, mipmapped_array_destroy,
 };
 
+pub use crate::driver_reserved::{ctx_set_limit, mem_pool_set_attribute};
+pub use crate::memory_v1::{mem_alloc_pitch_v1, mem_alloc_v1, mem_free_v1, mem_get_info_v1};
+
 pub use crate::graph_memory::{
     device_graph_mem_trim, graph_add_node, graph_add_node_v2, graph_destroy, graph_exec_destroy,
     graph_instantiate, graph_instantiate_with_flags, graph_instantiate_with_params,

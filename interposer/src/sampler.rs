@@ -58,7 +58,7 @@ fn resolve(name: &std::ffi::CStr) -> Option<usize> {
 fn fns() -> Option<&'static EventFns> {
     static FNS: OnceLock<Option<EventFns>> = OnceLock::new();
     FNS.get_or_init(|| {
-        // SAFETY (all transmutes below): each address is the real driver's
+        // SAFETY: (all transmutes below) each address is the real driver's
         // function of that name, whose C signature from cuda.h is the
         // target type.
         unsafe {

@@ -3,7 +3,7 @@
 //! write, token bucket included ([`TenantTelemetry`]).
 //!
 //! Where they live (standalone mode, no node manager):
-//! - `DILU_TENANT=NAME`: `/dev/shm/dilu-<uid>-<NAME>.sm` and `.telemetry`,
+//! - `DILU_TENANT=NAME`: `/dev/shm/dilu-<uid>/<NAME>.sm` and `.telemetry`,
 //!   mode 0600. The process that creates `.sm`, or finds its writer gone,
 //!   writes its configured shares and becomes the writer; a process joining
 //!   a running tenant uses the shares already there. Any process of the same

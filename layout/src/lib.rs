@@ -22,11 +22,22 @@ pub mod telemetry;
 /// Devices a layout has room for.
 pub const MAX_DEVICES: usize = 16;
 
-/// The file under `/dev/shm` holding one of a tenant's regions in standalone
-/// mode (no node manager): `dilu-<uid>-<tenant>.<kind>`, e.g. `.ledger`,
-/// `.sm`, `.telemetry`.
+/// The directory under `/dev/shm` holding a user's tenant regions:
+/// `dilu-<uid>`, mode 0700, so no other user can create (squat) a file in
+/// it. If another user made that name first, the user's processes agree on
+/// `dilu-<uid>.<random>` instead (see [`shm::user_dir`]).
+pub fn user_region_dir(uid: u32) -> std::path::PathBuf {
+    shm::user_dir(std::path::Path::new(SHM_ROOT), uid)
+}
+
+/// Where the per-user region directories live.
+pub const SHM_ROOT: &str = "/dev/shm";
+
+/// The file holding one of a tenant's regions in standalone mode (and its
+/// ledger under the node manager): `/dev/shm/dilu-<uid>/<tenant>.<kind>`,
+/// e.g. `.ledger`, `.sm`, `.telemetry`.
 pub fn tenant_region_path(uid: u32, tenant: &str, kind: &str) -> std::path::PathBuf {
-    std::path::PathBuf::from(format!("/dev/shm/dilu-{uid}-{tenant}.{kind}"))
+    user_region_dir(uid).join(format!("{tenant}.{kind}"))
 }
 
 /// CLOCK_MONOTONIC in nanoseconds: the time base every process of a node

@@ -9,6 +9,8 @@
 //! gpu_memory = "80GiB"                # device memory for admission when NVML is absent
 //! scale_out_after_s = 10              # latency tenant at its limit and over its SLO this long
 //! scale_in_after_s = 300              # tenant without a kernel launch this long
+//! audit = "log"                       # a tenant over its memory budget (NVML): off | log | signal | kill
+//! audit_slack = "64MiB"               # what a tenant may hold beyond its budget before the audit acts
 //!
 //! [tenants.infer]                     # specs the operator owns (win over the tenant's own)
 //! class = "latency"
@@ -21,6 +23,7 @@
 //! profile = "/etc/dilu/serve.profile.toml"  # written by `dilu profile`; keys beside it win
 //! ```
 
+use crate::audit::AuditAction;
 use crate::control;
 use dilu_abi::node_wire::{self, TenantSpec};
 use dilu_abi::units;
@@ -46,6 +49,11 @@ pub struct Config {
     pub scale_out_after: Duration,
     /// A tenant idle this long: scale in.
     pub scale_in_after: Duration,
+    /// What the memory audit does to a tenant over its budget.
+    pub audit: AuditAction,
+    /// Bytes beyond its budget a tenant may hold before the audit acts
+    /// (what the driver keeps beside allocations: context, heap, pools).
+    pub audit_slack: u64,
 }
 
 impl Default for Config {
@@ -60,6 +68,8 @@ impl Default for Config {
             tenants: BTreeMap::new(),
             scale_out_after: Duration::from_secs(10),
             scale_in_after: Duration::from_secs(300),
+            audit: AuditAction::Log,
+            audit_slack: 64 << 20,
         }
     }
 }
@@ -75,6 +85,8 @@ struct FileConfig {
     gpu_memory: Option<String>,
     scale_out_after_s: Option<f64>,
     scale_in_after_s: Option<f64>,
+    audit: Option<String>,
+    audit_slack: Option<String>,
     #[serde(default)]
     tenants: BTreeMap<String, FileTenant>,
 }
@@ -149,6 +161,12 @@ impl Config {
         }
         if let Some(v) = file.scale_in_after_s {
             config.scale_in_after = seconds("scale_in_after_s", v)?;
+        }
+        if let Some(v) = file.audit {
+            config.audit = AuditAction::parse(&v)?;
+        }
+        if let Some(v) = file.audit_slack {
+            config.audit_slack = size("audit_slack", &v)?;
         }
         for (name, t) in file.tenants {
             let mut spec = match &t.profile {
@@ -294,5 +312,61 @@ mod tests {
             &Overrides::default(),
         );
         assert_eq!(missing.unwrap().controller, "dilu");
+    }
+
+    fn value() -> impl proptest::strategy::Strategy<Value = String> {
+        use proptest::prelude::*;
+        prop_oneof![
+            any::<f64>().prop_map(|v| format!("{v:?}")),
+            any::<i64>().prop_map(|v| v.to_string()),
+            "[ -~]{0,12}".prop_map(|v| format!("{v:?}")),
+            Just("nan".to_string()),
+            Just("-inf".to_string()),
+            Just("\"18446744073709551616GiB\"".to_string()),
+        ]
+    }
+
+    fn key() -> impl proptest::strategy::Strategy<Value = &'static str> {
+        proptest::sample::select(vec![
+            "period_ms",
+            "controller",
+            "gpu_memory",
+            "scale_out_after_s",
+            "scale_in_after_s",
+            "audit",
+            "audit_slack",
+            "metrics",
+            "[tenants.t]\nsm_request",
+            "[tenants.t]\nsm_limit",
+            "[tenants.t]\nslo_ms",
+            "[tenants.t]\nmem",
+            "[tenants.t]\nclass",
+        ])
+    }
+
+    proptest::proptest! {
+        /// Any text: a configuration or one error line, never a panic.
+        #[test]
+        fn any_text_parses_or_is_refused_with_one_line(text in "\\PC{0,200}") {
+            if let Err(error) = Config::parse(&text) {
+                proptest::prop_assert!(!error.is_empty());
+            }
+        }
+
+        /// Every key with any value: accepted values are in range, refused
+        /// ones are named.
+        #[test]
+        fn any_value_of_any_key_is_judged(key in key(), value in value()) {
+            let text = format!("{key} = {value}\n");
+            match Config::parse(&text) {
+                Ok(config) => {
+                    proptest::prop_assert!(config.period >= Duration::from_micros(500));
+                    for spec in config.tenants.values() {
+                        proptest::prop_assert!(spec.validate().is_ok());
+                    }
+                }
+                Err(error) => proptest::prop_assert!(!error.is_empty()),
+            }
+        }
     }
 }

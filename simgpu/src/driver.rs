@@ -259,8 +259,17 @@ impl Driver {
         }
     }
 
+    /// Records that this process holds a context on visible device `dev`
+    /// (the simulated NVML lists it as a running process there).
+    pub(crate) fn mark_active(&self, dev: usize) {
+        if let Some(s) = &self.shm {
+            s.mark_active(self.phys(dev));
+        }
+    }
+
     /// Charges `bytes` (already rounded) against the shared device.
     pub(crate) fn charge(&self, dev: usize, bytes: u64) -> Res {
+        self.mark_active(dev);
         match &self.shm {
             None => Ok(()),
             Some(s) if s.charge(self.phys(dev), bytes) => Ok(()),

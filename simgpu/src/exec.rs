@@ -310,6 +310,7 @@ impl Stream {
         let phys = d.phys(self.dev);
         let (start, end) =
             crate::timeslice::reserve(shm, phys, ready, k.dur_ns, d.cfg.timeslice_ns);
+        shm.add_busy(phys, end - start);
         let queued = shm.queued(shm.slot, phys);
         let _ = queued.fetch_update(AcqRel, Acquire, |n| n.checked_sub(1));
         sleep_until(end);

@@ -3,6 +3,7 @@
 use super::out;
 use crate::Res;
 use crate::driver::{CTXS, Ctx, ctx_stack, current, drv};
+use crate::identity;
 use dilu_abi::cuda::*;
 use std::ffi::{c_char, c_int, c_uint, c_void};
 use std::sync::Arc;
@@ -76,23 +77,13 @@ fn put_str(buf: *mut c_char, len: c_int, text: &str) -> Res {
 
 fn device_name(_: bool, name: *mut c_char, len: c_int, dev: CUdevice) -> Res {
     dev_index(dev)?;
-    put_str(name, len, "NVIDIA H100 80GB HBM3 (simgpu)")
+    put_str(name, len, identity::DEVICE_NAME)
 }
 
 fn device_uuid(_: bool, uuid: *mut sys::CUuuid, dev: CUdevice) -> Res {
     let d = drv()?;
     let i = d.check_dev(dev)?;
-    let mut bytes = [0u8; 16];
-    bytes[..6].copy_from_slice(b"simgpu");
-    let h = d
-        .cfg
-        .instance
-        .bytes()
-        .fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
-            (h ^ b as u64).wrapping_mul(0x100_0000_01b3)
-        });
-    bytes[6..14].copy_from_slice(&h.to_le_bytes());
-    bytes[14..16].copy_from_slice(&(d.phys(i) as u16).to_le_bytes());
+    let bytes = identity::uuid_bytes(&d.cfg.instance, d.phys(i));
     let mut u = sys::CUuuid { bytes: [0; 16] };
     for (o, b) in u.bytes.iter_mut().zip(bytes) {
         *o = b as c_char;
@@ -176,13 +167,20 @@ fn device_attribute(_: bool, v: *mut c_int, attr: c_int, dev: CUdevice) -> Res {
         return Err(CUDA_ERROR_INVALID_VALUE);
     }
     let sms = d.cfg.sms.min(i32::MAX as u64) as c_int;
-    out(v, attribute(attr, sms, 0x18 + d.phys(i) as c_int))
+    out(
+        v,
+        attribute(attr, sms, identity::pci_bus(d.phys(i)) as c_int),
+    )
 }
 
 fn device_pci_bus_id(_: bool, id: *mut c_char, len: c_int, dev: CUdevice) -> Res {
     let d = drv()?;
     let i = d.check_dev(dev)?;
-    put_str(id, len, &format!("0000:{:02x}:00.0", 0x18 + d.phys(i)))
+    put_str(
+        id,
+        len,
+        &format!("0000:{:02x}:00.0", identity::pci_bus(d.phys(i))),
+    )
 }
 
 fn device_cc(_: bool, major: *mut c_int, minor: *mut c_int, dev: CUdevice) -> Res {
@@ -201,6 +199,7 @@ fn primary_retain(_: bool, ctx: *mut CUcontext, dev: CUdevice) -> Res {
     let c = primary(dev)?;
     out(ctx, c.handle() as CUcontext)?;
     c.retains.fetch_add(1, AcqRel);
+    drv()?.mark_active(c.dev);
     Ok(())
 }
 
@@ -237,6 +236,7 @@ fn ctx_create(_: bool, ctx: *mut CUcontext, flags: c_uint, dev: CUdevice) -> Res
         return Err(CUDA_ERROR_INVALID_VALUE);
     }
     let c = Arc::new(Ctx::new(i, flags, false));
+    d.mark_active(i);
     let h = CTXS.insert(c);
     ctx_stack(|s| s.push(h));
     out(ctx, h as CUcontext)
