@@ -9,6 +9,7 @@ pub mod api;
 mod config;
 mod driver;
 mod exec;
+mod host_cost;
 mod memory;
 mod proc_table;
 mod shm;
