@@ -66,8 +66,13 @@ pub const MAX_SAMPLE_EVERY: u64 = 256;
 /// real driver).
 pub const MAX_STABLE_SAMPLE_EVERY: u64 = 4096;
 /// A sample within this fraction (1/32, about 3%) of the estimate agrees
-/// with it.
+/// with it: the period doubles.
 const AGREEING_SHIFT: u32 = 5;
+/// A sample more than this fraction (1/4) above the estimate may mean the
+/// kind got slower: the period falls back to the base one, so the window
+/// renews quickly. In between (noise: waits for other processes, host
+/// time) the period stays.
+const DIVERGING_SHIFT: u32 = 2;
 
 /// How often a kind of `estimate_ns` is timed: as often as possible (one
 /// in [`MIN_SAMPLE_EVERY`]) while sampling costs at most about 1% of the GPU
@@ -141,13 +146,15 @@ impl Entry {
     pub fn settle(&self, estimate_ns: u64, measured_ns: u64) -> i64 {
         let estimate_ns = estimate_ns.max(1);
         let previous = self.estimate_ns.swap(estimate_ns, Ordering::AcqRel);
-        let agrees = previous == estimate_ns
-            && measured_ns.abs_diff(estimate_ns) <= estimate_ns >> AGREEING_SHIFT;
         let base = sampling_period(estimate_ns);
-        let every = if agrees {
-            (self.sample_every.load(Ordering::Relaxed).max(base) * 2).min(MAX_STABLE_SAMPLE_EVERY)
-        } else {
+        let current = self.sample_every.load(Ordering::Relaxed).max(base);
+        let difference = measured_ns.abs_diff(estimate_ns);
+        let every = if previous != estimate_ns || difference > estimate_ns >> DIVERGING_SHIFT {
             base
+        } else if difference <= estimate_ns >> AGREEING_SHIFT {
+            (current * 2).min(MAX_STABLE_SAMPLE_EVERY)
+        } else {
+            current
         };
         self.sample_every.store(every, Ordering::Relaxed);
         let charged_each = match previous {
@@ -270,7 +277,10 @@ mod tests {
             entry.settle(100_000, 101_000);
         }
         assert_eq!(every(), MAX_STABLE_SAMPLE_EVERY);
-        // A sample far from the estimate (the kernel may have changed).
+        // Noise keeps the period; a sample far above the estimate (the
+        // kernel may have changed) brings the base one back.
+        entry.settle(100_000, 115_000);
+        assert_eq!(every(), MAX_STABLE_SAMPLE_EVERY);
         entry.settle(100_000, 180_000);
         assert_eq!(every(), 16);
         entry.settle(100_000, 100_000);

@@ -99,7 +99,22 @@ fn captured(stream: sys::CUstream, per_thread: bool) -> bool {
     CAPTURES.load(Ordering::Acquire) > 0 && stream_is_capturing(stream, per_thread) == Some(true)
 }
 
+thread_local! {
+    /// Whether this thread's timer slack was lowered (once, at its first
+    /// wait: never on the within-budget path).
+    static PRECISE_SLEEP: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
 fn sleep_until(deadline_ns: u64) {
+    // Linux wakes a sleeping thread up to its timer slack (50 µs by
+    // default) late. A throttled launch waits for tokens worth tens of µs,
+    // so that lateness would be a large part of each wait and, on a tenant
+    // near its share, GPU time it never gets back.
+    if !PRECISE_SLEEP.replace(true) {
+        // SAFETY: PR_SET_TIMERSLACK takes one integer (ns) and changes only
+        // the calling thread's slack.
+        unsafe { libc::prctl(libc::PR_SET_TIMERSLACK, 1 as libc::c_ulong) };
+    }
     let ts = libc::timespec {
         tv_sec: (deadline_ns / 1_000_000_000) as libc::time_t,
         tv_nsec: (deadline_ns % 1_000_000_000) as libc::c_long,

@@ -443,13 +443,10 @@ fn harvest() {
     let mut pending: Vec<Sample> = Vec::new();
     let mut windows: HashMap<usize, Window> = HashMap::new();
     let mut current_ctx = 0usize;
+    let mut idle_sleep = IDLE_POLL_MIN;
     loop {
-        if pending.is_empty() {
-            match channels.sample_rx.recv() {
-                Ok(sample) => pending.push(sample),
-                Err(_) => return,
-            }
-        }
+        // Polled, never blocked on: a launch handing over a sample must not
+        // have to wake this thread (a futex call on the launch path).
         loop {
             match channels.sample_rx.try_recv() {
                 Ok(sample) => pending.push(sample),
@@ -509,11 +506,20 @@ fn harvest() {
             pool().give_back(sample.events);
             false
         });
-        if !pending.is_empty() {
+        if pending.is_empty() {
+            std::thread::sleep(idle_sleep);
+            idle_sleep = (idle_sleep * 2).min(IDLE_POLL_MAX);
+        } else {
+            idle_sleep = IDLE_POLL_MIN;
             std::thread::sleep(Duration::from_micros(200));
         }
     }
 }
+
+/// How often the harvester looks for new samples when it has none: from
+/// every millisecond after a sample, backing off to every 20 ms.
+const IDLE_POLL_MIN: Duration = Duration::from_millis(1);
+const IDLE_POLL_MAX: Duration = Duration::from_millis(20);
 
 /// Time from `from` to `to` in ns; `None` unless both completed with `to`
 /// no earlier than `from`.
