@@ -85,10 +85,13 @@ for side in direct dilu dilu-sm; do
   done
 done
 
+# With a share, the warm-up's waits for the first measurements are polled
+# (a sleep each), so its thread's total varies by a few between runs.
+declare -A slack=([dilu]=0 [dilu-sm]=10)
 status=pass
 for side in dilu dilu-sm; do
   [ "${loops[$side-$large]}" -eq 0 ] || status=fail
-  [ "${mains[$side-$large]}" -le "${mains[$side-$small]}" ] || status=fail
+  [ "${mains[$side-$large]}" -le $((${mains[$side-$small]} + ${slack[$side]})) ] || status=fail
 done
 
 {
@@ -122,7 +125,8 @@ done
   done
   echo
   echo "Result: **$status** (passes when each interposed loop of $large launches makes no syscall and"
-  echo "its thread makes no more syscalls than with $small launches). Whole-process totals can"
+  echo "its thread makes no more syscalls than with $small launches: with a share, at most"
+  echo "${slack[dilu-sm]} more, since the warm-up polls for the first measurements with a sleep each). Whole-process totals can"
   echo "differ by a few calls between runs: the interposer's reclaim watcher wakes every 100 ms"
   echo "(a sleep and a read of /proc per tenant member), which follows the run's duration, not"
   echo "the number of launches."

@@ -20,7 +20,8 @@
 //! time (the rest of the record call, the launch's submission), several µs,
 //! which matters for short kernels launched one request at a time. So the
 //! stream is first held by a gate (a host function, `cuLaunchHostFunc`, that
-//! waits until the launch call has returned, at most [`GATE_LIMIT_NS`]):
+//! waits until the launch call has returned, at most [`GATE_LIMIT_NS`], and
+//! not at all when the driver runs it inline in the launching thread):
 //! the start event completes only after the kernel is queued right behind
 //! it, and the sample is the kernel's own time. (Subtracting the host time
 //! measured around the launch instead, as before, over-subtracts: the
@@ -128,6 +129,17 @@ struct EventSet {
 /// Holds a stream until the sampled launch is queued (see the module doc).
 struct Gate {
     open: AtomicBool,
+    /// The thread that closed it (see [`this_thread`]).
+    closer: AtomicUsize,
+}
+
+thread_local! {
+    static THREAD_MARK: u8 = const { 0 };
+}
+
+/// A number that tells this thread from every other running one.
+fn this_thread() -> usize {
+    THREAD_MARK.with(|mark| mark as *const u8 as usize)
 }
 
 impl Gate {
@@ -143,6 +155,11 @@ unsafe extern "C" fn wait_at_gate(data: *mut std::ffi::c_void) {
     let _ = std::panic::catch_unwind(|| {
         // SAFETY: `data` is the address of a leaked Gate (see `begin`).
         let gate = unsafe { &*(data as *const Gate) };
+        // A driver may run a host function inline, in the launching thread
+        // (simgpu's null mode does): waiting there would only stall it.
+        if gate.closer.load(Ordering::Acquire) == this_thread() {
+            return;
+        }
         let limit = dilu_abi::monotonic_ns() + GATE_LIMIT_NS;
         while !gate.open.load(Ordering::Acquire) && dilu_abi::monotonic_ns() < limit {
             std::thread::yield_now();
@@ -160,6 +177,7 @@ fn close_gate(fns: &EventFns, set: &EventSet, stream: sys::CUstream, per_thread:
         },
     };
     let gate = Gate::of(set);
+    gate.closer.store(this_thread(), Ordering::Release);
     gate.open.store(false, Ordering::Release);
     // SAFETY: the real cuLaunchHostFunc; the function and its argument (a
     // leaked Gate) live as long as the process.
@@ -307,6 +325,7 @@ fn create_set(fns: &EventFns, ctx: usize, epoch: u64) -> Option<EventSet> {
     }
     let gate = Box::leak(Box::new(Gate {
         open: AtomicBool::new(true),
+        closer: AtomicUsize::new(0),
     }));
     Some(EventSet {
         start: events[0] as usize,
