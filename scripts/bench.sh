@@ -8,9 +8,11 @@
 #                                             -> bench/results/overhead.md, overhead-sm-launch.md
 #   startup    interposer start-up per process with 0, 16 and 64 other
 #              processes of the tenant        -> bench/results/startup.md, startup-cdf.svg
-#   sm         SM-time shares of two tenants under dilu vs plain time slicing
-#              (simgpu trace)                 -> bench/results/sm-accuracy.md
-#   syscalls   no syscall on the launch path (strace)
+#   sm         SM-time accuracy over the request-style workload matrix, alone
+#              and in pairs, under dilu vs plain time slicing (simgpu trace)
+#                                             -> bench/results/sm-accuracy.md
+#   syscalls   no syscall on the launch path, with a memory budget and with an
+#              SM-time share (strace)
 #                                             -> bench/results/syscalls.md
 #   placement  cluster-lite placement latency per policy (criterion)
 #                                             -> target/criterion/

@@ -23,7 +23,7 @@ use dilu_abi::cuda::{CUDA_SUCCESS, CUresult};
 
 use crate::kernel_estimates::LaunchKey;
 use crate::table::Cx;
-use crate::{launch_control, recent_streams, sync_telemetry};
+use crate::{launch_control, recent_streams, sampler, sync_telemetry};
 
 // ---- memory ---------------------------------------------------------------
 
@@ -251,15 +251,18 @@ fn counted_capture(result: CUresult) -> CUresult {
 }
 
 pub fn stream_end_capture(
-    _cx: Cx,
+    cx: Cx,
     next: impl FnOnce(CUstream, *mut CUgraph) -> CUresult,
     stream: CUstream,
     graph: *mut CUgraph,
 ) -> CUresult {
-    // An invalidated capture ends with an error but is over all the same.
-    let result = next(stream, graph);
-    launch_control::capture_ended();
-    result
+    // An invalidated capture ends with an error but is over all the same; a
+    // stream that was not capturing ends nothing.
+    launch_control::end_capture(
+        stream,
+        |s| launch_control::stream_is_capturing(s, cx.per_thread),
+        || next(stream, graph),
+    )
 }
 
 // ---- synchronisation ------------------------------------------------------
@@ -275,6 +278,7 @@ pub fn stream_destroy(
 
 pub fn ctx_destroy(_cx: Cx, next: impl FnOnce(CUcontext) -> CUresult, ctx: CUcontext) -> CUresult {
     recent_streams::forget_all();
+    sampler::contexts_changed();
     next(ctx)
 }
 
@@ -285,6 +289,7 @@ pub fn primary_ctx_end(
     dev: CUdevice,
 ) -> CUresult {
     recent_streams::forget_all();
+    sampler::contexts_changed();
     next(dev)
 }
 

@@ -4,14 +4,18 @@
 //! - [`shm`]: mapping a layout from a file, an fd or anonymous memory.
 //! - [`ledger`]: a tenant's memory ledger (budgets, usage, member slots).
 //! - [`sm`]: a tenant's SM-time shares, written by one writer.
-//! - [`telemetry`]: what a tenant's processes report and share (the token
-//!   bucket, GPU busy time, throttling, bubble and latency histograms).
+//! - [`bucket`]: a tenant's SM-time token bucket per device (enforcement
+//!   state every launch updates, hot words on cache lines of their own).
+//! - [`telemetry`]: what a tenant's processes report and share (GPU busy
+//!   time, throttling, bubble and latency histograms; the buckets live in
+//!   its region, apart from the counters).
 //! - [`histogram`]: the lock-free log₂ histogram telemetry is made of.
 //! - [`memfd`]: regions in sealed memfds (budgets only their creator writes).
 //!
 //! Layouts change only together with their magic number. This crate depends
 //! on libc alone; it never calls a CUDA driver.
 
+pub mod bucket;
 pub mod histogram;
 pub mod ledger;
 pub mod memfd;

@@ -1,5 +1,6 @@
 //! Configuration read once at `cuInit` from the environment.
 
+use crate::call_costs::CallCosts;
 use dilu_abi::units::{DURATION_FORMS, SIZE_FORMS, parse_duration_ns, parse_size};
 use std::collections::HashMap;
 
@@ -18,6 +19,8 @@ pub(crate) struct Config {
     pub trace: Option<String>,
     pub instance: String,
     pub null: bool,
+    /// Host time each priced driver call takes (`SIMGPU_CALL_COST`).
+    pub call_costs: CallCosts,
     /// Visible device ordinal -> simulated physical device index.
     pub visible: Vec<usize>,
 }
@@ -104,6 +107,11 @@ impl Config {
             Some("1") => true,
             Some(v) => return Err(bad("SIMGPU_NULL", v, "0 or 1")),
         };
+        let call_costs = match get("SIMGPU_CALL_COST") {
+            None => CallCosts::default(),
+            Some(v) => CallCosts::parse(&v)
+                .map_err(|_| bad("SIMGPU_CALL_COST", &v, &CallCosts::forms()))?,
+        };
         let visible = match get("CUDA_VISIBLE_DEVICES") {
             None => (0..devices).collect(),
             Some(v) => {
@@ -128,6 +136,7 @@ impl Config {
             trace,
             instance,
             null,
+            call_costs,
             visible,
         })
     }

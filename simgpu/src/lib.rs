@@ -6,9 +6,11 @@
 //! [`proc_table`], generated from one declarative list.
 
 pub mod api;
+mod call_costs;
 mod config;
 mod driver;
 mod exec;
+mod host_cost;
 mod identity;
 mod memory;
 mod proc_table;

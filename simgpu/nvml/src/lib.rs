@@ -10,6 +10,9 @@
 
 // The driver's own modules, included so both libraries read one layout.
 #[allow(dead_code)]
+#[path = "../../src/call_costs.rs"]
+mod call_costs;
+#[allow(dead_code)]
 #[path = "../../src/config.rs"]
 mod config;
 #[allow(dead_code)]

@@ -322,6 +322,7 @@ fn ctx_get_device(_: bool, dev: *mut CUdevice) -> Res {
 }
 
 fn ctx_synchronize(_: bool) -> Res {
+    let _cost = crate::host_cost::charge(crate::host_cost::Call::Synchronize);
     current()?.synchronize()
 }
 

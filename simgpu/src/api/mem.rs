@@ -52,6 +52,7 @@ export! {
 }
 
 fn mem_alloc(_: bool, p: *mut CUdeviceptr, size: usize) -> Res {
+    let _cost = crate::host_cost::charge(crate::host_cost::Call::MemAlloc);
     let c = current()?;
     if p.is_null() || size == 0 {
         return Err(CUDA_ERROR_INVALID_VALUE);
@@ -75,11 +76,18 @@ pub(crate) fn free_device(ptr: u64) -> Res {
 }
 
 fn mem_free(_: bool, p: CUdeviceptr) -> Res {
+    let _cost = crate::host_cost::charge(crate::host_cost::Call::MemFree);
     drv()?;
+    // Like the real driver, cuMemFree waits for the work already queued
+    // (so memory still in use by a kernel is never handed out again).
+    if let Ok(c) = current() {
+        let _ = c.synchronize();
+    }
     free_device(p)
 }
 
 fn mem_get_info(_: bool, free: *mut usize, total: *mut usize) -> Res {
+    let _cost = crate::host_cost::charge(crate::host_cost::Call::MemGetInfo);
     let c = current()?;
     let (f, t) = drv()?.mem_info(c.dev);
     out(free, f as usize)?;
@@ -222,16 +230,19 @@ fn alloc_in_pool(p: *mut CUdeviceptr, size: usize, pool_h: usize, s: CUstream, p
 }
 
 fn mem_alloc_async(pt: bool, p: *mut CUdeviceptr, size: usize, s: CUstream) -> Res {
+    let _cost = crate::host_cost::charge(crate::host_cost::Call::StreamOrderedMem);
     let stream = resolve(s, pt)?;
     let pool = default_pool_of(stream.dev)?;
     alloc_in_pool(p, size, pool, s, pt)
 }
 
 fn mem_alloc_from_pool(pt: bool, p: *mut CUdeviceptr, size: usize, pool: Pool, s: CUstream) -> Res {
+    let _cost = crate::host_cost::charge(crate::host_cost::Call::StreamOrderedMem);
     alloc_in_pool(p, size, pool as usize, s, pt)
 }
 
 fn mem_free_async(pt: bool, p: CUdeviceptr, s: CUstream) -> Res {
+    let _cost = crate::host_cost::charge(crate::host_cost::Call::StreamOrderedMem);
     let stream = resolve(s, pt)?;
     let d = drv()?;
     if d.null() {

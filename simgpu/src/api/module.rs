@@ -238,6 +238,7 @@ fn launch_kernel(
     params: *mut *mut c_void,
     extra: *mut *mut c_void,
 ) -> Res {
+    let _cost = crate::host_cost::charge(crate::host_cost::Call::Launch);
     let op = kernel_op(f, [gx, gy, gz], [bx, by, bz], shmem)?;
     if !params.is_null() && !extra.is_null() {
         return Err(CUDA_ERROR_INVALID_VALUE);
@@ -385,6 +386,7 @@ fn graph_instantiate_params(
 }
 
 fn graph_launch(pt: bool, e: sys::CUgraphExec, s: CUstream) -> Res {
+    let _cost = crate::host_cost::charge(crate::host_cost::Call::Launch);
     drv()?;
     let exec = GRAPH_EXECS
         .get(e as usize)

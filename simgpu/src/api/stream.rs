@@ -84,6 +84,7 @@ fn stream_destroy(_: bool, s: CUstream) -> Res {
 /// Synchronises a stream; the legacy stream waits for every stream of its
 /// context (legacy default-stream semantics).
 fn stream_synchronize(pt: bool, s: CUstream) -> Res {
+    let _cost = crate::host_cost::charge(crate::host_cost::Call::Synchronize);
     let st = resolve(s, pt)?;
     if st.legacy {
         let c = CTXS.get(st.ctx).ok_or(CUDA_ERROR_INVALID_CONTEXT)?;
@@ -95,6 +96,7 @@ fn stream_synchronize(pt: bool, s: CUstream) -> Res {
 }
 
 fn stream_query(pt: bool, s: CUstream) -> Res {
+    let _cost = crate::host_cost::charge(crate::host_cost::Call::EventQuery);
     resolve(s, pt)?.query()
 }
 
@@ -175,6 +177,7 @@ fn launch_host_func(pt: bool, s: CUstream, f: Option<HostFn>, data: *mut c_void)
 }
 
 fn event_create(_: bool, e: *mut CUevent, flags: c_uint) -> Res {
+    let _cost = crate::host_cost::charge(crate::host_cost::Call::EventCreate);
     current()?;
     if e.is_null() || flags & !0xf != 0 {
         return Err(CUDA_ERROR_INVALID_VALUE);
@@ -184,6 +187,12 @@ fn event_create(_: bool, e: *mut CUevent, flags: c_uint) -> Res {
 
 fn event_record(pt: bool, e: CUevent, s: CUstream) -> Res {
     let ev = event(e)?;
+    // Recording a timestamp is what makes a timed record expensive.
+    let _cost = crate::host_cost::charge(if ev.flags & crate::exec::CU_EVENT_DISABLE_TIMING != 0 {
+        crate::host_cost::Call::EventRecordUntimed
+    } else {
+        crate::host_cost::Call::EventRecord
+    });
     let st = resolve(s, pt)?;
     ev.record(&st)
 }
@@ -193,10 +202,12 @@ fn event_record_flags(pt: bool, e: CUevent, s: CUstream, _flags: c_uint) -> Res 
 }
 
 fn event_query(_: bool, e: CUevent) -> Res {
+    let _cost = crate::host_cost::charge(crate::host_cost::Call::EventQuery);
     event(e)?.query()
 }
 
 fn event_synchronize(_: bool, e: CUevent) -> Res {
+    let _cost = crate::host_cost::charge(crate::host_cost::Call::Synchronize);
     event(e)?.synchronize()
 }
 
@@ -207,6 +218,7 @@ fn event_destroy(_: bool, e: CUevent) -> Res {
 }
 
 fn event_elapsed(_: bool, ms: *mut f32, a: CUevent, b: CUevent) -> Res {
+    let _cost = crate::host_cost::charge(crate::host_cost::Call::EventElapsed);
     let (a, b) = (event(a)?, event(b)?);
     out(ms, Event::elapsed_ms(&a, &b)?)
 }
@@ -235,6 +247,7 @@ fn copy(
     st: &Arc<Stream>,
     wait: bool,
 ) -> Res {
+    let _cost = crate::host_cost::charge(crate::host_cost::Call::Copy);
     let d = drv()?;
     if n == 0 {
         return Ok(());
@@ -310,6 +323,7 @@ fn memcpy_dtod_async(pt: bool, dst: CUdeviceptr, src: CUdeviceptr, n: usize, s: 
 }
 
 fn memset(dst: u64, val: u32, elem: usize, count: usize, st: &Arc<Stream>, wait: bool) -> Res {
+    let _cost = crate::host_cost::charge(crate::host_cost::Call::Copy);
     let d = drv()?;
     if count == 0 {
         return Ok(());

@@ -251,6 +251,7 @@ pub fn child(role: &str, env: &[(&str, &str)]) -> Command {
         .env_remove("SIMGPU_TRACE")
         .env_remove("SIMGPU_KERNEL_COST")
         .env_remove("SIMGPU_NULL")
+        .env_remove("SIMGPU_CALL_COST")
         .env_remove("CUDA_VISIBLE_DEVICES")
         .stdin(Stdio::null());
     for (k, v) in env {
