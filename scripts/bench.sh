@@ -17,6 +17,9 @@
 #   demo       `dilu demo`: request latency of an inference tenant beside a
 #              training tenant, per controller (static, dilu-rckm, dilu)
 #                                             -> bench/results/demo.md, demo-latency-cdf.svg
+#   peers      dilu and HAMi-core's libvgpu.so side by side on simgpu + its NVML
+#              (needs HAMI_CORE_SRC=<HAMi-core checkout>; see scripts/peers.sh --help)
+#                                             -> bench/results/peers.md
 #
 # usage: scripts/bench.sh [all | overhead | startup | sm | syscalls | placement | demo ...] [-- ARGS]
 #   ARGS go to the one benchmark named, e.g. `scripts/bench.sh startup -- --runs 50`
@@ -30,9 +33,9 @@ targets=()
 while [ $# -gt 0 ] && [ "$1" != "--" ]; do
   case $1 in
     all) targets+=(overhead startup sm syscalls placement demo) ;;
-    overhead | startup | sm | syscalls | placement | demo) targets+=("$1") ;;
+    overhead | startup | sm | syscalls | placement | demo | peers) targets+=("$1") ;;
     -h | --help) awk 'NR > 1 && !/^#/ { exit } NR > 1 { sub(/^# ?/, ""); print }' "$0"; exit 0 ;;
-    *) echo "bench: unknown benchmark '$1' (all, overhead, startup, sm, syscalls, placement, demo)" >&2; exit 2 ;;
+    *) echo "bench: unknown benchmark '$1' (all, overhead, startup, sm, syscalls, placement, demo, peers)" >&2; exit 2 ;;
   esac
   shift
 done
@@ -45,7 +48,7 @@ if [ ${#extra[@]} -gt 0 ] && [ ${#targets[@]} -ne 1 ]; then
 fi
 
 echo "== building (release): simgpu, the interposer, the benchmark clients" >&2
-cargo build --release -p simgpu -p dilu-interposer -p dilu-bench -p dilu-nodemgr -p dilu-tests --lib --bins
+cargo build --release -p simgpu -p simgpu-nvml -p dilu-interposer -p dilu-bench -p dilu-nodemgr -p dilu-tests --lib --bins
 
 results=()
 failed=()
@@ -74,6 +77,9 @@ for target in "${targets[@]}"; do
     demo)
       cargo bench -p dilu-bench --bench demo -- "${extra[@]}" || failed+=(demo)
       results+=(bench/results/demo.md bench/results/demo-latency-cdf.svg) ;;
+    peers)
+      scripts/peers.sh "${extra[@]}" || failed+=(peers)
+      results+=(bench/results/peers.md) ;;
   esac
 done
 
