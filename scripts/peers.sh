@@ -74,15 +74,12 @@ ln -sf "$(pwd)/$release/libsimgpu_nvml.so" "$libdir/libnvidia-ml.so.1"
 
 work=$(mktemp -d /tmp/dilu-peers.XXXXXX)
 trap 'rm -rf "$work"; rm -f /dev/shm/simgpu-$(id -u)-peers-$$-* /dev/shm/dilu-$(id -u)-peers-$$-*' EXIT
-run_id=0
 
-# run LIMITER SM MEM PROGRAM ARGS...: one process under LIMITER (none|dilu|hami)
-# with an SM share (percent or -) and a memory limit (bytes or -), on the
-# simgpu instance $instance; prints the program's stdout.
+# run LIMITER TENANT SM MEM PROGRAM ARGS...: one process of TENANT under
+# LIMITER (none|dilu|hami) with an SM share (percent or -) and a memory limit
+# (bytes or -), on the simgpu instance $SIMGPU_INSTANCE; prints its stdout.
 run() {
-  local limiter=$1 sm=$2 mem=$3; shift 3
-  run_id=$((run_id + 1))
-  local tenant="peers-$$-t$run_id"
+  local limiter=$1 tenant="peers-$$-$2" sm=$3 mem=$4; shift 4
   case $limiter in
     none)
       LD_LIBRARY_PATH="$libdir" "$@" 2>/dev/null ;;
@@ -105,16 +102,16 @@ results="$work/results.jsonl"
 echo "== per-call cost and memory view (peer-probe)" >&2
 for limiter in none dilu hami; do
   export SIMGPU_INSTANCE="peers-$$-probe-$limiter"
-  out=$(run "$limiter" - $((1 << 30)) "$release/peer-probe" | grep '^{')
+  out=$(run "$limiter" "probe-$limiter" - $((1 << 30)) "$release/peer-probe" | grep '^{')
   echo "{\"suite\":\"probe\",\"limiter\":\"$limiter\",\"sm\":null,\"r\":$out}" >> "$results"
-  out=$(run "$limiter" 30 $((1 << 30)) "$release/peer-probe" | grep '^{')
+  out=$(run "$limiter" "probe-sm-$limiter" 30 $((1 << 30)) "$release/peer-probe" | grep '^{')
   echo "{\"suite\":\"probe\",\"limiter\":\"$limiter\",\"sm\":30,\"r\":$out}" >> "$results"
 done
 
 loop=("$release/cudarc-loop" --seconds "$seconds" --depth 1000 --json)
 echo "== SM shares (cudarc-loop, 100 us kernels, ${seconds}s)" >&2
 export SIMGPU_INSTANCE="peers-$$-alone"
-out=$(run none - - "${loop[@]}" | grep '^{')
+out=$(run none alone - - "${loop[@]}" | grep '^{')
 echo "{\"suite\":\"alone\",\"limiter\":\"none\",\"r\":$out}" >> "$results"
 for split in "30 70" "10 90"; do
   read -r a b <<< "$split"
@@ -123,14 +120,15 @@ for split in "30 70" "10 90"; do
     export SIMGPU_TRACE="$work/trace-$limiter-$a.jsonl"
     sa=$a; sb=$b
     [ "$limiter" = none ] && { sa=-; sb=-; }
-    run "$limiter" "$sa" - "${loop[@]}" > "$work/a.out" &
+    # Two tenants (two containers, for HAMi-core: two shared caches).
+    run "$limiter" "sm-$limiter-$a-a" "$sa" - "${loop[@]}" > "$work/a.out" &
     pa=$!
-    run "$limiter" "$sb" - "${loop[@]}" > "$work/b.out"
+    run "$limiter" "sm-$limiter-$a-b" "$sb" - "${loop[@]}" > "$work/b.out"
     wait $pa
     unset SIMGPU_TRACE
     echo "{\"suite\":\"split\",\"limiter\":\"$limiter\",\"want\":[$a,$b],\"trace\":\"$work/trace-$limiter-$a.jsonl\",\"a\":$(grep '^{' "$work/a.out"),\"b\":$(grep '^{' "$work/b.out")}" >> "$results"
   done
 done
 
-python3 scripts/peers_report.py "$results" "$commit" "scripts/bench.sh peers -- --seconds $seconds" > bench/results/peers.md
+python3 scripts/peers_report.py "$results" "$commit" "scripts/peers.sh --seconds $seconds" > bench/results/peers.md
 echo "bench/results/peers.md written" >&2
