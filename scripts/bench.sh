@@ -22,6 +22,9 @@
 #   profile    `dilu profile`'s search against Dilu's published HGSS and an
 #              exhaustive search, on Dilu's measured tables (no GPU, no run)
 #                                             -> bench/results/profile.md
+#   peers      dilu and HAMi-core's libvgpu.so side by side on simgpu + its NVML
+#              (needs HAMI_CORE_SRC=<HAMi-core checkout>; see scripts/peers.sh --help)
+#                                             -> bench/results/peers.md
 #
 # usage: scripts/bench.sh [all | overhead | startup | sm | syscalls | placement | demo ...] [-- ARGS]
 #   ARGS go to the one benchmark named, e.g. `scripts/bench.sh startup -- --runs 50`
@@ -35,9 +38,9 @@ targets=()
 while [ $# -gt 0 ] && [ "$1" != "--" ]; do
   case $1 in
     all) targets+=(overhead startup sm syscalls placement demo profile) ;;
-    overhead | startup | sm | syscalls | placement | demo | profile) targets+=("$1") ;;
+    overhead | startup | sm | syscalls | placement | demo | profile | peers) targets+=("$1") ;;
     -h | --help) awk 'NR > 1 && !/^#/ { exit } NR > 1 { sub(/^# ?/, ""); print }' "$0"; exit 0 ;;
-    *) echo "bench: unknown benchmark '$1' (all, overhead, startup, sm, syscalls, placement, demo, profile)" >&2; exit 2 ;;
+    *) echo "bench: unknown benchmark '$1' (all, overhead, startup, sm, syscalls, placement, demo, profile, peers)" >&2; exit 2 ;;
   esac
   shift
 done
@@ -52,7 +55,7 @@ fi
 # `profile` runs nothing on the GPU side and builds only what it uses.
 if [ "${targets[*]}" != profile ]; then
   echo "== building (release): simgpu, the interposer, the benchmark clients" >&2
-  cargo build --release -p simgpu -p dilu-interposer -p dilu-bench -p dilu-nodemgr -p dilu-tests --lib --bins
+  cargo build --release -p simgpu -p simgpu-nvml -p dilu-interposer -p dilu-bench -p dilu-nodemgr -p dilu-tests --lib --bins
 fi
 
 results=()
@@ -94,6 +97,9 @@ for target in "${targets[@]}"; do
           bench/data/dilu-profiles/*.csv --held-out bench/data/dilu-profiles-heldout/*.csv
       } >bench/results/profile.md.new && mv bench/results/profile.md.new bench/results/profile.md || failed+=(profile)
       results+=(bench/results/profile.md) ;;
+    peers)
+      scripts/peers.sh "${extra[@]}" || failed+=(peers)
+      results+=(bench/results/peers.md) ;;
   esac
 done
 
