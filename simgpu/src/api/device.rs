@@ -2,7 +2,7 @@
 
 use super::out;
 use crate::Res;
-use crate::driver::{CTXS, Ctx, ctx_stack, current, drv};
+use crate::driver::{CTXS, Ctx, Driver, ctx_stack, current, drv};
 use crate::identity;
 use dilu_abi::cuda::*;
 use std::ffi::{c_char, c_int, c_uint, c_void};
@@ -40,6 +40,8 @@ export! {
     fn cuCtxPopCurrent_v2(ctx: *mut CUcontext) => ctx_pop;
     fn cuCtxGetDevice(dev: *mut CUdevice) => ctx_get_device;
     fn cuCtxSynchronize() => ctx_synchronize;
+    fn cuCtxGetDevice_v2(dev: *mut CUdevice, ctx: CUcontext) => ctx_get_device_v2;
+    fn cuCtxSynchronize_v2(ctx: CUcontext) => ctx_synchronize_v2;
     fn cuCtxGetApiVersion(ctx: CUcontext, v: *mut c_uint) => ctx_api_version;
     fn cuCtxGetFlags(flags: *mut c_uint) => ctx_get_flags;
     fn cuCtxSetLimit(limit: c_int, value: usize) => ctx_set_limit;
@@ -80,12 +82,22 @@ fn device_name(_: bool, name: *mut c_char, len: c_int, dev: CUdevice) -> Res {
     put_str(name, len, identity::DEVICE_NAME)
 }
 
+/// A device's UUID: stable for an instance and device (cudart's integrity
+/// check hashes it; NVML reports the same, see `identity`).
+pub(crate) fn uuid_bytes(d: &Driver, i: usize) -> [u8; 16] {
+    identity::uuid_bytes(&d.cfg.instance, d.phys(i))
+}
+
+/// A device's PCI bus number (domain and device number are 0).
+pub(crate) fn pci_bus(d: &Driver, i: usize) -> c_int {
+    identity::pci_bus(d.phys(i)) as c_int
+}
+
 fn device_uuid(_: bool, uuid: *mut sys::CUuuid, dev: CUdevice) -> Res {
     let d = drv()?;
     let i = d.check_dev(dev)?;
-    let bytes = identity::uuid_bytes(&d.cfg.instance, d.phys(i));
     let mut u = sys::CUuuid { bytes: [0; 16] };
-    for (o, b) in u.bytes.iter_mut().zip(bytes) {
+    for (o, b) in u.bytes.iter_mut().zip(uuid_bytes(d, i)) {
         *o = b as c_char;
     }
     out(uuid, u)
@@ -167,20 +179,13 @@ fn device_attribute(_: bool, v: *mut c_int, attr: c_int, dev: CUdevice) -> Res {
         return Err(CUDA_ERROR_INVALID_VALUE);
     }
     let sms = d.cfg.sms.min(i32::MAX as u64) as c_int;
-    out(
-        v,
-        attribute(attr, sms, identity::pci_bus(d.phys(i)) as c_int),
-    )
+    out(v, attribute(attr, sms, pci_bus(d, i)))
 }
 
 fn device_pci_bus_id(_: bool, id: *mut c_char, len: c_int, dev: CUdevice) -> Res {
     let d = drv()?;
     let i = d.check_dev(dev)?;
-    put_str(
-        id,
-        len,
-        &format!("0000:{:02x}:00.0", identity::pci_bus(d.phys(i))),
-    )
+    put_str(id, len, &format!("0000:{:02x}:00.0", pci_bus(d, i)))
 }
 
 fn device_cc(_: bool, major: *mut c_int, minor: *mut c_int, dev: CUdevice) -> Res {
@@ -226,6 +231,7 @@ fn primary_reset(_: bool, dev: CUdevice) -> Res {
     let c = primary(dev)?;
     c.synchronize()?;
     c.flags.store(0, Release);
+    c.drop_local_storage();
     Ok(())
 }
 
@@ -274,6 +280,7 @@ fn ctx_destroy(_: bool, ctx: CUcontext) -> Res {
     for s in c.all_streams() {
         s.close();
     }
+    c.drop_local_storage();
     CTXS.remove(h);
     ctx_stack(|s| s.retain(|&x| x != h));
     Ok(())
@@ -324,6 +331,24 @@ fn ctx_get_device(_: bool, dev: *mut CUdevice) -> Res {
 fn ctx_synchronize(_: bool) -> Res {
     let _cost = crate::host_cost::charge(crate::host_cost::Call::Synchronize);
     current()?.synchronize()
+}
+
+/// A context argument of the CUDA 13 `_v2` calls (NULL: the current one).
+fn ctx_or_current(ctx: CUcontext) -> Res<Arc<Ctx>> {
+    if ctx.is_null() {
+        return current();
+    }
+    drv()?;
+    CTXS.get(ctx as usize).ok_or(CUDA_ERROR_INVALID_CONTEXT)
+}
+
+fn ctx_get_device_v2(_: bool, dev: *mut CUdevice, ctx: CUcontext) -> Res {
+    out(dev, ctx_or_current(ctx)?.dev as CUdevice)
+}
+
+fn ctx_synchronize_v2(_: bool, ctx: CUcontext) -> Res {
+    let _cost = crate::host_cost::charge(crate::host_cost::Call::Synchronize);
+    ctx_or_current(ctx)?.synchronize()
 }
 
 fn ctx_api_version(_: bool, ctx: CUcontext, v: *mut c_uint) -> Res {

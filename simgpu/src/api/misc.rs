@@ -7,9 +7,6 @@ use crate::proc_table::{Lookup, lookup};
 use dilu_abi::cuda::*;
 use std::ffi::{c_char, c_int, c_uint, c_void};
 
-/// The driver API version simgpu reports (CUDA 12.9).
-pub const DRIVER_VERSION: c_int = 12090;
-
 export! {
     fn cuInit(flags: c_uint) => init_impl;
     fn cuDriverGetVersion(v: *mut c_int) => driver_version;
@@ -31,14 +28,23 @@ fn init_impl(_: bool, flags: c_uint) -> Res {
 }
 
 fn driver_version(_: bool, v: *mut c_int) -> Res {
-    out(v, DRIVER_VERSION)
+    let version = crate::config::driver_version().map_err(|_| CUDA_ERROR_INVALID_VALUE)?;
+    out(v, version)
 }
 
-fn export_table(_: bool, table: *mut *const c_void, _id: *const sys::CUuuid) -> Res {
-    if !table.is_null() {
-        out(table, std::ptr::null())?;
+/// Serves cudart's private tables ([`crate::export_tables`]); any other
+/// UUID gets a NULL table and an error.
+fn export_table(_: bool, table: *mut *const c_void, id: *const sys::CUuuid) -> Res {
+    let id = super::read(id)?.bytes.map(|b| b as u8);
+    match crate::export_tables::lookup(&id) {
+        Some(t) => out(table, t),
+        None => {
+            if !table.is_null() {
+                out(table, std::ptr::null())?;
+            }
+            Err(CUDA_ERROR_NOT_SUPPORTED)
+        }
     }
-    Err(CUDA_ERROR_NOT_SUPPORTED)
 }
 
 const ERRORS: &[(CUresult, &std::ffi::CStr, &std::ffi::CStr)] = &[

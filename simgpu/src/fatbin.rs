@@ -1,0 +1,300 @@
+//! Reading the images programs hand to the driver: `__fatBinC_Wrapper_t`
+//! wrappers, fatbin containers and their entries (PTX text or ELF, plain,
+//! LZ4- or zstd-compressed), bare ELF and PTX text. The result is what
+//! simgpu needs to serve the image: kernel names and global variables.
+//!
+//! An entry that cannot be read (unknown kind, corrupt compression) is
+//! counted and skipped; only its kernels are missing, so one bad entry never
+//! fails a whole module or context.
+
+use crate::elf::{self, GlobalVar};
+use std::ffi::CStr;
+use std::io::Read;
+
+/// `__fatBinC_Wrapper_t.magic`.
+const WRAPPER_MAGIC: u32 = 0x466243B1;
+/// Fatbin container magic.
+const FATBIN_MAGIC: u32 = 0xBA55ED50;
+const ENTRY_PTX: u16 = 1;
+const ENTRY_ELF: u16 = 2;
+const FLAG_LZ4: u64 = 0x2000;
+const FLAG_ZSTD: u64 = 0x8000;
+/// Largest decompressed entry accepted (a guard against corrupt sizes).
+const MAX_ENTRY: usize = 1 << 30;
+/// Size of the fixed part of an entry header.
+const ENTRY_HEADER: usize = 64;
+
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub(crate) struct Image {
+    pub kernels: Vec<String>,
+    pub globals: Vec<GlobalVar>,
+    /// Entries simgpu could not read.
+    pub unreadable: usize,
+}
+
+impl Image {
+    fn merge(&mut self, other: Image) {
+        for k in other.kernels {
+            if !self.kernels.contains(&k) {
+                self.kernels.push(k);
+            }
+        }
+        for g in other.globals {
+            if !self.globals.iter().any(|x| x.name == g.name) {
+                self.globals.push(g);
+            }
+        }
+        self.unreadable += other.unreadable;
+    }
+}
+
+fn u16_at(b: &[u8], o: usize) -> Option<u16> {
+    Some(u16::from_le_bytes(b.get(o..o + 2)?.try_into().ok()?))
+}
+fn u32_at(b: &[u8], o: usize) -> Option<u32> {
+    Some(u32::from_le_bytes(b.get(o..o + 4)?.try_into().ok()?))
+}
+fn u64_at(b: &[u8], o: usize) -> Option<u64> {
+    Some(u64::from_le_bytes(b.get(o..o + 8)?.try_into().ok()?))
+}
+
+/// Every `.entry NAME` of a PTX text.
+pub(crate) fn ptx_entries(text: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut rest = text;
+    while let Some(i) = rest.find(".entry") {
+        rest = &rest[i + 6..];
+        if !rest.starts_with(|c: char| c.is_whitespace()) {
+            continue;
+        }
+        let name: String = rest
+            .trim_start()
+            .chars()
+            .take_while(|c| c.is_ascii_alphanumeric() || "_$.".contains(*c))
+            .collect();
+        if !name.is_empty() && !out.contains(&name) {
+            out.push(name);
+        }
+    }
+    out
+}
+
+fn is_ptx(text: &str) -> bool {
+    text.contains(".version") || text.contains(".entry")
+}
+
+fn ptx_image(text: &[u8]) -> Option<Image> {
+    let end = text.iter().position(|&b| b == 0).unwrap_or(text.len());
+    let text = std::str::from_utf8(&text[..end]).ok()?;
+    is_ptx(text).then(|| Image {
+        kernels: ptx_entries(text),
+        ..Image::default()
+    })
+}
+
+fn elf_image(bytes: &[u8]) -> Option<Image> {
+    let s = elf::symbols(bytes)?;
+    Some(Image {
+        kernels: s.kernels,
+        globals: s.globals,
+        unreadable: 0,
+    })
+}
+
+/// The payload of one entry, decompressed when its flags say so.
+fn payload(entry: &[u8], header_size: usize, stored: usize) -> Option<Vec<u8>> {
+    let flags = u64_at(entry, 40)?;
+    let data = entry.get(header_size..header_size.checked_add(stored)?)?;
+    let expected = u64_at(entry, 56).unwrap_or(0) as usize;
+    if flags & FLAG_LZ4 != 0 {
+        if expected == 0 || expected > MAX_ENTRY {
+            return None;
+        }
+        lz4_flex::block::decompress(data, expected).ok()
+    } else if flags & FLAG_ZSTD != 0 {
+        let mut decoder = ruzstd::decoding::StreamingDecoder::new(data).ok()?;
+        let mut out = Vec::with_capacity(expected.min(MAX_ENTRY));
+        decoder
+            .by_ref()
+            .take(MAX_ENTRY as u64)
+            .read_to_end(&mut out)
+            .ok()?;
+        Some(out)
+    } else {
+        Some(data.to_vec())
+    }
+}
+
+/// Every entry of one fatbin container (`b` starts at its header).
+fn container(b: &[u8]) -> Option<Image> {
+    if u32_at(b, 0)? != FATBIN_MAGIC {
+        return None;
+    }
+    let header_size = u16_at(b, 6)? as usize;
+    let files_size = u64_at(b, 8)? as usize;
+    let mut rest = b.get(header_size..header_size.checked_add(files_size)?)?;
+    let mut image = Image::default();
+    while rest.len() >= ENTRY_HEADER {
+        let kind = u16_at(rest, 0)?;
+        let entry_header = u32_at(rest, 4)? as usize;
+        let payload_size = u32_at(rest, 8)? as usize;
+        let compressed_size = u32_at(rest, 16)? as usize;
+        let flags = u64_at(rest, 40)?;
+        let stored = if flags & (FLAG_LZ4 | FLAG_ZSTD) != 0 {
+            compressed_size
+        } else {
+            payload_size
+        };
+        let step = entry_header.checked_add(payload_size.max(compressed_size))?;
+        if entry_header < ENTRY_HEADER || step > rest.len() {
+            image.unreadable += 1;
+            break;
+        }
+        let read = payload(rest, entry_header, stored).and_then(|data| match kind {
+            ENTRY_ELF => elf_image(&data),
+            ENTRY_PTX => ptx_image(&data),
+            _ => None,
+        });
+        match read {
+            Some(entry) => image.merge(entry),
+            None => image.unreadable += 1,
+        }
+        rest = &rest[step..];
+    }
+    Some(image)
+}
+
+/// Reads an image held in memory: a fatbin container, an ELF or PTX text.
+/// `None` when it is none of them.
+pub(crate) fn from_bytes(b: &[u8]) -> Option<Image> {
+    if u32_at(b, 0) == Some(FATBIN_MAGIC) {
+        container(b)
+    } else if b.starts_with(b"\x7fELF") {
+        elf_image(b)
+    } else {
+        ptx_image(b)
+    }
+}
+
+/// Reads an image a client passed by pointer: a `__fatBinC_Wrapper_t`, a
+/// fatbin container, an ELF or NUL-terminated PTX text. `None` when it is
+/// none of them.
+///
+/// # Safety
+/// `p` must point to an image as the CUDA driver API defines it: the
+/// lengths this reads come from the image's own headers.
+pub(crate) unsafe fn from_ptr(p: *const u8) -> Option<Image> {
+    if p.is_null() {
+        return None;
+    }
+    // SAFETY: every image starts with at least 8 readable bytes (wrapper and
+    // container headers are 16, ELF headers 64, PTX has ".version").
+    let head = unsafe { std::slice::from_raw_parts(p, 8) };
+    match u32_at(head, 0)? {
+        WRAPPER_MAGIC => {
+            // SAFETY: a wrapper is {u32 magic, u32 version, ptr data, ptr list}.
+            let (version, data, list) = unsafe {
+                (
+                    p.add(4).cast::<u32>().read_unaligned(),
+                    p.add(8).cast::<*const u8>().read_unaligned(),
+                    p.add(16).cast::<*const *const u8>().read_unaligned(),
+                )
+            };
+            // SAFETY: the wrapper's data is a fatbin container.
+            let mut image = unsafe { from_ptr(data) }?;
+            if version == 2 && !list.is_null() {
+                // Version 2 also lists prelinked containers, NULL-terminated.
+                for i in 0.. {
+                    // SAFETY: the list is NULL-terminated.
+                    let item = unsafe { list.add(i).read_unaligned() };
+                    if item.is_null() {
+                        break;
+                    }
+                    // SAFETY: each item is a fatbin container.
+                    if let Some(more) = unsafe { from_ptr(item) } {
+                        image.merge(more);
+                    }
+                }
+            }
+            Some(image)
+        }
+        FATBIN_MAGIC => {
+            // SAFETY: a container header is 16 bytes.
+            let header = unsafe { std::slice::from_raw_parts(p, 16) };
+            let len = u16_at(header, 6)? as usize + u64_at(header, 8)? as usize;
+            // SAFETY: the container is header plus `files_size` bytes.
+            container(unsafe { std::slice::from_raw_parts(p, len) })
+        }
+        _ if head.starts_with(b"\x7fELF") => {
+            // SAFETY: an ELF header is 64 bytes.
+            let header = unsafe { std::slice::from_raw_parts(p, 64) };
+            let len = elf::image_len(header)?;
+            // SAFETY: the image spans its headers' tables.
+            elf_image(unsafe { std::slice::from_raw_parts(p, len) })
+        }
+        _ => {
+            // SAFETY: otherwise the image is NUL-terminated PTX text.
+            let text = unsafe { CStr::from_ptr(p.cast()) };
+            ptx_image(text.to_bytes())
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ptx_entries_are_found() {
+        let text = ".version 8.0\n.visible .entry add(\n) {}\n.entry  mul_2(){}";
+        assert_eq!(ptx_entries(text), ["add", "mul_2"]);
+    }
+
+    fn entry(kind: u16, flags: u64, stored: &[u8], plain_len: usize) -> Vec<u8> {
+        let mut e = vec![0u8; ENTRY_HEADER];
+        e[0..2].copy_from_slice(&kind.to_le_bytes());
+        e[2..4].copy_from_slice(&0x101u16.to_le_bytes());
+        e[4..8].copy_from_slice(&(ENTRY_HEADER as u32).to_le_bytes());
+        let compressed = flags & (FLAG_LZ4 | FLAG_ZSTD) != 0;
+        let payload = if compressed { 0 } else { stored.len() };
+        e[8..12].copy_from_slice(&(payload as u32).to_le_bytes());
+        let csize = if compressed { stored.len() } else { 0 };
+        e[16..20].copy_from_slice(&(csize as u32).to_le_bytes());
+        e[40..48].copy_from_slice(&flags.to_le_bytes());
+        e[56..64].copy_from_slice(&(plain_len as u64).to_le_bytes());
+        e.extend_from_slice(stored);
+        e
+    }
+
+    fn fatbin(entries: &[Vec<u8>]) -> Vec<u8> {
+        let body: Vec<u8> = entries.concat();
+        let mut b = Vec::new();
+        b.extend_from_slice(&FATBIN_MAGIC.to_le_bytes());
+        b.extend_from_slice(&1u16.to_le_bytes());
+        b.extend_from_slice(&16u16.to_le_bytes());
+        b.extend_from_slice(&(body.len() as u64).to_le_bytes());
+        b.extend_from_slice(&body);
+        b
+    }
+
+    #[test]
+    fn compressed_ptx_entries_are_read_and_bad_ones_skipped() {
+        let ptx = b".version 8.0\n.entry lz4_kernel(){}\0".to_vec();
+        let lz4 = lz4_flex::block::compress(&ptx);
+        let ptx2 = b".version 8.0\n.entry zstd_kernel(){}\0".to_vec();
+        let zstd = ruzstd::encoding::compress_to_vec(
+            &ptx2[..],
+            ruzstd::encoding::CompressionLevel::Fastest,
+        );
+        let bad = vec![0xffu8; 40];
+        let image = from_bytes(&fatbin(&[
+            entry(ENTRY_PTX, FLAG_LZ4, &lz4, ptx.len()),
+            entry(ENTRY_PTX, FLAG_ZSTD, &zstd, ptx2.len()),
+            entry(ENTRY_PTX, FLAG_ZSTD, &bad, 100),
+            entry(7, 0, b"??", 2),
+        ]))
+        .expect("a container");
+        assert_eq!(image.kernels, ["lz4_kernel", "zstd_kernel"]);
+        assert_eq!(image.unreadable, 2);
+    }
+}
