@@ -117,8 +117,8 @@ fn runtime(major: u32) -> Option<&'static Runtime> {
     let found = all.iter().find(|r| r.major == major);
     if found.is_none() {
         let why = format!(
-            "libcudart.so.{major} not found under DILU_CUDART_DIR ({:?}); .ci/run and \
-             scripts/test.sh install it",
+            "libcudart.so.{major} not found under DILU_CUDART_DIR ({:?}); \
+             scripts/install-cudart.sh installs it (.ci/run does, scripts/test.sh uses its cache)",
             std::env::var_os("DILU_CUDART_DIR")
         );
         assert!(
@@ -221,8 +221,21 @@ fn check_basic(rt: &Runtime, v: &Value) {
 
 fn basic_plain(major: u32) {
     let Some(rt) = runtime(major) else { return };
-    let out = plain(rt, &["basic"], &[]);
+    let scratch = Scratch::new("cudart-basic");
+    let trace_path = scratch.path("trace.jsonl");
+    let trace_env = trace_path.display().to_string();
+    let out = plain(rt, &["basic"], &[("SIMGPU_TRACE", &trace_env)]);
     check_basic(rt, &json(&out, &format!("cudart {major} basic")));
+    // The registered kernel ran under its device name: 10 launches, then 2
+    // from the captured graph.
+    let records = read_trace(&trace_path);
+    let named = |graph: bool| {
+        records
+            .iter()
+            .filter(|r| r.last && r.name == "add_one" && r.graph == graph)
+            .count()
+    };
+    assert_eq!((named(false), named(true)), (10, 2), "{records:?}");
 }
 
 #[test]
@@ -393,6 +406,7 @@ fn cudart_sm_shares_split_the_device() {
     let mut values: Vec<f64> = shares.values().copied().collect();
     values.sort_by(f64::total_cmp);
     let ratio = values[1] / values[0];
+    eprintln!("cudart --sm 30/70: device shares {values:?}, ratio {ratio:.2}");
     assert!(
         ratio > 1.6,
         "a 30/70 split must favour the 70% tenant clearly: shares {values:?}, ratio {ratio:.2}"
