@@ -125,7 +125,47 @@ fn payload(entry: &[u8], header_size: usize, stored: usize) -> Option<Vec<u8>> {
     }
 }
 
-/// Every entry of one fatbin container (`b` starts at its header).
+/// One entry of a container, located but not yet read.
+struct EntryRef<'a> {
+    kind: u16,
+    /// Target compute capability ×10 (90 for sm_90).
+    sm: u32,
+    header: &'a [u8],
+    header_size: usize,
+    stored: usize,
+}
+
+/// The compute capability simgpu's devices report (9.0), ×10.
+const DEVICE_SM: u32 = 90;
+
+/// The entries a driver would use on a 9.0 device: SASS (ELF) built for
+/// 9.x, else the newest PTX not newer than 9.0, else (nothing compatible)
+/// every entry, so kernel names are still known. Real containers hold the
+/// same kernels in every entry, once per target; reading only the chosen
+/// ones keeps loading fast (PyTorch ships thousands of entries).
+fn chosen<'a, 'b>(entries: &'b [EntryRef<'a>]) -> Vec<&'b EntryRef<'a>> {
+    let sass: Vec<_> = entries
+        .iter()
+        .filter(|e| e.kind == ENTRY_ELF && e.sm / 10 == DEVICE_SM / 10 && e.sm <= DEVICE_SM)
+        .collect();
+    if !sass.is_empty() {
+        return sass;
+    }
+    let newest_ptx = entries
+        .iter()
+        .filter(|e| e.kind == ENTRY_PTX && e.sm <= DEVICE_SM)
+        .map(|e| e.sm)
+        .max();
+    if let Some(sm) = newest_ptx {
+        return entries
+            .iter()
+            .filter(|e| e.kind == ENTRY_PTX && e.sm == sm)
+            .collect();
+    }
+    entries.iter().collect()
+}
+
+/// The chosen entries of one fatbin container (`b` starts at its header).
 fn container(b: &[u8]) -> Option<Image> {
     if u32_at(b, 0)? != FATBIN_MAGIC {
         return None;
@@ -134,6 +174,7 @@ fn container(b: &[u8]) -> Option<Image> {
     let files_size = u64_at(b, 8)? as usize;
     let mut rest = b.get(header_size..header_size.checked_add(files_size)?)?;
     let mut image = Image::default();
+    let mut entries = Vec::new();
     while rest.len() >= ENTRY_HEADER {
         let kind = u16_at(rest, 0)?;
         let entry_header = u32_at(rest, 4)? as usize;
@@ -150,16 +191,28 @@ fn container(b: &[u8]) -> Option<Image> {
             image.unreadable += 1;
             break;
         }
-        let read = payload(rest, entry_header, stored).and_then(|data| match kind {
+        if kind == ENTRY_ELF || kind == ENTRY_PTX {
+            entries.push(EntryRef {
+                kind,
+                sm: u32_at(rest, 28)?,
+                header: &rest[..step],
+                header_size: entry_header,
+                stored,
+            });
+        } else {
+            image.unreadable += 1;
+        }
+        rest = &rest[step..];
+    }
+    for e in chosen(&entries) {
+        let read = payload(e.header, e.header_size, e.stored).and_then(|data| match e.kind {
             ENTRY_ELF => elf_image(&data),
-            ENTRY_PTX => ptx_image(&data),
-            _ => None,
+            _ => ptx_image(&data),
         });
         match read {
             Some(entry) => image.merge(entry),
             None => image.unreadable += 1,
         }
-        rest = &rest[step..];
     }
     Some(image)
 }
@@ -251,7 +304,12 @@ mod tests {
     }
 
     fn entry(kind: u16, flags: u64, stored: &[u8], plain_len: usize) -> Vec<u8> {
+        entry_for(kind, 0, flags, stored, plain_len)
+    }
+
+    fn entry_for(kind: u16, sm: u32, flags: u64, stored: &[u8], plain_len: usize) -> Vec<u8> {
         let mut e = vec![0u8; ENTRY_HEADER];
+        e[28..32].copy_from_slice(&sm.to_le_bytes());
         e[0..2].copy_from_slice(&kind.to_le_bytes());
         e[2..4].copy_from_slice(&0x101u16.to_le_bytes());
         e[4..8].copy_from_slice(&(ENTRY_HEADER as u32).to_le_bytes());
@@ -296,5 +354,25 @@ mod tests {
         .expect("a container");
         assert_eq!(image.kernels, ["lz4_kernel", "zstd_kernel"]);
         assert_eq!(image.unreadable, 2);
+    }
+
+    #[test]
+    fn the_entries_a_9_0_device_uses_are_read() {
+        let ptx = |name: &str| format!(".version 8.0\n.entry {name}(){{}}\0").into_bytes();
+        let both = |sm_ptx: u32, sm_other: u32| {
+            let a = ptx("for_a");
+            let b = ptx("for_b");
+            from_bytes(&fatbin(&[
+                entry_for(ENTRY_PTX, sm_ptx, 0, &a, a.len()),
+                entry_for(ENTRY_PTX, sm_other, 0, &b, b.len()),
+            ]))
+            .expect("a container")
+            .kernels
+        };
+        // The newest PTX not newer than the device.
+        assert_eq!(both(80, 90), ["for_b"]);
+        assert_eq!(both(90, 100), ["for_a"]);
+        // Nothing compatible: every entry, so names are still known.
+        assert_eq!(both(100, 120), ["for_a", "for_b"]);
     }
 }

@@ -272,7 +272,7 @@ fn cudart13_needs_a_cuda13_driver_and_cudart12_does_not() {
 fn every_kind_of_image_entry_registers() {
     let Some(rt) = runtime(12) else { return };
     let dir = Scratch::new("cudart-images");
-    // ELF only, LZ4-compressed; then PTX only, zstd-compressed.
+    // ELF only, LZ4- then zstd-compressed (as PyTorch ships its kernels).
     let images = [
         (
             "lz4-elf",
