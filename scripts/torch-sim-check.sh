@@ -59,10 +59,21 @@ def lines(name):
                 pass
     return out
 
+NOISE = ("Failed to initialize NumPy", "_conversion_method_template")
+
 def tail(name, n):
+    """The last n distinct stderr lines, runs of one line collapsed (xN)."""
     path = os.path.join(work, name)
     text = open(path).read().splitlines() if os.path.exists(path) else []
-    return text[-n:]
+    runs = []
+    for line in text:
+        if any(x in line for x in NOISE):
+            continue
+        if runs and runs[-1][0] == line:
+            runs[-1][1] += 1
+        else:
+            runs.append([line, 1])
+    return [l if k == 1 else f"{l}   (x{k})" for l, k in runs[-n:]]
 
 commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
 print("<!-- Written by scripts/torch-sim-check.sh; do not edit by hand. -->")
@@ -98,7 +109,7 @@ print("Last lines the process wrote to stderr (simgpu's failed calls with")
 print("`SIMGPU_LOG_ERRORS=1`, cuBLASLt's log at level 2):")
 print()
 print("```")
-for l in tail("checks.err", 25):
+for l in tail("checks.err", 12):
     print(l[:200])
 print("```")
 print()

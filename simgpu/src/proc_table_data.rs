@@ -272,8 +272,8 @@ proc_table! {
     cuLogsCurrent: [12090 stub cuLogsCurrent];
     cuLogsDumpToFile: [12090 stub cuLogsDumpToFile];
     cuLogsDumpToMemory: [12090 stub cuLogsDumpToMemory];
-    cuLogsRegisterCallback: [12090 stub cuLogsRegisterCallback];
-    cuLogsUnregisterCallback: [12090 stub cuLogsUnregisterCallback];
+    cuLogsRegisterCallback: [12090 imp cuLogsRegisterCallback];
+    cuLogsUnregisterCallback: [12090 imp cuLogsUnregisterCallback];
     cuMemAddressFree: [10020 imp cuMemAddressFree];
     cuMemAddressReserve: [10020 imp cuMemAddressReserve];
     cuMemAdvise: [8000 stub cuMemAdvise, 12020 stub cuMemAdvise_v2];
@@ -385,10 +385,10 @@ proc_table! {
     cuOccupancyAvailableDynamicSMemPerBlock: [10020 imp cuOccupancyAvailableDynamicSMemPerBlock];
     cuOccupancyMaxActiveBlocksPerMultiprocessor: [6050 imp cuOccupancyMaxActiveBlocksPerMultiprocessor];
     cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags: [7000 imp cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags];
-    cuOccupancyMaxActiveClusters: [11070 stub cuOccupancyMaxActiveClusters];
+    cuOccupancyMaxActiveClusters: [11070 imp cuOccupancyMaxActiveClusters];
     cuOccupancyMaxPotentialBlockSize: [6050 imp cuOccupancyMaxPotentialBlockSize];
     cuOccupancyMaxPotentialBlockSizeWithFlags: [7000 imp cuOccupancyMaxPotentialBlockSizeWithFlags];
-    cuOccupancyMaxPotentialClusterSize: [11070 stub cuOccupancyMaxPotentialClusterSize];
+    cuOccupancyMaxPotentialClusterSize: [11070 imp cuOccupancyMaxPotentialClusterSize];
     cuParamSetSize: [2000 stub cuParamSetSize];
     cuParamSetTexRef: [2000 stub cuParamSetTexRef];
     cuParamSetf: [2000 stub cuParamSetf];

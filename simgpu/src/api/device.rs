@@ -112,61 +112,62 @@ fn device_total_mem(_: bool, bytes: *mut usize, dev: CUdevice) -> Res {
 /// Hopper (H100 SXM) values; MULTIPROCESSOR_COUNT follows SIMGPU_SMS.
 fn attribute(attr: c_int, sms: c_int, bus: c_int) -> c_int {
     match attr {
-        1 => 1024,         // MAX_THREADS_PER_BLOCK
-        2 | 3 => 1024,     // MAX_BLOCK_DIM_X/Y
-        4 => 64,           // MAX_BLOCK_DIM_Z
-        5 => i32::MAX,     // MAX_GRID_DIM_X
-        6 | 7 => 65535,    // MAX_GRID_DIM_Y/Z
-        8 => 49152,        // MAX_SHARED_MEMORY_PER_BLOCK
-        9 => 65536,        // TOTAL_CONSTANT_MEMORY
-        10 => 32,          // WARP_SIZE
-        11 => i32::MAX,    // MAX_PITCH
-        12 => 65536,       // MAX_REGISTERS_PER_BLOCK
-        13 => 1_980_000,   // CLOCK_RATE (kHz)
-        14 => 512,         // TEXTURE_ALIGNMENT
-        15 => 1,           // GPU_OVERLAP
-        16 => sms,         // MULTIPROCESSOR_COUNT
-        19 => 1,           // CAN_MAP_HOST_MEMORY
-        21 => 131072,      // MAXIMUM_TEXTURE1D_WIDTH
-        22 | 23 => 131072, // MAXIMUM_TEXTURE2D_WIDTH/HEIGHT
-        24..=26 => 16384,  // MAXIMUM_TEXTURE3D_*
-        30 => 512,         // SURFACE_ALIGNMENT
-        31 => 1,           // CONCURRENT_KERNELS
-        32 => 1,           // ECC_ENABLED
-        33 => bus,         // PCI_BUS_ID
-        36 => 2_619_000,   // MEMORY_CLOCK_RATE (kHz)
-        37 => 5120,        // GLOBAL_MEMORY_BUS_WIDTH
-        38 => 50 << 20,    // L2_CACHE_SIZE
-        39 => 2048,        // MAX_THREADS_PER_MULTIPROCESSOR
-        40 => 3,           // ASYNC_ENGINE_COUNT
-        41 => 1,           // UNIFIED_ADDRESSING
-        51 => 32,          // TEXTURE_PITCH_ALIGNMENT
-        75 => 9,           // COMPUTE_CAPABILITY_MAJOR
-        76 => 0,           // COMPUTE_CAPABILITY_MINOR
-        78..=80 => 1,      // STREAM_PRIORITIES / GLOBAL_L1 / LOCAL_L1
-        81 => 233472,      // MAX_SHARED_MEMORY_PER_MULTIPROCESSOR
-        82 => 65536,       // MAX_REGISTERS_PER_MULTIPROCESSOR
-        83 => 1,           // MANAGED_MEMORY
-        87 => 2,           // SINGLE_TO_DOUBLE_PRECISION_PERF_RATIO
-        89 => 1,           // CONCURRENT_MANAGED_ACCESS
-        90 => 1,           // COMPUTE_PREEMPTION_SUPPORTED
-        91..=93 => 1,      // host pointer / stream mem ops
-        95 | 96 => 1,      // COOPERATIVE_LAUNCH (+multi device)
-        97 => 232448,      // MAX_SHARED_MEMORY_PER_BLOCK_OPTIN
-        99 => 1,           // HOST_REGISTER_SUPPORTED
-        102 | 103 => 1,    // VMM supported, POSIX fd handles
-        106 => 32,         // MAX_BLOCKS_PER_MULTIPROCESSOR
-        108 => 30 << 20,   // MAX_PERSISTING_L2_CACHE_SIZE
-        109 => 128 << 20,  // MAX_ACCESS_POLICY_WINDOW_SIZE
-        111 => 1024,       // RESERVED_SHARED_MEMORY_PER_BLOCK
-        112 | 113 => 1,    // sparse arrays, read-only host register
-        115 => 1,          // MEMORY_POOLS_SUPPORTED
-        119 => 1,          // MEMPOOL_SUPPORTED_HANDLE_TYPES (posix fd)
-        120..=123 => 1,    // cluster launch, deferred mapping, mem ops
-        126 => 4,          // MEM_SYNC_DOMAIN_COUNT
-        127 => 1,          // TENSOR_MAP_ACCESS_SUPPORTED
-        129 => 1,          // UNIFIED_FUNCTION_POINTERS
-        131 | 134 => -1,   // NUMA ids
+        1 => 1024,                       // MAX_THREADS_PER_BLOCK
+        2 | 3 => 1024,                   // MAX_BLOCK_DIM_X/Y
+        4 => 64,                         // MAX_BLOCK_DIM_Z
+        5 => i32::MAX,                   // MAX_GRID_DIM_X
+        6 | 7 => 65535,                  // MAX_GRID_DIM_Y/Z
+        8 => 49152,                      // MAX_SHARED_MEMORY_PER_BLOCK
+        9 => 65536,                      // TOTAL_CONSTANT_MEMORY
+        10 => 32,                        // WARP_SIZE
+        11 => i32::MAX,                  // MAX_PITCH
+        12 => 65536,                     // MAX_REGISTERS_PER_BLOCK
+        13 => 1_980_000,                 // CLOCK_RATE (kHz)
+        14 => 512,                       // TEXTURE_ALIGNMENT
+        15 => 1,                         // GPU_OVERLAP
+        16 => sms,                       // MULTIPROCESSOR_COUNT
+        19 => 1,                         // CAN_MAP_HOST_MEMORY
+        21 => 131072,                    // MAXIMUM_TEXTURE1D_WIDTH
+        22 | 23 => 131072,               // MAXIMUM_TEXTURE2D_WIDTH/HEIGHT
+        24..=26 => 16384,                // MAXIMUM_TEXTURE3D_*
+        30 => 512,                       // SURFACE_ALIGNMENT
+        31 => 1,                         // CONCURRENT_KERNELS
+        32 => 1,                         // ECC_ENABLED
+        33 => bus,                       // PCI_BUS_ID
+        36 => 2_619_000,                 // MEMORY_CLOCK_RATE (kHz)
+        37 => 5120,                      // GLOBAL_MEMORY_BUS_WIDTH
+        38 => 50 << 20,                  // L2_CACHE_SIZE
+        39 => 2048,                      // MAX_THREADS_PER_MULTIPROCESSOR
+        40 => 3,                         // ASYNC_ENGINE_COUNT
+        41 => 1,                         // UNIFIED_ADDRESSING
+        51 => 32,                        // TEXTURE_PITCH_ALIGNMENT
+        75 => 9,                         // COMPUTE_CAPABILITY_MAJOR
+        76 => 0,                         // COMPUTE_CAPABILITY_MINOR
+        78..=80 => 1,                    // STREAM_PRIORITIES / GLOBAL_L1 / LOCAL_L1
+        81 => 233472,                    // MAX_SHARED_MEMORY_PER_MULTIPROCESSOR
+        82 => 65536,                     // MAX_REGISTERS_PER_MULTIPROCESSOR
+        83 => 1,                         // MANAGED_MEMORY
+        87 => 2,                         // SINGLE_TO_DOUBLE_PRECISION_PERF_RATIO
+        89 => 1,                         // CONCURRENT_MANAGED_ACCESS
+        90 => 1,                         // COMPUTE_PREEMPTION_SUPPORTED
+        91..=93 => 1,                    // host pointer / stream mem ops
+        95 | 96 => 1,                    // COOPERATIVE_LAUNCH (+multi device)
+        97 => 232448,                    // MAX_SHARED_MEMORY_PER_BLOCK_OPTIN
+        99 => 1,                         // HOST_REGISTER_SUPPORTED
+        102 | 103 => 1,                  // VMM supported, POSIX fd handles
+        106 => 32,                       // MAX_BLOCKS_PER_MULTIPROCESSOR
+        108 => 30 << 20,                 // MAX_PERSISTING_L2_CACHE_SIZE
+        109 => 128 << 20,                // MAX_ACCESS_POLICY_WINDOW_SIZE
+        111 => 1024,                     // RESERVED_SHARED_MEMORY_PER_BLOCK
+        112 | 113 => 1,                  // sparse arrays, read-only host register
+        115 => 1,                        // MEMORY_POOLS_SUPPORTED
+        119 => 1,                        // MEMPOOL_SUPPORTED_HANDLE_TYPES (posix fd)
+        120..=123 => 1,                  // cluster launch, deferred mapping, mem ops
+        126 => 4,                        // MEM_SYNC_DOMAIN_COUNT
+        127 => 1,                        // TENSOR_MAP_ACCESS_SUPPORTED
+        129 => 1,                        // UNIFIED_FUNCTION_POINTERS
+        131 | 134 => -1,                 // NUMA ids
+        139 => 0x2330_10DE_u32 as c_int, // GPU_PCI_DEVICE_ID: H100 SXM5, NVIDIA
         _ => 0,
     }
 }
@@ -365,10 +366,17 @@ fn ctx_get_flags(_: bool, flags: *mut c_uint) -> Res {
     out(flags, current()?.flags.load(Acquire))
 }
 
+const LIMIT_SHMEM_SIZE: c_int = 7;
+const LIMIT_CIG_ENABLED: c_int = 8;
+
 fn ctx_set_limit(_: bool, limit: c_int, value: usize) -> Res {
     let c = current()?;
     let max = sys::CUlimit_enum::CU_LIMIT_MAX as c_int;
     if limit < 0 || limit >= max || limit as usize >= 16 {
+        return Err(CUDA_ERROR_INVALID_VALUE);
+    }
+    // Shared memory size and CIG state can only be queried.
+    if limit == LIMIT_SHMEM_SIZE || limit == LIMIT_CIG_ENABLED {
         return Err(CUDA_ERROR_INVALID_VALUE);
     }
     c.limits.lock().unwrap_or_else(|e| e.into_inner())[limit as usize] = value as u64;

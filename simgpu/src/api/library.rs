@@ -44,6 +44,8 @@ export! {
     fn cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags(n: *mut c_int, f: CUfunction, block: c_int, smem: usize, flags: c_uint) => occupancy_blocks_flags;
     fn cuOccupancyMaxPotentialBlockSize(grid: *mut c_int, block: *mut c_int, f: CUfunction, smem_of: BlockToSmem, smem: usize, limit: c_int) => occupancy_block_size;
     fn cuOccupancyMaxPotentialBlockSizeWithFlags(grid: *mut c_int, block: *mut c_int, f: CUfunction, smem_of: BlockToSmem, smem: usize, limit: c_int, flags: c_uint) => occupancy_block_size_flags;
+    fn cuOccupancyMaxActiveClusters(n: *mut c_int, f: CUfunction, cfg: *const sys::CUlaunchConfig) => occupancy_clusters;
+    fn cuOccupancyMaxPotentialClusterSize(n: *mut c_int, f: CUfunction, cfg: *const sys::CUlaunchConfig) => occupancy_cluster_size;
     fn cuOccupancyAvailableDynamicSMemPerBlock(smem: *mut usize, f: CUfunction, blocks: c_int, block: c_int) => occupancy_dynamic_smem;
 }
 
@@ -347,4 +349,90 @@ fn occupancy_dynamic_smem(
     }
     let per_block = SM_SHARED / blocks as i64 - BLOCK_SHARED_RESERVED - attr_of(f, 1)?;
     out(smem, per_block.clamp(0, BLOCK_SHARED_MAX) as usize)
+}
+
+/// Largest portable cluster (blocks) on Hopper.
+const CLUSTER_MAX: i64 = 8;
+const ATTRIBUTE_CLUSTER_DIMENSION: u32 = 4;
+const CUDA_ERROR_INVALID_CLUSTER_SIZE: CUresult =
+    sys::cudaError_enum::CUDA_ERROR_INVALID_CLUSTER_SIZE as CUresult;
+
+/// Blocks per cluster a launch configuration asks for (1 without the
+/// attribute).
+fn cluster_blocks(cfg: &sys::CUlaunchConfig) -> Res<i64> {
+    if cfg.attrs.is_null() || cfg.numAttrs == 0 {
+        return Ok(1);
+    }
+    for i in 0..cfg.numAttrs as usize {
+        // SAFETY: `attrs` holds `numAttrs` CUlaunchAttribute values: a u32
+        // id, 4 bytes of padding, then the 64-byte value union whose
+        // cluster dimension is three u32.
+        let (id, dims) = unsafe {
+            let a = cfg.attrs.add(i).cast::<u8>();
+            (
+                a.cast::<u32>().read_unaligned(),
+                a.add(8).cast::<[u32; 3]>().read_unaligned(),
+            )
+        };
+        if id == ATTRIBUTE_CLUSTER_DIMENSION {
+            return Ok(dims.iter().map(|&d| d.max(1) as i64).product());
+        }
+    }
+    Ok(1)
+}
+
+/// SMs per GPC on Hopper: a cluster's blocks run in one GPC.
+const GPC_SMS: i64 = 18;
+/// Largest cluster a kernel may use once it allows non-portable sizes.
+const CLUSTER_MAX_NON_PORTABLE: i64 = 16;
+const ATTRIBUTE_NON_PORTABLE_CLUSTER: c_int = 14;
+
+/// Largest cluster `f` may be launched with.
+fn cluster_limit(f: CUfunction) -> Res<i64> {
+    Ok(if attr_of(f, ATTRIBUTE_NON_PORTABLE_CLUSTER)? != 0 {
+        CLUSTER_MAX_NON_PORTABLE
+    } else {
+        CLUSTER_MAX
+    })
+}
+
+/// Clusters that can be resident at once: whole clusters per GPC (the
+/// device's SMs split evenly into GPCs of at most 18 SMs).
+fn occupancy_clusters(
+    _: bool,
+    n: *mut c_int,
+    f: CUfunction,
+    cfg: *const sys::CUlaunchConfig,
+) -> Res {
+    let d = drv()?;
+    let c = super::read(cfg)?;
+    let per_cluster = cluster_blocks(&c)?;
+    if per_cluster > cluster_limit(f)? {
+        return Err(CUDA_ERROR_INVALID_CLUSTER_SIZE);
+    }
+    let block = (c.blockDimX * c.blockDimY * c.blockDimZ) as c_int;
+    let per_sm = blocks_per_sm(f, block, c.sharedMemBytes as usize)?;
+    let sms = d.cfg.sms as i64;
+    let gpcs = (sms + GPC_SMS - 1) / GPC_SMS;
+    let clusters: i64 = (0..gpcs)
+        .map(|g| {
+            let in_gpc = sms / gpcs + i64::from(g < sms % gpcs);
+            in_gpc * per_sm / per_cluster
+        })
+        .sum();
+    out(n, clusters.min(i32::MAX as i64) as c_int)
+}
+
+fn occupancy_cluster_size(
+    _: bool,
+    n: *mut c_int,
+    f: CUfunction,
+    cfg: *const sys::CUlaunchConfig,
+) -> Res {
+    let c = super::read(cfg)?;
+    let block = (c.blockDimX * c.blockDimY * c.blockDimZ) as c_int;
+    let per_sm = blocks_per_sm(f, block, c.sharedMemBytes as usize)?;
+    // A cluster fits in one GPC.
+    let size = cluster_limit(f)?.min(per_sm * GPC_SMS);
+    out(n, size as c_int)
 }
