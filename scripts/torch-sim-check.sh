@@ -105,8 +105,17 @@ if first_failure:
 else:
     print("Every step passed.")
 print()
+cublaslt = [l.strip() for l in open(os.path.join(work, "checks.jsonl")) if "[cublasLt]" in l]
+if cublaslt:
+    print("cuBLASLt's log (level 2, on stdout):")
+    print()
+    print("```")
+    for l in cublaslt[-6:]:
+        print(l[:240])
+    print("```")
+    print()
 print("Last lines the process wrote to stderr (simgpu's failed calls with")
-print("`SIMGPU_LOG_ERRORS=1`, cuBLASLt's log at level 2):")
+print("`SIMGPU_LOG_ERRORS=1`; repeated lines collapsed):")
 print()
 print("```")
 for l in tail("checks.err", 12):
