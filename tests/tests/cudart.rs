@@ -342,13 +342,22 @@ fn cudart13_memory_budget_under_dilu() {
 }
 
 #[test]
-fn interposer_sees_cudart_calls() {
-    let Some(rt) = runtime(12) else { return };
+fn interposer_sees_cudart12_calls() {
+    interposer_sees_calls(12);
+}
+
+#[test]
+fn interposer_sees_cudart13_calls() {
+    interposer_sees_calls(13);
+}
+
+fn interposer_sees_calls(major: u32) {
+    let Some(rt) = runtime(major) else { return };
     let scratch = Scratch::new("cudart-report");
     let report = scratch.path("calls.jsonl");
     let report_env = report.display().to_string();
     let out = under_dilu(rt, &[], &["basic"], &[("DILU_CALL_REPORT", &report_env)]);
-    check_basic(rt, &json(&out, "cudart 12 under dilu"));
+    check_basic(rt, &json(&out, &format!("cudart {major} under dilu")));
     let text = std::fs::read_to_string(&report).expect("call report");
     let r: Value = serde_json::from_str(text.lines().next().expect("one report")).expect("JSON");
     for hooked in ["cuMemAlloc_v2", "cuMemFree_v2", "cuMemGetInfo_v2"] {
