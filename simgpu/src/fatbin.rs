@@ -79,6 +79,106 @@ pub(crate) fn ptx_entries(text: &str) -> Vec<String> {
     out
 }
 
+/// Bytes per element of a PTX fundamental type (`.b8`, `.u32`, `.f64`, …).
+fn ptx_type_size(ty: &str) -> Option<usize> {
+    let bits: usize = ty.strip_prefix('.')?.get(1..)?.parse().ok()?;
+    matches!(ty.as_bytes().get(1), Some(b'b' | b'u' | b's' | b'f'))
+        .then_some(bits / 8)
+        .filter(|&n| [1, 2, 4, 8].contains(&n))
+}
+
+/// One PTX initialiser value as `size` little-endian bytes.
+fn ptx_value(text: &str, ty: &str, size: usize) -> Option<Vec<u8>> {
+    let t = text.trim();
+    let bits: u64 = if ty.starts_with(".f") && !t.starts_with("0f") && !t.starts_with("0d") {
+        let v: f64 = t.parse().ok()?;
+        if size == 4 {
+            (v as f32).to_bits() as u64
+        } else {
+            v.to_bits()
+        }
+    } else if let Some(h) = t
+        .strip_prefix("0x")
+        .or_else(|| t.strip_prefix("0X"))
+        .or_else(|| t.strip_prefix("0f"))
+        .or_else(|| t.strip_prefix("0d"))
+    {
+        u64::from_str_radix(h.trim_end_matches(['U', 'u']), 16).ok()?
+    } else {
+        t.trim_end_matches(['U', 'u']).parse::<i64>().ok()? as u64
+    };
+    Some(bits.to_le_bytes()[..size].to_vec())
+}
+
+/// Device variables a PTX text defines in the global state space, e.g.
+/// `.visible .global .align 4 .b8 table[16] = {1, 2, …};` (size and initial
+/// bytes; uninitialised ones are zero).
+pub(crate) fn ptx_globals(text: &str) -> Vec<GlobalVar> {
+    let mut out: Vec<GlobalVar> = Vec::new();
+    for statement in text.split(';') {
+        let words: Vec<&str> = statement.split_whitespace().collect();
+        let Some(at) = words.iter().position(|w| *w == ".global") else {
+            continue;
+        };
+        if words[..at].contains(&".extern") {
+            continue;
+        }
+        let mut rest = words[at + 1..].iter().copied();
+        let mut ty = None;
+        let mut declarator = None;
+        for w in rest.by_ref() {
+            if w == ".align" || w.parse::<usize>().is_ok() || w.starts_with(".v") {
+                continue;
+            }
+            if ty.is_none() && ptx_type_size(w).is_some() {
+                ty = Some(w);
+                continue;
+            }
+            declarator = Some(w);
+            break;
+        }
+        let (Some(ty), Some(decl)) = (ty, declarator) else {
+            continue;
+        };
+        let elem = ptx_type_size(ty).unwrap_or(1);
+        let decl = decl.trim_end_matches('=');
+        let (name, count) = match decl.split_once('[') {
+            Some((n, c)) => (n, c.trim_end_matches(']').parse::<usize>().ok()),
+            None => (decl, Some(1)),
+        };
+        let init_text = statement.split_once('=').map(|(_, v)| v.trim());
+        let values: Vec<&str> = match init_text {
+            Some(v) => v
+                .trim_start_matches('{')
+                .trim_end_matches('}')
+                .split(',')
+                .map(str::trim)
+                .filter(|x| !x.is_empty())
+                .collect(),
+            None => Vec::new(),
+        };
+        let count = count.unwrap_or(values.len()).max(1);
+        let size = count * elem;
+        if name.is_empty() || size > MAX_ENTRY || out.iter().any(|g| g.name == name) {
+            continue;
+        }
+        let mut init = Vec::with_capacity(size);
+        for v in values.iter().take(count) {
+            match ptx_value(v, ty, elem) {
+                Some(bytes) => init.extend(bytes),
+                None => break,
+            }
+        }
+        init.resize(size, 0);
+        out.push(GlobalVar {
+            name: name.to_string(),
+            size,
+            init,
+        });
+    }
+    out
+}
+
 fn is_ptx(text: &str) -> bool {
     text.contains(".version") || text.contains(".entry")
 }
@@ -88,7 +188,8 @@ fn ptx_image(text: &[u8]) -> Option<Image> {
     let text = std::str::from_utf8(&text[..end]).ok()?;
     is_ptx(text).then(|| Image {
         kernels: ptx_entries(text),
-        ..Image::default()
+        globals: ptx_globals(text),
+        unreadable: 0,
     })
 }
 
@@ -374,5 +475,26 @@ mod tests {
         assert_eq!(both(90, 100), ["for_a"]);
         // Nothing compatible: every entry, so names are still known.
         assert_eq!(both(100, 120), ["for_a", "for_b"]);
+    }
+
+    #[test]
+    fn ptx_globals_have_sizes_and_initial_bytes() {
+        let text = ".version 8.0\n.visible .global .align 1 .b8 table[4] = {1, 2, 0x10, 255};\n\
+                    .global .align 4 .u32 counter;\n.global .f32 half = 0.5;\n\
+                    .extern .global .b8 elsewhere[];\n.visible .global .align 8 .u64 wide[2] = {7};";
+        let g = ptx_globals(text);
+        let find = |n: &str| g.iter().find(|x| x.name == n).cloned();
+        assert_eq!(find("table").map(|x| x.init), Some(vec![1, 2, 16, 255]));
+        assert_eq!(
+            find("counter").map(|x| (x.size, x.init)),
+            Some((4, vec![0; 4]))
+        );
+        assert_eq!(
+            find("half").map(|x| x.init),
+            Some(0.5f32.to_le_bytes().to_vec())
+        );
+        let wide = find("wide").expect("wide");
+        assert_eq!((wide.size, wide.init[0], wide.init[8]), (16, 7, 0));
+        assert!(find("elsewhere").is_none());
     }
 }

@@ -272,8 +272,17 @@ fn cudart13_needs_a_cuda13_driver_and_cudart12_does_not() {
 fn every_kind_of_image_entry_registers() {
     let Some(rt) = runtime(12) else { return };
     let dir = Scratch::new("cudart-images");
-    // ELF only, LZ4- then zstd-compressed (as PyTorch ships its kernels).
+    // ELF only, LZ4- then zstd-compressed (as PyTorch ships its kernels),
+    // and PTX only, zstd-compressed (kernel and global from the PTX text).
+    let bytes: Vec<String> = TABLE.iter().map(u8::to_string).collect();
+    let ptx = format!(
+        ".version 8.0\n.target sm_90\n.address_size 64\n\
+         .visible .global .align 1 .b8 table[16] = {{{}}};\n\
+         .visible .entry add_one(.param .u64 p0, .param .u32 p1) {{ ret; }}\n",
+        bytes.join(", ")
+    );
     let images = [
+        ("zstd-ptx", fatbin(&[Entry::Ptx(ptx, Compression::Zstd)])),
         (
             "lz4-elf",
             fatbin(&[Entry::Elf(
