@@ -232,7 +232,7 @@ fn basic_plain(major: u32) {
     let named = |graph: bool| {
         records
             .iter()
-            .filter(|r| r.last && r.name == "add_one" && r.graph == graph)
+            .filter(|r| r.name == "add_one" && r.graph == graph)
             .count()
     };
     assert_eq!((named(false), named(true)), (10, 2), "{records:?}");
