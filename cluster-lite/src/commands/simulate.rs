@@ -230,7 +230,7 @@ pub fn run(args: SimulateArgs) -> Result<(), String> {
     if args.protocol == "fgd" {
         let pods = inflation::inflate(&trace, shape.gpus(), args.inflate_to, args.seed);
         let mix = Arc::new(inflation::workload_mix(&pods, &shape));
-        let checkpoints = checkpoints(args.inflate_to);
+        let checkpoints = inflation::checkpoints(args.inflate_to);
         let mut results = Vec::new();
         for name in &names {
             let policy = policy_for_workload(name, mix.clone())
@@ -292,14 +292,6 @@ fn open(path: &std::path::Path) -> Result<std::io::BufReader<std::fs::File>, Str
         .map_err(|error| format!("cannot open {}: {error}", path.display()))
 }
 
-/// Readings of the fgd protocol: every 10% of capacity from 50% to `last`.
-pub fn checkpoints(last: f64) -> Vec<f64> {
-    (5..)
-        .map(|tenth| f64::from(tenth) / 10.0)
-        .take_while(|share| *share <= last + 1e-9)
-        .collect()
-}
-
 /// Replays `trace` under each named policy, in order.
 fn replay(
     names: &[&str],
@@ -308,7 +300,13 @@ fn replay(
     interactive: bool,
 ) -> Result<Vec<SimulationResult>, String> {
     let mut results = Vec::with_capacity(names.len());
-    let mix = Arc::new(inflation::workload_mix(trace, shape));
+    // A real cluster's pod list is the workload `fgd` and `dilu` are told
+    // of; generated traces carry none (each pod is measured on its own).
+    let mix = Arc::new(if trace.iter().any(|record| record.pod.one_node) {
+        inflation::workload_mix(trace, shape)
+    } else {
+        Default::default()
+    });
     for name in names {
         let policy = policy_for_workload(name, mix.clone())
             .ok_or_else(|| format!("unknown policy {name}"))?;

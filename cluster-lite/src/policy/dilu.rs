@@ -68,12 +68,21 @@
 //! moving replicas to spread limit excess were each measured too; none
 //! improved both GPU-hours and risk.
 
-use super::{MoveRequest, OPEN_GPU_COST, PlacementPolicy, Replica};
-use crate::model::{ClusterState, GpuState, InstanceDemand, SHARE_EPSILON};
+use super::{FragmentationGradient, MoveRequest, OPEN_GPU_COST, PlacementPolicy, Replica};
+use crate::model::{ClusterState, GpuState, InstanceDemand, PodNeeds, SHARE_EPSILON};
 
 /// Tunable parameters of the `dilu` rule (see the module docs).
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone)]
 pub struct Complementary {
+    /// When the workload is known (a real cluster's task mix), best fit is
+    /// measured as FGD's fragmentation increase on the node instead of the
+    /// GPU's slack on its dominant resource.
+    pub fragmentation: Option<FragmentationGradient>,
+    /// Σ SM limits a GPU may reach when no GPU admits the instance within
+    /// `limit_bound` (the bound is then a preference, not a refusal): an
+    /// instance `dilu-paper` would place is never left waiting for its
+    /// limit alone. `None`: the bound is hard.
+    pub soft_limit_bound: Option<f64>,
     /// Bound on Σ SM limits per GPU.
     pub limit_bound: f64,
     /// Price of one unit of new limit excess, in units of best-fit slack.
@@ -94,6 +103,8 @@ pub struct Complementary {
 impl Default for Complementary {
     fn default() -> Self {
         Self {
+            fragmentation: None,
+            soft_limit_bound: Some(super::baselines::DILU_PAPER_LIMIT_BOUND),
             limit_bound: 1.35,
             risk_weight: 0.4,
             scale_in_risk_weight: 1.25,
@@ -119,8 +130,44 @@ impl PlacementPolicy for Complementary {
         let sm_after = gpu.sm_request_sum + demand.sm_request;
         let memory_after = gpu.memory_share_with(demand.memory_bytes);
         let slack = 1.0 - sm_after.max(memory_after);
-        let new_excess = (gpu.sm_limit_sum + demand.sm_limit - 1.0).max(0.0) - gpu.limit_excess();
-        open + slack + self.risk_weight * new_excess
+        open + slack + self.risk_weight * new_excess(gpu, demand)
+    }
+
+    fn costs_on_node(
+        &self,
+        cluster: &ClusterState,
+        node: usize,
+        demand: &InstanceDemand,
+        needs: &PodNeeds,
+        candidates: &[usize],
+        out: &mut Vec<(f64, usize)>,
+    ) {
+        let Some(fragmentation) = &self.fragmentation else {
+            out.extend(
+                candidates
+                    .iter()
+                    .map(|&index| (self.cost(&cluster.gpus[index], demand), index)),
+            );
+            return;
+        };
+        let first = out.len();
+        fragmentation.increases(cluster, node, demand, needs, candidates, out);
+        for entry in &mut out[first..] {
+            let gpu = &cluster.gpus[entry.1];
+            let open = if gpu.is_active() { 0.0 } else { OPEN_GPU_COST };
+            entry.0 += open + self.risk_weight * new_excess(gpu, demand);
+        }
+    }
+
+    fn fallback(&self) -> Option<Box<dyn PlacementPolicy>> {
+        let bound = self
+            .soft_limit_bound
+            .filter(|bound| *bound > self.limit_bound)?;
+        Some(Box::new(Self {
+            limit_bound: bound,
+            soft_limit_bound: None,
+            ..self.clone()
+        }))
     }
 
     fn gang_on_one_node(&self) -> bool {
@@ -179,6 +226,11 @@ impl PlacementPolicy for Complementary {
         }
         best.map(|(_, index)| index)
     }
+}
+
+/// Limit excess (Σ limits above 1) that placing `demand` on `gpu` adds.
+fn new_excess(gpu: &GpuState, demand: &InstanceDemand) -> f64 {
+    (gpu.sm_limit_sum + demand.sm_limit - 1.0).max(0.0) - gpu.limit_excess()
 }
 
 impl Complementary {

@@ -25,7 +25,8 @@
 //! at random; here ties go to the lower GPU index), and host memory is
 //! checked on admission as every policy here does.
 
-use std::sync::Arc;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
 
 use super::PlacementPolicy;
 use crate::model::{ClusterState, GpuModel, GpuState, InstanceDemand, PodNeeds, SHARE_EPSILON};
@@ -89,17 +90,126 @@ impl WorkloadMix {
     }
 }
 
+/// Node states already measured: a node's fragmentation depends only on
+/// its GPU model, free CPU and the multiset of its GPUs' free shares, and
+/// most nodes of a large cluster are in a few such states (idle, full).
+/// Keyed by those, free shares in thousandths, sorted.
+type Memo = Mutex<HashMap<Vec<u64>, f64>>;
+
+/// Measured states kept before the memo starts over.
+const MEMO_LIMIT: usize = 200_000;
+
 /// The `fgd` policy.
 #[derive(Debug, Clone, Default)]
 pub struct FragmentationGradient {
     mix: Arc<WorkloadMix>,
+    memo: Arc<Memo>,
 }
 
 impl FragmentationGradient {
     /// FGD for the workload `mix`; with an empty mix each pod is measured
     /// against pods like itself.
     pub fn new(mix: Arc<WorkloadMix>) -> Self {
-        Self { mix }
+        Self {
+            mix,
+            memo: Arc::default(),
+        }
+    }
+
+    /// Whether a workload was given (else each pod is its own workload).
+    pub fn knows_workload(&self) -> bool {
+        !self.mix.types.is_empty()
+    }
+
+    fn memoised(&self, free: &[f64], cpu_free: u64, model: GpuModel, fallback: &TaskType) -> f64 {
+        if !self.knows_workload() {
+            return self.node_fragmentation(free, cpu_free, model, fallback);
+        }
+        let mut key: Vec<u64> = Vec::with_capacity(free.len() + 2);
+        key.push(u64::from(model));
+        key.push(cpu_free);
+        let start = key.len();
+        key.extend(
+            free.iter()
+                .map(|share| (share * 1000.0).round().max(0.0) as u64),
+        );
+        key[start..].sort_unstable();
+        if let Ok(memo) = self.memo.lock()
+            && let Some(&value) = memo.get(&key)
+        {
+            return value;
+        }
+        let value = self.node_fragmentation(free, cpu_free, model, fallback);
+        if let Ok(mut memo) = self.memo.lock() {
+            if memo.len() >= MEMO_LIMIT {
+                memo.clear();
+            }
+            memo.insert(key, value);
+        }
+        value
+    }
+
+    /// How much placing one share of `demand` on each of `candidates`
+    /// (GPUs of `node`) raises the node's fragmentation, pushed as
+    /// (increase, GPU). A gang is scored as taking the first `gpus`
+    /// candidates, every candidate getting that score.
+    pub fn increases(
+        &self,
+        cluster: &ClusterState,
+        node: usize,
+        demand: &InstanceDemand,
+        needs: &PodNeeds,
+        candidates: &[usize],
+        out: &mut Vec<(f64, usize)>,
+    ) {
+        let range = cluster.nodes[node].clone();
+        let start = range.start;
+        let mut free: Vec<f64> = cluster.gpus[range].iter().map(free_share).collect();
+        let (cpu_free, model) = cluster
+            .hosts
+            .get(node)
+            .map_or((u64::MAX, 0), |host| (host.cpu_free(), host.model));
+        let fallback = TaskType {
+            cpu_milli: needs.cpu_milli,
+            share: demand.sm_request,
+            gpus: demand.gpus.max(1),
+            models: needs.models.clone(),
+            weight: 1.0,
+        };
+        let before = self.memoised(&free, cpu_free, model, &fallback);
+        let cpu_after = cpu_free.saturating_sub(needs.cpu_milli);
+        let wanted = demand.gpus.max(1) as usize;
+        if wanted > 1 {
+            if candidates.len() < wanted {
+                return;
+            }
+            for &index in &candidates[..wanted] {
+                free[index - start] -= demand.sm_request;
+            }
+            let after = self.memoised(&free, cpu_after, model, &fallback);
+            out.extend(candidates.iter().map(|&index| (after - before, index)));
+            return;
+        }
+        // GPUs with the same free share give the same outcome: score each
+        // distinct free share once.
+        let mut scored: Vec<(f64, f64)> = Vec::new();
+        for &index in candidates {
+            let original = free[index - start];
+            let increase = match scored
+                .iter()
+                .find(|(share, _)| (share - original).abs() < 1e-12)
+            {
+                Some(&(_, increase)) => increase,
+                None => {
+                    free[index - start] = original - demand.sm_request;
+                    let after = self.memoised(&free, cpu_after, model, &fallback);
+                    free[index - start] = original;
+                    scored.push((original, after - before));
+                    after - before
+                }
+            };
+            out.push((increase, index));
+        }
     }
 
     /// Fragmentation of a node with per-GPU free shares `free`, `cpu_free`
@@ -185,56 +295,7 @@ impl PlacementPolicy for FragmentationGradient {
         candidates: &[usize],
         out: &mut Vec<(f64, usize)>,
     ) {
-        let range = cluster.nodes[node].clone();
-        let start = range.start;
-        let mut free: Vec<f64> = cluster.gpus[range].iter().map(free_share).collect();
-        let (cpu_free, model) = cluster
-            .hosts
-            .get(node)
-            .map_or((u64::MAX, 0), |host| (host.cpu_free(), host.model));
-        let fallback = TaskType {
-            cpu_milli: needs.cpu_milli,
-            share: demand.sm_request,
-            gpus: demand.gpus.max(1),
-            models: needs.models.clone(),
-            weight: 1.0,
-        };
-        let before = self.node_fragmentation(&free, cpu_free, model, &fallback);
-        let cpu_after = cpu_free.saturating_sub(needs.cpu_milli);
-        let wanted = demand.gpus.max(1) as usize;
-        if wanted > 1 {
-            // A gang takes `wanted` of the candidates (idle GPUs for
-            // whole-GPU pods, all alike): score that one outcome.
-            if candidates.len() < wanted {
-                return;
-            }
-            for &index in &candidates[..wanted] {
-                free[index - start] -= demand.sm_request;
-            }
-            let after = self.node_fragmentation(&free, cpu_after, model, &fallback);
-            out.extend(candidates.iter().map(|&index| (after - before, index)));
-            return;
-        }
-        // GPUs with the same free share give the same outcome: score each
-        // distinct free share once.
-        let mut scored: Vec<(f64, f64)> = Vec::new();
-        for &index in candidates {
-            let original = free[index - start];
-            let delta = match scored
-                .iter()
-                .find(|(share, _)| (share - original).abs() < 1e-12)
-            {
-                Some(&(_, delta)) => delta,
-                None => {
-                    free[index - start] = original - demand.sm_request;
-                    let after = self.node_fragmentation(&free, cpu_after, model, &fallback);
-                    free[index - start] = original;
-                    scored.push((original, after - before));
-                    after - before
-                }
-            };
-            out.push((delta, index));
-        }
+        self.increases(cluster, node, demand, needs, candidates, out);
     }
 }
 

@@ -57,6 +57,11 @@ pub trait PlacementPolicy: Send + Sync {
                 .map(|&index| (self.cost(&cluster.gpus[index], demand), index)),
         );
     }
+    /// A looser form of the policy to try when this one places an
+    /// instance nowhere (`dilu`'s soft limit bound); `None` by default.
+    fn fallback(&self) -> Option<Box<dyn PlacementPolicy>> {
+        None
+    }
     /// Whether a multi-GPU instance must sit on GPUs of one node.
     fn gang_on_one_node(&self) -> bool {
         true
@@ -139,7 +144,10 @@ pub fn policy_by_name(name: &str) -> Option<Box<dyn PlacementPolicy>> {
 /// FGD's scheduler is given them); the other policies ignore it.
 pub fn policy_for_workload(name: &str, mix: Arc<WorkloadMix>) -> Option<Box<dyn PlacementPolicy>> {
     Some(match name {
-        "dilu" => Box::new(Complementary::default()),
+        "dilu" => Box::new(Complementary {
+            fragmentation: (!mix.types.is_empty()).then(|| FragmentationGradient::new(mix.clone())),
+            ..Complementary::default()
+        }),
         "dilu-paper" => Box::new(DiluPaper),
         "fgd" => Box::new(FragmentationGradient::new(mix)),
         "infless-r" => Box::new(InflessRequests),
@@ -163,6 +171,18 @@ pub fn place(
 /// so or the policy prefers it; otherwise it takes the cheapest GPUs of
 /// all suitable nodes.
 pub fn place_pod(
+    policy: &dyn PlacementPolicy,
+    cluster: &ClusterState,
+    demand: &InstanceDemand,
+    needs: &PodNeeds,
+) -> Option<Placement> {
+    search(policy, cluster, demand, needs).or_else(|| {
+        let looser = policy.fallback()?;
+        search(looser.as_ref(), cluster, demand, needs)
+    })
+}
+
+fn search(
     policy: &dyn PlacementPolicy,
     cluster: &ClusterState,
     demand: &InstanceDemand,

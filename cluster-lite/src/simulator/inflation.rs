@@ -14,6 +14,14 @@ use crate::model::{InstanceDemand, PodNeeds};
 use crate::policy::{PlacementPolicy, WorkloadMix, place_pod};
 use crate::rng::SeededRng;
 
+/// Readings of the protocol: every 10% of capacity from 50% to `last`.
+pub fn checkpoints(last: f64) -> Vec<f64> {
+    (5..)
+        .map(|tenth| f64::from(tenth) / 10.0)
+        .take_while(|share| *share <= last + 1e-9)
+        .collect()
+}
+
 /// GPU share one pod requests: its per-GPU share times its GPUs.
 pub fn requested_share(record: &TraceRecord) -> f64 {
     record.sm_request * f64::from(record.gpus.max(1))
