@@ -349,4 +349,58 @@ mod tests {
         }));
         assert!((policy.node_fragmentation(&[1.0], 4000, 0, &hungry) - 1.0).abs() < 1e-9);
     }
+
+    #[test]
+    fn a_pod_goes_where_it_leaves_room_for_the_workload() {
+        use crate::model::WorkClass;
+        use crate::policy::place;
+        // One node: GPU 0 half used, GPU 1 idle. The workload is whole-GPU
+        // pods, so a half-GPU pod belongs on GPU 0 (GPU 1 stays whole).
+        let mut cluster = ClusterState::uniform(1, 2, 100);
+        let half = InstanceDemand {
+            class: WorkClass::Batch,
+            sm_request: 0.5,
+            sm_limit: 0.5,
+            memory_bytes: 1,
+            gpus: 1,
+        };
+        cluster.apply(&half, &[0]);
+        let whole_gpu_workload = FragmentationGradient::new(Arc::new(WorkloadMix {
+            types: vec![task(1.0, 1, 1.0)],
+        }));
+        let placement = place(&whole_gpu_workload, &cluster, &half).unwrap();
+        assert_eq!(placement.gpus, vec![0]);
+        // GPU 1 a quarter used, workload of 0.75 pods: a half pod on GPU 0
+        // leaves 0.5 there that no 0.75 pod can use, on GPU 1 only 0.25.
+        let mut other = ClusterState::uniform(1, 2, 100);
+        let quarter = InstanceDemand {
+            sm_request: 0.25,
+            ..half.clone()
+        };
+        other.apply(&quarter, &[1]);
+        let policy = FragmentationGradient::new(Arc::new(WorkloadMix {
+            types: vec![task(0.75, 1, 1.0)],
+        }));
+        let placement = place(&policy, &other, &half).unwrap();
+        assert_eq!(placement.gpus, vec![1]);
+        // Where FGD and best fit part: GPUs with 0.6 and 0.75 free and a
+        // workload of quarter-GPU pods. Best fit fills GPU 0 (leaving 0.1,
+        // which no quarter pod can use); FGD takes GPU 1 (0.6 and 0.25 left,
+        // both usable).
+        let mut split = ClusterState::uniform(1, 2, 100);
+        split.apply(
+            &InstanceDemand {
+                sm_request: 0.4,
+                ..half.clone()
+            },
+            &[0],
+        );
+        split.apply(&quarter, &[1]);
+        let quarters = FragmentationGradient::new(Arc::new(WorkloadMix {
+            types: vec![task(0.25, 1, 1.0)],
+        }));
+        assert_eq!(place(&quarters, &split, &half).unwrap().gpus, vec![1]);
+        let best_fit = place(&crate::policy::InflessRequests, &split, &half).unwrap();
+        assert_eq!(best_fit.gpus, vec![0]);
+    }
 }
