@@ -93,8 +93,27 @@ impl WorkloadMix {
 /// Node states already measured: a node's fragmentation depends only on
 /// its GPU model, free CPU and the multiset of its GPUs' free shares, and
 /// most nodes of a large cluster are in a few such states (idle, full).
-/// Keyed by those, free shares in thousandths, sorted.
-type Memo = Mutex<HashMap<Vec<u64>, f64>>;
+/// Keyed by those packed in 128 bits (`memo_key`).
+type Memo = Mutex<HashMap<u128, f64>>;
+
+/// Packs a node state as 16 bits of model, 32 of free CPU (milli-cores)
+/// and 10 per GPU of free share in thousandths, sorted; `None` (measure
+/// without the memo) for nodes of more than 8 GPUs or 4.29 M milli-cores.
+fn memo_key(free: &[f64], cpu_free: u64, model: GpuModel) -> Option<u128> {
+    if free.len() > 8 || cpu_free > u64::from(u32::MAX) {
+        return None;
+    }
+    let mut shares = [0u16; 8];
+    for (slot, share) in shares.iter_mut().zip(free) {
+        *slot = (share * 1000.0).round().clamp(0.0, 1000.0) as u16 + 1;
+    }
+    shares[..free.len()].sort_unstable();
+    let mut key = (u128::from(model) << 112) | (u128::from(cpu_free) << 80);
+    for (index, share) in shares.iter().enumerate() {
+        key |= u128::from(*share) << (10 * index);
+    }
+    Some(key)
+}
 
 /// Measured states kept before the memo starts over.
 const MEMO_LIMIT: usize = 200_000;
@@ -125,15 +144,9 @@ impl FragmentationGradient {
         if !self.knows_workload() {
             return self.node_fragmentation(free, cpu_free, model, fallback);
         }
-        let mut key: Vec<u64> = Vec::with_capacity(free.len() + 2);
-        key.push(u64::from(model));
-        key.push(cpu_free);
-        let start = key.len();
-        key.extend(
-            free.iter()
-                .map(|share| (share * 1000.0).round().max(0.0) as u64),
-        );
-        key[start..].sort_unstable();
+        let Some(key) = memo_key(free, cpu_free, model) else {
+            return self.node_fragmentation(free, cpu_free, model, fallback);
+        };
         if let Ok(memo) = self.memo.lock()
             && let Some(&value) = memo.get(&key)
         {
