@@ -121,11 +121,36 @@ fn draw(
         .configure_series_labels()
         .background_style(WHITE.mix(0.85))
         .border_style(BLACK)
-        .position(SeriesLabelPosition::UpperLeft)
+        .position(emptiest_corner(series, (x_low, x_high), (y_low, y_high)))
         .draw()
         .map_err(text)?;
     root.present().map_err(text)?;
     Ok(())
+}
+
+/// The corner of the plot with the fewest points (the legend goes there).
+fn emptiest_corner(series: &[Series], x: (f64, f64), y: (f64, f64)) -> SeriesLabelPosition {
+    let mut counts = [0usize; 4]; // upper left, upper right, lower left, lower right
+    for &(px, py) in series.iter().flat_map(|one| &one.points) {
+        let fx = (px - x.0) / (x.1 - x.0).max(1e-12);
+        let fy = (py - y.0) / (y.1 - y.0).max(1e-12);
+        let left = fx < 0.35;
+        let right = fx > 0.65;
+        let upper = fy > 0.6;
+        let lower = fy < 0.4;
+        counts[0] += usize::from(upper && left);
+        counts[1] += usize::from(upper && right);
+        counts[2] += usize::from(lower && left);
+        counts[3] += usize::from(lower && right);
+    }
+    let best = (0..4).min_by_key(|&corner| counts[corner]).unwrap_or(0);
+    [
+        SeriesLabelPosition::UpperLeft,
+        SeriesLabelPosition::UpperRight,
+        SeriesLabelPosition::LowerLeft,
+        SeriesLabelPosition::LowerRight,
+    ][best]
+        .clone()
 }
 
 fn text(error: impl std::fmt::Display) -> String {
