@@ -19,6 +19,10 @@
 #   demo       `dilu demo`: request latency of an inference tenant beside a
 #              training tenant, per controller (static, dilu-rckm, dilu)
 #                                             -> bench/results/demo.md, demo-latency-cdf.svg
+#   cluster    the cluster simulator: Alibaba's openb trace in time and under
+#              FGD's protocol, the GPU-hours/risk curve, generated traces;
+#              every policy, fgd included
+#                                             -> bench/results/cluster-sim.md, cluster-sim-*.svg
 #   profile    `dilu profile`'s search against Dilu's published HGSS and an
 #              exhaustive search, on Dilu's measured tables (no GPU, no run)
 #                                             -> bench/results/profile.md
@@ -26,10 +30,11 @@
 #              (needs HAMI_CORE_SRC=<HAMi-core checkout>; see scripts/peers.sh --help)
 #                                             -> bench/results/peers.md
 #
-# usage: scripts/bench.sh [all | overhead | startup | sm | syscalls | placement | demo ...] [-- ARGS]
+# usage: scripts/bench.sh [all | overhead | startup | sm | syscalls | placement | demo | cluster | profile ...] [-- ARGS]
 #   ARGS go to the one benchmark named, e.g. `scripts/bench.sh startup -- --runs 50`
 #   or `scripts/bench.sh overhead -- cuLaunchKernel` (a criterion filter)
-#   or `scripts/bench.sh demo -- --seconds 10` (per controller; default 5).
+#   or `scripts/bench.sh demo -- --seconds 10` (per controller; default 5)
+#   or `scripts/bench.sh cluster -- --seeds 10` (FGD-protocol seeds; default 3).
 # The real-driver overhead needs a GPU: scripts/gpu-check.sh (-> bench/results/real-overhead.md).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -37,23 +42,23 @@ cd "$(dirname "$0")/.."
 targets=()
 while [ $# -gt 0 ] && [ "$1" != "--" ]; do
   case $1 in
-    all) targets+=(overhead startup sm syscalls placement demo profile) ;;
-    overhead | startup | sm | syscalls | placement | demo | profile | peers) targets+=("$1") ;;
+    all) targets+=(overhead startup sm syscalls placement demo cluster profile) ;;
+    overhead | startup | sm | syscalls | placement | demo | cluster | profile | peers) targets+=("$1") ;;
     -h | --help) awk 'NR > 1 && !/^#/ { exit } NR > 1 { sub(/^# ?/, ""); print }' "$0"; exit 0 ;;
-    *) echo "bench: unknown benchmark '$1' (all, overhead, startup, sm, syscalls, placement, demo, profile, peers)" >&2; exit 2 ;;
+    *) echo "bench: unknown benchmark '$1' (all, overhead, startup, sm, syscalls, placement, demo, cluster, profile, peers)" >&2; exit 2 ;;
   esac
   shift
 done
 [ "${1:-}" = "--" ] && shift
 extra=("$@")
-[ ${#targets[@]} -gt 0 ] || targets=(overhead startup sm syscalls placement demo profile)
+[ ${#targets[@]} -gt 0 ] || targets=(overhead startup sm syscalls placement demo cluster profile)
 if [ ${#extra[@]} -gt 0 ] && [ ${#targets[@]} -ne 1 ]; then
   echo "bench: arguments after -- need exactly one benchmark named" >&2
   exit 2
 fi
 
-# `profile` runs nothing on the GPU side and builds only what it uses.
-if [ "${targets[*]}" != profile ]; then
+# `profile` and `cluster` run nothing on the GPU side and build only what they use.
+if [ "${targets[*]}" != profile ] && [ "${targets[*]}" != cluster ]; then
   echo "== building (release): simgpu, the interposer, the benchmark clients" >&2
   cargo build --release -p simgpu -p simgpu-nvml -p dilu-interposer -p dilu-bench -p dilu-nodemgr -p dilu-tests --lib --bins
 fi
@@ -85,6 +90,11 @@ for target in "${targets[@]}"; do
     demo)
       cargo bench -p dilu-bench --bench demo -- "${extra[@]}" || failed+=(demo)
       results+=(bench/results/demo.md bench/results/demo-latency-cdf.svg) ;;
+    cluster)
+      # Old figures go first: every figure the file links is written anew.
+      rm -f bench/results/cluster-sim*.svg
+      cargo run --release -q -p dilu-cluster --bin cluster-sim-report -- "${extra[@]}" || failed+=(cluster)
+      results+=("bench/results/cluster-sim.md, cluster-sim-*.svg") ;;
     profile)
       {
         echo "# \`dilu profile\`: search methods on measured tables"

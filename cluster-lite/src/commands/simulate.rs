@@ -7,15 +7,18 @@ use std::path::PathBuf;
 
 use clap::Args;
 use dilu_abi::units::parse_size;
-use dilu_cluster::policy::{POLICY_NAMES, policy_by_name};
+use std::sync::Arc;
+
+use dilu_cluster::policy::{POLICY_NAMES, policy_for_workload};
 use dilu_cluster::simulator::trace::{
     ArrivalPattern, TraceRecord, TraceSpec, generate, read_json_lines,
 };
 use dilu_cluster::simulator::{ClusterShape, SimulationResult, report, simulate};
+use dilu_cluster::simulator::{inflation, openb};
 
 #[derive(Debug, Args)]
 pub struct SimulateArgs {
-    /// Policy to replay: dilu, dilu-paper, infless-r, infless-l, exclusive, or all.
+    /// Policy to replay: dilu, dilu-paper, fgd, infless-r, infless-l, exclusive, or all.
     #[arg(long, default_value = "all")]
     pub policy: String,
     /// Number of instances in the generated trace (each arrives and departs).
@@ -51,11 +54,43 @@ pub struct SimulateArgs {
     /// Write the generated trace as JSON lines to this file.
     #[arg(long)]
     pub save_trace: Option<PathBuf>,
+    /// Node list CSV of a real cluster (Alibaba openb format:
+    /// sn,cpu_milli,memory_mib,gpu,model); replaces --gpus/--gpus-per-node.
+    #[arg(long, value_name = "CSV")]
+    pub nodes: Option<PathBuf>,
+    /// Pod list CSV of a real cluster (Alibaba openb format), replayed by
+    /// creation and deletion time; pods without GPUs are skipped.
+    #[arg(long, value_name = "CSV", conflicts_with = "trace")]
+    pub pods: Option<PathBuf>,
+    /// SM limit of a pod read with --pods, as factors of its request for
+    /// latency-sensitive (LS) pods and for the rest: LS,REST.
+    #[arg(long, value_name = "LS,REST", default_value = "1.5,1.2", value_parser = parse_factors)]
+    pub limit_factors: (f64, f64),
+    /// `replay` (arrivals and departures in time) or `fgd` (FGD's protocol:
+    /// pods drawn at random from the trace until --inflate-to of the GPU
+    /// capacity is requested, arriving one by one, never leaving; prints the
+    /// share of GPU capacity allocated at each 10% of requests from 50%).
+    #[arg(long, default_value = "replay", value_parser = ["replay", "fgd"])]
+    pub protocol: String,
+    /// Requested share of the GPU capacity the fgd protocol stops at.
+    #[arg(long, default_value_t = 1.3)]
+    pub inflate_to: f64,
     /// Replay one generated trace per seed in FIRST..LAST (inclusive) and
     /// print how each policy compares with dilu-paper across them.
     #[arg(long, value_name = "FIRST..LAST", value_parser = parse_seed_range,
           conflicts_with_all = ["trace", "seed", "out", "save_trace"])]
     pub seeds: Option<RangeInclusive<u64>>,
+}
+
+fn parse_factors(text: &str) -> Result<(f64, f64), String> {
+    let (latency, rest) = text
+        .split_once(',')
+        .ok_or_else(|| format!("expected LS,REST, got {text:?}"))?;
+    let parse = |part: &str| match part.trim().parse::<f64>() {
+        Ok(value) if value >= 1.0 && value.is_finite() => Ok(value),
+        _ => Err(format!("limit factor {part:?}: expected a number >= 1")),
+    };
+    Ok((parse(latency)?, parse(rest)?))
 }
 
 fn parse_seed_range(text: &str) -> Result<RangeInclusive<u64>, String> {
@@ -121,11 +156,18 @@ pub fn run(args: SimulateArgs) -> Result<(), String> {
     if args.gpus == 0 || args.gpus_per_node == 0 {
         return Err("--gpus and --gpus-per-node must be at least 1".into());
     }
-    let shape = ClusterShape {
-        gpus: args.gpus,
-        gpus_per_node: args.gpus_per_node,
-        gpu_memory: args.gpu_memory,
+    let shape = match &args.nodes {
+        Some(path) => {
+            let file = open(path)?;
+            let nodes = openb::read_nodes(file, args.gpu_memory)
+                .map_err(|error| format!("node list {}: {error}", path.display()))?;
+            ClusterShape { nodes }
+        }
+        None => ClusterShape::uniform(args.gpus, args.gpus_per_node, args.gpu_memory),
     };
+    if shape.gpus() == 0 {
+        return Err("the cluster has no GPU".into());
+    }
     let interactive = std::io::stderr().is_terminal();
     if let Some(seeds) = &args.seeds {
         if !names.contains(&"dilu-paper") {
@@ -145,26 +187,31 @@ pub fn run(args: SimulateArgs) -> Result<(), String> {
             runs.push(replay(&names, &trace, &shape, interactive)?);
         }
         println!(
-            "{} instances, {:?} arrivals, seeds {}..{}; cluster of {} GPUs ({} per node, {} each)\n\n{}",
+            "{} instances, {:?} arrivals, seeds {}..{}; cluster of {}, {} per GPU\n\n{}",
             args.events,
             args.arrival,
             seeds.start(),
             seeds.end(),
-            args.gpus,
-            args.gpus_per_node,
+            shape.describe(),
             dilu_abi::units::format_size(args.gpu_memory),
             report::sweep_table(&runs)
         );
         return Ok(());
     }
-    let mut trace = match &args.trace {
-        Some(path) => {
+    let limits = openb::LimitRule {
+        latency_factor: args.limit_factors.0,
+        batch_factor: args.limit_factors.1,
+    };
+    let mut trace = match (&args.trace, &args.pods) {
+        (_, Some(path)) => openb::read_pods(open(path)?, limits, args.gpu_memory)
+            .map_err(|error| format!("pod list {}: {error}", path.display()))?,
+        (Some(path), None) => {
             let file = std::fs::File::open(path)
                 .map_err(|error| format!("cannot open trace {}: {error}", path.display()))?;
             read_json_lines(std::io::BufReader::new(file))
                 .map_err(|error| format!("trace {}: {error}", path.display()))?
         }
-        None => generate(&TraceSpec {
+        (None, None) => generate(&TraceSpec {
             instances: args.events,
             cluster_gpus: args.gpus,
             arrival: args.arrival,
@@ -180,10 +227,37 @@ pub fn run(args: SimulateArgs) -> Result<(), String> {
         dilu_cluster::simulator::trace::write_json_lines(&trace, std::io::BufWriter::new(file))
             .map_err(|error| format!("cannot write {}: {error}", path.display()))?;
     }
+    if args.protocol == "fgd" {
+        let pods = inflation::inflate(&trace, shape.gpus(), args.inflate_to, args.seed);
+        let mix = Arc::new(inflation::workload_mix(&pods, &shape));
+        let checkpoints = inflation::checkpoints(args.inflate_to);
+        let mut results = Vec::new();
+        for name in &names {
+            let policy = policy_for_workload(name, mix.clone())
+                .ok_or_else(|| format!("unknown policy {name}"))?;
+            eprintln!("{name}: {} pods", pods.len());
+            results.push(inflation::simulate_inflation(
+                policy.as_ref(),
+                &pods,
+                &shape,
+                &checkpoints,
+            ));
+        }
+        println!(
+            "FGD protocol: {} pods drawn from {} records (seed {}); cluster of {}\n\n{}",
+            pods.len(),
+            trace.len(),
+            args.seed,
+            shape.describe(),
+            report::inflation_table(&results)
+        );
+        return Ok(());
+    }
     let results = replay(&names, &trace, &shape, interactive)?;
-    let source = match &args.trace {
-        Some(path) => format!("trace file {}", path.display()),
-        None => format!(
+    let source = match (&args.trace, &args.pods) {
+        (_, Some(path)) => format!("pod list {} ({} GPU pods)", path.display(), trace.len()),
+        (Some(path), None) => format!("trace file {}", path.display()),
+        (None, None) => format!(
             "{} instances, {:?} arrivals, seed {}",
             trace.len(),
             args.arrival,
@@ -191,9 +265,8 @@ pub fn run(args: SimulateArgs) -> Result<(), String> {
         ),
     };
     let heading = format!(
-        "{source}; cluster of {} GPUs ({} per node, {} each)",
-        args.gpus,
-        args.gpus_per_node,
+        "{source}; cluster of {}, {} per GPU",
+        shape.describe(),
         dilu_abi::units::format_size(args.gpu_memory)
     );
     let table = report::markdown_table(&results);
@@ -213,6 +286,12 @@ pub fn run(args: SimulateArgs) -> Result<(), String> {
     Ok(())
 }
 
+fn open(path: &std::path::Path) -> Result<std::io::BufReader<std::fs::File>, String> {
+    std::fs::File::open(path)
+        .map(std::io::BufReader::new)
+        .map_err(|error| format!("cannot open {}: {error}", path.display()))
+}
+
 /// Replays `trace` under each named policy, in order.
 fn replay(
     names: &[&str],
@@ -221,8 +300,16 @@ fn replay(
     interactive: bool,
 ) -> Result<Vec<SimulationResult>, String> {
     let mut results = Vec::with_capacity(names.len());
+    // A real cluster's pod list is the workload `fgd` and `dilu` are told
+    // of; generated traces carry none (each pod is measured on its own).
+    let mix = Arc::new(if trace.iter().any(|record| record.pod.one_node) {
+        inflation::workload_mix(trace, shape)
+    } else {
+        Default::default()
+    });
     for name in names {
-        let policy = policy_by_name(name).ok_or_else(|| format!("unknown policy {name}"))?;
+        let policy = policy_for_workload(name, mix.clone())
+            .ok_or_else(|| format!("unknown policy {name}"))?;
         results.push(simulate(policy.as_ref(), trace, shape, |done, total| {
             show_progress(name, done, total, interactive)
         }));
