@@ -93,6 +93,27 @@ struct Tally {
     walk: (usize, usize),
 }
 
+impl Tally {
+    /// One row of the inference summary table.
+    fn write_row(&self, out: &mut String, name: &str, held_out: &str) {
+        let _ = writeln!(
+            out,
+            "| {name} | {held_out} | {} | {} | {} | {} | {:.1}% | {:.1}% | {} | {} | {} | {} | {:.2} |",
+            self.slos,
+            self.near[1],
+            self.walk.0,
+            self.near[0],
+            self.worst_gap[1] * 100.0,
+            self.worst_gap[0] * 100.0,
+            self.trials[1],
+            self.walk.1,
+            self.trials[0],
+            self.trials[2],
+            self.trials[0] as f64 / self.trials[1].max(1) as f64,
+        );
+    }
+}
+
 /// The whole comparison as Markdown. `tables` are (name, table, held out).
 pub fn report(tables: &[(String, ProfileTable, bool)]) -> String {
     let mut out = String::new();
@@ -140,22 +161,7 @@ pub fn report(tables: &[(String, ProfileTable, bool)]) -> String {
                 }
             }
         }
-        let _ = writeln!(
-            out,
-            "| {name} | {} | {} | {} | {} | {} | {:.1}% | {:.1}% | {} | {} | {} | {} | {:.2} |",
-            if *held_out { "yes" } else { "no" },
-            tally.slos,
-            tally.near[1],
-            tally.walk.0,
-            tally.near[0],
-            tally.worst_gap[1] * 100.0,
-            tally.worst_gap[0] * 100.0,
-            tally.trials[1],
-            tally.walk.1,
-            tally.trials[0],
-            tally.trials[2],
-            tally.trials[0] as f64 / tally.trials[1].max(1) as f64,
-        );
+        tally.write_row(&mut out, name, if *held_out { "yes" } else { "no" });
         all.slos += tally.slos;
         all.walk.0 += tally.walk.0;
         all.walk.1 += tally.walk.1;
@@ -185,21 +191,7 @@ pub fn report(tables: &[(String, ProfileTable, bool)]) -> String {
             );
         }
     }
-    let _ = writeln!(
-        out,
-        "| **all** | | {} | {} | {} | {} | {:.1}% | {:.1}% | {} | {} | {} | {} | {:.2} |",
-        all.slos,
-        all.near[1],
-        all.walk.0,
-        all.near[0],
-        all.worst_gap[1] * 100.0,
-        all.worst_gap[0] * 100.0,
-        all.trials[1],
-        all.walk.1,
-        all.trials[0],
-        all.trials[2],
-        all.trials[0] as f64 / all.trials[1].max(1) as f64,
-    );
+    all.write_row(&mut out, "**all**", "");
     let _ = writeln!(
         out,
         "\nConfigurations at six SLOs per table (the 10th to 85th percentile of its latencies): \
