@@ -4,7 +4,7 @@
 
 use dilu_tests::workspace::{Scratch, artifact, dilu, output_within, unique_name};
 use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 const SLO_MS: f64 = 8.0;
 
@@ -87,10 +87,11 @@ fn a_profile_found_by_running_the_program_keeps_its_slo_under_the_node_manager()
         .stderr(Stdio::null())
         .spawn()
         .expect("start dilu nodemgr");
-    let ready = Instant::now();
-    while !scratch.path("nodemgr.sock").exists() && ready.elapsed() < Duration::from_secs(20) {
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    dilu_tests::workspace::wait_until_serving(
+        &mut daemon,
+        &scratch.path("nodemgr.sock"),
+        Duration::from_secs(60),
+    );
     let mut run = Command::new(dilu());
     run.args(["run", "--sim", "--tenant", "served", "--profile"])
         .arg(scratch.path("model.toml"))

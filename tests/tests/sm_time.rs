@@ -395,6 +395,8 @@ fn a_default_spec_tenant_under_the_static_controller_waits_then_runs() {
         .stderr(Stdio::null())
         .spawn()
         .expect("start dilu nodemgr");
+    // Started before the daemon answers, `dilu run` would run unmanaged.
+    dilu_tests::workspace::wait_until_serving(&mut daemon, &socket, LIMIT);
     let tenant = unique_name("zero-default");
     // No spec: the default one asks for 0% (and may use up to 100%).
     let mut workload = Command::new(dilu())
@@ -429,10 +431,14 @@ fn a_default_spec_tenant_under_the_static_controller_waits_then_runs() {
             "the tenant never got its 0% request: {:?}",
             status("sm_current_pct")
         );
-        assert!(
-            workload.try_wait().unwrap().is_none(),
-            "20000 kernels (2 s of device time) cannot have run yet"
-        );
+        if workload.try_wait().unwrap().is_some() {
+            let output = workload.wait_with_output().unwrap();
+            panic!(
+                "20000 kernels (2 s of device time) cannot have run yet; the tenant exited ({}): {}",
+                output.status,
+                String::from_utf8_lossy(&output.stderr)
+            );
+        }
         std::thread::sleep(Duration::from_millis(50));
     }
     std::thread::sleep(Duration::from_millis(500));
