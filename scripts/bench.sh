@@ -8,20 +8,33 @@
 #                                             -> bench/results/overhead.md, overhead-sm-launch.md
 #   startup    interposer start-up per process with 0, 16 and 64 other
 #              processes of the tenant        -> bench/results/startup.md, startup-cdf.svg
-#   sm         SM-time shares of two tenants under dilu vs plain time slicing
-#              (simgpu trace)                 -> bench/results/sm-accuracy.md
-#   syscalls   no syscall on the launch path (strace)
+#   sm         SM-time accuracy over the request-style workload matrix, alone
+#              and in pairs, under dilu vs plain time slicing (simgpu trace)
+#                                             -> bench/results/sm-accuracy.md
+#   syscalls   no syscall on the launch path, with a memory budget and with an
+#              SM-time share (strace)
 #                                             -> bench/results/syscalls.md
 #   placement  cluster-lite placement latency per policy (criterion)
 #                                             -> target/criterion/
 #   demo       `dilu demo`: request latency of an inference tenant beside a
 #              training tenant, per controller (static, dilu-rckm, dilu)
 #                                             -> bench/results/demo.md, demo-latency-cdf.svg
+#   cluster    the cluster simulator: Alibaba's openb trace in time and under
+#              FGD's protocol, the GPU-hours/risk curve, generated traces;
+#              every policy, fgd included
+#                                             -> bench/results/cluster-sim.md, cluster-sim-*.svg
+#   profile    `dilu profile`'s search against Dilu's published HGSS and an
+#              exhaustive search, on Dilu's measured tables (no GPU, no run)
+#                                             -> bench/results/profile.md
+#   peers      dilu and HAMi-core's libvgpu.so side by side on simgpu + its NVML
+#              (needs HAMI_CORE_SRC=<HAMi-core checkout>; see scripts/peers.sh --help)
+#                                             -> bench/results/peers.md
 #
-# usage: scripts/bench.sh [all | overhead | startup | sm | syscalls | placement | demo ...] [-- ARGS]
+# usage: scripts/bench.sh [all | overhead | startup | sm | syscalls | placement | demo | cluster | profile ...] [-- ARGS]
 #   ARGS go to the one benchmark named, e.g. `scripts/bench.sh startup -- --runs 50`
 #   or `scripts/bench.sh overhead -- cuLaunchKernel` (a criterion filter)
-#   or `scripts/bench.sh demo -- --seconds 10` (per controller; default 5).
+#   or `scripts/bench.sh demo -- --seconds 10` (per controller; default 5)
+#   or `scripts/bench.sh cluster -- --seeds 10` (FGD-protocol seeds; default 3).
 # The real-driver overhead needs a GPU: scripts/gpu-check.sh (-> bench/results/real-overhead.md).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -29,23 +42,26 @@ cd "$(dirname "$0")/.."
 targets=()
 while [ $# -gt 0 ] && [ "$1" != "--" ]; do
   case $1 in
-    all) targets+=(overhead startup sm syscalls placement demo) ;;
-    overhead | startup | sm | syscalls | placement | demo) targets+=("$1") ;;
+    all) targets+=(overhead startup sm syscalls placement demo cluster profile) ;;
+    overhead | startup | sm | syscalls | placement | demo | cluster | profile | peers) targets+=("$1") ;;
     -h | --help) awk 'NR > 1 && !/^#/ { exit } NR > 1 { sub(/^# ?/, ""); print }' "$0"; exit 0 ;;
-    *) echo "bench: unknown benchmark '$1' (all, overhead, startup, sm, syscalls, placement, demo)" >&2; exit 2 ;;
+    *) echo "bench: unknown benchmark '$1' (all, overhead, startup, sm, syscalls, placement, demo, cluster, profile, peers)" >&2; exit 2 ;;
   esac
   shift
 done
 [ "${1:-}" = "--" ] && shift
 extra=("$@")
-[ ${#targets[@]} -gt 0 ] || targets=(overhead startup sm syscalls placement demo)
+[ ${#targets[@]} -gt 0 ] || targets=(overhead startup sm syscalls placement demo cluster profile)
 if [ ${#extra[@]} -gt 0 ] && [ ${#targets[@]} -ne 1 ]; then
   echo "bench: arguments after -- need exactly one benchmark named" >&2
   exit 2
 fi
 
-echo "== building (release): simgpu, the interposer, the benchmark clients" >&2
-cargo build --release -p simgpu -p dilu-interposer -p dilu-bench -p dilu-nodemgr -p dilu-tests --lib --bins
+# `profile` and `cluster` run nothing on the GPU side and build only what they use.
+if [ "${targets[*]}" != profile ] && [ "${targets[*]}" != cluster ]; then
+  echo "== building (release): simgpu, the interposer, the benchmark clients" >&2
+  cargo build --release -p simgpu -p simgpu-nvml -p dilu-interposer -p dilu-bench -p dilu-nodemgr -p dilu-tests --lib --bins
+fi
 
 results=()
 failed=()
@@ -57,7 +73,7 @@ for target in "${targets[@]}"; do
       # The same launch rows again with an SM-time share (within budget).
       DILU_SM_LIMIT=99 DILU_TENANT="bench-sm-$$" \
         cargo bench -p dilu-bench --bench overhead -- cuLaunchKernel || failed+=(overhead-sm)
-      rm -f "/dev/shm/dilu-$(id -u)-bench-sm-$$".*
+      rm -f "/dev/shm/dilu-$(id -u)/bench-sm-$$".*
       results+=("bench/results/overhead.md, overhead-sm-launch.md (and criterion's reports in target/criterion/)") ;;
     startup)
       cargo bench -p dilu-bench --bench startup -- "${extra[@]}" || failed+=(startup)
@@ -74,6 +90,26 @@ for target in "${targets[@]}"; do
     demo)
       cargo bench -p dilu-bench --bench demo -- "${extra[@]}" || failed+=(demo)
       results+=(bench/results/demo.md bench/results/demo-latency-cdf.svg) ;;
+    cluster)
+      # Old figures go first: every figure the file links is written anew.
+      rm -f bench/results/cluster-sim*.svg
+      cargo run --release -q -p dilu-cluster --bin cluster-sim-report -- "${extra[@]}" || failed+=(cluster)
+      results+=("bench/results/cluster-sim.md, cluster-sim-*.svg") ;;
+    profile)
+      {
+        echo "# \`dilu profile\`: search methods on measured tables"
+        echo
+        echo "Command: \`scripts/bench.sh profile\` (runs \`profile-compare\` over"
+        echo "\`bench/data/dilu-profiles/*.csv\` and, held out, \`bench/data/dilu-profiles-heldout/*.csv\`)."
+        echo "Tables: Dilu's measurements on a real GPU under MPS (sources in each folder's SOURCE.md)."
+        echo
+        cargo run --release -q -p dilu-profile --bin profile-compare -- \
+          bench/data/dilu-profiles/*.csv --held-out bench/data/dilu-profiles-heldout/*.csv
+      } >bench/results/profile.md.new && mv bench/results/profile.md.new bench/results/profile.md || failed+=(profile)
+      results+=(bench/results/profile.md) ;;
+    peers)
+      scripts/peers.sh "${extra[@]}" || failed+=(peers)
+      results+=(bench/results/peers.md) ;;
   esac
 done
 

@@ -5,6 +5,8 @@
 # and written to bench/results/gpu-check-<UTC time>.md. The interposer's
 # overhead on the real driver (launch, alloc+free; `real-overhead compare`)
 # goes to bench/results/real-overhead.md with the GPU model and driver version.
+# It also makes the comparison simgpu cannot: two processes splitting the GPU
+# 30/70 and 10/90 under NVIDIA MPS, under dilu and with time slicing.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 
@@ -45,6 +47,50 @@ real_overhead() {
   } >"$overhead"
 }
 
+# run_pair LABEL "COMMAND A" "COMMAND B": both at once (word-split on
+# purpose); prints the kernels each completed and their ratio. A real GPU
+# has no kernel trace, so completed work is the measure.
+run_pair() {
+  local label=$1 fa fb pa ka kb
+  fa=$(mktemp); fb=$(mktemp)
+  $2 >"$fa" 2>/dev/null &
+  pa=$!
+  $3 >"$fb" 2>/dev/null
+  wait "$pa"
+  ka=$(grep -o '"kernels":[0-9]*' "$fa" | cut -d: -f2)
+  kb=$(grep -o '"kernels":[0-9]*' "$fb" | cut -d: -f2)
+  rm -f "$fa" "$fb"
+  echo "$label: first ${ka:-?} kernels, second ${kb:-?}, work ratio $(awk -v a="${ka:-0}" -v b="${kb:-0}" 'BEGIN { if (b > 0) printf "%.2f", a / b; else print "?" }')"
+  [ -n "$ka" ] && [ -n "$kb" ]
+}
+
+# The comparison simgpu cannot make: two busy processes asked to split the
+# GPU A/B under NVIDIA MPS (CUDA_MPS_ACTIVE_THREAD_PERCENTAGE caps the SMs a
+# client may use, not its time), under dilu (`dilu run --sm`, a share of
+# time) and with plain time slicing; target work ratio A/B.
+split_three_ways() {
+  local a=$1 b=$2 loop="$bin/cudarc-loop --seconds 10 --json" dir ok=0
+  echo "target $a/$b: work ratio $(awk -v a="$a" -v b="$b" 'BEGIN { printf "%.2f", a / b }')"
+  run_pair "time slicing" "$loop" "$loop" || ok=1
+  run_pair "dilu --sm" "$bin/dilu run --tenant gpu-check-$$-a --sm $a -- $loop" \
+    "$bin/dilu run --tenant gpu-check-$$-b --sm $b -- $loop" || ok=1
+  if ! command -v nvidia-cuda-mps-control >/dev/null 2>&1; then
+    echo "MPS: skipped (nvidia-cuda-mps-control not found)"
+    return $ok
+  fi
+  dir=$(mktemp -d)
+  # A private MPS daemon (its own pipe and log directories), stopped after.
+  if CUDA_MPS_PIPE_DIRECTORY=$dir CUDA_MPS_LOG_DIRECTORY=$dir nvidia-cuda-mps-control -d; then
+    run_pair "MPS" "env CUDA_MPS_PIPE_DIRECTORY=$dir CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=$a $loop" \
+      "env CUDA_MPS_PIPE_DIRECTORY=$dir CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=$b $loop" || ok=1
+    echo quit | CUDA_MPS_PIPE_DIRECTORY=$dir nvidia-cuda-mps-control
+  else
+    echo "MPS: the control daemon did not start"; ok=1
+  fi
+  rm -rf "$dir"
+  return $ok
+}
+
 section() { printf '\n## %s\n\n```\n' "$1"; }
 endsection() { printf '```\n'; }
 check() { # name, command...
@@ -67,6 +113,8 @@ check() { # name, command...
   section "interposer call report"; cat "$calls"; endsection
   check "cudarc-loop direct (short kernels: launch-bound)" "$bin/cudarc-loop" --seconds 5 --blocks 132 --iters 10 --json
   check "cudarc-loop under dilu run (short kernels: launch-bound)" "$bin/dilu" run -- "$bin/cudarc-loop" --seconds 5 --blocks 132 --iters 10 --json
+  check "SM split 30/70: MPS, dilu, time slicing" split_three_ways 30 70
+  check "SM split 10/90: MPS, dilu, time slicing" split_three_ways 10 90
   if python3 -c "import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)" 2>/dev/null; then
     check "PyTorch direct" python3 scripts/torch_check.py
     check "PyTorch under dilu run" "$bin/dilu" run -- python3 scripts/torch_check.py

@@ -18,5 +18,6 @@ pub mod simtrace;
 pub mod units;
 
 pub use dilu_layout::{
-    histogram, ledger, memfd, monotonic_ns, shm, sm, telemetry, tenant_region_path,
+    bucket, histogram, ledger, memfd, monotonic_ns, shm, sm, telemetry, tenant_region_path,
+    user_region_dir,
 };

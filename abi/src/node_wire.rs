@@ -226,6 +226,9 @@ pub struct TenantStatus {
     /// Memory in use and budget on device 0 (bytes), from the tenant's ledger.
     pub mem_used_bytes: u64,
     pub mem_budget_bytes: Option<u64>,
+    /// Device memory the tenant's processes really hold on device 0, from
+    /// the daemon's audit (NVML); None when no audit has seen it.
+    pub mem_audited_bytes: Option<u64>,
     /// The share the controller set now (percent; 100 = whole device).
     pub sm_current_pct: f64,
     /// Device time the tenant used over the last second (percent).
@@ -235,6 +238,10 @@ pub struct TenantStatus {
     pub throttled_seconds_total: f64,
     /// Recent p99 request latency (reported, else the sync-interval proxy).
     pub p99_ms: Option<f64>,
+    /// Request latencies the program reported with `dilu_report_latency`
+    /// since it registered, and their sum (seconds).
+    pub latency_reports_total: u64,
+    pub latency_seconds_total: f64,
     /// Fraction of the last second in which the tenant had no kernel.
     pub bubble_ratio: f64,
 }
@@ -247,6 +254,8 @@ pub struct NodeStatus {
     pub gpus: Vec<GpuStatus>,
     pub tenants: Vec<TenantStatus>,
     pub signals: Vec<ScaleSignal>,
+    /// Control periods the daemon has run since it started.
+    pub control_periods: u64,
 }
 
 /// Encodes a message for the socket.
@@ -289,5 +298,74 @@ mod tests {
         assert!(bad.validate().unwrap_err().contains("above the limit"));
         assert_eq!(parse_class("Latency"), Some(WorkClass::Latency));
         assert_eq!(parse_class("gpu"), None);
+    }
+
+    /// A valid registration, as bytes (the seed the fuzzing below mutates).
+    fn registration() -> Vec<u8> {
+        encode(&ToDaemon::Register {
+            version: PROTOCOL_VERSION,
+            tenant: "infer".into(),
+            spec: Some(TenantSpec::default()),
+            reattach: true,
+        })
+        .unwrap()
+    }
+
+    proptest::proptest! {
+        /// Whatever bytes a peer sends, decoding returns (no panic, no
+        /// hang, no huge allocation) with a message or a one-line error.
+        #[test]
+        fn any_bytes_decode_to_a_message_or_a_clear_error(
+            bytes in proptest::collection::vec(proptest::num::u8::ANY, 0..2048)
+        ) {
+            for result in [
+                decode::<ToDaemon>(&bytes).map(|_| ()),
+                decode::<FromDaemon>(&bytes).map(|_| ()),
+            ] {
+                if let Err(error) = result {
+                    proptest::prop_assert!(error.starts_with("malformed message"));
+                    proptest::prop_assert!(!error.contains('\n'));
+                }
+            }
+        }
+
+        /// Valid messages with bytes flipped or cut short: the same.
+        #[test]
+        fn damaged_registrations_decode_or_fail_cleanly(
+            flips in proptest::collection::vec((0usize..64, proptest::num::u8::ANY), 0..8),
+            cut in 0usize..64,
+        ) {
+            let mut bytes = registration();
+            for (at, value) in flips {
+                let at = at % bytes.len();
+                bytes[at] = value;
+            }
+            bytes.truncate(cut.max(1).min(bytes.len()));
+            if let Ok(ToDaemon::Register { spec: Some(spec), .. }) = decode::<ToDaemon>(&bytes) {
+                // Whatever spec came through, validation answers.
+                let _ = spec.validate();
+            }
+        }
+
+        /// Specs with any numbers (NaN, infinities, negatives) are judged,
+        /// never accepted when they are not percentages and a positive SLO.
+        #[test]
+        fn any_spec_is_validated(
+            request in proptest::num::f64::ANY,
+            limit in proptest::num::f64::ANY,
+            slo in proptest::option::of(proptest::num::f64::ANY),
+        ) {
+            let spec = TenantSpec {
+                sm_request_pct: request,
+                sm_limit_pct: limit,
+                slo_ms: slo,
+                ..TenantSpec::default()
+            };
+            if spec.validate().is_ok() {
+                proptest::prop_assert!((0.0..=100.0).contains(&request));
+                proptest::prop_assert!((0.0..=100.0).contains(&limit) && request <= limit);
+                proptest::prop_assert!(slo.is_none_or(|s| s > 0.0 && s.is_finite()));
+            }
+        }
     }
 }

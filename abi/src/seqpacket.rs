@@ -243,6 +243,12 @@ pub fn recv(fd: &OwnedFd, buffer: &mut [u8]) -> io::Result<(usize, Vec<OwnedFd>)
             "message larger than the receive buffer",
         ));
     }
+    if header.msg_flags & libc::MSG_CTRUNC != 0 {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidData,
+            "more descriptors than a message may carry",
+        ));
+    }
     Ok((received, fds))
 }
 

@@ -1,125 +1,177 @@
-//! SM-time accuracy: two tenants busy-looping kernels under `dilu run --sm`
-//! on simgpu, and the same two without dilu (plain time slicing), side by
-//! side; ground truth from simgpu's kernel trace. Writes
-//! `bench/results/sm-accuracy.md`.
+//! SM-time accuracy over the whole workload matrix: request-style tenants
+//! (k launches then a synchronisation, k = 1, 4, 16, or never letting the
+//! stream drain) with kernels of 20 µs, 100 µs and 1 ms, on one and three
+//! streams, and as CUDA graphs; each alone under `dilu run --sm 30` and
+//! `--sm 70` and uncapped, and in pairs at 30/70 under dilu and without
+//! dilu, side by side in one run. Ground truth: simgpu's kernel trace.
+//! Writes `bench/results/sm-accuracy.md`.
 //!
-//! Run: `cargo bench -p dilu-bench --bench sm_accuracy` (needs the release
-//! build of the workspace: `cargo build --release --workspace`).
+//! Run: `scripts/bench.sh sm` (or `cargo bench -p dilu-bench --bench
+//! sm_accuracy` after `cargo build --release --workspace`). Arguments:
+//! `--seconds S` per run (default 3), `--only TEXT` (rows whose name
+//! contains TEXT).
 
+use dilu_bench::report;
 use dilu_bench::svg::LinePlot;
 use dilu_tests::sm_scenario::{Outcome, Scenario, TenantLoop};
+use dilu_tests::workload::{KernelSize, RequestShape, SyncEvery};
 use std::fmt::Write as _;
 use std::time::Duration;
 
-struct Case {
-    name: &'static str,
-    shares: &'static [f64],
-    args: &'static [&'static str],
+/// A cell is judged within this many points of its target.
+const TOLERANCE_PTS: f64 = 2.0;
+/// Work conservation: a pair under dilu uses at least this part of the
+/// device time the same pair uses without dilu.
+const CONSERVATION: f64 = 0.95;
+const CAPS: [f64; 2] = [30.0, 70.0];
+
+fn shapes() -> Vec<RequestShape> {
+    let mut shapes = Vec::new();
+    for streams in [1, 3] {
+        for kernel in [KernelSize::Us20, KernelSize::Us100, KernelSize::Ms1] {
+            for sync in SyncEvery::ALL {
+                shapes.push(RequestShape {
+                    sync,
+                    kernel,
+                    streams,
+                    graph: None,
+                });
+            }
+        }
+    }
+    for sync in SyncEvery::ALL {
+        shapes.push(RequestShape {
+            sync,
+            kernel: KernelSize::Us20,
+            streams: 1,
+            graph: Some(10),
+        });
+    }
+    shapes
 }
 
-const CASES: &[Case] = &[
-    Case {
-        name: "uniform 100 µs kernels",
-        shares: &[30.0, 70.0],
-        args: &["--seconds", "5", "--depth", "1000"],
-    },
-    Case {
-        name: "uniform 100 µs kernels",
-        shares: &[10.0, 90.0],
-        args: &["--seconds", "5", "--depth", "1000"],
-    },
-    Case {
-        name: "mixed 20 µs – 5 ms kernels",
-        shares: &[30.0, 70.0],
-        args: &[
-            "--seconds",
-            "5",
-            "--depth",
-            "1000",
-            "--blocks",
-            "264,1320,13200,66000",
-        ],
-    },
-    Case {
-        name: "mixed 20 µs – 5 ms kernels",
-        shares: &[10.0, 90.0],
-        args: &[
-            "--seconds",
-            "5",
-            "--depth",
-            "1000",
-            "--blocks",
-            "264,1320,13200,66000",
-        ],
-    },
-    Case {
-        name: "3 streams, 100 µs kernels",
-        shares: &[30.0, 70.0],
-        args: &["--seconds", "5", "--depth", "1000", "--streams", "3"],
-    },
-    Case {
-        name: "CUDA graphs of 10 kernels (20–500 µs)",
-        shares: &[30.0, 70.0],
-        args: &[
-            "--seconds",
-            "5",
-            "--depth",
-            "100",
-            "--graph",
-            "10",
-            "--blocks",
-            "264,1320,6600",
-        ],
-    },
-    Case {
-        name: "3 streams × mixed 20 µs – 5 ms",
-        shares: &[30.0, 70.0],
-        args: &[
-            "--seconds",
-            "5",
-            "--depth",
-            "1000",
-            "--streams",
-            "3",
-            "--blocks",
-            "264,1320,13200,66000",
-        ],
-    },
-    Case {
-        name: "one tenant alone, 100 µs kernels",
-        shares: &[30.0],
-        args: &["--seconds", "5", "--depth", "1000"],
-    },
-];
-
-fn run(case: &Case, limited: bool) -> (Vec<f64>, f64, Outcome) {
-    let loops: Vec<TenantLoop> = case
-        .shares
+/// Device-time share of each tenant (fractions) over the common window.
+fn run(shape: &RequestShape, seconds: f64, caps: &[Option<f64>]) -> (Vec<f64>, Outcome) {
+    let args = shape.loop_args(seconds);
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let loops: Vec<TenantLoop> = caps
         .iter()
-        .map(|&share| TenantLoop::new(limited.then_some(share), case.args))
+        .map(|&cap| TenantLoop::new(cap, &args))
         .collect();
     let outcome = Scenario::start("bench-sm", &loops, &[]).finish(Duration::from_secs(120));
-    let shares = outcome.shares();
-    let used = shares.iter().sum();
-    (shares, used, outcome)
+    (outcome.shares(), outcome)
+}
+
+fn pct(v: f64) -> String {
+    format!("{:.1}", v * 100.0)
+}
+
+/// "✓" within tolerance, "✗" outside.
+fn mark(error_pts: f64) -> &'static str {
+    if error_pts <= TOLERANCE_PTS {
+        "✓"
+    } else {
+        "✗"
+    }
+}
+
+struct Row {
+    line: String,
+    judged: usize,
+    passed: usize,
+}
+
+/// Runs one shape: alone free, alone at each cap, the pair under dilu and
+/// without. Alone, a cap binds only when the tenant would use more: the
+/// target is min(cap, what it uses uncapped). A pair is judged by how it
+/// splits the device time it used, when both tenants could use their cap
+/// alone (else the split is set by demand, not by dilu: "n/a").
+fn measure(shape: &RequestShape, seconds: f64, plot: Option<&std::path::Path>) -> Row {
+    let name = shape.name();
+    eprintln!("sm_accuracy: {name} ...");
+    let (free_alone, _) = run(shape, seconds, &[None]);
+    let demand = free_alone[0];
+    let mut judged = 0;
+    let mut passed = 0;
+    let mut alone_cells = Vec::new();
+    for cap in CAPS {
+        let (got, _) = run(shape, seconds, &[Some(cap)]);
+        let got_pts = got[0] * 100.0;
+        // A binding cap must be met; one above what the tenant uses must
+        // only hold (the tenant keeps what it uses).
+        let (error, note) = if demand * 100.0 >= cap {
+            ((got_pts - cap).abs(), "binds")
+        } else {
+            ((got_pts - cap).max(0.0), "holds")
+        };
+        judged += 1;
+        passed += usize::from(error <= TOLERANCE_PTS);
+        alone_cells.push(format!("{} ({note}) {}", pct(got[0]), mark(error)));
+    }
+    let (pair, pair_outcome) = run(shape, seconds, &[Some(CAPS[0]), Some(CAPS[1])]);
+    let (free_pair, free_outcome) = run(shape, seconds, &[None, None]);
+    if let Some(path) = plot {
+        plot_over_time(&name, &pair_outcome, &free_outcome, path);
+    }
+    let used: f64 = pair.iter().sum();
+    let free_used: f64 = free_pair.iter().sum();
+    let split_cell = if demand * 100.0 >= CAPS[1] {
+        let error = (pair[0] / used.max(f64::MIN_POSITIVE) - CAPS[0] / 100.0).abs() * 100.0;
+        judged += 1;
+        passed += usize::from(error <= TOLERANCE_PTS);
+        format!(
+            "{} / {} {}",
+            pct(pair[0] / used),
+            pct(pair[1] / used),
+            mark(error)
+        )
+    } else {
+        format!(
+            "{} / {} n/a",
+            pct(pair[0] / used.max(f64::MIN_POSITIVE)),
+            pct(pair[1] / used.max(f64::MIN_POSITIVE))
+        )
+    };
+    let conservation = used / free_used.max(f64::MIN_POSITIVE);
+    judged += 1;
+    passed += usize::from(conservation >= CONSERVATION);
+    let line = format!(
+        "| {name} | {} | {} | {} | {} / {} | {split_cell} | {} / {} | {:.0}% {} |\n",
+        pct(demand),
+        alone_cells[0],
+        alone_cells[1],
+        pct(pair[0]),
+        pct(pair[1]),
+        pct(free_pair[0]),
+        pct(free_pair[1]),
+        conservation * 100.0,
+        if conservation >= CONSERVATION {
+            "✓"
+        } else {
+            "✗"
+        },
+    );
+    eprint!("{line}");
+    Row {
+        line,
+        judged,
+        passed,
+    }
 }
 
 /// Device-time share per tenant over time, with and without dilu.
-fn plot_over_time(case: &Case, dilu: &Outcome, plain: &Outcome, path: &std::path::Path) {
+fn plot_over_time(name: &str, dilu: &Outcome, plain: &Outcome, path: &std::path::Path) {
     let bin_ns = 250_000_000;
     let mut plot = LinePlot::new(
-        &format!(
-            "{} at {:?}%: device-time share per 250 ms",
-            case.name, case.shares
-        ),
+        &format!("{name} at 30/70%: device-time share per 250 ms"),
         "seconds",
         "% of device time",
     )
     .y_range(0.0, 100.0);
     for (label, outcome) in [("dilu", dilu), ("no dilu", plain)] {
         for (tenant, points) in outcome.shares_over_time(bin_ns).iter().enumerate() {
-            let name = format!("{label}: tenant {} ({}%)", tenant + 1, case.shares[tenant]);
-            plot = plot.series(&name, points);
+            let series = format!("{label}: tenant {} ({}%)", tenant + 1, CAPS[tenant]);
+            plot = plot.series(&series, points);
         }
     }
     match plot.write(path) {
@@ -128,86 +180,71 @@ fn plot_over_time(case: &Case, dilu: &Outcome, plain: &Outcome, path: &std::path
     }
 }
 
-fn percents(values: &[f64]) -> String {
-    values
-        .iter()
-        .map(|v| format!("{:.1}", v * 100.0))
-        .collect::<Vec<_>>()
-        .join(" / ")
-}
-
 fn main() {
-    if std::env::args().any(|a| a == "--list") {
+    let args: Vec<String> = std::env::args().collect();
+    if args.iter().any(|a| a == "--list") {
         return;
     }
-    let mut table = String::from(
-        "| workload | target % | dilu: device time % | dilu: split of used % | worst error (pts) | without dilu: device time % |\n|---|---|---|---|---:|---|\n",
-    );
+    let value = |flag: &str| {
+        args.iter()
+            .position(|a| a == flag)
+            .and_then(|i| args.get(i + 1))
+            .cloned()
+    };
+    let seconds: f64 = value("--seconds")
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(3.0);
+    let only = value("--only");
     let results = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("results");
-    for (index, case) in CASES.iter().enumerate() {
-        eprintln!("sm_accuracy: {} at {:?} ...", case.name, case.shares);
-        let (dilu, used, dilu_outcome) = run(case, true);
-        let (plain, _, plain_outcome) = run(case, false);
-        if index == 0 {
-            plot_over_time(
-                case,
-                &dilu_outcome,
-                &plain_outcome,
-                &results.join("sm-share-over-time.svg"),
-            );
+    let machine_before = report::machine();
+    let mut table = String::from(
+        "| workload | alone uncapped % | alone at 30% | alone at 70% | pair 30/70: device time % | pair: split of used % | pair without dilu % | work conserved |\n|---|---:|---|---|---|---|---|---|\n",
+    );
+    let (mut judged, mut passed) = (0, 0);
+    for shape in shapes() {
+        let name = shape.name();
+        if only.as_deref().is_some_and(|o| !name.contains(o)) {
+            continue;
         }
-        // Alone, the share of wall-clock time is the measure; together, how
-        // the tenants split the device time they used.
-        let judged: Vec<f64> = if case.shares.len() == 1 {
-            dilu.clone()
-        } else {
-            dilu.iter().map(|s| s / used).collect()
-        };
-        let error = judged
-            .iter()
-            .zip(case.shares)
-            .map(|(got, want)| (got * 100.0 - want).abs())
-            .fold(0.0, f64::max);
-        let target = case
-            .shares
-            .iter()
-            .map(|s| format!("{s:.0}"))
-            .collect::<Vec<_>>()
-            .join(" / ");
-        let line = format!(
-            "| {} | {} | {} | {} | {:.1}{} | {} |\n",
-            case.name,
-            target,
-            percents(&dilu),
-            percents(&judged),
-            error,
-            if error <= 3.0 { "" } else { " ✗" },
-            percents(&plain)
-        );
-        eprint!("{line}");
-        table.push_str(&line);
+        let plot =
+            (name == "k=4, 100 µs, 1 stream").then(|| results.join("sm-share-over-time.svg"));
+        let row = measure(&shape, seconds, plot.as_deref());
+        table.push_str(&row.line);
+        judged += row.judged;
+        passed += row.passed;
     }
     println!("{table}");
-    let out = results.join("sm-accuracy.md");
-    let mut doc = String::from("# SM-time accuracy on simgpu\n\n");
+    if only.is_some() {
+        eprintln!("sm_accuracy: --only given; results file not written");
+        return;
+    }
+    let mut doc = String::from("# SM-time accuracy on simgpu: the workload matrix\n\n");
     let _ = writeln!(
         doc,
-        "Command: `cargo bench -p dilu-bench --bench sm_accuracy` (release build, 2-core VM, no GPU).\n\
-         Two `cudarc-loop` tenants (deep pipelines: always work queued) on one simulated GPU with\n\
-         2 ms time slices, once under `dilu run --sm A` / `--sm B` and once without dilu. Device time\n\
-         from simgpu's kernel trace over the window in which both ran. \"Split of used\" is each\n\
-         tenant's part of the device time the two used together (the device loses a little at\n\
-         every switch between processes, so shares that add up to 100% cannot both be met in\n\
-         absolute terms); a tenant alone is judged by its share of wall-clock time. ✗ marks an\n\
-         error above the ±3-point target.\n"
+        "Command: `scripts/bench.sh sm` (`cargo bench -p dilu-bench --bench sm_accuracy`), release\n\
+         build, {seconds} s per run, no GPU. Machine at the start: {machine_before}. At the end:\n\
+         {}.\n\n\
+         Each workload is a `cudarc-loop` tenant: k launches per stream then a synchronisation\n\
+         (`never`: the stream never drains; it waits only for work launched 128 launches\n\
+         earlier), kernels of 20 µs, 100 µs or 1 ms on simgpu's cost model, on 1 or 3 streams,\n\
+         or CUDA graphs of ten 20 µs kernels. Device time comes from simgpu's kernel trace over\n\
+         the window in which all tenants of a run were running.\n\n\
+         - **alone**: the tenant by itself uncapped, then under `dilu run --sm 30` and `--sm 70`.\n\
+           Where it uses the cap or more uncapped, the cap binds: ✓ within ±{TOLERANCE_PTS} points\n\
+           of it. Where it uses less (host-bound: a 2-core machine shared with other builds), the\n\
+           cap must only hold: ✓ at most {TOLERANCE_PTS} points above it.\n\
+         - **pair**: two such tenants at 30% and 70%, and the same pair without dilu. The split\n\
+           (each tenant's part of the device time the two used) is judged against 30/70 when the\n\
+           tenant alone could use 70% (else demand, not dilu, sets the split: n/a).\n\
+         - **work conserved**: device time the pair used under dilu over what it used without\n\
+           dilu; ✓ at {:.0}% or more.\n\n\
+         Cells judged: {judged}, within target: {passed}.\n",
+        report::machine(),
+        CONSERVATION * 100.0
     );
     doc.push_str(&table);
     doc.push_str(
-        "\nShares over time for the first row, with and without dilu: `sm-share-over-time.svg`.\n",
+        "\nShares over time for the k=4, 100 µs, 1 stream pair, with and without dilu: `sm-share-over-time.svg`.\n",
     );
-    if let Err(error) = std::fs::write(&out, doc) {
-        eprintln!("cannot write {}: {error}", out.display());
-    } else {
-        eprintln!("wrote {}", out.display());
-    }
+    report::write_result("sm-accuracy.md", &doc);
 }

@@ -2,6 +2,11 @@
 //! carries the running sums of what its instances request (SM request, SM
 //! limit, memory) and how many latency / batch instances it hosts.
 //!
+//! Nodes may also carry host resources (CPU, host memory) and a GPU model,
+//! as in a real cluster's node list; pods then say what they need of those
+//! (`PodNeeds`). A node without host limits (`HostState::unlimited`) admits
+//! any pod, which is what the embedded coordinator and the extender use.
+//!
 //! `ClusterState` is the only mutable view; it knows nothing about policies,
 //! networking or time.
 
@@ -93,11 +98,72 @@ impl GpuState {
     }
 }
 
+/// Index into `ClusterState::models`; `ANY_MODEL` is a node whose GPU model
+/// is not known.
+pub type GpuModel = u16;
+
+/// Host side of one node: CPU (milli-cores) and memory (MiB), with what the
+/// pods on it took, and the model of its GPUs.
+#[derive(Debug, Clone, PartialEq)]
+pub struct HostState {
+    pub cpu_milli: u64,
+    pub cpu_used: u64,
+    pub memory_mib: u64,
+    pub memory_used: u64,
+    pub model: GpuModel,
+}
+
+impl HostState {
+    /// A node whose host resources never bind.
+    pub fn unlimited() -> Self {
+        Self {
+            cpu_milli: u64::MAX,
+            cpu_used: 0,
+            memory_mib: u64::MAX,
+            memory_used: 0,
+            model: 0,
+        }
+    }
+
+    pub fn cpu_free(&self) -> u64 {
+        self.cpu_milli.saturating_sub(self.cpu_used)
+    }
+
+    /// Whether a pod with `needs` fits this host (CPU, memory, GPU model).
+    pub fn fits(&self, needs: &PodNeeds) -> bool {
+        self.cpu_used.saturating_add(needs.cpu_milli) <= self.cpu_milli
+            && self.memory_used.saturating_add(needs.memory_mib) <= self.memory_mib
+            && needs.allows(self.model)
+    }
+}
+
+/// What a pod needs of a node besides its GPU shares (a real cluster's pod
+/// spec): CPU, host memory, the GPU models it may run on, and whether its
+/// GPUs must all be on one node (a Kubernetes pod always is).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct PodNeeds {
+    pub cpu_milli: u64,
+    pub memory_mib: u64,
+    /// Allowed GPU models; empty means any.
+    pub models: Vec<GpuModel>,
+    pub one_node: bool,
+}
+
+impl PodNeeds {
+    pub fn allows(&self, model: GpuModel) -> bool {
+        self.models.is_empty() || self.models.contains(&model)
+    }
+}
+
 /// All GPUs of the cluster, grouped by node (a node's GPUs are contiguous).
 #[derive(Debug, Clone, Default)]
 pub struct ClusterState {
     pub gpus: Vec<GpuState>,
     pub nodes: Vec<Range<usize>>,
+    /// Host resources per node (same indices as `nodes`).
+    pub hosts: Vec<HostState>,
+    /// GPU model names; `HostState::model` indexes it (empty: one unnamed model).
+    pub models: Vec<String>,
 }
 
 impl ClusterState {
@@ -110,14 +176,50 @@ impl ClusterState {
         cluster
     }
 
-    /// Appends a node and returns its index.
+    /// Appends a node whose host resources never bind; returns its index.
     pub fn add_node(&mut self, gpus: usize, gpu_memory: u64) -> usize {
+        self.add_host(gpus, gpu_memory, HostState::unlimited())
+    }
+
+    /// Appends a node with host resources and a GPU model; returns its index.
+    pub fn add_host(&mut self, gpus: usize, gpu_memory: u64, host: HostState) -> usize {
         let node = self.nodes.len();
         let start = self.gpus.len();
         self.gpus
             .extend((0..gpus).map(|_| GpuState::new(node, gpu_memory)));
         self.nodes.push(start..self.gpus.len());
+        self.hosts.push(host);
         node
+    }
+
+    /// The index of GPU model `name`, added if new.
+    pub fn model_index(&mut self, name: &str) -> GpuModel {
+        if let Some(index) = self.models.iter().position(|model| model == name) {
+            return index as GpuModel;
+        }
+        self.models.push(name.to_string());
+        (self.models.len() - 1) as GpuModel
+    }
+
+    /// Whether node `node` can host a pod with `needs`.
+    pub fn host_fits(&self, node: usize, needs: &PodNeeds) -> bool {
+        self.hosts.get(node).is_none_or(|host| host.fits(needs))
+    }
+
+    /// Records a pod's host needs on `node`.
+    pub fn apply_host(&mut self, node: usize, needs: &PodNeeds) {
+        if let Some(host) = self.hosts.get_mut(node) {
+            host.cpu_used = host.cpu_used.saturating_add(needs.cpu_milli);
+            host.memory_used = host.memory_used.saturating_add(needs.memory_mib);
+        }
+    }
+
+    /// Undoes [`apply_host`](Self::apply_host).
+    pub fn release_host(&mut self, node: usize, needs: &PodNeeds) {
+        if let Some(host) = self.hosts.get_mut(node) {
+            host.cpu_used = host.cpu_used.saturating_sub(needs.cpu_milli);
+            host.memory_used = host.memory_used.saturating_sub(needs.memory_mib);
+        }
     }
 
     /// Records `demand` on each GPU in `gpus` (global indices).

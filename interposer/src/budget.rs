@@ -6,7 +6,7 @@
 //! charged ([`crate::alloc_table`]). The hot path is atomics only.
 //!
 //! Where the ledger lives (standalone mode, no node manager):
-//! - `DILU_TENANT=NAME`: `/dev/shm/dilu-<uid>-<NAME>.ledger`, created by the
+//! - `DILU_TENANT=NAME`: `/dev/shm/dilu-<uid>/<NAME>.ledger`, created by the
 //!   first process of the tenant with mode 0600 (only the same user can
 //!   open it). Processes of one user are trusted to cooperate here; budgets
 //!   a tenant cannot raise need the node manager, which hands out read-only
@@ -73,6 +73,8 @@ const NOT_JOINED: usize = usize::MAX;
 
 pub struct MemoryBudget {
     ledger: Region<TenantLedger>,
+    /// The ledger's file (named tenants): removed by the last process out.
+    ledger_path: Option<std::path::PathBuf>,
     /// The node manager's read-only budget region, when attached.
     managed: Option<&'static Attached>,
     tenant: String,
@@ -144,14 +146,16 @@ fn init() -> Option<MemoryBudget> {
             l.set_budget(device, bytes);
         }
     };
-    let opened = match &cfg.tenant {
-        Some(name) => {
-            // SAFETY: getuid has no preconditions.
-            let uid = unsafe { libc::getuid() };
-            let path = dilu_abi::tenant_region_path(uid, name, "ledger");
-            Region::<TenantLedger>::open_or_create(&path, 0o600, write_budgets)
-                .map_err(|e| format!("{}: {e}", path.display()))
-        }
+    let ledger_path = cfg.tenant.as_ref().map(|name| {
+        // SAFETY: getuid has no preconditions.
+        let uid = unsafe { libc::getuid() };
+        // Files that crashed processes left behind go now (nobody holds them).
+        dilu_abi::shm::sweep_unused(&dilu_abi::user_region_dir(uid));
+        dilu_abi::tenant_region_path(uid, name, "ledger")
+    });
+    let opened = match &ledger_path {
+        Some(path) => Region::<TenantLedger>::open_or_create(path, 0o600, write_budgets)
+            .map_err(|e| e.to_string()),
         None => Region::<TenantLedger>::anonymous(write_budgets).map_err(|e| e.to_string()),
     };
     let ledger = match opened {
@@ -176,6 +180,7 @@ fn init() -> Option<MemoryBudget> {
     }
     let budget = MemoryBudget {
         ledger,
+        ledger_path,
         managed,
         tenant: cfg
             .tenant
@@ -216,6 +221,16 @@ extern "C" fn leave_at_exit() {
             budget.ledger.leave(SlotId::from_index(slot));
         }
         budget.ledger.drop_scanner_role(std::process::id() as i32);
+        if let Some(path) = &budget.ledger_path
+            && budget.ledger.remove_if_unused(path)
+        {
+            // The tenant's last process: its other standalone regions go
+            // too. The ledger stays locked (exclusively) until we are gone,
+            // so a process starting now waits for it and starts afresh.
+            for kind in ["sm", "telemetry"] {
+                let _ = std::fs::remove_file(path.with_extension(kind));
+            }
+        }
     }
 }
 
@@ -229,8 +244,12 @@ pub fn forget_parent_state_in_child() {
     for charged in &CONTEXT_CHARGED {
         charged.store(false, Ordering::Relaxed);
     }
+    crate::driver_reserved::forget_parent_state_in_child();
     if let Some(budget) = existing() {
         budget.charges.forget_all();
+        if let Some(path) = &budget.ledger_path {
+            budget.ledger.hold_again(path);
+        }
     }
 }
 

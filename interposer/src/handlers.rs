@@ -23,7 +23,7 @@ use dilu_abi::cuda::{CUDA_SUCCESS, CUresult};
 
 use crate::kernel_estimates::LaunchKey;
 use crate::table::Cx;
-use crate::{launch_control, recent_streams, sync_telemetry};
+use crate::{launch_control, recent_streams, sampler, sync_telemetry};
 
 // ---- memory ---------------------------------------------------------------
 
@@ -32,6 +32,9 @@ pub use crate::memory_hooks::{
     mem_alloc_from_pool_async, mem_alloc_managed, mem_alloc_pitch, mem_create, mem_free,
     mem_free_async, mem_get_info, mem_release, mipmapped_array_create, mipmapped_array_destroy,
 };
+
+pub use crate::driver_reserved::{ctx_set_limit, mem_pool_set_attribute};
+pub use crate::memory_v1::{mem_alloc_pitch_v1, mem_alloc_v1, mem_free_v1, mem_get_info_v1};
 
 pub use crate::graph_memory::{
     device_graph_mem_trim, graph_add_node, graph_add_node_v2, graph_destroy, graph_exec_destroy,
@@ -248,15 +251,18 @@ fn counted_capture(result: CUresult) -> CUresult {
 }
 
 pub fn stream_end_capture(
-    _cx: Cx,
+    cx: Cx,
     next: impl FnOnce(CUstream, *mut CUgraph) -> CUresult,
     stream: CUstream,
     graph: *mut CUgraph,
 ) -> CUresult {
-    // An invalidated capture ends with an error but is over all the same.
-    let result = next(stream, graph);
-    launch_control::capture_ended();
-    result
+    // An invalidated capture ends with an error but is over all the same; a
+    // stream that was not capturing ends nothing.
+    launch_control::end_capture(
+        stream,
+        |s| launch_control::stream_is_capturing(s, cx.per_thread),
+        || next(stream, graph),
+    )
 }
 
 // ---- synchronisation ------------------------------------------------------
@@ -272,6 +278,7 @@ pub fn stream_destroy(
 
 pub fn ctx_destroy(_cx: Cx, next: impl FnOnce(CUcontext) -> CUresult, ctx: CUcontext) -> CUresult {
     recent_streams::forget_all();
+    sampler::contexts_changed();
     next(ctx)
 }
 
@@ -282,6 +289,7 @@ pub fn primary_ctx_end(
     dev: CUdevice,
 ) -> CUresult {
     recent_streams::forget_all();
+    sampler::contexts_changed();
     next(dev)
 }
 

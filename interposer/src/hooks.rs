@@ -7,7 +7,7 @@
 //! per-thread-default-stream variant, its C signature from `cuda.h`, and a
 //! handler in `handlers.rs`. Nothing else needs to change.
 
-use core::ffi::{c_char, c_uint, c_ulonglong, c_void};
+use core::ffi::{c_char, c_int, c_uint, c_ulonglong, c_void};
 
 use dilu_abi::cuda::sys::{
     CUDA_ARRAY_DESCRIPTOR, CUDA_ARRAY3D_DESCRIPTOR, CUDA_GRAPH_INSTANTIATE_PARAMS,
@@ -50,6 +50,20 @@ hook_table! {
     );
     h::mipmapped_array_destroy => fn cuMipmappedArrayDestroy(array: CUmipmappedArray);
     h::device_total_mem => fn cuDeviceTotalMem_v2(bytes: *mut usize, dev: CUdevice);
+
+    // ---- the pre-3.2 ABIs (32-bit pointers and sizes) and memory the driver
+    // sets aside on request (see memory_v1.rs and driver_reserved.rs)
+    h::mem_alloc_v1 => fn cuMemAlloc(dptr: *mut c_uint, bytesize: c_uint);
+    h::mem_alloc_pitch_v1 => fn cuMemAllocPitch(
+        dptr: *mut c_uint, pitch: *mut c_uint, width_bytes: c_uint, height: c_uint,
+        element_size_bytes: c_uint,
+    );
+    h::mem_free_v1 => fn cuMemFree(dptr: c_uint);
+    h::mem_get_info_v1 => fn cuMemGetInfo(free: *mut c_uint, total: *mut c_uint);
+    h::ctx_set_limit => fn cuCtxSetLimit(limit: c_int, value: usize);
+    h::mem_pool_set_attribute => fn cuMemPoolSetAttribute(
+        pool: CUmemoryPool, attr: c_int, value: *mut c_void,
+    );
 
     // ---- graph memory (see graph_memory.rs for the rule) ------------------
     h::graph_add_node => fn cuGraphAddMemAllocNode(

@@ -57,8 +57,22 @@ pub struct Entry {
 const SAMPLE_COST_NS: u64 = 10_000;
 /// Fewest launches between two samples of one kind.
 pub const MIN_SAMPLE_EVERY: u64 = 4;
-/// Most launches between two samples of one kind.
+/// Most launches between two samples of one kind while its estimate moves.
 pub const MAX_SAMPLE_EVERY: u64 = 256;
+/// Most launches between two samples of a kind whose samples keep agreeing
+/// with its estimate: each agreeing sample doubles the period up to this,
+/// so a steady program pays for sampling almost never (a sampled launch
+/// makes four or more extra driver calls, each about a launch's cost on a
+/// real driver).
+pub const MAX_STABLE_SAMPLE_EVERY: u64 = 4096;
+/// A sample within this fraction (1/32, about 3%) of the estimate agrees
+/// with it: the period doubles.
+const AGREEING_SHIFT: u32 = 5;
+/// A sample more than this fraction (1/4) above the estimate may mean the
+/// kind got slower: the period falls back to the base one, so the window
+/// renews quickly. In between (noise: waits for other processes, host
+/// time) the period stays.
+const DIVERGING_SHIFT: u32 = 2;
 
 /// How often a kind of `estimate_ns` is timed: as often as possible (one
 /// in [`MIN_SAMPLE_EVERY`]) while sampling costs at most about 1% of the GPU
@@ -126,13 +140,24 @@ impl Entry {
         self.sampling.store(false, Ordering::Release);
     }
 
-    /// Installs a new estimate and returns the GPU time the launches since
-    /// the previous one were under-charged (negative: over-charged).
-    pub fn settle(&self, estimate_ns: u64) -> i64 {
+    /// Installs a new estimate (made with a sample of `measured_ns`) and
+    /// returns the GPU time the launches since the previous one were
+    /// under-charged (negative: over-charged).
+    pub fn settle(&self, estimate_ns: u64, measured_ns: u64) -> i64 {
         let estimate_ns = estimate_ns.max(1);
-        self.sample_every
-            .store(sampling_period(estimate_ns), Ordering::Relaxed);
-        let charged_each = match self.estimate_ns.swap(estimate_ns, Ordering::AcqRel) {
+        let previous = self.estimate_ns.swap(estimate_ns, Ordering::AcqRel);
+        let base = sampling_period(estimate_ns);
+        let current = self.sample_every.load(Ordering::Relaxed).max(base);
+        let difference = measured_ns.abs_diff(estimate_ns);
+        let every = if previous != estimate_ns || difference > estimate_ns >> DIVERGING_SHIFT {
+            base
+        } else if difference <= estimate_ns >> AGREEING_SHIFT {
+            (current * 2).min(MAX_STABLE_SAMPLE_EVERY)
+        } else {
+            current
+        };
+        self.sample_every.store(every, Ordering::Relaxed);
+        let charged_each = match previous {
             0 => FIRST_GUESS_NS,
             previous => previous,
         };
@@ -212,12 +237,12 @@ mod tests {
             entry.charge();
         }
         // Ten launches charged 100 µs each really took 250 µs each.
-        assert_eq!(entry.settle(250_000), 10 * 150_000);
+        assert_eq!(entry.settle(250_000, 250_000), 10 * 150_000);
         assert_eq!(entry.estimate_ns(), Some(250_000));
         entry.charge();
         entry.charge();
-        assert_eq!(entry.settle(200_000), -100_000);
-        assert_eq!(entry.settle(200_000), 0, "nothing pending");
+        assert_eq!(entry.settle(200_000, 200_000), -100_000);
+        assert_eq!(entry.settle(200_000, 200_000), 0, "nothing pending");
         assert!(entry.start_sampling());
         assert!(!entry.start_sampling());
         entry.stop_sampling();
@@ -237,8 +262,31 @@ mod tests {
                 .map(|n| entry.due_for_sample(n))
                 .eq([true, false, false, false])
         );
-        entry.settle(100_000);
+        entry.settle(100_000, 100_000);
         assert!(entry.due_for_sample(32) && !entry.due_for_sample(4) && !entry.due_for_sample(10));
+    }
+
+    #[test]
+    fn a_steady_kind_is_sampled_ever_less_and_a_change_restores_the_rate() {
+        let table = Box::new(EstimateTable::new());
+        let (entry, _) = table.entry(LaunchKey::kernel(3, 1));
+        let every = || entry.sample_every.load(Ordering::Relaxed);
+        entry.settle(100_000, 100_000);
+        assert_eq!(every(), 16);
+        for _ in 0..20 {
+            entry.settle(100_000, 101_000);
+        }
+        assert_eq!(every(), MAX_STABLE_SAMPLE_EVERY);
+        // Noise keeps the period; a sample far above the estimate (the
+        // kernel may have changed) brings the base one back.
+        entry.settle(100_000, 115_000);
+        assert_eq!(every(), MAX_STABLE_SAMPLE_EVERY);
+        entry.settle(100_000, 180_000);
+        assert_eq!(every(), 16);
+        entry.settle(100_000, 100_000);
+        assert_eq!(every(), 32);
+        entry.settle(90_000, 90_000);
+        assert_eq!(every(), sampling_period(90_000));
     }
 
     #[test]

@@ -13,10 +13,10 @@ use crate::kernel_estimates::{EstimateTable, FIRST_GUESS_NS, LaunchKey};
 use crate::recent_streams;
 use crate::sampler;
 use crate::tenant_sm::{self, TenantSm};
+use dilu_abi::bucket::Admission;
 use dilu_abi::cuda::{CUDA_SUCCESS, CUresult, sys};
 use dilu_abi::monotonic_ns;
 use dilu_abi::sm::is_limited;
-use dilu_abi::telemetry::Admission;
 use std::sync::OnceLock;
 use std::sync::atomic::{AtomicI64, Ordering};
 
@@ -38,8 +38,47 @@ pub fn capture_began() {
     CAPTURES.fetch_add(1, Ordering::AcqRel);
 }
 
-pub fn capture_ended() {
-    CAPTURES.fetch_sub(1, Ordering::AcqRel);
+/// Ends a capture on `stream` through `end` (the real cuStreamEndCapture),
+/// counting it as over only if the stream was capturing before and is not
+/// after, as `is_capturing` (the driver's cuStreamIsCapturing; `None` when
+/// it cannot tell) says. A failed end on a stream that was not capturing
+/// (or on another thread's capture, which goes on) must not uncount a
+/// capture still in progress elsewhere: launches into it would then be
+/// charged, and sampling would record events on capturing streams.
+pub fn end_capture(
+    stream: sys::CUstream,
+    is_capturing: impl Fn(sys::CUstream) -> Option<bool>,
+    end: impl FnOnce() -> CUresult,
+) -> CUresult {
+    let before = is_capturing(stream);
+    let result = end();
+    let over = match (before, is_capturing(stream)) {
+        (Some(before), Some(after)) => before && !after,
+        // The driver cannot say: an end that succeeded ended one.
+        _ => result == CUDA_SUCCESS,
+    };
+    if over {
+        CAPTURES.fetch_sub(1, Ordering::AcqRel);
+    }
+    result
+}
+
+/// Whether `stream` is capturing (active or invalidated), from the real
+/// driver; `None` when it cannot say.
+pub fn stream_is_capturing(stream: sys::CUstream, per_thread: bool) -> Option<bool> {
+    let (plain, ptsz) = *is_capturing_fns();
+    let address = if per_thread && ptsz != 0 { ptsz } else { plain };
+    if address == 0 {
+        return None;
+    }
+    // SAFETY: the real cuStreamIsCapturing[_ptsz]; the status is a C enum
+    // (int-sized), written to a live local.
+    let is_capturing: IsCapturingFn =
+        unsafe { std::mem::transmute::<usize, IsCapturingFn>(address) };
+    let mut status: u32 = 0;
+    // SAFETY: see above.
+    let result = unsafe { is_capturing(stream, &mut status) };
+    (result == CUDA_SUCCESS).then_some(status != 0)
 }
 
 type IsCapturingFn = unsafe extern "C" fn(sys::CUstream, *mut u32) -> CUresult;
@@ -57,24 +96,25 @@ fn is_capturing_fns() -> &'static (usize, usize) {
 /// Whether a launch on `stream` is being captured into a graph (then it
 /// does not run now: the graph's launches are what we charge).
 fn captured(stream: sys::CUstream, per_thread: bool) -> bool {
-    if CAPTURES.load(Ordering::Acquire) <= 0 {
-        return false;
-    }
-    let (plain, ptsz) = *is_capturing_fns();
-    let address = if per_thread && ptsz != 0 { ptsz } else { plain };
-    if address == 0 {
-        return false;
-    }
-    // SAFETY: the real cuStreamIsCapturing[_ptsz]; the status is a C enum
-    // (int-sized), written to a live local.
-    let is_capturing: IsCapturingFn =
-        unsafe { std::mem::transmute::<usize, IsCapturingFn>(address) };
-    let mut status: u32 = 0;
-    // SAFETY: see above.
-    (unsafe { is_capturing(stream, &mut status) }) == CUDA_SUCCESS && status != 0
+    CAPTURES.load(Ordering::Acquire) > 0 && stream_is_capturing(stream, per_thread) == Some(true)
+}
+
+thread_local! {
+    /// Whether this thread's timer slack was lowered (once, at its first
+    /// wait: never on the within-budget path).
+    static PRECISE_SLEEP: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
 }
 
 fn sleep_until(deadline_ns: u64) {
+    // Linux wakes a sleeping thread up to its timer slack (50 µs by
+    // default) late. A throttled launch waits for tokens worth tens of µs,
+    // so that lateness would be a large part of each wait and, on a tenant
+    // near its share, GPU time it never gets back.
+    if !PRECISE_SLEEP.replace(true) {
+        // SAFETY: PR_SET_TIMERSLACK takes one integer (ns) and changes only
+        // the calling thread's slack.
+        unsafe { libc::prctl(libc::PR_SET_TIMERSLACK, 1 as libc::c_ulong) };
+    }
     let ts = libc::timespec {
         tv_sec: (deadline_ns / 1_000_000_000) as libc::time_t,
         tv_nsec: (deadline_ns % 1_000_000_000) as libc::c_long,
@@ -113,21 +153,54 @@ fn admit(
     let cost = estimate.unwrap_or(FIRST_GUESS_NS);
     let launches_before = entry.charge();
     let telemetry = sm.device(device);
-    let share = sm.budget().share_ppm(device);
+    let bucket = sm.bucket(device);
     let mut now = monotonic_ns();
-    if is_limited(share)
-        && let Admission::At(deadline) = telemetry.admit(now, cost, share, sm.budget().depth_ns())
-    {
-        sleep_until(deadline);
-        let woke = monotonic_ns();
-        telemetry.record_throttle(woke - now);
-        now = woke;
+    let mut share = sm.budget().share_ppm(device);
+    if is_limited(share) {
+        loop {
+            match bucket.admit(now, cost, share, sm.budget().depth_ns()) {
+                Admission::Now => break,
+                Admission::At(deadline) => {
+                    sleep_until(deadline);
+                    let woke = monotonic_ns();
+                    telemetry.record_throttle(woke - now);
+                    now = woke;
+                    break;
+                }
+                Admission::Paused => {
+                    share = wait_for_share(sm, device);
+                    let woke = monotonic_ns();
+                    telemetry.record_throttle(woke - now);
+                    now = woke;
+                    if !is_limited(share) {
+                        break;
+                    }
+                }
+            }
+        }
     }
     telemetry.record_launch(now, cost);
     let sample = placed
         && (estimate.is_none() || entry.due_for_sample(launches_before))
         && entry.start_sampling();
     (entry, sample)
+}
+
+/// How often a launch held at share 0 looks at its share again.
+const ZERO_SHARE_POLL_NS: u64 = 1_000_000;
+
+/// Waits while `device`'s share is 0 (a valid state: the node manager gives
+/// a tenant nothing until it raises the share), re-reading it; returns the
+/// first non-zero share seen.
+#[cold]
+fn wait_for_share(sm: &TenantSm, device: usize) -> u32 {
+    loop {
+        let share = sm.budget().share_ppm(device);
+        if share != 0 {
+            return share;
+        }
+        sleep_until(monotonic_ns() + ZERO_SHARE_POLL_NS);
+    }
 }
 
 #[cold]
@@ -172,12 +245,14 @@ pub fn controlled(
     }
     // While any stream captures, recording on another stream could end up
     // in the captured graph or (on the legacy stream) invalidate it.
+    let pin = recent_streams::Pin::new();
     let others = if CAPTURES.load(Ordering::Acquire) > 0 {
         recent_streams::Previous::default()
     } else {
-        recent_streams::others(device, stream, per_thread)
+        recent_streams::others(&pin, device, stream, per_thread)
     };
     let timing = sampler::begin(stream, per_thread, &others);
+    drop(pin);
     let result = launch();
     sampler::finish(
         timing,
@@ -229,5 +304,37 @@ pub fn device_of_stream(stream: sys::CUstream) -> usize {
         let mut popped: sys::CUcontext = std::ptr::null_mut();
         std::mem::transmute::<usize, PopFn>(pop)(&mut popped);
         device
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use dilu_abi::cuda::CUDA_ERROR_STREAM_CAPTURE_UNMATCHED as NOT_CAPTURING;
+
+    // One test: the capture count is process-wide.
+    #[test]
+    fn only_an_ended_capture_is_uncounted() {
+        let stream_a = 0xA0 as sys::CUstream;
+        let stream_b = 0xB0 as sys::CUstream;
+        capture_began(); // on stream A
+        // cuStreamEndCapture on B, which is not capturing: it fails, and A's
+        // capture goes on.
+        let not_b = |s: sys::CUstream| Some(s == stream_a);
+        let result = end_capture(stream_b, not_b, || NOT_CAPTURING);
+        assert_eq!(result, NOT_CAPTURING);
+        assert_eq!(CAPTURES.load(Ordering::Acquire), 1, "A still captures");
+        // An invalidated capture on A ends with an error but is over.
+        let capturing = std::cell::Cell::new(true);
+        let result = end_capture(
+            stream_a,
+            |_| Some(capturing.get()),
+            || {
+                capturing.set(false);
+                dilu_abi::cuda::CUDA_ERROR_STREAM_CAPTURE_INVALIDATED
+            },
+        );
+        assert_ne!(result, CUDA_SUCCESS);
+        assert_eq!(CAPTURES.load(Ordering::Acquire), 0);
     }
 }

@@ -10,11 +10,51 @@
 //! (the device-time share is about occupancy, so that is what we want).
 //!
 //! Streams the program destroys (or whose context goes away) are forgotten
-//! before the driver frees them, so a stale handle is never used.
+//! before the driver frees them, so a stale handle is never used: a timed
+//! launch holds a [`Pin`] from reading the streams until its events are
+//! recorded on them, and forgetting waits for the pins taken before it
+//! (timed launches are rare and short; destroying a stream is not hot).
 
 use dilu_abi::cuda::sys;
 use dilu_abi::ledger::MAX_DEVICES;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+
+/// Timed launches between reading the recent streams and the end of their
+/// event records on them.
+static PINS: AtomicUsize = AtomicUsize::new(0);
+
+/// Held by a timed launch while it may still use streams it read here.
+pub struct Pin(());
+
+impl Pin {
+    pub fn new() -> Self {
+        // SeqCst (with the loads in `others` and the stores in `forget`):
+        // a reader that still saw a stream was counted before it was
+        // forgotten.
+        PINS.fetch_add(1, Ordering::SeqCst);
+        Pin(())
+    }
+}
+
+impl Default for Pin {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Drop for Pin {
+    fn drop(&mut self) {
+        PINS.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+/// Waits until no timed launch that may have read a forgotten stream
+/// still uses it.
+fn wait_for_readers() {
+    while PINS.load(Ordering::SeqCst) != 0 {
+        std::thread::yield_now();
+    }
+}
 
 /// Set in every noted entry (a null stream handle is a real stream).
 const NOTED: u64 = 1 << 62;
@@ -97,14 +137,14 @@ pub fn launching_on(device: usize, stream: sys::CUstream, per_thread: bool) {
 }
 
 /// The distinct streams other than `stream` launched on recently on
-/// `device`.
-pub fn others(device: usize, stream: sys::CUstream, per_thread: bool) -> Previous {
+/// `device`; they stay usable while `_pin` is held.
+pub fn others(_pin: &Pin, device: usize, stream: sys::CUstream, per_thread: bool) -> Previous {
     let own = encode(stream, per_thread);
     let mut seen = [own; REMEMBERED];
     let mut previous = Previous::default();
     let mut count = 0;
     for slot in &RECENT[device].streams {
-        let word = slot.load(Ordering::Relaxed);
+        let word = slot.load(Ordering::SeqCst);
         if word != own && !seen[..count].contains(&word) {
             seen[count] = word;
             previous.streams[count] = decode(word);
@@ -114,22 +154,26 @@ pub fn others(device: usize, stream: sys::CUstream, per_thread: bool) -> Previou
     previous
 }
 
-/// Forgets `stream` (it is about to be destroyed).
+/// Forgets `stream` (it is about to be destroyed); returns once no timed
+/// launch can still record on it.
 pub fn forget(stream: sys::CUstream) {
     let handle = stream as u64 & HANDLE_MASK;
     for slot in RECENT.iter().flat_map(|recent| &recent.streams) {
-        let word = slot.load(Ordering::Relaxed);
+        let word = slot.load(Ordering::SeqCst);
         if word & NOTED != 0 && word & HANDLE_MASK == handle {
-            let _ = slot.compare_exchange(word, 0, Ordering::AcqRel, Ordering::Relaxed);
+            let _ = slot.compare_exchange(word, 0, Ordering::SeqCst, Ordering::SeqCst);
         }
     }
+    wait_for_readers();
 }
 
-/// Forgets every stream (a context is about to be destroyed or reset).
+/// Forgets every stream (a context is about to be destroyed or reset);
+/// returns once no timed launch can still record on one.
 pub fn forget_all() {
     for slot in RECENT.iter().flat_map(|recent| &recent.streams) {
-        slot.store(0, Ordering::Release);
+        slot.store(0, Ordering::SeqCst);
     }
+    wait_for_readers();
 }
 
 #[cfg(test)]
@@ -141,7 +185,7 @@ mod tests {
     }
 
     fn others_of(device: usize, stream: usize) -> Vec<usize> {
-        let mut v: Vec<usize> = others(device, handle(stream), false)
+        let mut v: Vec<usize> = others(&Pin::new(), device, handle(stream), false)
             .iter()
             .map(|r| r.stream as usize)
             .collect();
@@ -173,5 +217,40 @@ mod tests {
         assert_eq!(others_of(3, 0x1000), [0x0, 0x5000]);
         forget_all();
         assert_eq!(others_of(3, 0x1000), Vec::<usize>::new());
+    }
+
+    // A launch that read a stream records on it after a destroying thread
+    // forgot it: the destroyer must not free it before that record.
+    #[test]
+    fn a_stream_is_not_destroyed_under_a_launch_that_read_it() {
+        use std::sync::atomic::AtomicBool;
+        use std::sync::mpsc;
+        use std::time::Duration;
+        const DEVICE: usize = 11; // no other test uses it
+        const STREAM: usize = 0x7700;
+        launching_on(DEVICE, handle(STREAM), false);
+        let destroyed = AtomicBool::new(false);
+        let (read_tx, read_rx) = mpsc::channel();
+        std::thread::scope(|scope| {
+            let launch = scope.spawn(|| {
+                let pin = Pin::new();
+                let previous = others(&pin, DEVICE, handle(0x1), false);
+                assert!(previous.iter().any(|s| s.stream as usize == STREAM));
+                read_tx.send(()).unwrap();
+                // Recording takes a while (a loaded machine, a slow driver).
+                std::thread::sleep(Duration::from_millis(200));
+                let recorded_on_live_stream = !destroyed.load(Ordering::SeqCst);
+                drop(pin);
+                recorded_on_live_stream
+            });
+            read_rx.recv().unwrap();
+            // cuStreamDestroy: forget, then the real destroy.
+            forget(handle(STREAM));
+            destroyed.store(true, Ordering::SeqCst);
+            assert!(
+                launch.join().unwrap(),
+                "an event was recorded on a destroyed stream"
+            );
+        });
     }
 }

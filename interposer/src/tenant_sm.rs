@@ -1,9 +1,10 @@
 //! The tenant's SM-time state as this process sees it: its share of each
 //! device ([`SmBudget`], one writer) and the telemetry all its processes
-//! write, token bucket included ([`TenantTelemetry`]).
+//! write ([`TenantTelemetry`]), in whose region the token buckets
+//! ([`TokenBucket`]) live apart from the counters.
 //!
 //! Where they live (standalone mode, no node manager):
-//! - `DILU_TENANT=NAME`: `/dev/shm/dilu-<uid>-<NAME>.sm` and `.telemetry`,
+//! - `DILU_TENANT=NAME`: `/dev/shm/dilu-<uid>/<NAME>.sm` and `.telemetry`,
 //!   mode 0600. The process that creates `.sm`, or finds its writer gone,
 //!   writes its configured shares and becomes the writer; a process joining
 //!   a running tenant uses the shares already there. Any process of the same
@@ -22,6 +23,7 @@
 
 use crate::config;
 use crate::devices::{self, CurrentDevice};
+use dilu_abi::bucket::TokenBucket;
 use dilu_abi::ledger;
 use dilu_abi::node_client::Attached;
 use dilu_abi::shm::Region;
@@ -157,5 +159,11 @@ impl TenantSm {
     #[inline]
     pub fn device(&self, device: usize) -> &DeviceTelemetry {
         &self.telemetry().devices[device]
+    }
+
+    /// The token bucket of `device` (enforcement state).
+    #[inline]
+    pub fn bucket(&self, device: usize) -> &TokenBucket {
+        &self.telemetry().buckets[device]
     }
 }

@@ -46,7 +46,9 @@ pub trait HistogramSnapshot {
 
 impl HistogramSnapshot for [u64; BUCKETS] {
     fn total(&self) -> u64 {
-        self.iter().sum()
+        // Counts live in memory tenants write: never trust them not to overflow.
+        self.iter()
+            .fold(0u64, |sum, &count| sum.saturating_add(count))
     }
 
     fn quantile_upper_ns(&self, q: f64) -> Option<u64> {
@@ -57,7 +59,7 @@ impl HistogramSnapshot for [u64; BUCKETS] {
         let rank = ((q.clamp(0.0, 1.0) * total as f64).ceil() as u64).max(1);
         let mut seen = 0;
         for (i, count) in self.iter().enumerate() {
-            seen += count;
+            seen = count.saturating_add(seen);
             if seen >= rank {
                 return Some(bucket_upper_ns(i));
             }

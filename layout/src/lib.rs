@@ -4,14 +4,18 @@
 //! - [`shm`]: mapping a layout from a file, an fd or anonymous memory.
 //! - [`ledger`]: a tenant's memory ledger (budgets, usage, member slots).
 //! - [`sm`]: a tenant's SM-time shares, written by one writer.
-//! - [`telemetry`]: what a tenant's processes report and share (the token
-//!   bucket, GPU busy time, throttling, bubble and latency histograms).
+//! - [`bucket`]: a tenant's SM-time token bucket per device (enforcement
+//!   state every launch updates, hot words on cache lines of their own).
+//! - [`telemetry`]: what a tenant's processes report and share (GPU busy
+//!   time, throttling, bubble and latency histograms; the buckets live in
+//!   its region, apart from the counters).
 //! - [`histogram`]: the lock-free log₂ histogram telemetry is made of.
 //! - [`memfd`]: regions in sealed memfds (budgets only their creator writes).
 //!
 //! Layouts change only together with their magic number. This crate depends
 //! on libc alone; it never calls a CUDA driver.
 
+pub mod bucket;
 pub mod histogram;
 pub mod ledger;
 pub mod memfd;
@@ -22,11 +26,22 @@ pub mod telemetry;
 /// Devices a layout has room for.
 pub const MAX_DEVICES: usize = 16;
 
-/// The file under `/dev/shm` holding one of a tenant's regions in standalone
-/// mode (no node manager): `dilu-<uid>-<tenant>.<kind>`, e.g. `.ledger`,
-/// `.sm`, `.telemetry`.
+/// The directory under `/dev/shm` holding a user's tenant regions:
+/// `dilu-<uid>`, mode 0700, so no other user can create (squat) a file in
+/// it. If another user made that name first, the user's processes agree on
+/// `dilu-<uid>.<random>` instead (see [`shm::user_dir`]).
+pub fn user_region_dir(uid: u32) -> std::path::PathBuf {
+    shm::user_dir(std::path::Path::new(SHM_ROOT), uid)
+}
+
+/// Where the per-user region directories live.
+pub const SHM_ROOT: &str = "/dev/shm";
+
+/// The file holding one of a tenant's regions in standalone mode (and its
+/// ledger under the node manager): `/dev/shm/dilu-<uid>/<tenant>.<kind>`,
+/// e.g. `.ledger`, `.sm`, `.telemetry`.
 pub fn tenant_region_path(uid: u32, tenant: &str, kind: &str) -> std::path::PathBuf {
-    std::path::PathBuf::from(format!("/dev/shm/dilu-{uid}-{tenant}.{kind}"))
+    user_region_dir(uid).join(format!("{tenant}.{kind}"))
 }
 
 /// CLOCK_MONOTONIC in nanoseconds: the time base every process of a node

@@ -12,6 +12,12 @@
 //!    writable either. Reopening `/proc/self/fd/N` for writing gives a
 //!    writable descriptor of the same file, but the seal still refuses
 //!    writable mappings and writes, even to root.
+//!
+//! A region tenants write (telemetry) cannot be sealed against writes, but
+//! its size is ([`seal_size`]): a tenant holding a read-write descriptor
+//! could otherwise `ftruncate` it and every other mapping of it, the
+//! daemon's included, would take `SIGBUS` on its next read. A descriptor a
+//! tenant hands back is adopted only with its size sealed ([`adopt`]).
 
 use crate::shm::{Region, SharedLayout};
 use std::ffi::CStr;
@@ -79,6 +85,38 @@ pub fn seal_read_only(fd: &OwnedFd) -> io::Result<()> {
     Ok(())
 }
 
+/// Fixes a memfd's size (and its seals) while leaving it writable: no
+/// holder of a descriptor can shrink it under another process's mapping.
+pub fn seal_size(fd: &OwnedFd) -> io::Result<()> {
+    let seals = libc::F_SEAL_SHRINK | libc::F_SEAL_GROW | libc::F_SEAL_SEAL;
+    // SAFETY: fcntl on an fd we own.
+    check(unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_ADD_SEALS, seals) })?;
+    Ok(())
+}
+
+/// Maps a region from a descriptor someone else (a tenant) handed over,
+/// without waiting and without trusting it: it must be a memfd whose size
+/// cannot change (sealed now if the seals are still open), large enough for
+/// a `T`, and already carry `T`'s magic. Anything else is refused at once.
+pub fn adopt<T: SharedLayout>(fd: &OwnedFd, writable: bool) -> io::Result<Region<T>> {
+    let fixed = libc::F_SEAL_SHRINK | libc::F_SEAL_GROW;
+    let current = seals(fd).map_err(|e| {
+        io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!("not a sealable memfd ({e})"),
+        )
+    })?;
+    if current & fixed != fixed {
+        seal_size(fd).map_err(|e| {
+            io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!("its size cannot be sealed ({e})"),
+            )
+        })?;
+    }
+    Region::<T>::from_fd_now(fd.as_raw_fd(), writable)
+}
+
 /// The seals on a memfd.
 pub fn seals(fd: &OwnedFd) -> io::Result<libc::c_int> {
     // SAFETY: fcntl on an fd we own.
@@ -117,5 +155,77 @@ mod tests {
             "no new writable mapping, even from the read-write fd"
         );
         assert!(seals(&fd).unwrap() & libc::F_SEAL_FUTURE_WRITE != 0);
+    }
+
+    fn truncate(fd: &OwnedFd) -> io::Result<libc::c_int> {
+        // SAFETY: ftruncate on an fd we own.
+        check(unsafe { libc::ftruncate(fd.as_raw_fd(), 0) })
+    }
+
+    #[test]
+    fn a_size_sealed_region_stays_writable_but_cannot_shrink() {
+        use crate::telemetry::TenantTelemetry;
+        let (_region, fd) = create::<TenantTelemetry>(c"test-tel", |_| {}).unwrap();
+        seal_size(&fd).unwrap();
+        assert!(Region::<TenantTelemetry>::from_fd(fd.as_raw_fd(), true).is_ok());
+        assert!(truncate(&fd).is_err(), "a sealed size refuses ftruncate");
+    }
+
+    #[test]
+    fn adopting_seals_an_open_memfd_and_refuses_what_is_not_a_region() {
+        use crate::telemetry::TenantTelemetry;
+        let (_region, fd) = create::<TenantTelemetry>(c"test-adopt", |_| {}).unwrap();
+        assert!(adopt::<TenantTelemetry>(&fd, true).is_ok());
+        assert!(truncate(&fd).is_err(), "adoption sealed its size");
+        // Empty memfd: refused at once, not waited for.
+        // SAFETY: name is NUL-terminated.
+        let raw = unsafe { libc::memfd_create(c"empty".as_ptr(), libc::MFD_ALLOW_SEALING) };
+        // SAFETY: raw is a fresh fd.
+        let empty = unsafe { OwnedFd::from_raw_fd(check(raw).unwrap()) };
+        let started = std::time::Instant::now();
+        assert!(adopt::<TenantTelemetry>(&empty, true).is_err());
+        assert!(started.elapsed() < std::time::Duration::from_millis(500));
+        // A pipe is no memfd.
+        let mut ends = [0; 2];
+        // SAFETY: ends has room for two fds.
+        check(unsafe { libc::pipe(ends.as_mut_ptr()) }).unwrap();
+        // SAFETY: both ends are fresh and ours.
+        let (read, _write) =
+            unsafe { (OwnedFd::from_raw_fd(ends[0]), OwnedFd::from_raw_fd(ends[1])) };
+        assert!(adopt::<TenantTelemetry>(&read, true).is_err());
+    }
+
+    proptest::proptest! {
+        /// Whatever a tenant hands back (any size, any bytes, sealed or
+        /// not), adoption answers at once, with a region or an error.
+        #[test]
+        fn any_handed_back_memfd_is_adopted_or_refused_at_once(
+            bytes in proptest::collection::vec(proptest::num::u8::ANY, 0..9000),
+            keep_magic in proptest::bool::ANY,
+            seal in proptest::bool::ANY,
+        ) {
+            use crate::telemetry::TenantTelemetry;
+            // SAFETY: name is NUL-terminated.
+            let raw = unsafe { libc::memfd_create(c"fuzz".as_ptr(), libc::MFD_ALLOW_SEALING) };
+            // SAFETY: raw is a fresh fd.
+            let fd = unsafe { OwnedFd::from_raw_fd(check(raw).unwrap()) };
+            let mut bytes = bytes;
+            if keep_magic && bytes.len() >= 8 {
+                bytes[..8].copy_from_slice(&<TenantTelemetry as SharedLayout>::MAGIC.to_ne_bytes());
+            }
+            let file = std::fs::File::from(fd.try_clone().unwrap());
+            std::os::unix::fs::FileExt::write_all_at(&file, &bytes, 0).unwrap();
+            if seal {
+                seal_size(&fd).unwrap();
+            }
+            let started = std::time::Instant::now();
+            let adopted = adopt::<TenantTelemetry>(&fd, true);
+            proptest::prop_assert!(started.elapsed() < std::time::Duration::from_millis(500));
+            if let Ok(region) = adopted {
+                proptest::prop_assert!(bytes.len() >= std::mem::size_of::<TenantTelemetry>());
+                let _ = region.devices[0].snapshot();
+                proptest::prop_assert!(truncate(&fd).is_err(), "adopted means size-sealed");
+            }
+        }
     }
 }

@@ -142,7 +142,9 @@ impl SmBudget {
 }
 
 /// GPU time worth `cost_ns` of device time at `share_ppm`, in wall-clock
-/// time of the tenant's bucket: `cost / share`.
+/// time of the tenant's bucket: `cost / share`. A zero share has no such
+/// time (the bucket pauses instead, see [`crate::bucket`]); the huge value
+/// returned for it is only a guard.
 #[inline]
 pub fn wall_cost_ns(cost_ns: u64, share_ppm: u32) -> u64 {
     if share_ppm == 0 {

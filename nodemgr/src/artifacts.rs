@@ -8,6 +8,8 @@ use std::path::{Path, PathBuf};
 
 pub const INTERPOSER_FILE: &str = "libdilu_interposer.so";
 pub const SIMGPU_FILE: &str = "libsimgpu.so";
+/// simgpu's simulated NVML, built next to the driver (`simgpu/nvml`).
+pub const SIMGPU_NVML_FILE: &str = "libsimgpu_nvml.so";
 
 fn search_dirs() -> Vec<PathBuf> {
     let mut dirs = Vec::new();
@@ -44,6 +46,9 @@ pub fn find(file: &str) -> Result<PathBuf, String> {
 /// Returns a directory in which `libcuda.so.1` and `libcuda.so` both resolve
 /// to simgpu, creating the links if needed. Clients differ in which name they
 /// open (cudart: `libcuda.so.1`; cudarc: `libcuda.so` first), so both exist.
+/// When simgpu's simulated NVML lies beside the driver, `libnvidia-ml.so.1`
+/// (and `libnvidia-ml.so`) resolve to it, so programs, the interposer and
+/// peers such as HAMi-core see the same simulated GPU through NVML.
 pub fn simgpu_driver_dir(simgpu: &Path) -> Result<PathBuf, String> {
     let preferred = simgpu
         .parent()
@@ -66,8 +71,20 @@ pub fn simgpu_driver_dir(simgpu: &Path) -> Result<PathBuf, String> {
 
 fn link_driver_names(dir: &Path, simgpu: &Path) -> std::io::Result<()> {
     std::fs::create_dir_all(dir)?;
-    let target = simgpu.canonicalize()?;
-    for name in ["libcuda.so.1", "libcuda.so"] {
+    let driver = simgpu.canonicalize()?;
+    let nvml = simgpu
+        .with_file_name(SIMGPU_NVML_FILE)
+        .canonicalize()
+        .ok()
+        .into_iter()
+        .flat_map(|nvml| {
+            [
+                ("libnvidia-ml.so.1", nvml.clone()),
+                ("libnvidia-ml.so", nvml),
+            ]
+        });
+    let links = [("libcuda.so.1", driver.clone()), ("libcuda.so", driver)];
+    for (name, target) in links.into_iter().chain(nvml) {
         let link = dir.join(name);
         if std::fs::read_link(&link).ok().as_deref() == Some(target.as_path()) {
             continue;

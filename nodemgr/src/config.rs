@@ -9,6 +9,8 @@
 //! gpu_memory = "80GiB"                # device memory for admission when NVML is absent
 //! scale_out_after_s = 10              # latency tenant at its limit and over its SLO this long
 //! scale_in_after_s = 300              # tenant without a kernel launch this long
+//! audit = "log"                       # a tenant over its memory budget (NVML): off | log | signal | kill
+//! audit_slack = "64MiB"               # what a tenant may hold beyond its budget before the audit acts
 //!
 //! [tenants.infer]                     # specs the operator owns (win over the tenant's own)
 //! class = "latency"
@@ -16,8 +18,12 @@
 //! sm_request = 20
 //! sm_limit = 80
 //! mem = "8GiB"                        # memory budget per device (the daemon's; live with `dilu set --mem`)
+//!
+//! [tenants.serve]
+//! profile = "/etc/dilu/serve.profile.toml"  # written by `dilu profile`; keys beside it win
 //! ```
 
+use crate::audit::AuditAction;
 use crate::control;
 use dilu_abi::node_wire::{self, TenantSpec};
 use dilu_abi::units;
@@ -43,6 +49,11 @@ pub struct Config {
     pub scale_out_after: Duration,
     /// A tenant idle this long: scale in.
     pub scale_in_after: Duration,
+    /// What the memory audit does to a tenant over its budget.
+    pub audit: AuditAction,
+    /// Bytes beyond its budget a tenant may hold before the audit acts
+    /// (what the driver keeps beside allocations: context, heap, pools).
+    pub audit_slack: u64,
 }
 
 impl Default for Config {
@@ -57,6 +68,8 @@ impl Default for Config {
             tenants: BTreeMap::new(),
             scale_out_after: Duration::from_secs(10),
             scale_in_after: Duration::from_secs(300),
+            audit: AuditAction::Log,
+            audit_slack: 64 << 20,
         }
     }
 }
@@ -72,6 +85,8 @@ struct FileConfig {
     gpu_memory: Option<String>,
     scale_out_after_s: Option<f64>,
     scale_in_after_s: Option<f64>,
+    audit: Option<String>,
+    audit_slack: Option<String>,
     #[serde(default)]
     tenants: BTreeMap<String, FileTenant>,
 }
@@ -84,6 +99,7 @@ struct FileTenant {
     sm_request: Option<f64>,
     sm_limit: Option<f64>,
     mem: Option<String>,
+    profile: Option<PathBuf>,
 }
 
 /// Flags that override the file (`dilu nodemgr --help`).
@@ -146,14 +162,27 @@ impl Config {
         if let Some(v) = file.scale_in_after_s {
             config.scale_in_after = seconds("scale_in_after_s", v)?;
         }
+        if let Some(v) = file.audit {
+            config.audit = AuditAction::parse(&v)?;
+        }
+        if let Some(v) = file.audit_slack {
+            config.audit_slack = size("audit_slack", &v)?;
+        }
         for (name, t) in file.tenants {
-            let mut spec = TenantSpec::default();
+            let mut spec = match &t.profile {
+                Some(path) => {
+                    crate::profile_run::load_spec(path)
+                        .map_err(|e| format!("tenants.{name}.profile: {e}"))?
+                        .0
+                }
+                None => TenantSpec::default(),
+            };
             if let Some(class) = t.class {
                 spec.class = node_wire::parse_class(&class).ok_or_else(|| {
                     format!("tenants.{name}.class = {class:?}: expected latency or batch")
                 })?;
             }
-            spec.slo_ms = t.slo_ms;
+            spec.slo_ms = t.slo_ms.or(spec.slo_ms);
             spec.sm_request_pct = t.sm_request.unwrap_or(spec.sm_request_pct);
             spec.sm_limit_pct = t.sm_limit.unwrap_or(spec.sm_limit_pct);
             if let Some(mem) = t.mem {
@@ -202,6 +231,35 @@ fn period(ms: f64) -> Result<Duration, String> {
 mod tests {
     use super::*;
     use dilu_abi::node_wire::WorkClass;
+
+    #[test]
+    fn a_tenant_spec_can_come_from_a_profile_with_keys_beside_it_winning() {
+        let dir = std::env::temp_dir().join(format!("dilu-config-profile-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let profile = dir.join("serve.toml");
+        std::fs::write(
+            &profile,
+            "class = \"latency\"\nslo_ms = 8.0\nbatch = 16\nsm_request = 30\nsm_limit = 50\n\
+             throughput_at_request = 100.0\nthroughput_at_limit = 120.0\ntrials = 14\nmethod = \"dilu\"\n",
+        )
+        .unwrap();
+        let text = format!(
+            "[tenants.serve]\nprofile = {:?}\nsm_limit = 70\n",
+            profile.display().to_string()
+        );
+        let config = Config::parse(&text).unwrap();
+        let serve = &config.tenants["serve"];
+        assert_eq!(serve.class, WorkClass::Latency);
+        assert_eq!(serve.slo_ms, Some(8.0));
+        assert_eq!((serve.sm_request_pct, serve.sm_limit_pct), (30.0, 70.0));
+        let missing =
+            Config::parse("[tenants.x]\nprofile = \"/nonexistent/p.toml\"\n").unwrap_err();
+        assert!(
+            missing.contains("tenants.x.profile") && missing.contains("/nonexistent/p.toml"),
+            "{missing}"
+        );
+        let _ = std::fs::remove_dir_all(&dir);
+    }
 
     #[test]
     fn files_and_flags_combine_and_bad_values_are_named() {
@@ -254,5 +312,61 @@ mod tests {
             &Overrides::default(),
         );
         assert_eq!(missing.unwrap().controller, "dilu");
+    }
+
+    fn value() -> impl proptest::strategy::Strategy<Value = String> {
+        use proptest::prelude::*;
+        prop_oneof![
+            any::<f64>().prop_map(|v| format!("{v:?}")),
+            any::<i64>().prop_map(|v| v.to_string()),
+            "[ -~]{0,12}".prop_map(|v| format!("{v:?}")),
+            Just("nan".to_string()),
+            Just("-inf".to_string()),
+            Just("\"18446744073709551616GiB\"".to_string()),
+        ]
+    }
+
+    fn key() -> impl proptest::strategy::Strategy<Value = &'static str> {
+        proptest::sample::select(vec![
+            "period_ms",
+            "controller",
+            "gpu_memory",
+            "scale_out_after_s",
+            "scale_in_after_s",
+            "audit",
+            "audit_slack",
+            "metrics",
+            "[tenants.t]\nsm_request",
+            "[tenants.t]\nsm_limit",
+            "[tenants.t]\nslo_ms",
+            "[tenants.t]\nmem",
+            "[tenants.t]\nclass",
+        ])
+    }
+
+    proptest::proptest! {
+        /// Any text: a configuration or one error line, never a panic.
+        #[test]
+        fn any_text_parses_or_is_refused_with_one_line(text in "\\PC{0,200}") {
+            if let Err(error) = Config::parse(&text) {
+                proptest::prop_assert!(!error.is_empty());
+            }
+        }
+
+        /// Every key with any value: accepted values are in range, refused
+        /// ones are named.
+        #[test]
+        fn any_value_of_any_key_is_judged(key in key(), value in value()) {
+            let text = format!("{key} = {value}\n");
+            match Config::parse(&text) {
+                Ok(config) => {
+                    proptest::prop_assert!(config.period >= Duration::from_micros(500));
+                    for spec in config.tenants.values() {
+                        proptest::prop_assert!(spec.validate().is_ok());
+                    }
+                }
+                Err(error) => proptest::prop_assert!(!error.is_empty()),
+            }
+        }
     }
 }

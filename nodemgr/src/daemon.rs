@@ -2,9 +2,11 @@
 //! tests use to run one in-process.
 //!
 //! Threads: the socket server (one thread per connection), the control
-//! loop (every period: sample telemetry, run the controller, write budgets;
-//! every 100 ms housekeeping; every second state file and GPU refresh) and
-//! the metrics endpoint. Budgets (SM share and memory) live in sealed memfds
+//! loop (every period: sample telemetry, run the controller, write budgets),
+//! housekeeping (every 100 ms: re-adoption grace, tenants' ledgers, the
+//! state file when it changed; every second: GPU refresh, memory audit) and the metrics endpoint.
+//! The registry lock is only ever held for memory work: file, socket and
+//! NVML I/O happen outside it, so the control loop never waits for I/O. Budgets (SM share and memory) live in sealed memfds
 //! the tenants hold mapped read-only, so when the daemon dies they keep their
 //! last values (fail static); the state file lets the next daemon re-adopt
 //! them.
@@ -15,6 +17,7 @@
 //! `scale_in_after` a scale-in one. They are published on `/api/signals`,
 //! `/metrics` and in `dilu status`/`top`.
 
+use crate::audit::{self, AuditAction, UsageSource};
 use crate::config::Config;
 use crate::control::{self, Controller};
 use crate::registry::{Registry, SavedTenant};
@@ -24,7 +27,7 @@ use dilu_abi::seqpacket;
 use std::collections::BTreeMap;
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -39,6 +42,8 @@ pub struct Shared {
     pub gpus: Mutex<Vec<GpuStatus>>,
     pub stopping: AtomicBool,
     pub started: Instant,
+    /// Control periods run so far (status shows whether the loop keeps time).
+    pub periods: AtomicU64,
 }
 
 impl Shared {
@@ -56,6 +61,7 @@ impl Shared {
             gpus: self.gpus.lock().expect("gpus lock").clone(),
             tenants,
             signals: self.signals.lock().expect("signals lock").clone(),
+            control_periods: self.periods.load(Ordering::Relaxed),
         }
     }
 }
@@ -133,6 +139,7 @@ impl Daemon {
             gpus: Mutex::new(gpus),
             stopping: AtomicBool::new(false),
             started: Instant::now(),
+            periods: AtomicU64::new(0),
         });
         let mut threads = Vec::new();
         let mut metrics_addr = None;
@@ -146,6 +153,8 @@ impl Daemon {
         threads.push(spawn("dilu-server", move || server::serve(s, l))?);
         let s = shared.clone();
         threads.push(spawn("dilu-control", move || control_loop(s))?);
+        let s = shared.clone();
+        threads.push(spawn("dilu-housekeeping", move || housekeeping_loop(s))?);
         Ok(Daemon {
             shared,
             listener,
@@ -213,9 +222,6 @@ fn control_loop(shared: Arc<Shared>) {
     let mut epoch = u64::MAX;
     let mut names: Vec<String> = Vec::new();
     let mut next = Instant::now();
-    let mut last_housekeeping = Instant::now();
-    let mut last_slow = Instant::now();
-    let mut last_saved = String::new();
     let mut timers: BTreeMap<String, SignalState> = BTreeMap::new();
     while !shared.stopping.load(Ordering::Acquire) {
         next += period;
@@ -226,11 +232,9 @@ fn control_loop(shared: Arc<Shared>) {
             next = now; // overran: do not try to catch up
         }
         let now_ns = dilu_layout::monotonic_ns();
-        let mut registry = shared.registry.lock().expect("registry lock");
-        if last_housekeeping.elapsed() >= Duration::from_millis(100) {
-            last_housekeeping = Instant::now();
-            registry.housekeeping();
-        }
+        // Memory only from here: telemetry (size-sealed memfds), the
+        // controller, the budgets (sealed memfds the daemon writes).
+        let registry = &mut *shared.registry.lock().expect("registry lock");
         let mut observations = Vec::with_capacity(registry.tenants.len());
         for tenant in registry.tenants.values_mut() {
             let share = tenant.share_ppm;
@@ -251,19 +255,96 @@ fn control_loop(shared: Arc<Shared>) {
                 registry.set_share(name, share);
             }
         }
-        update_signals(&shared, &registry, &observations, &names, &mut timers);
+        update_signals(&shared, registry, &observations, &names, &mut timers);
+        shared.periods.fetch_add(1, Ordering::Relaxed);
+    }
+}
+
+/// What may touch files or devices: tenants' ledgers (read as copies, never
+/// mapped: a tenant could truncate them), the state file, NVML. Each step
+/// takes the registry lock only to copy data in or out.
+fn housekeeping_loop(shared: Arc<Shared>) {
+    let mut last_slow = Instant::now();
+    let mut last_saved = String::new();
+    let mut usage = nvml::NvmlUsage;
+    let mut audit_failed = false;
+    while !shared.stopping.load(Ordering::Acquire) {
+        std::thread::sleep(Duration::from_millis(100));
+        let sources = {
+            let mut registry = shared.registry.lock().expect("registry lock");
+            registry.housekeeping();
+            registry.ledger_sources()
+        };
+        let ledgers: Vec<_> = sources
+            .into_iter()
+            .map(|(name, uid)| {
+                let path = dilu_layout::tenant_region_path(uid, &name, "ledger");
+                let copy = dilu_abi::shm::Region::<dilu_abi::ledger::TenantLedger>::copy_of_file(
+                    &path, uid,
+                )
+                .ok();
+                (name, uid, copy)
+            })
+            .collect();
+        {
+            let mut registry = shared.registry.lock().expect("registry lock");
+            for (name, uid, copy) in ledgers {
+                registry.set_ledger(&name, uid, copy);
+            }
+        }
+        // The state a restarted daemon re-adopts from (shares included: a
+        // re-attaching tenant's own word is never taken for its share).
+        let saved = shared.registry.lock().expect("registry lock").saved();
+        let text = serde_json::to_string(&saved).unwrap_or_default();
+        if text != last_saved {
+            save_state(&shared.config, &saved);
+            last_saved = text;
+        }
         if last_slow.elapsed() >= Duration::from_secs(1) {
             last_slow = Instant::now();
-            let saved = registry.saved();
-            drop(registry);
-            let text = serde_json::to_string(&saved).unwrap_or_default();
-            if text != last_saved {
-                save_state(&shared.config, &saved);
-                last_saved = text;
-            }
-            let gpus = nvml::refresh(&shared.gpus.lock().expect("gpus lock"));
+            let previous = shared.gpus.lock().expect("gpus lock").clone();
+            let gpus = nvml::refresh(&previous);
             *shared.gpus.lock().expect("gpus lock") = gpus;
+            if shared.config.audit != AuditAction::Off {
+                audit_memory(&shared, &mut usage, &mut audit_failed);
+            }
         }
+    }
+}
+
+/// Compares every tenant's real device memory with its budget and acts on
+/// an overrun (see [`crate::audit`]). The query runs outside the lock.
+fn audit_memory(shared: &Shared, source: &mut dyn UsageSource, failed: &mut bool) {
+    let tenants = shared.registry.lock().expect("registry lock").audit_view();
+    if tenants.is_empty() {
+        return;
+    }
+    let usage = match source.process_memory() {
+        Ok(usage) => {
+            *failed = false;
+            usage
+        }
+        Err(e) => {
+            if !*failed {
+                tracing::info!("memory audit unavailable: {e}");
+                *failed = true;
+            }
+            return;
+        }
+    };
+    let totals = audit::usage_by_tenant(&usage, &tenants);
+    {
+        let mut registry = shared.registry.lock().expect("registry lock");
+        for tenant in &tenants {
+            let on_device_0 = totals
+                .get(&tenant.name)
+                .and_then(|devices| devices.get(&0))
+                .map_or(0, |(bytes, _)| *bytes);
+            registry.set_audited(&tenant.name, Some(on_device_0));
+        }
+    }
+    for overrun in audit::find_overruns(&usage, &tenants, shared.config.audit_slack) {
+        audit::act(&overrun, shared.config.audit);
     }
 }
 

@@ -15,6 +15,8 @@ pub struct LaunchSpec {
     pub slo_ms: Option<f64>,
     pub sm_request: Option<f64>,
     pub sm_limit: Option<f64>,
+    /// The batch size from a profile (`DILU_BATCH`, unless already set).
+    pub batch: Option<u32>,
     pub command: Vec<String>,
 }
 
@@ -61,6 +63,11 @@ pub fn environment(spec: &LaunchSpec) -> Result<Vec<(String, OsString)>, String>
         .and_then(|m| dilu_abi::units::parse_size(m).ok())
     {
         env.push(("DILU_SPEC_MEM".to_string(), bytes.to_string().into()));
+    }
+    if let Some(batch) = spec.batch
+        && std::env::var_os("DILU_BATCH").is_none()
+    {
+        env.push(("DILU_BATCH".to_string(), batch.to_string().into()));
     }
     if spec.sim {
         let simgpu = artifacts::find(artifacts::SIMGPU_FILE)?;

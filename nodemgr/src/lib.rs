@@ -1,6 +1,7 @@
 //! The node manager and the `dilu` command-line front end, as a library so
 //! that tests and the demo can run a daemon in-process.
 //!
+//! - [`audit`]: real per-process device memory (NVML) against budgets.
 //! - [`config`]: `/etc/dilu/nodemgr.toml` and flags.
 //! - [`registry`]: tenants, admission, budget regions (SM share and memory,
 //!   the daemon the only writer), re-adoption.
@@ -15,6 +16,7 @@
 //! - [`demo`]: `dilu demo`, three controllers on one scenario.
 
 pub mod artifacts;
+pub mod audit;
 pub mod config;
 pub mod control;
 pub mod daemon;
@@ -25,5 +27,6 @@ pub mod metrics;
 pub mod nvml;
 pub mod observe;
 pub mod ops;
+pub mod profile_run;
 pub mod registry;
 pub mod server;

@@ -7,7 +7,7 @@
 
 use clap::{Args, Parser, Subcommand};
 use dilu_abi::node_wire::{self, SpecUpdate};
-use dilu_nodemgr::{config, daemon, demo, launch, ops};
+use dilu_nodemgr::{config, daemon, demo, launch, ops, profile_run};
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
@@ -43,6 +43,60 @@ enum Command {
     ///
     /// Example: dilu set infer --sm-limit 60
     Set(SetArgs),
+    /// Find a function's batch size, SM request and SM limit by measuring a
+    /// few configurations: of the program itself (one bounded trial each,
+    /// batch size in DILU_BATCH), or of a measured table (--table).
+    ///
+    /// Example: dilu profile --sim --class latency --slo-ms 20 -- python serve.py
+    Profile(ProfileArgs),
+}
+
+#[derive(Args)]
+pub struct ProfileArgs {
+    /// latency: the most throughput per SM % meeting --slo-ms per batch;
+    /// batch: the least share within 2% of full throughput.
+    #[arg(long, default_value = "latency", value_parser = ["latency", "batch"])]
+    class: String,
+    /// The SLO on one batch (request), in milliseconds (latency class).
+    #[arg(long, value_name = "MS")]
+    slo_ms: Option<f64>,
+    /// Batch class: the batch size to profile at (default: --max-batch).
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
+    batch: Option<u32>,
+    /// The search: dilu, dilu-paper (Dilu's published HGSS / binary search)
+    /// or exhaustive (every configuration).
+    #[arg(long, default_value = "dilu")]
+    method: String,
+    /// Search a measured table (batch,sm,latency_s,throughput CSV) instead
+    /// of running a program.
+    #[arg(long, value_name = "FILE.csv")]
+    table: Option<PathBuf>,
+    /// Run the program on the simulated GPU (simgpu).
+    #[arg(long)]
+    sim: bool,
+    /// How long each trial runs (the first quarter is warm-up).
+    #[arg(long, default_value_t = 3.0, value_name = "SECONDS")]
+    trial_seconds: f64,
+    /// Largest batch size tried (powers of two from 1).
+    #[arg(long, default_value_t = 32, value_parser = clap::value_parser!(u32).range(1..=65536))]
+    max_batch: u32,
+    /// SM shares tried: this step up to 100%.
+    #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u32).range(1..=100))]
+    sm_step: u32,
+    /// When running a program, a trial meets the SLO only with this much to
+    /// spare (percent), so a longer run at the profile still meets it.
+    #[arg(long, default_value_t = 10.0, value_name = "PERCENT")]
+    headroom: f64,
+    /// Where to write the profile (TOML; `dilu run --profile` and the node
+    /// manager's `[tenants.NAME] profile` read it).
+    #[arg(long, short, default_value = "dilu-profile.toml", value_name = "FILE")]
+    output: PathBuf,
+    /// Print the profile as one JSON object.
+    #[arg(long)]
+    json: bool,
+    /// The program to profile and its arguments (after `--`).
+    #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+    command: Vec<String>,
 }
 
 #[derive(Args)]
@@ -101,6 +155,10 @@ struct SpecArgs {
     /// Most SM-time share the tenant may use when others idle, percent.
     #[arg(long, value_name = "PCT")]
     sm_limit: Option<f64>,
+    /// A profile written by `dilu profile`: its class, SLO, SM request and
+    /// limit become the spec (the flags above win), its batch size DILU_BATCH.
+    #[arg(long, value_name = "FILE")]
+    profile: Option<PathBuf>,
 }
 
 #[derive(Args)]
@@ -198,6 +256,65 @@ fn parse_class(text: Option<&str>) -> Result<Option<node_wire::WorkClass>, Strin
     .transpose()
 }
 
+fn run(args: RunArgs) -> Result<ExitCode, String> {
+    let class = parse_class(args.spec.class.as_deref())?;
+    let profiled = args
+        .spec
+        .profile
+        .as_deref()
+        .map(profile_run::load_spec)
+        .transpose()?;
+    let from_profile = |pick: fn(&node_wire::TenantSpec) -> Option<f64>| {
+        profiled.as_ref().and_then(|(spec, _)| pick(spec))
+    };
+    launch::run(&launch::LaunchSpec {
+        sim: args.sim,
+        mem: args.mem,
+        sm: args.sm,
+        tenant: args.tenant,
+        class: class.or(profiled.as_ref().map(|(spec, _)| spec.class)),
+        slo_ms: args.spec.slo_ms.or(from_profile(|s| s.slo_ms)),
+        sm_request: args
+            .spec
+            .sm_request
+            .or(from_profile(|s| Some(s.sm_request_pct))),
+        sm_limit: args
+            .spec
+            .sm_limit
+            .or(from_profile(|s| Some(s.sm_limit_pct))),
+        batch: profiled.map(|(_, batch)| batch),
+        command: args.command,
+    })
+}
+
+fn profile(args: ProfileArgs) -> Result<ExitCode, String> {
+    if !(0.0..90.0).contains(&args.headroom) {
+        return Err(format!(
+            "--headroom {} must be a percentage from 0 to 90",
+            args.headroom
+        ));
+    }
+    profile_run::run(&profile_run::ProfileSpec {
+        class: if args.class == "batch" {
+            dilu_profile::profile::Class::Batch
+        } else {
+            dilu_profile::profile::Class::Latency
+        },
+        slo_ms: args.slo_ms,
+        batch: args.batch,
+        method: dilu_profile::search::Method::parse(&args.method)?,
+        table: args.table,
+        command: args.command,
+        sim: args.sim,
+        trial_seconds: args.trial_seconds,
+        max_batch: args.max_batch,
+        sm_step: args.sm_step,
+        headroom: args.headroom / 100.0,
+        output: args.output,
+        json: args.json,
+    })
+}
+
 fn nodemgr(args: NodemgrArgs) -> Result<ExitCode, String> {
     dilu_nodemgr::logging::init(args.foreground);
     let overrides = config::Overrides {
@@ -217,19 +334,7 @@ fn nodemgr(args: NodemgrArgs) -> Result<ExitCode, String> {
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
-        Command::Run(args) => parse_class(args.spec.class.as_deref()).and_then(|class| {
-            launch::run(&launch::LaunchSpec {
-                sim: args.sim,
-                mem: args.mem,
-                sm: args.sm,
-                tenant: args.tenant,
-                class,
-                slo_ms: args.spec.slo_ms,
-                sm_request: args.spec.sm_request,
-                sm_limit: args.spec.sm_limit,
-                command: args.command,
-            })
-        }),
+        Command::Run(args) => run(args),
         Command::Demo(args) => demo::run(&demo::DemoSpec {
             seconds: args.seconds,
             json: args.json,
@@ -237,6 +342,7 @@ fn main() -> ExitCode {
             latencies_dir: args.latencies_dir,
         }),
         Command::Nodemgr(args) => nodemgr(args),
+        Command::Profile(args) => profile(args),
         Command::Status(args) => {
             ops::status(&args.socket.path(), args.json).map(|()| ExitCode::SUCCESS)
         }

@@ -26,7 +26,7 @@ pub const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; cha
 type TenantValue = fn(&TenantStatus) -> Option<f64>;
 
 /// Per-tenant gauges: name, help, value (None: no sample).
-const TENANT_GAUGES: [(&str, &str, TenantValue); 10] = [
+const TENANT_GAUGES: [(&str, &str, TenantValue); 11] = [
     (
         "dilu_tenant_sm_request_ratio",
         "Guaranteed SM-time share (0-1).",
@@ -49,8 +49,13 @@ const TENANT_GAUGES: [(&str, &str, TenantValue); 10] = [
     ),
     (
         "dilu_tenant_memory_used_bytes",
-        "Device memory in use by the tenant.",
+        "Device memory in use by the tenant, as its own ledger counts it.",
         |t| Some(t.mem_used_bytes as f64),
+    ),
+    (
+        "dilu_tenant_memory_audited_bytes",
+        "Device memory the tenant's processes really hold (NVML, the daemon's audit).",
+        |t| t.mem_audited_bytes.map(|b| b as f64),
     ),
     (
         "dilu_tenant_memory_budget_bytes",

@@ -9,11 +9,20 @@ use std::sync::OnceLock;
 
 fn nvml() -> Option<&'static Nvml> {
     static NVML: OnceLock<Option<Nvml>> = OnceLock::new();
-    NVML.get_or_init(|| match Nvml::init() {
-        Ok(nvml) => Some(nvml),
-        Err(e) => {
-            tracing::info!("NVML not available ({e}); device figures come from telemetry only");
-            None
+    // The runtime name first: every driver installs libnvidia-ml.so.1, the
+    // unversioned name only comes with development packages. Under simgpu
+    // the simulated NVML answers to the same name (LD_LIBRARY_PATH).
+    NVML.get_or_init(|| {
+        match Nvml::builder()
+            .lib_path(std::ffi::OsStr::new("libnvidia-ml.so.1"))
+            .init()
+            .or_else(|_| Nvml::init())
+        {
+            Ok(nvml) => Some(nvml),
+            Err(e) => {
+                tracing::info!("NVML not available ({e}); device figures come from telemetry only");
+                None
+            }
         }
     })
     .as_ref()
@@ -63,4 +72,34 @@ pub fn refresh(previous: &[GpuStatus]) -> Vec<GpuStatus> {
         return previous.to_vec();
     }
     probe()
+}
+
+/// Per-process device memory from NVML (`nvmlDeviceGetComputeRunningProcesses`
+/// on every device): what the audit compares with budgets. Under simgpu the
+/// simulated NVML answers the same query from the shared device state.
+pub struct NvmlUsage;
+
+impl crate::audit::UsageSource for NvmlUsage {
+    fn process_memory(&mut self) -> Result<Vec<crate::audit::ProcessMemory>, String> {
+        use nvml_wrapper::enums::device::UsedGpuMemory;
+        let nvml = nvml().ok_or("NVML is not available")?;
+        let count = nvml.device_count().map_err(|e| e.to_string())?;
+        let mut usage = Vec::new();
+        for index in 0..count {
+            let device = nvml.device_by_index(index).map_err(|e| e.to_string())?;
+            let processes = device
+                .running_compute_processes()
+                .map_err(|e| format!("device {index}: {e}"))?;
+            for process in processes {
+                if let UsedGpuMemory::Used(bytes) = process.used_gpu_memory {
+                    usage.push(crate::audit::ProcessMemory {
+                        pid: process.pid,
+                        device: index,
+                        used_bytes: bytes,
+                    });
+                }
+            }
+        }
+        Ok(usage)
+    }
 }

@@ -6,6 +6,10 @@
 //! throttling of the period, time since the last launch, and latency
 //! quantiles over a recent window (reported latencies when the program
 //! reports any, else the intervals between its synchronisations).
+//!
+//! The counters are in memory the tenant writes: any value is possible, so
+//! every difference and sum here saturates (a tenant writing garbage gets
+//! garbage figures, never a panic in the daemon's control loop).
 
 use crate::control::{Latency, Observation};
 use dilu_abi::histogram::{BUCKETS, HistogramSnapshot, bucket_upper_ns};
@@ -67,6 +71,9 @@ pub struct Recent {
     pub busy_total_ns: u64,
     pub launches_total: u64,
     pub throttled_total_ns: u64,
+    /// Request latencies the program reported, and their sum.
+    pub latency_reports_total: u64,
+    pub latency_sum_total_ns: u64,
 }
 
 /// The value below which a fraction `q` of a histogram's samples lie,
@@ -111,7 +118,7 @@ fn mean_ns(hist: &Hist) -> Option<u64> {
 
 fn add(into: &mut Hist, from: &Hist) {
     for (a, b) in into.iter_mut().zip(from) {
-        *a += b;
+        *a = a.saturating_add(*b);
     }
 }
 
@@ -128,7 +135,11 @@ impl Sampler {
         let (since, before) = self.previous.unwrap_or((now_ns, reading));
         self.previous = Some((now_ns, reading));
         let wall_ns = now_ns.saturating_sub(since);
-        let busy_ns = (reading.device.busy_ns - before.device.busy_ns).max(0) as u64;
+        let busy_ns = reading
+            .device
+            .busy_ns
+            .saturating_sub(before.device.busy_ns)
+            .max(0) as u64;
         let launches = reading
             .device
             .launches
@@ -195,8 +206,14 @@ impl Sampler {
 
     /// Figures over the last second, and totals.
     pub fn recent(&self) -> Recent {
-        let wall: u64 = self.ring.iter().map(|s| s.wall_ns).sum();
-        let busy: u64 = self.ring.iter().map(|s| s.busy_ns).sum();
+        let wall = self
+            .ring
+            .iter()
+            .fold(0u64, |sum, s| sum.saturating_add(s.wall_ns));
+        let busy = self
+            .ring
+            .iter()
+            .fold(0u64, |sum, s| sum.saturating_add(s.busy_ns));
         let mut hist: Hist = [0; BUCKETS];
         for slice in &self.ring {
             add(&mut hist, &slice.latencies);
@@ -207,6 +224,9 @@ impl Sampler {
             0.0
         };
         let totals = self.previous.map(|(_, r)| r.device);
+        let reports = self
+            .previous
+            .map_or((0, 0), |(_, r)| (r.latency_count, r.latency_sum_ns));
         Recent {
             achieved,
             bubble_ratio: if wall > 0 { 1.0 - achieved } else { 0.0 },
@@ -214,6 +234,8 @@ impl Sampler {
             busy_total_ns: totals.map_or(0, |d| d.busy_ns.max(0) as u64),
             launches_total: totals.map_or(0, |d| d.launches),
             throttled_total_ns: totals.map_or(0, |d| d.throttled_ns),
+            latency_reports_total: reports.0,
+            latency_sum_total_ns: reports.1,
         }
     }
 
@@ -268,5 +290,60 @@ mod tests {
         let recent = sampler.recent();
         assert!((recent.achieved - 0.2).abs() < 1e-9, "{recent:?}");
         assert_eq!(recent.launches_total, 1);
+    }
+
+    /// Overwrites every word of the region but its magic with `words`.
+    fn scribble(telemetry: &TenantTelemetry, words: &[u64]) {
+        use std::sync::atomic::{AtomicU64, Ordering};
+        let count = std::mem::size_of::<TenantTelemetry>() / 8;
+        // SAFETY: TenantTelemetry is repr(C), made only of AtomicU64s (its
+        // SharedLayout contract), so it is `count` AtomicU64s in a row.
+        let cells = unsafe {
+            std::slice::from_raw_parts(
+                (telemetry as *const TenantTelemetry).cast::<AtomicU64>(),
+                count,
+            )
+        };
+        for (cell, word) in cells.iter().zip(words.iter().cycle()).skip(1) {
+            cell.store(*word, Ordering::Relaxed);
+        }
+    }
+
+    fn word() -> impl proptest::strategy::Strategy<Value = u64> {
+        use proptest::prelude::*;
+        prop_oneof![
+            any::<u64>(),
+            Just(0),
+            Just(u64::MAX),
+            Just(i64::MIN as u64),
+            Just(i64::MAX as u64)
+        ]
+    }
+
+    proptest::proptest! {
+        /// The daemon samples memory the tenant writes: whatever is in it,
+        /// sampling, the operator figures and every controller return
+        /// (no overflow panic, which would poison the daemon's lock).
+        #[test]
+        fn any_telemetry_a_tenant_writes_is_sampled_without_panic(
+            first in proptest::collection::vec(word(), 1..64),
+            second in proptest::collection::vec(word(), 1..64),
+            slo in proptest::option::of(proptest::num::f64::ANY),
+        ) {
+            let telemetry = Region::<TenantTelemetry>::anonymous(|_| {}).unwrap();
+            let spec = TenantSpec { slo_ms: slo, ..TenantSpec::default() };
+            let mut sampler = Sampler::default();
+            scribble(&telemetry, &first);
+            let a = sampler.observe(&telemetry, 1_000_000_000, &spec, 500_000);
+            scribble(&telemetry, &second);
+            let b = sampler.observe(&telemetry, 1_005_000_000, &spec, 500_000);
+            let _ = sampler.recent();
+            let _ = sampler.launched_within(1_005_000_000, 1_000_000);
+            for name in ["dilu", "dilu-rckm", "static"] {
+                let mut controller = crate::control::by_name(name).unwrap();
+                let _ = controller.step(1_000_000_000, &[a.clone(), b.clone()]);
+                let _ = controller.step(1_005_000_000, &[b.clone(), a.clone()]);
+            }
+        }
     }
 }

@@ -7,8 +7,14 @@
 //! budget region (a sealed memfd holding its SM share and its memory budget
 //! per device); members get a read-only descriptor. The tenant's memory
 //! ledger (a file its processes write) only counts usage: the daemon reads
-//! it for status and reclaims dead processes' memory in it, but the budget
-//! the interposer enforces is the one in the sealed region.
+//! a copy of it for status (never a mapping the tenant could truncate), but
+//! the budget the interposer enforces is the one in the sealed region, and
+//! real usage is audited from NVML ([`crate::audit`]).
+//!
+//! Nothing here performs I/O or waits: callers hold the registry lock, which
+//! the control loop needs every period. Regions are made, and descriptors a
+//! tenant hands back are inspected, before the lock is taken
+//! ([`create_regions`]).
 
 use crate::observe::Sampler;
 use dilu_abi::ledger::{self, TenantLedger};
@@ -20,7 +26,7 @@ use dilu_abi::telemetry::TenantTelemetry;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::ffi::CString;
-use std::os::fd::{AsRawFd, OwnedFd, RawFd};
+use std::os::fd::OwnedFd;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -30,10 +36,15 @@ pub const READOPT_GRACE: Duration = Duration::from_secs(10);
 
 pub struct Regions {
     pub budget: Region<SmBudget>,
-    /// Read-only descriptor handed to members.
-    pub budget_ro: OwnedFd,
+    /// Read-only descriptor handed to members (shared so a reply can carry
+    /// it after the registry lock is released).
+    pub budget_ro: Arc<OwnedFd>,
+    /// Tenants write it; its size is sealed so none can shrink it under the
+    /// daemon's mapping.
     pub telemetry: Region<TenantTelemetry>,
-    pub telemetry_fd: OwnedFd,
+    pub telemetry_fd: Arc<OwnedFd>,
+    /// The telemetry was handed back by a re-attaching process (adopted).
+    pub adopted: bool,
 }
 
 pub struct Member {
@@ -54,6 +65,8 @@ pub struct Tenant {
     pub sampler: Sampler,
     /// Re-adopted from the persisted state and not re-registered yet.
     pub awaiting_since: Option<Instant>,
+    /// What the audit last saw its processes hold on device 0.
+    pub audited_bytes: Option<u64>,
 }
 
 impl Tenant {
@@ -122,39 +135,52 @@ pub fn write_share(budget: &SmBudget, share_ppm: u32) {
     }
 }
 
-fn create_regions(
-    name: &str,
-    share_ppm: u32,
-    mem_bytes: Option<u64>,
-    old_telemetry: Option<OwnedFd>,
-) -> Result<Regions, String> {
+/// Makes a tenant's regions. `handed_back` is a telemetry descriptor a
+/// re-attaching process gave back: adopted only if it is a memfd region whose
+/// size is (or can now be) sealed, checked without waiting; otherwise the
+/// tenant starts with fresh telemetry. Runs outside the registry lock.
+pub fn create_regions(name: &str, handed_back: Option<OwnedFd>) -> Result<Regions, String> {
     let label = CString::new(format!("dilu-budget-{name}")).map_err(|e| e.to_string())?;
     let (budget, budget_fd) = memfd::create::<SmBudget>(&label, |b| {
         b.set_depth_ns(DEFAULT_DEPTH_NS);
-        write_share(b, share_ppm);
-        b.set_mem_budget_all(mem_bytes);
+        write_share(b, 0);
+        b.set_mem_budget_all(Some(0));
     })
     .map_err(|e| format!("cannot create the budget region: {e}"))?;
     memfd::seal_read_only(&budget_fd).map_err(|e| format!("cannot seal the budget region: {e}"))?;
     let budget_ro = memfd::reopen_read_only(&budget_fd)
         .map_err(|e| format!("cannot reopen the budget region: {e}"))?;
-    let (telemetry, telemetry_fd) = match old_telemetry {
-        Some(fd) => match Region::<TenantTelemetry>::from_fd(fd.as_raw_fd(), true) {
-            Ok(region) => (region, fd),
-            Err(e) => return Err(format!("cannot adopt the tenant's telemetry: {e}")),
-        },
+    let adopted = handed_back.and_then(|fd| match memfd::adopt::<TenantTelemetry>(&fd, true) {
+        Ok(region) => Some((region, fd)),
+        Err(e) => {
+            tracing::warn!(tenant = name, "not adopting the telemetry handed back: {e}");
+            None
+        }
+    });
+    let (telemetry, telemetry_fd, adopted) = match adopted {
+        Some((region, fd)) => (region, fd, true),
         None => {
             let label = CString::new(format!("dilu-tel-{name}")).map_err(|e| e.to_string())?;
-            memfd::create::<TenantTelemetry>(&label, |_| {})
-                .map_err(|e| format!("cannot create the telemetry region: {e}"))?
+            let (region, fd) = memfd::create::<TenantTelemetry>(&label, |_| {})
+                .map_err(|e| format!("cannot create the telemetry region: {e}"))?;
+            memfd::seal_size(&fd).map_err(|e| format!("cannot seal the telemetry region: {e}"))?;
+            (region, fd, false)
         }
     };
     Ok(Regions {
         budget,
-        budget_ro,
+        budget_ro: Arc::new(budget_ro),
         telemetry,
-        telemetry_fd,
+        telemetry_fd: Arc::new(telemetry_fd),
+        adopted,
     })
+}
+
+/// Sets a fresh budget region to a tenant's share and memory budget
+/// (memory writes only: runs under the registry lock).
+fn configure(regions: &Regions, share_ppm: u32, mem_bytes: Option<u64>) {
+    write_share(&regions.budget, share_ppm);
+    regions.budget.set_mem_budget_all(mem_bytes);
 }
 
 /// The share a tenant starts with before the controller's first period.
@@ -219,41 +245,39 @@ impl Registry {
         Ok(())
     }
 
-    /// Registers a process of tenant `name`. `handed_back` are the regions
-    /// a re-attaching process had from a previous daemon: (budget, telemetry).
+    /// Registers a process of tenant `name`. `fresh` are regions made for
+    /// it outside the lock ([`create_regions`]; the telemetry a re-attaching
+    /// process handed back, if it could be adopted): used when the tenant is
+    /// new or is re-adopted after a restart, dropped otherwise. Nothing here
+    /// reads a tenant's descriptor or waits: the caller holds the registry
+    /// lock. The share never comes from the tenant: a re-adopted tenant gets
+    /// the one the previous daemon saved, a new one its limit.
     /// Returns the member id, the spec in force and the fds to send.
     pub fn register(
         &mut self,
         name: &str,
         peer: Peer,
+        start_time: u64,
         asked: Option<TenantSpec>,
-        handed_back: Option<(OwnedFd, OwnedFd)>,
-    ) -> Result<(u64, TenantSpec, [RawFd; 2]), String> {
+        fresh: Regions,
+    ) -> Result<(u64, TenantSpec, [Arc<OwnedFd>; 2]), String> {
         if !valid_name(name) {
             return Err(format!(
                 "tenant name {name:?} is invalid: use 1-64 of A-Z a-z 0-9 . _ -"
             ));
         }
-        let start_time = ledger::process_start_time(peer.pid).unwrap_or(0);
-        let mut handed_back = handed_back;
+        let mut fresh = Some(fresh);
         if let Some(tenant) = self.tenants.get_mut(name)
             && tenant.uid == peer.uid
             && tenant.awaiting_since.take().is_some()
+            && fresh.as_ref().is_some_and(|r| r.adopted)
         {
             // Re-adopted from the state file: the first process back hands
-            // over the telemetry its processes write and its last budget.
-            if let Some((budget_fd, telemetry_fd)) = handed_back.take() {
-                if let Ok(old) = Region::<SmBudget>::from_fd(budget_fd.as_raw_fd(), false) {
-                    tenant.share_ppm = old.share_ppm(0).min(FULL_SHARE_PPM);
-                }
-                tenant.regions = create_regions(
-                    name,
-                    tenant.share_ppm,
-                    tenant.spec.mem_bytes,
-                    Some(telemetry_fd),
-                )?;
-                tenant.sampler = Sampler::default();
-            }
+            // over the telemetry its processes write.
+            let regions = fresh.take().expect("checked above");
+            configure(&regions, tenant.share_ppm, tenant.spec.mem_bytes);
+            tenant.regions = regions;
+            tenant.sampler = Sampler::default();
         }
         if !self.tenants.contains_key(name) {
             let spec = self
@@ -263,17 +287,9 @@ impl Registry {
                 .or(asked)
                 .unwrap_or_default();
             self.admit(name, &spec)?;
-            // A process coming back from a previous daemon keeps its budget.
-            let (share, telemetry) = match handed_back {
-                Some((budget_fd, telemetry_fd)) => {
-                    let share = Region::<SmBudget>::from_fd(budget_fd.as_raw_fd(), false)
-                        .map(|old| old.share_ppm(0).min(FULL_SHARE_PPM))
-                        .unwrap_or_else(|_| initial_share(&spec));
-                    (share, Some(telemetry_fd))
-                }
-                None => (initial_share(&spec), None),
-            };
-            let regions = create_regions(name, share, spec.mem_bytes, telemetry)?;
+            let share = initial_share(&spec);
+            let regions = fresh.take().expect("not used above for a new tenant");
+            configure(&regions, share, spec.mem_bytes);
             self.tenants.insert(
                 name.to_string(),
                 Tenant {
@@ -286,6 +302,7 @@ impl Registry {
                     share_ppm: share,
                     sampler: Sampler::default(),
                     awaiting_since: None,
+                    audited_bytes: None,
                 },
             );
             self.epoch += 1;
@@ -308,8 +325,8 @@ impl Registry {
             },
         );
         let fds = [
-            tenant.regions.budget_ro.as_raw_fd(),
-            tenant.regions.telemetry_fd.as_raw_fd(),
+            tenant.regions.budget_ro.clone(),
+            tenant.regions.telemetry_fd.clone(),
         ];
         Ok((id, tenant.spec.clone(), fds))
     }
@@ -361,8 +378,8 @@ impl Registry {
         Ok(spec)
     }
 
-    /// Housekeeping every ~100 ms: dead processes' memory back,
-    /// re-adoption grace expired.
+    /// Housekeeping every ~100 ms: re-adoption grace expired. Memory only
+    /// (the ledgers are read outside the lock: [`Registry::ledger_sources`]).
     pub fn housekeeping(&mut self) {
         let before = self.tenants.len();
         self.tenants.retain(|_, t| {
@@ -372,17 +389,48 @@ impl Registry {
         if self.tenants.len() != before {
             self.epoch += 1;
         }
-        for tenant in self.tenants.values_mut() {
-            if tenant.ledger.is_none() {
-                let path = dilu_layout::tenant_region_path(tenant.uid, &tenant.name, "ledger");
-                if path.exists() {
-                    tenant.ledger =
-                        Region::<TenantLedger>::open_or_create(&path, 0o600, |_| {}).ok();
-                }
-            }
-            if let Some(ledger) = &tenant.ledger {
-                ledger.reclaim_dead(ledger::process_alive);
-            }
+    }
+
+    /// Each tenant's (name, uid), to read their ledgers without the lock.
+    pub fn ledger_sources(&self) -> Vec<(String, u32)> {
+        self.tenants
+            .values()
+            .map(|t| (t.name.clone(), t.uid))
+            .collect()
+    }
+
+    /// Stores a ledger copy read outside the lock.
+    pub fn set_ledger(&mut self, name: &str, uid: u32, ledger: Option<Region<TenantLedger>>) {
+        if let Some(tenant) = self.tenants.get_mut(name)
+            && tenant.uid == uid
+        {
+            tenant.ledger = ledger;
+        }
+    }
+
+    /// What the memory audit needs: each tenant's processes and budgets.
+    /// The budget audited is the daemon's (the sealed region), never the
+    /// tenant's own ledger, which the tenant can rewrite.
+    pub fn audit_view(&self) -> Vec<crate::audit::AuditedTenant> {
+        self.tenants
+            .values()
+            .map(|t| crate::audit::AuditedTenant {
+                name: t.name.clone(),
+                pids: t.members.values().map(|m| m.pid).collect(),
+                budgets: (0..ledger::MAX_DEVICES)
+                    .map(|d| {
+                        let bytes = t.regions.budget.mem_budget(d);
+                        (bytes != ledger::UNLIMITED).then_some(bytes)
+                    })
+                    .collect(),
+            })
+            .collect()
+    }
+
+    /// Records what the audit saw a tenant hold on device 0.
+    pub fn set_audited(&mut self, name: &str, bytes: Option<u64>) {
+        if let Some(t) = self.tenants.get_mut(name) {
+            t.audited_bytes = bytes;
         }
     }
 
@@ -399,12 +447,15 @@ impl Registry {
                     pids: t.members.values().map(|m| m.pid).collect(),
                     mem_used_bytes: t.ledger.as_ref().map_or(0, |l| l.used(0)),
                     mem_budget_bytes: t.mem_budget(0),
+                    mem_audited_bytes: t.audited_bytes,
                     sm_current_pct: t.share_ppm as f64 / 10_000.0,
                     sm_achieved_pct: recent.achieved * 100.0,
                     busy_seconds_total: recent.busy_total_ns as f64 / 1e9,
                     launches_total: recent.launches_total,
                     throttled_seconds_total: recent.throttled_total_ns as f64 / 1e9,
                     p99_ms: recent.p99_ns.map(|ns| ns as f64 / 1e6),
+                    latency_reports_total: recent.latency_reports_total,
+                    latency_seconds_total: recent.latency_sum_total_ns as f64 / 1e9,
                     bubble_ratio: recent.bubble_ratio,
                 }
             })
@@ -431,9 +482,10 @@ impl Registry {
             if !valid_name(&s.name) || self.tenants.contains_key(&s.name) {
                 continue;
             }
-            let Ok(regions) = create_regions(&s.name, s.share_ppm, s.spec.mem_bytes, None) else {
+            let Ok(regions) = create_regions(&s.name, None) else {
                 continue;
             };
+            configure(&regions, s.share_ppm, s.spec.mem_bytes);
             self.tenants.insert(
                 s.name.clone(),
                 Tenant {
@@ -446,6 +498,7 @@ impl Registry {
                     share_ppm: s.share_ppm,
                     sampler: Sampler::default(),
                     awaiting_since: Some(Instant::now()),
+                    audited_bytes: None,
                 },
             );
             self.epoch += 1;
@@ -465,4 +518,50 @@ impl Registry {
 pub fn effective_share(budget: &SmBudget) -> u32 {
     let v = budget.share_ppm(0);
     if sm::is_limited(v) { v } else { FULL_SHARE_PPM }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn peer(uid: u32) -> Peer {
+        Peer {
+            pid: std::process::id() as i32,
+            uid,
+            connection: Arc::new(std::fs::File::open("/dev/null").unwrap().into()),
+        }
+    }
+
+    proptest::proptest! {
+        /// Whatever name and spec a tenant sends, registration admits it
+        /// within the GPU or refuses it with a reason; admitted requests
+        /// never sum past the whole GPU.
+        #[test]
+        fn any_registration_is_admitted_within_the_gpu_or_refused(
+            asks in proptest::collection::vec((
+                "[ -~]{0,70}",
+                proptest::num::f64::ANY,
+                proptest::num::f64::ANY,
+                proptest::option::of(proptest::num::u64::ANY),
+                0u32..3,
+            ), 1..6),
+        ) {
+            let mut registry = Registry::new(BTreeMap::new(), Some(80 << 30));
+            for (name, request, limit, mem, uid) in asks {
+                let spec = TenantSpec {
+                    sm_request_pct: request,
+                    sm_limit_pct: limit,
+                    mem_bytes: mem,
+                    ..TenantSpec::default()
+                };
+                let Ok(fresh) = create_regions("fuzz", None) else { continue };
+                if let Err(reason) = registry.register(&name, peer(uid), 0, Some(spec), fresh) {
+                    proptest::prop_assert!(!reason.is_empty());
+                }
+            }
+            let requested: u32 = registry.tenants.values().map(|t| ppm(t.spec.sm_request_pct)).sum();
+            proptest::prop_assert!(requested <= FULL_SHARE_PPM);
+            let _ = registry.status();
+        }
+    }
 }

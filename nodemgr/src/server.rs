@@ -1,14 +1,25 @@
 //! The daemon's Unix socket: tenants register, tools ask for status and
 //! change specs. One thread per connection (a tenant process keeps its
 //! connection open for its whole life, so that its death is noticed).
+//!
+//! Everything a peer sends is untrusted: the request must come, and the
+//! reply must leave, within [`PEER_TIMEOUT`], and
+//! descriptors a tenant hands back are inspected (without waiting) before
+//! the registry lock is taken. The lock is held for memory work only, so a
+//! stalled tenant stalls its own connection thread and nothing else.
 
 use crate::daemon::Shared;
 use crate::registry::Peer;
 use dilu_abi::node_wire::{self, FromDaemon, PROTOCOL_VERSION, ToDaemon};
 use dilu_abi::seqpacket;
-use std::os::fd::OwnedFd;
+use std::os::fd::{AsRawFd, OwnedFd};
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+/// How long a new connection may take to send its request, and a reply may
+/// wait for room in the peer's socket buffer.
+pub const PEER_TIMEOUT: Duration = Duration::from_secs(2);
 
 /// Accepts connections until the daemon stops.
 pub fn serve(shared: Arc<Shared>, listener: Arc<OwnedFd>) {
@@ -58,6 +69,10 @@ fn handle(shared: Arc<Shared>, connection: Arc<OwnedFd>) {
             return;
         }
     };
+    if let Err(e) = seqpacket::set_timeout(&connection, Some(PEER_TIMEOUT)) {
+        tracing::warn!("cannot bound a connection's reads: {e}");
+        return;
+    }
     let mut buffer = vec![0u8; seqpacket::MAX_MESSAGE];
     let Ok((n, mut fds)) = seqpacket::recv(&connection, &mut buffer) else {
         return;
@@ -86,41 +101,53 @@ fn handle(shared: Arc<Shared>, connection: Arc<OwnedFd>) {
                 reply(&connection, &FromDaemon::Refused { reason }, &[]);
                 return;
             }
-            let handed_back = (reattach && fds.len() == 2).then(|| {
-                let telemetry = fds.pop().expect("two fds");
-                (fds.pop().expect("two fds"), telemetry)
-            });
-            let result = {
-                let mut registry = shared.registry.lock().expect("registry lock");
-                let registered = registry.register(
-                    &tenant,
-                    Peer {
-                        pid: peer.pid,
-                        uid: peer.uid,
-                        connection: connection.clone(),
-                    },
-                    spec,
-                    handed_back,
-                );
-                // Send while holding the lock: the fds stay open meanwhile.
-                match &registered {
-                    Ok((_, spec, fds)) => reply(
+            // Only a re-attaching process hands back (budget, telemetry);
+            // the budget is never read (the share is the daemon's), the
+            // telemetry is adopted only if it is a size-sealed region.
+            let handed_back = if reattach && fds.len() == 2 {
+                fds.pop()
+            } else {
+                None
+            };
+            drop(fds);
+            let start_time = dilu_abi::ledger::process_start_time(peer.pid).unwrap_or(0);
+            let fresh = match crate::registry::create_regions(&tenant, handed_back) {
+                Ok(regions) => regions,
+                Err(reason) => {
+                    reply(&connection, &FromDaemon::Refused { reason }, &[]);
+                    return;
+                }
+            };
+            let registered = shared.registry.lock().expect("registry lock").register(
+                &tenant,
+                Peer {
+                    pid: peer.pid,
+                    uid: peer.uid,
+                    connection: connection.clone(),
+                },
+                start_time,
+                spec,
+                fresh,
+            );
+            // The reply goes out after the lock is released; the shared
+            // descriptors stay open until it is sent.
+            let result = match registered {
+                Ok((id, spec, fds)) => {
+                    let raw = [fds[0].as_raw_fd(), fds[1].as_raw_fd()];
+                    reply(
                         &connection,
                         &FromDaemon::Registered {
                             tenant: tenant.clone(),
-                            spec: spec.clone(),
+                            spec,
                         },
-                        fds,
-                    ),
-                    Err(reason) => reply(
-                        &connection,
-                        &FromDaemon::Refused {
-                            reason: reason.clone(),
-                        },
-                        &[],
-                    ),
+                        &raw,
+                    );
+                    Ok(id)
                 }
-                registered.map(|(id, _, _)| id)
+                Err(reason) => {
+                    reply(&connection, &FromDaemon::Refused { reason }, &[]);
+                    Err(())
+                }
             };
             let Ok(member) = result else {
                 return;
@@ -132,6 +159,7 @@ fn handle(shared: Arc<Shared>, connection: Arc<OwnedFd>) {
                 "tenant process registered"
             );
             // The process writes nothing more: wait for its end.
+            let _ = seqpacket::set_timeout(&connection, None);
             seqpacket::wait_closed(&connection);
             tracing::info!(tenant, pid = peer.pid, "tenant process left");
             shared.registry.lock().expect("registry lock").leave(member);

@@ -1,6 +1,6 @@
 //! Configuration read once at `cuInit` from the environment.
 
-use crate::host_cost::CallCosts;
+use crate::call_costs::CallCosts;
 use dilu_abi::units::{DURATION_FORMS, SIZE_FORMS, parse_duration_ns, parse_size};
 use std::collections::HashMap;
 
@@ -84,6 +84,26 @@ pub(crate) fn bad(var: &str, value: &str, expected: &str) -> String {
     format!("simgpu: {var}={value:?} is invalid: expected {expected}")
 }
 
+/// The CUDA driver version simgpu reports (`SIMGPU_DRIVER_VERSION`,
+/// default 13020 = CUDA 13.2, which serves cudart 12 and 13 programs alike;
+/// tests may lower it). Read once: `cuDriverGetVersion` works before
+/// `cuInit`, and `cuInit` fails with this line when it is invalid.
+pub(crate) fn driver_version() -> Result<i32, String> {
+    static V: std::sync::OnceLock<Result<i32, String>> = std::sync::OnceLock::new();
+    V.get_or_init(|| match get("SIMGPU_DRIVER_VERSION") {
+        None => Ok(13020),
+        Some(v) => match v.trim().parse::<i32>() {
+            Ok(n) if (11000..100_000).contains(&n) => Ok(n),
+            _ => Err(bad(
+                "SIMGPU_DRIVER_VERSION",
+                &v,
+                "an integer from 11000 to 99999 such as 12090 (CUDA 12.9)",
+            )),
+        },
+    })
+    .clone()
+}
+
 fn get(var: &str) -> Option<String> {
     std::env::var(var).ok()
 }
@@ -100,6 +120,7 @@ fn count(var: &str, default: u64, max: u64) -> Result<u64, String> {
 
 impl Config {
     pub(crate) fn from_env() -> Result<Config, String> {
+        driver_version()?;
         let devices = count("SIMGPU_DEVICES", 1, MAX_DEVICES as u64)? as usize;
         let memory = match get("SIMGPU_MEMORY") {
             None => 80 << 30,

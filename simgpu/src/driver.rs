@@ -39,6 +39,20 @@ impl<T> Registry<T> {
     pub(crate) fn remove(&self, h: usize) -> Option<Arc<T>> {
         self.lock().remove(&h)
     }
+    pub(crate) fn handles(&self) -> Vec<usize> {
+        self.lock().keys().copied().collect()
+    }
+}
+
+/// Destructor cudart registers with a context-local value:
+/// `(context, key, value)`.
+pub(crate) type LocalDtor = extern "C" fn(*mut std::ffi::c_void, usize, usize);
+
+/// A context-local value (export table C693336E).
+pub(crate) struct LocalValue {
+    pub key: usize,
+    pub value: usize,
+    pub dtor: Option<LocalDtor>,
 }
 
 pub(crate) struct Ctx {
@@ -49,6 +63,8 @@ pub(crate) struct Ctx {
     pub streams: Mutex<Vec<Weak<Stream>>>,
     pub legacy: OnceLock<Arc<Stream>>,
     pub limits: Mutex<[u64; 16]>,
+    /// Context-local storage of private clients (cudart).
+    pub local: Mutex<Vec<LocalValue>>,
 }
 
 impl Ctx {
@@ -68,6 +84,7 @@ impl Ctx {
             streams: Mutex::new(Vec::new()),
             legacy: OnceLock::new(),
             limits: Mutex::new(limits),
+            local: Mutex::new(Vec::new()),
         }
     }
 
@@ -86,6 +103,17 @@ impl Ctx {
         let mut v = self.streams.lock().unwrap_or_else(|e| e.into_inner());
         v.retain(|w| w.strong_count() > 0);
         v.iter().filter_map(Weak::upgrade).collect()
+    }
+
+    /// Empties the context-local storage and runs its destructors (at
+    /// context destroy and primary-context reset, as the driver does).
+    pub(crate) fn drop_local_storage(self: &Arc<Self>) {
+        let values = std::mem::take(&mut *self.local.lock().unwrap_or_else(|e| e.into_inner()));
+        for v in values {
+            if let Some(dtor) = v.dtor {
+                dtor(self.handle() as *mut std::ffi::c_void, v.key, v.value);
+            }
+        }
     }
 
     /// Waits for all work of every stream of this context.
@@ -273,8 +301,17 @@ impl Driver {
         }
     }
 
+    /// Records that this process holds a context on visible device `dev`
+    /// (the simulated NVML lists it as a running process there).
+    pub(crate) fn mark_active(&self, dev: usize) {
+        if let Some(s) = &self.shm {
+            s.mark_active(self.phys(dev));
+        }
+    }
+
     /// Charges `bytes` (already rounded) against the shared device.
     pub(crate) fn charge(&self, dev: usize, bytes: u64) -> Res {
+        self.mark_active(dev);
         match &self.shm {
             None => Ok(()),
             Some(s) if s.charge(self.phys(dev), bytes) => Ok(()),

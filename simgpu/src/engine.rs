@@ -248,14 +248,16 @@ impl Engine {
                     // ready (or now, if the engine lags), then add it.
                     let arrived = st.jobs[n_jobs..].iter().map(|j| j.sub.ready).min();
                     let upto = now_ns().min(arrived.unwrap_or(u64::MAX)).clamp(t, target);
-                    advance(&mut st, upto, rate);
+                    let busy = advance(&mut st, upto, rate);
+                    shm.add_busy(self.phys, busy);
                     continue;
                 }
                 if now_ns() < target {
                     continue; // woken early: look again
                 }
             }
-            advance(&mut st, target, rate);
+            let busy = advance(&mut st, target, rate);
+            shm.add_busy(self.phys, busy);
             let finished = self.finish_done(shm, trace, &mut st);
             let t = st.t;
             let expired = slice_end.is_some_and(|e| t >= e);
@@ -366,6 +368,7 @@ impl Engine {
             }
         }
         self.cv.notify_all();
+        shm.add_busy(self.phys, release - t);
         shm.dev(self.phys).busy_until.fetch_max(release, AcqRel);
         release
     }
@@ -388,12 +391,17 @@ fn rate(jobs: &[Job], sms: f64) -> f64 {
 }
 
 /// Moves running kernels forward from `st.t` to `to` at `rate`.
-fn advance(st: &mut State, to: u64, rate: f64) {
-    let dt = to.saturating_sub(st.t) as f64;
+/// Runs the started kernels up to `to`; returns the device time that
+/// passed with at least one of them running (NVML's utilisation counts it).
+fn advance(st: &mut State, to: u64, rate: f64) -> u64 {
+    let dt = to.saturating_sub(st.t);
+    let mut ran = false;
     for j in st.jobs.iter_mut().filter(|j| j.seg_start.is_some()) {
-        j.left = (j.left - dt * rate).max(0.0);
+        j.left = (j.left - dt as f64 * rate).max(0.0);
+        ran = true;
     }
     st.t = st.t.max(to);
+    if ran { dt } else { 0 }
 }
 
 fn close_segment(trace: Option<&Trace>, j: &mut Job, end: u64, last: bool) {

@@ -7,89 +7,8 @@
 //! the cost has passed (a sleep syscall is far coarser than these costs), so
 //! a call takes `max(cost, simgpu's own work)`. Null mode pays the same.
 
+pub(crate) use crate::call_costs::Call;
 use crate::now_ns;
-
-/// The priced calls. Defaults and their sources: README, "Host costs".
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Call {
-    Launch,
-    EventRecord,
-    EventRecordUntimed,
-    EventQuery,
-    EventElapsed,
-    EventCreate,
-    Synchronize,
-    MemAlloc,
-    MemFree,
-    MemGetInfo,
-    Copy,
-    StreamOrderedMem,
-}
-
-/// (name in `SIMGPU_CALL_COST`, call, default ns).
-pub(crate) const CALLS: [(&str, Call, u64); 12] = [
-    ("launch", Call::Launch, 2_000),
-    ("event_record", Call::EventRecord, 2_500),
-    ("event_record_untimed", Call::EventRecordUntimed, 250),
-    ("event_query", Call::EventQuery, 500),
-    ("event_elapsed", Call::EventElapsed, 500),
-    ("event_create", Call::EventCreate, 160),
-    ("synchronize", Call::Synchronize, 2_000),
-    ("mem_alloc", Call::MemAlloc, 5_000),
-    ("mem_free", Call::MemFree, 5_000),
-    ("mem_get_info", Call::MemGetInfo, 5_000),
-    ("copy", Call::Copy, 2_000),
-    ("stream_ordered_mem", Call::StreamOrderedMem, 2_000),
-];
-
-/// Per-call costs in ns, indexed by `Call as usize`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct CallCosts(pub [u64; CALLS.len()]);
-
-impl Default for CallCosts {
-    fn default() -> Self {
-        let mut ns = [0; CALLS.len()];
-        for (_, call, default) in CALLS {
-            ns[call as usize] = default;
-        }
-        CallCosts(ns)
-    }
-}
-
-impl CallCosts {
-    pub(crate) fn get(&self, call: Call) -> u64 {
-        self.0[call as usize]
-    }
-
-    /// `0` (or `off`) prices every call at zero; otherwise
-    /// `NAME=DURATION,...` overrides the named defaults.
-    pub(crate) fn parse(text: &str) -> Result<CallCosts, ()> {
-        let text = text.trim();
-        if text == "0" || text.eq_ignore_ascii_case("off") {
-            return Ok(CallCosts([0; CALLS.len()]));
-        }
-        let mut costs = CallCosts::default();
-        for item in text.split(',').map(str::trim).filter(|s| !s.is_empty()) {
-            let (name, dur) = item.split_once('=').ok_or(())?;
-            let (_, call, _) = CALLS.iter().find(|(n, _, _)| *n == name.trim()).ok_or(())?;
-            let ns = dilu_abi::units::parse_duration_ns(dur.trim()).map_err(|_| ())?;
-            if ns > 1_000_000_000 {
-                return Err(());
-            }
-            costs.0[*call as usize] = ns;
-        }
-        Ok(costs)
-    }
-
-    /// The accepted forms, for the one-line configuration error.
-    pub(crate) fn forms() -> String {
-        let names: Vec<&str> = CALLS.iter().map(|(n, _, _)| *n).collect();
-        format!(
-            "0, off, or a comma-separated list of NAME=DURATION (at most 1s) such as launch=2us,mem_get_info=5us; names: {}",
-            names.join(", ")
-        )
-    }
-}
 
 /// Held for the body of a priced call; dropping it waits out the rest of
 /// the call's cost.
@@ -133,6 +52,7 @@ pub(crate) fn wait_until(deadline_ns: u64) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::call_costs::{CALLS, CallCosts};
 
     #[test]
     fn defaults_are_the_sourced_values() {

@@ -6,11 +6,17 @@
 //! [`proc_table`], generated from one declarative list.
 
 pub mod api;
+mod call_costs;
 mod config;
 mod driver;
+mod elf;
 mod engine;
 mod exec;
+mod export_tables;
+mod fatbin;
 mod host_cost;
+mod identity;
+mod integrity;
 mod memory;
 mod proc_table;
 mod shm;
@@ -48,11 +54,16 @@ pub(crate) fn guard(name: &str, f: impl FnOnce() -> Res) -> CUresult {
         Ok(Err(code)) => code,
         Err(_) => CUDA_ERROR_UNKNOWN,
     };
-    static LOG: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    if *LOG.get_or_init(|| std::env::var_os("SIMGPU_LOG_ERRORS").is_some_and(|v| v == "1")) {
+    if log_errors() {
         eprintln!("simgpu: {name} -> {code}");
     }
     code
+}
+
+/// Whether failed calls are logged (`SIMGPU_LOG_ERRORS=1`).
+pub(crate) fn log_errors() -> bool {
+    static LOG: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *LOG.get_or_init(|| std::env::var_os("SIMGPU_LOG_ERRORS").is_some_and(|v| v == "1"))
 }
 
 /// CLOCK_MONOTONIC in nanoseconds: the one clock every process shares.

@@ -37,7 +37,7 @@ macro_rules! stub_fn {
         /// Not implemented by simgpu.
         #[unsafe(no_mangle)]
         pub extern "C" fn $s() -> CUresult {
-            CUDA_ERROR_NOT_SUPPORTED
+            crate::guard(stringify!($s), || Err(CUDA_ERROR_NOT_SUPPORTED))
         }
     };
 }

@@ -25,7 +25,10 @@ pub(crate) struct ShmDevice {
     /// sleep on it (futex).
     pub slice_changes: AtomicU32,
     _pad32: u32,
-    _pad: [u64; 3],
+    /// Device time during which kernels of any process ran, ever (ns): the
+    /// simulated NVML samples utilisation from its growth.
+    pub busy_ns: AtomicU64,
+    _pad: [u64; 2],
 }
 
 #[repr(C)]
@@ -37,6 +40,21 @@ pub(crate) struct ShmSlot {
     /// queued on each device and not yet completed: a process with any has
     /// work for the device.
     pub queued: [AtomicU64; MAX_DEVICES],
+    /// Device time reserved for this process's kernels on each device (ns).
+    pub busy_ns: [AtomicU64; MAX_DEVICES],
+    /// Bit d set: the process has a context on device d (NVML lists it as a
+    /// running process there).
+    pub active_devices: AtomicU64,
+}
+
+/// One live process of the shared device, as NVML reports it.
+#[allow(dead_code)] // read by the simulated NVML (simgpu/nvml includes this file)
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct ProcessUsage {
+    pub slot: usize,
+    pub pid: u32,
+    pub used_bytes: u64,
+    pub busy_ns: u64,
 }
 
 #[repr(C)]
@@ -52,6 +70,23 @@ pub(crate) struct ShmLayout {
 pub(crate) struct Shm {
     layout: &'static ShmLayout,
     pub slot: usize,
+    /// The instance file, kept open with a shared `flock` for the process's
+    /// life: the last process out can tell that nobody else uses the file
+    /// and remove it, so instances do not pile up in /dev/shm.
+    held: libc::c_int,
+    path: CString,
+}
+
+/// (device, inode, links) of an open file, or None.
+fn identity(fd: libc::c_int) -> Option<(u64, u64, u64)> {
+    // SAFETY: zeroed stat is a valid out-parameter for fstat.
+    let mut st: libc::stat = unsafe { std::mem::zeroed() };
+    // SAFETY: fd is open, st is writable.
+    (unsafe { libc::fstat(fd, &mut st) } == 0).then_some((
+        st.st_dev as u64,
+        st.st_ino as u64,
+        st.st_nlink as u64,
+    ))
 }
 
 /// Process start time (field 22 of /proc/<pid>/stat), or None if the
@@ -78,37 +113,29 @@ impl Shm {
 
     /// Opens (creating if needed) the instance and claims a process slot.
     pub(crate) fn attach(instance: &str, ndev: usize, capacity: u64) -> Result<Shm, String> {
+        let mut shm = Self::open(instance, ndev, capacity)?;
+        shm.slot = shm.claim_slot()?;
+        Ok(shm)
+    }
+
+    fn open(instance: &str, ndev: usize, capacity: u64) -> Result<Shm, String> {
         let path = Self::path_for(instance);
         let cpath = CString::new(path.clone()).map_err(|_| "simgpu: bad path".to_string())?;
         let size = std::mem::size_of::<ShmLayout>();
-        let mut creator = true;
-        // SAFETY: cpath is a valid NUL-terminated string.
-        let mut fd = unsafe {
-            libc::open(
-                cpath.as_ptr(),
-                libc::O_RDWR | libc::O_CREAT | libc::O_EXCL | libc::O_CLOEXEC,
-                0o600,
-            )
+        let mut attempts = 0;
+        let (fd, creator) = loop {
+            attempts += 1;
+            let (fd, creator) = Self::open_file(&cpath, &path, size)?;
+            // SAFETY: flock on the descriptor just opened.
+            unsafe { libc::flock(fd, libc::LOCK_SH) };
+            // A last user may have removed the file between our open and
+            // our lock: then start again with a fresh one.
+            if identity(fd).is_some_and(|(_, _, links)| links > 0) || attempts > 100 {
+                break (fd, creator);
+            }
+            // SAFETY: fd is ours.
+            unsafe { libc::close(fd) };
         };
-        if fd < 0 {
-            creator = false;
-            // SAFETY: as above.
-            fd = unsafe { libc::open(cpath.as_ptr(), libc::O_RDWR | libc::O_CLOEXEC) };
-            if fd < 0 {
-                return Err(os_err("open", &path));
-            }
-        } else {
-            // SAFETY: fd is an open file we own.
-            if unsafe { libc::ftruncate(fd, size as libc::off_t) } != 0 {
-                let e = os_err("size", &path);
-                // SAFETY: fd is ours; path was created by us.
-                unsafe {
-                    libc::close(fd);
-                    libc::unlink(cpath.as_ptr());
-                }
-                return Err(e);
-            }
-        }
         if !creator {
             // Wait for the creator to size the file (it does so immediately).
             let deadline = crate::now_ns() + 5_000_000_000;
@@ -140,10 +167,11 @@ impl Shm {
                 0,
             )
         };
-        // SAFETY: fd is ours; the mapping stays valid after close.
-        unsafe { libc::close(fd) };
         if ptr == libc::MAP_FAILED {
-            return Err(os_err("map", &path));
+            let e = os_err("map", &path);
+            // SAFETY: fd is ours.
+            unsafe { libc::close(fd) };
+            return Err(e);
         }
         // SAFETY: the mapping is page aligned, `size` bytes, zero-filled or
         // initialised by a creator, lives for the whole process (never
@@ -173,13 +201,51 @@ impl Shm {
                 ));
             }
         }
-        let mut shm = Shm {
+        let shm = Shm {
             layout,
             slot: usize::MAX,
+            held: fd,
+            path: cpath,
         };
         shm.reclaim_dead();
-        shm.slot = shm.claim_slot()?;
         Ok(shm)
+    }
+
+    /// Opens the instance file, creating and sizing it if it does not exist;
+    /// never through a symbolic link. Returns (fd, created).
+    fn open_file(cpath: &CString, path: &str, size: usize) -> Result<(libc::c_int, bool), String> {
+        // SAFETY: cpath is a valid NUL-terminated string.
+        let fd = unsafe {
+            libc::open(
+                cpath.as_ptr(),
+                libc::O_RDWR | libc::O_CREAT | libc::O_EXCL | libc::O_CLOEXEC | libc::O_NOFOLLOW,
+                0o600,
+            )
+        };
+        if fd < 0 {
+            // SAFETY: as above.
+            let fd = unsafe {
+                libc::open(
+                    cpath.as_ptr(),
+                    libc::O_RDWR | libc::O_CLOEXEC | libc::O_NOFOLLOW,
+                )
+            };
+            if fd < 0 {
+                return Err(os_err("open", path));
+            }
+            return Ok((fd, false));
+        }
+        // SAFETY: fd is an open file we own.
+        if unsafe { libc::ftruncate(fd, size as libc::off_t) } != 0 {
+            let e = os_err("size", path);
+            // SAFETY: fd is ours; path was created by us.
+            unsafe {
+                libc::close(fd);
+                libc::unlink(cpath.as_ptr());
+            }
+            return Err(e);
+        }
+        Ok((fd, true))
     }
 
     pub(crate) fn ndev(&self) -> usize {
@@ -259,6 +325,10 @@ impl Shm {
         for queued in &s.queued {
             queued.store(0, Relaxed);
         }
+        for busy in &s.busy_ns {
+            busy.store(0, Relaxed);
+        }
+        s.active_devices.store(0, Relaxed);
         for (d, used) in s.used.iter().enumerate() {
             let n = used.swap(0, AcqRel);
             if n > 0 {
@@ -303,6 +373,21 @@ impl Shm {
         (cap.saturating_sub(used), cap)
     }
 
+    /// Records that this process has a context on device `phys`.
+    pub(crate) fn mark_active(&self, phys: usize) {
+        if let Some(s) = self.layout.slots.get(self.slot) {
+            s.active_devices.fetch_or(1 << phys, Relaxed);
+        }
+    }
+
+    /// Counts `ns` of device time reserved for this process on `phys`.
+    pub(crate) fn add_busy(&self, phys: usize, ns: u64) {
+        self.dev(phys).busy_ns.fetch_add(ns, Relaxed);
+        if let Some(s) = self.layout.slots.get(self.slot) {
+            s.busy_ns[phys].fetch_add(ns, Relaxed);
+        }
+    }
+
     /// Releases this process's slot and usage (normal exit).
     pub(crate) fn release(&self) {
         let s = &self.layout.slots[self.slot];
@@ -311,5 +396,79 @@ impl Shm {
             self.drain_slot(s);
             s.pid.store(0, Release);
         }
+        self.remove_if_last();
+    }
+
+    /// Removes the instance file when no slot is taken and no other process
+    /// holds the file (ours is the last use).
+    fn remove_if_last(&self) {
+        if self.layout.slots.iter().any(|s| s.pid.load(Acquire) != 0) {
+            return;
+        }
+        // SAFETY: flock on our own descriptor; non-blocking.
+        if unsafe { libc::flock(self.held, libc::LOCK_EX | libc::LOCK_NB) } != 0 {
+            return;
+        }
+        // SAFETY: zeroed stat is a valid out-parameter for lstat.
+        let mut named: libc::stat = unsafe { std::mem::zeroed() };
+        // SAFETY: path is NUL-terminated, named is writable.
+        let found = unsafe { libc::lstat(self.path.as_ptr(), &mut named) } == 0;
+        if found
+            && identity(self.held).is_some_and(|(dev, ino, _)| {
+                dev == named.st_dev as u64 && ino == named.st_ino as u64
+            })
+        {
+            // SAFETY: path is NUL-terminated; it names the file we hold.
+            unsafe { libc::unlink(self.path.as_ptr()) };
+        }
+    }
+}
+
+/// What the simulated NVML reads (simgpu/nvml includes this file; the driver
+/// itself uses none of it).
+#[allow(dead_code)]
+impl Shm {
+    /// Opens (creating if needed) the instance without claiming a process
+    /// slot: an observer such as the simulated NVML, which is no CUDA
+    /// process and must not appear as one.
+    pub(crate) fn observe(instance: &str, ndev: usize, capacity: u64) -> Result<Shm, String> {
+        Self::open(instance, ndev, capacity)
+    }
+
+    /// Device time reserved for kernels of all processes on `phys`, ever.
+    pub(crate) fn device_busy_ns(&self, phys: usize) -> u64 {
+        self.dev(phys).busy_ns.load(Relaxed)
+    }
+
+    /// (used, capacity) of device `phys`, after reclaiming dead processes.
+    pub(crate) fn used_and_capacity(&self, phys: usize) -> (u64, u64) {
+        let (free, cap) = self.mem_info(phys);
+        (cap - free, cap)
+    }
+
+    /// Live processes with a context or memory on device `phys`, in slot
+    /// order (dead ones are reclaimed first).
+    pub(crate) fn processes(&self, phys: usize) -> Vec<ProcessUsage> {
+        self.reclaim_dead();
+        let mut out = Vec::new();
+        for (slot, s) in self.layout.slots.iter().enumerate() {
+            let pid = s.pid.load(Acquire);
+            if pid == 0 || pid == BUSY {
+                continue;
+            }
+            let used_bytes = s.used[phys].load(Relaxed);
+            let busy_ns = s.busy_ns[phys].load(Relaxed);
+            let active = s.active_devices.load(Relaxed) & (1 << phys) != 0;
+            if !active && used_bytes == 0 && busy_ns == 0 {
+                continue;
+            }
+            out.push(ProcessUsage {
+                slot,
+                pid: pid as u32,
+                used_bytes,
+                busy_ns,
+            });
+        }
+        out
     }
 }

@@ -674,11 +674,8 @@ fn role_cudart() {
         let mut p: *mut c_void = std::ptr::null_mut();
         let mut st = -1;
         // SAFETY: valid string and out-pointers.
-        assert_eq!(
-            unsafe { f(c.as_ptr(), &mut p, ver, flags, &mut st) },
-            0,
-            "{name}"
-        );
+        let result = unsafe { f(c.as_ptr(), &mut p, ver, flags, &mut st) };
+        assert_eq!(result, 0, "{name}");
         assert_eq!(st, 0);
         p as usize
     };

@@ -5,6 +5,7 @@
 //! `cudart-client` reaches it exactly the way NVIDIA's cudart does. The
 //! integration tests in `tests/tests/` run them under `dilu run --sim`.
 
+pub mod cubin;
 pub mod driver;
 pub mod ptx;
 pub mod sm_scenario;

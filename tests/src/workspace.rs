@@ -80,6 +80,34 @@ pub fn output_within(mut command: Command, limit: std::time::Duration) -> std::p
     }
 }
 
+/// Waits until the node manager `daemon` at `socket` answers `dilu status`
+/// (a tenant started before that would run without it). Panics if the
+/// daemon exits first or `limit` passes.
+pub fn wait_until_serving(
+    daemon: &mut std::process::Child,
+    socket: &Path,
+    limit: std::time::Duration,
+) {
+    let deadline = std::time::Instant::now() + limit;
+    while !Command::new(dilu())
+        .args(["status", "--socket"])
+        .arg(socket)
+        .output()
+        .is_ok_and(|o| o.status.success())
+    {
+        assert!(
+            daemon.try_wait().unwrap().is_none(),
+            "the node manager exited before it served"
+        );
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the node manager never answered at {}",
+            socket.display()
+        );
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+}
+
 /// A scratch directory removed when dropped.
 pub struct Scratch(pub PathBuf);
 

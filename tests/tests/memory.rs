@@ -46,7 +46,7 @@ fn last_json(stdout: &[u8]) -> serde_json::Value {
 fn ledger_path(tenant: &str) -> std::path::PathBuf {
     // SAFETY: getuid has no preconditions.
     let uid = unsafe { libc::getuid() };
-    std::path::PathBuf::from(format!("/dev/shm/dilu-{uid}-{tenant}.ledger"))
+    dilu_abi::tenant_region_path(uid, tenant, "ledger")
 }
 
 fn open_ledger(tenant: &str) -> Region<TenantLedger> {
@@ -54,6 +54,14 @@ fn open_ledger(tenant: &str) -> Region<TenantLedger> {
         panic!("the tenant ledger should already exist")
     })
     .expect("open ledger")
+}
+
+/// Opens (creating, empty) a tenant's ledger before its processes start, so
+/// the test can read it after they are gone: the last process out removes a
+/// ledger nobody else holds. The first process writes its budget into it.
+fn hold_ledger(tenant: &str) -> Region<TenantLedger> {
+    Region::<TenantLedger>::open_or_create(&ledger_path(tenant), 0o600, |_| {})
+        .expect("create the ledger")
 }
 
 #[test]
@@ -76,7 +84,7 @@ fn every_allocation_path_is_held_to_the_budget_whichever_way_it_is_reached() {
             .collect();
         assert_eq!(
             paths.len(),
-            9,
+            12,
             "via {via}: every path must report: {stdout}\n{}",
             text(&output.stderr)
         );
@@ -134,6 +142,7 @@ fn concurrent_processes_of_a_tenant_never_exceed_its_budget() {
             .stderr(Stdio::piped());
         command.spawn().expect("spawn stress")
     };
+    let ledger = hold_ledger(&tenant);
     let children = [spawn(), spawn()];
     let mut granted = 0;
     let mut refused = 0;
@@ -154,7 +163,6 @@ fn concurrent_processes_of_a_tenant_never_exceed_its_budget() {
         granted > 1000 && refused > 1000,
         "the budget was not contended: {granted} granted, {refused} refused"
     );
-    let ledger = open_ledger(&tenant);
     assert!(
         ledger.peak(0) <= budget,
         "peak {} over budget {budget}",
@@ -319,6 +327,7 @@ fn forked_workers_neither_deadlock_nor_disturb_the_tenants_accounting() {
         .env("DILU_TENANT", &tenant)
         .env("DILU_MEM_LIMIT", "64MiB")
         .env("DILU_CONTEXT_MEMORY", "1MiB");
+    let ledger = hold_ledger(&tenant);
     // Generous: nine children and four busy threads on a loaded machine; a
     // deadlocked child is killed by mem-fork after 60 s and counted.
     let output = output_within(command, Duration::from_secs(300));
@@ -377,7 +386,7 @@ fn forked_workers_neither_deadlock_nor_disturb_the_tenants_accounting() {
     assert_eq!(summary["freed"], 0, "{summary}");
     assert_eq!(summary["after_free"].as_u64(), Some(MIB), "{summary}");
     assert_eq!(
-        open_ledger(&tenant).used(0),
+        ledger.used(0),
         0,
         "memory still charged after the parent exited"
     );

@@ -11,12 +11,21 @@ use std::time::{Duration, Instant};
 
 const MIB: u64 = 1 << 20;
 
+/// Starts a daemon and waits until it answers: a tenant that starts before
+/// the socket exists runs standalone for good (on a loaded machine the
+/// daemon can be the slower of the two).
 fn start_daemon(scratch: &Scratch, config: &Path) -> Child {
-    daemon_command(scratch, config)
+    let daemon = daemon_command(scratch, config)
         .args(["--foreground", "--metrics", ""])
         .stderr(Stdio::null())
         .spawn()
-        .expect("start dilu nodemgr")
+        .expect("start dilu nodemgr");
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while status_json(scratch).is_none() {
+        assert!(Instant::now() < deadline, "the daemon never answered");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    daemon
 }
 
 fn daemon_command(scratch: &Scratch, config: &Path) -> Command {

@@ -1,8 +1,14 @@
-//! NVML memory queries under dilu, end to end on simgpu with a stand-in
-//! NVML (`tests/c/fakenvml.c`: two GPUs on the PCI buses of simgpu's two
-//! devices). A C client asks for every GPU's memory with
-//! `nvmlDeviceGetMemoryInfo` and `_v2`, once linked against NVML and once
-//! through `dlopen` + `dlsym` only. Needs `cc`.
+//! NVML memory queries under dilu, end to end on simgpu. A C client asks
+//! for every GPU's memory with `nvmlDeviceGetMemoryInfo` and `_v2`, once
+//! linked against NVML and once through `dlopen` + `dlsym` only.
+//!
+//! Two NVMLs answer: simgpu's simulated NVML (what `dilu run --sim` puts
+//! first on `LD_LIBRARY_PATH`), whose figures are the shared device's real
+//! usage, and a stand-in (`tests/c/fakenvml.c`: two GPUs on the PCI buses of
+//! simgpu's two devices) that still checks what the simulated one cannot
+//! show: driver-reserved memory (`reserved` ≠ 0) and usage that is not the
+//! tenant's. The stand-in clients carry a `DT_RPATH` to it, which the loader
+//! searches before `LD_LIBRARY_PATH`. Needs `cc`.
 
 use dilu_tests::workspace::{dilu_run, output_within, unique_name};
 use serde_json::Value;
@@ -59,23 +65,51 @@ fn fixture() -> &'static PathBuf {
             "fakenvml.c",
             &[],
         );
+        // DT_RPATH (not RUNPATH): the stand-in wins over LD_LIBRARY_PATH.
         cc(
-            &["-DLINKED"],
+            &["-DLINKED", "-Wl,--disable-new-dtags"],
             "client-linked",
             "nvml_client.c",
             &["-l:libnvidia-ml.so.1"],
         );
-        cc(&[], "client-dlopen", "nvml_client.c", &[]);
+        cc(
+            &["-Wl,--disable-new-dtags"],
+            "client-dlopen",
+            "nvml_client.c",
+            &[],
+        );
+        // RUNPATH: LD_LIBRARY_PATH (simgpu's NVML under --sim) wins.
+        cc(
+            &["-DLINKED", "-Wl,--enable-new-dtags"],
+            "sim-client-linked",
+            "nvml_client.c",
+            &["-l:libnvidia-ml.so.1"],
+        );
+        cc(
+            &["-Wl,--enable-new-dtags"],
+            "sim-client-dlopen",
+            "nvml_client.c",
+            &[],
+        );
         dir
     })
 }
 
-/// Runs both clients under `dilu run --sim` on a two-device simgpu with
-/// `env`; returns every reported line (one per client and GPU).
+/// Runs both stand-in clients under `dilu run --sim` on a two-device simgpu
+/// with `env`; returns every reported line (one per client and GPU).
 fn query(env: &[(&str, &str)]) -> Vec<Value> {
+    query_clients(["client-linked", "client-dlopen"], env)
+}
+
+/// The same through simgpu's simulated NVML.
+fn query_simulated(env: &[(&str, &str)]) -> Vec<Value> {
+    query_clients(["sim-client-linked", "sim-client-dlopen"], env)
+}
+
+fn query_clients(clients: [&str; 2], env: &[(&str, &str)]) -> Vec<Value> {
     let dir = fixture();
     let mut lines = Vec::new();
-    for client in ["client-linked", "client-dlopen"] {
+    for client in clients {
         let instance = unique_name("nvml");
         let mut command = dilu_run(true, &dir.join(client), &[&(64 * MIB).to_string()]);
         command
@@ -191,5 +225,46 @@ fn nvml_passes_through_devices_without_a_budget() {
     // No budget at all: everything as NVML said.
     for answer in query(&[]) {
         assert_unchanged(&answer);
+    }
+}
+
+/// What simgpu's simulated NVML reports for a device without a budget: the
+/// shared device as it is (80 GiB, `used` = bytes allocated on it, nothing
+/// reserved).
+fn assert_simulated(answer: &Value, used: u64) {
+    for version in ["v1", "v2"] {
+        assert_eq!(answer[version]["result"], 0, "{answer}");
+        assert_eq!(field(answer, version, "total"), 80 * GIB, "{answer}");
+        assert_eq!(field(answer, version, "used"), used, "{version}: {answer}");
+        assert_eq!(field(answer, version, "free"), 80 * GIB - used, "{answer}");
+    }
+    assert_eq!(field(answer, "v2", "reserved"), 0, "{answer}");
+}
+
+#[test]
+fn simulated_nvml_shows_the_budget_under_dilu_run_sim() {
+    // `dilu run --sim` makes simgpu's NVML the one the program and the
+    // interposer load. CUDA device 0 is simgpu's device 1 (NVML's GPU 1):
+    // the budget and the tenant's usage (256 MiB context allowance + 64 MiB)
+    // show there; NVML's GPU 0 is the untouched shared device.
+    let lines = query_simulated(&[("CUDA_VISIBLE_DEVICES", "1"), ("DILU_MEM_LIMIT", "1GiB")]);
+    for via in ["linked", "dlsym"] {
+        assert_budget(&gpu(&lines, via, 1), GIB, 320 * MIB);
+        assert_simulated(&gpu(&lines, via, 0), 0);
+    }
+}
+
+#[test]
+fn simulated_nvml_passes_through_devices_without_a_budget() {
+    // The client's 64 MiB sit on device 0, which has no budget: NVML shows
+    // the device's real usage there; device 1 shows its budget.
+    let lines = query_simulated(&[("DILU_MEM_LIMIT", "1:1GiB")]);
+    for via in ["linked", "dlsym"] {
+        assert_simulated(&gpu(&lines, via, 0), 64 * MIB);
+        assert_budget(&gpu(&lines, via, 1), GIB, 0);
+    }
+    for answer in query_simulated(&[]) {
+        let used = if answer["index"] == 0 { 64 * MIB } else { 0 };
+        assert_simulated(&answer, used);
     }
 }

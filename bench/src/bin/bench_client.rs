@@ -19,12 +19,15 @@ use std::io::Read;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-const USAGE: &str = "usage: bench-client (startup | hold | launches N) --driver PATH [--bytes B]
+const USAGE: &str =
+    "usage: bench-client (startup | hold | launches N) --driver PATH [--bytes B] [--warm-up W]
   startup      print main_ns=.. init_ns=.. alloc_ns=.. (CLOCK_MONOTONIC) and exit
   hold         allocate, print ready, keep the allocation until stdin closes
   launches N   launch a no-op kernel N times between two marker syscalls
   --driver     the CUDA driver library to dlopen (libcuda.so.1, libsimgpu.so)
-  --bytes      size of the allocation (default 1048576)";
+  --bytes      size of the allocation (default 1048576)
+  --warm-up    launches before the first marker (default 1): lazy set-up, and under an
+               SM-time share the first measurements and sampling backing off";
 
 const START_MARKER: &[u8] = b"dilu-launch-loop-start";
 const END_MARKER: &[u8] = b"dilu-launch-loop-end";
@@ -39,6 +42,7 @@ struct Options {
     mode: Mode,
     driver: PathBuf,
     bytes: usize,
+    warm_up: u64,
 }
 
 fn parse_options() -> Result<Options, String> {
@@ -57,7 +61,7 @@ fn parse_options() -> Result<Options, String> {
         Some(other) => return Err(format!("unknown mode {other:?}")),
         None => return Err("a mode is required".into()),
     };
-    let (mut driver, mut bytes) = (None, 1 << 20);
+    let (mut driver, mut bytes, mut warm_up) = (None, 1 << 20, 1);
     while let Some(flag) = args.next() {
         let value = args.next().ok_or_else(|| format!("{flag} needs a value"))?;
         match flag.as_str() {
@@ -67,6 +71,11 @@ fn parse_options() -> Result<Options, String> {
                     .parse()
                     .map_err(|_| format!("bad --bytes {value:?}"))?
             }
+            "--warm-up" => {
+                warm_up = value
+                    .parse()
+                    .map_err(|_| format!("bad --warm-up {value:?}"))?
+            }
             _ => return Err(format!("unknown option {flag}")),
         }
     }
@@ -74,6 +83,7 @@ fn parse_options() -> Result<Options, String> {
         mode,
         driver: driver.ok_or("--driver is required")?,
         bytes,
+        warm_up,
     })
 }
 
@@ -124,10 +134,12 @@ fn run(options: &Options) -> Result<String, String> {
             let function = driver::load_noop(&cuda)?;
             let launch = cuda.get("cuLaunchKernel");
             let pointer = allocate(&cuda, options.bytes)?;
-            // One launch first, so any lazy set-up happens before the loop.
-            let first = driver::launch_noop(launch, function);
-            if first != 0 {
-                return Err(format!("cuLaunchKernel failed with CUresult {first}"));
+            // Launches first, so any lazy set-up happens before the loop.
+            for _ in 0..options.warm_up.max(1) {
+                let first = driver::launch_noop(launch, function);
+                if first != 0 {
+                    return Err(format!("cuLaunchKernel failed with CUresult {first}"));
+                }
             }
             let mut failed = 0u64;
             marker(START_MARKER);

@@ -59,7 +59,7 @@ fn measure(rounds: usize, batch: usize) -> Result<Measured, String> {
     let device = result::device::get(0).map_err(e("cuDeviceGet"))?;
     let name = result::device::get_name(device).map_err(e("cuDeviceGetName"))?;
     let ptx = CString::new(NOOP_PTX).expect("no NUL");
-    // SAFETY (block): cuda.h contracts: a device from cuDeviceGet, its primary
+    // SAFETY: (block) cuda.h contracts: a device from cuDeviceGet, its primary
     // context made current, a NUL-terminated PTX image, and a kernel that
     // takes no parameters launched with none.
     let function = unsafe {

@@ -114,12 +114,18 @@ pub struct DeployArgs {
     /// Coordinator control address.
     #[arg(long, default_value = "127.0.0.1:7300")]
     pub coordinator: String,
-    #[arg(long, value_enum, default_value = "latency")]
-    pub class: ClassArg,
-    /// Guaranteed SM share per GPU, 0–1.
-    #[arg(long, default_value_t = 0.3)]
-    pub sm_request: f64,
-    /// SM share it may burst to (default: the request).
+    /// A profile written by `dilu profile`: class, SM request and limit, and
+    /// requests per second per instance (its throughput at the request over
+    /// its batch size); the flags below win over it.
+    #[arg(long, value_name = "FILE")]
+    pub profile: Option<std::path::PathBuf>,
+    /// latency or batch (default latency, or the profile's).
+    #[arg(long, value_enum)]
+    pub class: Option<ClassArg>,
+    /// Guaranteed SM share per GPU, 0–1 (default 0.3, or the profile's).
+    #[arg(long)]
+    pub sm_request: Option<f64>,
+    /// SM share it may burst to (default: the request, or the profile's limit).
     #[arg(long)]
     pub sm_limit: Option<f64>,
     /// GPU memory per GPU, e.g. 10GiB.
@@ -128,9 +134,10 @@ pub struct DeployArgs {
     /// GPUs per instance (gang, on one node).
     #[arg(long, default_value_t = 1)]
     pub gpus: u32,
-    /// Requests per second one instance serves within its SLO.
-    #[arg(long, default_value_t = 100.0)]
-    pub throughput: f64,
+    /// Requests per second one instance serves within its SLO (default 100,
+    /// or the profile's).
+    #[arg(long)]
+    pub throughput: Option<f64>,
     /// Cold start, e.g. 20s (makes scale-in keep instances longer).
     #[arg(long, default_value = "10s", value_parser = parse_duration)]
     pub cold_start: Duration,
@@ -142,20 +149,39 @@ pub struct DeployArgs {
 }
 
 pub fn deploy(args: DeployArgs) -> Result<(), String> {
+    let measured = args
+        .profile
+        .as_deref()
+        .map(dilu_profile::profile::Profile::load)
+        .transpose()?;
+    let class = match (args.class, &measured) {
+        (Some(ClassArg::Latency), _) => WorkClass::Latency,
+        (Some(ClassArg::Batch), _) => WorkClass::Batch,
+        (None, Some(p)) if p.class == dilu_profile::profile::Class::Batch => WorkClass::Batch,
+        (None, _) => WorkClass::Latency,
+    };
+    let sm_request = args
+        .sm_request
+        .or(measured.as_ref().map(|p| f64::from(p.sm_request) / 100.0))
+        .unwrap_or(0.3);
+    let sm_limit = args
+        .sm_limit
+        .or(measured.as_ref().map(|p| f64::from(p.sm_limit) / 100.0))
+        .unwrap_or(sm_request);
     let request = ControlRequest::Deploy {
         function: args.function,
         profile: FunctionProfile {
             demand: InstanceDemand {
-                class: match args.class {
-                    ClassArg::Latency => WorkClass::Latency,
-                    ClassArg::Batch => WorkClass::Batch,
-                },
-                sm_request: args.sm_request,
-                sm_limit: args.sm_limit.unwrap_or(args.sm_request),
+                class,
+                sm_request,
+                sm_limit,
                 memory_bytes: args.memory,
                 gpus: args.gpus,
             },
-            throughput_rps: args.throughput,
+            throughput_rps: args
+                .throughput
+                .or(measured.as_ref().map(|p| p.requests_per_second()))
+                .unwrap_or(100.0),
             cold_start_s: args.cold_start.as_secs_f64(),
             restartable: args.restartable,
         },

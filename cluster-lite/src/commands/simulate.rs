@@ -7,15 +7,18 @@ use std::path::PathBuf;
 
 use clap::Args;
 use dilu_abi::units::parse_size;
-use dilu_cluster::policy::{POLICY_NAMES, policy_by_name};
+use std::sync::Arc;
+
+use dilu_cluster::policy::{POLICY_NAMES, policy_for_workload};
 use dilu_cluster::simulator::trace::{
     ArrivalPattern, TraceRecord, TraceSpec, generate, read_json_lines,
 };
 use dilu_cluster::simulator::{ClusterShape, SimulationResult, report, simulate};
+use dilu_cluster::simulator::{inflation, openb};
 
 #[derive(Debug, Args)]
 pub struct SimulateArgs {
-    /// Policy to replay: dilu, dilu-paper, infless-r, infless-l, exclusive, or all.
+    /// Policy to replay: dilu, dilu-paper, fgd, infless-r, infless-l, exclusive, or all.
     #[arg(long, default_value = "all")]
     pub policy: String,
     /// Number of instances in the generated trace (each arrives and departs).
@@ -40,17 +43,54 @@ pub struct SimulateArgs {
     /// Read the trace from this JSON-lines file instead of generating one.
     #[arg(long)]
     pub trace: Option<PathBuf>,
+    /// Profiles written by `dilu profile`, one per function as
+    /// `DIR/<function>.toml`: each instance of a function that has one takes
+    /// its class, SM request and SM limit from it.
+    #[arg(long, value_name = "DIR")]
+    pub profiles: Option<PathBuf>,
     /// Write cluster-sim.md and cluster-sim-active-gpus.svg into this folder.
     #[arg(long)]
     pub out: Option<PathBuf>,
     /// Write the generated trace as JSON lines to this file.
     #[arg(long)]
     pub save_trace: Option<PathBuf>,
+    /// Node list CSV of a real cluster (Alibaba openb format:
+    /// sn,cpu_milli,memory_mib,gpu,model); replaces --gpus/--gpus-per-node.
+    #[arg(long, value_name = "CSV")]
+    pub nodes: Option<PathBuf>,
+    /// Pod list CSV of a real cluster (Alibaba openb format), replayed by
+    /// creation and deletion time; pods without GPUs are skipped.
+    #[arg(long, value_name = "CSV", conflicts_with = "trace")]
+    pub pods: Option<PathBuf>,
+    /// SM limit of a pod read with --pods, as factors of its request for
+    /// latency-sensitive (LS) pods and for the rest: LS,REST.
+    #[arg(long, value_name = "LS,REST", default_value = "1.5,1.2", value_parser = parse_factors)]
+    pub limit_factors: (f64, f64),
+    /// `replay` (arrivals and departures in time) or `fgd` (FGD's protocol:
+    /// pods drawn at random from the trace until --inflate-to of the GPU
+    /// capacity is requested, arriving one by one, never leaving; prints the
+    /// share of GPU capacity allocated at each 10% of requests from 50%).
+    #[arg(long, default_value = "replay", value_parser = ["replay", "fgd"])]
+    pub protocol: String,
+    /// Requested share of the GPU capacity the fgd protocol stops at.
+    #[arg(long, default_value_t = 1.3)]
+    pub inflate_to: f64,
     /// Replay one generated trace per seed in FIRST..LAST (inclusive) and
     /// print how each policy compares with dilu-paper across them.
     #[arg(long, value_name = "FIRST..LAST", value_parser = parse_seed_range,
           conflicts_with_all = ["trace", "seed", "out", "save_trace"])]
     pub seeds: Option<RangeInclusive<u64>>,
+}
+
+fn parse_factors(text: &str) -> Result<(f64, f64), String> {
+    let (latency, rest) = text
+        .split_once(',')
+        .ok_or_else(|| format!("expected LS,REST, got {text:?}"))?;
+    let parse = |part: &str| match part.trim().parse::<f64>() {
+        Ok(value) if value >= 1.0 && value.is_finite() => Ok(value),
+        _ => Err(format!("limit factor {part:?}: expected a number >= 1")),
+    };
+    Ok((parse(latency)?, parse(rest)?))
 }
 
 fn parse_seed_range(text: &str) -> Result<RangeInclusive<u64>, String> {
@@ -69,6 +109,38 @@ fn parse_seed_range(text: &str) -> Result<RangeInclusive<u64>, String> {
     Ok(first..=last)
 }
 
+/// Gives every instance of a function with a profile in `dir` the profile's
+/// class, SM request and limit. Reports how many functions had one.
+fn apply_profiles(trace: &mut [TraceRecord], dir: &std::path::Path) -> Result<(), String> {
+    use dilu_profile::profile::{Class, Profile};
+    if !dir.is_dir() {
+        return Err(format!("--profiles {}: not a directory", dir.display()));
+    }
+    let mut found = std::collections::BTreeMap::<String, Option<Profile>>::new();
+    for record in trace.iter_mut() {
+        if !found.contains_key(&record.function) {
+            let path = dir.join(format!("{}.toml", record.function));
+            let profile = path.is_file().then(|| Profile::load(&path)).transpose()?;
+            found.insert(record.function.clone(), profile);
+        }
+        if let Some(profile) = &found[&record.function] {
+            record.class = match profile.class {
+                Class::Latency => dilu_cluster::model::WorkClass::Latency,
+                Class::Batch => dilu_cluster::model::WorkClass::Batch,
+            };
+            record.sm_request = f64::from(profile.sm_request) / 100.0;
+            record.sm_limit = f64::from(profile.sm_limit) / 100.0;
+        }
+    }
+    let with = found.values().filter(|p| p.is_some()).count();
+    eprintln!(
+        "dilu-cluster: profiles from {} for {with} of {} functions",
+        dir.display(),
+        found.len()
+    );
+    Ok(())
+}
+
 pub fn run(args: SimulateArgs) -> Result<(), String> {
     let mut names: Vec<&str> = if args.policy == "all" {
         POLICY_NAMES.to_vec()
@@ -84,11 +156,18 @@ pub fn run(args: SimulateArgs) -> Result<(), String> {
     if args.gpus == 0 || args.gpus_per_node == 0 {
         return Err("--gpus and --gpus-per-node must be at least 1".into());
     }
-    let shape = ClusterShape {
-        gpus: args.gpus,
-        gpus_per_node: args.gpus_per_node,
-        gpu_memory: args.gpu_memory,
+    let shape = match &args.nodes {
+        Some(path) => {
+            let file = open(path)?;
+            let nodes = openb::read_nodes(file, args.gpu_memory)
+                .map_err(|error| format!("node list {}: {error}", path.display()))?;
+            ClusterShape { nodes }
+        }
+        None => ClusterShape::uniform(args.gpus, args.gpus_per_node, args.gpu_memory),
     };
+    if shape.gpus() == 0 {
+        return Err("the cluster has no GPU".into());
+    }
     let interactive = std::io::stderr().is_terminal();
     if let Some(seeds) = &args.seeds {
         if !names.contains(&"dilu-paper") {
@@ -96,51 +175,89 @@ pub fn run(args: SimulateArgs) -> Result<(), String> {
         }
         let mut runs = Vec::new();
         for seed in seeds.clone() {
-            let trace = generate(&TraceSpec {
+            let mut trace = generate(&TraceSpec {
                 instances: args.events,
                 cluster_gpus: args.gpus,
                 arrival: args.arrival,
                 seed,
             });
+            if let Some(dir) = &args.profiles {
+                apply_profiles(&mut trace, dir)?;
+            }
             runs.push(replay(&names, &trace, &shape, interactive)?);
         }
         println!(
-            "{} instances, {:?} arrivals, seeds {}..{}; cluster of {} GPUs ({} per node, {} each)\n\n{}",
+            "{} instances, {:?} arrivals, seeds {}..{}; cluster of {}, {} per GPU\n\n{}",
             args.events,
             args.arrival,
             seeds.start(),
             seeds.end(),
-            args.gpus,
-            args.gpus_per_node,
+            shape.describe(),
             dilu_abi::units::format_size(args.gpu_memory),
             report::sweep_table(&runs)
         );
         return Ok(());
     }
-    let trace = match &args.trace {
-        Some(path) => {
+    let limits = openb::LimitRule {
+        latency_factor: args.limit_factors.0,
+        batch_factor: args.limit_factors.1,
+    };
+    let mut trace = match (&args.trace, &args.pods) {
+        (_, Some(path)) => openb::read_pods(open(path)?, limits, args.gpu_memory)
+            .map_err(|error| format!("pod list {}: {error}", path.display()))?,
+        (Some(path), None) => {
             let file = std::fs::File::open(path)
                 .map_err(|error| format!("cannot open trace {}: {error}", path.display()))?;
             read_json_lines(std::io::BufReader::new(file))
                 .map_err(|error| format!("trace {}: {error}", path.display()))?
         }
-        None => generate(&TraceSpec {
+        (None, None) => generate(&TraceSpec {
             instances: args.events,
             cluster_gpus: args.gpus,
             arrival: args.arrival,
             seed: args.seed,
         }),
     };
+    if let Some(dir) = &args.profiles {
+        apply_profiles(&mut trace, dir)?;
+    }
     if let Some(path) = &args.save_trace {
         let file = std::fs::File::create(path)
             .map_err(|error| format!("cannot write {}: {error}", path.display()))?;
         dilu_cluster::simulator::trace::write_json_lines(&trace, std::io::BufWriter::new(file))
             .map_err(|error| format!("cannot write {}: {error}", path.display()))?;
     }
+    if args.protocol == "fgd" {
+        let pods = inflation::inflate(&trace, shape.gpus(), args.inflate_to, args.seed);
+        let mix = Arc::new(inflation::workload_mix(&pods, &shape));
+        let checkpoints = inflation::checkpoints(args.inflate_to);
+        let mut results = Vec::new();
+        for name in &names {
+            let policy = policy_for_workload(name, mix.clone())
+                .ok_or_else(|| format!("unknown policy {name}"))?;
+            eprintln!("{name}: {} pods", pods.len());
+            results.push(inflation::simulate_inflation(
+                policy.as_ref(),
+                &pods,
+                &shape,
+                &checkpoints,
+            ));
+        }
+        println!(
+            "FGD protocol: {} pods drawn from {} records (seed {}); cluster of {}\n\n{}",
+            pods.len(),
+            trace.len(),
+            args.seed,
+            shape.describe(),
+            report::inflation_table(&results)
+        );
+        return Ok(());
+    }
     let results = replay(&names, &trace, &shape, interactive)?;
-    let source = match &args.trace {
-        Some(path) => format!("trace file {}", path.display()),
-        None => format!(
+    let source = match (&args.trace, &args.pods) {
+        (_, Some(path)) => format!("pod list {} ({} GPU pods)", path.display(), trace.len()),
+        (Some(path), None) => format!("trace file {}", path.display()),
+        (None, None) => format!(
             "{} instances, {:?} arrivals, seed {}",
             trace.len(),
             args.arrival,
@@ -148,9 +265,8 @@ pub fn run(args: SimulateArgs) -> Result<(), String> {
         ),
     };
     let heading = format!(
-        "{source}; cluster of {} GPUs ({} per node, {} each)",
-        args.gpus,
-        args.gpus_per_node,
+        "{source}; cluster of {}, {} per GPU",
+        shape.describe(),
         dilu_abi::units::format_size(args.gpu_memory)
     );
     let table = report::markdown_table(&results);
@@ -170,6 +286,12 @@ pub fn run(args: SimulateArgs) -> Result<(), String> {
     Ok(())
 }
 
+fn open(path: &std::path::Path) -> Result<std::io::BufReader<std::fs::File>, String> {
+    std::fs::File::open(path)
+        .map(std::io::BufReader::new)
+        .map_err(|error| format!("cannot open {}: {error}", path.display()))
+}
+
 /// Replays `trace` under each named policy, in order.
 fn replay(
     names: &[&str],
@@ -178,8 +300,16 @@ fn replay(
     interactive: bool,
 ) -> Result<Vec<SimulationResult>, String> {
     let mut results = Vec::with_capacity(names.len());
+    // A real cluster's pod list is the workload `fgd` and `dilu` are told
+    // of; generated traces carry none (each pod is measured on its own).
+    let mix = Arc::new(if trace.iter().any(|record| record.pod.one_node) {
+        inflation::workload_mix(trace, shape)
+    } else {
+        Default::default()
+    });
     for name in names {
-        let policy = policy_by_name(name).ok_or_else(|| format!("unknown policy {name}"))?;
+        let policy = policy_for_workload(name, mix.clone())
+            .ok_or_else(|| format!("unknown policy {name}"))?;
         results.push(simulate(policy.as_ref(), trace, shape, |done, total| {
             show_progress(name, done, total, interactive)
         }));
@@ -203,5 +333,46 @@ fn show_progress(policy: &str, done: usize, total: usize, interactive: bool) {
         }
     } else if percent.is_multiple_of(25) || done >= total {
         let _ = writeln!(stderr, "{policy}: {done}/{total} events ({percent}%)");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use dilu_cluster::model::WorkClass;
+
+    #[test]
+    fn a_functions_profile_sets_the_share_of_each_of_its_instances() {
+        let dir = std::env::temp_dir().join(format!("dilu-sim-profiles-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(
+            dir.join("llm-0.toml"),
+            "class = \"latency\"\nslo_ms = 50.0\nbatch = 8\nsm_request = 35\nsm_limit = 60\n\
+             throughput_at_request = 80.0\nthroughput_at_limit = 95.0\ntrials = 12\nmethod = \"dilu\"\n",
+        )
+        .unwrap();
+        let mut trace = generate(&TraceSpec {
+            instances: 200,
+            cluster_gpus: 64,
+            arrival: ArrivalPattern::Poisson,
+            seed: 3,
+        });
+        let before: Vec<TraceRecord> = trace.clone();
+        apply_profiles(&mut trace, &dir).unwrap();
+        let mut profiled = 0;
+        for (old, new) in before.iter().zip(&trace) {
+            if new.function == "llm-0" {
+                profiled += 1;
+                assert_eq!(
+                    (new.sm_request, new.sm_limit, new.class),
+                    (0.35, 0.6, WorkClass::Latency)
+                );
+            } else {
+                assert_eq!(old, new);
+            }
+        }
+        assert!(profiled > 0, "the generated trace has llm-0 instances");
+        assert!(apply_profiles(&mut trace, &dir.join("missing")).is_err());
+        let _ = std::fs::remove_dir_all(&dir);
     }
 }

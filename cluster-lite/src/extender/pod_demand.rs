@@ -8,7 +8,9 @@
 //! | `dilu.io/memory` | GPU memory per GPU (`20GiB`, `512Mi`, bytes) | required |
 //! | `dilu.io/class` | `latency` or `batch` | `latency` |
 //! | `dilu.io/gpus` | GPUs for a gang (training) | `nvidia.com/gpu` or 1 |
+//! | `dilu.io/profile` | the JSON `dilu profile --json` prints: class, SM request and limit from it | — |
 //!
+//! Keys set beside `dilu.io/profile` win over what the profile says.
 //! A pod with neither `dilu.io/sm-request` nor `dilu.io/memory` is not a
 //! dilu pod: the extender leaves it alone.
 
@@ -23,6 +25,7 @@ pub const SM_LIMIT: &str = "dilu.io/sm-limit";
 pub const MEMORY: &str = "dilu.io/memory";
 pub const CLASS: &str = "dilu.io/class";
 pub const GPUS: &str = "dilu.io/gpus";
+pub const PROFILE: &str = "dilu.io/profile";
 
 fn lookup(pod: &Pod, key: &str) -> Option<String> {
     if let Some(value) = pod.metadata.annotations.get(key) {
@@ -65,7 +68,17 @@ fn parse_share(text: &str) -> Option<f64> {
 
 /// `Ok(None)` for pods that do not use dilu; `Err` names the bad key.
 pub fn pod_demand(pod: &Pod) -> Result<Option<InstanceDemand>, String> {
-    let request = share(pod, SM_REQUEST)?;
+    let profile = match lookup(pod, PROFILE) {
+        Some(text) => Some(
+            dilu_profile::profile::Profile::from_text(&text)
+                .map_err(|error| format!("{PROFILE}: {error}"))?,
+        ),
+        None => None,
+    };
+    let from_profile = |percent: fn(&dilu_profile::profile::Profile) -> u32| {
+        profile.as_ref().map(|p| f64::from(percent(p)) / 100.0)
+    };
+    let request = share(pod, SM_REQUEST)?.or(from_profile(|p| p.sm_request));
     let memory = lookup(pod, MEMORY);
     if request.is_none() && memory.is_none() {
         return Ok(None);
@@ -75,13 +88,20 @@ pub fn pod_demand(pod: &Pod) -> Result<Option<InstanceDemand>, String> {
     let memory_text =
         memory.ok_or_else(|| format!("{SM_REQUEST} is set but {MEMORY} is missing"))?;
     let memory_bytes = parse_size(&memory_text).map_err(|error| format!("{MEMORY}: {error}"))?;
-    let sm_limit = share(pod, SM_LIMIT)?.unwrap_or(sm_request);
+    let sm_limit = share(pod, SM_LIMIT)?
+        .or(from_profile(|p| p.sm_limit))
+        .unwrap_or(sm_request);
     if sm_limit < sm_request {
         return Err(format!(
             "{SM_LIMIT} ({sm_limit}) is below {SM_REQUEST} ({sm_request})"
         ));
     }
+    let profile_class = profile.as_ref().map(|p| match p.class {
+        dilu_profile::profile::Class::Latency => "latency".to_string(),
+        dilu_profile::profile::Class::Batch => "batch".to_string(),
+    });
     let class = match lookup(pod, CLASS)
+        .or(profile_class)
         .as_deref()
         .map(str::to_ascii_lowercase)
         .as_deref()
@@ -158,6 +178,26 @@ mod tests {
         let demand = pod_demand(&with_resources).unwrap().unwrap();
         assert_eq!((demand.sm_request, demand.sm_limit), (0.25, 0.25));
         assert!(pod_demand(&Pod::default()).unwrap().is_none());
+    }
+
+    #[test]
+    fn a_profile_annotation_gives_class_request_and_limit_and_keys_beside_it_win() {
+        let profile = r#"{"class":"batch","batch":16,"sm_request":40,"sm_limit":70,"throughput_at_request":600.0,"throughput_at_limit":640.0,"trials":5,"method":"dilu"}"#;
+        let demand = pod_demand(&pod(&[(PROFILE, profile), (MEMORY, "8Gi")]))
+            .unwrap()
+            .unwrap();
+        assert_eq!((demand.sm_request, demand.sm_limit), (0.4, 0.7));
+        assert_eq!(demand.class, WorkClass::Batch);
+        let overridden = pod_demand(&pod(&[
+            (PROFILE, profile),
+            (MEMORY, "8Gi"),
+            (SM_LIMIT, "0.9"),
+        ]))
+        .unwrap()
+        .unwrap();
+        assert_eq!((overridden.sm_request, overridden.sm_limit), (0.4, 0.9));
+        let error = pod_demand(&pod(&[(PROFILE, "{\"class\":1}"), (MEMORY, "8Gi")])).unwrap_err();
+        assert!(error.contains(PROFILE), "{error}");
     }
 
     #[test]

@@ -63,17 +63,42 @@
 //! (1.2, 1.1) pick the point on the trade-off; the weights were chosen on
 //! seeds 11–20 of the simulator's sweeps, the bound and the caps on seeds
 //! 101–200 of six trace shapes.
+//! **Real clusters.** When the workload is known (a pod list, as FGD's
+//! scheduler is given it), the best-fit term is FGD's fragmentation
+//! increase on the node (`fgd`) instead of the GPU's slack; the wake-last
+//! cost, the limit price and the bound stay. The bound is soft
+//! (`soft_limit_bound`): an instance no GPU admits within 1.35 may take a
+//! GPU up to 1.5 rather than wait, so `dilu` never leaves waiting what
+//! `dilu-paper` would place. On Alibaba's openb trace (held out; see
+//! `bench/results/cluster-sim.md`) this does not yet reach FGD's allocation
+//! under FGD's protocol, and in the time replay the bound of 1.35 sits just
+//! below the 1.38 that two of the trace's most common latency pods need
+//! together (2 × 0.46 × 1.5), so `dilu` runs there at far less risk and
+//! more GPU-hours than `dilu-paper`; the report shows the whole curve.
+//! Trying the fragmentation fit only once 80% of the capacity is requested
+//! (slack fit below) allocated less under FGD's protocol (94.2% against
+//! 94.8% at 130% on seed 1) and was dropped.
+//!
 //! A memory-fill term, an SM-against-memory balance term, class-pairing and
 //! lifetime terms, single-node gangs, pairing training with training and
 //! moving replicas to spread limit excess were each measured too; none
 //! improved both GPU-hours and risk.
 
-use super::{MoveRequest, OPEN_GPU_COST, PlacementPolicy, Replica};
-use crate::model::{ClusterState, GpuState, InstanceDemand, SHARE_EPSILON};
+use super::{FragmentationGradient, MoveRequest, OPEN_GPU_COST, PlacementPolicy, Replica};
+use crate::model::{ClusterState, GpuState, InstanceDemand, PodNeeds, SHARE_EPSILON};
 
 /// Tunable parameters of the `dilu` rule (see the module docs).
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone)]
 pub struct Complementary {
+    /// When the workload is known (a real cluster's task mix), best fit is
+    /// measured as FGD's fragmentation increase on the node instead of the
+    /// GPU's slack on its dominant resource.
+    pub fragmentation: Option<FragmentationGradient>,
+    /// Σ SM limits a GPU may reach when no GPU admits the instance within
+    /// `limit_bound` (the bound is then a preference, not a refusal): an
+    /// instance `dilu-paper` would place is never left waiting for its
+    /// limit alone. `None`: the bound is hard.
+    pub soft_limit_bound: Option<f64>,
     /// Bound on Σ SM limits per GPU.
     pub limit_bound: f64,
     /// Price of one unit of new limit excess, in units of best-fit slack.
@@ -94,6 +119,8 @@ pub struct Complementary {
 impl Default for Complementary {
     fn default() -> Self {
         Self {
+            fragmentation: None,
+            soft_limit_bound: Some(super::baselines::DILU_PAPER_LIMIT_BOUND),
             limit_bound: 1.35,
             risk_weight: 0.4,
             scale_in_risk_weight: 1.25,
@@ -119,8 +146,44 @@ impl PlacementPolicy for Complementary {
         let sm_after = gpu.sm_request_sum + demand.sm_request;
         let memory_after = gpu.memory_share_with(demand.memory_bytes);
         let slack = 1.0 - sm_after.max(memory_after);
-        let new_excess = (gpu.sm_limit_sum + demand.sm_limit - 1.0).max(0.0) - gpu.limit_excess();
-        open + slack + self.risk_weight * new_excess
+        open + slack + self.risk_weight * new_excess(gpu, demand)
+    }
+
+    fn costs_on_node(
+        &self,
+        cluster: &ClusterState,
+        node: usize,
+        demand: &InstanceDemand,
+        needs: &PodNeeds,
+        candidates: &[usize],
+        out: &mut Vec<(f64, usize)>,
+    ) {
+        let Some(fragmentation) = &self.fragmentation else {
+            out.extend(
+                candidates
+                    .iter()
+                    .map(|&index| (self.cost(&cluster.gpus[index], demand), index)),
+            );
+            return;
+        };
+        let first = out.len();
+        fragmentation.increases(cluster, node, demand, needs, candidates, out);
+        for entry in &mut out[first..] {
+            let gpu = &cluster.gpus[entry.1];
+            let open = if gpu.is_active() { 0.0 } else { OPEN_GPU_COST };
+            entry.0 += open + self.risk_weight * new_excess(gpu, demand);
+        }
+    }
+
+    fn fallback(&self) -> Option<Box<dyn PlacementPolicy>> {
+        let bound = self
+            .soft_limit_bound
+            .filter(|bound| *bound > self.limit_bound)?;
+        Some(Box::new(Self {
+            limit_bound: bound,
+            soft_limit_bound: None,
+            ..self.clone()
+        }))
     }
 
     fn gang_on_one_node(&self) -> bool {
@@ -179,6 +242,11 @@ impl PlacementPolicy for Complementary {
         }
         best.map(|(_, index)| index)
     }
+}
+
+/// Limit excess (Σ limits above 1) that placing `demand` on `gpu` adds.
+fn new_excess(gpu: &GpuState, demand: &InstanceDemand) -> f64 {
+    (gpu.sm_limit_sum + demand.sm_limit - 1.0).max(0.0) - gpu.limit_excess()
 }
 
 impl Complementary {

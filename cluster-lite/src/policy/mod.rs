@@ -16,11 +16,15 @@
 
 mod baselines;
 mod dilu;
+mod fgd;
 
-use crate::model::{ClusterState, GpuState, InstanceDemand};
+use std::sync::Arc;
+
+use crate::model::{ClusterState, GpuState, InstanceDemand, PodNeeds};
 
 pub use baselines::{DiluPaper, Exclusive, InflessLimits, InflessRequests};
 pub use dilu::Complementary;
+pub use fgd::{FragmentationGradient, TaskType, WorkloadMix};
 
 /// Cost added when a policy would rather not wake an idle GPU.
 pub const OPEN_GPU_COST: f64 = 10.0;
@@ -33,6 +37,31 @@ pub trait PlacementPolicy: Send + Sync {
     fn admits(&self, gpu: &GpuState, demand: &InstanceDemand) -> bool;
     /// Preference for `gpu` (lower is better); only asked when it admits.
     fn cost(&self, gpu: &GpuState, demand: &InstanceDemand) -> f64;
+    /// Costs of placing one share of a pod on each of `candidates` (GPUs
+    /// of node `node` that admit it and are not draining), pushed to `out`
+    /// as (cost, GPU). The default asks [`cost`](Self::cost) per GPU; a
+    /// policy that scores a whole node (`fgd`) overrides it.
+    fn costs_on_node(
+        &self,
+        cluster: &ClusterState,
+        node: usize,
+        demand: &InstanceDemand,
+        needs: &PodNeeds,
+        candidates: &[usize],
+        out: &mut Vec<(f64, usize)>,
+    ) {
+        let _ = (node, needs);
+        out.extend(
+            candidates
+                .iter()
+                .map(|&index| (self.cost(&cluster.gpus[index], demand), index)),
+        );
+    }
+    /// A looser form of the policy to try when this one places an
+    /// instance nowhere (`dilu`'s soft limit bound); `None` by default.
+    fn fallback(&self) -> Option<Box<dyn PlacementPolicy>> {
+        None
+    }
     /// Whether a multi-GPU instance must sit on GPUs of one node.
     fn gang_on_one_node(&self) -> bool {
         true
@@ -95,13 +124,32 @@ pub struct Placement {
 }
 
 /// Every policy name, in the order reports list them.
-pub const POLICY_NAMES: [&str; 5] = ["dilu", "dilu-paper", "infless-r", "infless-l", "exclusive"];
+pub const POLICY_NAMES: [&str; 6] = [
+    "dilu",
+    "dilu-paper",
+    "fgd",
+    "infless-r",
+    "infless-l",
+    "exclusive",
+];
 
-/// Builds a policy from its command-line name.
+/// Builds a policy from its command-line name (`fgd` measures fragmentation
+/// against each arriving pod alone; see [`policy_for_workload`]).
 pub fn policy_by_name(name: &str) -> Option<Box<dyn PlacementPolicy>> {
+    policy_for_workload(name, Arc::new(WorkloadMix::default()))
+}
+
+/// Builds a policy that knows the workload it will see: `fgd` measures
+/// fragmentation against `mix` (the task types and their popularity, as
+/// FGD's scheduler is given them); the other policies ignore it.
+pub fn policy_for_workload(name: &str, mix: Arc<WorkloadMix>) -> Option<Box<dyn PlacementPolicy>> {
     Some(match name {
-        "dilu" => Box::new(Complementary::default()),
+        "dilu" => Box::new(Complementary {
+            fragmentation: (!mix.types.is_empty()).then(|| FragmentationGradient::new(mix.clone())),
+            ..Complementary::default()
+        }),
         "dilu-paper" => Box::new(DiluPaper),
+        "fgd" => Box::new(FragmentationGradient::new(mix)),
         "infless-r" => Box::new(InflessRequests),
         "infless-l" => Box::new(InflessLimits),
         "exclusive" => Box::new(Exclusive),
@@ -115,24 +163,66 @@ pub fn place(
     cluster: &ClusterState,
     demand: &InstanceDemand,
 ) -> Option<Placement> {
-    let wanted = demand.gpus.max(1) as usize;
-    if wanted == 1 || !policy.gang_on_one_node() {
-        return cheapest_gpus(policy, cluster, demand, 0..cluster.gpus.len(), wanted);
-    }
-    place_on_one_node(policy, cluster, demand)
+    place_pod(policy, cluster, demand, &PodNeeds::default())
 }
 
-/// Like [`place`], but every GPU of the placement is on one node, whatever
-/// the policy's gang preference (for front ends whose nodes host an instance
-/// only on their own GPUs).
-pub fn place_on_one_node(
+/// Chooses GPUs for a pod: `demand` on GPUs of nodes whose host resources
+/// and GPU model suit `needs`. A gang stays on one node when the pod says
+/// so or the policy prefers it; otherwise it takes the cheapest GPUs of
+/// all suitable nodes.
+pub fn place_pod(
     policy: &dyn PlacementPolicy,
     cluster: &ClusterState,
     demand: &InstanceDemand,
+    needs: &PodNeeds,
 ) -> Option<Placement> {
+    search(policy, cluster, demand, needs).or_else(|| {
+        let looser = policy.fallback()?;
+        search(looser.as_ref(), cluster, demand, needs)
+    })
+}
+
+fn search(
+    policy: &dyn PlacementPolicy,
+    cluster: &ClusterState,
+    demand: &InstanceDemand,
+    needs: &PodNeeds,
+) -> Option<Placement> {
+    let wanted = demand.gpus.max(1) as usize;
+    let mut costs = Vec::new();
+    let mut candidates = Vec::new();
+    if wanted == 1 || (!needs.one_node && !policy.gang_on_one_node()) {
+        for node in 0..cluster.nodes.len() {
+            if cluster.host_fits(node, needs) {
+                node_costs(
+                    policy,
+                    cluster,
+                    demand,
+                    needs,
+                    node,
+                    &mut candidates,
+                    &mut costs,
+                );
+            }
+        }
+        return cheapest(costs, wanted);
+    }
     let mut best: Option<Placement> = None;
     for node in 0..cluster.nodes.len() {
-        if let Some(candidate) = place_on_node(policy, cluster, demand, node)
+        if !cluster.host_fits(node, needs) {
+            continue;
+        }
+        costs.clear();
+        node_costs(
+            policy,
+            cluster,
+            demand,
+            needs,
+            node,
+            &mut candidates,
+            &mut costs,
+        );
+        if let Some(candidate) = cheapest(std::mem::take(&mut costs), wanted)
             && best
                 .as_ref()
                 .is_none_or(|current| candidate.cost < current.cost)
@@ -143,6 +233,21 @@ pub fn place_on_one_node(
     best
 }
 
+/// Like [`place`], but every GPU of the placement is on one node, whatever
+/// the policy's gang preference (for front ends whose nodes host an instance
+/// only on their own GPUs).
+pub fn place_on_one_node(
+    policy: &dyn PlacementPolicy,
+    cluster: &ClusterState,
+    demand: &InstanceDemand,
+) -> Option<Placement> {
+    let needs = PodNeeds {
+        one_node: true,
+        ..PodNeeds::default()
+    };
+    place_pod(policy, cluster, demand, &needs)
+}
+
 /// Chooses GPUs for `demand` among the GPUs of one node.
 pub fn place_on_node(
     policy: &dyn PlacementPolicy,
@@ -150,26 +255,53 @@ pub fn place_on_node(
     demand: &InstanceDemand,
     node: usize,
 ) -> Option<Placement> {
-    let range = cluster.nodes.get(node)?.clone();
-    cheapest_gpus(policy, cluster, demand, range, demand.gpus.max(1) as usize)
+    cluster.nodes.get(node)?;
+    let (mut candidates, mut costs) = (Vec::new(), Vec::new());
+    let needs = PodNeeds::default();
+    node_costs(
+        policy,
+        cluster,
+        demand,
+        &needs,
+        node,
+        &mut candidates,
+        &mut costs,
+    );
+    cheapest(costs, demand.gpus.max(1) as usize)
 }
 
-fn cheapest_gpus(
+/// Pushes (cost, GPU) for every GPU of `node` that admits `demand` and is
+/// not draining.
+fn node_costs(
     policy: &dyn PlacementPolicy,
     cluster: &ClusterState,
     demand: &InstanceDemand,
-    range: std::ops::Range<usize>,
-    wanted: usize,
-) -> Option<Placement> {
+    needs: &PodNeeds,
+    node: usize,
+    candidates: &mut Vec<usize>,
+    costs: &mut Vec<(f64, usize)>,
+) {
+    candidates.clear();
+    candidates.extend(cluster.nodes[node].clone().filter(|&index| {
+        let gpu = &cluster.gpus[index];
+        gpu.draining == 0 && policy.admits(gpu, demand)
+    }));
+    if !candidates.is_empty() {
+        policy.costs_on_node(cluster, node, demand, needs, candidates, costs);
+    }
+}
+
+/// The `wanted` cheapest of `costs` (ties: lower GPU index), or `None`.
+fn cheapest(mut costs: Vec<(f64, usize)>, wanted: usize) -> Option<Placement> {
+    if costs.len() < wanted {
+        return None;
+    }
     if wanted == 1 {
         let mut best: Option<(f64, usize)> = None;
-        for index in range {
-            let gpu = &cluster.gpus[index];
-            if gpu.draining > 0 || !policy.admits(gpu, demand) {
-                continue;
-            }
-            let cost = policy.cost(gpu, demand);
-            if best.is_none_or(|(best_cost, _)| cost < best_cost) {
+        for &(cost, index) in &costs {
+            if best.is_none_or(|(best_cost, best_index)| {
+                cost < best_cost || (cost == best_cost && index < best_index)
+            }) {
                 best = Some((cost, index));
             }
         }
@@ -178,20 +310,10 @@ fn cheapest_gpus(
             cost,
         });
     }
-    let mut admitted: Vec<(f64, usize)> = range
-        .filter(|&index| {
-            let gpu = &cluster.gpus[index];
-            gpu.draining == 0 && policy.admits(gpu, demand)
-        })
-        .map(|index| (policy.cost(&cluster.gpus[index], demand), index))
-        .collect();
-    if admitted.len() < wanted {
-        return None;
-    }
-    admitted.sort_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)));
-    admitted.truncate(wanted);
-    let cost = admitted.iter().map(|(cost, _)| cost).sum::<f64>() / wanted as f64;
-    let mut gpus: Vec<usize> = admitted.into_iter().map(|(_, index)| index).collect();
+    costs.sort_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)));
+    costs.truncate(wanted);
+    let cost = costs.iter().map(|(cost, _)| cost).sum::<f64>() / wanted as f64;
+    let mut gpus: Vec<usize> = costs.into_iter().map(|(_, index)| index).collect();
     gpus.sort_unstable();
     Some(Placement { gpus, cost })
 }

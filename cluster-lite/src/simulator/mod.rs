@@ -19,6 +19,9 @@
 //! * rejected instances (nothing fitted; they are dropped);
 //! * moved replicas and gang restarts (consolidation).
 
+pub mod inflation;
+pub mod openb;
+pub mod plot;
 pub mod report;
 pub mod trace;
 
@@ -27,8 +30,8 @@ use std::collections::BinaryHeap;
 use std::time::Instant;
 
 use crate::consolidation::ShrinkWatch;
-use crate::model::{ClusterState, InstanceDemand, SHARE_EPSILON, WorkClass};
-use crate::policy::{MoveRequest, PlacementPolicy, Replica, place};
+use crate::model::{ClusterState, HostState, InstanceDemand, PodNeeds, SHARE_EPSILON, WorkClass};
+use crate::policy::{MoveRequest, PlacementPolicy, Replica, place_pod};
 use trace::TraceRecord;
 
 /// How much later a restartable gang ends for each restart that moves part
@@ -45,12 +48,84 @@ pub const RESTART_S: f64 = 300.0;
 /// about what loading a 10–30 GB model and warming it up takes).
 pub const MOVE_WARM_UP_S: f64 = 120.0;
 
-/// Cluster the trace is replayed on.
-#[derive(Debug, Clone)]
-pub struct ClusterShape {
+/// One node of the simulated cluster.
+#[derive(Debug, Clone, PartialEq)]
+pub struct NodeSpec {
     pub gpus: usize,
-    pub gpus_per_node: usize,
     pub gpu_memory: u64,
+    pub cpu_milli: u64,
+    pub memory_mib: u64,
+    /// GPU model name (empty: unnamed).
+    pub model: String,
+}
+
+/// Cluster the trace is replayed on: its nodes, exactly.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ClusterShape {
+    pub nodes: Vec<NodeSpec>,
+}
+
+impl ClusterShape {
+    /// `gpus` GPUs in nodes of `gpus_per_node` (the last node holds the
+    /// rest, so the cluster has exactly `gpus`), host resources unbounded.
+    pub fn uniform(gpus: usize, gpus_per_node: usize, gpu_memory: u64) -> Self {
+        let per_node = gpus_per_node.max(1);
+        let nodes = (0..gpus.div_ceil(per_node))
+            .map(|node| NodeSpec {
+                gpus: per_node.min(gpus - node * per_node),
+                gpu_memory,
+                cpu_milli: u64::MAX,
+                memory_mib: u64::MAX,
+                model: String::new(),
+            })
+            .collect();
+        Self { nodes }
+    }
+
+    pub fn gpus(&self) -> usize {
+        self.nodes.iter().map(|node| node.gpus).sum()
+    }
+
+    /// The empty cluster.
+    pub fn build(&self) -> ClusterState {
+        let mut cluster = ClusterState::default();
+        for node in &self.nodes {
+            let model = cluster.model_index(&node.model);
+            cluster.add_host(
+                node.gpus,
+                node.gpu_memory,
+                HostState {
+                    cpu_milli: node.cpu_milli,
+                    cpu_used: 0,
+                    memory_mib: node.memory_mib,
+                    memory_used: 0,
+                    model,
+                },
+            );
+        }
+        cluster
+    }
+
+    /// One line: GPUs, nodes, and the models with their GPU counts.
+    pub fn describe(&self) -> String {
+        let mut models: Vec<(String, usize)> = Vec::new();
+        for node in &self.nodes {
+            match models.iter_mut().find(|(name, _)| *name == node.model) {
+                Some(entry) => entry.1 += node.gpus,
+                None => models.push((node.model.clone(), node.gpus)),
+            }
+        }
+        let mut text = format!("{} GPUs on {} nodes", self.gpus(), self.nodes.len());
+        if models.len() > 1 || models.iter().any(|(name, _)| !name.is_empty()) {
+            models.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
+            let list: Vec<String> = models
+                .iter()
+                .map(|(name, gpus)| format!("{gpus} {name}"))
+                .collect();
+            text.push_str(&format!(" ({})", list.join(", ")));
+        }
+        text
+    }
 }
 
 /// What one policy did with one trace.
@@ -66,7 +141,15 @@ pub struct SimulationResult {
     pub placement_p50_us: f64,
     pub placement_p99_us: f64,
     pub placed: usize,
+    /// Instances still pending when the trace ended (never placed).
     pub rejected: usize,
+    /// Instances that did not fit on arrival and waited in the queue.
+    pub waited: usize,
+    /// Total time instances spent pending, in hours (those never placed
+    /// count until the trace's end).
+    pub wait_hours: f64,
+    /// Longest time one placed instance waited, in seconds.
+    pub max_wait_s: f64,
     /// Replicas moved by consolidation (each paid `MOVE_WARM_UP_S` on two GPUs).
     pub moved: usize,
     /// Restarts of gangs by consolidation (each delayed its job's end by
@@ -192,6 +275,8 @@ impl ScaleIn {
 #[derive(Default)]
 struct Integrals {
     last_time: f64,
+    /// Length of the last span advanced over.
+    last_span: f64,
     active_seconds: f64,
     sm_free_seconds: f64,
     memory_free_seconds: f64,
@@ -203,6 +288,7 @@ impl Integrals {
     fn advance(&mut self, now: f64, cluster: &ClusterState) {
         let span = (now - self.last_time).max(0.0);
         self.last_time = now;
+        self.last_span = span;
         if span == 0.0 {
             return;
         }
@@ -405,17 +491,30 @@ fn is_replica(record: &TraceRecord) -> bool {
     record.class == WorkClass::Latency && record.gpus <= 1
 }
 
+/// How many pending instances one event may try before it gives up: the
+/// queue is retried in arrival order after every departure, and a long
+/// queue on a full cluster would otherwise cost a placement search per
+/// waiting pod per event.
+pub const PENDING_RETRIES_PER_EVENT: usize = 64;
+
 /// Replays `trace` under `policy`; `progress` is called with
 /// (events done, events total) about every 5% of the events.
+///
+/// An instance that fits nowhere when it arrives waits in a first-come
+/// queue; after each departure the queue is retried in order (at most
+/// `PENDING_RETRIES_PER_EVENT` failed tries per event), and an instance
+/// placed late runs its full duration from then on. Consolidation runs
+/// once per instant, after every event due then, so work is never moved
+/// onto a GPU whose instances leave at that same instant.
 pub fn simulate(
     policy: &dyn PlacementPolicy,
     trace: &[TraceRecord],
     shape: &ClusterShape,
     mut progress: impl FnMut(usize, usize),
 ) -> SimulationResult {
-    let nodes = shape.gpus.div_ceil(shape.gpus_per_node.max(1));
-    let mut cluster = ClusterState::uniform(nodes, shape.gpus_per_node.max(1), shape.gpu_memory);
+    let mut cluster = shape.build();
     let demands: Vec<InstanceDemand> = trace.iter().map(TraceRecord::demand).collect();
+    let needs: Vec<PodNeeds> = trace.iter().map(|record| record.needs(&cluster)).collect();
     let mut placed_gpus: Vec<Vec<usize>> = vec![Vec::new(); trace.len()];
     let mut due: BinaryHeap<Due> = BinaryHeap::new();
     let mut scale_in = ScaleIn::new(trace);
@@ -428,8 +527,38 @@ pub fn simulate(
     let mut timeline = Vec::with_capacity(trace.len() * 2);
     let total_events = trace.len() * 2;
     let report_every = (total_events / 20).max(1);
-    let (mut done, mut rejected, mut peak) = (0usize, 0usize, 0usize);
+    let (mut done, mut peak) = (0usize, 0usize);
+    let mut pending: std::collections::VecDeque<usize> = std::collections::VecDeque::new();
+    let (mut waited, mut wait_seconds, mut max_wait_s) = (0usize, 0.0f64, 0.0f64);
     let mut next_arrival = 0usize;
+    let mut try_place = |index: usize,
+                         now: f64,
+                         cluster: &mut ClusterState,
+                         scale_in: &mut ScaleIn,
+                         mover: &mut Mover,
+                         placed_gpus: &mut [Vec<usize>],
+                         due: &mut BinaryHeap<Due>|
+     -> bool {
+        let started = Instant::now();
+        let placement = place_pod(policy, cluster, &demands[index], &needs[index]);
+        latencies_ns.push(started.elapsed().as_nanos() as u64);
+        let Some(placement) = placement else {
+            return false;
+        };
+        cluster.apply(&demands[index], &placement.gpus);
+        if let Some(&first) = placement.gpus.first() {
+            cluster.apply_host(cluster.gpus[first].node, &needs[index]);
+        }
+        scale_in.started(index);
+        mover.started(now, index, &placement.gpus, &trace[index]);
+        placed_gpus[index] = placement.gpus;
+        due.push(Due {
+            time: now + trace[index].duration_s,
+            record_index: index,
+            old_copy_on: None,
+        });
+        true
+    };
     loop {
         let arrival_time = trace.get(next_arrival).map(|record| record.arrival_s);
         let due_time = due.peek().map(|event| event.time);
@@ -440,58 +569,97 @@ pub fn simulate(
             (None, Some(time)) => (time, false),
         };
         integrals.advance(now, &cluster);
+        wait_seconds += pending.len() as f64 * integrals.last_span;
         if is_arrival {
             let index = next_arrival;
             next_arrival += 1;
-            let started = Instant::now();
-            let placement = place(policy, &cluster, &demands[index]);
-            latencies_ns.push(started.elapsed().as_nanos() as u64);
-            match placement {
-                Some(placement) => {
-                    cluster.apply(&demands[index], &placement.gpus);
-                    scale_in.started(index);
-                    mover.started(now, index, &placement.gpus, &trace[index]);
-                    placed_gpus[index] = placement.gpus;
-                    due.push(Due {
-                        time: now + trace[index].duration_s,
-                        record_index: index,
-                        old_copy_on: None,
-                    });
-                }
-                None => {
-                    rejected += 1;
-                    done += 1; // its departure never happens
-                }
+            // Later arrivals do not overtake the queue.
+            let queued = !pending.is_empty();
+            if queued
+                || !try_place(
+                    index,
+                    now,
+                    &mut cluster,
+                    &mut scale_in,
+                    &mut mover,
+                    &mut placed_gpus,
+                    &mut due,
+                )
+            {
+                pending.push_back(index);
+                waited += 1;
             }
         } else if let Some(event) = due.pop() {
             if let Some(gpu) = event.old_copy_on {
                 cluster.release(&demands[event.record_index], &[gpu]);
                 cluster.gpus[gpu].draining = cluster.gpus[gpu].draining.saturating_sub(1);
-                timeline.push((now, cluster.active_gpus()));
+            } else {
+                let delay = mover.take_restart_delay(event.record_index);
+                if delay > 0.0 {
+                    // Restarted since this departure was queued: it ends later.
+                    due.push(Due {
+                        time: now + delay,
+                        ..event
+                    });
+                    continue;
+                }
+                let stopped =
+                    scale_in.stop(event.record_index, policy, &cluster, &demands, &placed_gpus);
+                let gpus = std::mem::take(&mut placed_gpus[stopped]);
+                cluster.release(&demands[stopped], &gpus);
+                if let Some(&first) = gpus.first() {
+                    cluster.release_host(cluster.gpus[first].node, &needs[stopped]);
+                }
+                mover.stopped(now, stopped, &gpus);
+                done += 1;
+            }
+            // Only after the last event of this instant: GPUs emptying now
+            // are empty by then and take nothing.
+            let instant_over = due.peek().is_none_or(|next| next.time > now)
+                && trace
+                    .get(next_arrival)
+                    .is_none_or(|record| record.arrival_s > now);
+            if instant_over {
+                let mut failures = 0;
+                let mut position = 0;
+                while position < pending.len() && failures < PENDING_RETRIES_PER_EVENT {
+                    let index = pending[position];
+                    if try_place(
+                        index,
+                        now,
+                        &mut cluster,
+                        &mut scale_in,
+                        &mut mover,
+                        &mut placed_gpus,
+                        &mut due,
+                    ) {
+                        let wait = now - trace[index].arrival_s;
+                        max_wait_s = max_wait_s.max(wait);
+                        pending.remove(position);
+                    } else {
+                        failures += 1;
+                        position += 1;
+                    }
+                }
+                mover.consolidate(
+                    now,
+                    policy,
+                    &mut cluster,
+                    &demands,
+                    &mut placed_gpus,
+                    &mut due,
+                );
+            }
+            let active = cluster.active_gpus();
+            peak = peak.max(active);
+            timeline.push((now, active));
+            if event.old_copy_on.is_some() {
                 continue; // not one of the trace's events
             }
-            let delay = mover.take_restart_delay(event.record_index);
-            if delay > 0.0 {
-                // Restarted since this departure was queued: it ends later.
-                due.push(Due {
-                    time: now + delay,
-                    ..event
-                });
-                continue;
+            if done.is_multiple_of(report_every) {
+                progress(done, total_events);
             }
-            let stopped =
-                scale_in.stop(event.record_index, policy, &cluster, &demands, &placed_gpus);
-            let gpus = std::mem::take(&mut placed_gpus[stopped]);
-            cluster.release(&demands[stopped], &gpus);
-            mover.stopped(now, stopped, &gpus);
-            mover.consolidate(
-                now,
-                policy,
-                &mut cluster,
-                &demands,
-                &mut placed_gpus,
-                &mut due,
-            );
+            continue;
         }
         done += 1;
         let active = cluster.active_gpus();
@@ -503,6 +671,7 @@ pub fn simulate(
     }
     progress(total_events, total_events);
     latencies_ns.sort_unstable();
+    let rejected = pending.len();
     SimulationResult {
         policy: policy.name().to_string(),
         gpu_hours: integrals.active_seconds / 3600.0,
@@ -515,6 +684,9 @@ pub fn simulate(
         placement_p99_us: percentile(&latencies_ns, 0.99) / 1000.0,
         placed: trace.len() - rejected,
         rejected,
+        waited,
+        wait_hours: wait_seconds / 3600.0,
+        max_wait_s,
         moved: mover.moved,
         restarts: mover.restarts,
         timeline,
@@ -522,7 +694,7 @@ pub fn simulate(
 }
 
 /// Nearest-rank percentile of sorted values.
-fn percentile(sorted: &[u64], quantile: f64) -> f64 {
+pub(crate) fn percentile(sorted: &[u64], quantile: f64) -> f64 {
     if sorted.is_empty() {
         return 0.0;
     }
@@ -534,16 +706,12 @@ fn percentile(sorted: &[u64], quantile: f64) -> f64 {
 mod tests {
     use super::trace::{ArrivalPattern, TraceSpec, generate};
     use super::*;
-    use crate::policy::{Complementary, DiluPaper, Exclusive};
+    use crate::policy::{Complementary, DiluPaper, Exclusive, InflessRequests};
 
     const GIB: u64 = 1 << 30;
 
     fn shape(gpus: usize) -> ClusterShape {
-        ClusterShape {
-            gpus,
-            gpus_per_node: 8,
-            gpu_memory: 80 * GIB,
-        }
+        ClusterShape::uniform(gpus, 8, 80 * GIB)
     }
 
     fn generated(
@@ -573,6 +741,7 @@ mod tests {
             memory_bytes: 10 * GIB,
             gpus: 1,
             restartable: false,
+            pod: Default::default(),
         };
         let trace = vec![record(0, 0.0), record(1, 0.0)];
         let shared = simulate(&Complementary::default(), &trace, &shape(8), |_, _| {});
@@ -603,6 +772,7 @@ mod tests {
             memory_bytes: 4 * GIB,
             gpus: 1,
             restartable: false,
+            pod: Default::default(),
         };
         vec![
             record(0, "long", 0.0, 10.0, 0.7),
@@ -651,6 +821,7 @@ mod tests {
                 memory_bytes: 4 * GIB,
                 gpus: 1,
                 restartable: false,
+                pod: Default::default(),
             };
         use crate::model::WorkClass::{Batch, Latency};
         vec![
@@ -716,6 +887,7 @@ mod tests {
                 memory_bytes: 20 * GIB,
                 gpus,
                 restartable: restartable && gpus > 1,
+                pod: Default::default(),
             };
         vec![
             record(0, "anchor", 0.0, 36_000.0, 0.5, 1),
@@ -768,15 +940,175 @@ mod tests {
     }
 
     #[test]
-    fn full_cluster_rejects_and_progress_reaches_the_end() {
+    fn a_full_cluster_queues_instances_and_progress_reaches_the_end() {
         let trace = generated(200, 400, ArrivalPattern::Poisson, 3);
         let mut last_progress = (0, 0);
         let tiny = simulate(&Exclusive, &trace, &shape(8), |done, total| {
             last_progress = (done, total)
         });
-        assert!(tiny.rejected > 0);
-        assert_eq!(tiny.placed + tiny.rejected, 200);
+        assert!(tiny.waited > 0 && tiny.wait_hours > 0.0);
+        // Every instance runs in the end: the queue drains as GPUs free up.
+        assert_eq!((tiny.placed, tiny.rejected), (200, 0));
         assert_eq!(last_progress, (400, 400));
+        assert_eq!(tiny.timeline.last().map(|point| point.1), Some(0));
+    }
+
+    fn pod(id: u64, arrival_s: f64, duration_s: f64, sm_request: f64) -> TraceRecord {
+        TraceRecord {
+            id,
+            function: format!("p{id}"),
+            arrival_s,
+            duration_s,
+            class: crate::model::WorkClass::Batch,
+            sm_request,
+            sm_limit: sm_request,
+            memory_bytes: GIB,
+            gpus: 1,
+            restartable: false,
+            pod: Default::default(),
+        }
+    }
+
+    #[test]
+    fn an_instance_that_does_not_fit_waits_and_then_runs_its_whole_duration() {
+        // One GPU: `b` cannot join `a` until `a` leaves at 100 s; it then
+        // runs its full 50 s, so the GPU is busy until 150 s.
+        let trace = vec![pod(0, 0.0, 100.0, 0.7), pod(1, 10.0, 50.0, 0.5)];
+        let result = simulate(&InflessRequests, &trace, &shape(1), |_, _| {});
+        assert_eq!((result.placed, result.waited, result.rejected), (2, 1, 0));
+        assert!(
+            (result.max_wait_s - 90.0).abs() < 1e-9,
+            "{}",
+            result.max_wait_s
+        );
+        assert!((result.wait_hours - 90.0 / 3600.0).abs() < 1e-9);
+        assert!(
+            (result.gpu_hours - 150.0 / 3600.0).abs() < 1e-9,
+            "{}",
+            result.gpu_hours
+        );
+        // A pod that can never fit stays pending and is reported, not lost.
+        let trace = vec![pod(0, 0.0, 100.0, 0.5), {
+            let mut big = pod(1, 1.0, 10.0, 1.0);
+            big.gpus = 2;
+            big
+        }];
+        let result = simulate(&InflessRequests, &trace, &shape(1), |_, _| {});
+        assert_eq!((result.placed, result.rejected), (1, 1));
+    }
+
+    #[test]
+    fn the_cluster_has_exactly_the_gpus_asked_for() {
+        let odd = ClusterShape::uniform(9, 8, GIB);
+        assert_eq!(odd.gpus(), 9);
+        assert_eq!(odd.nodes.len(), 2);
+        assert_eq!(odd.build().gpus.len(), 9);
+        assert!(
+            odd.describe().starts_with("9 GPUs on 2 nodes"),
+            "{}",
+            odd.describe()
+        );
+        // Ten whole-GPU pods at once on 9 GPUs: one waits.
+        let trace: Vec<TraceRecord> = (0..10).map(|id| pod(id, 0.0, 3600.0, 1.0)).collect();
+        let result = simulate(&Exclusive, &trace, &odd, |_, _| {});
+        assert_eq!((result.peak_active_gpus, result.waited), (9, 1));
+    }
+
+    fn node(gpus: usize, cpu_milli: u64, model: &str) -> NodeSpec {
+        NodeSpec {
+            gpus,
+            gpu_memory: 16 * GIB,
+            cpu_milli,
+            memory_mib: 1 << 20,
+            model: model.into(),
+        }
+    }
+
+    #[test]
+    fn heterogeneous_nodes_bound_pods_by_cpu_and_gpu_count() {
+        // Node 0: 8 GPUs but 8 cores; node 1: 2 GPUs and 64 cores.
+        let shape = ClusterShape {
+            nodes: vec![node(8, 8000, "T4"), node(2, 64_000, "T4")],
+        };
+        assert!(shape.describe().contains("10 T4"), "{}", shape.describe());
+        let mut trace: Vec<TraceRecord> = (0..4)
+            .map(|id| {
+                let mut record = pod(id, id as f64, 3600.0, 1.0);
+                record.pod.cpu_milli = 6000;
+                record.pod.one_node = true;
+                record
+            })
+            .collect();
+        // A pod of four whole GPUs fits only node 0 (node 1 has two GPUs).
+        trace[3].gpus = 4;
+        trace[3].pod.cpu_milli = 1000;
+        let result = simulate(&InflessRequests, &trace, &shape, |_, _| {});
+        // Node 0 takes one 6-core pod, node 1 two; the third 6-core pod
+        // would need 12 cores on node 0, so the big pod goes to node 0 and
+        // no pod waits: 1 + 2 + 4 GPUs.
+        assert_eq!((result.waited, result.peak_active_gpus), (0, 7));
+        // With one more 6-core pod nothing has cores left: it waits.
+        let mut more = trace.clone();
+        let mut extra = pod(4, 10.0, 3600.0, 0.2);
+        extra.pod.cpu_milli = 6000;
+        more.push(extra);
+        let result = simulate(&InflessRequests, &more, &shape, |_, _| {});
+        assert_eq!(result.waited, 1);
+    }
+
+    #[test]
+    fn pods_run_only_on_the_gpu_models_they_allow() {
+        let shape = ClusterShape {
+            nodes: vec![node(4, 64_000, "T4"), node(1, 64_000, "V100M32")],
+        };
+        let mut trace: Vec<TraceRecord> = (0..2)
+            .map(|id| {
+                let mut record = pod(id, id as f64, 3600.0, 1.0);
+                record.pod.gpu_models = vec!["V100M32".into()];
+                record
+            })
+            .collect();
+        // A model no node has: never placed.
+        let mut nowhere = pod(2, 2.0, 10.0, 0.1);
+        nowhere.pod.gpu_models = vec!["A100".into()];
+        trace.push(nowhere);
+        for policy in crate::policy::POLICY_NAMES {
+            let policy = crate::policy::policy_by_name(policy).unwrap();
+            let result = simulate(policy.as_ref(), &trace, &shape, |_, _| {});
+            // The V100 takes one; the other waits for it despite four idle T4s.
+            assert_eq!(result.peak_active_gpus, 1, "{}", result.policy);
+            assert_eq!(
+                (result.waited, result.rejected),
+                (2, 1),
+                "{}",
+                result.policy
+            );
+        }
+    }
+
+    #[test]
+    fn nothing_moves_onto_gpus_that_empty_at_the_same_instant() {
+        // Twenty GPUs, each with a replica of `f` and a job; every one of
+        // them ends at the same instant, two hours in. Handled one at a
+        // time, the first stops would leave replicas alone and move them
+        // onto GPUs that empty a moment later; handled as one instant,
+        // nothing is left to move.
+        let mut trace = Vec::new();
+        for gpu in 0..20u64 {
+            let start = gpu as f64;
+            let mut replica = pod(2 * gpu, start, 7200.0 - start, 0.3);
+            replica.class = crate::model::WorkClass::Latency;
+            replica.function = "f".into();
+            trace.push(replica);
+            trace.push(pod(2 * gpu + 1, start + 0.5, 7200.0 - start - 0.5, 0.7));
+        }
+        let ours = simulate(&Complementary::default(), &trace, &shape(20), |_, _| {});
+        assert_eq!(ours.moved, 0);
+        assert!(
+            (ours.gpu_hours - 20.0 * 2.0).abs() < 0.1,
+            "{}",
+            ours.gpu_hours
+        );
     }
 
     #[test]

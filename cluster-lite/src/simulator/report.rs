@@ -4,12 +4,14 @@
 use std::fmt::Write;
 
 use super::SimulationResult;
+use super::inflation::InflationResult;
+use super::plot::{Series, line_chart_svg};
 
 /// Markdown table, one row per policy, in the order given.
 pub fn markdown_table(results: &[SimulationResult]) -> String {
     let mut table = String::from(
-        "| policy | GPU-hours | vs dilu-paper | peak GPUs | SM frag | mem frag | SLO risk (mean Σlim−1) | GPUs at risk | place p50 µs | place p99 µs | rejected | moved | restarts |\n\
-         |---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n",
+        "| policy | GPU-hours | vs dilu-paper | peak GPUs | SM frag | mem frag | SLO risk (mean Σlim−1) | GPUs at risk | place p50 µs | place p99 µs | waited | wait h | never placed | moved | restarts |\n\
+         |---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n",
     );
     let paper_hours = results
         .iter()
@@ -24,7 +26,7 @@ pub fn markdown_table(results: &[SimulationResult]) -> String {
         };
         let _ = writeln!(
             table,
-            "| {} | {:.1} | {} | {} | {:.3} | {:.3} | {:.4} | {:.1}% | {:.1} | {:.1} | {} | {} | {} |",
+            "| {} | {:.1} | {} | {} | {:.3} | {:.3} | {:.4} | {:.1}% | {:.1} | {:.1} | {} | {:.1} | {} | {} | {} |",
             result.policy,
             result.gpu_hours,
             relative,
@@ -35,9 +37,42 @@ pub fn markdown_table(results: &[SimulationResult]) -> String {
             100.0 * result.share_gpus_at_risk,
             result.placement_p50_us,
             result.placement_p99_us,
+            result.waited,
+            result.wait_hours,
             result.rejected,
             result.moved,
             result.restarts,
+        );
+    }
+    table
+}
+
+/// Markdown table of FGD's protocol: per policy, the share of GPU capacity
+/// allocated at each requested share, then pods dropped, the mean limit
+/// excess on used GPUs at the end, and placement latency.
+pub fn inflation_table(results: &[InflationResult]) -> String {
+    let Some(first) = results.first() else {
+        return String::new();
+    };
+    let mut table = String::from("| policy |");
+    for point in &first.points {
+        let _ = write!(table, " {:.0}% |", 100.0 * point.requested);
+    }
+    table.push_str(" dropped | end Σlim−1 | place p50 µs | place p99 µs |\n|---|");
+    table.push_str(&"---:|".repeat(first.points.len() + 4));
+    table.push('\n');
+    for result in results {
+        let _ = write!(table, "| {} |", result.policy);
+        for point in &result.points {
+            let _ = write!(table, " {:.2}% |", 100.0 * point.allocated);
+        }
+        let _ = writeln!(
+            table,
+            " {} | {:.4} | {:.1} | {:.1} |",
+            result.dropped,
+            result.final_limit_excess,
+            result.placement_p50_us,
+            result.placement_p99_us
         );
     }
     table
@@ -137,96 +172,27 @@ fn correlation(first: &[f64], second: &[f64]) -> Option<f64> {
     (scale > 0.0).then(|| covariance / scale)
 }
 
-const COLOURS: [&str; 6] = [
-    "#d62728", "#1f77b4", "#2ca02c", "#ff7f0e", "#7f7f7f", "#9467bd",
-];
-const WIDTH: f64 = 800.0;
-const HEIGHT: f64 = 400.0;
-const MARGIN: f64 = 50.0;
-const MAX_POINTS: usize = 800;
-
-/// SVG plot of active GPUs (y) against hours (x), one polyline per policy.
+/// SVG plot of active GPUs (y) against hours since the first event (x),
+/// one line per policy.
 pub fn active_gpus_svg(title: &str, results: &[SimulationResult]) -> String {
-    let end_time = results
-        .iter()
-        .filter_map(|result| result.timeline.last().map(|point| point.0))
-        .fold(0.0f64, f64::max)
-        .max(1.0);
-    let start_time = results
+    let start = results
         .iter()
         .filter_map(|result| result.timeline.first().map(|point| point.0))
-        .fold(end_time, f64::min);
-    let peak = results
+        .fold(f64::INFINITY, f64::min);
+    let series: Vec<Series> = results
         .iter()
-        .map(|result| result.peak_active_gpus)
-        .max()
-        .unwrap_or(1)
-        .max(1) as f64;
-    let span = (end_time - start_time).max(1.0);
-    let x_of = |time: f64| MARGIN + (time - start_time) / span * (WIDTH - 2.0 * MARGIN);
-    let y_of = |gpus: f64| HEIGHT - MARGIN - gpus / peak * (HEIGHT - 2.0 * MARGIN);
-    let mut svg = String::new();
-    let _ = writeln!(
-        svg,
-        r#"<svg xmlns="http://www.w3.org/2000/svg" width="{WIDTH}" height="{HEIGHT}" font-family="sans-serif" font-size="12">"#
-    );
-    let _ = writeln!(svg, r#"<rect width="100%" height="100%" fill="white"/>"#);
-    let _ = writeln!(
-        svg,
-        r#"<text x="{}" y="20" text-anchor="middle" font-size="14">{}</text>"#,
-        WIDTH / 2.0,
-        escape(title)
-    );
-    let _ = writeln!(
-        svg,
-        r#"<line x1="{MARGIN}" y1="{0}" x2="{1}" y2="{0}" stroke="black"/><line x1="{MARGIN}" y1="{MARGIN}" x2="{MARGIN}" y2="{0}" stroke="black"/>"#,
-        HEIGHT - MARGIN,
-        WIDTH - MARGIN
-    );
-    let _ = writeln!(
-        svg,
-        r#"<text x="{}" y="{}" text-anchor="middle">hours ({:.1} h shown)</text>"#,
-        WIDTH / 2.0,
-        HEIGHT - 15.0,
-        span / 3600.0
-    );
-    let _ = writeln!(
-        svg,
-        r#"<text x="15" y="{}" transform="rotate(-90 15 {})" text-anchor="middle">active GPUs (peak {})</text>"#,
-        HEIGHT / 2.0,
-        HEIGHT / 2.0,
-        peak as usize
-    );
-    for (index, result) in results.iter().enumerate() {
-        let colour = COLOURS[index % COLOURS.len()];
-        let stride = result.timeline.len().div_ceil(MAX_POINTS).max(1);
-        let mut points = String::new();
-        for (time, active) in result.timeline.iter().step_by(stride) {
-            let _ = write!(points, "{:.1},{:.1} ", x_of(*time), y_of(*active as f64));
-        }
-        let _ = writeln!(
-            svg,
-            r#"<polyline fill="none" stroke="{colour}" stroke-width="1.5" points="{}"/>"#,
-            points.trim_end()
-        );
-        let legend_y = MARGIN + 15.0 * index as f64;
-        let _ = writeln!(
-            svg,
-            r#"<text x="{}" y="{legend_y}" fill="{colour}">{}</text>"#,
-            WIDTH - MARGIN - 120.0,
-            escape(&result.policy)
-        );
-    }
-    svg.push_str("</svg>\n");
-    svg
+        .map(|result| Series {
+            name: result.policy.clone(),
+            points: result
+                .timeline
+                .iter()
+                .map(|(time, active)| ((time - start) / 3600.0, *active as f64))
+                .collect(),
+            markers: false,
+        })
+        .collect();
+    line_chart_svg(title, "hours", "active GPUs", &series)
 }
-
-fn escape(text: &str) -> String {
-    text.replace('&', "&amp;")
-        .replace('<', "&lt;")
-        .replace('>', "&gt;")
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -244,6 +210,9 @@ mod tests {
             placement_p99_us: 2.0,
             placed: 10,
             rejected: 0,
+            waited: 0,
+            wait_hours: 0.0,
+            max_wait_s: 0.0,
             moved: 0,
             restarts: 0,
             timeline: vec![(0.0, 1), (3600.0, 4), (7200.0, 0)],
@@ -286,7 +255,7 @@ mod tests {
     #[test]
     fn svg_has_one_line_per_policy_and_escapes_titles() {
         let svg = active_gpus_svg("a<b", &[result("dilu", 1.0), result("exclusive", 2.0)]);
-        assert_eq!(svg.matches("<polyline").count(), 2);
+        assert!(svg.matches("<polyline").count() >= 2);
         assert!(svg.contains("a&lt;b"));
         assert!(svg.trim_end().ends_with("</svg>"));
     }

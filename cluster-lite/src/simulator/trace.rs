@@ -23,7 +23,7 @@ use std::io::{BufRead, Write};
 
 use serde::{Deserialize, Serialize};
 
-use crate::model::{InstanceDemand, WorkClass};
+use crate::model::{ClusterState, GpuModel, InstanceDemand, PodNeeds, WorkClass};
 use crate::rng::SeededRng;
 
 const GB: f64 = 1e9;
@@ -44,9 +44,49 @@ pub struct TraceRecord {
     /// policy may restart it on other GPUs (see `consolidation`).
     #[serde(default)]
     pub restartable: bool,
+    /// What it needs of its node besides GPU shares (real-cluster pods;
+    /// generated records need nothing and may span nodes).
+    #[serde(default, flatten)]
+    pub pod: PodSpec,
+}
+
+/// A record's host needs, as a real cluster's pod spec gives them.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct PodSpec {
+    #[serde(default)]
+    pub cpu_milli: u64,
+    #[serde(default)]
+    pub host_memory_mib: u64,
+    /// GPU models it may run on; empty means any.
+    #[serde(default)]
+    pub gpu_models: Vec<String>,
+    /// Whether all its GPUs must be on one node.
+    #[serde(default)]
+    pub one_node: bool,
 }
 
 impl TraceRecord {
+    /// Its host needs on `cluster` (a model the cluster lacks matches no node).
+    pub fn needs(&self, cluster: &ClusterState) -> PodNeeds {
+        PodNeeds {
+            cpu_milli: self.pod.cpu_milli,
+            memory_mib: self.pod.host_memory_mib,
+            models: self
+                .pod
+                .gpu_models
+                .iter()
+                .map(|name| {
+                    cluster
+                        .models
+                        .iter()
+                        .position(|model| model == name)
+                        .map_or(GpuModel::MAX, |index| index as GpuModel)
+                })
+                .collect(),
+            one_node: self.pod.one_node,
+        }
+    }
+
     pub fn demand(&self) -> InstanceDemand {
         InstanceDemand {
             class: self.class,
@@ -214,6 +254,7 @@ pub fn generate(spec: &TraceSpec) -> Vec<TraceRecord> {
             memory_bytes: (memory_gb * GB) as u64,
             gpus: profile.gpus,
             restartable: profile.class == WorkClass::Batch,
+            pod: PodSpec::default(),
         });
     }
     records

@@ -2,7 +2,8 @@
 
 use super::out;
 use crate::Res;
-use crate::driver::{CTXS, Ctx, ctx_stack, current, drv};
+use crate::driver::{CTXS, Ctx, Driver, ctx_stack, current, drv};
+use crate::identity;
 use dilu_abi::cuda::*;
 use std::ffi::{c_char, c_int, c_uint, c_void};
 use std::sync::Arc;
@@ -39,6 +40,8 @@ export! {
     fn cuCtxPopCurrent_v2(ctx: *mut CUcontext) => ctx_pop;
     fn cuCtxGetDevice(dev: *mut CUdevice) => ctx_get_device;
     fn cuCtxSynchronize() => ctx_synchronize;
+    fn cuCtxGetDevice_v2(dev: *mut CUdevice, ctx: CUcontext) => ctx_get_device_v2;
+    fn cuCtxSynchronize_v2(ctx: CUcontext) => ctx_synchronize_v2;
     fn cuCtxGetApiVersion(ctx: CUcontext, v: *mut c_uint) => ctx_api_version;
     fn cuCtxGetFlags(flags: *mut c_uint) => ctx_get_flags;
     fn cuCtxSetLimit(limit: c_int, value: usize) => ctx_set_limit;
@@ -76,25 +79,25 @@ fn put_str(buf: *mut c_char, len: c_int, text: &str) -> Res {
 
 fn device_name(_: bool, name: *mut c_char, len: c_int, dev: CUdevice) -> Res {
     dev_index(dev)?;
-    put_str(name, len, "NVIDIA H100 80GB HBM3 (simgpu)")
+    put_str(name, len, identity::DEVICE_NAME)
+}
+
+/// A device's UUID: stable for an instance and device (cudart's integrity
+/// check hashes it; NVML reports the same, see `identity`).
+pub(crate) fn uuid_bytes(d: &Driver, i: usize) -> [u8; 16] {
+    identity::uuid_bytes(&d.cfg.instance, d.phys(i))
+}
+
+/// A device's PCI bus number (domain and device number are 0).
+pub(crate) fn pci_bus(d: &Driver, i: usize) -> c_int {
+    identity::pci_bus(d.phys(i)) as c_int
 }
 
 fn device_uuid(_: bool, uuid: *mut sys::CUuuid, dev: CUdevice) -> Res {
     let d = drv()?;
     let i = d.check_dev(dev)?;
-    let mut bytes = [0u8; 16];
-    bytes[..6].copy_from_slice(b"simgpu");
-    let h = d
-        .cfg
-        .instance
-        .bytes()
-        .fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
-            (h ^ b as u64).wrapping_mul(0x100_0000_01b3)
-        });
-    bytes[6..14].copy_from_slice(&h.to_le_bytes());
-    bytes[14..16].copy_from_slice(&(d.phys(i) as u16).to_le_bytes());
     let mut u = sys::CUuuid { bytes: [0; 16] };
-    for (o, b) in u.bytes.iter_mut().zip(bytes) {
+    for (o, b) in u.bytes.iter_mut().zip(uuid_bytes(d, i)) {
         *o = b as c_char;
     }
     out(uuid, u)
@@ -109,61 +112,62 @@ fn device_total_mem(_: bool, bytes: *mut usize, dev: CUdevice) -> Res {
 /// Hopper (H100 SXM) values; MULTIPROCESSOR_COUNT follows SIMGPU_SMS.
 fn attribute(attr: c_int, sms: c_int, bus: c_int) -> c_int {
     match attr {
-        1 => 1024,         // MAX_THREADS_PER_BLOCK
-        2 | 3 => 1024,     // MAX_BLOCK_DIM_X/Y
-        4 => 64,           // MAX_BLOCK_DIM_Z
-        5 => i32::MAX,     // MAX_GRID_DIM_X
-        6 | 7 => 65535,    // MAX_GRID_DIM_Y/Z
-        8 => 49152,        // MAX_SHARED_MEMORY_PER_BLOCK
-        9 => 65536,        // TOTAL_CONSTANT_MEMORY
-        10 => 32,          // WARP_SIZE
-        11 => i32::MAX,    // MAX_PITCH
-        12 => 65536,       // MAX_REGISTERS_PER_BLOCK
-        13 => 1_980_000,   // CLOCK_RATE (kHz)
-        14 => 512,         // TEXTURE_ALIGNMENT
-        15 => 1,           // GPU_OVERLAP
-        16 => sms,         // MULTIPROCESSOR_COUNT
-        19 => 1,           // CAN_MAP_HOST_MEMORY
-        21 => 131072,      // MAXIMUM_TEXTURE1D_WIDTH
-        22 | 23 => 131072, // MAXIMUM_TEXTURE2D_WIDTH/HEIGHT
-        24..=26 => 16384,  // MAXIMUM_TEXTURE3D_*
-        30 => 512,         // SURFACE_ALIGNMENT
-        31 => 1,           // CONCURRENT_KERNELS
-        32 => 1,           // ECC_ENABLED
-        33 => bus,         // PCI_BUS_ID
-        36 => 2_619_000,   // MEMORY_CLOCK_RATE (kHz)
-        37 => 5120,        // GLOBAL_MEMORY_BUS_WIDTH
-        38 => 50 << 20,    // L2_CACHE_SIZE
-        39 => 2048,        // MAX_THREADS_PER_MULTIPROCESSOR
-        40 => 3,           // ASYNC_ENGINE_COUNT
-        41 => 1,           // UNIFIED_ADDRESSING
-        51 => 32,          // TEXTURE_PITCH_ALIGNMENT
-        75 => 9,           // COMPUTE_CAPABILITY_MAJOR
-        76 => 0,           // COMPUTE_CAPABILITY_MINOR
-        78..=80 => 1,      // STREAM_PRIORITIES / GLOBAL_L1 / LOCAL_L1
-        81 => 233472,      // MAX_SHARED_MEMORY_PER_MULTIPROCESSOR
-        82 => 65536,       // MAX_REGISTERS_PER_MULTIPROCESSOR
-        83 => 1,           // MANAGED_MEMORY
-        87 => 2,           // SINGLE_TO_DOUBLE_PRECISION_PERF_RATIO
-        89 => 1,           // CONCURRENT_MANAGED_ACCESS
-        90 => 1,           // COMPUTE_PREEMPTION_SUPPORTED
-        91..=93 => 1,      // host pointer / stream mem ops
-        95 | 96 => 1,      // COOPERATIVE_LAUNCH (+multi device)
-        97 => 232448,      // MAX_SHARED_MEMORY_PER_BLOCK_OPTIN
-        99 => 1,           // HOST_REGISTER_SUPPORTED
-        102 | 103 => 1,    // VMM supported, POSIX fd handles
-        106 => 32,         // MAX_BLOCKS_PER_MULTIPROCESSOR
-        108 => 30 << 20,   // MAX_PERSISTING_L2_CACHE_SIZE
-        109 => 128 << 20,  // MAX_ACCESS_POLICY_WINDOW_SIZE
-        111 => 1024,       // RESERVED_SHARED_MEMORY_PER_BLOCK
-        112 | 113 => 1,    // sparse arrays, read-only host register
-        115 => 1,          // MEMORY_POOLS_SUPPORTED
-        119 => 1,          // MEMPOOL_SUPPORTED_HANDLE_TYPES (posix fd)
-        120..=123 => 1,    // cluster launch, deferred mapping, mem ops
-        126 => 4,          // MEM_SYNC_DOMAIN_COUNT
-        127 => 1,          // TENSOR_MAP_ACCESS_SUPPORTED
-        129 => 1,          // UNIFIED_FUNCTION_POINTERS
-        131 | 134 => -1,   // NUMA ids
+        1 => 1024,                       // MAX_THREADS_PER_BLOCK
+        2 | 3 => 1024,                   // MAX_BLOCK_DIM_X/Y
+        4 => 64,                         // MAX_BLOCK_DIM_Z
+        5 => i32::MAX,                   // MAX_GRID_DIM_X
+        6 | 7 => 65535,                  // MAX_GRID_DIM_Y/Z
+        8 => 49152,                      // MAX_SHARED_MEMORY_PER_BLOCK
+        9 => 65536,                      // TOTAL_CONSTANT_MEMORY
+        10 => 32,                        // WARP_SIZE
+        11 => i32::MAX,                  // MAX_PITCH
+        12 => 65536,                     // MAX_REGISTERS_PER_BLOCK
+        13 => 1_980_000,                 // CLOCK_RATE (kHz)
+        14 => 512,                       // TEXTURE_ALIGNMENT
+        15 => 1,                         // GPU_OVERLAP
+        16 => sms,                       // MULTIPROCESSOR_COUNT
+        19 => 1,                         // CAN_MAP_HOST_MEMORY
+        21 => 131072,                    // MAXIMUM_TEXTURE1D_WIDTH
+        22 | 23 => 131072,               // MAXIMUM_TEXTURE2D_WIDTH/HEIGHT
+        24..=26 => 16384,                // MAXIMUM_TEXTURE3D_*
+        30 => 512,                       // SURFACE_ALIGNMENT
+        31 => 1,                         // CONCURRENT_KERNELS
+        32 => 1,                         // ECC_ENABLED
+        33 => bus,                       // PCI_BUS_ID
+        36 => 2_619_000,                 // MEMORY_CLOCK_RATE (kHz)
+        37 => 5120,                      // GLOBAL_MEMORY_BUS_WIDTH
+        38 => 50 << 20,                  // L2_CACHE_SIZE
+        39 => 2048,                      // MAX_THREADS_PER_MULTIPROCESSOR
+        40 => 3,                         // ASYNC_ENGINE_COUNT
+        41 => 1,                         // UNIFIED_ADDRESSING
+        51 => 32,                        // TEXTURE_PITCH_ALIGNMENT
+        75 => 9,                         // COMPUTE_CAPABILITY_MAJOR
+        76 => 0,                         // COMPUTE_CAPABILITY_MINOR
+        78..=80 => 1,                    // STREAM_PRIORITIES / GLOBAL_L1 / LOCAL_L1
+        81 => 233472,                    // MAX_SHARED_MEMORY_PER_MULTIPROCESSOR
+        82 => 65536,                     // MAX_REGISTERS_PER_MULTIPROCESSOR
+        83 => 1,                         // MANAGED_MEMORY
+        87 => 2,                         // SINGLE_TO_DOUBLE_PRECISION_PERF_RATIO
+        89 => 1,                         // CONCURRENT_MANAGED_ACCESS
+        90 => 1,                         // COMPUTE_PREEMPTION_SUPPORTED
+        91..=93 => 1,                    // host pointer / stream mem ops
+        95 | 96 => 1,                    // COOPERATIVE_LAUNCH (+multi device)
+        97 => 232448,                    // MAX_SHARED_MEMORY_PER_BLOCK_OPTIN
+        99 => 1,                         // HOST_REGISTER_SUPPORTED
+        102 | 103 => 1,                  // VMM supported, POSIX fd handles
+        106 => 32,                       // MAX_BLOCKS_PER_MULTIPROCESSOR
+        108 => 30 << 20,                 // MAX_PERSISTING_L2_CACHE_SIZE
+        109 => 128 << 20,                // MAX_ACCESS_POLICY_WINDOW_SIZE
+        111 => 1024,                     // RESERVED_SHARED_MEMORY_PER_BLOCK
+        112 | 113 => 1,                  // sparse arrays, read-only host register
+        115 => 1,                        // MEMORY_POOLS_SUPPORTED
+        119 => 1,                        // MEMPOOL_SUPPORTED_HANDLE_TYPES (posix fd)
+        120..=123 => 1,                  // cluster launch, deferred mapping, mem ops
+        126 => 4,                        // MEM_SYNC_DOMAIN_COUNT
+        127 => 1,                        // TENSOR_MAP_ACCESS_SUPPORTED
+        129 => 1,                        // UNIFIED_FUNCTION_POINTERS
+        131 | 134 => -1,                 // NUMA ids
+        139 => 0x2330_10DE_u32 as c_int, // GPU_PCI_DEVICE_ID: H100 SXM5, NVIDIA
         _ => 0,
     }
 }
@@ -176,13 +180,13 @@ fn device_attribute(_: bool, v: *mut c_int, attr: c_int, dev: CUdevice) -> Res {
         return Err(CUDA_ERROR_INVALID_VALUE);
     }
     let sms = d.cfg.sms.min(i32::MAX as u64) as c_int;
-    out(v, attribute(attr, sms, 0x18 + d.phys(i) as c_int))
+    out(v, attribute(attr, sms, pci_bus(d, i)))
 }
 
 fn device_pci_bus_id(_: bool, id: *mut c_char, len: c_int, dev: CUdevice) -> Res {
     let d = drv()?;
     let i = d.check_dev(dev)?;
-    put_str(id, len, &format!("0000:{:02x}:00.0", 0x18 + d.phys(i)))
+    put_str(id, len, &format!("0000:{:02x}:00.0", pci_bus(d, i)))
 }
 
 fn device_cc(_: bool, major: *mut c_int, minor: *mut c_int, dev: CUdevice) -> Res {
@@ -201,6 +205,7 @@ fn primary_retain(_: bool, ctx: *mut CUcontext, dev: CUdevice) -> Res {
     let c = primary(dev)?;
     out(ctx, c.handle() as CUcontext)?;
     c.retains.fetch_add(1, AcqRel);
+    drv()?.mark_active(c.dev);
     Ok(())
 }
 
@@ -227,6 +232,7 @@ fn primary_reset(_: bool, dev: CUdevice) -> Res {
     let c = primary(dev)?;
     c.synchronize()?;
     c.flags.store(0, Release);
+    c.drop_local_storage();
     Ok(())
 }
 
@@ -237,6 +243,7 @@ fn ctx_create(_: bool, ctx: *mut CUcontext, flags: c_uint, dev: CUdevice) -> Res
         return Err(CUDA_ERROR_INVALID_VALUE);
     }
     let c = Arc::new(Ctx::new(i, flags, false));
+    d.mark_active(i);
     let h = CTXS.insert(c);
     ctx_stack(|s| s.push(h));
     out(ctx, h as CUcontext)
@@ -274,6 +281,7 @@ fn ctx_destroy(_: bool, ctx: CUcontext) -> Res {
     for s in c.all_streams() {
         s.close();
     }
+    c.drop_local_storage();
     CTXS.remove(h);
     ctx_stack(|s| s.retain(|&x| x != h));
     Ok(())
@@ -326,6 +334,24 @@ fn ctx_synchronize(_: bool) -> Res {
     current()?.synchronize()
 }
 
+/// A context argument of the CUDA 13 `_v2` calls (NULL: the current one).
+fn ctx_or_current(ctx: CUcontext) -> Res<Arc<Ctx>> {
+    if ctx.is_null() {
+        return current();
+    }
+    drv()?;
+    CTXS.get(ctx as usize).ok_or(CUDA_ERROR_INVALID_CONTEXT)
+}
+
+fn ctx_get_device_v2(_: bool, dev: *mut CUdevice, ctx: CUcontext) -> Res {
+    out(dev, ctx_or_current(ctx)?.dev as CUdevice)
+}
+
+fn ctx_synchronize_v2(_: bool, ctx: CUcontext) -> Res {
+    let _cost = crate::host_cost::charge(crate::host_cost::Call::Synchronize);
+    ctx_or_current(ctx)?.synchronize()
+}
+
 fn ctx_api_version(_: bool, ctx: CUcontext, v: *mut c_uint) -> Res {
     drv()?;
     if !ctx.is_null() {
@@ -340,10 +366,17 @@ fn ctx_get_flags(_: bool, flags: *mut c_uint) -> Res {
     out(flags, current()?.flags.load(Acquire))
 }
 
+const LIMIT_SHMEM_SIZE: c_int = 7;
+const LIMIT_CIG_ENABLED: c_int = 8;
+
 fn ctx_set_limit(_: bool, limit: c_int, value: usize) -> Res {
     let c = current()?;
     let max = sys::CUlimit_enum::CU_LIMIT_MAX as c_int;
     if limit < 0 || limit >= max || limit as usize >= 16 {
+        return Err(CUDA_ERROR_INVALID_VALUE);
+    }
+    // Shared memory size and CIG state can only be queried.
+    if limit == LIMIT_SHMEM_SIZE || limit == LIMIT_CIG_ENABLED {
         return Err(CUDA_ERROR_INVALID_VALUE);
     }
     c.limits.lock().unwrap_or_else(|e| e.into_inner())[limit as usize] = value as u64;

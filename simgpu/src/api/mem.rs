@@ -31,6 +31,8 @@ export! {
     fn cuMemAllocFromPoolAsync(p: *mut CUdeviceptr, size: usize, pool: Pool, s: CUstream) | cuMemAllocFromPoolAsync_ptsz => mem_alloc_from_pool;
     fn cuDeviceGetDefaultMemPool(pool: *mut Pool, dev: sys::CUdevice) => default_pool;
     fn cuDeviceGetMemPool(pool: *mut Pool, dev: sys::CUdevice) => default_pool;
+    fn cuMemGetDefaultMemPool(pool: *mut Pool, location: *const [c_int; 2], kind: c_int) => default_pool_at;
+    fn cuMemGetMemPool(pool: *mut Pool, location: *const [c_int; 2], kind: c_int) => default_pool_at;
     fn cuMemPoolCreate(pool: *mut Pool, props: *const c_void) => pool_create;
     fn cuMemPoolDestroy(pool: Pool) => pool_destroy;
     fn cuMemPoolSetAttribute(pool: Pool, attr: c_int, v: *mut c_void) => pool_set_attr;
@@ -258,6 +260,18 @@ fn mem_free_async(pt: bool, p: CUdeviceptr, s: CUstream) -> Res {
 fn default_pool(_: bool, pool: *mut Pool, dev: sys::CUdevice) -> Res {
     let i = drv()?.check_dev(dev)?;
     out(pool, default_pool_of(i)? as Pool)
+}
+
+/// CUDA 13's pool query by location: device locations with pinned
+/// allocations only (simgpu has no host or managed pools).
+fn default_pool_at(_: bool, pool: *mut Pool, location: *const [c_int; 2], kind: c_int) -> Res {
+    let [loc_type, id] = super::read(location)?;
+    const LOCATION_DEVICE: c_int = 1;
+    const ALLOCATION_PINNED: c_int = 1;
+    if loc_type != LOCATION_DEVICE || kind != ALLOCATION_PINNED {
+        return Err(CUDA_ERROR_NOT_SUPPORTED);
+    }
+    default_pool(false, pool, id)
 }
 
 /// `location.id` of a CUmemPoolProps / CUmemAllocationProp: both start with

@@ -7,9 +7,6 @@ use crate::proc_table::{Lookup, lookup};
 use dilu_abi::cuda::*;
 use std::ffi::{c_char, c_int, c_uint, c_void};
 
-/// The driver API version simgpu reports (CUDA 12.9).
-pub const DRIVER_VERSION: c_int = 12090;
-
 export! {
     fn cuInit(flags: c_uint) => init_impl;
     fn cuDriverGetVersion(v: *mut c_int) => driver_version;
@@ -18,6 +15,8 @@ export! {
     fn cuGetProcAddress(symbol: *const c_char, pfn: *mut *mut c_void, version: c_int, flags: u64) => get_proc_v1;
     fn cuGetProcAddress_v2(symbol: *const c_char, pfn: *mut *mut c_void, version: c_int, flags: u64, status: *mut c_int) => get_proc_v2;
     fn cuGetExportTable(table: *mut *const c_void, id: *const sys::CUuuid) => export_table;
+    fn cuLogsRegisterCallback(cb: *mut c_void, data: *mut c_void, handle: *mut *mut c_void) => logs_register;
+    fn cuLogsUnregisterCallback(handle: *mut c_void) => logs_unregister;
 }
 
 fn init_impl(_: bool, flags: c_uint) -> Res {
@@ -30,15 +29,48 @@ fn init_impl(_: bool, flags: c_uint) -> Res {
     }
 }
 
-fn driver_version(_: bool, v: *mut c_int) -> Res {
-    out(v, DRIVER_VERSION)
+/// Driver log callbacks: accepted, never called (simgpu writes no driver
+/// log entries).
+fn logs_register(_: bool, cb: *mut c_void, _data: *mut c_void, handle: *mut *mut c_void) -> Res {
+    if cb.is_null() {
+        return Err(CUDA_ERROR_INVALID_VALUE);
+    }
+    static NEXT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(1);
+    out(
+        handle,
+        NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed) as *mut c_void,
+    )
 }
 
-fn export_table(_: bool, table: *mut *const c_void, _id: *const sys::CUuuid) -> Res {
-    if !table.is_null() {
-        out(table, std::ptr::null())?;
+fn logs_unregister(_: bool, handle: *mut c_void) -> Res {
+    if handle.is_null() {
+        return Err(CUDA_ERROR_INVALID_VALUE);
     }
-    Err(CUDA_ERROR_NOT_SUPPORTED)
+    Ok(())
+}
+
+fn driver_version(_: bool, v: *mut c_int) -> Res {
+    let version = crate::config::driver_version().map_err(|_| CUDA_ERROR_INVALID_VALUE)?;
+    out(v, version)
+}
+
+/// Serves cudart's private tables ([`crate::export_tables`]); any other
+/// UUID gets a NULL table and an error.
+fn export_table(_: bool, table: *mut *const c_void, id: *const sys::CUuuid) -> Res {
+    let id = super::read(id)?.bytes.map(|b| b as u8);
+    match crate::export_tables::lookup(&id) {
+        Some(t) => out(table, t),
+        None => {
+            if crate::log_errors() {
+                let hex: String = id.iter().map(|b| format!("{b:02X}")).collect();
+                eprintln!("simgpu: cuGetExportTable: no table {hex}");
+            }
+            if !table.is_null() {
+                out(table, std::ptr::null())?;
+            }
+            Err(CUDA_ERROR_NOT_SUPPORTED)
+        }
+    }
 }
 
 const ERRORS: &[(CUresult, &std::ffi::CStr, &std::ffi::CStr)] = &[
@@ -217,6 +249,9 @@ fn get_proc(
             out(pfn, p as *mut c_void)
         }
         Lookup::NotFound => {
+            if crate::log_errors() {
+                eprintln!("simgpu: cuGetProcAddress: no {name:?} at version {version}");
+            }
             set_status(CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND);
             Err(CUDA_ERROR_NOT_FOUND)
         }

@@ -21,6 +21,7 @@ macro_rules! export {
 
 pub mod device;
 pub mod graph_mem;
+pub mod library;
 pub mod mem;
 pub mod misc;
 pub mod module;
@@ -28,6 +29,7 @@ pub mod stream;
 
 pub use device::*;
 pub use graph_mem::*;
+pub use library::*;
 pub use mem::*;
 pub use misc::*;
 pub use module::*;

@@ -1,9 +1,12 @@
-//! Modules (PTX text), functions, kernel launches and graphs.
+//! Modules (images read by [`crate::fatbin`]), functions, kernel launches
+//! and graphs. Kernels are timed, never executed: simgpu computes no kernel
+//! results.
 
 use super::{cstr, out, read};
 use crate::Res;
 use crate::driver::{Registry, current, drv};
 use crate::exec::{GRAPH_EXECS, GRAPHS, Graph, GraphExec, KernelOp, Op, resolve};
+use crate::fatbin::Image;
 use dilu_abi::cuda::*;
 use std::collections::HashMap;
 use std::ffi::{CString, c_char, c_int, c_uint, c_void};
@@ -12,12 +15,16 @@ use std::sync::{Arc, Mutex};
 type CUfunction = sys::CUfunction;
 type CUmodule = sys::CUmodule;
 type CUstream = sys::CUstream;
+type CUdeviceptr = sys::CUdeviceptr;
 
 export! {
     fn cuModuleLoadData(m: *mut CUmodule, image: *const c_void) => module_load_data;
     fn cuModuleLoadDataEx(m: *mut CUmodule, image: *const c_void, n: c_uint, opts: *mut c_int, vals: *mut *mut c_void) => module_load_data_ex;
     fn cuModuleLoad(m: *mut CUmodule, path: *const c_char) => module_load;
     fn cuModuleUnload(m: CUmodule) => module_unload;
+    fn cuModuleLoadFatBinary(m: *mut CUmodule, image: *const c_void) => module_load_fat_binary;
+    fn cuModuleGetGlobal_v2(dptr: *mut CUdeviceptr, bytes: *mut usize, m: CUmodule, name: *const c_char) => module_get_global;
+    fn cuModuleGetLoadingMode(mode: *mut c_int) => module_loading_mode;
     fn cuModuleGetFunction(f: *mut CUfunction, m: CUmodule, name: *const c_char) => module_get_function;
     fn cuFuncGetAttribute(v: *mut c_int, attr: c_int, f: CUfunction) => func_get_attribute;
     fn cuFuncSetAttribute(f: CUfunction, attr: c_int, v: c_int) => func_set_attribute;
@@ -41,68 +48,87 @@ pub(crate) struct Func {
     pub attrs: Mutex<HashMap<c_int, c_int>>,
 }
 
-struct Module {
-    funcs: HashMap<String, usize>,
+/// A device variable of a module: allocated on a device the first time it
+/// is asked for there, filled with the image's initial bytes.
+pub(crate) struct Global {
+    size: usize,
+    init: Vec<u8>,
+    /// Device index -> device address.
+    addrs: Mutex<HashMap<usize, u64>>,
 }
 
-static MODULES: Registry<Module> = Registry::new();
+pub(crate) struct Module {
+    pub funcs: HashMap<String, usize>,
+    pub order: Vec<usize>,
+    globals: HashMap<String, Global>,
+}
+
+impl Drop for Module {
+    fn drop(&mut self) {
+        if let Ok(d) = drv() {
+            for g in self.globals.values() {
+                for &ptr in g.addrs.lock().unwrap_or_else(|e| e.into_inner()).values() {
+                    let _ = d.free(ptr);
+                }
+            }
+        }
+    }
+}
+
+pub(crate) static MODULES: Registry<Module> = Registry::new();
 static FUNCS: Registry<Func> = Registry::new();
 
-/// Every `.entry NAME` of a PTX text.
-fn ptx_entries(text: &str) -> Vec<String> {
-    let mut out = Vec::new();
-    let mut rest = text;
-    while let Some(i) = rest.find(".entry") {
-        rest = &rest[i + 6..];
-        if !rest.starts_with(|c: char| c.is_whitespace()) {
-            continue;
-        }
-        let name: String = rest
-            .trim_start()
-            .chars()
-            .take_while(|c| c.is_ascii_alphanumeric() || "_$.".contains(*c))
-            .collect();
-        if !name.is_empty() && !out.contains(&name) {
-            out.push(name);
-        }
-    }
-    out
-}
-
-fn load_text(m: *mut CUmodule, text: &[u8]) -> Res {
-    current()?;
-    if m.is_null() {
-        return Err(CUDA_ERROR_INVALID_VALUE);
-    }
-    let text = std::str::from_utf8(text).map_err(|_| CUDA_ERROR_INVALID_IMAGE)?;
-    if !text.contains(".version") && !text.contains(".entry") {
-        return Err(CUDA_ERROR_INVALID_IMAGE);
-    }
+/// Registers a module for a read image (its kernels become functions).
+pub(crate) fn register(image: Image) -> Res<usize> {
     let mut funcs = HashMap::new();
-    for name in ptx_entries(text) {
+    let mut order = Vec::new();
+    for name in image.kernels {
         let f = Arc::new(Func {
             name: Arc::from(name.as_str()),
-            cname: CString::new(name.clone()).map_err(|_| CUDA_ERROR_INVALID_PTX)?,
+            cname: CString::new(name.clone()).map_err(|_| CUDA_ERROR_INVALID_IMAGE)?,
             attrs: Mutex::new(HashMap::new()),
         });
-        funcs.insert(name, FUNCS.insert(f));
+        let h = FUNCS.insert(f);
+        order.push(h);
+        funcs.insert(name, h);
     }
-    out(m, MODULES.insert(Arc::new(Module { funcs })) as CUmodule)
+    let globals = image
+        .globals
+        .into_iter()
+        .map(|g| {
+            let global = Global {
+                size: g.size,
+                init: g.init,
+                addrs: Mutex::new(HashMap::new()),
+            };
+            (g.name, global)
+        })
+        .collect();
+    Ok(MODULES.insert(Arc::new(Module {
+        funcs,
+        order,
+        globals,
+    })))
+}
+
+/// Reads the image a client passed by pointer.
+pub(crate) fn read_image(image: *const c_void) -> Res<Image> {
+    // SAFETY: the CUDA contract makes `image` a module image in memory.
+    unsafe { crate::fatbin::from_ptr(image.cast()) }.ok_or(CUDA_ERROR_INVALID_IMAGE)
+}
+
+/// Loads an image into a module of the current context.
+pub(crate) fn load_image(m: *mut CUmodule, image: *const c_void) -> Res {
+    current()?;
+    if m.is_null() || image.is_null() {
+        return Err(CUDA_ERROR_INVALID_VALUE);
+    }
+    let h = register(read_image(image)?)?;
+    out(m, h as CUmodule)
 }
 
 fn module_load_data(_: bool, m: *mut CUmodule, image: *const c_void) -> Res {
-    if image.is_null() {
-        return Err(CUDA_ERROR_INVALID_VALUE);
-    }
-    // SAFETY: first 4 bytes of a non-null image; every image is at least that
-    // long (ELF and fatbin headers, or PTX text).
-    let head = unsafe { std::slice::from_raw_parts(image.cast::<u8>(), 4) };
-    if head == b"\x7fELF" || head == [0x50, 0xed, 0x55, 0xba] || head == [0xba, 0x55, 0xed, 0x50] {
-        current()?;
-        return Err(CUDA_ERROR_INVALID_IMAGE);
-    }
-    let text = cstr(image.cast())?;
-    load_text(m, text.to_bytes())
+    load_image(m, image)
 }
 
 fn module_load_data_ex(
@@ -113,32 +139,44 @@ fn module_load_data_ex(
     _o: *mut c_int,
     _v: *mut *mut c_void,
 ) -> Res {
-    module_load_data(false, m, image)
+    load_image(m, image)
+}
+
+fn module_load_fat_binary(_: bool, m: *mut CUmodule, image: *const c_void) -> Res {
+    load_image(m, image)
+}
+
+/// Reads an image file (cubin, fatbin or PTX).
+pub(crate) fn read_image_file(path: *const c_char) -> Res<Image> {
+    let p = cstr(path)?.to_str().map_err(|_| CUDA_ERROR_INVALID_VALUE)?;
+    let bytes = std::fs::read(p).map_err(|_| CUDA_ERROR_FILE_NOT_FOUND)?;
+    crate::fatbin::from_bytes(&bytes).ok_or(CUDA_ERROR_INVALID_IMAGE)
 }
 
 fn module_load(_: bool, m: *mut CUmodule, path: *const c_char) -> Res {
-    let p = cstr(path)?.to_str().map_err(|_| CUDA_ERROR_INVALID_VALUE)?;
     current()?;
-    let bytes = std::fs::read(p).map_err(|_| CUDA_ERROR_FILE_NOT_FOUND)?;
-    if bytes.starts_with(b"\x7fELF") {
-        return Err(CUDA_ERROR_INVALID_IMAGE);
+    if m.is_null() {
+        return Err(CUDA_ERROR_INVALID_VALUE);
     }
-    let end = bytes.iter().position(|&b| b == 0).unwrap_or(bytes.len());
-    load_text(m, &bytes[..end])
+    let h = register(read_image_file(path)?)?;
+    out(m, h as CUmodule)
 }
 
-const CUDA_ERROR_FILE_NOT_FOUND: CUresult =
+pub(crate) const CUDA_ERROR_FILE_NOT_FOUND: CUresult =
     sys::cudaError_enum::CUDA_ERROR_FILE_NOT_FOUND as CUresult;
 
-fn module_unload(_: bool, m: CUmodule) -> Res {
-    drv()?;
-    let module = MODULES
-        .remove(m as usize)
-        .ok_or(CUDA_ERROR_INVALID_HANDLE)?;
+/// Drops a module and its functions.
+pub(crate) fn unload(h: usize) -> Res {
+    let module = MODULES.remove(h).ok_or(CUDA_ERROR_INVALID_HANDLE)?;
     for f in module.funcs.values() {
         FUNCS.remove(*f);
     }
     Ok(())
+}
+
+fn module_unload(_: bool, m: CUmodule) -> Res {
+    drv()?;
+    unload(m as usize)
 }
 
 fn module_get_function(_: bool, f: *mut CUfunction, m: CUmodule, name: *const c_char) -> Res {
@@ -149,12 +187,64 @@ fn module_get_function(_: bool, f: *mut CUfunction, m: CUmodule, name: *const c_
     out(f, h as CUfunction)
 }
 
-fn func(f: CUfunction) -> Res<Arc<Func>> {
+/// Address and size of a module's global on the current context's device,
+/// allocating and initialising it there on first use.
+pub(crate) fn module_global(m: usize, name: *const c_char) -> Res<(u64, usize)> {
+    let ctx = current()?;
+    let d = drv()?;
+    let module = MODULES.get(m).ok_or(CUDA_ERROR_INVALID_HANDLE)?;
+    let name = cstr(name)?.to_str().map_err(|_| CUDA_ERROR_NOT_FOUND)?;
+    let g = module.globals.get(name).ok_or(CUDA_ERROR_NOT_FOUND)?;
+    let mut addrs = g.addrs.lock().unwrap_or_else(|e| e.into_inner());
+    if let Some(&p) = addrs.get(&ctx.dev) {
+        return Ok((p, g.size));
+    }
+    let p = d.alloc(ctx.dev, g.size as u64)?;
+    if !d.null() {
+        // SAFETY: `p` is a fresh device allocation of at least `g.size`
+        // bytes in this process's arena (mapped read-write); `init` is
+        // `g.size` bytes long.
+        unsafe { std::ptr::copy_nonoverlapping(g.init.as_ptr(), p as *mut u8, g.size) };
+    }
+    addrs.insert(ctx.dev, p);
+    Ok((p, g.size))
+}
+
+fn module_get_global(
+    _: bool,
+    dptr: *mut CUdeviceptr,
+    bytes: *mut usize,
+    m: CUmodule,
+    name: *const c_char,
+) -> Res {
+    let (p, size) = module_global(m as usize, name)?;
+    if !dptr.is_null() {
+        out(dptr, p)?;
+    }
+    if !bytes.is_null() {
+        out(bytes, size)?;
+    }
+    Ok(())
+}
+
+/// Module loading mode: LAZY like a current driver, EAGER when the client
+/// asks with `CUDA_MODULE_LOADING=EAGER`.
+fn module_loading_mode(_: bool, mode: *mut c_int) -> Res {
+    drv()?;
+    static MODE: std::sync::OnceLock<c_int> = std::sync::OnceLock::new();
+    let m = *MODE.get_or_init(|| match std::env::var("CUDA_MODULE_LOADING").as_deref() {
+        Ok("EAGER") => 1,
+        _ => 2,
+    });
+    out(mode, m)
+}
+
+pub(crate) fn func(f: CUfunction) -> Res<Arc<Func>> {
     drv()?;
     FUNCS.get(f as usize).ok_or(CUDA_ERROR_INVALID_HANDLE)
 }
 
-fn func_get_attribute(_: bool, v: *mut c_int, attr: c_int, f: CUfunction) -> Res {
+pub(crate) fn func_get_attribute(_: bool, v: *mut c_int, attr: c_int, f: CUfunction) -> Res {
     let fun = func(f)?;
     if let Some(x) = fun
         .attrs
@@ -178,7 +268,7 @@ fn func_get_attribute(_: bool, v: *mut c_int, attr: c_int, f: CUfunction) -> Res
     out(v, value)
 }
 
-fn func_set_attribute(_: bool, f: CUfunction, attr: c_int, v: c_int) -> Res {
+pub(crate) fn func_set_attribute(_: bool, f: CUfunction, attr: c_int, v: c_int) -> Res {
     let fun = func(f)?;
     match attr {
         8 if !(0..=232448).contains(&v) => return Err(CUDA_ERROR_INVALID_VALUE),

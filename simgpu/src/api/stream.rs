@@ -28,6 +28,7 @@ export! {
     fn cuStreamGetCtx(s: CUstream, c: *mut sys::CUcontext) | cuStreamGetCtx_ptsz => stream_ctx;
     fn cuStreamAddCallback(s: CUstream, cb: Option<StreamCallback>, data: *mut c_void, flags: c_uint) | cuStreamAddCallback_ptsz => stream_add_callback;
     fn cuLaunchHostFunc(s: CUstream, f: Option<HostFn>, data: *mut c_void) | cuLaunchHostFunc_ptsz => launch_host_func;
+    fn cuLaunchHostFunc_v2(s: CUstream, f: Option<HostFn>, data: *mut c_void, sync_mode: c_uint) | cuLaunchHostFunc_v2_ptsz => launch_host_func_v2;
     fn cuEventCreate(e: *mut CUevent, flags: c_uint) => event_create;
     fn cuEventRecord(e: CUevent, s: CUstream) | cuEventRecord_ptsz => event_record;
     fn cuEventRecordWithFlags(e: CUevent, s: CUstream, flags: c_uint) | cuEventRecordWithFlags_ptsz => event_record_flags;
@@ -56,6 +57,7 @@ export! {
     fn cuStreamIsCapturing(s: CUstream, st: *mut c_int) | cuStreamIsCapturing_ptsz => is_capturing;
     fn cuStreamGetCaptureInfo(s: CUstream, st: *mut c_int, id: *mut u64) | cuStreamGetCaptureInfo_ptsz => capture_info_v1;
     fn cuStreamGetCaptureInfo_v2(s: CUstream, st: *mut c_int, id: *mut u64, g: *mut sys::CUgraph, deps: *mut *const c_void, n: *mut usize) | cuStreamGetCaptureInfo_v2_ptsz => capture_info_v2;
+    fn cuStreamGetCaptureInfo_v3(s: CUstream, st: *mut c_int, id: *mut u64, g: *mut sys::CUgraph, deps: *mut *const c_void, edges: *mut *const c_void, n: *mut usize) | cuStreamGetCaptureInfo_v3_ptsz => capture_info_v3;
 }
 
 fn stream_create(_: bool, s: *mut CUstream, flags: c_uint) -> Res {
@@ -159,6 +161,17 @@ fn stream_add_callback(
         data: data as usize,
     })?;
     Ok(())
+}
+
+/// CUDA 13's variant; the synchronisation mode changes nothing here.
+fn launch_host_func_v2(
+    pt: bool,
+    s: CUstream,
+    f: Option<HostFn>,
+    data: *mut c_void,
+    _sync_mode: c_uint,
+) -> Res {
+    launch_host_func(pt, s, f, data)
 }
 
 fn launch_host_func(pt: bool, s: CUstream, f: Option<HostFn>, data: *mut c_void) -> Res {
@@ -433,5 +446,24 @@ fn capture_info_v2(
         out(n, 0)?;
     }
     let _ = CUDA_ERROR_ILLEGAL_STATE_OR_INVALID;
+    Ok(())
+}
+
+/// As `_v2`, with no edge data (simgpu records no dependency edges).
+#[allow(clippy::too_many_arguments)]
+fn capture_info_v3(
+    pt: bool,
+    s: CUstream,
+    status: *mut c_int,
+    id: *mut u64,
+    g: *mut sys::CUgraph,
+    deps: *mut *const c_void,
+    edges: *mut *const c_void,
+    n: *mut usize,
+) -> Res {
+    capture_info_v2(pt, s, status, id, g, deps, n)?;
+    if !edges.is_null() {
+        out(edges, std::ptr::null())?;
+    }
     Ok(())
 }

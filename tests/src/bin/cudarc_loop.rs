@@ -17,7 +17,9 @@ const USAGE: &str =
   --blocks B,.. grid sizes in blocks, used in turn (default 1320: 100 us on simgpu's default model)
   --streams K   launch round-robin on K new streams (default 1)
   --iters I     FMA iterations per thread, sets kernel length on a real GPU (default 2000)
-  --depth D     synchronise after every D launches per stream (default 32)
+  --depth D     synchronise after every D launches per stream (default 32); `never`:
+                never let a stream drain (wait only for the work launched 128 launches
+                earlier on it, as a real driver's bounded launch queue would)
   --graph G     capture G launches into a CUDA graph and launch the graph instead
   --device N    device ordinal (default 0)
   --json        also print a one-line JSON summary";
@@ -28,7 +30,8 @@ struct Options {
     blocks: Vec<u32>,
     streams: usize,
     iters: u32,
-    depth: u64,
+    /// Launches per stream between synchronisations; `None`: never.
+    depth: Option<u64>,
     graph: Option<u32>,
     device: usize,
     json: bool,
@@ -41,7 +44,7 @@ fn parse_options() -> Result<Options, String> {
         blocks: vec![1320],
         streams: 1,
         iters: 2000,
-        depth: 32,
+        depth: Some(32),
         graph: None,
         device: 0,
         json: false,
@@ -68,13 +71,14 @@ fn parse_options() -> Result<Options, String> {
             }
             "--streams" => options.streams = parse(&flag, &value)?,
             "--iters" => options.iters = parse(&flag, &value)?,
-            "--depth" => options.depth = parse(&flag, &value)?,
+            "--depth" if value == "never" => options.depth = None,
+            "--depth" => options.depth = Some(parse(&flag, &value)?),
             "--graph" => options.graph = Some(parse(&flag, &value)?),
             "--device" => options.device = parse(&flag, &value)?,
             _ => return Err(format!("unknown option {flag}")),
         }
     }
-    if options.streams == 0 || options.depth == 0 || options.blocks.contains(&0) {
+    if options.streams == 0 || options.depth == Some(0) || options.blocks.contains(&0) {
         return Err("--streams, --depth and --blocks must be positive".into());
     }
     Ok(options)
@@ -152,12 +156,23 @@ fn run(options: &Options) -> Result<String, Box<dyn std::error::Error>> {
         let graph = stream
             .end_capture(sys::CUgraphInstantiate_flags(0))?
             .ok_or("stream capture produced no graph")?;
+        let mut since_sync = 0;
+        let never = NeverDrain::new(&ctx, 1)?;
         while started.elapsed() < deadline && options.kernels.is_none_or(|n| launched < n) {
             graph.launch()?;
             launched += u64::from(graph_len);
-            stream.synchronize()?;
+            since_sync += 1;
+            match options.depth {
+                Some(depth) if since_sync >= depth => {
+                    stream.synchronize()?;
+                    since_sync = 0;
+                }
+                Some(_) => {}
+                None => never.launched(0, stream, u64::from(graph_len))?,
+            }
         }
     } else {
+        let never = NeverDrain::new(&ctx, streams.len())?;
         'outer: loop {
             for (stream, buffer) in streams.iter().zip(&buffers) {
                 if started.elapsed() >= deadline || options.kernels.is_some_and(|n| launched >= n) {
@@ -167,9 +182,17 @@ fn run(options: &Options) -> Result<String, Box<dyn std::error::Error>> {
                 launch_one(stream, buffer, blocks)?;
                 launched += 1;
             }
-            if launched.is_multiple_of(options.depth * options.streams as u64) {
-                for stream in &streams {
-                    stream.synchronize()?;
+            match options.depth {
+                Some(depth) if launched.is_multiple_of(depth * options.streams as u64) => {
+                    for stream in &streams {
+                        stream.synchronize()?;
+                    }
+                }
+                Some(_) => {}
+                None => {
+                    for (index, stream) in streams.iter().enumerate() {
+                        never.launched(index, stream, 1)?;
+                    }
                 }
             }
         }
@@ -191,6 +214,49 @@ fn run(options: &Options) -> Result<String, Box<dyn std::error::Error>> {
         ));
     }
     Ok(summary)
+}
+
+/// `--depth never`: each stream waits only for the work it launched
+/// [`NeverDrain::AHEAD`] launches earlier, so it always has that much queued
+/// and never runs dry (a real driver blocks a launch once its queue is full;
+/// simgpu's queue has no bound).
+struct NeverDrain {
+    /// Per stream: launches since its marker was recorded, and the marker.
+    streams: std::cell::RefCell<Vec<(u64, cudarc::driver::CudaEvent)>>,
+}
+
+impl NeverDrain {
+    const AHEAD: u64 = 128;
+
+    fn new(ctx: &Arc<CudaContext>, streams: usize) -> Result<Self, cudarc::driver::DriverError> {
+        let flags = Some(sys::CUevent_flags::CU_EVENT_DISABLE_TIMING);
+        let markers = (0..streams)
+            .map(|_| ctx.new_event(flags).map(|event| (0, event)))
+            .collect::<Result<_, _>>()?;
+        Ok(NeverDrain {
+            streams: std::cell::RefCell::new(markers),
+        })
+    }
+
+    /// `launches` more kernels were launched on `stream` (number `index`).
+    fn launched(
+        &self,
+        index: usize,
+        stream: &Arc<CudaStream>,
+        launches: u64,
+    ) -> Result<(), cudarc::driver::DriverError> {
+        let mut streams = self.streams.borrow_mut();
+        let (count, marker) = &mut streams[index];
+        *count += launches;
+        if *count >= Self::AHEAD {
+            // The work up to the previous marker is done: AHEAD launches
+            // stay queued behind it.
+            marker.synchronize()?;
+            marker.record(stream)?;
+            *count = 0;
+        }
+        Ok(())
+    }
 }
 
 fn main() -> ExitCode {

@@ -231,7 +231,7 @@ fn work(driver: &Driver, options: &Options) -> Result<Outcome, String> {
     let launch_per_thread: LaunchKernel = driver.get("cuLaunchKernel", 2)?;
     let stream_sync: StreamSynchronize = driver.get("cuStreamSynchronize", stream_flags)?;
 
-    // SAFETY (whole block): every call follows its cuda.h contract with
+    // SAFETY: (whole block) every call follows its cuda.h contract with
     // pointers to live locals/buffers of the right sizes.
     unsafe {
         check("cuInit", init(0))?;

@@ -11,6 +11,15 @@
 //!   (a bubble: nothing on the GPU), then launches `--kernels` kernels and
 //!   synchronises (the loss).
 //!
+//! - `model`: a model served in a closed loop, for `dilu profile`: each
+//!   request is a batch of `DILU_BATCH` samples (default 1): host work of
+//!   `--host-ms` plus `--host-ms-per-sample` per sample (pre- and
+//!   post-processing, no GPU), then `--kernels` kernels of `--blocks` plus
+//!   `--blocks-per-sample` per sample blocks, then one synchronisation. Like a
+//!   real model, latency falls with the SM share until the host part
+//!   dominates, and both latency and throughput grow with the batch (a small
+//!   batch leaves waves part-empty). Each request's latency is reported.
+//!
 //! Prints one JSON line at the end. `serve --latencies FILE` also writes
 //! every request's latency (ms, one per line, in completion order) to FILE.
 
@@ -20,9 +29,10 @@ use dilu_tests::ptx::{BLOCK_THREADS, BUSY_KERNEL, PTX};
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
-const USAGE: &str = "usage: demo-tenant serve|train [--seconds S] [--blocks B] [--kernels K]
+const USAGE: &str = "usage: demo-tenant serve|train|model [--seconds S] [--blocks B] [--kernels K]
     serve: [--rate R/s] [--on-ms MS] [--off-ms MS] [--slo-ms MS] [--seed N] [--latencies FILE]
-    train: [--load-ms MS]";
+    train: [--load-ms MS]
+    model: [--blocks-per-sample B] [--host-ms MS] [--host-ms-per-sample MS] (batch size: DILU_BATCH)";
 
 struct Options {
     mode: String,
@@ -36,19 +46,34 @@ struct Options {
     load_ms: f64,
     seed: u64,
     latencies: Option<String>,
+    blocks_per_sample: u32,
+    host_ms: f64,
+    host_ms_per_sample: f64,
+    batch: u32,
 }
 
 fn parse() -> Result<Options, String> {
     let mut args = std::env::args().skip(1);
-    let mode = args.next().ok_or("the first argument is serve or train")?;
-    if mode != "serve" && mode != "train" {
-        return Err("the first argument is serve or train".into());
+    let mode = args
+        .next()
+        .ok_or("the first argument is serve, train or model")?;
+    if !["serve", "train", "model"].contains(&mode.as_str()) {
+        return Err("the first argument is serve, train or model".into());
     }
+    let model = mode == "model";
+    let batch = match std::env::var("DILU_BATCH") {
+        Ok(text) => text
+            .parse::<u32>()
+            .ok()
+            .filter(|b| (1..=65536).contains(b))
+            .ok_or_else(|| format!("DILU_BATCH={text:?} is not a batch size from 1 to 65536"))?,
+        Err(_) => 1,
+    };
     let mut o = Options {
         mode,
         seconds: 5.0,
-        blocks: 6600,
-        kernels: 8,
+        blocks: if model { 660 } else { 6600 },
+        kernels: if model { 4 } else { 8 },
         rate: 40.0,
         on_ms: 400.0,
         off_ms: 600.0,
@@ -56,6 +81,10 @@ fn parse() -> Result<Options, String> {
         load_ms: 4.0,
         seed: 7,
         latencies: None,
+        blocks_per_sample: 264,
+        host_ms: 1.0,
+        host_ms_per_sample: 0.05,
+        batch,
     };
     while let Some(flag) = args.next() {
         let value = args.next().ok_or_else(|| format!("{flag} needs a value"))?;
@@ -75,6 +104,9 @@ fn parse() -> Result<Options, String> {
             "--slo-ms" => o.slo_ms = number()?,
             "--load-ms" => o.load_ms = number()?,
             "--seed" => o.seed = number()? as u64,
+            "--blocks-per-sample" => o.blocks_per_sample = number()? as u32,
+            "--host-ms" => o.host_ms = number()?,
+            "--host-ms-per-sample" => o.host_ms_per_sample = number()?,
             _ => return Err(format!("unknown option {flag}")),
         }
     }
@@ -111,11 +143,16 @@ fn run(o: &Options) -> Result<String, Box<dyn std::error::Error>> {
     let module = ctx.load_module(Ptx::from_src(PTX))?;
     let function = module.load_function(BUSY_KERNEL)?;
     let stream = ctx.default_stream();
-    let buffer: CudaSlice<f32> = stream.alloc_zeros(o.blocks as usize * BLOCK_THREADS as usize)?;
+    let blocks = if o.mode == "model" {
+        o.blocks + o.blocks_per_sample.saturating_mul(o.batch)
+    } else {
+        o.blocks
+    };
+    let buffer: CudaSlice<f32> = stream.alloc_zeros(blocks as usize * BLOCK_THREADS as usize)?;
     let iters = 2000u32;
     let launch = || -> Result<(), cudarc::driver::DriverError> {
         let config = LaunchConfig {
-            grid_dim: (o.blocks, 1, 1),
+            grid_dim: (blocks, 1, 1),
             block_dim: (BLOCK_THREADS, 1, 1),
             shared_mem_bytes: 0,
         };
@@ -143,6 +180,33 @@ fn run(o: &Options) -> Result<String, Box<dyn std::error::Error>> {
         ));
     }
     let report = latency_reporter();
+    if o.mode == "model" {
+        let host =
+            Duration::from_secs_f64((o.host_ms + o.host_ms_per_sample * f64::from(o.batch)) / 1e3);
+        let mut latencies = Vec::new();
+        while started.elapsed() < deadline {
+            let request = Instant::now();
+            std::thread::sleep(host);
+            for _ in 0..o.kernels {
+                launch()?;
+            }
+            stream.synchronize()?;
+            let latency = request.elapsed();
+            if let Some(report) = report {
+                report(latency.as_nanos() as u64);
+            }
+            latencies.push(latency.as_secs_f64() * 1e3);
+        }
+        let seconds = started.elapsed().as_secs_f64();
+        let n = latencies.len();
+        return Ok(format!(
+            "{{\"mode\":\"model\",\"batch\":{},\"requests\":{n},\"mean_ms\":{:.3},\"throughput\":{:.1},\"reported\":{}}}",
+            o.batch,
+            latencies.iter().sum::<f64>() / n.max(1) as f64,
+            n as f64 * f64::from(o.batch) / seconds,
+            report.is_some()
+        ));
+    }
     let mut arrivals = Arrivals(o.seed.max(1).wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1);
     let cycle = (o.on_ms + o.off_ms) / 1e3;
     let mut next_arrival = 0.0f64;

@@ -80,7 +80,7 @@ fn open_ledger() -> Result<Region<TenantLedger>, String> {
     let tenant = std::env::var("DILU_TENANT").map_err(|_| "DILU_TENANT is not set")?;
     // SAFETY: getuid has no preconditions.
     let uid = unsafe { libc::getuid() };
-    let path = std::path::PathBuf::from(format!("/dev/shm/dilu-{uid}-{tenant}.ledger"));
+    let path = dilu_abi::tenant_region_path(uid, &tenant, "ledger");
     Region::<TenantLedger>::open_or_create(&path, 0o600, |_| {})
         .map_err(|e| format!("{}: {e}", path.display()))
 }

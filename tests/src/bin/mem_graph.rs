@@ -149,7 +149,7 @@ fn run(api: Api, budget: usize) -> bool {
     );
     let (mut exec_a, mut exec_g) = (std::ptr::null_mut(), std::ptr::null_mut());
     let mut node: Node = std::ptr::null_mut();
-    // SAFETY (whole block): cuda.h contracts, live locals as out-parameters
+    // SAFETY: (whole block) cuda.h contracts, live locals as out-parameters
     // and parameter structs.
     unsafe {
         (c.api.create)(&mut a, 0);

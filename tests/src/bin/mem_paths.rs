@@ -2,7 +2,8 @@
 //! memory budget and reports, per path, whether the budget held to the
 //! granule: filling the budget exactly through the path succeeds, one more
 //! 512-byte allocation is refused with out-of-memory, and after the path's
-//! free the whole budget is free again.
+//! free the whole budget is free again. The pre-3.2 ABIs, the device malloc
+//! heap and a pool's release threshold are checked too.
 //!
 //! `--via` chooses how the entry points are obtained:
 //! `dlsym` (dlsym on the libcuda handle, like cudarc), `linked` (the global
@@ -70,6 +71,12 @@ impl Resolver {
     /// The entry point for `base` (as cudart names it) or `abi` (its exported
     /// name under this mode's stream semantics).
     fn get<F: Copy>(&self, base: &str, abi: &str) -> Result<F, String> {
+        self.get_at(base, abi, 12090)
+    }
+
+    /// [`Resolver::get`] for the ABI of CUDA `version` (2000: the pre-3.2
+    /// 32-bit memory functions, exported without `_v2`).
+    fn get_at<F: Copy>(&self, base: &str, abi: &str, version: c_int) -> Result<F, String> {
         let address = match self.gpa {
             None => self.dlsym(abi)?,
             Some(gpa) => {
@@ -77,8 +84,9 @@ impl Resolver {
                 let name = CString::new(base).expect("no NUL");
                 let mut pointer: *mut c_void = std::ptr::null_mut();
                 let mut status: c_int = -1;
-                // SAFETY: cuGetProcAddress_v2 contract; version 12090.
-                let result = unsafe { gpa(name.as_ptr(), &mut pointer, 12090, flags, &mut status) };
+                // SAFETY: cuGetProcAddress_v2 contract.
+                let result =
+                    unsafe { gpa(name.as_ptr(), &mut pointer, version, flags, &mut status) };
                 if result != cuda::CUDA_SUCCESS || pointer.is_null() {
                     return Err(format!("cuGetProcAddress({base}) -> {result}"));
                 }
@@ -156,7 +164,7 @@ fn run(via: &str, budget: usize) -> Result<bool, String> {
     let device_get: DeviceGet = r.get("cuDeviceGet", "cuDeviceGet")?;
     let retain: Retain = r.get("cuDevicePrimaryCtxRetain", "cuDevicePrimaryCtxRetain")?;
     let set_current: SetCurrent = r.get("cuCtxSetCurrent", "cuCtxSetCurrent")?;
-    // SAFETY (whole block): each call follows its cuda.h contract with live
+    // SAFETY: (whole block) each call follows its cuda.h contract with live
     // locals as out-parameters and sizes within the buffers passed.
     unsafe {
         let mut device = 0;
@@ -347,6 +355,71 @@ fn run(via: &str, budget: usize) -> Result<bool, String> {
         let refused = h.over_is_refused();
         (h.free)(p);
         all_ok &= h.report("cuMipmappedArrayCreate", filled, refused, mip_destroy(mip));
+
+        // The pre-3.2 ABIs: the budget refuses an over-budget cuMemAlloc
+        // before the driver sees it, and cuMemGetInfo reports the budget.
+        type AllocV1 = unsafe extern "C" fn(*mut c_uint, c_uint) -> CUresult;
+        type InfoV1 = unsafe extern "C" fn(*mut c_uint, *mut c_uint) -> CUresult;
+        let alloc_v1: AllocV1 = h.r.get_at("cuMemAlloc", "cuMemAlloc", 2000)?;
+        let info_v1: InfoV1 = h.r.get_at("cuMemGetInfo", "cuMemGetInfo", 2000)?;
+        let mut p32: c_uint = 0;
+        let over = alloc_v1(&mut p32, (budget + 512) as c_uint);
+        let (mut free32, mut total32): (c_uint, c_uint) = (0, 0);
+        let info = info_v1(&mut free32, &mut total32);
+        let free_after = h.free_bytes();
+        let ok = over == cuda::CUDA_ERROR_OUT_OF_MEMORY
+            && info == cuda::CUDA_SUCCESS
+            && (free32 as usize, total32 as usize) == (budget, budget)
+            && free_after == budget;
+        println!(
+            "{{\"path\":\"cuMemAlloc+cuMemGetInfo (v1)\",\"via\":\"{}\",\"over\":{over},\"info\":{info},\"free_v1\":{free32},\"free_after\":{free_after},\"ok\":{ok}}}",
+            h.r.via
+        );
+        all_ok &= ok;
+
+        // The device malloc heap (cuCtxSetLimit) is memory too.
+        type SetLimit = unsafe extern "C" fn(c_int, usize) -> CUresult;
+        let set_limit: SetLimit = h.r.get("cuCtxSetLimit", "cuCtxSetLimit")?;
+        const MALLOC_HEAP_SIZE: c_int = 2;
+        let half = set_limit(MALLOC_HEAP_SIZE, budget / 2);
+        let free_with_heap = h.free_bytes();
+        let over = set_limit(MALLOC_HEAP_SIZE, budget * 2);
+        let back = set_limit(MALLOC_HEAP_SIZE, 0);
+        let free_after = h.free_bytes();
+        let ok = half == cuda::CUDA_SUCCESS
+            && free_with_heap == budget / 2
+            && over == cuda::CUDA_ERROR_OUT_OF_MEMORY
+            && back == cuda::CUDA_SUCCESS
+            && free_after == budget;
+        println!(
+            "{{\"path\":\"cuCtxSetLimit(MALLOC_HEAP_SIZE)\",\"via\":\"{}\",\"half\":{half},\"free_with_heap\":{free_with_heap},\"over\":{over},\"free_after\":{free_after},\"ok\":{ok}}}",
+            h.r.via
+        );
+        all_ok &= ok;
+
+        // A pool may not keep freed memory past the budget's back.
+        type PoolAttribute =
+            unsafe extern "C" fn(sys::CUmemoryPool, c_int, *mut c_void) -> CUresult;
+        let default_pool: DefaultPool =
+            h.r.get("cuDeviceGetDefaultMemPool", "cuDeviceGetDefaultMemPool")?;
+        let pool_set: PoolAttribute = h.r.get("cuMemPoolSetAttribute", "cuMemPoolSetAttribute")?;
+        let pool_get: PoolAttribute = h.r.get("cuMemPoolGetAttribute", "cuMemPoolGetAttribute")?;
+        const RELEASE_THRESHOLD: c_int = 4;
+        let mut pool: sys::CUmemoryPool = std::ptr::null_mut();
+        let got = default_pool(&mut pool, device);
+        let mut asked = u64::MAX;
+        let set = pool_set(pool, RELEASE_THRESHOLD, (&raw mut asked).cast());
+        let mut threshold = u64::MAX;
+        let read = pool_get(pool, RELEASE_THRESHOLD, (&raw mut threshold).cast());
+        let ok = got == cuda::CUDA_SUCCESS
+            && set == cuda::CUDA_SUCCESS
+            && read == cuda::CUDA_SUCCESS
+            && threshold == 0;
+        println!(
+            "{{\"path\":\"cuMemPoolSetAttribute(RELEASE_THRESHOLD)\",\"via\":\"{}\",\"set\":{set},\"threshold\":{threshold},\"ok\":{ok}}}",
+            h.r.via
+        );
+        all_ok &= ok;
         Ok(all_ok)
     }
 }

@@ -13,6 +13,9 @@
 //!   writable `mmap` of its descriptor, reopening `/proc/self/fd/N`
 //!   read-write then mapping or `pwrite`-ing it, and a plain store (in a
 //!   forked child, which must die of SIGSEGV).
+//! - `zero` → `zero N`: zeroes the tenant's usage in its own ledger (it
+//!   declares every member dead; N slots emptied), as a tenant that lies to
+//!   its budget would, so the daemon's audit has something to catch;
 //! - end of input: frees everything and exits 0.
 
 use dilu_abi::cuda::{self, CUresult};
@@ -83,6 +86,19 @@ fn map_writable(fd: i32, length: usize) -> bool {
     // SAFETY: the mapping just made.
     unsafe { libc::munmap(address, length) };
     true
+}
+
+fn zero() -> String {
+    let Ok(tenant) = std::env::var("DILU_TENANT") else {
+        return "error: DILU_TENANT is not set".into();
+    };
+    // SAFETY: getuid has no preconditions.
+    let uid = unsafe { libc::getuid() };
+    let path = dilu_abi::tenant_region_path(uid, &tenant, "ledger");
+    match Region::<TenantLedger>::open_or_create(&path, 0o600, |_| {}) {
+        Ok(ledger) => format!("zero {}", ledger.reclaim_dead(|_, _| false)),
+        Err(e) => format!("error: {e}"),
+    }
 }
 
 fn raise() -> String {
@@ -210,6 +226,7 @@ fn main() -> ExitCode {
             },
             ["free"] => format!("free {}", free_all(&mut held)),
             ["raise"] => raise(),
+            ["zero"] => zero(),
             _ => format!("error: unknown command {line:?}"),
         };
         let mut out = stdout.lock();

@@ -1,0 +1,419 @@
+//! `fgd`: fragmentation gradient descent, the placement of "Beware of
+//! Fragmentation: Scheduling GPU-Sharing Workloads with Fragmentation
+//! Gradient Descent" (ATC'23), written here from the paper's definitions and
+//! the behaviour of its public simulator.
+//!
+//! The scheduler is given the *workload*: the task types it expects (CPU,
+//! GPU share per GPU, GPU count, allowed GPU models) and how often each
+//! occurs. A node's **fragmentation for one task type** is the free GPU
+//! share on it that this task type could not use:
+//!
+//! * if the task cannot run on the node at all (it needs no GPU, its GPU
+//!   model is not there, the node lacks the CPU, or fewer GPUs than it asks
+//!   for each have its share free), every free share on the node counts;
+//! * otherwise only the free shares of GPUs with less free than the task's
+//!   per-GPU share count.
+//!
+//! The node's fragmentation is the popularity-weighted sum over task types.
+//! A pod goes to the node and GPU where placing it *increases* that sum the
+//! least (the steepest descent of the measure). Whole-GPU pods take idle
+//! GPUs. Admission reserves requests only (Σ requests ≤ 1, memory fits);
+//! FGD knows nothing of SM limits.
+//!
+//! Differences from the simulator, on purpose: scores are compared exactly
+//! (it quantises them through a sigmoid to an integer 0–100 and breaks ties
+//! at random; here ties go to the lower GPU index), and host memory is
+//! checked on admission as every policy here does.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+use super::PlacementPolicy;
+use crate::model::{ClusterState, GpuModel, GpuState, InstanceDemand, PodNeeds, SHARE_EPSILON};
+
+/// One kind of task in the expected workload.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TaskType {
+    pub cpu_milli: u64,
+    /// Share of each GPU it takes (0 for CPU-only tasks).
+    pub share: f64,
+    /// GPUs it takes (0 for CPU-only tasks).
+    pub gpus: u32,
+    /// Allowed GPU models; empty means any.
+    pub models: Vec<GpuModel>,
+    /// Popularity: its fraction of all tasks.
+    pub weight: f64,
+}
+
+/// The task types a scheduler expects and how often each occurs.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct WorkloadMix {
+    pub types: Vec<TaskType>,
+}
+
+impl WorkloadMix {
+    /// Counts the distinct task types of `tasks` (CPU, share per GPU, GPU
+    /// count, models) and weighs each by its frequency.
+    pub fn from_tasks<'a>(
+        tasks: impl IntoIterator<Item = (&'a InstanceDemand, &'a PodNeeds)>,
+    ) -> Self {
+        let mut types: Vec<TaskType> = Vec::new();
+        let mut total = 0.0f64;
+        for (demand, needs) in tasks {
+            total += 1.0;
+            let share = if demand.gpus == 0 {
+                0.0
+            } else {
+                demand.sm_request
+            };
+            let found = types.iter_mut().find(|task| {
+                task.cpu_milli == needs.cpu_milli
+                    && (task.share - share).abs() < 1e-6
+                    && task.gpus == demand.gpus
+                    && task.models == needs.models
+            });
+            match found {
+                Some(task) => task.weight += 1.0,
+                None => types.push(TaskType {
+                    cpu_milli: needs.cpu_milli,
+                    share,
+                    gpus: demand.gpus,
+                    models: needs.models.clone(),
+                    weight: 1.0,
+                }),
+            }
+        }
+        for task in &mut types {
+            task.weight /= total.max(1.0);
+        }
+        Self { types }
+    }
+}
+
+/// Node states already measured: a node's fragmentation depends only on
+/// its GPU model, free CPU and the multiset of its GPUs' free shares, and
+/// most nodes of a large cluster are in a few such states (idle, full).
+/// Keyed by those packed in 128 bits (`memo_key`).
+type Memo = Mutex<HashMap<u128, f64>>;
+
+/// Packs a node state as 16 bits of model, 32 of free CPU (milli-cores)
+/// and 10 per GPU of free share in thousandths, sorted; `None` (measure
+/// without the memo) for nodes of more than 8 GPUs or 4.29 M milli-cores.
+fn memo_key(free: &[f64], cpu_free: u64, model: GpuModel) -> Option<u128> {
+    if free.len() > 8 || cpu_free > u64::from(u32::MAX) {
+        return None;
+    }
+    let mut shares = [0u16; 8];
+    for (slot, share) in shares.iter_mut().zip(free) {
+        *slot = (share * 1000.0).round().clamp(0.0, 1000.0) as u16 + 1;
+    }
+    shares[..free.len()].sort_unstable();
+    let mut key = (u128::from(model) << 112) | (u128::from(cpu_free) << 80);
+    for (index, share) in shares.iter().enumerate() {
+        key |= u128::from(*share) << (10 * index);
+    }
+    Some(key)
+}
+
+/// Measured states kept before the memo starts over.
+const MEMO_LIMIT: usize = 200_000;
+
+/// The `fgd` policy.
+#[derive(Debug, Clone, Default)]
+pub struct FragmentationGradient {
+    mix: Arc<WorkloadMix>,
+    memo: Arc<Memo>,
+}
+
+impl FragmentationGradient {
+    /// FGD for the workload `mix`; with an empty mix each pod is measured
+    /// against pods like itself.
+    pub fn new(mix: Arc<WorkloadMix>) -> Self {
+        Self {
+            mix,
+            memo: Arc::default(),
+        }
+    }
+
+    /// Whether a workload was given (else each pod is its own workload).
+    pub fn knows_workload(&self) -> bool {
+        !self.mix.types.is_empty()
+    }
+
+    fn memoised(&self, free: &[f64], cpu_free: u64, model: GpuModel, fallback: &TaskType) -> f64 {
+        if !self.knows_workload() {
+            return self.node_fragmentation(free, cpu_free, model, fallback);
+        }
+        let Some(key) = memo_key(free, cpu_free, model) else {
+            return self.node_fragmentation(free, cpu_free, model, fallback);
+        };
+        if let Ok(memo) = self.memo.lock()
+            && let Some(&value) = memo.get(&key)
+        {
+            return value;
+        }
+        let value = self.node_fragmentation(free, cpu_free, model, fallback);
+        if let Ok(mut memo) = self.memo.lock() {
+            if memo.len() >= MEMO_LIMIT {
+                memo.clear();
+            }
+            memo.insert(key, value);
+        }
+        value
+    }
+
+    /// How much placing one share of `demand` on each of `candidates`
+    /// (GPUs of `node`) raises the node's fragmentation, pushed as
+    /// (increase, GPU). A gang is scored as taking the first `gpus`
+    /// candidates, every candidate getting that score.
+    pub fn increases(
+        &self,
+        cluster: &ClusterState,
+        node: usize,
+        demand: &InstanceDemand,
+        needs: &PodNeeds,
+        candidates: &[usize],
+        out: &mut Vec<(f64, usize)>,
+    ) {
+        let range = cluster.nodes[node].clone();
+        let start = range.start;
+        let mut free: Vec<f64> = cluster.gpus[range].iter().map(free_share).collect();
+        let (cpu_free, model) = cluster
+            .hosts
+            .get(node)
+            .map_or((u64::MAX, 0), |host| (host.cpu_free(), host.model));
+        let fallback = TaskType {
+            cpu_milli: needs.cpu_milli,
+            share: demand.sm_request,
+            gpus: demand.gpus.max(1),
+            models: needs.models.clone(),
+            weight: 1.0,
+        };
+        let before = self.memoised(&free, cpu_free, model, &fallback);
+        let cpu_after = cpu_free.saturating_sub(needs.cpu_milli);
+        let wanted = demand.gpus.max(1) as usize;
+        if wanted > 1 {
+            if candidates.len() < wanted {
+                return;
+            }
+            for &index in &candidates[..wanted] {
+                free[index - start] -= demand.sm_request;
+            }
+            let after = self.memoised(&free, cpu_after, model, &fallback);
+            out.extend(candidates.iter().map(|&index| (after - before, index)));
+            return;
+        }
+        // GPUs with the same free share give the same outcome: score each
+        // distinct free share once.
+        let mut scored: Vec<(f64, f64)> = Vec::new();
+        for &index in candidates {
+            let original = free[index - start];
+            let increase = match scored
+                .iter()
+                .find(|(share, _)| (share - original).abs() < 1e-12)
+            {
+                Some(&(_, increase)) => increase,
+                None => {
+                    free[index - start] = original - demand.sm_request;
+                    let after = self.memoised(&free, cpu_after, model, &fallback);
+                    free[index - start] = original;
+                    scored.push((original, after - before));
+                    after - before
+                }
+            };
+            out.push((increase, index));
+        }
+    }
+
+    /// Fragmentation of a node with per-GPU free shares `free`, `cpu_free`
+    /// milli-cores free and GPUs of `model`, for the workload (or for
+    /// `fallback` alone when the workload is empty).
+    pub fn node_fragmentation(
+        &self,
+        free: &[f64],
+        cpu_free: u64,
+        model: GpuModel,
+        fallback: &TaskType,
+    ) -> f64 {
+        let total: f64 = free.iter().sum();
+        if total <= SHARE_EPSILON {
+            return 0.0;
+        }
+        let types = if self.mix.types.is_empty() {
+            std::slice::from_ref(fallback)
+        } else {
+            &self.mix.types
+        };
+        types
+            .iter()
+            .map(|task| task.weight * unusable_share(task, free, total, cpu_free, model))
+            .sum()
+    }
+}
+
+/// Free GPU share of a node that `task` could not use (see the module docs).
+fn unusable_share(
+    task: &TaskType,
+    free: &[f64],
+    total: f64,
+    cpu_free: u64,
+    model: GpuModel,
+) -> f64 {
+    let runnable = task.gpus > 0
+        && cpu_free >= task.cpu_milli
+        && (task.models.is_empty() || task.models.contains(&model));
+    if !runnable {
+        return total;
+    }
+    let mut fitting = 0u32;
+    let mut unusable = 0.0;
+    for &share in free {
+        if share + SHARE_EPSILON >= task.share {
+            fitting += 1;
+        } else {
+            unusable += share;
+        }
+    }
+    if fitting >= task.gpus {
+        unusable
+    } else {
+        total
+    }
+}
+
+fn free_share(gpu: &GpuState) -> f64 {
+    (1.0 - gpu.sm_request_sum).max(0.0)
+}
+
+impl PlacementPolicy for FragmentationGradient {
+    fn name(&self) -> &'static str {
+        "fgd"
+    }
+
+    fn admits(&self, gpu: &GpuState, demand: &InstanceDemand) -> bool {
+        gpu.sm_request_sum + demand.sm_request <= 1.0 + SHARE_EPSILON && gpu.memory_fits(demand)
+    }
+
+    /// Without a node view (a caller that scores GPUs one by one): best fit.
+    fn cost(&self, gpu: &GpuState, demand: &InstanceDemand) -> f64 {
+        1.0 - (gpu.sm_request_sum + demand.sm_request)
+    }
+
+    fn costs_on_node(
+        &self,
+        cluster: &ClusterState,
+        node: usize,
+        demand: &InstanceDemand,
+        needs: &PodNeeds,
+        candidates: &[usize],
+        out: &mut Vec<(f64, usize)>,
+    ) {
+        self.increases(cluster, node, demand, needs, candidates, out);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn task(share: f64, gpus: u32, weight: f64) -> TaskType {
+        TaskType {
+            cpu_milli: 0,
+            share,
+            gpus,
+            models: Vec::new(),
+            weight,
+        }
+    }
+
+    #[test]
+    fn fragmentation_counts_free_shares_a_task_cannot_use() {
+        let policy = FragmentationGradient::new(Arc::new(WorkloadMix {
+            types: vec![task(0.5, 1, 1.0)],
+        }));
+        let any = task(0.5, 1, 1.0);
+        // 0.3 free on GPU 0 is too small for a half-GPU task; GPU 1 fits it.
+        let frag = policy.node_fragmentation(&[0.3, 1.0], 0, 0, &any);
+        assert!((frag - 0.3).abs() < 1e-9);
+        // Nothing fits: every free share is a fragment.
+        let frag = policy.node_fragmentation(&[0.3, 0.2], 0, 0, &any);
+        assert!((frag - 0.5).abs() < 1e-9);
+        // A whole-GPU pair task on a node with one idle GPU: all of it.
+        let pairs = FragmentationGradient::new(Arc::new(WorkloadMix {
+            types: vec![task(1.0, 2, 1.0)],
+        }));
+        assert!((pairs.node_fragmentation(&[1.0, 0.4], 0, 0, &any) - 1.4).abs() < 1e-9);
+        assert!((pairs.node_fragmentation(&[1.0, 1.0, 0.4], 0, 0, &any) - 0.4).abs() < 1e-9);
+    }
+
+    #[test]
+    fn a_missing_model_or_cpu_makes_the_whole_node_a_fragment() {
+        let mut picky = task(0.5, 1, 1.0);
+        picky.models = vec![1];
+        let policy = FragmentationGradient::new(Arc::new(WorkloadMix {
+            types: vec![picky.clone()],
+        }));
+        assert!((policy.node_fragmentation(&[1.0], 0, 0, &picky) - 1.0).abs() < 1e-9);
+        assert!(policy.node_fragmentation(&[1.0], 0, 1, &picky).abs() < 1e-9);
+        let mut hungry = task(0.5, 1, 1.0);
+        hungry.cpu_milli = 8000;
+        let policy = FragmentationGradient::new(Arc::new(WorkloadMix {
+            types: vec![hungry.clone()],
+        }));
+        assert!((policy.node_fragmentation(&[1.0], 4000, 0, &hungry) - 1.0).abs() < 1e-9);
+    }
+
+    #[test]
+    fn a_pod_goes_where_it_leaves_room_for_the_workload() {
+        use crate::model::WorkClass;
+        use crate::policy::place;
+        // One node: GPU 0 half used, GPU 1 idle. The workload is whole-GPU
+        // pods, so a half-GPU pod belongs on GPU 0 (GPU 1 stays whole).
+        let mut cluster = ClusterState::uniform(1, 2, 100);
+        let half = InstanceDemand {
+            class: WorkClass::Batch,
+            sm_request: 0.5,
+            sm_limit: 0.5,
+            memory_bytes: 1,
+            gpus: 1,
+        };
+        cluster.apply(&half, &[0]);
+        let whole_gpu_workload = FragmentationGradient::new(Arc::new(WorkloadMix {
+            types: vec![task(1.0, 1, 1.0)],
+        }));
+        let placement = place(&whole_gpu_workload, &cluster, &half).unwrap();
+        assert_eq!(placement.gpus, vec![0]);
+        // GPU 1 a quarter used, workload of 0.75 pods: a half pod on GPU 0
+        // leaves 0.5 there that no 0.75 pod can use, on GPU 1 only 0.25.
+        let mut other = ClusterState::uniform(1, 2, 100);
+        let quarter = InstanceDemand {
+            sm_request: 0.25,
+            ..half.clone()
+        };
+        other.apply(&quarter, &[1]);
+        let policy = FragmentationGradient::new(Arc::new(WorkloadMix {
+            types: vec![task(0.75, 1, 1.0)],
+        }));
+        let placement = place(&policy, &other, &half).unwrap();
+        assert_eq!(placement.gpus, vec![1]);
+        // Where FGD and best fit part: GPUs with 0.6 and 0.75 free and a
+        // workload of quarter-GPU pods. Best fit fills GPU 0 (leaving 0.1,
+        // which no quarter pod can use); FGD takes GPU 1 (0.6 and 0.25 left,
+        // both usable).
+        let mut split = ClusterState::uniform(1, 2, 100);
+        split.apply(
+            &InstanceDemand {
+                sm_request: 0.4,
+                ..half.clone()
+            },
+            &[0],
+        );
+        split.apply(&quarter, &[1]);
+        let quarters = FragmentationGradient::new(Arc::new(WorkloadMix {
+            types: vec![task(0.25, 1, 1.0)],
+        }));
+        assert_eq!(place(&quarters, &split, &half).unwrap().gpus, vec![1]);
+        let best_fit = place(&crate::policy::InflessRequests, &split, &half).unwrap();
+        assert_eq!(best_fit.gpus, vec![0]);
+    }
+}

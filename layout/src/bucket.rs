@@ -1,0 +1,252 @@
+//! The SM-time token bucket of one tenant on one device: the enforcement
+//! state every launch of every process of the tenant updates.
+//!
+//! It is kept apart from the advisory counters in
+//! [`telemetry`](crate::telemetry) (which only report) and each of its hot
+//! words sits on its own cache line, so that counting a launch never
+//! contends with charging one. It lives in the tenant's telemetry region
+//! (memory all its processes map writable, as before): a tenant can only
+//! hurt itself by writing it, and the node manager reads the device time it
+//! really got from its own cross-checks, not from here.
+//!
+//! The bucket is GCRA: `tat` is the wall-clock instant at which everything
+//! charged so far is paid for at the tenant's share; a launch may start
+//! once `tat − depth ≤ now`.
+
+use crate::sm::wall_cost_ns;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+/// One atomic alone on a 64-byte cache line.
+#[repr(C, align(64))]
+pub struct CacheLine(pub AtomicU64);
+
+impl CacheLine {
+    const fn zero() -> Self {
+        CacheLine(AtomicU64::new(0))
+    }
+}
+
+#[repr(C)]
+pub struct TokenBucket {
+    /// GCRA's theoretical arrival time (CLOCK_MONOTONIC ns). CAS'd by
+    /// every launch.
+    tat_ns: CacheLine,
+    /// GPU time charged too much earlier and not yet given back: later
+    /// launches are charged that much less. (Giving it back by moving the
+    /// bucket would be lost whenever the bucket is full, or become a
+    /// burst.) Read by every launch, written only when non-zero.
+    refund_ns: CacheLine,
+    /// GPU time found owed while the share was 0 (a measurement settled
+    /// then): it cannot be turned into wall-clock time at share 0, so the
+    /// next admitted launch pays it. Read by every launch.
+    owed_ns: CacheLine,
+}
+
+/// When a launch may go, as decided by [`TokenBucket::admit`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Admission {
+    Now,
+    /// Wait until this CLOCK_MONOTONIC instant (ns).
+    At(u64),
+    /// The share is 0: nothing was charged; wait for a share and ask again.
+    Paused,
+}
+
+impl Default for TokenBucket {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl TokenBucket {
+    pub const fn new() -> Self {
+        TokenBucket {
+            tat_ns: CacheLine::zero(),
+            refund_ns: CacheLine::zero(),
+            owed_ns: CacheLine::zero(),
+        }
+    }
+
+    /// Charges a launch of `cost_ns` GPU time at `share_ppm` (one CAS) and
+    /// says when it may go. Never refuses: a launch in debt waits, and the
+    /// debt is what it waits for. At share 0 it charges nothing and answers
+    /// [`Admission::Paused`]: a zero share is a state to wait out, not a
+    /// debt that could never be paid.
+    #[inline]
+    pub fn admit(&self, now: u64, cost_ns: u64, share_ppm: u32, depth_ns: u64) -> Admission {
+        if share_ppm == 0 {
+            return Admission::Paused;
+        }
+        let gpu_ns = cost_ns - self.take_refund(cost_ns) + self.take_owed();
+        let cost = wall_cost_ns(gpu_ns, share_ppm);
+        let mut tat = self.tat_ns.0.load(Ordering::Relaxed);
+        loop {
+            let next = tat.max(now).saturating_add(cost);
+            match self.tat_ns.0.compare_exchange_weak(
+                tat,
+                next,
+                Ordering::AcqRel,
+                Ordering::Relaxed,
+            ) {
+                Ok(_) => {
+                    let go = tat.saturating_sub(depth_ns);
+                    return if go > now {
+                        Admission::At(go)
+                    } else {
+                        Admission::Now
+                    };
+                }
+                Err(actual) => tat = actual,
+            }
+        }
+    }
+
+    /// Takes up to `cost_ns` from the refund owed to the tenant.
+    #[inline]
+    fn take_refund(&self, cost_ns: u64) -> u64 {
+        let mut owed = self.refund_ns.0.load(Ordering::Relaxed);
+        while owed > 0 {
+            let take = owed.min(cost_ns);
+            match self.refund_ns.0.compare_exchange_weak(
+                owed,
+                owed - take,
+                Ordering::AcqRel,
+                Ordering::Relaxed,
+            ) {
+                Ok(_) => return take,
+                Err(actual) => owed = actual,
+            }
+        }
+        0
+    }
+
+    /// Takes everything the tenant owes from a zero-share period.
+    #[inline]
+    fn take_owed(&self) -> u64 {
+        if self.owed_ns.0.load(Ordering::Relaxed) == 0 {
+            return 0;
+        }
+        self.owed_ns.0.swap(0, Ordering::AcqRel)
+    }
+
+    /// Charges (positive) or refunds (negative) GPU time after the fact, when
+    /// a measurement shows that earlier launches cost more or less than they
+    /// were charged. A charge moves the bucket at once (at share 0 the next
+    /// launch pays it); a refund is taken off the next launches' charges.
+    pub fn charge_back(&self, delta_gpu_ns: i64, share_ppm: u32, now: u64) {
+        if delta_gpu_ns < 0 {
+            self.refund_ns
+                .0
+                .fetch_add(delta_gpu_ns.unsigned_abs(), Ordering::Relaxed);
+            return;
+        }
+        if share_ppm == 0 {
+            self.owed_ns
+                .0
+                .fetch_add(delta_gpu_ns as u64, Ordering::Relaxed);
+            return;
+        }
+        let wall = wall_cost_ns(delta_gpu_ns as u64, share_ppm);
+        let mut tat = self.tat_ns.0.load(Ordering::Relaxed);
+        loop {
+            let next = tat.max(now).saturating_add(wall);
+            match self.tat_ns.0.compare_exchange_weak(
+                tat,
+                next,
+                Ordering::AcqRel,
+                Ordering::Relaxed,
+            ) {
+                Ok(_) => return,
+                Err(actual) => tat = actual,
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::sm::FULL_SHARE_PPM;
+
+    #[test]
+    fn hot_words_have_cache_lines_of_their_own() {
+        assert_eq!(std::mem::size_of::<TokenBucket>(), 3 * 64);
+        assert_eq!(std::mem::align_of::<TokenBucket>(), 64);
+    }
+
+    #[test]
+    fn a_bucket_paces_launches_at_the_share_after_its_depth() {
+        let bucket = TokenBucket::new();
+        let (share, depth, now) = (250_000, 1_000_000, 10_000_000_000u64);
+        // 100 µs launches at 25%: each costs 400 µs of the bucket; the
+        // first depth's worth (1 ms) goes at once, then one every 400 µs.
+        let admissions: Vec<Admission> = (0..6)
+            .map(|_| bucket.admit(now, 100_000, share, depth))
+            .collect();
+        assert_eq!(&admissions[..3], &[Admission::Now; 3]);
+        assert_eq!(admissions[3], Admission::At(now + 200_000));
+        assert_eq!(admissions[4], Admission::At(now + 600_000));
+        assert_eq!(admissions[5], Admission::At(now + 1_000_000));
+    }
+
+    #[test]
+    fn idle_time_earns_no_more_than_the_depth() {
+        let bucket = TokenBucket::new();
+        let depth = 1_000_000;
+        assert_eq!(bucket.admit(0, 1_000_000, 500_000, depth), Admission::Now);
+        // An hour later: the bucket starts from now, not from an hour of credit.
+        let later = 3_600_000_000_000;
+        let waited = (0..10)
+            .filter(|_| match bucket.admit(later, 100_000, 500_000, depth) {
+                Admission::At(t) => t > later,
+                _ => false,
+            })
+            .count();
+        // A launch goes while the debt before it is at most the depth: the
+        // first with none, then five more (5 × 200 µs = 1 ms); four wait.
+        assert_eq!(waited, 4);
+    }
+
+    #[test]
+    fn charges_move_the_bucket_and_refunds_lower_later_charges() {
+        let bucket = TokenBucket::new();
+        let now = 1_000_000_000;
+        let half = FULL_SHARE_PPM / 2;
+        bucket.admit(now, 100_000, half, 0);
+        bucket.charge_back(300_000, half, now);
+        // 100 µs + 300 µs of GPU time at 50% = 800 µs of debt.
+        assert_eq!(bucket.admit(now, 0, half, 0), Admission::At(now + 800_000));
+        // A refund of 150 µs: the next 100 µs launch is free, the one after
+        // costs 50 µs (100 µs of bucket at 50%), never moving the bucket back.
+        bucket.charge_back(-150_000, half, now);
+        assert_eq!(
+            bucket.admit(now, 100_000, half, 0),
+            Admission::At(now + 800_000)
+        );
+        assert_eq!(
+            bucket.admit(now, 100_000, half, 0),
+            Admission::At(now + 800_000)
+        );
+        assert_eq!(bucket.admit(now, 0, half, 0), Admission::At(now + 900_000));
+    }
+
+    #[test]
+    fn a_zero_share_pauses_without_debt_and_a_raised_share_goes_at_once() {
+        let bucket = TokenBucket::new();
+        let now = 5_000_000_000;
+        let half = FULL_SHARE_PPM / 2;
+        for _ in 0..100 {
+            assert_eq!(bucket.admit(now, 1_000_000, 0, 0), Admission::Paused);
+        }
+        // A measurement settled at share 0 is owed, not turned into an
+        // endless wall-clock debt.
+        bucket.charge_back(200_000, 0, now);
+        let later = now + 10_000_000;
+        assert_eq!(bucket.admit(later, 100_000, half, 0), Admission::Now);
+        // That launch paid its own 100 µs and the 200 µs owed, at 50%.
+        assert_eq!(
+            bucket.admit(later, 0, half, 0),
+            Admission::At(later + 600_000)
+        );
+    }
+}

@@ -1,0 +1,395 @@
+//! `dilu profile`: finds a function's batch size, SM request and SM limit.
+//!
+//! The search is `dilu_profile`'s; this module supplies the two ways to
+//! measure one configuration and the command's input and output:
+//! - `--table FILE.csv`: a measured table (nothing runs);
+//! - `-- CMD`: the program itself, for one bounded trial per configuration,
+//!   under the interposer beside an embedded node manager (static
+//!   controller) that holds it at the trial's SM share. The program gets the
+//!   batch size as `DILU_BATCH`; each request it reports with
+//!   `dilu_report_latency` is one batch, so the trial's mean reported
+//!   latency is the batch latency and reports × batch / time the throughput.
+//!   A program that reports nothing is measured by its sync-to-sync
+//!   intervals (the telemetry's p99, in power-of-two buckets: coarse, and
+//!   said so). The first quarter of each trial is warm-up and not counted.
+//!
+//! Ctrl-C (or SIGTERM) stops the trial's program, the node manager and the
+//! scratch directory, and leaves nothing behind.
+
+use crate::artifacts;
+use crate::config::Config;
+use crate::daemon::Daemon;
+use crate::launch::{self, LaunchSpec};
+use dilu_abi::node_wire::{SOCKET_ENV, TenantSpec, WorkClass};
+use dilu_profile::measure::{Measure, Trials};
+use dilu_profile::profile::{self, Class, Profile, Question};
+use dilu_profile::search::Method;
+use dilu_profile::table::ProfileTable;
+use dilu_profile::{Config as Trial, Grid, Sample};
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitCode, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+pub struct ProfileSpec {
+    pub class: Class,
+    pub slo_ms: Option<f64>,
+    /// Batch class: the batch to profile at (default: the grid's largest).
+    pub batch: Option<u32>,
+    pub method: Method,
+    pub table: Option<PathBuf>,
+    pub command: Vec<String>,
+    pub sim: bool,
+    pub trial_seconds: f64,
+    pub max_batch: u32,
+    pub sm_step: u32,
+    /// A trial meets the SLO only with this fraction to spare (programs only).
+    pub headroom: f64,
+    pub output: PathBuf,
+    pub json: bool,
+}
+
+static INTERRUPTED: AtomicBool = AtomicBool::new(false);
+
+extern "C" fn on_interrupt(_: libc::c_int) {
+    INTERRUPTED.store(true, Ordering::Relaxed);
+}
+
+fn catch_interrupts() {
+    for signal in [libc::SIGINT, libc::SIGTERM] {
+        // SAFETY: the handler only stores to an atomic (async-signal-safe).
+        unsafe { libc::signal(signal, on_interrupt as *const () as libc::sighandler_t) };
+    }
+}
+
+pub fn run(spec: &ProfileSpec) -> Result<ExitCode, String> {
+    if spec.class == Class::Latency && spec.slo_ms.is_none() {
+        return Err("a latency-class profile needs --slo-ms".into());
+    }
+    if let Some(slo) = spec.slo_ms
+        && !(slo.is_finite() && slo > 0.0)
+    {
+        return Err(format!(
+            "--slo-ms {slo} must be a positive number of milliseconds"
+        ));
+    }
+    let mut progress = |trial: Trial, sample: Option<Sample>| {
+        let what = sample.map_or("cannot run".to_string(), |s| {
+            format!(
+                "{:.3} ms per batch, {:.1} samples/s",
+                s.latency_s * 1e3,
+                s.throughput
+            )
+        });
+        eprintln!(
+            "dilu profile: batch {:>4} at SM {:>3}%: {what}",
+            trial.batch, trial.sm
+        );
+    };
+    let (result, headroom) = match (&spec.table, spec.command.is_empty()) {
+        (Some(_), false) => {
+            return Err("give either --table FILE or a command after --, not both".into());
+        }
+        (None, true) => {
+            return Err("nothing to profile: give --table FILE.csv or a command after --".into());
+        }
+        (Some(path), true) => {
+            let mut table = ProfileTable::load(path)?;
+            let grid = table.grid();
+            let mut trials = Trials::with_progress(&mut table, &mut progress);
+            (profile::find(&mut trials, &grid, &question(spec, 0.0)), 0.0)
+        }
+        (None, false) => {
+            let grid = Grid::standard(spec.max_batch, spec.sm_step)?;
+            catch_interrupts();
+            let mut program = ProgramTrials::start(spec)?;
+            let result = {
+                let mut trials = Trials::with_progress(&mut program, &mut progress);
+                profile::find(&mut trials, &grid, &question(spec, spec.headroom))
+            };
+            program.stop();
+            (result, spec.headroom)
+        }
+    };
+    let mut profile = result?;
+    // The file records the SLO asked for, not the tightened one searched.
+    profile.slo_ms = spec.slo_ms;
+    std::fs::write(&spec.output, profile.to_toml())
+        .map_err(|e| format!("cannot write the profile to {}: {e}", spec.output.display()))?;
+    if spec.json {
+        println!(
+            "{}",
+            serde_json::to_string(&profile).map_err(|e| e.to_string())?
+        );
+    } else {
+        println!(
+            "batch {}, SM request {}% ({:.1} samples/s), SM limit {}% ({:.1} samples/s); {} configurations measured{}",
+            profile.batch,
+            profile.sm_request,
+            profile.throughput_at_request,
+            profile.sm_limit,
+            profile.throughput_at_limit,
+            profile.trials,
+            if headroom > 0.0 {
+                format!(" (SLO met with {:.0}% to spare)", headroom * 100.0)
+            } else {
+                String::new()
+            }
+        );
+        println!("profile written to {}", spec.output.display());
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn question(spec: &ProfileSpec, headroom: f64) -> Question {
+    Question {
+        class: spec.class,
+        slo_s: spec.slo_ms.map(|ms| ms / 1e3 * (1.0 - headroom)),
+        batch: spec.batch,
+        method: spec.method,
+    }
+}
+
+/// Reads a profile file as a tenant spec (class, SLO, SM request and limit)
+/// and its batch size: what `dilu run --profile` and the node manager's
+/// `[tenants.NAME] profile` use.
+pub fn load_spec(path: &Path) -> Result<(TenantSpec, u32), String> {
+    let profile = Profile::load(path)?;
+    let spec = TenantSpec {
+        class: match profile.class {
+            Class::Latency => WorkClass::Latency,
+            Class::Batch => WorkClass::Batch,
+        },
+        slo_ms: profile.slo_ms,
+        sm_request_pct: f64::from(profile.sm_request),
+        sm_limit_pct: f64::from(profile.sm_limit),
+        mem_bytes: None,
+    };
+    spec.validate()
+        .map_err(|e| format!("{}: {e}", path.display()))?;
+    Ok((spec, profile.batch))
+}
+
+/// Runs the program once per configuration beside an embedded node manager.
+struct ProgramTrials {
+    daemon: Option<Daemon>,
+    scratch: PathBuf,
+    instance: String,
+    command: Vec<String>,
+    sim: bool,
+    class: WorkClass,
+    trial: Duration,
+    next: u32,
+}
+
+impl ProgramTrials {
+    fn start(spec: &ProfileSpec) -> Result<ProgramTrials, String> {
+        if !(0.5..=600.0).contains(&spec.trial_seconds) {
+            return Err(format!(
+                "--trial-seconds {} must be from 0.5 to 600",
+                spec.trial_seconds
+            ));
+        }
+        artifacts::find(artifacts::INTERPOSER_FILE)?;
+        let tag = format!("profile-{}", std::process::id());
+        let scratch = std::env::temp_dir().join(format!("dilu-{tag}"));
+        std::fs::create_dir_all(&scratch).map_err(|e| format!("{}: {e}", scratch.display()))?;
+        let config = Config {
+            socket: scratch.join("nodemgr.sock"),
+            run_dir: scratch.join("run"),
+            metrics: None,
+            controller: "static".into(),
+            ..Config::default()
+        };
+        let daemon = Daemon::start(config).inspect_err(|_| {
+            let _ = std::fs::remove_dir_all(&scratch);
+        })?;
+        Ok(ProgramTrials {
+            daemon: Some(daemon),
+            scratch,
+            instance: tag,
+            command: spec.command.clone(),
+            sim: spec.sim,
+            class: match spec.class {
+                Class::Latency => WorkClass::Latency,
+                Class::Batch => WorkClass::Batch,
+            },
+            trial: Duration::from_secs_f64(spec.trial_seconds),
+            next: 0,
+        })
+    }
+
+    fn stop(&mut self) {
+        if let Some(daemon) = self.daemon.take() {
+            daemon.stop();
+        }
+        let _ = std::fs::remove_dir_all(&self.scratch);
+    }
+
+    fn spawn(&self, tenant: &str, trial: Trial, log: &Path) -> Result<Child, String> {
+        let daemon = self.daemon.as_ref().ok_or("the node manager has stopped")?;
+        let (program, args) = self.command.split_first().ok_or("no command")?;
+        let share = f64::from(trial.sm);
+        let env = launch::environment(&LaunchSpec {
+            sim: self.sim,
+            mem: None,
+            sm: None,
+            tenant: Some(tenant.to_string()),
+            class: Some(self.class),
+            slo_ms: None,
+            sm_request: Some(share),
+            sm_limit: Some(share),
+            batch: None,
+            command: Vec::new(),
+        })?;
+        let log = std::fs::File::create(log).map_err(|e| format!("{}: {e}", log.display()))?;
+        Command::new(program)
+            .args(args)
+            .envs(env)
+            .env("DILU_BATCH", trial.batch.to_string())
+            .env(SOCKET_ENV, &daemon.shared.config.socket)
+            .env("SIMGPU_INSTANCE", &self.instance)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(log)
+            // Its own process group, so a trial's whole process tree stops.
+            .process_group(0)
+            .spawn()
+            .map_err(|e| format!("cannot start {program}: {e}"))
+    }
+}
+
+impl Drop for ProgramTrials {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+/// What the node manager reports of the trial's tenant at one instant.
+#[derive(Clone, Copy)]
+struct Reading {
+    at: Instant,
+    reports: u64,
+    latency_seconds: f64,
+}
+
+fn stop_group(child: &mut Child) {
+    let group = child.id() as libc::pid_t;
+    // SAFETY: signalling a process group this module created.
+    unsafe { libc::kill(-group, libc::SIGTERM) };
+    let deadline = Instant::now() + Duration::from_secs(2);
+    while Instant::now() < deadline {
+        if matches!(child.try_wait(), Ok(Some(_))) {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    // SAFETY: as above; whatever is left of the group is killed.
+    unsafe { libc::kill(-group, libc::SIGKILL) };
+    let _ = child.wait();
+}
+
+fn last_line(log: &Path) -> String {
+    std::fs::read_to_string(log)
+        .ok()
+        .and_then(|text| {
+            text.lines()
+                .rev()
+                .find(|l| !l.trim().is_empty())
+                .map(str::to_string)
+        })
+        .unwrap_or_default()
+}
+
+impl Measure for ProgramTrials {
+    fn measure(&mut self, trial: Trial) -> Result<Option<Sample>, String> {
+        self.next += 1;
+        let tenant = format!("{}-{}", self.instance, self.next);
+        let log = self.scratch.join(format!("trial-{}.log", self.next));
+        let mut child = self.spawn(&tenant, trial, &log)?;
+        let started = Instant::now();
+        let warm_up = self.trial / 4;
+        let (mut first, mut last, mut peak, mut proxy_p99) =
+            (None::<Reading>, None::<Reading>, None::<u64>, None);
+        let mut exit = None;
+        while started.elapsed() < self.trial {
+            if INTERRUPTED.load(Ordering::Relaxed) {
+                stop_group(&mut child);
+                self.stop();
+                return Err(
+                    "interrupted: the trial's program and the node manager were stopped".into(),
+                );
+            }
+            if let Ok(Some(status)) = child.try_wait() {
+                exit = Some(status);
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+            let daemon = self.daemon.as_ref().ok_or("the node manager has stopped")?;
+            let status = daemon.shared.status();
+            let Some(t) = status.tenants.iter().find(|t| t.name == tenant) else {
+                continue;
+            };
+            peak = peak.max(Some(t.mem_used_bytes));
+            proxy_p99 = t.p99_ms.or(proxy_p99);
+            let reading = Reading {
+                at: Instant::now(),
+                reports: t.latency_reports_total,
+                latency_seconds: t.latency_seconds_total,
+            };
+            if first.is_none() && started.elapsed() >= warm_up {
+                first = Some(reading);
+            }
+            last = Some(reading);
+        }
+        if exit.is_none() {
+            stop_group(&mut child);
+        }
+        if let Some(status) = exit.filter(|s| !s.success()) {
+            eprintln!(
+                "dilu profile: batch {} at SM {}%: the program failed ({status}): {}",
+                trial.batch,
+                trial.sm,
+                last_line(&log)
+            );
+            return Ok(None);
+        }
+        let memory_peak = peak.filter(|b| *b > 0);
+        if let (Some(a), Some(b)) = (first, last)
+            && b.reports > a.reports
+        {
+            let count = (b.reports - a.reports) as f64;
+            let seconds = b.at.duration_since(a.at).as_secs_f64().max(1e-3);
+            return Ok(Some(Sample {
+                latency_s: (b.latency_seconds - a.latency_seconds) / count,
+                throughput: count * f64::from(trial.batch) / seconds,
+                memory_peak,
+            }));
+        }
+        match proxy_p99 {
+            Some(ms) if ms > 0.0 => {
+                eprintln!(
+                    "dilu profile: the program reported no latency (dilu_report_latency); using its sync-to-sync intervals (coarse)"
+                );
+                Ok(Some(Sample {
+                    latency_s: ms / 1e3,
+                    throughput: f64::from(trial.batch) / (ms / 1e3),
+                    memory_peak,
+                }))
+            }
+            _ => {
+                eprintln!(
+                    "dilu profile: batch {} at SM {}%: nothing was measured (no latency reported, no synchronisation seen){}",
+                    trial.batch,
+                    trial.sm,
+                    match last_line(&log) {
+                        line if line.is_empty() => String::new(),
+                        line => format!("; its last words: {line}"),
+                    }
+                );
+                Ok(None)
+            }
+        }
+    }
+}

@@ -1,0 +1,121 @@
+"""PyTorch on simgpu, step by step (run by scripts/torch-sim-check.sh under
+`dilu run --sim`). Every step is tried even when an earlier one failed; each
+prints one JSON line {"step", "ok", "detail"}.
+
+    python torch_sim_check.py checks BUDGET_BYTES   the functional steps
+    python torch_sim_check.py loop SECONDS          elementwise kernels in a loop
+
+simgpu computes no kernel results, so only what does not depend on them is
+checked (copies, memory, errors, launches, timing).
+"""
+
+import json
+import sys
+import time
+import traceback
+
+
+def report(step, ok, detail=""):
+    print(json.dumps({"step": step, "ok": bool(ok), "detail": str(detail)}), flush=True)
+
+
+def attempt(step, fn):
+    try:
+        ok, detail = fn()
+    except BaseException as e:  # noqa: BLE001 - every failure is reported
+        ok, detail = False, f"{type(e).__name__}: {e}".strip()
+        tb = traceback.format_exc().strip().splitlines()
+        if tb:
+            detail += f" (at {tb[-3].strip() if len(tb) > 2 else tb[-1]})"
+    report(step, ok, detail)
+    return ok
+
+
+def checks(budget):
+    import torch
+
+    report("versions", True, f"torch {torch.__version__}, built for CUDA {torch.version.cuda}")
+    attempt("torch.cuda.is_available", lambda: (torch.cuda.is_available(), torch.cuda.device_count()))
+
+    def props():
+        p = torch.cuda.get_device_properties(0)
+        return True, f"{p.name}, {p.total_memory} B, {p.multi_processor_count} SMs, cc {p.major}.{p.minor}"
+
+    attempt("device properties", props)
+
+    def round_trip():
+        host = torch.arange(1 << 20, dtype=torch.float32)
+        dev = host.to("cuda")
+        back = dev.cpu()
+        same = torch.equal(host, back)
+        del dev
+        return same, f"{host.numel()} floats host->device->host, equal={same}"
+
+    attempt("tensor copy round trip", round_trip)
+
+    def create_free():
+        ts = [torch.empty(1 << 24, device="cuda") for _ in range(4)]
+        used = torch.cuda.memory_allocated()
+        del ts
+        torch.cuda.empty_cache()
+        left = torch.cuda.memory_allocated()
+        return used >= 4 * (1 << 26) and left == 0, f"allocated {used} B, after free {left} B"
+
+    attempt("tensors created and freed", create_free)
+
+    def mem_info():
+        free, total = torch.cuda.mem_get_info()
+        return total == budget, f"free {free} B, total {total} B, --mem budget {budget} B"
+
+    attempt("torch.cuda.mem_get_info shows the --mem budget", mem_info)
+
+    def oom():
+        try:
+            torch.empty(budget + (1 << 30), dtype=torch.uint8, device="cuda")
+        except torch.cuda.OutOfMemoryError as e:
+            first = str(e).splitlines()[0]
+            after = torch.empty(1 << 20, device="cuda")
+            del after
+            return True, f"OutOfMemoryError ({first[:120]}), then a 4 MiB tensor allocated fine"
+        return False, "no error past the budget"
+
+    attempt("allocation past the budget raises OutOfMemoryError", oom)
+
+    def elementwise():
+        x = torch.empty(1 << 20, device="cuda")
+        for _ in range(100):
+            x = x * 2 + 1
+        torch.cuda.synchronize()
+        return True, "100 x (mul, add) on 1M floats, synchronised"
+
+    attempt("elementwise kernels", elementwise)
+
+    def matmul():
+        a = torch.empty(512, 512, device="cuda")
+        b = torch.empty(512, 512, device="cuda")
+        c = a @ b
+        torch.cuda.synchronize()
+        return True, f"512x512 float32 matmul, result shape {tuple(c.shape)}"
+
+    attempt("cuBLAS matmul", matmul)
+
+
+def loop(seconds):
+    import torch
+
+    x = torch.empty(1 << 22, device="cuda")
+    n = 0
+    end = time.monotonic() + seconds
+    while time.monotonic() < end:
+        for _ in range(20):
+            x.mul_(1.0001)
+            n += 1
+        torch.cuda.synchronize()
+    report("elementwise loop", True, f"{n} kernels in {seconds} s")
+
+
+if __name__ == "__main__":
+    if sys.argv[1] == "checks":
+        checks(int(sys.argv[2]))
+    else:
+        loop(float(sys.argv[2]))

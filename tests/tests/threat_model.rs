@@ -1,0 +1,483 @@
+//! Issue 15's threat model, finding by finding: a tenant (a process the
+//! daemon admits, or one that speaks its protocol by hand) must never hurt
+//! the root daemon or another tenant. Each test plays the hostile tenant
+//! directly over the daemon's socket with dilu's own wire types, against a
+//! real `dilu nodemgr` process (so a crash shows as the process dying).
+
+use dilu_abi::node_wire::{self, FromDaemon, NodeStatus, PROTOCOL_VERSION, ToDaemon};
+use dilu_abi::seqpacket;
+use dilu_tests::workspace::{Scratch, dilu, unique_name};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// A `dilu nodemgr` child, killed when the test ends.
+struct Daemon {
+    child: Child,
+    socket: PathBuf,
+}
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Daemon {
+    fn start(scratch: &Scratch, config: &str) -> Daemon {
+        let path = scratch.path("nodemgr.toml");
+        std::fs::write(&path, config).unwrap();
+        let socket = scratch.path("nodemgr.sock");
+        let child = Command::new(dilu())
+            .arg("nodemgr")
+            .arg("--config")
+            .arg(&path)
+            .arg("--socket")
+            .arg(&socket)
+            .arg("--run-dir")
+            .arg(scratch.path("run"))
+            .args(["--foreground", "--metrics", ""])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("start dilu nodemgr");
+        let daemon = Daemon { child, socket };
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while daemon.status().is_none() {
+            assert!(Instant::now() < deadline, "the daemon never answered");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        daemon
+    }
+
+    fn alive(&mut self) -> bool {
+        self.child.try_wait().unwrap().is_none()
+    }
+
+    fn status(&self) -> Option<NodeStatus> {
+        status_at(&self.socket)
+    }
+
+    fn register(&self, tenant: &str, handed_back: &[i32]) -> (OwnedFd, FromDaemon, Vec<OwnedFd>) {
+        register_at(&self.socket, tenant, handed_back)
+    }
+}
+
+/// One status request over the socket (None if it failed).
+fn status_at(socket: &Path) -> Option<NodeStatus> {
+    let connection = seqpacket::connect(socket, Some(Duration::from_secs(30))).ok()?;
+    let request = node_wire::encode(&ToDaemon::Status).unwrap();
+    seqpacket::send(&connection, &request, &[]).ok()?;
+    let mut buffer = vec![0u8; seqpacket::MAX_MESSAGE];
+    let (n, _) = seqpacket::recv(&connection, &mut buffer).ok()?;
+    match node_wire::decode::<FromDaemon>(&buffer[..n]).ok()? {
+        FromDaemon::Status(status) => Some(*status),
+        _ => None,
+    }
+}
+
+/// Registers a hand-made "process" of `tenant`, handing `fds` back as a
+/// re-attaching process would. Returns the connection (the membership lasts
+/// while it is open), what the daemon answered and the descriptors it sent.
+fn register_at(
+    socket: &Path,
+    tenant: &str,
+    handed_back: &[i32],
+) -> (OwnedFd, FromDaemon, Vec<OwnedFd>) {
+    let connection =
+        seqpacket::connect(socket, Some(Duration::from_secs(30))).expect("connect to the daemon");
+    let request = node_wire::encode(&ToDaemon::Register {
+        version: PROTOCOL_VERSION,
+        tenant: tenant.into(),
+        spec: None,
+        reattach: !handed_back.is_empty(),
+    })
+    .unwrap();
+    seqpacket::send(&connection, &request, handed_back).expect("send the registration");
+    let mut buffer = vec![0u8; seqpacket::MAX_MESSAGE];
+    let (n, fds) = seqpacket::recv(&connection, &mut buffer).expect("an answer");
+    let answer = node_wire::decode::<FromDaemon>(&buffer[..n]).expect("a valid answer");
+    (connection, answer, fds)
+}
+
+fn memfd(name: &std::ffi::CStr) -> OwnedFd {
+    // SAFETY: name is NUL-terminated; the result is checked.
+    let raw = unsafe { libc::memfd_create(name.as_ptr(), libc::MFD_CLOEXEC) };
+    assert!(raw >= 0, "memfd_create");
+    // SAFETY: raw is a fresh descriptor nobody else owns.
+    unsafe { OwnedFd::from_raw_fd(raw) }
+}
+
+fn truncate(fd: &OwnedFd) -> std::io::Result<()> {
+    // SAFETY: ftruncate on a descriptor we own.
+    if unsafe { libc::ftruncate(fd.as_raw_fd(), 0) } == 0 {
+        Ok(())
+    } else {
+        Err(std::io::Error::last_os_error())
+    }
+}
+
+/// Finding 1: the telemetry memfd was handed out read-write and unsealed; a
+/// tenant truncating it killed the daemon (SIGBUS on its next sample).
+#[test]
+fn a_tenant_that_truncates_its_telemetry_cannot_kill_the_daemon() {
+    let scratch = Scratch::new("threat-truncate");
+    let mut daemon = Daemon::start(&scratch, "period_ms = 5\n");
+    let tenant = unique_name("trunc");
+    let (_connection, answer, fds) = daemon.register(&tenant, &[]);
+    assert!(
+        matches!(answer, FromDaemon::Registered { .. }),
+        "registered: {answer:?}"
+    );
+    assert_eq!(fds.len(), 2, "budget and telemetry descriptors");
+    let truncated = truncate(&fds[1]);
+    // Give the control loop many periods to read the region.
+    std::thread::sleep(Duration::from_millis(500));
+    assert!(
+        daemon.alive(),
+        "the daemon died after a tenant truncated its telemetry (ftruncate: {truncated:?})"
+    );
+    let status = daemon.status().expect("the daemon still answers");
+    assert!(status.tenants.iter().any(|t| t.name == tenant));
+    assert!(
+        truncated.is_err(),
+        "the telemetry's size is sealed (ftruncate must fail)"
+    );
+}
+
+/// Finding 2 and 5: registration held the registry lock while it waited on
+/// descriptors a re-attaching tenant handed back (up to 4 s), freezing the
+/// control loop and every status answer. Now a stalled tenant delays only
+/// its own registration.
+#[test]
+fn a_tenant_that_stalls_its_handed_back_fds_cannot_stall_the_control_loop() {
+    let scratch = Scratch::new("threat-stall");
+    let period_ms = 5.0;
+    let daemon = Daemon::start(&scratch, &format!("period_ms = {period_ms}\n"));
+    let tenant = unique_name("stall");
+    // Empty memfds: a region that never becomes complete.
+    let (budget, telemetry) = (memfd(c"stall-budget"), memfd(c"stall-telemetry"));
+    let socket = daemon.socket.clone();
+    let stalled_tenant = tenant.clone();
+    let before = daemon.status().expect("status before");
+    let window = Instant::now();
+    let stalled = std::thread::spawn(move || {
+        let handed_back = [budget.as_raw_fd(), telemetry.as_raw_fd()];
+        let (connection, answer, _) = register_at(&socket, &stalled_tenant, &handed_back);
+        (answer, connection)
+    });
+    // Status answers while the stalled registration is in the daemon.
+    let mut slowest = Duration::ZERO;
+    while window.elapsed() < Duration::from_secs(3) {
+        let asked = Instant::now();
+        assert!(daemon.status().is_some(), "status answered");
+        slowest = slowest.max(asked.elapsed());
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let after = daemon.status().expect("status after");
+    let elapsed = window.elapsed();
+    let (answer, _helper) = stalled.join().unwrap();
+    let expected = elapsed.as_secs_f64() * 1e3 / period_ms;
+    let ran = (after.control_periods - before.control_periods) as f64;
+    eprintln!(
+        "periods: {ran} of {expected:.0} expected; slowest status answer {slowest:?}; stalled tenant got {answer:?}"
+    );
+    assert!(
+        slowest < Duration::from_millis(1500),
+        "a status request waited {slowest:?} behind a stalled tenant"
+    );
+    assert!(
+        ran >= 0.25 * expected,
+        "the control loop ran {ran} periods of {expected:.0} while a tenant stalled"
+    );
+    assert!(
+        matches!(answer, FromDaemon::Registered { .. }),
+        "the tenant is admitted with fresh regions: {answer:?}"
+    );
+}
+
+/// Finding 1, the ledger too: the daemon mapped the tenant's ledger file,
+/// which the tenant can truncate. It now reads a copy.
+#[test]
+fn a_tenant_that_truncates_its_ledger_cannot_kill_the_daemon() {
+    use dilu_abi::ledger::TenantLedger;
+    use dilu_abi::shm::Region;
+    let scratch = Scratch::new("threat-ledger");
+    let mut daemon = Daemon::start(&scratch, "period_ms = 5\n");
+    let tenant = unique_name("ledger");
+    let (_connection, answer, _fds) = daemon.register(&tenant, &[]);
+    assert!(
+        matches!(answer, FromDaemon::Registered { .. }),
+        "{answer:?}"
+    );
+    // SAFETY: getuid has no preconditions.
+    let uid = unsafe { libc::getuid() };
+    let path = dilu_abi::tenant_region_path(uid, &tenant, "ledger");
+    let budget = 64 << 20;
+    drop(
+        Region::<TenantLedger>::open_or_create(&path, 0o600, |l| l.set_budget(0, budget))
+            .expect("create the tenant's ledger"),
+    );
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let status = daemon.status().expect("status");
+        let seen = status
+            .tenants
+            .iter()
+            .any(|t| t.name == tenant && t.mem_budget_bytes == Some(budget));
+        if seen {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the daemon never read the ledger"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    std::fs::OpenOptions::new()
+        .write(true)
+        .open(&path)
+        .and_then(|f| f.set_len(0))
+        .expect("truncate the ledger");
+    std::thread::sleep(Duration::from_millis(500));
+    let answered = daemon.status().is_some();
+    let _ = std::fs::remove_file(&path);
+    assert!(
+        daemon.alive() && answered,
+        "the daemon died after a tenant truncated its ledger"
+    );
+}
+
+/// Runs a tenant process under `dilu run --sim` as `uid` (None: as we are).
+fn run_tenant(tenant: &str, instance: &str, uid: Option<u32>) -> std::process::Output {
+    use std::os::unix::process::CommandExt;
+    let mut command = Command::new(dilu());
+    command
+        .args(["run", "--sim", "--tenant", tenant, "--mem", "1GiB", "--"])
+        .arg(dilu_tests::workspace::artifact("cudart-client"))
+        .env("SIMGPU_INSTANCE", instance)
+        .env_remove("DILU_MEM_LIMIT")
+        .env_remove("DILU_TENANT")
+        .env_remove("DILU_NODEMGR_SOCKET")
+        .current_dir("/");
+    if let Some(uid) = uid {
+        command.uid(uid).gid(uid).env("HOME", "/");
+    }
+    dilu_tests::workspace::output_within(command, Duration::from_secs(120))
+}
+
+fn simgpu_instance_file(uid: u32, instance: &str) -> PathBuf {
+    PathBuf::from(format!("/dev/shm/simgpu-{uid}-{instance}"))
+}
+
+/// Finding 4: every run used to leave its ledger, SM and telemetry files
+/// and its simulated GPU's state in /dev/shm. The last process out removes
+/// them now.
+#[test]
+fn a_finished_tenant_leaves_no_files_behind() {
+    // SAFETY: getuid has no preconditions.
+    let uid = unsafe { libc::getuid() };
+    let tenant = unique_name("tidy");
+    let instance = unique_name("tidy");
+    let output = run_tenant(&tenant, &instance, None);
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let left: Vec<PathBuf> = ["ledger", "sm", "telemetry"]
+        .iter()
+        .map(|kind| dilu_abi::tenant_region_path(uid, &tenant, kind))
+        .chain([simgpu_instance_file(uid, &instance)])
+        .filter(|path| path.exists())
+        .collect();
+    for path in &left {
+        let _ = std::fs::remove_file(path);
+    }
+    assert!(left.is_empty(), "left behind: {left:?}");
+}
+
+/// Finding 4: another user could create a victim's region name first and
+/// stop the victim's processes (exit 2). Now a squatted name is never used:
+/// the victim's processes agree on a private directory no one can predict,
+/// and say so in one line naming the squatted directory and its owner.
+#[test]
+fn a_name_squatted_by_another_user_does_not_stop_the_victim() {
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        eprintln!("needs root to play two users; skipped");
+        return;
+    }
+    let victim = 61_000 + std::process::id() % 1000;
+    let attacker = victim + 1000;
+    let tenant = unique_name("victim");
+    let instance = unique_name("victim");
+    let cleanup = || {
+        for entry in std::fs::read_dir("/dev/shm").unwrap().flatten() {
+            let name = entry.file_name().to_string_lossy().into_owned();
+            if name.starts_with(&format!("dilu-{victim}")) {
+                let _ = std::fs::remove_dir_all(entry.path());
+                let _ = std::fs::remove_file(entry.path());
+            }
+        }
+        let _ = std::fs::remove_file(simgpu_instance_file(victim, &instance));
+    };
+    cleanup();
+    // What the attacker creates first: the victim's directory (and the
+    // file name earlier versions used), open to all, owned by the attacker.
+    let squatted = dilu_abi::user_region_dir(victim);
+    std::fs::create_dir(&squatted).unwrap();
+    std::fs::set_permissions(
+        &squatted,
+        std::os::unix::fs::PermissionsExt::from_mode(0o777),
+    )
+    .unwrap();
+    std::os::unix::fs::chown(&squatted, Some(attacker), Some(attacker)).unwrap();
+    let old_name = PathBuf::from(format!("/dev/shm/dilu-{victim}-{tenant}.ledger"));
+    std::fs::write(&old_name, b"").unwrap();
+    std::os::unix::fs::chown(&old_name, Some(attacker), Some(attacker)).unwrap();
+
+    let output = run_tenant(&tenant, &instance, Some(victim));
+    let stderr = String::from_utf8_lossy(&output.stderr).into_owned();
+    let chosen = dilu_abi::user_region_dir(victim);
+    let leftovers: Vec<_> = std::fs::read_dir(&chosen)
+        .map(|d| d.flatten().map(|e| e.path()).collect())
+        .unwrap_or_default();
+    cleanup();
+    assert!(
+        output.status.success(),
+        "the victim's process failed (status {:?}): {stderr}",
+        output.status.code()
+    );
+    assert_ne!(chosen, squatted, "the victim uses a directory of its own");
+    let line = stderr
+        .lines()
+        .find(|l| l.contains(&squatted.display().to_string()))
+        .unwrap_or_else(|| panic!("no line names the squatted directory: {stderr}"));
+    assert!(line.contains(&format!("uid {attacker}")), "{line}");
+    assert!(leftovers.is_empty(), "left behind: {leftovers:?}");
+}
+
+/// A directory where `libnvidia-ml.so.1` is simgpu's simulated NVML, for a
+/// daemon that must see the simulated GPU's processes.
+fn simulated_nvml_dir(scratch: &Scratch) -> PathBuf {
+    let dir = scratch.path("nvml");
+    std::fs::create_dir_all(&dir).unwrap();
+    let link = dir.join("libnvidia-ml.so.1");
+    let _ = std::fs::remove_file(&link);
+    std::os::unix::fs::symlink(dilu_tests::workspace::artifact("libsimgpu_nvml.so"), &link)
+        .unwrap();
+    dir
+}
+
+/// Finding 3: the memory budget counts in a ledger the tenant writes. A
+/// tenant that zeroes it allocates past its budget; the daemon's audit of
+/// real per-process usage (NVML, here simgpu's) catches it and, configured
+/// to, kills it.
+#[test]
+fn the_audit_catches_a_tenant_that_zeroes_its_ledger() {
+    use std::io::{BufRead, BufReader, Write};
+    use std::os::unix::process::ExitStatusExt;
+    const MIB: u64 = 1 << 20;
+    let scratch = Scratch::new("threat-audit");
+    let tenant = unique_name("cheat");
+    let instance = unique_name("audit");
+    let config = scratch.path("nodemgr.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "audit = \"kill\"\naudit_slack = \"1MiB\"\ncontroller = \"static\"\n[tenants.{tenant}]\nmem = \"32MiB\"\n"
+        ),
+    )
+    .unwrap();
+    let socket = scratch.path("nodemgr.sock");
+    let daemon_child = Command::new(dilu())
+        .arg("nodemgr")
+        .arg("--config")
+        .arg(&config)
+        .arg("--socket")
+        .arg(&socket)
+        .arg("--run-dir")
+        .arg(scratch.path("run"))
+        .args(["--foreground", "--metrics", ""])
+        .env("LD_LIBRARY_PATH", simulated_nvml_dir(&scratch))
+        .env("SIMGPU_INSTANCE", &instance)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("start dilu nodemgr");
+    let daemon = Daemon {
+        child: daemon_child,
+        socket: socket.clone(),
+    };
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while daemon.status().is_none() {
+        assert!(Instant::now() < deadline, "the daemon never answered");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let mut probe = Command::new(dilu())
+        .args(["run", "--sim", "--tenant", &tenant, "--"])
+        .arg(dilu_tests::workspace::artifact("mem-probe"))
+        .env(node_wire::SOCKET_ENV, &socket)
+        .env("SIMGPU_INSTANCE", &instance)
+        .env("DILU_CONTEXT_MEMORY", "0")
+        .env_remove("DILU_MEM_LIMIT")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("start mem-probe");
+    let mut input = probe.stdin.take().unwrap();
+    let mut output = BufReader::new(probe.stdout.take().unwrap());
+    let mut ask = |command: &str| {
+        writeln!(input, "{command}").unwrap();
+        input.flush().unwrap();
+        let mut line = String::new();
+        output.read_line(&mut line).unwrap();
+        line.trim_end().to_string()
+    };
+    let chunk = 24 * MIB;
+    assert_eq!(ask(&format!("alloc {chunk}")), "alloc 0");
+    assert_eq!(
+        ask(&format!("alloc {chunk}")),
+        "alloc 2",
+        "the budget holds an honest tenant"
+    );
+    assert!(
+        ask("zero").starts_with("zero "),
+        "the tenant zeroed its ledger"
+    );
+    assert_eq!(
+        ask(&format!("alloc {chunk}")),
+        "alloc 0",
+        "with its ledger zeroed the tenant gets past its budget"
+    );
+    // 48 MiB held on a 32 MiB budget: the audit (every second) must act.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let status = loop {
+        if let Some(status) = probe.try_wait().unwrap() {
+            break Some(status);
+        }
+        if Instant::now() > deadline {
+            break None;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    let audited = daemon.status().and_then(|s| {
+        s.tenants
+            .iter()
+            .find(|t| t.name == tenant)
+            .and_then(|t| t.mem_audited_bytes)
+    });
+    let _ = probe.kill();
+    let _ = probe.wait();
+    let status = status.unwrap_or_else(|| {
+        panic!("the over-budget tenant still runs 30 s later (audited: {audited:?})")
+    });
+    assert_eq!(
+        status.signal(),
+        Some(libc::SIGKILL),
+        "the audit kills the tenant ({status:?})"
+    );
+}
