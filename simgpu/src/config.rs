@@ -6,6 +6,36 @@ use std::collections::HashMap;
 
 pub(crate) const MAX_DEVICES: usize = 16;
 
+/// How processes (and one process's streams) share a device
+/// (`SIMGPU_SHARING`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Sharing {
+    /// One timeline: every kernel reserves its own stretch, no preemption,
+    /// no overlap between streams (`serial_timeline`).
+    Serial,
+    /// Time slices with preemption, concurrent streams, switch cost, gap
+    /// and jitter (`engine`).
+    TimeSliced,
+}
+
+impl Sharing {
+    /// The word stored in the instance's shared state.
+    pub(crate) fn code(self) -> u64 {
+        match self {
+            Sharing::Serial => 0,
+            Sharing::TimeSliced => 1,
+        }
+    }
+
+    pub(crate) fn name_of(code: u64) -> &'static str {
+        match code {
+            0 => "serial",
+            1 => "timesliced",
+            _ => "unknown",
+        }
+    }
+}
+
 /// Preemption at the end of a time slice (`SIMGPU_PREEMPT`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Preempt {
@@ -47,6 +77,8 @@ pub(crate) struct Config {
     pub memory: u64,
     pub sms: u64,
     pub wave_ns: u64,
+    /// How processes and streams share a device.
+    pub sharing: Sharing,
     /// Longest run of one process's kernels while another process waits
     /// (0 = strict FIFO between processes).
     pub timeslice_ns: u64,
@@ -142,9 +174,17 @@ impl Config {
                 parse_duration_ns(&v).map_err(|_| bad("SIMGPU_WAVE_NS", &v, DURATION_FORMS))?
             }
         };
+        let sharing = match get("SIMGPU_SHARING").as_deref() {
+            None | Some("serial") => Sharing::Serial,
+            Some("timesliced") => Sharing::TimeSliced,
+            Some(v) => return Err(bad("SIMGPU_SHARING", v, "serial or timesliced")),
+        };
+        let realistic = sharing == Sharing::TimeSliced;
         let timeslice_ns = match get("SIMGPU_TIMESLICE") {
-            // (128 << 3) × 1024 ns: the open kernel driver's default.
-            None => 1_048_576,
+            // (128 << 3) × 1024 ns: the open kernel driver's default; the
+            // serial model keeps its historical 2 ms.
+            None if realistic => 1_048_576,
+            None => 2_000_000,
             Some(v) => {
                 parse_duration_ns(&v).map_err(|_| bad("SIMGPU_TIMESLICE", &v, DURATION_FORMS))?
             }
@@ -155,6 +195,8 @@ impl Config {
             Some("none") => Preempt::None,
             Some(v) => return Err(bad("SIMGPU_PREEMPT", v, "instruction, wave or none")),
         };
+        // Used by the time-sliced model only (serial kernels take exactly
+        // their cost, back to back).
         let switch_ns = duration("SIMGPU_SWITCH_COST", 25_000, 100_000_000)?;
         let gap_ns = duration("SIMGPU_KERNEL_GAP", 3_000, 100_000_000)?;
         let jitter = sigma("SIMGPU_JITTER", 0.03)?;
@@ -225,6 +267,7 @@ impl Config {
             memory,
             sms,
             wave_ns,
+            sharing,
             timeslice_ns,
             preempt,
             switch_ns,

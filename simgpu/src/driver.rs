@@ -222,7 +222,7 @@ impl Driver {
         let mut arenas = Vec::new();
         let mut cfg = cfg;
         if !cfg.null {
-            let s = Shm::attach(&cfg.instance, cfg.devices, cfg.memory)?;
+            let s = Shm::attach(&cfg.instance, cfg.devices, cfg.memory, cfg.sharing.code())?;
             // The creator of the instance decides its shape.
             let ndev = s.ndev();
             cfg.visible.retain(|&p| p < ndev);

@@ -2,15 +2,22 @@
 //! started worker thread per stream, events, graphs, and the shared device
 //! timeline on which every kernel of every process is serialised.
 
+use crate::config::Sharing;
 use crate::driver::{Ctx, Registry, current, drv, next_id};
 use crate::engine::Submit;
-use crate::{Res, now_ns};
+use crate::serial_timeline;
+use crate::trace::KernelRecord;
+use crate::{Res, now_ns, sleep_until};
 use dilu_abi::cuda::*;
 use std::cell::RefCell;
 use std::collections::{HashMap, VecDeque};
 use std::ffi::c_void;
-use std::sync::atomic::Ordering::{AcqRel, Acquire};
+use std::sync::atomic::Ordering::{AcqRel, Acquire, Relaxed};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+
+/// Kernels this process ran under the serial model: each one's trace
+/// number (the time-sliced engine numbers its own).
+static SERIAL_KERNELS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
 
 pub(crate) type HostFn = unsafe extern "C" fn(*mut c_void);
 pub(crate) type StreamCallback = unsafe extern "C" fn(sys::CUstream, u32, *mut c_void);
@@ -303,6 +310,9 @@ impl Stream {
     fn device_time_for_record(&self, ready: u64) -> u64 {
         let Ok(d) = drv() else { return ready };
         let Some(shm) = &d.shm else { return ready };
+        if d.cfg.sharing == Sharing::Serial {
+            return serial_timeline::record_time(shm, d.phys(self.dev), ready, d.cfg.timeslice_ns);
+        }
         let engine = &d.engines[self.dev];
         if let Some(t) = engine.record_time(shm, ready) {
             return t;
@@ -330,8 +340,43 @@ impl Stream {
     fn run_kernel(&self, ready: u64, k: &KernelOp) -> u64 {
         let Ok(d) = drv() else { return ready };
         let Some(shm) = &d.shm else { return ready };
+        if d.cfg.sharing == Sharing::Serial {
+            return self.run_kernel_serially(d, shm, ready, k);
+        }
         let ready = ready + d.cfg.gap_ns;
         d.engines[self.dev].run(&d.cfg, shm, d.trace.as_ref(), self.submit(ready, Some(k)))
+    }
+
+    /// The serial model: reserves the kernel's stretch of the device
+    /// timeline, waits until it has passed and writes it as one trace row.
+    fn run_kernel_serially(
+        &self,
+        d: &crate::driver::Driver,
+        shm: &crate::shm::Shm,
+        ready: u64,
+        k: &KernelOp,
+    ) -> u64 {
+        let phys = d.phys(self.dev);
+        let (start, end) = serial_timeline::reserve(shm, phys, ready, k.dur_ns, d.cfg.timeslice_ns);
+        shm.add_busy(phys, end - start);
+        let queued = shm.queued(shm.slot, phys);
+        let _ = queued.fetch_update(AcqRel, Acquire, |n| n.checked_sub(1));
+        sleep_until(end);
+        if let Some(t) = &d.trace {
+            t.kernel(&KernelRecord {
+                device: self.dev,
+                stream: self.id,
+                start_ns: start,
+                end_ns: end,
+                name: &k.name,
+                blocks: k.blocks,
+                graph: k.graph,
+                kernel: SERIAL_KERNELS.fetch_add(1, Relaxed),
+                segment: 0,
+                last: true,
+            });
+        }
+        end
     }
 
     pub(crate) fn wait_seq(&self, seq: u64) -> Res {

@@ -19,6 +19,7 @@ mod identity;
 mod integrity;
 mod memory;
 mod proc_table;
+mod serial_timeline;
 mod shm;
 mod timeslice;
 mod trace;

@@ -7,8 +7,8 @@ use crate::config::MAX_DEVICES;
 use std::ffi::CString;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering::*};
 
-const MAGIC: u64 = 0x5349_4d47_5055_0004; // "SIMGPU" + layout 4
-const VERSION: u64 = 4;
+const MAGIC: u64 = 0x5349_4d47_5055_0005; // "SIMGPU" + layout 5
+const VERSION: u64 = 5;
 pub(crate) const MAX_SLOTS: usize = 256;
 /// Slot pid value while a process is filling in its slot or reclaiming one.
 const BUSY: u64 = u64::MAX;
@@ -28,7 +28,11 @@ pub(crate) struct ShmDevice {
     /// Device time during which kernels of any process ran, ever (ns): the
     /// simulated NVML samples utilisation from its growth.
     pub busy_ns: AtomicU64,
-    _pad: [u64; 2],
+    /// Serial sharing only: the slice before the current one, as `slice`
+    /// held it (0 while being rewritten), and when it ended (ns): work that
+    /// became ready in it but was processed late still happened in it.
+    pub previous_slice: AtomicU64,
+    pub previous_slice_end: AtomicU64,
 }
 
 #[repr(C)]
@@ -62,7 +66,10 @@ pub(crate) struct ShmLayout {
     magic: AtomicU64,
     version: AtomicU64,
     pub ndev: AtomicU64,
-    _pad: [u64; 5],
+    /// The sharing model every process of the instance uses
+    /// (`Sharing::code`), fixed by the process that created it.
+    sharing: AtomicU64,
+    _pad: [u64; 4],
     pub devs: [ShmDevice; MAX_DEVICES],
     pub slots: [ShmSlot; MAX_SLOTS],
 }
@@ -112,13 +119,26 @@ impl Shm {
     }
 
     /// Opens (creating if needed) the instance and claims a process slot.
-    pub(crate) fn attach(instance: &str, ndev: usize, capacity: u64) -> Result<Shm, String> {
-        let mut shm = Self::open(instance, ndev, capacity)?;
+    /// Attaches this process to the instance as a user of the device with
+    /// the sharing model `sharing` (`Sharing::code`): the instance's own, or
+    /// an error naming both.
+    pub(crate) fn attach(
+        instance: &str,
+        ndev: usize,
+        capacity: u64,
+        sharing: u64,
+    ) -> Result<Shm, String> {
+        let mut shm = Self::open(instance, ndev, capacity, Some(sharing))?;
         shm.slot = shm.claim_slot()?;
         Ok(shm)
     }
 
-    fn open(instance: &str, ndev: usize, capacity: u64) -> Result<Shm, String> {
+    fn open(
+        instance: &str,
+        ndev: usize,
+        capacity: u64,
+        sharing: Option<u64>,
+    ) -> Result<Shm, String> {
         let path = Self::path_for(instance);
         let cpath = CString::new(path.clone()).map_err(|_| "simgpu: bad path".to_string())?;
         let size = std::mem::size_of::<ShmLayout>();
@@ -181,6 +201,7 @@ impl Shm {
             let ndev = ndev.min(MAX_DEVICES);
             layout.version.store(VERSION, Relaxed);
             layout.ndev.store(ndev as u64, Relaxed);
+            layout.sharing.store(sharing.unwrap_or(0), Relaxed);
             for d in &layout.devs[..ndev] {
                 d.capacity.store(capacity, Relaxed);
             }
@@ -198,6 +219,16 @@ impl Shm {
             if layout.version.load(Relaxed) != VERSION {
                 return Err(format!(
                     "simgpu: shared device state {path} has another layout version; remove it"
+                ));
+            }
+            let theirs = layout.sharing.load(Relaxed);
+            if let Some(mine) = sharing
+                && mine != theirs
+            {
+                return Err(format!(
+                    "simgpu: instance {instance} shares its device as SIMGPU_SHARING={}, this process asked for {}: every process of an instance must use the same",
+                    crate::config::Sharing::name_of(theirs),
+                    crate::config::Sharing::name_of(mine)
                 ));
             }
         }
@@ -432,7 +463,7 @@ impl Shm {
     /// slot: an observer such as the simulated NVML, which is no CUDA
     /// process and must not appear as one.
     pub(crate) fn observe(instance: &str, ndev: usize, capacity: u64) -> Result<Shm, String> {
-        Self::open(instance, ndev, capacity)
+        Self::open(instance, ndev, capacity, None)
     }
 
     /// Device time reserved for kernels of all processes on `phys`, ever.

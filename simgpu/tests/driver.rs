@@ -430,7 +430,7 @@ fn two_processes_share_device_time_fairly() {
     let window = (hi - lo) as f64;
     let s0 = busy(pids[0]) as f64 / window * 100.0;
     let s1 = busy(pids[1]) as f64 / window * 100.0;
-    // Time slices (1 ms) and 20 ms batches between syncs make a one-second
+    // Time slices (2 ms) and 20 ms batches between syncs make a one-second
     // window coarse, and start-up jitter on a loaded machine shortens it:
     // fair means neither process is starved, not an exact half.
     assert!(

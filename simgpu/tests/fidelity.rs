@@ -6,7 +6,26 @@
 mod common;
 
 use common::*;
+use std::process::Command;
 use std::time::Instant;
+
+/// Every scenario here runs on the time-sliced model (`SIMGPU_SHARING`),
+/// unless it names a model itself.
+fn time_sliced<'a>(env: &[(&'a str, &'a str)]) -> Vec<(&'a str, &'a str)> {
+    let mut env = env.to_vec();
+    if !env.iter().any(|(k, _)| *k == "SIMGPU_SHARING") {
+        env.push(("SIMGPU_SHARING", "timesliced"));
+    }
+    env
+}
+
+fn child(role: &str, env: &[(&str, &str)]) -> Command {
+    common::child(role, &time_sliced(env))
+}
+
+fn run_child(role: &str, env: &[(&str, &str)]) -> String {
+    common::run_child(role, &time_sliced(env))
+}
 
 /// Entry point of child processes: plays the role named in SIMGPU_TEST_ROLE.
 #[test]
@@ -430,4 +449,45 @@ fn jitter_has_the_set_spread() {
         "median gap {}",
         sorted[sorted.len() / 2]
     );
+}
+
+#[test]
+fn processes_of_one_instance_must_share_it_the_same_way() {
+    let inst = Instance::new("sharingmix");
+    let base = [
+        ("SIMGPU_INSTANCE", inst.0.as_str()),
+        ("SIMGPU_KERNEL_COST", "k=500ms"),
+        ("SIMGPU_SHARING", "serial"),
+    ];
+    let holder_launches = launches("k", "1", "1", "1");
+    let mut holder = child("launches", &env_of(&base, &holder_launches))
+        .stdout(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    // The holder creates the instance; wait until its state file exists.
+    let path = format!("/dev/shm/simgpu-{}-{}", user_id(), inst.0);
+    let deadline = Instant::now() + std::time::Duration::from_secs(30);
+    while !std::path::Path::new(&path).exists() {
+        assert!(Instant::now() < deadline, "no instance file {path}");
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+    let other = [
+        ("SIMGPU_INSTANCE", inst.0.as_str()),
+        ("SIMGPU_SHARING", "timesliced"),
+    ];
+    let output = common::child("launches", &env_of(&other, &holder_launches))
+        .output()
+        .unwrap();
+    let _ = holder.wait();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(!output.status.success(), "a second model was accepted");
+    assert!(
+        stderr.contains("SIMGPU_SHARING=serial") && stderr.contains("timesliced"),
+        "{stderr}"
+    );
+}
+
+fn user_id() -> u32 {
+    // SAFETY: getuid has no preconditions.
+    unsafe { libc::getuid() }
 }

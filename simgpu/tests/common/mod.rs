@@ -258,6 +258,7 @@ pub fn child(role: &str, env: &[(&str, &str)]) -> Command {
         .env_remove("SIMGPU_TIMESLICE")
         .env_remove("SIMGPU_SWITCH_COST")
         .env_remove("SIMGPU_KERNEL_GAP")
+        .env_remove("SIMGPU_SHARING")
         .env_remove("CUDA_VISIBLE_DEVICES")
         .stdin(Stdio::null());
     for (k, v) in env {
