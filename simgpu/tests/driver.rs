@@ -658,9 +658,11 @@ fn cudarc_runs_on_simgpu() {
     );
     let _ = std::fs::remove_dir_all(&dir);
     assert!(out.contains("OK"), "{out}");
-    // 1024 elements / 1024 threads = 1 block = 1 wave of 1 ms.
+    // 1024 elements / 1024 threads = 1 block = 1 wave of 1 ms. Never less;
+    // more only by how late a loaded host wakes the simulated device (seen:
+    // 1.8 ms on a 2-core machine at load 10).
     let ms: f32 = value(&out, "ELAPSED_MS").parse().unwrap();
-    assert!((1.0..1.5).contains(&ms), "elapsed {ms}");
+    assert!((1.0..3.0).contains(&ms), "elapsed {ms}");
 }
 
 /// A cudart-style client: everything through cuGetProcAddress_v2 pointers,
