@@ -95,7 +95,10 @@ fn the_paths_probe_sees_every_path_held_under_dilu() {
             granted > 0 && granted <= limit,
             "{path}: granted {granted} under a {limit}-byte budget: {r}"
         );
-        assert_eq!(r["refused_with"], 2, "{path}: refused with out-of-memory: {r}");
+        assert_eq!(
+            r["refused_with"], 2,
+            "{path}: refused with out-of-memory: {r}"
+        );
         assert_eq!(
             r["free_after"], r["free_before"],
             "{path}: freeing gave everything back: {r}"
@@ -131,7 +134,13 @@ fn racing_processes_of_a_tenant_get_exactly_its_budget_under_dilu() {
         &tenant,
         &tenant,
         budget,
-        &["concurrent", "--procs", "4", "--piece", &(16 * MIB).to_string()],
+        &[
+            "concurrent",
+            "--procs",
+            "4",
+            "--piece",
+            &(16 * MIB).to_string(),
+        ],
     );
     command.env("DILU_CONTEXT_MEMORY", "0");
     let r = json_line(command);
@@ -162,11 +171,20 @@ fn a_sigkilled_holders_memory_is_grabbed_again_under_dilu() {
             &tenant,
             &tenant,
             1 << 30,
-            &["grab", "--bytes", &(512 * MIB).to_string(), "--wait-s", wait],
+            &[
+                "grab",
+                "--bytes",
+                &(512 * MIB).to_string(),
+                "--wait-s",
+                wait,
+            ],
         ))
     };
     let held = grab("0");
-    assert_eq!(held["first_status"], 2, "over the budget while held: {held}");
+    assert_eq!(
+        held["first_status"], 2,
+        "over the budget while held: {held}"
+    );
     assert!(held["granted_after_s"].is_null(), "{held}");
     holder.kill().expect("SIGKILL the holder");
     holder.wait().expect("reap the holder");

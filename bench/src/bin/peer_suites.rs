@@ -626,9 +626,11 @@ fn view(args: &[String]) -> Result<(), String> {
     };
     let (v1, v3) = match &nvml {
         Some(n) => (
-            list(n.processes::<ProcessV1>("nvmlDeviceGetComputeRunningProcesses", |p| {
-                (p.pid, p.used)
-            })),
+            list(
+                n.processes::<ProcessV1>("nvmlDeviceGetComputeRunningProcesses", |p| {
+                    (p.pid, p.used)
+                }),
+            ),
             list(
                 n.processes::<ProcessV3>("nvmlDeviceGetComputeRunningProcesses_v3", |p| {
                     (p.pid, p.used)
