@@ -2,7 +2,12 @@
 # Side by side with HAMi-core on one simulated GPU (simgpu + its simulated
 # NVML): builds HAMi-core's libvgpu.so from a checkout you point at, then runs
 # the same suites under dilu, under HAMi-core and with no limiter, in one run,
-# and writes bench/results/peers.md.
+# and writes bench/results/peers.md. Suites: per-call cost and the memory view
+# of one process (peer-probe); every allocation path, processes of one tenant
+# racing for its budget, a SIGKILLed holder, the cuMemGetInfo/NVML view with
+# several processes, start-up beside 0/16/64 processes of the tenant
+# (peer-suites); SM shares 30/70 and 10/90 over the SM-time benchmark's
+# workload shapes (cudarc-loop, simgpu's kernel trace).
 #
 #   HAMI_CORE_SRC=/path/to/HAMi-core scripts/bench.sh peers [-- --seconds S]
 #
@@ -14,6 +19,9 @@
 #                nvidia-cuda-runtime-cu12 (include/cuda.h) and
 #                nvidia-nvml-dev-cu12 (include/nvml.h) into PEERS_CACHE once.
 # --seconds S    length of each SM-share run (default 5)
+# --only SUITES  comma-separated subset of: probe,paths,concurrent,sigkill,view,
+#                startup,sm (default all; the report has only those sections)
+# --runs R       process starts timed per setting in the startup suite (default 50)
 #
 # libvgpu.so is compiled with gcc like HAMi-core's build.sh (its defines:
 # DLSYM_HOOK_ENABLE, MULTIPROCESS_LIMIT_ENABLE, HOOK_MEMINFO_ENABLE,
@@ -25,9 +33,13 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 seconds=5
+only=probe,paths,concurrent,sigkill,view,startup,sm
+runs=50
 while [ $# -gt 0 ]; do
   case $1 in
     --seconds) seconds=$2; shift 2 ;;
+    --only) only=$2; shift 2 ;;
+    --runs) runs=$2; shift 2 ;;
     -h | --help) awk 'NR > 1 && !/^#/ { exit } NR > 1 { sub(/^# ?/, ""); print }' "$0"; exit 0 ;;
     *) echo "peers: unknown argument '$1'" >&2; exit 2 ;;
   esac
@@ -77,58 +89,179 @@ trap 'rm -rf "$work"; rm -f /dev/shm/simgpu-$(id -u)-peers-$$-* /dev/shm/dilu-$(
 
 # run LIMITER TENANT SM MEM PROGRAM ARGS...: one process of TENANT under
 # LIMITER (none|dilu|hami) with an SM share (percent or -) and a memory limit
-# (bytes or -), on the simgpu instance $SIMGPU_INSTANCE; prints its stdout.
+# (bytes or -), on the simgpu instance $SIMGPU_INSTANCE. Processes it starts
+# inherit the limiter (the same tenant).
 run() {
   local limiter=$1 tenant="peers-$$-$2" sm=$3 mem=$4; shift 4
   case $limiter in
     none)
-      LD_LIBRARY_PATH="$libdir" "$@" 2>/dev/null ;;
+      env LD_LIBRARY_PATH="$libdir" "$@" ;;
     dilu)
       local args=(run --sim --tenant "$tenant")
       [ "$sm" != - ] && args+=(--sm "$sm")
       [ "$mem" != - ] && args+=(--mem "$mem")
-      "$release/dilu" "${args[@]}" -- "$@" 2>/dev/null ;;
+      exec_env "$release/dilu" "${args[@]}" -- "$@" ;;
     hami)
       local env=(LD_LIBRARY_PATH="$libdir" LD_PRELOAD="$vgpu" CUDA_REDIRECT="$vgpu"
                  CUDA_DEVICE_MEMORY_SHARED_CACHE="$work/$tenant.cache" LIBCUDA_LOG_LEVEL=0)
       [ "$sm" != - ] && env+=(CUDA_DEVICE_SM_LIMIT="$sm")
       [ "$mem" != - ] && env+=(CUDA_DEVICE_MEMORY_LIMIT="$((mem / 1048576))m")
-      env "${env[@]}" "$@" 2>/dev/null ;;
+      env "${env[@]}" "$@" ;;
   esac
 }
+# dilu's own knobs for one suite (DILU_* variables), passed through `dilu run`.
+exec_env() { env "${dilu_env[@]}" "$@"; }
+dilu_env=()
 
 export SIMGPU_LOG_ERRORS=0
 results="$work/results.jsonl"
-echo "== per-call cost and memory view (peer-probe)" >&2
-for limiter in none dilu hami; do
-  export SIMGPU_INSTANCE="peers-$$-probe-$limiter"
-  out=$(run "$limiter" "probe-$limiter" - $((1 << 30)) "$release/peer-probe" | grep '^{')
-  echo "{\"suite\":\"probe\",\"limiter\":\"$limiter\",\"sm\":null,\"r\":$out}" >> "$results"
-  out=$(run "$limiter" "probe-sm-$limiter" 30 $((1 << 30)) "$release/peer-probe" | grep '^{')
-  echo "{\"suite\":\"probe\",\"limiter\":\"$limiter\",\"sm\":30,\"r\":$out}" >> "$results"
-done
+: > "$results"
+# record KEYS LIMITER TENANT SM MEM PROGRAM ARGS...: runs one process (see
+# run) and appends {KEYS..., "limiter", "rc", "out": [its JSON lines],
+# "err": its last stderr line} to the results: a crash or a refusal to start
+# is a finding, not a reason to stop.
+record() {
+  local keys=$1 limiter=$2 out err rc=0
+  shift
+  out=$(mktemp "$work/out.XXXXXX"); err=$(mktemp "$work/err.XXXXXX")
+  run "$@" > "$out" 2> "$err" < /dev/null || rc=$?
+  python3 - "$keys" "$limiter" "$rc" "$out" "$err" >> "$results" <<'PY'
+import json, sys
+keys, limiter, rc, out, err = sys.argv[1:6]
+row = json.loads(keys)
+row["limiter"], row["rc"] = limiter, int(rc)
+row["out"] = [json.loads(l) for l in open(out) if l.startswith("{")]
+tail = [l.strip() for l in open(err, errors="replace") if l.strip()]
+row["err"] = tail[-1][:300] if tail else ""
+print(json.dumps(row))
+PY
+  rm -f "$out" "$err"
+}
+wants() { [[ ",$only," == *",$1,"* ]]; }
+limiters=(dilu hami none)
+mib=1048576
 
-loop=("$release/cudarc-loop" --seconds "$seconds" --depth 1000 --json)
-echo "== SM shares (cudarc-loop, 100 us kernels, ${seconds}s)" >&2
-export SIMGPU_INSTANCE="peers-$$-alone"
-out=$(run none alone - - "${loop[@]}" | grep '^{')
-echo "{\"suite\":\"alone\",\"limiter\":\"none\",\"r\":$out}" >> "$results"
-for split in "30 70" "10 90"; do
-  read -r a b <<< "$split"
-  for limiter in dilu hami none; do
-    export SIMGPU_INSTANCE="peers-$$-sm-$limiter-$a"
-    export SIMGPU_TRACE="$work/trace-$limiter-$a.jsonl"
-    sa=$a; sb=$b
-    [ "$limiter" = none ] && { sa=-; sb=-; }
-    # Two tenants (two containers, for HAMi-core: two shared caches).
-    run "$limiter" "sm-$limiter-$a-a" "$sa" - "${loop[@]}" > "$work/a.out" &
-    pa=$!
-    run "$limiter" "sm-$limiter-$a-b" "$sb" - "${loop[@]}" > "$work/b.out"
-    wait $pa
-    unset SIMGPU_TRACE
-    echo "{\"suite\":\"split\",\"limiter\":\"$limiter\",\"want\":[$a,$b],\"trace\":\"$work/trace-$limiter-$a.jsonl\",\"a\":$(grep '^{' "$work/a.out"),\"b\":$(grep '^{' "$work/b.out")}" >> "$results"
+if wants probe; then
+  echo "== per-call cost and memory view (peer-probe)" >&2
+  for limiter in "${limiters[@]}"; do
+    export SIMGPU_INSTANCE="peers-$$-probe-$limiter"
+    record '{"suite":"probe","sm":null}' "$limiter" "probe-$limiter" - $((1 << 30)) "$release/peer-probe"
+    record '{"suite":"probe","sm":30}' "$limiter" "probe-sm-$limiter" 30 $((1 << 30)) "$release/peer-probe"
   done
-done
+fi
 
-python3 scripts/peers_report.py "$results" "$commit" "scripts/peers.sh --seconds $seconds" > bench/results/peers.md
+if wants paths; then
+  echo "== every allocation path against a 1 GiB limit (peer-suites paths)" >&2
+  for path in $("$release/peer-suites" paths --path list); do
+    for limiter in "${limiters[@]}"; do
+      tag="paths-$limiter-${path//[^A-Za-z0-9]/-}"
+      export SIMGPU_INSTANCE="peers-$$-$tag"
+      record "{\"suite\":\"paths\",\"path\":\"$path\"}" "$limiter" "$tag" - $((1 << 30)) \
+        "$release/peer-suites" paths --path "$path" --limit $((1 << 30))
+    done
+  done
+fi
+
+if wants concurrent; then
+  # dilu's per-process context allowance is set to 0 here, so both count
+  # only the pieces and the sum is comparable with the limit.
+  echo "== 8 processes of one tenant racing for a 1 GiB budget (peer-suites concurrent)" >&2
+  dilu_env=(DILU_CONTEXT_MEMORY=0)
+  for round in 1 2 3; do
+    for limiter in "${limiters[@]}"; do
+      export SIMGPU_INSTANCE="peers-$$-race-$limiter-$round"
+      record "{\"suite\":\"concurrent\",\"round\":$round}" "$limiter" "race-$limiter-$round" - $((1 << 30)) \
+        "$release/peer-suites" concurrent --procs 8 --piece $((16 * mib))
+    done
+  done
+  dilu_env=()
+fi
+
+if wants sigkill; then
+  echo "== a SIGKILLed holder's memory (peer-suites hold / grab)" >&2
+  for limiter in "${limiters[@]}"; do
+    export SIMGPU_INSTANCE="peers-$$-kill-$limiter"
+    tenant="kill-$limiter"
+    mkfifo "$work/$tenant.in"
+    run "$limiter" "$tenant" - $((1 << 30)) "$release/peer-suites" hold --bytes $((640 * mib)) \
+      < "$work/$tenant.in" > "$work/$tenant.out" 2>/dev/null &
+    exec {hold_fd}> "$work/$tenant.in"
+    for _ in $(seq 600); do grep -q ready "$work/$tenant.out" && break; sleep 0.1; done
+    holder=$(awk '/^ready/ { print $2 }' "$work/$tenant.out")
+    record '{"suite":"sigkill","when":"held"}' "$limiter" "$tenant" - $((1 << 30)) \
+      "$release/peer-suites" grab --bytes $((512 * mib))
+    [ -n "$holder" ] && kill -KILL "$holder"
+    wait $! 2>/dev/null || true
+    exec {hold_fd}>&-
+    record "{\"suite\":\"sigkill\",\"when\":\"killed\",\"holder_started\":$([ -n "$holder" ] && echo true || echo false)}" \
+      "$limiter" "$tenant" - $((1 << 30)) "$release/peer-suites" grab --bytes $((512 * mib)) --wait-s 10
+  done
+fi
+
+if wants view; then
+  echo "== the process view through cuMemGetInfo and NVML (peer-suites view)" >&2
+  for limiter in "${limiters[@]}"; do
+    export SIMGPU_INSTANCE="peers-$$-view-$limiter"
+    pids=()
+    for holder in "sibling $((256 * mib)) view-$limiter" "other $((512 * mib)) view-other-$limiter"; do
+      read -r role bytes tenant <<< "$holder"
+      mkfifo "$work/$tenant.in"
+      run "$limiter" "$tenant" - $((1 << 30)) "$release/peer-suites" hold --bytes "$bytes" \
+        < "$work/$tenant.in" > "$work/$tenant.out" 2>/dev/null &
+      exec {fd}> "$work/$tenant.in"
+      eval "fd_$role=$fd"
+      for _ in $(seq 600); do grep -q ready "$work/$tenant.out" && break; sleep 0.1; done
+      pids+=("\"$role\":$(awk '/^ready/ { print $2 }' "$work/$tenant.out" | grep . || echo null)")
+    done
+    record "{\"suite\":\"view\",$(IFS=,; echo "${pids[*]}")}" "$limiter" "view-$limiter" - $((1 << 30)) \
+      "$release/peer-suites" view --bytes $((128 * mib))
+    exec {fd_sibling}>&- {fd_other}>&-
+    wait
+  done
+fi
+
+if wants startup; then
+  echo "== start-up with 0/16/64 other processes of the tenant (peer-suites startup, $runs runs)" >&2
+  for others in 0 16 64; do
+    for limiter in "${limiters[@]}"; do
+      export SIMGPU_INSTANCE="peers-$$-start-$limiter-$others"
+      record "{\"suite\":\"startup\",\"others\":$others}" "$limiter" "start-$limiter-$others" - $((64 << 30)) \
+        "$release/peer-suites" startup --others "$others" --runs "$runs"
+    done
+  done
+fi
+
+if wants sm; then
+  # The SM-time benchmark's workload matrix, a shape per row: name|cudarc-loop arguments.
+  shapes=(
+    "100 µs, sync every 1000|--blocks 1320 --depth 1000"
+    "20 µs, sync every 1|--blocks 264 --depth 1"
+    "100 µs, sync every 16|--blocks 1320 --depth 16"
+    "1 ms, never drains|--blocks 13200 --depth never"
+    "20 µs, 3 streams, never drains|--blocks 264 --streams 3 --depth never"
+    "graphs of 10 × 20 µs, sync every 4|--blocks 264 --graph 10 --depth 4"
+  )
+  echo "== SM shares 30/70 and 10/90 over ${#shapes[@]} workload shapes (cudarc-loop, ${seconds}s each)" >&2
+  for i in "${!shapes[@]}"; do
+    IFS='|' read -r name shape_args <<< "${shapes[$i]}"
+    read -ra shape_args <<< "$shape_args"
+    loop=("$release/cudarc-loop" --seconds "$seconds" --json "${shape_args[@]}")
+    export SIMGPU_INSTANCE="peers-$$-alone-$i"
+    record "{\"suite\":\"alone\",\"shape\":\"$name\"}" none "alone-$i" - - "${loop[@]}"
+    for setting in "dilu 30 70" "hami 30 70" "dilu 10 90" "hami 10 90" "none 50 50"; do
+      read -r limiter a b <<< "$setting"
+      sa=$a; sb=$b
+      [ "$limiter" = none ] && { sa=-; sb=-; }
+      export SIMGPU_INSTANCE="peers-$$-sm-$limiter-$a-$i"
+      trace="$work/trace-$limiter-$a-$i.jsonl"
+      # Two tenants (for HAMi-core, two containers: two shared caches).
+      keys="\"suite\":\"split\",\"shape\":\"$name\",\"want\":[$a,$b],\"trace\":\"$trace\""
+      SIMGPU_TRACE=$trace record "{$keys,\"side\":0}" "$limiter" "sm-$limiter-$a-$i-a" "$sa" - "${loop[@]}" &
+      SIMGPU_TRACE=$trace record "{$keys,\"side\":1}" "$limiter" "sm-$limiter-$a-$i-b" "$sb" - "${loop[@]}"
+      wait
+    done
+  done
+fi
+
+python3 scripts/peers_report.py "$results" "$commit" "scripts/peers.sh --seconds $seconds --runs $runs" > bench/results/peers.md
 echo "bench/results/peers.md written" >&2
