@@ -19,6 +19,10 @@
 #   demo       `dilu demo`: request latency of an inference tenant beside a
 #              training tenant, per controller (static, dilu-rckm, dilu)
 #                                             -> bench/results/demo.md, demo-latency-cdf.svg
+#   colocation a primary (inference with an SLO, or training with gaps) beside
+#              two deep-queue fillers: no limiter, static, dilu-rckm, dilu and
+#              dilu-colo (gap filling per launch) side by side
+#                                             -> bench/results/colocation.md
 #   cluster    the cluster simulator: Alibaba's openb trace in time and under
 #              FGD's protocol, the GPU-hours/risk curve, generated traces;
 #              every policy, fgd included
@@ -30,7 +34,7 @@
 #              (needs HAMI_CORE_SRC=<HAMi-core checkout>; see scripts/peers.sh --help)
 #                                             -> bench/results/peers.md
 #
-# usage: scripts/bench.sh [all | overhead | startup | sm | syscalls | placement | demo | cluster | profile ...] [-- ARGS]
+# usage: scripts/bench.sh [all | overhead | startup | sm | syscalls | placement | demo | colocation | cluster | profile ...] [-- ARGS]
 #   ARGS go to the one benchmark named, e.g. `scripts/bench.sh startup -- --runs 50`
 #   or `scripts/bench.sh overhead -- cuLaunchKernel` (a criterion filter)
 #   or `scripts/bench.sh demo -- --seconds 10` (per controller; default 5)
@@ -42,10 +46,10 @@ cd "$(dirname "$0")/.."
 targets=()
 while [ $# -gt 0 ] && [ "$1" != "--" ]; do
   case $1 in
-    all) targets+=(overhead startup sm syscalls placement demo cluster profile) ;;
-    overhead | startup | sm | syscalls | placement | demo | cluster | profile | peers) targets+=("$1") ;;
+    all) targets+=(overhead startup sm syscalls placement demo colocation cluster profile) ;;
+    overhead | startup | sm | syscalls | placement | demo | colocation | cluster | profile | peers) targets+=("$1") ;;
     -h | --help) awk 'NR > 1 && !/^#/ { exit } NR > 1 { sub(/^# ?/, ""); print }' "$0"; exit 0 ;;
-    *) echo "bench: unknown benchmark '$1' (all, overhead, startup, sm, syscalls, placement, demo, cluster, profile, peers)" >&2; exit 2 ;;
+    *) echo "bench: unknown benchmark '$1' (all, overhead, startup, sm, syscalls, placement, demo, colocation, cluster, profile, peers)" >&2; exit 2 ;;
   esac
   shift
 done
@@ -90,6 +94,9 @@ for target in "${targets[@]}"; do
     demo)
       cargo bench -p dilu-bench --bench demo -- "${extra[@]}" || failed+=(demo)
       results+=(bench/results/demo.md bench/results/demo-latency-cdf.svg) ;;
+    colocation)
+      cargo bench -p dilu-bench --bench colocation -- "${extra[@]}" || failed+=(colocation)
+      results+=(bench/results/colocation.md) ;;
     cluster)
       # Old figures go first: every figure the file links is written anew.
       rm -f bench/results/cluster-sim*.svg

@@ -18,6 +18,6 @@ pub mod simtrace;
 pub mod units;
 
 pub use dilu_layout::{
-    bucket, histogram, ledger, memfd, monotonic_ns, shm, sm, telemetry, tenant_region_path,
-    user_region_dir,
+    bucket, colocation, histogram, ledger, memfd, monotonic_ns, shm, sm, telemetry,
+    tenant_region_path, user_region_dir,
 };

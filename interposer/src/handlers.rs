@@ -23,7 +23,7 @@ use dilu_abi::cuda::{CUDA_SUCCESS, CUresult};
 
 use crate::kernel_estimates::LaunchKey;
 use crate::table::Cx;
-use crate::{launch_control, recent_streams, sampler, sync_telemetry};
+use crate::{colocation, launch_control, recent_streams, sampler, sync_telemetry};
 
 // ---- memory ---------------------------------------------------------------
 
@@ -298,13 +298,17 @@ pub fn stream_synchronize(
     next: impl FnOnce(CUstream) -> CUresult,
     stream: CUstream,
 ) -> CUresult {
+    colocation::sync_begin();
     let result = next(stream);
+    colocation::sync_end();
     sync_telemetry::synchronised();
     result
 }
 
 pub fn ctx_synchronize(_cx: Cx, next: impl FnOnce() -> CUresult) -> CUresult {
+    colocation::sync_begin();
     let result = next();
+    colocation::sync_end();
     sync_telemetry::synchronised();
     result
 }
@@ -314,7 +318,9 @@ pub fn event_synchronize(
     next: impl FnOnce(CUevent) -> CUresult,
     event: CUevent,
 ) -> CUresult {
+    colocation::sync_begin();
     let result = next(event);
+    colocation::sync_end();
     sync_telemetry::synchronised();
     result
 }

@@ -105,7 +105,7 @@ thread_local! {
     static PRECISE_SLEEP: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
 }
 
-fn sleep_until(deadline_ns: u64) {
+pub(crate) fn sleep_until(deadline_ns: u64) {
     // Linux wakes a sleeping thread up to its timer slack (50 µs by
     // default) late. A throttled launch waits for tokens worth tens of µs,
     // so that lateness would be a large part of each wait and, on a tenant
@@ -178,6 +178,11 @@ fn admit(
                 }
             }
         }
+    }
+    let held = crate::colocation::before_launch(device, cost);
+    if held > 0 {
+        telemetry.record_throttle(held);
+        now += held;
     }
     telemetry.record_launch(now, cost);
     let sample = placed

@@ -35,6 +35,7 @@
 
 mod alloc_table;
 mod budget;
+mod colocation;
 mod config;
 mod devices;
 mod driver;

@@ -33,5 +33,6 @@ pub extern "C" fn dilu_report_latency(latency_ns: u64) {
         if let Some(sm) = tenant_sm::get() {
             sm.telemetry().report_latency(latency_ns);
         }
+        crate::colocation::latency_reported(latency_ns);
     });
 }

@@ -9,6 +9,8 @@
 //! - [`telemetry`]: what a tenant's processes report and share (GPU busy
 //!   time, throttling, bubble and latency histograms; the buckets live in
 //!   its region, apart from the counters).
+//! - [`colocation`]: the gap board a primary tenant and its fillers share
+//!   on one GPU (work-conserving co-location, decided per launch).
 //! - [`histogram`]: the lock-free log₂ histogram telemetry is made of.
 //! - [`memfd`]: regions in sealed memfds (budgets only their creator writes).
 //!
@@ -16,6 +18,7 @@
 //! on libc alone; it never calls a CUDA driver.
 
 pub mod bucket;
+pub mod colocation;
 pub mod histogram;
 pub mod ledger;
 pub mod memfd;

@@ -17,6 +17,8 @@ pub struct LaunchSpec {
     pub sm_limit: Option<f64>,
     /// The batch size from a profile (`DILU_BATCH`, unless already set).
     pub batch: Option<u32>,
+    /// Co-location role (`DILU_COLO`): primary, filler or online-filler.
+    pub colo: Option<String>,
     pub command: Vec<String>,
 }
 
@@ -55,6 +57,13 @@ pub fn environment(spec: &LaunchSpec) -> Result<Vec<(String, OsString)>, String>
     ] {
         if let Some(value) = value {
             env.push((name.to_string(), value.to_string().into()));
+        }
+    }
+    if let Some(role) = &spec.colo {
+        env.push(("DILU_COLO".to_string(), role.into()));
+        // A primary's SLO is what its latency reports are judged against.
+        if let (true, Some(slo)) = (role == "primary", spec.slo_ms) {
+            env.push(("DILU_COLO_SLO".to_string(), format!("{slo}ms").into()));
         }
     }
     if let Some(bytes) = spec

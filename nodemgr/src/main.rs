@@ -143,9 +143,15 @@ pub struct RunArgs {
 /// A tenant's spec for the node manager.
 #[derive(Args)]
 struct SpecArgs {
-    /// Tenant class: latency or batch.
+    /// Tenant class: latency or batch; `primary` is a latency tenant that
+    /// is its GPU's co-location primary (same as `--colo primary`).
     #[arg(long, value_name = "CLASS")]
     class: Option<String>,
+    /// Co-location role on a shared GPU (sets DILU_COLO): `primary` (its
+    /// kernels go first), `filler` or `online-filler` (launch only into the
+    /// primary's gaps; online fillers before offline ones).
+    #[arg(long, value_name = "ROLE", value_parser = ["primary", "filler", "online-filler"])]
+    colo: Option<String>,
     /// Latency SLO in milliseconds (latency tenants).
     #[arg(long, value_name = "MS")]
     slo_ms: Option<f64>,
@@ -257,7 +263,17 @@ fn parse_class(text: Option<&str>) -> Result<Option<node_wire::WorkClass>, Strin
 }
 
 fn run(args: RunArgs) -> Result<ExitCode, String> {
-    let class = parse_class(args.spec.class.as_deref())?;
+    let primary = args.spec.class.as_deref() == Some("primary");
+    let class = if primary {
+        Some(node_wire::WorkClass::Latency)
+    } else {
+        parse_class(args.spec.class.as_deref())?
+    };
+    let colo = args
+        .spec
+        .colo
+        .clone()
+        .or(primary.then(|| "primary".to_string()));
     let profiled = args
         .spec
         .profile
@@ -283,6 +299,7 @@ fn run(args: RunArgs) -> Result<ExitCode, String> {
             .sm_limit
             .or(from_profile(|s| Some(s.sm_limit_pct))),
         batch: profiled.map(|(_, batch)| batch),
+        colo,
         command: args.command,
     })
 }

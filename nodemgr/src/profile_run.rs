@@ -241,6 +241,7 @@ impl ProgramTrials {
             sm_request: Some(share),
             sm_limit: Some(share),
             batch: None,
+            colo: None,
             command: Vec::new(),
         })?;
         let log = std::fs::File::create(log).map_err(|e| format!("{}: {e}", log.display()))?;

@@ -54,6 +54,11 @@ pub struct Params {
     pub step_ppm: u32,
     /// Head-room over recent use kept for an active latency tenant.
     pub headroom: f64,
+    /// Co-location (`dilu-colo`): the primary's launches are protected per
+    /// launch by the gap board, so a latency tenant's whole guarantee is
+    /// lent to fillers while its latency has slack, and taken back in the
+    /// period in which a request completes without slack.
+    pub lend: bool,
 }
 
 impl Default for Params {
@@ -64,6 +69,7 @@ impl Default for Params {
             hold_ns: 50_000_000,
             step_ppm: 20_000,
             headroom: 1.5,
+            lend: false,
         }
     }
 }
@@ -92,6 +98,22 @@ impl Dilu {
         self.asleep[i] = !active;
         let pressure = o.slo_pressure();
         let r = &mut self.reserve[i];
+        if p.lend {
+            let late = match (o.latency.period_mean_ns, o.slo_ns) {
+                (Some(mean), Some(slo)) => mean as f64 >= p.high * slo as f64,
+                _ => false,
+            };
+            *r = if pressure >= p.high {
+                o.limit_ppm
+            } else if late {
+                (*r).max(o.request_ppm)
+            } else if active && pressure >= p.low {
+                *r // dead band: hold
+            } else {
+                0
+            };
+            return;
+        }
         if (active && was_asleep) || pressure >= p.high {
             *r = o.limit_ppm;
             return;
@@ -115,7 +137,11 @@ impl Dilu {
 
 impl Controller for Dilu {
     fn name(&self) -> &'static str {
-        "dilu"
+        if self.params.lend {
+            "dilu-colo"
+        } else {
+            "dilu"
+        }
     }
 
     fn reset(&mut self) {
@@ -210,6 +236,31 @@ mod tests {
         // In the dead band nothing moves.
         t[0] = with_latency(t[0].clone(), 30, 30);
         assert_eq!(c.step(0, &t)[1], 200_000);
+    }
+
+    #[test]
+    fn a_lent_guarantee_comes_back_within_one_request() {
+        let mut c = Dilu::new(Params {
+            lend: true,
+            ..Params::default()
+        });
+        let mut t = pair();
+        t[1].request_ppm = 200_000;
+        // Calm (p99 2 ms of a 50 ms SLO): the whole device is lent.
+        t[0] = with_latency(busy(t[0].clone(), 10), 2, 2);
+        c.step(0, &t);
+        assert_eq!(c.step(5_000_000, &t)[1], FULL, "guarantee lent");
+        // One request completes near the SLO (the period's mean, before the
+        // p99 window notices): its guarantee is back in that period.
+        t[0].latency.period_mean_ns = Some(45_000_000);
+        assert_eq!(c.step(10_000_000, &t)[1], 700_000, "30% taken back");
+        // The p99 reaching the SLO: everything up to its limit.
+        t[0] = with_latency(t[0].clone(), 45, 45);
+        assert_eq!(c.step(15_000_000, &t)[1], 200_000);
+        // Every tenant busy and the primary calm again: the batch tenant
+        // still keeps its own request (guarantees hold).
+        t[0] = with_latency(busy(t[0].clone(), 100), 2, 2);
+        assert!(c.step(20_000_000, &t)[1] >= 200_000);
     }
 
     #[test]

@@ -8,6 +8,8 @@
 //! they are tested with made-up observations.
 //!
 //! - [`dilu::Dilu`]: dilu's controller (work-conserving, SLO-protecting).
+//! - `dilu-colo`: [`dilu::Dilu`] lending a latency tenant's whole guarantee
+//!   while its latency has slack (co-location protects it per launch).
 //! - [`rckm::Rckm`]: the law of Dilu's published code, as a baseline.
 //! - [`fixed::Static`]: fixed requests (what HAMi-core or MPS limits give).
 
@@ -86,12 +88,16 @@ pub trait Controller: Send {
 }
 
 /// The names `--controller` accepts.
-pub const NAMES: [&str; 3] = ["dilu", "dilu-rckm", "static"];
+pub const NAMES: [&str; 4] = ["dilu", "dilu-colo", "dilu-rckm", "static"];
 
 /// Builds a controller by name.
 pub fn by_name(name: &str) -> Result<Box<dyn Controller>, String> {
     match name {
         "dilu" => Ok(Box::new(dilu::Dilu::default())),
+        "dilu-colo" => Ok(Box::new(dilu::Dilu::new(dilu::Params {
+            lend: true,
+            ..dilu::Params::default()
+        }))),
         "dilu-rckm" | "rckm" => Ok(Box::new(rckm::Rckm::default())),
         "static" => Ok(Box::new(fixed::Static)),
         other => Err(format!(

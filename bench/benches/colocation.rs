@@ -1,0 +1,391 @@
+//! Work-conserving co-location, side by side: a primary (an inference
+//! server with an SLO, or a training loop with data-loading gaps) shares one
+//! simulated GPU with two batch fillers with deep queues, under no limiter,
+//! the node manager's `static`, `dilu-rckm` and `dilu` controllers, and the
+//! new mode (`dilu-colo`: per-launch gap filling through the gap board plus
+//! the controller lending the primary's guarantee). The primary alone gives
+//! the reference for training loss.
+//!
+//! Device time comes from simgpu's kernel trace (the ground truth), over
+//! the primary's run; request latency from the inference program itself.
+//!
+//! Run: `scripts/bench.sh colocation` (or `-- --seconds 6`); needs the
+//! release build (`cargo build --release --workspace`).
+//! Writes `bench/results/colocation.md`.
+
+use dilu_abi::simtrace::{KernelRecord, busy_ns_by_pid};
+use dilu_bench::report::{Table, machine, write_result};
+use dilu_tests::workspace::{Scratch, artifact, dilu, read_trace, unique_name, wait_until_serving};
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+const CONFIGS: [&str; 6] = [
+    "alone",
+    "no limiter",
+    "static",
+    "dilu-rckm",
+    "dilu",
+    "dilu-colo",
+];
+
+/// One shape: the primary's program and spec, the fillers' kernel lengths.
+struct Shape {
+    name: &'static str,
+    tuned: bool,
+    /// demo-tenant arguments (serve or train).
+    primary: Vec<&'static str>,
+    slo_ms: Option<f64>,
+    primary_request: f64,
+    /// A filler kernel the primary's requests absorb (inference only).
+    tolerance: &'static str,
+    filler_blocks: [&'static str; 2],
+}
+
+fn shapes() -> Vec<Shape> {
+    vec![
+        Shape {
+            name: "inference: 120 req/s, 4 × 200 µs, SLO 10 ms; fillers 1 ms + 0.5 ms",
+            tuned: true,
+            primary: vec![
+                "serve",
+                "--rate",
+                "120",
+                "--kernels",
+                "4",
+                "--blocks",
+                "2640",
+            ],
+            slo_ms: Some(10.0),
+            primary_request: 40.0,
+            tolerance: "2ms",
+            filler_blocks: ["13200", "6600"],
+        },
+        Shape {
+            name: "training: 4 ms gaps, 8 × 500 µs; fillers 1 ms + 0.5 ms",
+            tuned: true,
+            primary: vec![
+                "train",
+                "--load-ms",
+                "4",
+                "--kernels",
+                "8",
+                "--blocks",
+                "6600",
+            ],
+            slo_ms: None,
+            primary_request: 40.0,
+            tolerance: "0",
+            filler_blocks: ["13200", "6600"],
+        },
+        Shape {
+            name: "inference: 60 req/s, 8 × 500 µs, SLO 15 ms; fillers 2 ms + 0.3 ms",
+            tuned: false,
+            primary: vec![
+                "serve",
+                "--rate",
+                "60",
+                "--kernels",
+                "8",
+                "--blocks",
+                "6600",
+            ],
+            slo_ms: Some(15.0),
+            primary_request: 50.0,
+            tolerance: "2ms",
+            filler_blocks: ["26400", "3960"],
+        },
+        Shape {
+            name: "training: 2 ms gaps, 12 × 300 µs; fillers 0.7 ms + 3 ms",
+            tuned: false,
+            primary: vec![
+                "train",
+                "--load-ms",
+                "2",
+                "--kernels",
+                "12",
+                "--blocks",
+                "3960",
+            ],
+            slo_ms: None,
+            primary_request: 40.0,
+            tolerance: "0",
+            filler_blocks: ["9240", "39600"],
+        },
+    ]
+}
+
+struct Run {
+    device_busy: f64,
+    filler_share: f64,
+    primary: serde_json::Value,
+}
+
+fn summary(child: Child, what: &str) -> serde_json::Value {
+    let output = child.wait_with_output().expect("wait");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        output.status.success(),
+        "{what} failed: {}\n{stdout}\n{}",
+        output.status,
+        String::from_utf8_lossy(&output.stderr)
+    );
+    stdout
+        .lines()
+        .rev()
+        .find_map(|l| serde_json::from_str(l).ok())
+        .unwrap_or_else(|| panic!("{what} printed no JSON: {stdout}"))
+}
+
+fn run(shape: &Shape, config: &str, seconds: u64) -> Run {
+    let scratch = Scratch::new("colo-bench");
+    let instance = unique_name("colo-bench");
+    let trace = scratch.path("trace.jsonl");
+    let socket = scratch.path("nodemgr.sock");
+    let managed = !matches!(config, "alone" | "no limiter");
+    let mut daemon = managed.then(|| {
+        std::fs::write(scratch.path("none.toml"), "").expect("write an empty configuration");
+        let mut daemon = Command::new(dilu())
+            .args(["nodemgr", "--config"])
+            .arg(scratch.path("none.toml"))
+            .arg("--socket")
+            .arg(&socket)
+            .arg("--run-dir")
+            .arg(scratch.path("run"))
+            .args(["--metrics", "", "--controller", config])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("start the node manager");
+        wait_until_serving(&mut daemon, &socket, Duration::from_secs(30));
+        daemon
+    });
+    let colo = config == "dilu-colo";
+    let tenant = |name: &str, spec: &[String], colo_role: Option<&str>, program: &str| {
+        let mut command = Command::new(dilu());
+        command.args(["run", "--sim"]);
+        if managed {
+            command
+                .args(["--tenant", &format!("{instance}-{name}")])
+                .args(spec);
+        }
+        if let (true, Some(role)) = (colo, colo_role) {
+            command.args(["--colo", role]);
+        }
+        command
+            .arg("--")
+            .arg(artifact(program))
+            .env(dilu_abi::node_wire::SOCKET_ENV, &socket)
+            .env("SIMGPU_INSTANCE", &instance)
+            .env("SIMGPU_TRACE", &trace)
+            .env("DILU_COLO_GROUP", &instance)
+            .env("DILU_COLO_TOLERANCE", shape.tolerance)
+            .env_remove("DILU_SM_LIMIT")
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        command
+    };
+    let s = |v: &[&str]| v.iter().map(|x| x.to_string()).collect::<Vec<_>>();
+    let mut primary_spec = s(&[
+        "--sm-request",
+        &shape.primary_request.to_string(),
+        "--sm-limit",
+        "100",
+    ]);
+    match shape.slo_ms {
+        Some(slo) => primary_spec.extend(s(&["--class", "latency", "--slo-ms", &slo.to_string()])),
+        None => primary_spec.extend(s(&["--class", "latency"])),
+    }
+    let seconds_arg = seconds.to_string();
+    let mut primary_args = shape.primary.clone();
+    primary_args.extend([
+        "--seconds",
+        &seconds_arg,
+        "--on-ms",
+        "1000",
+        "--off-ms",
+        "0",
+    ]);
+    let slo_arg = shape.slo_ms.unwrap_or(1000.0).to_string();
+    primary_args.extend(["--slo-ms", &slo_arg]);
+    let primary = tenant("primary", &primary_spec, Some("primary"), "demo-tenant")
+        .args(&primary_args)
+        .spawn()
+        .expect("start the primary");
+    let mut fillers = Vec::new();
+    if config != "alone" {
+        let filler_spec = s(&[
+            "--class",
+            "batch",
+            "--sm-request",
+            "20",
+            "--sm-limit",
+            "100",
+        ]);
+        for (i, blocks) in shape.filler_blocks.iter().enumerate() {
+            let filler_seconds = (seconds + 1).to_string();
+            fillers.push(
+                tenant(
+                    &format!("filler{i}"),
+                    &filler_spec,
+                    Some("filler"),
+                    "cudarc-loop",
+                )
+                .args([
+                    "--seconds",
+                    &filler_seconds,
+                    "--blocks",
+                    blocks,
+                    "--depth",
+                    "32",
+                    "--json",
+                ])
+                .spawn()
+                .expect("start a filler"),
+            );
+        }
+    }
+    let primary_pid = primary.id();
+    let primary = summary(primary, "the primary");
+    for filler in fillers {
+        summary(filler, "a filler");
+    }
+    if let Some(daemon) = daemon.as_mut() {
+        let _ = daemon.kill();
+        let _ = daemon.wait();
+    }
+    let records: Vec<KernelRecord> = read_trace(&trace);
+    let mine: Vec<&KernelRecord> = records.iter().filter(|r| r.pid == primary_pid).collect();
+    let from = mine.iter().map(|r| r.start_ns).min().unwrap_or(0);
+    let to = mine.iter().map(|r| r.end_ns).max().unwrap_or(0);
+    let busy = busy_ns_by_pid(&records, from, to);
+    let span = to.saturating_sub(from).max(1) as f64;
+    let total: u64 = busy.values().sum();
+    let filler: u64 = busy
+        .iter()
+        .filter(|(pid, _)| **pid != primary_pid)
+        .map(|(_, b)| b)
+        .sum();
+    let board = dilu_abi::colocation::board_path(
+        // SAFETY: getuid has no preconditions.
+        unsafe { libc::getuid() },
+        &instance,
+    );
+    let _ = std::fs::remove_file(board);
+    Run {
+        device_busy: total as f64 / span,
+        filler_share: filler as f64 / span,
+        primary,
+    }
+}
+
+fn seconds_arg() -> u64 {
+    let args: Vec<String> = std::env::args().collect();
+    args.iter()
+        .position(|a| a == "--seconds")
+        .and_then(|i| args.get(i + 1))
+        .map(|v| {
+            v.parse()
+                .unwrap_or_else(|_| panic!("--seconds {v:?}: a whole number"))
+        })
+        .unwrap_or(5)
+}
+
+fn main() {
+    if std::env::args().any(|a| a == "--list") {
+        return;
+    }
+    let seconds = seconds_arg();
+    let only: Option<String> = std::env::args().skip_while(|a| a != "--shape").nth(1);
+    let mut sections = String::new();
+    for (index, shape) in shapes().iter().enumerate() {
+        if only.as_deref().is_some_and(|o| o != index.to_string()) {
+            continue;
+        }
+        eprintln!("colocation: {}", shape.name);
+        let inference = shape.slo_ms.is_some();
+        let mut table = Table::new(&[
+            "configuration",
+            "device busy",
+            "filler share",
+            if inference {
+                "primary p99 (ms)"
+            } else {
+                "primary iterations/s"
+            },
+            if inference {
+                "SLO violations"
+            } else {
+                "primary loss vs alone"
+            },
+        ]);
+        let mut alone_rate = 0.0;
+        for config in CONFIGS {
+            let r = run(shape, config, seconds);
+            let (third, fourth) = if inference {
+                (
+                    format!("{:.1}", r.primary["p99_ms"].as_f64().unwrap_or(0.0)),
+                    format!(
+                        "{:.2}%",
+                        100.0 * r.primary["slo_violation_rate"].as_f64().unwrap_or(1.0)
+                    ),
+                )
+            } else {
+                let rate = r.primary["iterations_per_second"].as_f64().unwrap_or(0.0);
+                if config == "alone" {
+                    alone_rate = rate;
+                }
+                (
+                    format!("{rate:.1}"),
+                    format!(
+                        "{:.1}%",
+                        100.0 * (1.0 - rate / alone_rate.max(f64::MIN_POSITIVE))
+                    ),
+                )
+            };
+            eprintln!(
+                "  {config:>10}: busy {:.1}% filler {:.1}% {third} {fourth}",
+                r.device_busy * 100.0,
+                r.filler_share * 100.0
+            );
+            table.row(vec![
+                config.to_string(),
+                format!("{:.1}%", r.device_busy * 100.0),
+                format!("{:.1}%", r.filler_share * 100.0),
+                third,
+                fourth,
+            ]);
+        }
+        sections.push_str(&format!(
+            "## {}{}\n\n{}\n",
+            shape.name,
+            if shape.tuned {
+                ""
+            } else {
+                " (not seen in tuning)"
+            },
+            table.markdown()
+        ));
+    }
+    let doc = format!(
+        "# Work-conserving co-location\n\n\
+         Command: `scripts/bench.sh colocation -- --seconds {seconds}`.\n\n\
+         A primary and two batch fillers with deep queues (cudarc-loop, a synchronisation every\n\
+         32 launches; SM request 20%, limit 100% each) share one simulated GPU, {seconds} s per\n\
+         configuration, one configuration after another in one run. The primary's SM request is\n\
+         40% (50% in the third shape), limit 100%. `alone`: the primary by itself (the reference\n\
+         for training loss); `no limiter`: no node manager; `static`, `dilu-rckm`, `dilu`: the node\n\
+         manager's controllers; `dilu-colo`: fillers launch only into the primary's gaps (gap\n\
+         board, `dilu run --colo`), the inference primary tolerating one filler kernel of delay\n\
+         (`DILU_COLO_TOLERANCE=2ms`, withdrawn per request when its latency nears the SLO), the\n\
+         training primary none, and the `dilu-colo` controller lends the primary's guarantee.\n\
+         Device busy and filler share: device time from simgpu's trace over the primary's run.\n\
+         Latency: each request's arrival to its last kernel's end, measured by the program.\n\n\
+         {sections}\
+         Machine: {}. A loaded, shared 2-core VM without a GPU: every process competes for the CPU.\n",
+        machine()
+    );
+    print!("{doc}");
+    if only.is_none() {
+        write_result("colocation.md", &doc);
+    }
+}

@@ -1,0 +1,492 @@
+//! Work-conserving co-location on one GPU: the **gap board** a primary
+//! tenant and its fillers share.
+//!
+//! The primary's interposer publishes, at every launch and synchronisation,
+//! whether it has work in flight and when it expects that work to end; it
+//! also learns how long its gaps (idle intervals) last. A filler's
+//! interposer asks the board before every launch and goes only when the
+//! primary is idle and the filler's estimated kernel time fits the
+//! predicted rest of the gap (or the primary tolerates one filler kernel of
+//! delay); fillers together keep at most about one kernel queued, so a
+//! returning primary waits at most about one filler kernel. The decision is
+//! a few atomic loads and one CAS: no lock, no system call, no daemon.
+//!
+//! The board is advisory, like telemetry: every co-located tenant maps it
+//! writable, and a filler that ignores it is still held to its token
+//! bucket share by the node manager. It can only make fillers wait.
+//!
+//! Gap prediction: gaps shorter than the hold-off (the primary's own host
+//! time between dependent launches, e.g. between the kernels of one
+//! request) are not fillable and are not learned; the last [`RING`]
+//! fillable gaps are kept, and the prediction is the shortest of them (for
+//! a loop whose gaps repeat, each phase's gap; for random gaps, a cautious
+//! value). A filler whose kernels are longer than every gap seen falls back
+//! to its guaranteed share (the caller paces it).
+
+use crate::MAX_DEVICES;
+use crate::bucket::CacheLine;
+use crate::shm::SharedLayout;
+use std::sync::atomic::{AtomicU64, Ordering::*};
+
+/// Fillable gaps remembered for prediction.
+pub const RING: usize = 8;
+/// How long before the fillers' queued work ends a filler may queue its next
+/// kernel: hides the filler's own launch latency without letting a queue
+/// build (the simulated and real devices run a process's queued kernels
+/// back to back, so anything queued is what a returning primary waits for).
+pub const QUEUE_LEAD_NS: u64 = 50_000;
+/// Default hold-off: a primary idle for less than this is between dependent
+/// launches, not in a gap.
+pub const DEFAULT_HOLDOFF_NS: u64 = 150_000;
+/// How often a held filler looks at the board again when no instant is
+/// known at which things change.
+pub const POLL_NS: u64 = 100_000;
+
+/// The co-location state of one device.
+#[repr(C)]
+pub struct DeviceBoard {
+    /// Estimated end of the primary's queued work (CLOCK_MONOTONIC ns).
+    primary_busy_until: CacheLine,
+    /// Primary threads inside a synchronisation (their work is in flight).
+    primary_syncing: CacheLine,
+    /// When the primary's current gap began (its last synchronisation
+    /// returned); 0 while it has launched since.
+    gap_start: CacheLine,
+    /// Estimated end of the fillers' queued work: one reservation at a time.
+    fillers_busy_until: CacheLine,
+    /// Online fillers (with an SLO) waiting for a gap: offline ones yield.
+    online_waiting: CacheLine,
+    /// Written by the primary's configuration (and its latency reports).
+    params: Params,
+    /// Written once per fillable gap by the primary.
+    predictor: Predictor,
+    stats: Stats,
+}
+
+#[repr(C, align(64))]
+struct Params {
+    /// Delay of one filler kernel the primary accepts (0: none).
+    tolerance_ns: AtomicU64,
+    holdoff_ns: AtomicU64,
+    /// Whether a primary is attached (0: no primary, fillers go freely).
+    primary_present: AtomicU64,
+}
+
+#[repr(C, align(64))]
+struct Predictor {
+    ring: [AtomicU64; RING],
+    next: AtomicU64,
+    /// Shortest of the ring (0: not enough history yet).
+    predicted_ns: AtomicU64,
+    /// Longest of the ring.
+    longest_ns: AtomicU64,
+}
+
+#[repr(C, align(64))]
+struct Stats {
+    gaps_seen: AtomicU64,
+    gap_ns: AtomicU64,
+    filled_ns: AtomicU64,
+    /// Filler work still queued when the primary came back (its slowdown).
+    primary_delay_ns: AtomicU64,
+    primary_busy_ns: AtomicU64,
+    fallbacks: AtomicU64,
+    filler_held: AtomicU64,
+}
+
+/// The board of every device of one GPU group.
+#[repr(C)]
+pub struct GapBoard {
+    magic: AtomicU64,
+    devices: [DeviceBoard; MAX_DEVICES],
+}
+
+// SAFETY: repr(C), atomics and padding only; all-zero is "no primary, no
+// history", a valid state.
+unsafe impl SharedLayout for GapBoard {
+    const MAGIC: u64 = 0x6469_6c75_4741_0001; // "diluGA" v1
+    fn magic(&self) -> &AtomicU64 {
+        &self.magic
+    }
+}
+
+impl GapBoard {
+    pub fn device(&self, device: usize) -> &DeviceBoard {
+        &self.devices[device.min(MAX_DEVICES - 1)]
+    }
+}
+
+/// What the board says to a filler's launch.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FillerGate {
+    /// Go now; the launch was reserved on the board.
+    Go,
+    /// Go now, but this filler's kernels fit no gap: pace it at its
+    /// guaranteed share.
+    Fallback,
+    /// Ask again at this instant.
+    WaitUntil(u64),
+}
+
+/// Counters for `dilu status` and the benchmarks.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct BoardSnapshot {
+    pub gaps_seen: u64,
+    pub gap_ns: u64,
+    pub filled_ns: u64,
+    pub primary_delay_ns: u64,
+    pub primary_busy_ns: u64,
+    pub predicted_gap_ns: u64,
+    pub fallbacks: u64,
+    pub filler_held: u64,
+    pub primary_present: bool,
+}
+
+impl BoardSnapshot {
+    /// Primary slowdown estimate: filler work it found ahead of it, per
+    /// unit of its own work.
+    pub fn primary_slowdown(&self) -> f64 {
+        self.primary_delay_ns as f64 / self.primary_busy_ns.max(1) as f64
+    }
+}
+
+impl DeviceBoard {
+    /// Primary side, once at start: it is present, with its tolerance and
+    /// hold-off.
+    pub fn attach_primary(&self, tolerance_ns: u64, holdoff_ns: u64) {
+        self.params.tolerance_ns.store(tolerance_ns, Relaxed);
+        self.params.holdoff_ns.store(holdoff_ns, Relaxed);
+        self.params.primary_present.store(1, Release);
+    }
+
+    /// Primary side: the delay it accepts now (lowered at once when its
+    /// latency has no slack, restored when it has).
+    pub fn set_tolerance(&self, tolerance_ns: u64) {
+        if self.params.tolerance_ns.load(Relaxed) != tolerance_ns {
+            self.params.tolerance_ns.store(tolerance_ns, Relaxed);
+        }
+    }
+
+    pub fn tolerance_ns(&self) -> u64 {
+        self.params.tolerance_ns.load(Relaxed)
+    }
+
+    /// Primary side, on every launch of `est_ns` estimated device time:
+    /// closes the gap it was in (learning its length) and moves its
+    /// expected end.
+    #[inline]
+    pub fn primary_launch(&self, now: u64, est_ns: u64) {
+        let busy_until = self.primary_busy_until.0.load(Relaxed);
+        if busy_until <= now {
+            // It was idle: a gap ends here.
+            let synced = self.gap_start.0.swap(0, AcqRel);
+            let start = if synced != 0 { synced } else { busy_until };
+            if start != 0 && now > start {
+                self.gap_ended(now - start);
+            }
+            let queued = self.fillers_busy_until.0.load(Relaxed);
+            if queued > now {
+                self.stats.primary_delay_ns.fetch_add(queued - now, Relaxed);
+            }
+        }
+        self.stats.primary_busy_ns.fetch_add(est_ns, Relaxed);
+        let mut current = busy_until;
+        loop {
+            let next = current.max(now).saturating_add(est_ns);
+            match self
+                .primary_busy_until
+                .0
+                .compare_exchange_weak(current, next, AcqRel, Relaxed)
+            {
+                Ok(_) => return,
+                Err(actual) => current = actual,
+            }
+        }
+    }
+
+    /// Primary side: a synchronisation begins (its work is in flight until
+    /// it returns, whatever the estimate says).
+    #[inline]
+    pub fn primary_sync_begin(&self) {
+        self.primary_syncing.0.fetch_add(1, AcqRel);
+    }
+
+    /// Primary side: a synchronisation returned at `now`: its work is done.
+    #[inline]
+    pub fn primary_sync_end(&self, now: u64) {
+        let before = self.primary_syncing.0.fetch_sub(1, AcqRel);
+        if before <= 1 {
+            self.primary_busy_until.0.fetch_min(now, AcqRel);
+            self.gap_start.0.store(now, Release);
+        }
+    }
+
+    #[cold]
+    fn gap_ended(&self, length_ns: u64) {
+        if length_ns < self.params.holdoff_ns.load(Relaxed) {
+            return;
+        }
+        self.stats.gaps_seen.fetch_add(1, Relaxed);
+        self.stats.gap_ns.fetch_add(length_ns, Relaxed);
+        let p = &self.predictor;
+        let slot = p.next.fetch_add(1, Relaxed) as usize % RING;
+        p.ring[slot].store(length_ns, Relaxed);
+        let (mut shortest, mut longest, mut known) = (u64::MAX, 0, 0);
+        for gap in p.ring.iter().map(|g| g.load(Relaxed)).filter(|&g| g > 0) {
+            shortest = shortest.min(gap);
+            longest = longest.max(gap);
+            known += 1;
+        }
+        // Two gaps make a prediction; one may be a start-up outlier.
+        p.predicted_ns
+            .store(if known >= 2 { shortest } else { 0 }, Relaxed);
+        p.longest_ns.store(longest, Relaxed);
+    }
+
+    /// Filler side: may a kernel of `est_ns` go at `now`? `online`: the
+    /// filler has an SLO (it goes before offline fillers). On
+    /// [`FillerGate::Go`] or [`FillerGate::Fallback`] the launch has been
+    /// reserved: the board counts it as queued filler work.
+    #[inline]
+    pub fn filler_admit(&self, now: u64, est_ns: u64, online: bool) -> FillerGate {
+        let present = self.params.primary_present.load(Acquire) != 0;
+        if !online && self.online_waiting.0.load(Relaxed) > 0 {
+            return FillerGate::WaitUntil(now + POLL_NS);
+        }
+        let queued = self.fillers_busy_until.0.load(Acquire);
+        if queued > now + QUEUE_LEAD_NS {
+            return FillerGate::WaitUntil(queued - QUEUE_LEAD_NS);
+        }
+        let mut gate = FillerGate::Go;
+        if present {
+            let busy_until = self.primary_busy_until.0.load(Acquire);
+            if self.primary_syncing.0.load(Acquire) > 0 {
+                return FillerGate::WaitUntil(now + POLL_NS);
+            }
+            if busy_until > now {
+                return FillerGate::WaitUntil(busy_until);
+            }
+            let synced = self.gap_start.0.load(Acquire);
+            let start = if synced != 0 { synced } else { busy_until };
+            let holdoff = self.params.holdoff_ns.load(Relaxed);
+            let opens = start.saturating_add(holdoff);
+            if opens > now {
+                return FillerGate::WaitUntil(opens);
+            }
+            // Fillers start after the hold-off, but the gap is measured
+            // from its start: the primary's return is predicted from it.
+            let elapsed = now - start.min(now);
+            let predicted = self.predictor.predicted_ns.load(Relaxed);
+            let fits = predicted > 0 && elapsed.saturating_add(est_ns) <= predicted;
+            let tolerated = est_ns <= self.params.tolerance_ns.load(Relaxed);
+            let longest = self.predictor.longest_ns.load(Relaxed);
+            let full_history = self.stats.gaps_seen.load(Relaxed) >= RING as u64;
+            if !fits && !tolerated {
+                if full_history && est_ns > longest {
+                    gate = FillerGate::Fallback;
+                } else {
+                    // This gap is about to end: wait for the next one.
+                    return FillerGate::WaitUntil(now + POLL_NS);
+                }
+            }
+        }
+        let next = now.max(queued).saturating_add(est_ns);
+        if self
+            .fillers_busy_until
+            .0
+            .compare_exchange(queued, next, AcqRel, Relaxed)
+            .is_err()
+        {
+            // Another filler reserved first: look again at once.
+            return FillerGate::WaitUntil(now);
+        }
+        if present {
+            self.stats.filled_ns.fetch_add(est_ns, Relaxed);
+            if gate == FillerGate::Fallback {
+                self.stats.fallbacks.fetch_add(1, Relaxed);
+            }
+        }
+        gate
+    }
+
+    /// Filler side: an online filler begins or stops waiting for a gap.
+    pub fn online_waiting(&self, waiting: bool) {
+        if waiting {
+            self.online_waiting.0.fetch_add(1, AcqRel);
+        } else {
+            let _ = self
+                .online_waiting
+                .0
+                .fetch_update(AcqRel, Acquire, |n| n.checked_sub(1));
+        }
+    }
+
+    /// Filler side: a launch was held at least once.
+    pub fn record_held(&self) {
+        self.stats.filler_held.fetch_add(1, Relaxed);
+    }
+
+    pub fn snapshot(&self) -> BoardSnapshot {
+        BoardSnapshot {
+            gaps_seen: self.stats.gaps_seen.load(Relaxed),
+            gap_ns: self.stats.gap_ns.load(Relaxed),
+            filled_ns: self.stats.filled_ns.load(Relaxed),
+            primary_delay_ns: self.stats.primary_delay_ns.load(Relaxed),
+            primary_busy_ns: self.stats.primary_busy_ns.load(Relaxed),
+            predicted_gap_ns: self.predictor.predicted_ns.load(Relaxed),
+            fallbacks: self.stats.fallbacks.load(Relaxed),
+            filler_held: self.stats.filler_held.load(Relaxed),
+            primary_present: self.params.primary_present.load(Relaxed) != 0,
+        }
+    }
+}
+
+/// The board file of co-location group `group`:
+/// `/dev/shm/dilu-<uid>/colo-<group>.board`.
+pub fn board_path(uid: u32, group: &str) -> std::path::PathBuf {
+    crate::user_region_dir(uid).join(format!("colo-{group}.board"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::shm::Region;
+    use proptest::prelude::*;
+
+    const MS: u64 = 1_000_000;
+    const US: u64 = 1_000;
+
+    fn board() -> Region<GapBoard> {
+        Region::<GapBoard>::anonymous(|_| {}).unwrap()
+    }
+
+    #[test]
+    fn hot_words_have_cache_lines_of_their_own() {
+        assert_eq!(std::mem::align_of::<DeviceBoard>(), 64);
+        assert_eq!(std::mem::size_of::<CacheLine>(), 64);
+    }
+
+    /// A training-like primary: 4 ms of work, then a 3 ms gap, repeated.
+    fn train_iteration(b: &DeviceBoard, start: u64) -> u64 {
+        for k in 0..8 {
+            b.primary_launch(start + k * US, 500 * US);
+        }
+        b.primary_sync_begin();
+        let end = start + 4 * MS;
+        b.primary_sync_end(end);
+        end + 3 * MS
+    }
+
+    #[test]
+    fn a_filler_fills_a_learned_gap_but_not_past_its_end() {
+        let board = board();
+        let b = board.device(0);
+        b.attach_primary(0, DEFAULT_HOLDOFF_NS);
+        let mut t = 1_000 * MS;
+        for _ in 0..RING {
+            t = train_iteration(b, t);
+        }
+        assert_eq!(b.snapshot().predicted_gap_ns, 3 * MS);
+        // The primary is busy: the filler waits for its expected end.
+        b.primary_launch(t, 4 * MS);
+        assert_eq!(
+            b.filler_admit(t, MS, false),
+            FillerGate::WaitUntil(t + 4 * MS)
+        );
+        b.primary_sync_begin();
+        let gap = t + 4 * MS;
+        b.primary_sync_end(gap);
+        // Inside the hold-off: not yet.
+        assert_eq!(
+            b.filler_admit(gap + 10 * US, MS, false),
+            FillerGate::WaitUntil(gap + DEFAULT_HOLDOFF_NS)
+        );
+        // 1 ms kernels: two fit in the 3 ms gap after the hold-off.
+        let at = gap + DEFAULT_HOLDOFF_NS;
+        assert_eq!(b.filler_admit(at, MS, false), FillerGate::Go);
+        // A second one must wait for the first (no queue)...
+        assert!(matches!(
+            b.filler_admit(at, MS, false),
+            FillerGate::WaitUntil(_)
+        ));
+        assert_eq!(b.filler_admit(at + MS, MS, false), FillerGate::Go);
+        // ...and a third would end past the gap: held.
+        assert!(matches!(
+            b.filler_admit(at + 2 * MS, MS, false),
+            FillerGate::WaitUntil(_)
+        ));
+        // A filler whose 5 ms kernels fit no gap falls back.
+        assert_eq!(
+            b.filler_admit(at + 2 * MS, 5 * MS, false),
+            FillerGate::Fallback
+        );
+    }
+
+    #[test]
+    fn tolerance_lets_fillers_into_unpredictable_gaps_and_goes_at_once() {
+        let board = board();
+        let b = board.device(0);
+        b.attach_primary(2 * MS, DEFAULT_HOLDOFF_NS);
+        let t = 5_000 * MS;
+        b.primary_launch(t, 200 * US);
+        b.primary_sync_begin();
+        b.primary_sync_end(t + 200 * US);
+        let at = t + MS;
+        assert_eq!(b.filler_admit(at, MS, false), FillerGate::Go, "tolerated");
+        b.set_tolerance(0);
+        assert!(
+            matches!(b.filler_admit(at + MS, MS, false), FillerGate::WaitUntil(_)),
+            "taken back: the next launch already waits"
+        );
+    }
+
+    #[test]
+    fn offline_fillers_yield_to_waiting_online_ones() {
+        let board = board();
+        let b = board.device(0);
+        b.online_waiting(true);
+        assert!(matches!(
+            b.filler_admit(MS, US, false),
+            FillerGate::WaitUntil(_)
+        ));
+        assert_eq!(b.filler_admit(MS, US, true), FillerGate::Go);
+        b.online_waiting(false);
+        assert_eq!(b.filler_admit(3 * MS, US, false), FillerGate::Go);
+    }
+
+    proptest! {
+        /// Whatever fillers of whatever kernel lengths ask, whenever: when
+        /// the primary comes back, the filler work queued ahead of it is at
+        /// most one filler kernel plus the queue lead.
+        #[test]
+        fn a_returning_primary_finds_at_most_one_filler_kernel(
+            kernels in proptest::collection::vec(10u64..3_000, 1..4),
+            asks in proptest::collection::vec((0usize..4, 0u64..20_000), 1..300),
+            returns in proptest::collection::vec(0u64..20_000, 1..20),
+            tolerance in 0u64..4_000,
+        ) {
+            let board = board();
+            let b = board.device(0);
+            b.attach_primary(tolerance * US, DEFAULT_HOLDOFF_NS);
+            let longest = kernels.iter().max().unwrap() * US;
+            let mut events: Vec<(u64, Option<u64>)> =
+                asks.iter().map(|&(k, t)| (t * US, Some(kernels[k % kernels.len()] * US))).collect();
+            events.extend(returns.iter().map(|&t| (t * US, None)));
+            events.sort();
+            let base = 1_000 * MS;
+            for (t, ask) in events {
+                let now = base + t;
+                match ask {
+                    Some(est) => { let _ = b.filler_admit(now, est, false); }
+                    None => {
+                        let queued = b.fillers_busy_until.0.load(Relaxed).saturating_sub(now);
+                        prop_assert!(queued <= longest + QUEUE_LEAD_NS, "{queued} queued");
+                        b.primary_launch(now, 200 * US);
+                        b.primary_sync_begin();
+                        b.primary_sync_end(now + 200 * US);
+                    }
+                }
+            }
+        }
+    }
+}
