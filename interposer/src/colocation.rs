@@ -141,9 +141,11 @@ fn init() -> Option<Colo> {
     });
     if config.role == Role::Primary {
         for device in 0..MAX_DEVICES {
-            board
-                .device(device)
-                .attach_primary(config.tolerance_ns, config.holdoff_ns);
+            board.device(device).attach_primary(
+                std::process::id(),
+                config.tolerance_ns,
+                config.holdoff_ns,
+            );
         }
     }
     tracing::debug!(role = ?config.role, group = %config.group, "co-location active");
@@ -187,6 +189,7 @@ fn hold(
     mut gate: FillerGate,
 ) -> u64 {
     let held = matches!(gate, FillerGate::WaitUntil(_));
+    let mut checked_primary = began;
     if held {
         board.record_held();
         if online {
@@ -213,7 +216,12 @@ fn hold(
                 if at > now {
                     sleep_until(at.min(now + MAX_HOLD_NS));
                 }
-                gate = board.filler_admit(monotonic_ns(), est_ns, online);
+                let now = monotonic_ns();
+                if now >= checked_primary + PRIMARY_CHECK_NS {
+                    checked_primary = now;
+                    forget_a_gone_primary(board);
+                }
+                gate = board.filler_admit(now, est_ns, online);
             }
         }
     }
@@ -221,6 +229,24 @@ fn hold(
         board.online_waiting(false);
     }
     monotonic_ns() - began
+}
+
+/// How often a held filler checks that the primary it waits for still
+/// exists (a primary killed inside a synchronisation would hold it forever).
+const PRIMARY_CHECK_NS: u64 = 50_000_000;
+
+#[cold]
+fn forget_a_gone_primary(board: &DeviceBoard) {
+    let Some(pid) = board.primary_pid() else {
+        return;
+    };
+    // SAFETY: signal 0 only checks that the process exists.
+    let gone = unsafe { libc::kill(pid as libc::pid_t, 0) } != 0
+        && std::io::Error::last_os_error().raw_os_error() == Some(libc::ESRCH);
+    if gone {
+        tracing::debug!(pid, "co-location: the primary is gone");
+        board.detach_primary(pid);
+    }
 }
 
 /// Around a synchronisation of the primary: its work is in flight until the

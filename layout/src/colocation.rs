@@ -35,6 +35,10 @@ pub const RING: usize = 8;
 /// build (the simulated and real devices run a process's queued kernels
 /// back to back, so anything queued is what a returning primary waits for).
 pub const QUEUE_LEAD_NS: u64 = 50_000;
+/// A gap that has outlasted every gap seen and this long means the primary
+/// is idle (no requests, or gone): fillers then go, one kernel queued at a
+/// time, rather than wait for a return nobody can predict.
+pub const IDLE_AFTER_NS: u64 = 10_000_000;
 /// Default hold-off: a primary idle for less than this is between dependent
 /// launches, not in a gap.
 pub const DEFAULT_HOLDOFF_NS: u64 = 150_000;
@@ -70,6 +74,9 @@ struct Params {
     holdoff_ns: AtomicU64,
     /// Whether a primary is attached (0: no primary, fillers go freely).
     primary_present: AtomicU64,
+    /// The attached primary's process id (0: unknown), so that fillers can
+    /// tell when it is gone.
+    primary_pid: AtomicU64,
 }
 
 #[repr(C, align(64))]
@@ -153,10 +160,32 @@ impl BoardSnapshot {
 impl DeviceBoard {
     /// Primary side, once at start: it is present, with its tolerance and
     /// hold-off.
-    pub fn attach_primary(&self, tolerance_ns: u64, holdoff_ns: u64) {
+    pub fn attach_primary(&self, pid: u32, tolerance_ns: u64, holdoff_ns: u64) {
         self.params.tolerance_ns.store(tolerance_ns, Relaxed);
         self.params.holdoff_ns.store(holdoff_ns, Relaxed);
+        self.params.primary_pid.store(pid as u64, Relaxed);
         self.params.primary_present.store(1, Release);
+    }
+
+    /// The attached primary's process id, if one is attached.
+    pub fn primary_pid(&self) -> Option<u32> {
+        let present = self.params.primary_present.load(Acquire) != 0;
+        let pid = self.params.primary_pid.load(Relaxed) as u32;
+        (present && pid != 0).then_some(pid)
+    }
+
+    /// Filler side: the primary `pid` is gone (it may have died inside a
+    /// synchronisation): the board forgets it, so nobody waits for it.
+    pub fn detach_primary(&self, pid: u32) {
+        if self
+            .params
+            .primary_pid
+            .compare_exchange(pid as u64, 0, AcqRel, Relaxed)
+            .is_ok()
+        {
+            self.params.primary_present.store(0, Release);
+            self.primary_syncing.0.store(0, Release);
+        }
     }
 
     /// Primary side: the delay it accepts now (lowered at once when its
@@ -281,7 +310,8 @@ impl DeviceBoard {
             let tolerated = est_ns <= self.params.tolerance_ns.load(Relaxed);
             let longest = self.predictor.longest_ns.load(Relaxed);
             let full_history = self.stats.gaps_seen.load(Relaxed) >= RING as u64;
-            if !fits && !tolerated {
+            let idle = elapsed >= longest.max(IDLE_AFTER_NS);
+            if !fits && !tolerated && !idle {
                 if full_history && est_ns > longest {
                     gate = FillerGate::Fallback;
                 } else {
@@ -381,7 +411,7 @@ mod tests {
     fn a_filler_fills_a_learned_gap_but_not_past_its_end() {
         let board = board();
         let b = board.device(0);
-        b.attach_primary(0, DEFAULT_HOLDOFF_NS);
+        b.attach_primary(1, 0, DEFAULT_HOLDOFF_NS);
         let mut t = 1_000 * MS;
         for _ in 0..RING {
             t = train_iteration(b, t);
@@ -423,10 +453,57 @@ mod tests {
     }
 
     #[test]
+    fn a_primary_idle_longer_than_every_gap_no_longer_holds_fillers() {
+        let board = board();
+        let b = board.device(0);
+        b.attach_primary(1, 0, DEFAULT_HOLDOFF_NS);
+        let mut t = 1_000 * MS;
+        for _ in 0..RING {
+            t = train_iteration(b, t);
+        }
+        b.primary_launch(t, 4 * MS);
+        b.primary_sync_begin();
+        let gap = t + 4 * MS;
+        b.primary_sync_end(gap);
+        // 2 ms fits the 3 ms gaps only at its start; later in the gap it is
+        // held, as the primary is expected back...
+        let late = gap + 2 * MS;
+        assert!(matches!(
+            b.filler_admit(late, 2 * MS, false),
+            FillerGate::WaitUntil(_)
+        ));
+        // ...but once the gap has outlasted every gap seen and the idle
+        // floor, the primary is idle (the training loop ended): it goes.
+        let idle = gap + IDLE_AFTER_NS;
+        assert_eq!(b.filler_admit(idle, 2 * MS, false), FillerGate::Go);
+    }
+
+    #[test]
+    fn a_primary_gone_inside_a_synchronisation_is_forgotten() {
+        let board = board();
+        let b = board.device(0);
+        b.attach_primary(4242, 0, DEFAULT_HOLDOFF_NS);
+        let t = 9_000 * MS;
+        b.primary_launch(t, 200 * US);
+        b.primary_sync_begin(); // killed here: it never returns
+        let later = t + 60_000 * MS;
+        assert!(matches!(
+            b.filler_admit(later, MS, false),
+            FillerGate::WaitUntil(_)
+        ));
+        assert_eq!(b.primary_pid(), Some(4242));
+        b.detach_primary(4241); // another pid: nothing changes
+        assert_eq!(b.primary_pid(), Some(4242));
+        b.detach_primary(4242);
+        assert_eq!(b.primary_pid(), None);
+        assert_eq!(b.filler_admit(later, MS, false), FillerGate::Go);
+    }
+
+    #[test]
     fn tolerance_lets_fillers_into_unpredictable_gaps_and_goes_at_once() {
         let board = board();
         let b = board.device(0);
-        b.attach_primary(2 * MS, DEFAULT_HOLDOFF_NS);
+        b.attach_primary(1, 2 * MS, DEFAULT_HOLDOFF_NS);
         let t = 5_000 * MS;
         b.primary_launch(t, 200 * US);
         b.primary_sync_begin();
@@ -467,7 +544,7 @@ mod tests {
         ) {
             let board = board();
             let b = board.device(0);
-            b.attach_primary(tolerance * US, DEFAULT_HOLDOFF_NS);
+            b.attach_primary(1, tolerance * US, DEFAULT_HOLDOFF_NS);
             let longest = kernels.iter().max().unwrap() * US;
             let mut events: Vec<(u64, Option<u64>)> =
                 asks.iter().map(|&(k, t)| (t * US, Some(kernels[k % kernels.len()] * US))).collect();
