@@ -184,6 +184,13 @@ mod tests {
         n as sys::CUstream
     }
 
+    /// The remembered streams are process-wide and `forget_all` clears
+    /// every device: tests that rely on them run one at a time.
+    fn one_at_a_time() -> std::sync::MutexGuard<'static, ()> {
+        static LOCK: std::sync::Mutex<()> = std::sync::Mutex::new(());
+        LOCK.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
     fn others_of(device: usize, stream: usize) -> Vec<usize> {
         let mut v: Vec<usize> = others(&Pin::new(), device, handle(stream), false)
             .iter()
@@ -196,6 +203,7 @@ mod tests {
     // One test: the slots are process-wide and tests run in parallel.
     #[test]
     fn recent_other_streams_are_returned_while_they_are_usable() {
+        let _serial = one_at_a_time();
         forget_all();
         for s in [0x1000, 0x1000, 0x2000, 0x3000] {
             launching_on(3, handle(s), false);
@@ -226,13 +234,17 @@ mod tests {
         use std::sync::atomic::AtomicBool;
         use std::sync::mpsc;
         use std::time::Duration;
+        let _serial = one_at_a_time();
         const DEVICE: usize = 11; // no other test uses it
         const STREAM: usize = 0x7700;
         launching_on(DEVICE, handle(STREAM), false);
         let destroyed = AtomicBool::new(false);
         let (read_tx, read_rx) = mpsc::channel();
         std::thread::scope(|scope| {
-            let launch = scope.spawn(|| {
+            // The sender moves into the thread: if it fails before sending,
+            // the receive below fails too instead of waiting for ever.
+            let destroyed = &destroyed;
+            let launch = scope.spawn(move || {
                 let pin = Pin::new();
                 let previous = others(&pin, DEVICE, handle(0x1), false);
                 assert!(previous.iter().any(|s| s.stream as usize == STREAM));
@@ -243,7 +255,9 @@ mod tests {
                 drop(pin);
                 recorded_on_live_stream
             });
-            read_rx.recv().unwrap();
+            read_rx
+                .recv()
+                .expect("the launching thread failed before reading the stream");
             // cuStreamDestroy: forget, then the real destroy.
             forget(handle(STREAM));
             destroyed.store(true, Ordering::SeqCst);
