@@ -13,6 +13,7 @@ pub mod cluster_wire;
 pub mod cuda;
 pub mod node_client;
 pub mod node_wire;
+pub mod pod_assignment;
 pub mod seqpacket;
 pub mod simtrace;
 pub mod units;

@@ -220,34 +220,3 @@ fn malformed_requests_get_400_with_error_and_the_server_keeps_serving() {
     assert_eq!((status, &answer["NodeNames"]), (200, &json!(["a"])));
     server.shutdown();
 }
-
-#[test]
-fn bind_creates_the_binding_through_the_api_server() {
-    let apiserver = tiny_http::Server::http("127.0.0.1:0").unwrap();
-    let api_addr = apiserver.server_addr().to_ip().unwrap();
-    let recorder = std::thread::spawn(move || {
-        let mut request = apiserver
-            .recv_timeout(Duration::from_secs(60))
-            .unwrap()
-            .expect("a binding request");
-        let mut body = String::new();
-        request.as_reader().read_to_string(&mut body).unwrap();
-        let path = request.url().to_string();
-        request
-            .respond(tiny_http::Response::from_string("{}").with_status_code(201))
-            .unwrap();
-        (path, body)
-    });
-    let server = start(Some(format!("http://{api_addr}")));
-    let args = json!({ "Pod": pod("llm-0", "uid-7", "0.3", "10Gi"), "NodeNames": ["gpu-node-b"] });
-    post(server.addr(), "/filter", &args.to_string());
-    let binding = json!({ "PodName": "llm-0", "PodNamespace": "serving", "PodUID": "uid-7", "Node": "gpu-node-b" });
-    let (status, answer) = post(server.addr(), "/bind", &binding.to_string());
-    assert_eq!((status, answer), (200, json!({ "Error": "" })));
-    let (path, body) = recorder.join().unwrap();
-    assert_eq!(path, "/api/v1/namespaces/serving/pods/llm-0/binding");
-    let body: Value = serde_json::from_str(&body).unwrap();
-    assert_eq!(body["kind"], "Binding");
-    assert_eq!(body["target"]["name"], "gpu-node-b");
-    server.shutdown();
-}

@@ -26,8 +26,11 @@ pub struct ExtenderArgs {
     /// Memory per GPU of such a node.
     #[arg(long, default_value = "80GiB", value_parser = parse_size)]
     pub default_gpu_memory: u64,
-    /// Plain-HTTP API server (e.g. kubectl proxy at http://127.0.0.1:8001)
-    /// where bind creates the pod's Binding; without it bind only records.
+    /// The API server: `in-cluster` (the pod's service account, else the
+    /// kubeconfig) or a plain-HTTP URL (e.g. kubectl proxy at
+    /// http://127.0.0.1:8001). The extender rebuilds its allocations from
+    /// it at start, watches pods and nodes, and at bind annotates the pod
+    /// and creates its Binding. Without it allocations live only in memory.
     #[arg(long)]
     pub apiserver: Option<String>,
 }

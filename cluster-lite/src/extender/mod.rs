@@ -4,32 +4,39 @@
 //! Verbs (POST, matched on the last path segment so any `urlPrefix` works):
 //! `filter` keeps the nodes where the placement policy finds GPUs for the
 //! pod, `prioritize` scores them 0–10 from the policy's cost, `bind` commits
-//! the pod to GPUs of the chosen node (and, with `--apiserver`, creates the
-//! pod's Binding through the API server), `release` (`{"PodUID": ...}`)
-//! frees a pod's GPUs. `GET /healthz` answers `ok`, `GET /allocations` dumps
-//! the view.
+//! the pod to GPUs of the chosen node (with `--apiserver`: writes the
+//! placement on the pod as `dilu.io/*` annotations, see
+//! `dilu_abi::pod_assignment`, and creates the pod's Binding), `release`
+//! (`{"PodUID": ...}`) frees a pod's GPUs. `GET /healthz` answers `ok`,
+//! `GET /allocations` dumps the view.
 //!
-//! The extender keeps its own view: per-GPU allocations come from its binds;
-//! each node's GPU inventory comes from the node object's labels or
+//! With `--apiserver` the view is the cluster's (`apiserver`): rebuilt at
+//! start from the annotations of the pods placed before, and kept by
+//! watching pods (a deleted or finished pod frees its share) and nodes.
+//! Without it allocations come from this process's binds only.
+//! Each node's GPU inventory comes from the node object's labels or
 //! annotations `dilu.io/gpu-count` and `dilu.io/gpu-memory` when the
 //! scheduler sends full nodes, else from the `--inventory` file, else from
 //! the `--default-gpus` / `--default-gpu-memory` flags. Malformed requests
 //! get HTTP 400 with a JSON body carrying `Error`; nothing in a request can
 //! crash the server.
 
-mod api_binding;
+mod apiserver;
 pub mod pod_demand;
 pub mod wire;
 
 use std::collections::{BTreeMap, HashMap};
 use std::io::Read;
 use std::net::SocketAddr;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
+use dilu_abi::node_wire::TenantSpec;
+use dilu_abi::pod_assignment::{self, PodAssignment};
 use dilu_abi::units::parse_size;
+use k8s_openapi::api::core::v1::{Node, Pod};
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
@@ -59,12 +66,14 @@ pub struct ExtenderConfig {
     pub inventory: BTreeMap<String, NodeInventory>,
     pub default_gpus: usize,
     pub default_gpu_memory: u64,
-    /// `http://host:port` of an API server reachable without TLS (for
-    /// example `kubectl proxy`); binds create the pod's Binding there.
+    /// The API server: `http://host:port` without TLS (for example
+    /// `kubectl proxy`), or `in-cluster` (service account or kubeconfig).
     pub apiserver: Option<String>,
 }
 
 struct Allocation {
+    /// `namespace/name`, for people reading `/allocations`.
+    pod: String,
     node: String,
     demand: InstanceDemand,
     gpus: Vec<usize>,
@@ -79,6 +88,7 @@ pub struct ExtenderState {
     allocations: HashMap<String, Allocation>,
     /// Demands of pods seen in filter/prioritize, by pod UID, for bind.
     pending: HashMap<String, InstanceDemand>,
+    api: Option<apiserver::ApiServer>,
 }
 
 /// Pending demands kept before the oldest are forgotten.
@@ -106,6 +116,7 @@ impl ExtenderState {
             node_index: HashMap::new(),
             allocations: HashMap::new(),
             pending: HashMap::new(),
+            api: None,
         })
     }
 
@@ -316,22 +327,129 @@ impl ExtenderState {
         else {
             return result(format!("node {} no longer has room for the pod", args.node));
         };
-        if let Some(apiserver) = &self.config.apiserver
-            && let Err(error) = api_binding::create_binding(apiserver, &args)
-        {
-            return result(format!("API server refused the binding: {error}"));
+        let gpus_on_node: Vec<usize> = placement
+            .gpus
+            .iter()
+            .map(|gpu| gpu - self.cluster.nodes[node].start)
+            .collect();
+        let namespace = if args.pod_namespace.is_empty() {
+            "default"
+        } else {
+            &args.pod_namespace
+        };
+        if let Some(api) = &self.api {
+            let assignment = assignment_for(namespace, &args.pod_name, &demand, &gpus_on_node);
+            if let Err(error) = api.bind(
+                namespace,
+                &args.pod_name,
+                &args.pod_uid,
+                &args.node,
+                &assignment.to_annotations(),
+            ) {
+                return result(format!("API server refused the binding: {error}"));
+            }
         }
         self.cluster.apply(&demand, &placement.gpus);
         self.pending.remove(&args.pod_uid);
         self.allocations.insert(
             args.pod_uid.clone(),
             Allocation {
+                pod: format!("{namespace}/{}", args.pod_name),
                 node: args.node.clone(),
                 demand,
                 gpus: placement.gpus,
             },
         );
+        tracing::info!(pod = %format!("{namespace}/{}", args.pod_name), node = %args.node, gpus = ?gpus_on_node, "bound");
         result(String::new())
+    }
+
+    /// A node object seen on the API server: learns its GPUs.
+    pub fn observe_node(&mut self, node: &Node) {
+        if let (Some(name), Ok(object)) = (&node.metadata.name, serde_json::to_value(node)) {
+            self.learn_node(name, Some(&object));
+        }
+    }
+
+    /// A pod seen on the API server: one that dilu placed holds its share
+    /// until it finishes or is deleted.
+    pub fn observe_pod(&mut self, pod: &Pod) {
+        let Some(uid) = pod.metadata.uid.clone() else {
+            return;
+        };
+        let phase = pod.status.as_ref().and_then(|s| s.phase.as_deref());
+        if matches!(phase, Some("Succeeded" | "Failed")) {
+            self.free(&uid);
+            return;
+        }
+        if self.allocations.contains_key(&uid) {
+            return;
+        }
+        let Some(node_name) = pod.spec.as_ref().and_then(|s| s.node_name.clone()) else {
+            return;
+        };
+        let annotations = pod.metadata.annotations.clone().unwrap_or_default();
+        let assignment = match PodAssignment::from_annotations(&annotations) {
+            Ok(Some(assignment)) => assignment,
+            Ok(None) => return,
+            Err(error) => {
+                tracing::warn!(pod = ?pod.metadata.name, "ignoring bad dilu annotations: {error}");
+                return;
+            }
+        };
+        self.learn_node(&node_name, None);
+        let range = self.cluster.nodes[self.node_index[&node_name]].clone();
+        let gpus: Option<Vec<usize>> = assignment
+            .gpu_indices
+            .iter()
+            .map(|&i| Some(range.start + i as usize).filter(|gpu| range.contains(gpu)))
+            .collect();
+        let Some(gpus) = gpus else {
+            tracing::warn!(pod = ?pod.metadata.name, node = %node_name, "the pod's GPU indices are not on its node");
+            return;
+        };
+        let demand = demand_of(&assignment);
+        self.cluster.apply(&demand, &gpus);
+        let namespace = pod.metadata.namespace.as_deref().unwrap_or("default");
+        let name = pod.metadata.name.as_deref().unwrap_or("");
+        self.allocations.insert(
+            uid,
+            Allocation {
+                pod: format!("{namespace}/{name}"),
+                node: node_name,
+                demand,
+                gpus,
+            },
+        );
+    }
+
+    /// A pod deleted on the API server frees its share.
+    pub fn forget_pod(&mut self, pod: &Pod) {
+        if let Some(uid) = &pod.metadata.uid {
+            self.free(uid);
+        }
+    }
+
+    /// A full pod list: the allocations become exactly the dilu pods in it.
+    pub fn replace_pods(&mut self, pods: &[Pod]) {
+        let uids: Vec<String> = self.allocations.keys().cloned().collect();
+        for uid in uids {
+            self.free(&uid);
+        }
+        for pod in pods {
+            self.observe_pod(pod);
+        }
+    }
+
+    fn free(&mut self, uid: &str) -> bool {
+        match self.allocations.remove(uid) {
+            Some(allocation) => {
+                self.cluster.release(&allocation.demand, &allocation.gpus);
+                tracing::info!(pod = %allocation.pod, node = %allocation.node, "freed");
+                true
+            }
+            None => false,
+        }
     }
 
     fn pending_demand(&self, args: &ExtenderBindingArgs) -> Option<InstanceDemand> {
@@ -357,15 +475,13 @@ impl ExtenderState {
         let Some(uid) = uid else {
             return bad_request("release needs a JSON body {\"PodUID\": \"...\"}");
         };
-        match self.allocations.remove(&uid) {
-            Some(allocation) => {
-                self.cluster.release(&allocation.demand, &allocation.gpus);
-                (200, json!({ "Error": "" }))
-            }
-            None => (
+        if self.free(&uid) {
+            (200, json!({ "Error": "" }))
+        } else {
+            (
                 404,
                 json!({ "Error": format!("pod {uid} holds no dilu GPUs") }),
-            ),
+            )
         }
     }
 
@@ -377,6 +493,7 @@ impl ExtenderState {
                 let start = self.cluster.nodes[self.node_index[&allocation.node]].start;
                 json!({
                     "PodUID": uid,
+                    "Pod": allocation.pod,
                     "Node": allocation.node,
                     "GPUs": allocation.gpus.iter().map(|gpu| gpu - start).collect::<Vec<_>>(),
                 })
@@ -422,10 +539,68 @@ impl ExtenderHandle {
     }
 }
 
-/// Binds the HTTP listener and serves requests on one thread.
+/// The placement written on a pod at bind.
+fn assignment_for(
+    namespace: &str,
+    name: &str,
+    demand: &InstanceDemand,
+    gpu_indices: &[usize],
+) -> PodAssignment {
+    PodAssignment {
+        gpu_indices: gpu_indices.iter().map(|&i| i as u32).collect(),
+        tenant: pod_assignment::tenant_name(namespace, name),
+        spec: TenantSpec {
+            class: demand.class,
+            slo_ms: None,
+            sm_request_pct: demand.sm_request * 100.0,
+            sm_limit_pct: demand.sm_limit * 100.0,
+            mem_bytes: Some(demand.memory_bytes),
+        },
+        bound_at_ms: std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_millis() as u64),
+    }
+}
+
+/// What a placed pod holds on each of its GPUs, read back from its annotations.
+fn demand_of(assignment: &PodAssignment) -> InstanceDemand {
+    InstanceDemand {
+        class: assignment.spec.class,
+        sm_request: assignment.spec.sm_request_pct / 100.0,
+        sm_limit: assignment.spec.sm_limit_pct / 100.0,
+        memory_bytes: assignment.spec.mem_bytes.unwrap_or(0),
+        gpus: assignment.gpu_indices.len() as u32,
+    }
+}
+
+/// Binds the HTTP listener and serves requests on one thread; with an API
+/// server, first rebuilds the state from it and starts watching it.
 pub fn start(config: ExtenderConfig) -> Result<ExtenderHandle, String> {
     let listen = config.listen;
+    let apiserver = config.apiserver.clone();
     let mut state = ExtenderState::new(config)?;
+    let api = match &apiserver {
+        Some(url) => {
+            let api = apiserver::ApiServer::connect(url)?;
+            let (nodes, pods) = api.initial_state()?;
+            for node in &nodes {
+                state.observe_node(node);
+            }
+            state.replace_pods(&pods);
+            tracing::info!(
+                nodes = nodes.len(),
+                placed = state.allocations.len(),
+                "state rebuilt from the API server"
+            );
+            Some(api)
+        }
+        None => None,
+    };
+    let state = Arc::new(Mutex::new(state));
+    if let Some(api) = api {
+        api.watch(state.clone())?;
+        state.lock().unwrap_or_else(|p| p.into_inner()).api = Some(api);
+    }
     let server = tiny_http::Server::http(listen)
         .map_err(|error| format!("cannot listen on {listen}: {error}"))?;
     let addr = server
@@ -440,11 +615,17 @@ pub fn start(config: ExtenderConfig) -> Result<ExtenderHandle, String> {
             .spawn(move || {
                 while !stop.load(Ordering::SeqCst) {
                     match server.recv_timeout(Duration::from_millis(100)) {
-                        Ok(Some(request)) => serve_one(&mut state, request),
+                        Ok(Some(request)) => serve_one(
+                            &mut state.lock().unwrap_or_else(|p| p.into_inner()),
+                            request,
+                        ),
                         Ok(None) => {}
                         Err(error) => tracing::warn!("extender accept failed: {error}"),
                     }
                 }
+                // The API server client's runtime is dropped here, off any
+                // runtime thread.
+                drop(state.lock().unwrap_or_else(|p| p.into_inner()).api.take());
             })
             .map_err(|error| format!("cannot start thread: {error}"))?
     };
