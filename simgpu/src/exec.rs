@@ -1,6 +1,7 @@
 //! Asynchronous execution: streams with FIFO operation queues, one lazily
-//! started worker thread per stream, events, graphs, and the shared device
-//! timeline on which every kernel of every process is serialised.
+//! started worker thread per stream, events, graphs, and handing each kernel
+//! to the device's sharing model (`SIMGPU_SHARING`): the serial timeline
+//! ([`serial_timeline`]) or the time-sliced engine ([`crate::engine`]).
 
 use crate::config::Sharing;
 use crate::driver::{Ctx, Registry, current, drv, next_id};
