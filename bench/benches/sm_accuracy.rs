@@ -52,13 +52,23 @@ fn shapes() -> Vec<RequestShape> {
 
 /// Device-time share of each tenant (fractions) over the common window.
 fn run(shape: &RequestShape, seconds: f64, caps: &[Option<f64>]) -> (Vec<f64>, Outcome) {
+    run_with(shape, seconds, caps, &[])
+}
+
+/// [`run`] with simgpu settings in the environment.
+fn run_with(
+    shape: &RequestShape,
+    seconds: f64,
+    caps: &[Option<f64>],
+    env: &[(&str, &str)],
+) -> (Vec<f64>, Outcome) {
     let args = shape.loop_args(seconds);
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
     let loops: Vec<TenantLoop> = caps
         .iter()
         .map(|&cap| TenantLoop::new(cap, &args))
         .collect();
-    let outcome = Scenario::start("bench-sm", &loops, &[]).finish(Duration::from_secs(120));
+    let outcome = Scenario::start("bench-sm", &loops, env).finish(Duration::from_secs(120));
     (outcome.shares(), outcome)
 }
 
@@ -89,7 +99,8 @@ struct Row {
 fn measure(shape: &RequestShape, seconds: f64, plot: Option<&std::path::Path>) -> Row {
     let name = shape.name();
     eprintln!("sm_accuracy: {name} ...");
-    let (free_alone, _) = run(shape, seconds, &[None]);
+    let (free_alone, alone_outcome) = run(shape, seconds, &[None]);
+    let alone_rate = alone_outcome.kernels_per_second(0).max(f64::MIN_POSITIVE);
     let demand = free_alone[0];
     let mut judged = 0;
     let mut passed = 0;
@@ -132,11 +143,18 @@ fn measure(shape: &RequestShape, seconds: f64, plot: Option<&std::path::Path>) -
             pct(pair[1] / used.max(f64::MIN_POSITIVE))
         )
     };
+    // As peers report it: each tenant's kernels per second beside the
+    // other, relative to running alone uncapped.
+    let throughput_cell = format!(
+        "{:.0} / {:.0}",
+        100.0 * pair_outcome.kernels_per_second(0) / alone_rate,
+        100.0 * pair_outcome.kernels_per_second(1) / alone_rate
+    );
     let conservation = used / free_used.max(f64::MIN_POSITIVE);
     judged += 1;
     passed += usize::from(conservation >= CONSERVATION);
     let line = format!(
-        "| {name} | {} | {} | {} | {} / {} | {split_cell} | {} / {} | {:.0}% {} |\n",
+        "| {name} | {} | {} | {} | {} / {} | {split_cell} | {throughput_cell} | {} / {} | {:.0}% {} |\n",
         pct(demand),
         alone_cells[0],
         alone_cells[1],
@@ -157,6 +175,95 @@ fn measure(shape: &RequestShape, seconds: f64, plot: Option<&std::path::Path>) -
         judged,
         passed,
     }
+}
+
+/// The shapes the sweep of simgpu's settings runs: one of each kind of
+/// difficulty (short synchronised kernels, a deep pipeline of kernels as
+/// long as a slice, concurrent streams, graphs).
+fn sweep_shapes() -> Vec<RequestShape> {
+    shapes()
+        .into_iter()
+        .filter(|shape| {
+            matches!(
+                shape.name().as_str(),
+                "k=4, 100 µs, 1 stream"
+                    | "k=never, 1 ms, 1 stream"
+                    | "k=16, 100 µs, 3 streams"
+                    | "k=4, graphs of 10 × 20 µs"
+            )
+        })
+        .collect()
+}
+
+/// simgpu settings the sweep covers: the old serial model (before), the
+/// defaults, and each setting without a public source over its range.
+const SWEEP: &[(&str, &[(&str, &str)])] = &[
+    ("serial model (before)", &[("SIMGPU_SHARING", "serial")]),
+    ("time-sliced defaults", &[]),
+    ("slice 0.25 ms", &[("SIMGPU_TIMESLICE", "250us")]),
+    ("slice 4 ms", &[("SIMGPU_TIMESLICE", "4ms")]),
+    ("jitter 0", &[("SIMGPU_JITTER", "0"), ("SIMGPU_DRIFT", "0")]),
+    (
+        "jitter 0.2, drift 0.1",
+        &[("SIMGPU_JITTER", "0.2"), ("SIMGPU_DRIFT", "0.1")],
+    ),
+    ("switch cost 0", &[("SIMGPU_SWITCH_COST", "0")]),
+    ("switch cost 200 µs", &[("SIMGPU_SWITCH_COST", "200us")]),
+    ("preemption at the wave", &[("SIMGPU_PREEMPT", "wave")]),
+    ("no preemption", &[("SIMGPU_PREEMPT", "none")]),
+];
+
+/// Runs the 30/70 pair of each sweep shape under every setting of
+/// [`SWEEP`]; writes `bench/results/sm-sweep.md`.
+fn sweep(seconds: f64) {
+    let machine_before = report::machine();
+    let shapes = sweep_shapes();
+    let mut table = String::from("| simgpu setting |");
+    for shape in &shapes {
+        let _ = write!(table, " {} |", shape.name());
+    }
+    table.push_str(" worst error (points) |\n|---|");
+    table.push_str(&"---|".repeat(shapes.len() + 1));
+    table.push('\n');
+    for (label, env) in SWEEP {
+        let mut line = format!("| {label} |");
+        let mut worst: f64 = 0.0;
+        for shape in &shapes {
+            eprintln!("sm_accuracy --sweep: {label}: {} ...", shape.name());
+            let (pair, _) = run_with(shape, seconds, &[Some(CAPS[0]), Some(CAPS[1])], env);
+            let used: f64 = pair.iter().sum::<f64>().max(f64::MIN_POSITIVE);
+            let split = pair[0] / used * 100.0;
+            worst = worst.max((split - CAPS[0]).abs());
+            let _ = write!(
+                line,
+                " {} / {} wall, split {:.1} |",
+                pct(pair[0]),
+                pct(pair[1]),
+                split
+            );
+        }
+        let _ = writeln!(line, " {worst:.1} |");
+        eprint!("{line}");
+        table.push_str(&line);
+    }
+    println!("{table}");
+    let mut doc = String::from("# SM-time accuracy across simgpu's settings\n\n");
+    let _ = writeln!(
+        doc,
+        "Command: `scripts/bench.sh sm -- --sweep` (`cargo bench -p dilu-bench --bench sm_accuracy\n\
+         -- --sweep`), release build, {seconds} s per run, no GPU. Machine at the start:\n\
+         {machine_before}. At the end: {}.\n\n\
+         Two tenants under `dilu run --sm 30` and `--sm 70`, each cell one run: the 30% tenant's\n\
+         and the 70% tenant's device time as a percentage of the window in which both ran, and\n\
+         the 30% tenant's part of the device time the two used (target 30). The first row is\n\
+         simgpu's old serial model, the second its time-sliced defaults (the calibration table\n\
+         in `simgpu/README.md`); every other row changes one setting that has no public source,\n\
+         over the range that table gives, from the defaults. The worst error is the largest\n\
+         distance of a split from 30 in the row.\n",
+        report::machine()
+    );
+    doc.push_str(&table);
+    report::write_result("sm-sweep.md", &doc);
 }
 
 /// Device-time share per tenant over time, with and without dilu.
@@ -195,10 +302,14 @@ fn main() {
         .and_then(|s| s.parse().ok())
         .unwrap_or(3.0);
     let only = value("--only");
+    if args.iter().any(|a| a == "--sweep") {
+        sweep(seconds);
+        return;
+    }
     let results = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("results");
     let machine_before = report::machine();
     let mut table = String::from(
-        "| workload | alone uncapped % | alone at 30% | alone at 70% | pair 30/70: device time % | pair: split of used % | pair without dilu % | work conserved |\n|---|---:|---|---|---|---|---|---|\n",
+        "| workload | alone uncapped % | alone at 30% | alone at 70% | pair 30/70: device time % | pair: split of used % | pair: throughput vs alone % | pair without dilu % | work conserved |\n|---|---:|---|---|---|---|---|---|---|\n",
     );
     let (mut judged, mut passed) = (0, 0);
     for shape in shapes() {
@@ -236,6 +347,9 @@ fn main() {
          - **pair**: two such tenants at 30% and 70%, and the same pair without dilu. The split\n\
            (each tenant's part of the device time the two used) is judged against 30/70 when the\n\
            tenant alone could use 70% (else demand, not dilu, sets the split: n/a).\n\
+         - **throughput vs alone**: each tenant's kernels per second in the pair under dilu\n\
+           over the tenant's rate alone uncapped (how HAMi-core reports its 30/70 and 10/90\n\
+           figures); its ratio between the two is the completed-work ratio.\n\
          - **work conserved**: device time the pair used under dilu over what it used without\n\
            dilu; ✓ at {:.0}% or more.\n\n\
          Cells judged: {judged}, within target: {passed}.\n",

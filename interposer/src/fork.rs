@@ -78,6 +78,7 @@ extern "C" fn child() {
         }
         budget::forget_parent_state_in_child();
         crate::sampler::forget_parent_state_in_child();
+        crate::usage_feedback::forget_parent_state_in_child();
         driver::restart_interrupted_load();
     }));
 }

@@ -157,6 +157,7 @@ fn admit(
     let mut now = monotonic_ns();
     let mut share = sm.budget().share_ppm(device);
     if is_limited(share) {
+        crate::usage_feedback::charged(device, cost as i64);
         loop {
             match bucket.admit(now, cost, share, sm.budget().depth_ns()) {
                 Admission::Now => break,

@@ -60,6 +60,7 @@ mod stats;
 mod sync_telemetry;
 mod table;
 mod tenant_sm;
+mod usage_feedback;
 
 pub use dilu_abi::cuda::CUresult;
 

@@ -160,7 +160,7 @@ nvml_table! {
 static HANDLE: AtomicUsize = AtomicUsize::new(0);
 
 /// The real NVML's `name`, or 0. Opens `libnvidia-ml.so.1` on first use.
-fn real_symbol(name: &CStr) -> usize {
+pub(crate) fn real_symbol(name: &CStr) -> usize {
     let mut handle = HANDLE.load(Ordering::Acquire);
     if handle == 0 {
         // SAFETY: NUL-terminated literal; dlopen has no other preconditions.
@@ -201,32 +201,65 @@ pub fn wrapper_for_name(name: &[u8]) -> Option<usize> {
 fn cuda_pci_locations(budget: &MemoryBudget) -> &'static [(u32, u32, u32)] {
     static LOCATIONS: OnceLock<Vec<(u32, u32, u32)>> = OnceLock::new();
     LOCATIONS.get_or_init(|| {
-        type Fn = unsafe extern "C" fn(*mut c_int, CUdevice_attribute, CUdevice) -> u32;
-        let address = driver::real_symbol(c"cuDeviceGetAttribute");
-        if address == 0 {
-            return Vec::new();
-        }
-        // SAFETY: cuDeviceGetAttribute from cuda.h, from the real driver.
-        let get: Fn = unsafe { core::mem::transmute::<usize, Fn>(address) };
-        let attribute = |which, device| {
-            let mut value: c_int = 0;
-            // SAFETY: writes one int to a live local.
-            (unsafe { get(&mut value, which, device) } == CUDA_SUCCESS).then_some(value as u32)
-        };
-        use CUdevice_attribute::{
-            CU_DEVICE_ATTRIBUTE_PCI_BUS_ID as BUS, CU_DEVICE_ATTRIBUTE_PCI_DEVICE_ID as DEVICE,
-            CU_DEVICE_ATTRIBUTE_PCI_DOMAIN_ID as DOMAIN,
-        };
         (0..budget.device_count() as CUdevice)
-            .map_while(|d| {
-                Some((
-                    attribute(DOMAIN, d)?,
-                    attribute(BUS, d)?,
-                    attribute(DEVICE, d)?,
-                ))
-            })
+            .map_while(cuda_pci_location)
             .collect()
     })
+}
+
+/// PCI (domain, bus, device) of CUDA device `ordinal`, from the real driver.
+pub(crate) fn cuda_pci_location(ordinal: CUdevice) -> Option<(u32, u32, u32)> {
+    type Fn = unsafe extern "C" fn(*mut c_int, CUdevice_attribute, CUdevice) -> u32;
+    let address = driver::real_symbol(c"cuDeviceGetAttribute");
+    if address == 0 {
+        return None;
+    }
+    // SAFETY: cuDeviceGetAttribute from cuda.h, from the real driver.
+    let get: Fn = unsafe { core::mem::transmute::<usize, Fn>(address) };
+    let attribute = |which| {
+        let mut value: c_int = 0;
+        // SAFETY: writes one int to a live local.
+        (unsafe { get(&mut value, which, ordinal) } == CUDA_SUCCESS).then_some(value as u32)
+    };
+    use CUdevice_attribute::{
+        CU_DEVICE_ATTRIBUTE_PCI_BUS_ID as BUS, CU_DEVICE_ATTRIBUTE_PCI_DEVICE_ID as DEVICE,
+        CU_DEVICE_ATTRIBUTE_PCI_DOMAIN_ID as DOMAIN,
+    };
+    Some((attribute(DOMAIN)?, attribute(BUS)?, attribute(DEVICE)?))
+}
+
+/// The real NVML's handle of the GPU at PCI `location` (initialising NVML
+/// for this process: `nvmlInit` counts references, so the program's own
+/// use of NVML is unaffected).
+pub(crate) fn nvml_device_at(location: (u32, u32, u32)) -> Option<NvmlDevice> {
+    type InitFn = unsafe extern "C" fn() -> NvmlReturn;
+    type CountFn = unsafe extern "C" fn(*mut c_uint) -> NvmlReturn;
+    type HandleFn = unsafe extern "C" fn(c_uint, *mut NvmlDevice) -> NvmlReturn;
+    let (init, count, handle) = (
+        real_symbol(c"nvmlInit_v2"),
+        real_symbol(c"nvmlDeviceGetCount_v2"),
+        real_symbol(c"nvmlDeviceGetHandleByIndex_v2"),
+    );
+    if init == 0 || count == 0 || handle == 0 {
+        return None;
+    }
+    // SAFETY: (all three) nvml.h's signatures, from the real NVML; the out
+    // parameters are live locals.
+    unsafe {
+        if core::mem::transmute::<usize, InitFn>(init)() != NVML_SUCCESS {
+            return None;
+        }
+        let mut n: c_uint = 0;
+        if core::mem::transmute::<usize, CountFn>(count)(&mut n) != NVML_SUCCESS {
+            return None;
+        }
+        (0..n).find_map(|i| {
+            let mut device: NvmlDevice = core::ptr::null_mut();
+            (core::mem::transmute::<usize, HandleFn>(handle)(i, &mut device) == NVML_SUCCESS
+                && nvml_pci_location(device) == Some(location))
+            .then_some(device)
+        })
+    }
 }
 
 /// PCI (domain, bus, device) of an NVML device.

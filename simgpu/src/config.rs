@@ -175,8 +175,8 @@ impl Config {
             }
         };
         let sharing = match get("SIMGPU_SHARING").as_deref() {
-            None | Some("serial") => Sharing::Serial,
-            Some("timesliced") => Sharing::TimeSliced,
+            Some("serial") => Sharing::Serial,
+            None | Some("timesliced") => Sharing::TimeSliced,
             Some(v) => return Err(bad("SIMGPU_SHARING", v, "serial or timesliced")),
         };
         let realistic = sharing == Sharing::TimeSliced;

@@ -1,10 +1,11 @@
-//! The serial sharing model (`SIMGPU_SHARING=serial`, the default): every
-//! kernel of every process reserves its own stretch of one device timeline.
+//! The serial sharing model (`SIMGPU_SHARING=serial`; the default is the
+//! time-sliced [`crate::engine`]): every kernel of every process reserves
+//! its own stretch of one device timeline.
 //! The process holding the slice keeps the device for its queued kernels
 //! until its slice (`SIMGPU_TIMESLICE`) runs out or it has nothing left to
 //! run; other processes wait for either. Kernels are not preempted (a slice
 //! ends after the kernel that crosses its end) and one process's streams
-//! never overlap. The time-sliced model is [`crate::engine`].
+//! never overlap.
 
 use crate::shm::{Shm, ShmDevice};
 use crate::{now_ns, sleep_until};

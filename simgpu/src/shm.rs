@@ -201,7 +201,9 @@ impl Shm {
             let ndev = ndev.min(MAX_DEVICES);
             layout.version.store(VERSION, Relaxed);
             layout.ndev.store(ndev as u64, Relaxed);
-            layout.sharing.store(sharing.unwrap_or(0), Relaxed);
+            layout
+                .sharing
+                .store(sharing.unwrap_or_else(observer_sharing), Relaxed);
             for d in &layout.devs[..ndev] {
                 d.capacity.store(capacity, Relaxed);
             }
@@ -452,6 +454,17 @@ impl Shm {
             // SAFETY: path is NUL-terminated; it names the file we hold.
             unsafe { libc::unlink(self.path.as_ptr()) };
         }
+    }
+}
+
+/// The sharing model an observer (the simulated NVML) creating the
+/// instance records: the one the processes it observes will ask for, from
+/// the same setting (`SIMGPU_SHARING`, time-sliced unless `serial`; a bad
+/// value is reported by the driver, not here).
+fn observer_sharing() -> u64 {
+    match std::env::var("SIMGPU_SHARING").as_deref() {
+        Ok("serial") => 0,
+        _ => 1,
     }
 }
 

@@ -215,6 +215,21 @@ impl Outcome {
             .collect()
     }
 
+    /// Kernels of a tenant completed per second of the window in which all
+    /// tenants were running (how peers report throughput).
+    pub fn kernels_per_second(&self, tenant: usize) -> f64 {
+        let Some((from, to)) = dilu_abi::simtrace::common_window(&self.records) else {
+            return 0.0;
+        };
+        let done = self
+            .records
+            .iter()
+            .filter(|r| r.pid == self.pids[tenant] && r.last)
+            .filter(|r| r.end_ns > from && r.end_ns <= to)
+            .count();
+        done as f64 / (to.saturating_sub(from).max(1) as f64 / 1e9)
+    }
+
     /// Kernels of a tenant in the trace.
     pub fn traced_kernels(&self, tenant: usize) -> u64 {
         self.records

@@ -49,7 +49,11 @@ fn two_tenants(tag: &str, shares: (f64, f64), loop_args: &[&str]) -> Vec<f64> {
             "{tag}: split {split:?}, target {shares:?}"
         );
     }
-    assert!(used > 0.80, "{tag}: the device sat idle: {used}");
+    // Context switches and kernel gaps cost device time on the time-sliced
+    // model even without dilu (work conservation against the same pair
+    // without dilu is the benchmark's column); this catches a throttle that
+    // leaves the device idle.
+    assert!(used > 0.70, "{tag}: the device sat idle: {used}");
     split
 }
 
