@@ -99,6 +99,29 @@ def checks(budget):
 
     attempt("cuBLAS matmul", matmul)
 
+    def half_matmul():
+        a = torch.empty(512, 256, device="cuda", dtype=torch.float16)
+        b = torch.empty(256, 128, device="cuda", dtype=torch.float16)
+        c = a @ b
+        torch.cuda.synchronize()
+        return True, f"512x256 @ 256x128 float16 matmul, result shape {tuple(c.shape)}"
+
+    attempt("cuBLAS half-precision matmul", half_matmul)
+
+    def linear_backward():
+        layer = torch.nn.Linear(256, 64).cuda()
+        x = torch.empty(32, 256, device="cuda", requires_grad=True)
+        layer(x).relu().sum().backward()
+        with torch.autocast("cuda", dtype=torch.bfloat16):
+            y = layer(x)
+        torch.cuda.synchronize()
+        return True, (
+            f"nn.Linear(256, 64) forward and backward (weight grad {tuple(layer.weight.grad.shape)}), "
+            f"then a bfloat16 autocast forward ({y.dtype})"
+        )
+
+    attempt("nn.Linear forward, backward and bfloat16 autocast", linear_backward)
+
 
 def loop(seconds):
     import torch
