@@ -90,6 +90,34 @@ def checks(budget):
 
     attempt("elementwise kernels", elementwise)
 
+    def heuristic():
+        # The smallest reproducer of the old failure: cuBLASLt alone (the
+        # library PyTorch loads), asked for algorithms for a float32 GEMM.
+        import ctypes
+        import os
+        import nvidia
+
+        lib_dir = next(os.path.join(p, "cu13", "lib") for p in nvidia.__path__)
+        lt = ctypes.CDLL(os.path.join(lib_dir, "libcublasLt.so.13"))
+        handle, desc, pref = ctypes.c_void_p(), ctypes.c_void_p(), ctypes.c_void_p()
+        layouts = [ctypes.c_void_p() for _ in range(4)]
+        assert lt.cublasLtCreate(ctypes.byref(handle)) == 0
+        # CUBLAS_COMPUTE_32F = 68, CUDA_R_32F = 0
+        assert lt.cublasLtMatmulDescCreate(ctypes.byref(desc), 68, 0) == 0
+        for layout in layouts:
+            n = ctypes.c_uint64(256)
+            assert lt.cublasLtMatrixLayoutCreate(ctypes.byref(layout), 0, n, n, ctypes.c_int64(256)) == 0
+        assert lt.cublasLtMatmulPreferenceCreate(ctypes.byref(pref)) == 0
+        results = ctypes.create_string_buffer(96 * 8)  # 8 cublasLtMatmulHeuristicResult_t
+        count = ctypes.c_int()
+        status = lt.cublasLtMatmulAlgoGetHeuristic(
+            handle, desc, *layouts, pref, 8, results, ctypes.byref(count))
+        lt.cublasLtDestroy(handle)
+        return status == 0 and count.value > 0, (
+            f"cublasLtMatmulAlgoGetHeuristic (256^3 float32) -> status {status}, {count.value} algorithms")
+
+    attempt("cuBLASLt heuristic query (ctypes)", heuristic)
+
     def matmul():
         a = torch.empty(512, 512, device="cuda")
         b = torch.empty(512, 512, device="cuda")
