@@ -26,7 +26,7 @@ budget_bytes=$((4 << 30))
 instance="torch-sim-$$"
 
 echo "== functional checks under dilu run --sim --mem 4GiB"
-SIMGPU_INSTANCE="$instance" SIMGPU_LOG_ERRORS=1 CUBLASLT_LOG_LEVEL=2 \
+SIMGPU_INSTANCE="$instance" SIMGPU_LOG_ERRORS=1 CUBLASLT_LOG_LEVEL=2 SIMGPU_TRACE="$work/checks-trace.jsonl" \
   "$dilu" run --sim --mem 4GiB -- "$python" scripts/torch_sim_check.py checks "$budget_bytes" \
   >"$work/checks.jsonl" 2>"$work/checks.err" || true
 
@@ -113,6 +113,19 @@ if cublaslt:
     for l in cublaslt[-6:]:
         print(l[:240])
     print("```")
+    print()
+gemm_words = ("gemm", "nvjet", "cublas", "cutlass", "splitK")
+gemms = [r for r in lines("checks-trace.jsonl") if any(w in r.get("name", "") for w in gemm_words)]
+if gemms:
+    print("cuBLAS kernels the matmul steps launched (simgpu's trace). simgpu's")
+    print("cost model gives each kernel ceil(blocks / 132 SMs) x `SIMGPU_WAVE_NS`")
+    print("(10 us) of device time: it does not read the GEMM's sizes, so a kernel's")
+    print("time follows its grid, not its K dimension.")
+    print()
+    print("| kernel | blocks | device time |")
+    print("|---|---|---|")
+    for r in gemms:
+        print(f"| `{r['name'][:110]}` | {r['blocks']} | {(r['end_ns'] - r['start_ns']) / 1000:.1f} us |")
     print()
 print("Last lines the process wrote to stderr (simgpu's failed calls with")
 print("`SIMGPU_LOG_ERRORS=1`; repeated lines collapsed):")

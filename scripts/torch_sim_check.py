@@ -90,6 +90,34 @@ def checks(budget):
 
     attempt("elementwise kernels", elementwise)
 
+    def heuristic():
+        # The smallest reproducer of the old failure: cuBLASLt alone (the
+        # library PyTorch loads), asked for algorithms for a float32 GEMM.
+        import ctypes
+        import os
+        import nvidia
+
+        lib_dir = next(os.path.join(p, "cu13", "lib") for p in nvidia.__path__)
+        lt = ctypes.CDLL(os.path.join(lib_dir, "libcublasLt.so.13"))
+        handle, desc, pref = ctypes.c_void_p(), ctypes.c_void_p(), ctypes.c_void_p()
+        layouts = [ctypes.c_void_p() for _ in range(4)]
+        assert lt.cublasLtCreate(ctypes.byref(handle)) == 0
+        # CUBLAS_COMPUTE_32F = 68, CUDA_R_32F = 0
+        assert lt.cublasLtMatmulDescCreate(ctypes.byref(desc), 68, 0) == 0
+        for layout in layouts:
+            n = ctypes.c_uint64(256)
+            assert lt.cublasLtMatrixLayoutCreate(ctypes.byref(layout), 0, n, n, ctypes.c_int64(256)) == 0
+        assert lt.cublasLtMatmulPreferenceCreate(ctypes.byref(pref)) == 0
+        results = ctypes.create_string_buffer(96 * 8)  # 8 cublasLtMatmulHeuristicResult_t
+        count = ctypes.c_int()
+        status = lt.cublasLtMatmulAlgoGetHeuristic(
+            handle, desc, *layouts, pref, 8, results, ctypes.byref(count))
+        lt.cublasLtDestroy(handle)
+        return status == 0 and count.value > 0, (
+            f"cublasLtMatmulAlgoGetHeuristic (256^3 float32) -> status {status}, {count.value} algorithms")
+
+    attempt("cuBLASLt heuristic query (ctypes)", heuristic)
+
     def matmul():
         a = torch.empty(512, 512, device="cuda")
         b = torch.empty(512, 512, device="cuda")
@@ -98,6 +126,29 @@ def checks(budget):
         return True, f"512x512 float32 matmul, result shape {tuple(c.shape)}"
 
     attempt("cuBLAS matmul", matmul)
+
+    def half_matmul():
+        a = torch.empty(512, 256, device="cuda", dtype=torch.float16)
+        b = torch.empty(256, 128, device="cuda", dtype=torch.float16)
+        c = a @ b
+        torch.cuda.synchronize()
+        return True, f"512x256 @ 256x128 float16 matmul, result shape {tuple(c.shape)}"
+
+    attempt("cuBLAS half-precision matmul", half_matmul)
+
+    def linear_backward():
+        layer = torch.nn.Linear(256, 64).cuda()
+        x = torch.empty(32, 256, device="cuda", requires_grad=True)
+        layer(x).relu().sum().backward()
+        with torch.autocast("cuda", dtype=torch.bfloat16):
+            y = layer(x)
+        torch.cuda.synchronize()
+        return True, (
+            f"nn.Linear(256, 64) forward and backward (weight grad {tuple(layer.weight.grad.shape)}), "
+            f"then a bfloat16 autocast forward ({y.dtype})"
+        )
+
+    attempt("nn.Linear forward, backward and bfloat16 autocast", linear_backward)
 
 
 def loop(seconds):

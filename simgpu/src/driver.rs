@@ -56,6 +56,9 @@ pub(crate) struct LocalValue {
 }
 
 pub(crate) struct Ctx {
+    /// Unique per process, never reused, from 1 (`cuCtxGetId`; tools read it
+    /// as the context number).
+    pub id: u64,
     pub dev: usize,
     pub flags: AtomicU32,
     pub primary: bool,
@@ -76,7 +79,9 @@ impl Ctx {
         limits[3] = 2; // dev runtime sync depth
         limits[4] = 2048; // pending launch count
         limits[5] = 32; // max L2 fetch granularity
+        static NEXT_ID: AtomicU64 = AtomicU64::new(1);
         Ctx {
+            id: NEXT_ID.fetch_add(1, Relaxed),
             dev,
             flags: AtomicU32::new(flags),
             primary,

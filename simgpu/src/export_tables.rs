@@ -40,31 +40,45 @@ const fn size_of_table(slots: usize) -> Slot {
     std::ptr::without_provenance(slots * std::mem::size_of::<Slot>())
 }
 
-/// Fills a slot whose meaning is unknown: refuses, naming itself in the log.
-macro_rules! unknown_slot {
-    ($name:ident, $label:literal) => {
-        extern "C" fn $name() -> CUresult {
-            guard($label, || Err(CUDA_ERROR_NOT_SUPPORTED))
-        }
-    };
+/// The served tables, by the index an unknown slot's function carries.
+const TABLE_NAMES: [&str; 8] = [
+    "CUDART_INTERFACE",
+    "TOOLS_RUNTIME_HOOKS",
+    "TOOLS_TLS",
+    "CONTEXT_LOCAL_STORAGE",
+    "CONTEXT_CHECKS",
+    "INTEGRITY_CHECK",
+    "TOOLS_CONTEXT",
+    "UNKNOWN_1734DC26",
+];
+const CUDART: usize = 0;
+const HOOKS: usize = 1;
+const TLS: usize = 2;
+const STORAGE: usize = 3;
+const CHECKS: usize = 4;
+const INTEGRITY: usize = 5;
+const TOOLS_CTX: usize = 6;
+const UNKNOWN_1734: usize = 7;
+
+/// Fills a slot whose meaning is unknown: refuses, naming table and slot in
+/// the log (`SIMGPU_LOG_ERRORS=1`).
+extern "C" fn unknown<const TABLE: usize, const SLOT: usize>() -> CUresult {
+    if crate::log_errors() {
+        eprintln!(
+            "simgpu: export table {}[{SLOT}] -> {CUDA_ERROR_NOT_SUPPORTED}",
+            TABLE_NAMES[TABLE]
+        );
+    }
+    CUDA_ERROR_NOT_SUPPORTED
 }
 
-unknown_slot!(cudart_3, "export table CUDART_INTERFACE[3]");
-unknown_slot!(cudart_4, "export table CUDART_INTERFACE[4]");
-unknown_slot!(cudart_5, "export table CUDART_INTERFACE[5]");
-unknown_slot!(cudart_9, "export table CUDART_INTERFACE[9]");
-unknown_slot!(cudart_10, "export table CUDART_INTERFACE[10]");
-unknown_slot!(cudart_11, "export table CUDART_INTERFACE[11]");
-unknown_slot!(hooks_1, "export table TOOLS_RUNTIME_HOOKS[1]");
-unknown_slot!(hooks_3, "export table TOOLS_RUNTIME_HOOKS[3]");
-unknown_slot!(hooks_4, "export table TOOLS_RUNTIME_HOOKS[4]");
-unknown_slot!(hooks_5, "export table TOOLS_RUNTIME_HOOKS[5]");
-unknown_slot!(tls_1, "export table TOOLS_TLS[1]");
-unknown_slot!(tls_2, "export table TOOLS_TLS[2]");
-unknown_slot!(tls_3, "export table TOOLS_TLS[3]");
-unknown_slot!(storage_3, "export table CONTEXT_LOCAL_STORAGE[3]");
-unknown_slot!(checks_1, "export table CONTEXT_CHECKS[1]");
-unknown_slot!(integrity_2, "export table INTEGRITY_CHECK[2]");
+/// A table whose every listed slot is [`unknown`]; the known slots are
+/// written over it.
+macro_rules! every_slot_unknown {
+    ($table:expr; $($slot:literal)*) => {
+        [$(unknown::<$table, $slot> as Slot),*]
+    };
+}
 
 // --- CUDART_INTERFACE {6BD5FB6C-5BF4-E74A-8987-D93912FD9DF9} ---
 
@@ -116,21 +130,17 @@ extern "C" fn cudart_load_compilers() -> CUresult {
     CUDA_SUCCESS
 }
 
-static CUDART_INTERFACE: Table<13> = Table([
-    size_of_table(13),
-    cudart_load_wrapper as Slot,
-    cudart_primary_ctx as Slot,
-    cudart_3 as Slot,
-    cudart_4 as Slot,
-    cudart_5 as Slot,
-    cudart_load_wrapper_ext as Slot,
-    cudart_notify as Slot,
-    cudart_load_fatbin as Slot,
-    cudart_9 as Slot,
-    cudart_10 as Slot,
-    cudart_11 as Slot,
-    cudart_load_compilers as Slot,
-]);
+static CUDART_INTERFACE: Table<13> = Table({
+    let mut t = every_slot_unknown!(CUDART; 0 1 2 3 4 5 6 7 8 9 10 11 12);
+    t[0] = size_of_table(13);
+    t[1] = cudart_load_wrapper as Slot;
+    t[2] = cudart_primary_ctx as Slot;
+    t[6] = cudart_load_wrapper_ext as Slot;
+    t[7] = cudart_notify as Slot;
+    t[8] = cudart_load_fatbin as Slot;
+    t[12] = cudart_load_compilers as Slot;
+    t
+});
 
 // --- TOOLS_RUNTIME_HOOKS {A094798C-2E74-2E74-93F2-0800200C0A66} ---
 
@@ -161,24 +171,31 @@ extern "C" fn hooks_buffer_b(p: *mut *mut c_void, len: *mut usize) {
     hand_out(&HOOK_BUFFER_B, p, len);
 }
 
-static TOOLS_RUNTIME_HOOKS: Table<7> = Table([
-    size_of_table(7),
-    hooks_1 as Slot,
-    hooks_buffer_a as Slot,
-    hooks_3 as Slot,
-    hooks_4 as Slot,
-    hooks_5 as Slot,
-    hooks_buffer_b as Slot,
-]);
+static TOOLS_RUNTIME_HOOKS: Table<7> = Table({
+    let mut t = every_slot_unknown!(HOOKS; 0 1 2 3 4 5 6);
+    t[0] = size_of_table(7);
+    t[2] = hooks_buffer_a as Slot;
+    t[6] = hooks_buffer_b as Slot;
+    t
+});
 
 // --- TOOLS_TLS {42D85A81-23F6-CB47-8298-F6E78A3AECDC} ---
 
-static TOOLS_TLS: Table<4> = Table([
-    size_of_table(4),
-    tls_1 as Slot,
-    tls_2 as Slot,
-    tls_3 as Slot,
-]);
+/// [2] The calling thread's current context (cuBLASLt keys its per-context
+/// state by it; named `get_thread_context` in public driver-table dumps).
+extern "C" fn tls_thread_context(ctx: *mut sys::CUcontext) -> CUresult {
+    guard("export table TOOLS_TLS[2]", || {
+        let c = current()?;
+        crate::api::out(ctx, c.handle() as sys::CUcontext)
+    })
+}
+
+static TOOLS_TLS: Table<4> = Table({
+    let mut t = every_slot_unknown!(TLS; 0 1 2 3);
+    t[0] = size_of_table(4);
+    t[2] = tls_thread_context as Slot;
+    t
+});
 
 // --- CONTEXT_LOCAL_STORAGE {C693336E-1121-DF11-A8C3-68F355D89593} ---
 // No size word: slot 0 is the first function.
@@ -243,12 +260,13 @@ extern "C" fn storage_get(
     })
 }
 
-static CONTEXT_LOCAL_STORAGE: Table<4> = Table([
-    storage_put as Slot,
-    storage_delete as Slot,
-    storage_get as Slot,
-    storage_3 as Slot,
-]);
+static CONTEXT_LOCAL_STORAGE: Table<4> = Table({
+    let mut t = every_slot_unknown!(STORAGE; 0 1 2 3);
+    t[0] = storage_put as Slot;
+    t[1] = storage_delete as Slot;
+    t[2] = storage_get as Slot;
+    t
+});
 
 // --- CONTEXT_CHECKS {263E8860-7CD2-6143-92F6-BBD5006DFA7E} ---
 
@@ -268,12 +286,13 @@ extern "C" fn checks_zero() -> u32 {
     0
 }
 
-static CONTEXT_CHECKS: Table<4> = Table([
-    size_of_table(4),
-    checks_1 as Slot,
-    checks_context as Slot,
-    checks_zero as Slot,
-]);
+static CONTEXT_CHECKS: Table<4> = Table({
+    let mut t = every_slot_unknown!(CHECKS; 0 1 2 3);
+    t[0] = size_of_table(4);
+    t[2] = checks_context as Slot;
+    t[3] = checks_zero as Slot;
+    t
+});
 
 // --- INTEGRITY_CHECK {D4082055-BDE6-704B-8D34-BA123C66E1F2} ---
 
@@ -306,11 +325,52 @@ extern "C" fn integrity_check(version: u32, unix_seconds: u64, result: *mut [u64
     })
 }
 
-static INTEGRITY_CHECK: Table<3> = Table([
-    size_of_table(3),
-    integrity_check as Slot,
-    integrity_2 as Slot,
-]);
+static INTEGRITY_CHECK: Table<3> = Table({
+    let mut t = every_slot_unknown!(INTEGRITY; 0 1 2);
+    t[0] = size_of_table(3);
+    t[1] = integrity_check as Slot;
+    t
+});
+
+// --- TOOLS_CONTEXT {21318C60-9714-3248-8CA6-41FF7324C8F2} ---
+// The driver's context interface for tools (`CU_ETID_ToolsContext` in
+// NVIDIA's tools libraries). cuBLASLt 13 asks for it when its heuristics
+// look up their per-context state; without it every heuristic query fails
+// ("Failed to query heuristics", CUBLAS_STATUS_NOT_SUPPORTED). 95 slots
+// with the size word, as a 595-series driver serves it; only slot 4 is
+// known to be called.
+
+/// [4] number(ctx, out u64): the context's unique number (`cuCtxGetId`).
+extern "C" fn tools_context_number(ctx: sys::CUcontext, number: *mut u64) -> CUresult {
+    guard("export table TOOLS_CONTEXT[4]", || {
+        crate::api::out(number, storage_ctx(ctx)?.id)
+    })
+}
+
+static TOOLS_CONTEXT: Table<95> = Table({
+    let mut t = every_slot_unknown!(TOOLS_CTX;
+        0 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16 17 18 19
+        20 21 22 23 24 25 26 27 28 29 30 31 32 33 34 35 36 37 38 39
+        40 41 42 43 44 45 46 47 48 49 50 51 52 53 54 55 56 57 58 59
+        60 61 62 63 64 65 66 67 68 69 70 71 72 73 74 75 76 77 78 79
+        80 81 82 83 84 85 86 87 88 89 90 91 92 93 94);
+    t[0] = size_of_table(95);
+    t[4] = tools_context_number as Slot;
+    t
+});
+
+// --- {1734DC26-800D-4745-8726-C0F1E7DD8BCA}, meaning unknown ---
+// cuBLASLt 13 asks for it in its half-precision heuristics, ignores the
+// answer's status and calls slot 4 `(out *mut c_void, out *mut c_void)`
+// through the pointer it got: a NULL table crashes it. A refusal there is
+// handled (it falls back), so every slot refuses. Its real size is not
+// known; 16 slots cover every call seen.
+
+static UNKNOWN_1734DC26: Table<16> = Table({
+    let mut t = every_slot_unknown!(UNKNOWN_1734; 0 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15);
+    t[0] = size_of_table(16);
+    t
+});
 
 const fn hex(c: u8) -> u8 {
     match c {
@@ -342,7 +402,7 @@ const fn uuid(text: &str) -> [u8; 16] {
 /// The table for a UUID, if simgpu serves it.
 pub(crate) fn lookup(id: &[u8; 16]) -> Option<*const c_void> {
     type Served = ([u8; 16], fn() -> *const c_void);
-    const TABLES: [Served; 6] = [
+    const TABLES: [Served; 8] = [
         (uuid("6BD5FB6C-5BF4-E74A-8987-D93912FD9DF9"), || {
             CUDART_INTERFACE.addr()
         }),
@@ -361,6 +421,12 @@ pub(crate) fn lookup(id: &[u8; 16]) -> Option<*const c_void> {
         (uuid("D4082055-BDE6-704B-8D34-BA123C66E1F2"), || {
             INTEGRITY_CHECK.addr()
         }),
+        (uuid("21318C60-9714-3248-8CA6-41FF7324C8F2"), || {
+            TOOLS_CONTEXT.addr()
+        }),
+        (uuid("1734DC26-800D-4745-8726-C0F1E7DD8BCA"), || {
+            UNKNOWN_1734DC26.addr()
+        }),
     ];
     TABLES.iter().find(|(u, _)| u == id).map(|(_, t)| t())
 }
@@ -375,6 +441,8 @@ fn all_slots() -> Vec<Vec<Slot>> {
         CONTEXT_LOCAL_STORAGE.0.to_vec(),
         CONTEXT_CHECKS.0.to_vec(),
         INTEGRITY_CHECK.0.to_vec(),
+        TOOLS_CONTEXT.0.to_vec(),
+        UNKNOWN_1734DC26.0.to_vec(),
     ]
 }
 

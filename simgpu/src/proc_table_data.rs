@@ -40,7 +40,7 @@ proc_table! {
     cuCtxGetDevice: [2000 imp cuCtxGetDevice, 13000 imp cuCtxGetDevice_v2];
     cuCtxGetExecAffinity: [11040 stub cuCtxGetExecAffinity];
     cuCtxGetFlags: [7000 imp cuCtxGetFlags];
-    cuCtxGetId: [12000 stub cuCtxGetId];
+    cuCtxGetId: [12000 imp cuCtxGetId];
     cuCtxGetLimit: [3010 imp cuCtxGetLimit];
     cuCtxGetSharedMemConfig: [4020 stub cuCtxGetSharedMemConfig];
     cuCtxGetStreamPriorityRange: [5050 imp cuCtxGetStreamPriorityRange];

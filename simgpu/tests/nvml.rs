@@ -401,6 +401,26 @@ fn nvml_status_codes() {
     assert!(out.contains("OK"), "{out}");
 }
 
+/// PyTorch (2.15, `c10/cuda/driver_api.cpp`) resolves these NVML symbols
+/// when its caching allocator first handles an out-of-memory error and
+/// asserts every one exists: one missing turned `torch.cuda.OutOfMemoryError`
+/// into an internal assert under `dilu run --sim`.
+#[test]
+fn nvml_exports_what_pytorch_resolves() {
+    let n = Nvml::open();
+    for name in [
+        "nvmlInit_v2",
+        "nvmlDeviceGetHandleByPciBusId_v2",
+        "nvmlDeviceGetNvLinkRemoteDeviceType",
+        "nvmlDeviceGetNvLinkRemotePciInfo_v2",
+        "nvmlDeviceGetComputeRunningProcesses",
+        "nvmlSystemGetCudaDriverVersion_v2",
+        "nvmlDeviceGetGpuFabricInfoV",
+    ] {
+        let _: usize = n.f(name);
+    }
+}
+
 /// A child that printed READY and waits for its stdin to close.
 fn spawn_ready(role: &str, env: &[(&str, &str)]) -> std::process::Child {
     use std::io::BufRead;

@@ -25,6 +25,7 @@ fn child_entry() {
         "tables" => role_tables(),
         "libraries" => role_libraries(),
         "version" => role_version(),
+        "tools" => role_tools(),
         other => panic!("unknown role {other}"),
     }
 }
@@ -61,6 +62,10 @@ const CUDART: &str = "6BD5FB6C-5BF4-E74A-8987-D93912FD9DF9";
 const STORAGE: &str = "C693336E-1121-DF11-A8C3-68F355D89593";
 const INTEGRITY: &str = "D4082055-BDE6-704B-8D34-BA123C66E1F2";
 
+const TOOLS_TLS: &str = "42D85A81-23F6-CB47-8298-F6E78A3AECDC";
+const TOOLS_CONTEXT: &str = "21318C60-9714-3248-8CA6-41FF7324C8F2";
+const UNKNOWN_1734DC26: &str = "1734DC26-800D-4745-8726-C0F1E7DD8BCA";
+
 static DESTROYED: AtomicUsize = AtomicUsize::new(0);
 
 extern "C" fn on_destroy(_ctx: H, _key: usize, value: usize) {
@@ -81,7 +86,9 @@ fn role_tables() {
     for (id, sized) in [
         (CUDART, true),
         ("A094798C-2E74-2E74-93F2-0800200C0A66", true),
-        ("42D85A81-23F6-CB47-8298-F6E78A3AECDC", true),
+        (TOOLS_TLS, true),
+        (TOOLS_CONTEXT, true),
+        (UNKNOWN_1734DC26, true),
         ("263E8860-7CD2-6143-92F6-BBD5006DFA7E", true),
         (INTEGRITY, true),
         (STORAGE, false),
@@ -179,6 +186,49 @@ fn role_tables() {
     assert_ne!(answer(12092, 5), answer(12092, 6));
     assert_ne!(answer(12092, 5), answer(12093, 5));
     println!("TABLES=ok");
+}
+
+/// What cuBLASLt 13's heuristics ask of the tools tables: the thread's
+/// context (TOOLS_TLS[2]), then that context's number (TOOLS_CONTEXT[4]),
+/// which keys its per-context state; and slot 4 of table 1734DC26, whose
+/// refusal it handles (a NULL table crashed it).
+fn role_tools() {
+    let l = Lib::open();
+    let init: unsafe extern "C" fn(c_uint) -> u32 = l.f("cuInit");
+    let create: unsafe extern "C" fn(*mut H, c_uint, c_int) -> u32 = l.f("cuCtxCreate_v2");
+    let set_current: unsafe extern "C" fn(H) -> u32 = l.f("cuCtxSetCurrent");
+    let ctx_id: unsafe extern "C" fn(H, *mut u64) -> u32 = l.f("cuCtxGetId");
+    let thread_context: unsafe extern "C" fn(*mut H) -> u32 = slot(table(TOOLS_TLS).unwrap(), 2);
+    let tools = table(TOOLS_CONTEXT).unwrap();
+    // SAFETY: slot 0 is the size in bytes.
+    assert_eq!(unsafe { tools.read() }, 95 * 8, "TOOLS_CONTEXT's size word");
+    let number: unsafe extern "C" fn(H, *mut u64) -> u32 = slot(tools, 4);
+    let unknown_4: unsafe extern "C" fn(*mut usize, *mut usize) -> u32 =
+        slot(table(UNKNOWN_1734DC26).unwrap(), 4);
+    let (mut a, mut b, mut seen): (H, H, H) = Default::default();
+    let (mut na, mut nb, mut id) = (0u64, 0u64, 0u64);
+    // SAFETY: driver calls with valid out-pointers and handles.
+    unsafe {
+        assert_eq!(init(0), 0);
+        assert_eq!(thread_context(&mut seen), INVALID_CONTEXT, "no context yet");
+        assert_eq!(create(&mut a, 0, 0), 0);
+        assert_eq!(create(&mut b, 0, 0), 0);
+        assert_eq!(thread_context(&mut seen), 0);
+        assert_eq!(seen, b, "the context made current last");
+        assert_eq!(number(seen, &mut nb), 0);
+        assert_eq!(number(a, &mut na), 0);
+        assert_ne!(na, nb, "each context has its own number");
+        assert_eq!(ctx_id(a, &mut id), 0);
+        assert_eq!(id, na, "the number is cuCtxGetId's");
+        assert_eq!(set_current(a), 0);
+        assert_eq!(thread_context(&mut seen), 0);
+        assert_eq!(seen, a);
+        assert_eq!(number(std::ptr::null_mut(), &mut id), 0);
+        assert_eq!(id, na, "NULL names the current context");
+        let (mut p, mut q) = (0usize, 0usize);
+        assert_ne!(unknown_4(&mut p, &mut q), 0);
+    }
+    println!("TOOLS=ok");
 }
 
 /// A fatbin as nvcc builds it for two targets: kernels `a` and `b` and
@@ -400,6 +450,13 @@ fn export_tables_serve_cudart() {
     let inst = Instance::new("tables");
     let out = run_child("tables", &[("SIMGPU_INSTANCE", &inst.0)]);
     assert_eq!(value(&out, "TABLES"), "ok");
+}
+
+#[test]
+fn tools_tables_answer_as_cublaslt_asks() {
+    let inst = Instance::new("tools");
+    let out = run_child("tools", &[("SIMGPU_INSTANCE", &inst.0)]);
+    assert_eq!(value(&out, "TOOLS"), "ok");
 }
 
 #[test]

@@ -49,6 +49,7 @@ not_supported! {
     nvmlDeviceGetMaxPcieLinkGeneration nvmlDeviceGetMaxPcieLinkWidth nvmlDeviceGetPcieSpeed
     nvmlDeviceGetNvLinkState nvmlDeviceGetNvLinkVersion nvmlDeviceGetNvLinkCapability
     nvmlDeviceGetNvLinkRemotePciInfo nvmlDeviceGetNvLinkRemotePciInfo_v2
+    nvmlDeviceGetNvLinkRemoteDeviceType nvmlDeviceGetGpuFabricInfo nvmlDeviceGetGpuFabricInfoV
     nvmlDeviceGetNvLinkErrorCounter nvmlDeviceGetTopologyCommonAncestor
     nvmlDeviceGetTopologyNearestGpus nvmlDeviceGetP2PStatus nvmlDeviceGetCpuAffinity
     nvmlDeviceGetCpuAffinityWithinScope nvmlDeviceGetMemoryAffinity

@@ -42,6 +42,7 @@ export! {
     fn cuCtxSynchronize() => ctx_synchronize;
     fn cuCtxGetDevice_v2(dev: *mut CUdevice, ctx: CUcontext) => ctx_get_device_v2;
     fn cuCtxSynchronize_v2(ctx: CUcontext) => ctx_synchronize_v2;
+    fn cuCtxGetId(ctx: CUcontext, id: *mut u64) => ctx_get_id;
     fn cuCtxGetApiVersion(ctx: CUcontext, v: *mut c_uint) => ctx_api_version;
     fn cuCtxGetFlags(flags: *mut c_uint) => ctx_get_flags;
     fn cuCtxSetLimit(limit: c_int, value: usize) => ctx_set_limit;
@@ -335,7 +336,7 @@ fn ctx_synchronize(_: bool) -> Res {
 }
 
 /// A context argument of the CUDA 13 `_v2` calls (NULL: the current one).
-fn ctx_or_current(ctx: CUcontext) -> Res<Arc<Ctx>> {
+pub(crate) fn ctx_or_current(ctx: CUcontext) -> Res<Arc<Ctx>> {
     if ctx.is_null() {
         return current();
     }
@@ -345,6 +346,11 @@ fn ctx_or_current(ctx: CUcontext) -> Res<Arc<Ctx>> {
 
 fn ctx_get_device_v2(_: bool, dev: *mut CUdevice, ctx: CUcontext) -> Res {
     out(dev, ctx_or_current(ctx)?.dev as CUdevice)
+}
+
+/// A context's unique id (NULL: the current context's).
+fn ctx_get_id(_: bool, ctx: CUcontext, id: *mut u64) -> Res {
+    out(id, ctx_or_current(ctx)?.id)
 }
 
 fn ctx_synchronize_v2(_: bool, ctx: CUcontext) -> Res {
