@@ -12,10 +12,13 @@ pub mod consolidation;
 pub mod control;
 pub mod coordinator;
 pub mod extender;
-pub mod model;
 pub mod node_agent;
-pub mod policy;
 pub mod rng;
 pub mod scaling;
 pub mod simulator;
 pub mod wire_io;
+
+// The placement rules live in `dilu-placement` so that the node manager
+// places with the same code; these paths keep `crate::policy` and
+// `crate::model` working here.
+pub use dilu_placement::{model, policy};
