@@ -665,15 +665,19 @@ mod tests {
         }
     }
 
+    fn shares(request: f64, limit: f64) -> TenantSpec {
+        TenantSpec {
+            sm_request_pct: request,
+            sm_limit_pct: limit,
+            ..TenantSpec::default()
+        }
+    }
+
     #[test]
     fn a_placed_tenant_keeps_its_gpu_and_is_admitted_only_against_that_gpu() {
         let dilu = dilu_placement::policy::policy_by_name("dilu").unwrap();
         let mut registry = Registry::new(BTreeMap::new(), None);
-        let big = TenantSpec {
-            sm_request_pct: 60.0,
-            sm_limit_pct: 60.0,
-            ..TenantSpec::default()
-        };
+        let big = shares(60.0, 60.0);
         let gpus = [80u64 << 30; 2];
         let place = |registry: &mut Registry, name: &str, uid: u32| {
             registry.place(name, uid, Some(big.clone()), &gpus, dilu.as_ref())
@@ -727,11 +731,7 @@ mod tests {
     fn held_placements_are_bounded() {
         let dilu = dilu_placement::policy::policy_by_name("dilu").unwrap();
         let mut registry = Registry::new(BTreeMap::new(), None);
-        let small = TenantSpec {
-            sm_request_pct: 0.0,
-            sm_limit_pct: 1.0,
-            ..TenantSpec::default()
-        };
+        let small = shares(0.0, 1.0);
         let gpus = [80u64 << 30; 8];
         for i in 0..MAX_HELD_PLACEMENTS {
             let name = format!("t{i}");

@@ -4,11 +4,11 @@
 //! sees them through simgpu's simulated NVML, which also shows on which GPU
 //! each tenant's memory really landed.
 
+use dilu_tests::probe::Probe;
 use dilu_tests::workspace::{Scratch, artifact, dilu, unique_name};
 use serde_json::Value;
-use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
-use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
+use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 const MIB: u64 = 1 << 20;
@@ -110,45 +110,14 @@ impl Node {
 
     /// `dilu run --sim --tenant NAME SPEC -- mem-probe`, driven by line.
     fn probe(&self, gpus: u32, tenant: &str, spec: &[&str]) -> Probe {
-        let mut child = self
-            .command(&dilu(), gpus)
+        let mut command = self.command(&dilu(), gpus);
+        command
             .args(["run", "--sim", "--tenant", tenant])
             .args(spec)
             .arg("--")
             .arg(artifact("mem-probe"))
-            .env("DILU_CONTEXT_MEMORY", "0")
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .spawn()
-            .expect("start mem-probe");
-        Probe {
-            stdin: child.stdin.take().unwrap(),
-            stdout: BufReader::new(child.stdout.take().unwrap()),
-            child,
-        }
-    }
-}
-
-struct Probe {
-    child: Child,
-    stdin: ChildStdin,
-    stdout: BufReader<ChildStdout>,
-}
-
-impl Probe {
-    fn ask(&mut self, command: &str) -> String {
-        writeln!(self.stdin, "{command}").expect("the probe reads commands");
-        self.stdin.flush().unwrap();
-        let mut line = String::new();
-        let n = self.stdout.read_line(&mut line).unwrap();
-        assert!(n > 0, "the probe exited while answering {command:?}");
-        line.trim_end().to_string()
-    }
-
-    fn finish(mut self) {
-        drop(self.stdin);
-        let status = self.child.wait().unwrap();
-        assert!(status.success(), "the probe exits cleanly: {status}");
+            .env("DILU_CONTEXT_MEMORY", "0");
+        Probe::spawn(command)
     }
 }
 
@@ -187,7 +156,7 @@ fn tenants_that_only_fit_on_separate_gpus_are_placed_on_separate_gpus() {
     for (name, bytes) in names.iter().zip(sizes) {
         let mut probe = node.probe(2, name, &big);
         // The program allocates on its device 0: whichever GPU it was given.
-        assert_eq!(probe.ask(&format!("alloc {bytes}")), "alloc 0");
+        assert_eq!(probe.alloc(bytes), "alloc 0");
         let status = node.wait_for("the tenant registered with its GPU", |s| {
             tenant(s, name).is_some_and(|t| t["gpu"].is_u64())
         });
@@ -235,7 +204,7 @@ fn tenants_that_only_fit_on_separate_gpus_are_placed_on_separate_gpus() {
     node.wait_for("the first tenant left", |s| tenant(s, &names[0]).is_none());
     let next = unique_name("next");
     let mut probe = node.probe(2, &next, &big);
-    assert_eq!(probe.ask("alloc 1048576"), "alloc 0");
+    assert_eq!(probe.alloc(MIB), "alloc 0");
     let status = node.wait_for("the next tenant registered", |s| {
         tenant(s, &next).is_some_and(|t| t["gpu"].is_u64())
     });
@@ -252,7 +221,7 @@ fn one_gpu_leaves_dilu_run_as_it_was() {
     let mut daemon = node.start_daemon(1);
     let name = unique_name("only");
     let mut probe = node.probe(1, &name, &["--sm-request", "60", "--sm-limit", "60"]);
-    assert_eq!(probe.ask("alloc 1048576"), "alloc 0");
+    assert_eq!(probe.alloc(MIB), "alloc 0");
     let status = node.wait_for("the tenant registered", |s| tenant(s, &name).is_some());
     assert_eq!(tenant(&status, &name).unwrap()["gpu"], Value::Null);
     probe.finish();
