@@ -2,8 +2,10 @@
 //!
 //! It owns what crosses process boundaries: CUDA driver ABI aliases
 //! (`cuda`), unit parsing used by every configuration surface (`units`),
-//! simgpu's kernel-trace format (`simtrace`) and wire messages
-//! (`cluster_wire`, `node_wire`), and the tenant's end of the node manager's
+//! simgpu's kernel-trace format (`simtrace`), what an instance asks of a GPU
+//! (`cluster_wire`), the node manager's wire messages (`node_wire`), the
+//! placement written on a Kubernetes pod (`pod_assignment`), and the
+//! tenant's end of the node manager's
 //! socket (`seqpacket`, `node_client`: connect, register, receive fds). The
 //! `#[repr(C)]` shared-memory layouts live in their own crate, `dilu-layout`,
 //! re-exported here. It never calls a CUDA driver and never links the

@@ -79,7 +79,15 @@ impl TenantSpec {
     /// per device). `Ok(None)` when none is set (the daemon's configuration
     /// or defaults apply); a bad value is an error naming the variable.
     pub fn from_env() -> Result<Option<TenantSpec>, String> {
-        let var = |name: &str| std::env::var(name).ok().filter(|v| !v.is_empty());
+        Self::from_vars(|name| std::env::var(name).ok())
+    }
+
+    /// [`from_env`](Self::from_env) over any source of variables (`dilu
+    /// run` reads the environment it is about to give the tenant).
+    pub fn from_vars(
+        lookup: impl Fn(&str) -> Option<String>,
+    ) -> Result<Option<TenantSpec>, String> {
+        let var = |name: &str| lookup(name).filter(|v| !v.is_empty());
         let names = [
             "DILU_SPEC_CLASS",
             "DILU_SPEC_SLO_MS",
@@ -164,6 +172,13 @@ pub enum ToDaemon {
     Status,
     /// Change a tenant's spec (operators: root or the daemon's user).
     Set { tenant: String, update: SpecUpdate },
+    /// `dilu run` on a node with several GPUs: choose the GPU the tenant
+    /// will run on (the placement policy the cluster layer uses) and hold it
+    /// for the tenant. Answered with [`FromDaemon::Placed`] or `Refused`.
+    Place {
+        tenant: String,
+        spec: Option<TenantSpec>,
+    },
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -185,6 +200,13 @@ pub enum FromDaemon {
     },
     Error {
         reason: String,
+    },
+    /// The GPU chosen for a tenant (an NVML index; the same GPU is
+    /// `CUDA_VISIBLE_DEVICES=gpu` under `CUDA_DEVICE_ORDER=PCI_BUS_ID`).
+    /// `None` when the node has one GPU: there is nothing to choose.
+    Placed {
+        tenant: String,
+        gpu: Option<u32>,
     },
 }
 
@@ -244,6 +266,9 @@ pub struct TenantStatus {
     pub latency_seconds_total: f64,
     /// Fraction of the last second in which the tenant had no kernel.
     pub bubble_ratio: f64,
+    /// The GPU the node manager placed the tenant on (`dilu run` on a
+    /// multi-GPU node), as an NVML index; `None`: not placed by it.
+    pub gpu: Option<u32>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

@@ -26,8 +26,7 @@
 //! the load falls nothing fills the holes, so lone instances pin GPUs.
 //! "Shrinking" is read from what the cluster did, not from a forecast: over
 //! the last `SHRINK_WINDOW_S` at least `SHRINK_RATIO` times as many
-//! instances stopped as started. The simulator and the embedded coordinator
-//! share this rule.
+//! instances stopped as started. The simulator applies this rule.
 
 use std::collections::VecDeque;
 

@@ -9,8 +9,8 @@ use clap::{Parser, Subcommand};
 #[command(
     name = "dilu-cluster",
     version,
-    about = "dilu cluster layer: complementary GPU placement, horizontal scaling, Kubernetes scheduler extender, simulator",
-    after_help = "Policies: dilu (ours, resourcing-complementary), dilu-paper, infless-r, infless-l, exclusive"
+    about = "dilu cluster layer: complementary GPU placement as a Kubernetes scheduler extender, and a simulator that compares placement policies",
+    after_help = "Policies: dilu (ours, resourcing-complementary), dilu-paper, fgd, infless-r, infless-l, exclusive"
 )]
 struct Cli {
     #[command(subcommand)]
@@ -22,15 +22,6 @@ enum Command {
     /// Replay a workload trace under placement policies and report GPU-hours,
     /// fragmentation, SLO risk and placement latency.
     Simulate(commands::simulate::SimulateArgs),
-    /// Embedded mode: coordinate node agents over TCP (placement + scaling).
-    Serve(commands::embedded::ServeArgs),
-    /// Run a node agent: the node-manager endpoint of the cluster protocol
-    /// (tracks placements on its GPUs; starts no processes).
-    Node(commands::embedded::NodeArgs),
-    /// Place instances of a function through a running coordinator.
-    Deploy(commands::embedded::DeployArgs),
-    /// Print the coordinator's view (nodes, instances, functions) as JSON.
-    Status(commands::embedded::StatusArgs),
     /// Kubernetes mode: serve the kube-scheduler extender protocol over HTTP.
     Extender(commands::extender::ExtenderArgs),
 }
@@ -38,8 +29,8 @@ enum Command {
 /// The variable that filters the log (`info` by default), as for `dilu`.
 const LOG_FILTER_ENV: &str = "DILU_LOG";
 
-/// Log lines of the long-running commands (the coordinator's scaling,
-/// moves and restarts; the extender's requests) go to stderr, timestamped.
+/// Log lines of the extender (its requests, binds, frees) go to stderr,
+/// timestamped.
 fn install_logging() {
     let filter = tracing_subscriber::EnvFilter::try_from_env(LOG_FILTER_ENV)
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
@@ -55,10 +46,6 @@ fn main() {
     install_logging();
     let outcome = match cli.command {
         Command::Simulate(args) => commands::simulate::run(args),
-        Command::Serve(args) => commands::embedded::serve(args),
-        Command::Node(args) => commands::embedded::node(args),
-        Command::Deploy(args) => commands::embedded::deploy(args),
-        Command::Status(args) => commands::embedded::status(args),
         Command::Extender(args) => commands::extender::run(args),
     };
     if let Err(message) = outcome {

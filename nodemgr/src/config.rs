@@ -11,6 +11,7 @@
 //! scale_in_after_s = 300              # tenant without a kernel launch this long
 //! audit = "log"                       # a tenant over its memory budget (NVML): off | log | signal | kill
 //! audit_slack = "64MiB"               # what a tenant may hold beyond its budget before the audit acts
+//! placement = "dilu"                  # GPU choice for `dilu run` on a multi-GPU node (the extender's policies)
 //!
 //! [tenants.infer]                     # specs the operator owns (win over the tenant's own)
 //! class = "latency"
@@ -54,6 +55,9 @@ pub struct Config {
     /// Bytes beyond its budget a tenant may hold before the audit acts
     /// (what the driver keeps beside allocations: context, heap, pools).
     pub audit_slack: u64,
+    /// The placement policy `dilu run` tenants are placed on GPUs with
+    /// (a `dilu-cluster` policy name).
+    pub placement: String,
 }
 
 impl Default for Config {
@@ -70,6 +74,7 @@ impl Default for Config {
             scale_in_after: Duration::from_secs(300),
             audit: AuditAction::Log,
             audit_slack: 64 << 20,
+            placement: "dilu".into(),
         }
     }
 }
@@ -87,6 +92,7 @@ struct FileConfig {
     scale_in_after_s: Option<f64>,
     audit: Option<String>,
     audit_slack: Option<String>,
+    placement: Option<String>,
     #[serde(default)]
     tenants: BTreeMap<String, FileTenant>,
 }
@@ -167,6 +173,15 @@ impl Config {
         }
         if let Some(v) = file.audit_slack {
             config.audit_slack = size("audit_slack", &v)?;
+        }
+        if let Some(v) = file.placement {
+            if dilu_placement::policy::policy_by_name(&v).is_none() {
+                return Err(format!(
+                    "placement = {v:?}: expected one of {}",
+                    dilu_placement::policy::POLICY_NAMES.join(", ")
+                ));
+            }
+            config.placement = v;
         }
         for (name, t) in file.tenants {
             let mut spec = match &t.profile {

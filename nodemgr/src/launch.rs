@@ -1,6 +1,14 @@
 //! `dilu run`: start a program with the interposer preloaded.
+//!
+//! On a node with several GPUs, a named tenant (`--tenant` or `DILU_TENANT`)
+//! whose user set no `CUDA_VISIBLE_DEVICES` is placed by the node manager:
+//! `dilu run` sends it the tenant's spec ([`ToDaemon::Place`]), the daemon
+//! picks a GPU with the cluster layer's placement policy and holds it for
+//! the tenant, and the program sees only that GPU. With no node manager
+//! answering, or one GPU, nothing changes.
 
 use crate::artifacts;
+use dilu_abi::node_wire::{FromDaemon, TenantSpec, ToDaemon};
 use std::ffi::OsString;
 use std::os::unix::process::CommandExt;
 use std::process::{Command, ExitCode};
@@ -111,9 +119,56 @@ pub fn run(spec: &LaunchSpec) -> Result<ExitCode, String> {
         .ok_or("nothing to run: give a command after `--`")?;
     let mut command = Command::new(program);
     command.args(args);
-    for (key, value) in environment(spec)? {
+    let mut env = environment(spec)?;
+    if let Some(gpu) = placed_gpu(&env)? {
+        // NVML numbers GPUs in PCI bus order; CUDA does too with this order.
+        env.push(("CUDA_DEVICE_ORDER".to_string(), "PCI_BUS_ID".into()));
+        env.push(("CUDA_VISIBLE_DEVICES".to_string(), gpu.to_string().into()));
+    }
+    for (key, value) in env {
         command.env(key, value);
     }
     let error = command.exec();
     Err(format!("cannot start {program}: {error}"))
+}
+
+/// The GPU the node manager chose for this tenant, when it has a choice to
+/// make (see the module docs); `env` is what the child gets beside this
+/// process's environment. A refusal stops the launch (the daemon would
+/// refuse the tenant's registration too).
+fn placed_gpu(env: &[(String, OsString)]) -> Result<Option<u32>, String> {
+    if std::env::var_os("CUDA_VISIBLE_DEVICES").is_some() {
+        return Ok(None);
+    }
+    // The child's view: what this launch sets, else what it inherits.
+    let lookup = |name: &str| {
+        env.iter()
+            .rev()
+            .find(|(key, _)| key == name)
+            .map(|(_, value)| value.to_string_lossy().into_owned())
+            .or_else(|| std::env::var(name).ok())
+    };
+    let Some(tenant) = lookup("DILU_TENANT").filter(|t| !t.is_empty()) else {
+        return Ok(None);
+    };
+    let spec = TenantSpec::from_vars(lookup)?;
+    let socket = dilu_abi::node_client::socket_path();
+    if !socket.exists() {
+        return Ok(None);
+    }
+    let request = ToDaemon::Place {
+        tenant: tenant.clone(),
+        spec,
+    };
+    match crate::ops::ask(&socket, &request) {
+        // No daemon behind the socket: the tenant runs standalone.
+        Err(_) => Ok(None),
+        Ok(FromDaemon::Placed { gpu, .. }) => Ok(gpu),
+        Ok(FromDaemon::Refused { reason } | FromDaemon::Error { reason }) => Err(format!(
+            "the node manager has no GPU for tenant {tenant}: {reason}"
+        )),
+        Ok(other) => Err(format!(
+            "unexpected answer from the node manager: {other:?}"
+        )),
+    }
 }

@@ -12,6 +12,8 @@
 //! - [`logging`]: service-mode (journald) and `--foreground` log lines.
 //! - [`metrics`]: Prometheus `/metrics` and the JSON API.
 //! - [`nvml`]: NVML when present, a fallback when not.
+//! - [`placement`]: which GPU `dilu run` puts a tenant on (the cluster
+//!   layer's placement rule, on this node's GPUs).
 //! - [`ops`]: `dilu status`, `dilu top`, `dilu set`.
 //! - [`demo`]: `dilu demo`, three controllers on one scenario.
 
@@ -27,6 +29,7 @@ pub mod metrics;
 pub mod nvml;
 pub mod observe;
 pub mod ops;
+pub mod placement;
 pub mod profile_run;
 pub mod registry;
 pub mod server;

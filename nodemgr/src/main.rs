@@ -28,6 +28,16 @@ struct Cli {
 enum Command {
     /// Run a CUDA program with the dilu interposer preloaded.
     ///
+    /// On a node with several GPUs and a node manager, a named tenant
+    /// (--tenant or DILU_TENANT) started without CUDA_VISIBLE_DEVICES runs on
+    /// the GPU the node manager chooses for its spec, with the placement
+    /// policy the cluster layer uses (config key `placement`, default dilu):
+    /// the program sees only that GPU (CUDA_VISIBLE_DEVICES, PCI bus order)
+    /// and `dilu status` lists where each tenant went. If no GPU has room
+    /// the program is not started. With one GPU, no node manager or
+    /// CUDA_VISIBLE_DEVICES already set, the program sees what it would
+    /// have seen.
+    ///
     /// Example: dilu run --sim --tenant infer --class latency --slo-ms 50 --sm-request 20 --sm-limit 80 -- python serve.py
     Run(RunArgs),
     /// Show a latency tenant and a batch tenant sharing one simulated GPU

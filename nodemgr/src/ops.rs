@@ -109,6 +109,14 @@ pub fn format_status(status: &NodeStatus) -> String {
     if status.tenants.is_empty() {
         let _ = writeln!(out, "(no tenants)");
     }
+    let placed: Vec<String> = status
+        .tenants
+        .iter()
+        .filter_map(|t| Some(format!("{} on gpu{}", t.name, t.gpu?)))
+        .collect();
+    if !placed.is_empty() {
+        let _ = writeln!(out, "placed by dilu run: {}", placed.join(", "));
+    }
     for s in &status.signals {
         let advice = match s.advice {
             ScaleAdvice::ScaleOut => "scale out",

@@ -33,6 +33,13 @@ use std::time::{Duration, Instant};
 /// How long a tenant known from the persisted state may take to re-register
 /// after a restart before its share is given back.
 pub const READOPT_GRACE: Duration = Duration::from_secs(10);
+/// How long a GPU chosen for a tenant (`dilu run` on a multi-GPU node) is
+/// held for it before its first process registers (a program may take a
+/// while to load its framework before its first CUDA call).
+pub const PLACEMENT_GRACE: Duration = Duration::from_secs(120);
+/// GPUs held for tenants that have not registered yet, at most (any local
+/// user may ask; each hold expires after [`PLACEMENT_GRACE`]).
+pub const MAX_HELD_PLACEMENTS: usize = 64;
 
 pub struct Regions {
     pub budget: Region<SmBudget>,
@@ -67,6 +74,9 @@ pub struct Tenant {
     pub awaiting_since: Option<Instant>,
     /// What the audit last saw its processes hold on device 0.
     pub audited_bytes: Option<u64>,
+    /// The GPU the daemon placed it on (NVML index); `None`: not placed.
+    /// Admission counts a tenant only against tenants of the same GPU.
+    pub gpu: Option<u32>,
 }
 
 impl Tenant {
@@ -89,6 +99,17 @@ pub struct SavedTenant {
     pub uid: u32,
     pub spec: TenantSpec,
     pub share_ppm: u32,
+    #[serde(default)]
+    pub gpu: Option<u32>,
+}
+
+/// A GPU chosen for a tenant whose first process has not registered yet.
+#[derive(Debug, Clone)]
+pub struct HeldPlacement {
+    pub uid: u32,
+    pub spec: TenantSpec,
+    pub gpu: u32,
+    pub since: Instant,
 }
 
 /// Where a registering process comes from.
@@ -103,6 +124,8 @@ pub struct Registry {
     pub configured: BTreeMap<String, TenantSpec>,
     pub gpu_memory: Option<u64>,
     pub tenants: BTreeMap<String, Tenant>,
+    /// GPUs chosen for tenants not registered yet, by tenant name.
+    pub held: BTreeMap<String, HeldPlacement>,
     /// Bumped when the tenant set changes (controllers reset).
     pub epoch: u64,
     next_member: u64,
@@ -194,20 +217,29 @@ impl Registry {
             configured,
             gpu_memory,
             tenants: BTreeMap::new(),
+            held: BTreeMap::new(),
             epoch: 0,
             next_member: 1,
         }
     }
 
-    /// Checks that `spec` fits beside every other tenant (`except` is the
-    /// tenant being changed).
-    pub fn admit(&self, name: &str, spec: &TenantSpec) -> Result<(), String> {
+    /// Checks that `spec` fits beside every other tenant on the same GPU
+    /// (`gpu`: the one it was placed on; unplaced tenants count together,
+    /// as on a one-GPU node); `name` is the tenant being admitted or changed.
+    pub fn admit(&self, name: &str, spec: &TenantSpec, gpu: Option<u32>) -> Result<(), String> {
         spec.validate()?;
+        let held = self
+            .held
+            .iter()
+            .filter(|(_, h)| Some(h.gpu) == gpu)
+            .map(|(n, h)| (n, &h.spec));
         let others: Vec<(&String, &TenantSpec)> = self
             .tenants
             .iter()
-            .filter(|(n, _)| n.as_str() != name)
+            .filter(|(_, t)| t.gpu == gpu)
             .map(|(n, t)| (n, &t.spec))
+            .chain(held)
+            .filter(|(n, _)| n.as_str() != name)
             .collect();
         let requested: u32 = others
             .iter()
@@ -286,7 +318,18 @@ impl Registry {
                 .cloned()
                 .or(asked)
                 .unwrap_or_default();
-            self.admit(name, &spec)?;
+            // A GPU chosen for it by `dilu run` is its GPU from now on.
+            let gpu = match self.held.get(name) {
+                Some(held) if held.uid != peer.uid => {
+                    return Err(format!(
+                        "tenant {name:?} belongs to another user (uid {})",
+                        held.uid
+                    ));
+                }
+                held => held.map(|h| h.gpu),
+            };
+            self.admit(name, &spec, gpu)?;
+            self.held.remove(name);
             let share = initial_share(&spec);
             let regions = fresh.take().expect("not used above for a new tenant");
             configure(&regions, share, spec.mem_bytes);
@@ -303,6 +346,7 @@ impl Registry {
                     sampler: Sampler::default(),
                     awaiting_since: None,
                     audited_bytes: None,
+                    gpu,
                 },
             );
             self.epoch += 1;
@@ -369,7 +413,7 @@ impl Registry {
         if let Some(v) = update.mem_bytes {
             spec.mem_bytes = Some(v);
         }
-        self.admit(name, &spec)?;
+        self.admit(name, &spec, tenant.gpu)?;
         let tenant = self.tenants.get_mut(name).expect("checked above");
         tenant.spec = spec.clone();
         // Live: every member's next allocation is held to the new budget.
@@ -389,6 +433,92 @@ impl Registry {
         if self.tenants.len() != before {
             self.epoch += 1;
         }
+        self.held.retain(|_, h| h.since.elapsed() < PLACEMENT_GRACE);
+    }
+
+    /// Chooses a GPU for tenant `name` of user `uid` (`dilu run` on a node
+    /// with several GPUs) and holds it until the tenant's first process
+    /// registers. `capacities` is each GPU's memory (bytes); the spec is the
+    /// operator's for this name, else `asked`, else the default, as at
+    /// registration. A tenant already running keeps its GPU (its processes
+    /// share one budget). `Ok(None)`: one GPU, nothing to choose.
+    pub fn place(
+        &mut self,
+        name: &str,
+        uid: u32,
+        asked: Option<TenantSpec>,
+        capacities: &[u64],
+        policy: &dyn dilu_placement::policy::PlacementPolicy,
+    ) -> Result<Option<u32>, String> {
+        if !valid_name(name) {
+            return Err(format!(
+                "tenant name {name:?} is invalid: use 1-64 of A-Z a-z 0-9 . _ -"
+            ));
+        }
+        if capacities.len() <= 1 {
+            return Ok(None);
+        }
+        let spec = self
+            .configured
+            .get(name)
+            .cloned()
+            .or(asked)
+            .unwrap_or_default();
+        spec.validate()?;
+        if let Some(tenant) = self.tenants.get(name) {
+            if tenant.uid != uid {
+                return Err(format!(
+                    "tenant {name:?} belongs to another user (uid {})",
+                    tenant.uid
+                ));
+            }
+            if let Some(gpu) = tenant.gpu {
+                return Ok(Some(gpu));
+            }
+        }
+        if let Some(held) = self.held.get_mut(name) {
+            if held.uid != uid {
+                return Err(format!(
+                    "tenant {name:?} belongs to another user (uid {})",
+                    held.uid
+                ));
+            }
+            held.since = Instant::now();
+            return Ok(Some(held.gpu));
+        }
+        if self.held.len() >= MAX_HELD_PLACEMENTS {
+            return Err(format!(
+                "{MAX_HELD_PLACEMENTS} tenants already wait for their first process; try again later"
+            ));
+        }
+        let taken = self
+            .tenants
+            .values()
+            .filter_map(|t| Some((t.gpu?, &t.spec)))
+            .chain(self.held.values().map(|h| (h.gpu, &h.spec)))
+            .filter(|&(gpu, _)| (gpu as usize) < capacities.len());
+        let gpu = crate::placement::choose(policy, capacities, taken, &spec).ok_or_else(|| {
+            format!(
+                "no GPU of {} has room for {name} (SM request {}%, limit {}%{}) under the {} placement policy",
+                capacities.len(),
+                spec.sm_request_pct,
+                spec.sm_limit_pct,
+                spec.mem_bytes
+                    .map(|m| format!(", {}", dilu_abi::units::format_size(m)))
+                    .unwrap_or_default(),
+                policy.name()
+            )
+        })?;
+        self.held.insert(
+            name.to_string(),
+            HeldPlacement {
+                uid,
+                spec,
+                gpu,
+                since: Instant::now(),
+            },
+        );
+        Ok(Some(gpu))
     }
 
     /// Each tenant's (name, uid), to read their ledgers without the lock.
@@ -457,6 +587,7 @@ impl Registry {
                     latency_reports_total: recent.latency_reports_total,
                     latency_seconds_total: recent.latency_sum_total_ns as f64 / 1e9,
                     bubble_ratio: recent.bubble_ratio,
+                    gpu: t.gpu,
                 }
             })
             .collect()
@@ -471,6 +602,7 @@ impl Registry {
                 uid: t.uid,
                 spec: t.spec.clone(),
                 share_ppm: t.share_ppm,
+                gpu: t.gpu,
             })
             .collect()
     }
@@ -499,6 +631,7 @@ impl Registry {
                     sampler: Sampler::default(),
                     awaiting_since: Some(Instant::now()),
                     audited_bytes: None,
+                    gpu: s.gpu,
                 },
             );
             self.epoch += 1;
@@ -530,6 +663,84 @@ mod tests {
             uid,
             connection: Arc::new(std::fs::File::open("/dev/null").unwrap().into()),
         }
+    }
+
+    fn shares(request: f64, limit: f64) -> TenantSpec {
+        TenantSpec {
+            sm_request_pct: request,
+            sm_limit_pct: limit,
+            ..TenantSpec::default()
+        }
+    }
+
+    #[test]
+    fn a_placed_tenant_keeps_its_gpu_and_is_admitted_only_against_that_gpu() {
+        let dilu = dilu_placement::policy::policy_by_name("dilu").unwrap();
+        let mut registry = Registry::new(BTreeMap::new(), None);
+        let big = shares(60.0, 60.0);
+        let gpus = [80u64 << 30; 2];
+        let place = |registry: &mut Registry, name: &str, uid: u32| {
+            registry.place(name, uid, Some(big.clone()), &gpus, dilu.as_ref())
+        };
+        assert_eq!(
+            registry.place("a", 1, Some(big.clone()), &gpus[..1], dilu.as_ref()),
+            Ok(None),
+            "one GPU: nothing to choose"
+        );
+        let a = place(&mut registry, "a", 1).unwrap().unwrap();
+        assert_eq!(place(&mut registry, "a", 1), Ok(Some(a)), "held: same GPU");
+        assert!(
+            place(&mut registry, "a", 2)
+                .unwrap_err()
+                .contains("another user")
+        );
+        let b = place(&mut registry, "b", 1).unwrap().unwrap();
+        assert_ne!(a, b);
+        assert!(
+            place(&mut registry, "c", 1)
+                .unwrap_err()
+                .contains("no GPU of 2")
+        );
+        // Registration takes the held GPU; 60% + 60% is admitted because
+        // the two are on different GPUs.
+        for name in ["a", "b"] {
+            let fresh = create_regions("test", None).unwrap();
+            registry
+                .register(name, peer(1), 0, Some(big.clone()), fresh)
+                .unwrap();
+        }
+        assert!(registry.held.is_empty());
+        assert_eq!(registry.tenants["a"].gpu, Some(a));
+        assert_eq!(
+            place(&mut registry, "a", 1),
+            Ok(Some(a)),
+            "running: same GPU"
+        );
+        // An unplaced tenant is admitted against unplaced ones only.
+        let fresh = create_regions("test", None).unwrap();
+        registry
+            .register("free", peer(1), 0, Some(big.clone()), fresh)
+            .unwrap();
+        assert_eq!(
+            registry.saved().iter().filter(|s| s.gpu.is_some()).count(),
+            2
+        );
+    }
+
+    #[test]
+    fn held_placements_are_bounded() {
+        let dilu = dilu_placement::policy::policy_by_name("dilu").unwrap();
+        let mut registry = Registry::new(BTreeMap::new(), None);
+        let small = shares(0.0, 1.0);
+        let gpus = [80u64 << 30; 8];
+        for i in 0..MAX_HELD_PLACEMENTS {
+            let name = format!("t{i}");
+            registry
+                .place(&name, 1, Some(small.clone()), &gpus, dilu.as_ref())
+                .unwrap();
+        }
+        let refused = registry.place("more", 1, Some(small), &gpus, dilu.as_ref());
+        assert!(refused.unwrap_err().contains("try again later"));
     }
 
     proptest::proptest! {

@@ -1,5 +1,5 @@
 //! The daemon's Unix socket: tenants register, tools ask for status and
-//! change specs. One thread per connection (a tenant process keeps its
+//! change specs, `dilu run` asks which GPU a tenant goes to. One thread per connection (a tenant process keeps its
 //! connection open for its whole life, so that its death is noticed).
 //!
 //! Everything a peer sends is untrusted: the request must come, and the
@@ -10,7 +10,7 @@
 
 use crate::daemon::Shared;
 use crate::registry::Peer;
-use dilu_abi::node_wire::{self, FromDaemon, PROTOCOL_VERSION, ToDaemon};
+use dilu_abi::node_wire::{self, FromDaemon, PROTOCOL_VERSION, TenantSpec, ToDaemon};
 use dilu_abi::seqpacket;
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::sync::Arc;
@@ -193,5 +193,45 @@ fn handle(shared: Arc<Shared>, connection: Arc<OwnedFd>) {
             };
             reply(&connection, &message, &[]);
         }
+        ToDaemon::Place { tenant, spec } => {
+            let message = place(&shared, &tenant, peer.uid, spec);
+            reply(&connection, &message, &[]);
+        }
+    }
+}
+
+/// Chooses a GPU for a tenant `dilu run` is about to start (see
+/// [`crate::registry::Registry::place`]). Each GPU's memory is NVML's
+/// figure, else the configured `gpu_memory`, else unbounded.
+fn place(shared: &Shared, tenant: &str, uid: u32, spec: Option<TenantSpec>) -> FromDaemon {
+    let Some(policy) = dilu_placement::policy::policy_by_name(&shared.config.placement) else {
+        let reason = format!("unknown placement policy {:?}", shared.config.placement);
+        return FromDaemon::Refused { reason };
+    };
+    let capacities: Vec<u64> = {
+        let gpus = shared.gpus.lock().expect("gpus lock");
+        let fallback = shared.config.gpu_memory.unwrap_or(u64::MAX);
+        gpus.iter()
+            .map(|g| g.memory_total_bytes.unwrap_or(fallback))
+            .collect()
+    };
+    let placed = shared.registry.lock().expect("registry lock").place(
+        tenant,
+        uid,
+        spec,
+        &capacities,
+        policy.as_ref(),
+    );
+    match placed {
+        Ok(gpu) => {
+            if let Some(gpu) = gpu {
+                tracing::info!(tenant, gpu, uid, "GPU chosen for a tenant");
+            }
+            FromDaemon::Placed {
+                tenant: tenant.to_string(),
+                gpu,
+            }
+        }
+        Err(reason) => FromDaemon::Refused { reason },
     }
 }

@@ -7,6 +7,7 @@
 
 pub mod cubin;
 pub mod driver;
+pub mod probe;
 pub mod ptx;
 pub mod sm_scenario;
 pub mod workload;

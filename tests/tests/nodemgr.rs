@@ -3,10 +3,11 @@
 //! load leaves its tenant running on its last budget until a new daemon
 //! re-adopts it.
 
+use dilu_tests::probe::Probe;
 use dilu_tests::workspace::{Scratch, artifact, dilu, read_trace, unique_name};
 use std::io::{BufRead, BufReader, Write};
 use std::path::Path;
-use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
+use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 const MIB: u64 = 1 << 20;
@@ -233,48 +234,19 @@ fn a_killed_daemon_leaves_tenants_on_their_budgets_and_a_new_one_readopts_them()
     );
 }
 
-/// A `mem-probe` tenant process, driven one command per line.
-struct Probe {
-    child: Child,
-    stdin: ChildStdin,
-    stdout: BufReader<ChildStdout>,
-}
-
-impl Probe {
-    /// Starts `mem-probe` under `dilu run --sim RUN_ARGS` with the daemon at
-    /// `socket` (no context allowance, so budgets are what it allocates).
-    fn start(socket: &Path, instance: &str, run_args: &[&str]) -> Probe {
-        let mut child = Command::new(dilu())
-            .args(["run", "--sim"])
-            .args(run_args)
-            .arg("--")
-            .arg(artifact("mem-probe"))
-            .env(dilu_abi::node_wire::SOCKET_ENV, socket)
-            .env("SIMGPU_INSTANCE", instance)
-            .env("DILU_CONTEXT_MEMORY", "0")
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .spawn()
-            .expect("start mem-probe");
-        Probe {
-            stdin: child.stdin.take().unwrap(),
-            stdout: BufReader::new(child.stdout.take().unwrap()),
-            child,
-        }
-    }
-
-    fn ask(&mut self, command: &str) -> String {
-        writeln!(self.stdin, "{command}").expect("the probe reads commands");
-        self.stdin.flush().unwrap();
-        let mut line = String::new();
-        let n = self.stdout.read_line(&mut line).unwrap();
-        assert!(n > 0, "the probe exited while answering {command:?}");
-        line.trim_end().to_string()
-    }
-
-    fn alloc(&mut self, bytes: u64) -> String {
-        self.ask(&format!("alloc {bytes}"))
-    }
+/// Starts `mem-probe` under `dilu run --sim RUN_ARGS` with the daemon at
+/// `socket` (no context allowance, so budgets are what it allocates).
+fn start_probe(socket: &Path, instance: &str, run_args: &[&str]) -> Probe {
+    let mut command = Command::new(dilu());
+    command
+        .args(["run", "--sim"])
+        .args(run_args)
+        .arg("--")
+        .arg(artifact("mem-probe"))
+        .env(dilu_abi::node_wire::SOCKET_ENV, socket)
+        .env("SIMGPU_INSTANCE", instance)
+        .env("DILU_CONTEXT_MEMORY", "0");
+    Probe::spawn(command)
 }
 
 fn set_mem(scratch: &Scratch, tenant: &str, mem: &str) {
@@ -299,7 +271,7 @@ fn the_daemons_memory_budget_binds_cannot_be_raised_by_the_tenant_and_changes_li
     let mut daemon = start_daemon(&scratch, &config);
     // Under the daemon, `--mem` is the budget the tenant asks the daemon
     // for; the daemon writes it into the sealed region.
-    let mut probe = Probe::start(
+    let mut probe = start_probe(
         &scratch.path("nodemgr.sock"),
         &unique_name("mem"),
         &["--tenant", &tenant, "--mem", "64MiB"],
@@ -480,7 +452,7 @@ fn scale_signals_reach_the_api_metrics_and_top() {
         .spawn()
         .expect("start the latency tenant");
     // A tenant that registers and then never launches a kernel.
-    let mut idle_probe = Probe::start(&socket, &instance, &["--tenant", &idle]);
+    let mut idle_probe = start_probe(&socket, &instance, &["--tenant", &idle]);
     assert_eq!(
         idle_probe.alloc(MIB),
         "alloc 0",

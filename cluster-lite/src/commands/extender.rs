@@ -13,7 +13,7 @@ pub struct ExtenderArgs {
     /// HTTP address kube-scheduler calls (the urlPrefix host:port).
     #[arg(long, default_value = "0.0.0.0:8888")]
     pub listen: SocketAddr,
-    /// Placement policy: dilu, dilu-paper, infless-r, infless-l, exclusive.
+    /// Placement policy: dilu, dilu-paper, fgd, infless-r, infless-l, exclusive.
     #[arg(long, default_value = "dilu")]
     pub policy: String,
     /// JSON file {"node": {"gpus": 8, "gpu_memory": "80GiB"}, ...}, used when

@@ -1,6 +1,5 @@
 //! One module per subcommand group: argument definitions and the glue that
 //! runs them.
 
-pub mod embedded;
 pub mod extender;
 pub mod simulate;

@@ -706,9 +706,63 @@ pub(crate) fn percentile(sorted: &[u64], quantile: f64) -> f64 {
 mod tests {
     use super::trace::{ArrivalPattern, TraceSpec, generate};
     use super::*;
-    use crate::policy::{Complementary, DiluPaper, Exclusive, InflessRequests};
+    use crate::model::ClusterState;
+    use crate::policy::{Complementary, DiluPaper, Exclusive, InflessRequests, place};
 
     const GIB: u64 = 1 << 30;
+
+    /// The placement rule on its own (no simulator loop): on a generated
+    /// trace it never breaks its own bounds.
+    #[test]
+    fn dilu_never_exceeds_requests_limits_or_memory_on_a_generated_trace() {
+        let trace = generate(&TraceSpec {
+            instances: 600,
+            cluster_gpus: 160,
+            arrival: ArrivalPattern::Bursty,
+            seed: 11,
+        });
+        // Arrivals and departures in time order (departures first on ties).
+        let mut events: Vec<(f64, bool, usize)> = trace
+            .iter()
+            .enumerate()
+            .flat_map(|(index, record)| {
+                [
+                    (record.arrival_s, true, index),
+                    (record.arrival_s + record.duration_s, false, index),
+                ]
+            })
+            .collect();
+        events.sort_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)));
+        let policy = Complementary::default();
+        // A quarter of the GPUs the trace was sized for, so the cluster fills up.
+        let mut cluster = ClusterState::uniform(5, 8, 80 * GIB);
+        let mut placed: Vec<Vec<usize>> = vec![Vec::new(); trace.len()];
+        let (mut placements, mut refusals) = (0, 0);
+        for (_, arrival, index) in events {
+            let work = trace[index].demand();
+            if !arrival {
+                cluster.release(&work, &std::mem::take(&mut placed[index]));
+                continue;
+            }
+            let Some(placement) = place(&policy, &cluster, &work) else {
+                refusals += 1;
+                continue;
+            };
+            let mut distinct = placement.gpus.clone();
+            distinct.dedup();
+            assert_eq!(distinct.len(), work.gpus as usize);
+            cluster.apply(&work, &placement.gpus);
+            placed[index] = placement.gpus;
+            placements += 1;
+            for gpu in &cluster.gpus {
+                assert!(gpu.sm_request_sum <= 1.0 + 1e-9, "{gpu:?}");
+                let bound = policy.soft_limit_bound.unwrap_or(policy.limit_bound);
+                assert!(gpu.sm_limit_sum <= bound + 1e-9, "{gpu:?}");
+                assert!(gpu.memory_used <= gpu.memory_capacity, "{gpu:?}");
+            }
+        }
+        assert!(placements > 300 && refusals > 0, "{placements} {refusals}");
+    }
 
     fn shape(gpus: usize) -> ClusterShape {
         ClusterShape::uniform(gpus, 8, 80 * GIB)

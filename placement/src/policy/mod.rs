@@ -6,8 +6,9 @@
 //! placement: the cheapest admitting GPU for single-GPU instances, and for
 //! multi-GPU (gang) instances the cheapest set of GPUs, on one node unless the
 //! policy says otherwise. The same search answers "can this node take it, and
-//! how well?" for the Kubernetes extender, and [`place_on_one_node`] keeps
-//! gangs on one node for the embedded coordinator. A policy may also choose
+//! how well?" for the Kubernetes extender and the node manager, and
+//! [`place_on_one_node`] keeps gangs on one node whatever the policy
+//! prefers. A policy may also choose
 //! which replica of a function stops when it scales in
 //! ([`PlacementPolicy::choose_scale_in_victim`]), and where a replica or a
 //! restartable gang's share left alone on its GPU moves while the cluster
@@ -68,11 +69,9 @@ pub trait PlacementPolicy: Send + Sync {
     }
     /// Which replica to stop when a function scales in by one: an index into
     /// `replicas` (running instances of one function, interchangeable for
-    /// its clients: in the simulator its single-GPU inference replicas, in
-    /// the embedded coordinator its instances on connected nodes), or `None`
-    /// to stop the caller's default one (in the simulator the instance the
-    /// trace lets depart, in the embedded coordinator the newest). Only
-    /// `dilu` chooses.
+    /// its clients: in the simulator its single-GPU inference replicas), or
+    /// `None` to stop the caller's default one (in the simulator the
+    /// instance the trace lets depart). Only `dilu` chooses.
     fn choose_scale_in_victim(
         &self,
         _cluster: &ClusterState,
@@ -104,8 +103,7 @@ pub struct MoveRequest<'a> {
     pub source: usize,
     /// GPUs the instance keeps holding (a gang's other GPUs).
     pub keeps: &'a [usize],
-    /// GPUs the caller can put it on (the simulator: every GPU; the
-    /// embedded coordinator: the GPUs of the instance's node).
+    /// GPUs the caller can put it on (the simulator: every GPU).
     pub within: &'a [usize],
 }
 

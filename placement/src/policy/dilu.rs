@@ -22,8 +22,8 @@
 //! Gang instances (training on several GPUs) take the cheapest GPUs
 //! cluster-wide, like `dilu-paper`, so they fill holes on busy GPUs instead
 //! of waking idle ones. Front ends that can put an instance on one node only
-//! (the embedded coordinator, the Kubernetes extender) run the same search
-//! node by node.
+//! (the Kubernetes extender, the node manager) run the same search node by
+//! node.
 //!
 //! **Scale-in.** When a function loses a replica, `dilu` chooses which one
 //! stops (`choose_scale_in_victim`): one alone on its GPU if any (that GPU
@@ -31,8 +31,7 @@
 //! dominant resource, less `scale_in_risk_weight` times the limit excess
 //! the stop removes. Lightly loaded GPUs thus drain and go idle instead of
 //! every GPU thinning out evenly. The baselines stop whichever replica the
-//! caller names (the simulator: the trace's; the embedded coordinator: the
-//! newest).
+//! caller names (the simulator: the trace's).
 //!
 //! **Consolidation.** While the cluster shrinks (see `consolidation`), a
 //! replica alone on its GPU moves to the admitting busy GPU of lowest cost

@@ -5,7 +5,7 @@
 //! Nodes may also carry host resources (CPU, host memory) and a GPU model,
 //! as in a real cluster's node list; pods then say what they need of those
 //! (`PodNeeds`). A node without host limits (`HostState::unlimited`) admits
-//! any pod, which is what the embedded coordinator and the extender use.
+//! any pod, which is what the extender and the node manager use.
 //!
 //! `ClusterState` is the only mutable view; it knows nothing about policies,
 //! networking or time.
