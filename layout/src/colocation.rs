@@ -64,7 +64,10 @@ pub struct DeviceBoard {
     params: Params,
     /// Written once per fillable gap by the primary.
     predictor: Predictor,
-    stats: Stats,
+    /// Counters each side writes on its own cache line (relaxed adds), so
+    /// a filler's launch never contends with the primary's.
+    primary_stats: PrimaryStats,
+    filler_stats: FillerStats,
 }
 
 #[repr(C, align(64))]
@@ -89,14 +92,24 @@ struct Predictor {
     longest_ns: AtomicU64,
 }
 
+/// Written by the primary only.
 #[repr(C, align(64))]
-struct Stats {
+struct PrimaryStats {
+    /// Fillable gaps (at least the hold-off long) and their total length.
     gaps_seen: AtomicU64,
     gap_ns: AtomicU64,
-    filled_ns: AtomicU64,
-    /// Filler work still queued when the primary came back (its slowdown).
+    /// Filler work (estimated) still queued when the primary came back from
+    /// a gap: what it waited for, at most.
     primary_delay_ns: AtomicU64,
+    /// The primary's own estimated kernel time.
     primary_busy_ns: AtomicU64,
+}
+
+/// Written by fillers only.
+#[repr(C, align(64))]
+struct FillerStats {
+    /// Estimated kernel time fillers launched while a primary was attached.
+    filled_ns: AtomicU64,
     fallbacks: AtomicU64,
     filler_held: AtomicU64,
 }
@@ -111,7 +124,7 @@ pub struct GapBoard {
 // SAFETY: repr(C), atomics and padding only; all-zero is "no primary, no
 // history", a valid state.
 unsafe impl SharedLayout for GapBoard {
-    const MAGIC: u64 = 0x6469_6c75_4741_0001; // "diluGA" v1
+    const MAGIC: u64 = 0x6469_6c75_4741_0002; // "diluGA" v2
     fn magic(&self) -> &AtomicU64 {
         &self.magic
     }
@@ -135,7 +148,8 @@ pub enum FillerGate {
     WaitUntil(u64),
 }
 
-/// Counters for `dilu status` and the benchmarks.
+/// Counters for `dilu status` and the benchmarks. Times are the
+/// interposers' kernel-time estimates, not device measurements.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct BoardSnapshot {
     pub gaps_seen: u64,
@@ -147,11 +161,15 @@ pub struct BoardSnapshot {
     pub fallbacks: u64,
     pub filler_held: u64,
     pub primary_present: bool,
+    /// The attached primary's process id (0: none or unknown).
+    pub primary_pid: u32,
+    pub tolerance_ns: u64,
 }
 
 impl BoardSnapshot {
-    /// Primary slowdown estimate: filler work it found ahead of it, per
-    /// unit of its own work.
+    /// Primary slowdown estimate: filler work it found queued ahead of it
+    /// when it came back from a gap, per unit of its own kernel time (an
+    /// upper bound on the delay fillers caused, from estimates).
     pub fn primary_slowdown(&self) -> f64 {
         self.primary_delay_ns as f64 / self.primary_busy_ns.max(1) as f64
     }
@@ -215,10 +233,14 @@ impl DeviceBoard {
             }
             let queued = self.fillers_busy_until.0.load(Relaxed);
             if queued > now {
-                self.stats.primary_delay_ns.fetch_add(queued - now, Relaxed);
+                self.primary_stats
+                    .primary_delay_ns
+                    .fetch_add(queued - now, Relaxed);
             }
         }
-        self.stats.primary_busy_ns.fetch_add(est_ns, Relaxed);
+        self.primary_stats
+            .primary_busy_ns
+            .fetch_add(est_ns, Relaxed);
         let mut current = busy_until;
         loop {
             let next = current.max(now).saturating_add(est_ns);
@@ -255,8 +277,8 @@ impl DeviceBoard {
         if length_ns < self.params.holdoff_ns.load(Relaxed) {
             return;
         }
-        self.stats.gaps_seen.fetch_add(1, Relaxed);
-        self.stats.gap_ns.fetch_add(length_ns, Relaxed);
+        self.primary_stats.gaps_seen.fetch_add(1, Relaxed);
+        self.primary_stats.gap_ns.fetch_add(length_ns, Relaxed);
         let p = &self.predictor;
         let slot = p.next.fetch_add(1, Relaxed) as usize % RING;
         p.ring[slot].store(length_ns, Relaxed);
@@ -309,7 +331,7 @@ impl DeviceBoard {
             let fits = predicted > 0 && elapsed.saturating_add(est_ns) <= predicted;
             let tolerated = est_ns <= self.params.tolerance_ns.load(Relaxed);
             let longest = self.predictor.longest_ns.load(Relaxed);
-            let full_history = self.stats.gaps_seen.load(Relaxed) >= RING as u64;
+            let full_history = self.primary_stats.gaps_seen.load(Relaxed) >= RING as u64;
             let idle = elapsed >= longest.max(IDLE_AFTER_NS);
             if !fits && !tolerated && !idle {
                 if full_history && est_ns > longest {
@@ -331,9 +353,9 @@ impl DeviceBoard {
             return FillerGate::WaitUntil(now);
         }
         if present {
-            self.stats.filled_ns.fetch_add(est_ns, Relaxed);
+            self.filler_stats.filled_ns.fetch_add(est_ns, Relaxed);
             if gate == FillerGate::Fallback {
-                self.stats.fallbacks.fetch_add(1, Relaxed);
+                self.filler_stats.fallbacks.fetch_add(1, Relaxed);
             }
         }
         gate
@@ -353,20 +375,22 @@ impl DeviceBoard {
 
     /// Filler side: a launch was held at least once.
     pub fn record_held(&self) {
-        self.stats.filler_held.fetch_add(1, Relaxed);
+        self.filler_stats.filler_held.fetch_add(1, Relaxed);
     }
 
     pub fn snapshot(&self) -> BoardSnapshot {
         BoardSnapshot {
-            gaps_seen: self.stats.gaps_seen.load(Relaxed),
-            gap_ns: self.stats.gap_ns.load(Relaxed),
-            filled_ns: self.stats.filled_ns.load(Relaxed),
-            primary_delay_ns: self.stats.primary_delay_ns.load(Relaxed),
-            primary_busy_ns: self.stats.primary_busy_ns.load(Relaxed),
+            gaps_seen: self.primary_stats.gaps_seen.load(Relaxed),
+            gap_ns: self.primary_stats.gap_ns.load(Relaxed),
+            filled_ns: self.filler_stats.filled_ns.load(Relaxed),
+            primary_delay_ns: self.primary_stats.primary_delay_ns.load(Relaxed),
+            primary_busy_ns: self.primary_stats.primary_busy_ns.load(Relaxed),
             predicted_gap_ns: self.predictor.predicted_ns.load(Relaxed),
-            fallbacks: self.stats.fallbacks.load(Relaxed),
-            filler_held: self.stats.filler_held.load(Relaxed),
+            fallbacks: self.filler_stats.fallbacks.load(Relaxed),
+            filler_held: self.filler_stats.filler_held.load(Relaxed),
             primary_present: self.params.primary_present.load(Relaxed) != 0,
+            primary_pid: self.params.primary_pid.load(Relaxed) as u32,
+            tolerance_ns: self.params.tolerance_ns.load(Relaxed),
         }
     }
 }
@@ -394,6 +418,12 @@ mod tests {
     fn hot_words_have_cache_lines_of_their_own() {
         assert_eq!(std::mem::align_of::<DeviceBoard>(), 64);
         assert_eq!(std::mem::size_of::<CacheLine>(), 64);
+        // The primary's counters and the fillers' never share a line.
+        let primary = std::mem::offset_of!(DeviceBoard, primary_stats);
+        let filler = std::mem::offset_of!(DeviceBoard, filler_stats);
+        assert!(primary / 64 != filler / 64);
+        assert!(std::mem::size_of::<PrimaryStats>() <= 64);
+        assert!(std::mem::size_of::<FillerStats>() <= 64);
     }
 
     /// A training-like primary: 4 ms of work, then a 3 ms gap, repeated.
