@@ -177,3 +177,195 @@ fn status_shows_the_gaps_of_a_primary_and_the_time_a_filler_filled() {
         assert!(line.contains(part), "{part:?} missing: {line}");
     }
 }
+
+/// A filler kernel in the bound test: 400 µs on simgpu (5280 blocks),
+/// against simgpu's 2 ms time slice, so that an ungated deep queue makes
+/// the primary wait several filler kernels.
+const FILLER_BLOCKS: &str = "5280";
+/// Slack on the bound: the board lets a filler queue its next kernel
+/// 50 µs before its current one ends (`QUEUE_LEAD_NS`), and a primary
+/// launch is logged after the call returns, not when the board learnt of
+/// it; 250 µs covers both on a loaded machine.
+const BOUND_TOLERANCE_NS: u64 = 300_000;
+
+/// For each primary kernel launched while filler work was on the device:
+/// how much filler device time ran between its launch and its start.
+struct Waits {
+    /// Filler time in each contended primary kernel's wait (ns).
+    filler_ns: Vec<u64>,
+    /// The filler's kernel length, from the trace (median, ns).
+    filler_kernel_ns: u64,
+}
+
+/// An inference primary (100 req/s, 4 × 200 µs kernels, each waited for)
+/// tolerating one filler kernel, beside a filler with a 32-deep queue of
+/// 400 µs kernels; `gated`: the filler is in co-location (`--colo filler`),
+/// else an ordinary tenant.
+fn primary_waits_beside_a_deep_filler(gated: bool) -> Waits {
+    let scratch = Scratch::new("colo-bound");
+    let group = unique_name("colo-bound");
+    let _board = Board::of(&group);
+    let trace = scratch.path("trace.jsonl");
+    let launches = scratch.path("launches.txt");
+    let no_daemon = scratch.path("no-nodemgr.sock");
+    let filler_colo: &[&str] = if gated { &["--colo", "filler"] } else { &[] };
+    let mut filler = colo_run(
+        &group,
+        &[&["--tenant", &format!("{group}-filler")][..], filler_colo].concat(),
+        "cudarc-loop",
+        &["--seconds", "8", "--blocks", FILLER_BLOCKS, "--depth", "32"],
+    );
+    let mut primary = colo_run(
+        &group,
+        &["--tenant", &format!("{group}-primary"), "--colo", "primary"],
+        "demo-tenant",
+        &[
+            "serve",
+            "--rate",
+            "100",
+            "--kernels",
+            "4",
+            "--blocks",
+            "2640",
+            "--seconds",
+            "3",
+            "--on-ms",
+            "1000",
+            "--off-ms",
+            "0",
+            "--slo-ms",
+            "1000",
+            "--launch-log",
+            launches.to_str().unwrap(),
+        ],
+    );
+    primary.env("DILU_COLO_TOLERANCE", "1ms");
+    for command in [&mut filler, &mut primary] {
+        command
+            .env("SIMGPU_TRACE", &trace)
+            .env(dilu_abi::node_wire::SOCKET_ENV, &no_daemon);
+    }
+    let mut processes = Processes(vec![filler.spawn().expect("start the filler")]);
+    let mut primary = primary.spawn().expect("start the primary");
+    let primary_pid = primary.id();
+    let filler_pid = processes.0[0].id();
+    let deadline = Instant::now() + Duration::from_secs(120);
+    let status = loop {
+        if let Some(status) = primary.try_wait().unwrap() {
+            break status;
+        }
+        if Instant::now() > deadline {
+            let _ = primary.kill();
+            panic!("the primary ran past 120 s");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    assert!(status.success(), "the primary failed: {status}");
+    // The filler ends by itself (its trace is written at exit).
+    let filler_status = processes.0[0].wait().unwrap();
+    assert!(
+        filler_status.success(),
+        "the filler failed: {filler_status}"
+    );
+
+    let records = dilu_tests::workspace::read_trace(&trace);
+    // Whole kernels (start of the first segment, end of the last).
+    let kernels = |pid: u32| {
+        let mut by_number = std::collections::BTreeMap::<u64, (u64, u64)>::new();
+        for r in records.iter().filter(|r| r.pid == pid) {
+            let k = by_number.entry(r.kernel).or_insert((r.start_ns, r.end_ns));
+            k.0 = k.0.min(r.start_ns);
+            k.1 = k.1.max(r.end_ns);
+        }
+        by_number.into_values().collect::<Vec<_>>()
+    };
+    let primary_kernels = kernels(primary_pid);
+    let filler_kernels = kernels(filler_pid);
+    let launched: Vec<u64> = std::fs::read_to_string(&launches)
+        .expect("the primary's launch log")
+        .lines()
+        .map(|l| l.parse().expect("a launch time"))
+        .collect();
+    assert_eq!(
+        launched.len(),
+        primary_kernels.len(),
+        "every launch the primary logged is one kernel in the trace"
+    );
+    let mut lengths: Vec<u64> = filler_kernels.iter().map(|(s, e)| e - s).collect();
+    lengths.sort_unstable();
+    assert!(
+        lengths.len() > 100,
+        "the filler ran {} kernels",
+        lengths.len()
+    );
+    let filler_kernel_ns = lengths[lengths.len() / 2];
+    let mut filler_ns = Vec::new();
+    for (&launch, &(start, _)) in launched.iter().zip(&primary_kernels) {
+        let on_device = |&&(s, e): &&(u64, u64)| s < start.max(launch) && e > launch;
+        let ran: u64 = filler_kernels
+            .iter()
+            .filter(on_device)
+            .map(|&(s, e)| e.min(start) - s.max(launch))
+            .sum();
+        if filler_kernels.iter().any(|k| on_device(&k)) {
+            filler_ns.push(ran);
+        }
+    }
+    Waits {
+        filler_ns,
+        filler_kernel_ns,
+    }
+}
+
+fn summary(waits: &Waits) -> String {
+    let mut sorted = waits.filler_ns.clone();
+    sorted.sort_unstable();
+    let at = |q: f64| sorted[((q * sorted.len() as f64) as usize).min(sorted.len() - 1)];
+    format!(
+        "{} contended launches; filler time in the primary's wait: p50 {} µs, p99 {} µs, max {} µs; filler kernel {} µs",
+        sorted.len(),
+        at(0.5) / 1000,
+        at(0.99) / 1000,
+        sorted.last().copied().unwrap_or(0) / 1000,
+        waits.filler_kernel_ns / 1000
+    )
+}
+
+/// simgpu's trace is the judge: every primary kernel launched while filler
+/// work was on the device waited for at most one filler kernel (plus
+/// [`BOUND_TOLERANCE_NS`]). The same run with the filler outside
+/// co-location shows the test can fail: there the primary waits for the
+/// filler's time slice.
+#[test]
+fn a_filler_delays_the_primary_by_at_most_one_filler_kernel() {
+    let gated = primary_waits_beside_a_deep_filler(true);
+    let bound = gated.filler_kernel_ns + BOUND_TOLERANCE_NS;
+    eprintln!("gated: {}", summary(&gated));
+    assert!(
+        gated.filler_ns.len() >= 30,
+        "too few primary launches met filler work to judge: {}",
+        summary(&gated)
+    );
+    let over: Vec<u64> = gated
+        .filler_ns
+        .iter()
+        .copied()
+        .filter(|&ns| ns > bound)
+        .collect();
+    assert!(
+        over.is_empty(),
+        "{} primary launches waited more than one filler kernel + {} µs ({:?} µs): {}",
+        over.len(),
+        BOUND_TOLERANCE_NS / 1000,
+        over.iter().map(|ns| ns / 1000).collect::<Vec<_>>(),
+        summary(&gated)
+    );
+
+    let ungated = primary_waits_beside_a_deep_filler(false);
+    eprintln!("ungated: {}", summary(&ungated));
+    assert!(
+        ungated.filler_ns.iter().any(|&ns| ns > bound),
+        "without gating the primary should wait longer than one filler kernel: {}",
+        summary(&ungated)
+    );
+}
