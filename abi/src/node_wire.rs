@@ -288,6 +288,9 @@ pub struct ColoStatus {
     pub primary_slowdown: f64,
     /// The board's prediction for the primary's next gap (0: none yet).
     pub predicted_gap_ms: f64,
+    /// Gaps per repeating iteration of the primary, when one is detected
+    /// (the prediction is then per phase; 0: none, the shortest recent gap).
+    pub gap_period: u32,
     /// Filler launches that had to wait for a gap.
     pub filler_launches_held: u64,
     /// Filler launches paced at their guarantee (their kernels fit no gap).

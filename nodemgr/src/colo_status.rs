@@ -81,6 +81,7 @@ fn status(group: &str, device: u32, primary: &str, s: &BoardSnapshot) -> ColoSta
         primary_delay_seconds_total: seconds(s.primary_delay_ns),
         primary_slowdown: s.primary_slowdown(),
         predicted_gap_ms: s.predicted_gap_ns as f64 / 1e6,
+        gap_period: s.gap_period,
         filler_launches_held: s.filler_held,
         filler_fallbacks: s.fallbacks,
     }

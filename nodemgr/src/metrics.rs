@@ -341,6 +341,7 @@ mod tests {
                 primary_delay_seconds_total: 0.02,
                 primary_slowdown: 0.01,
                 predicted_gap_ms: 3.0,
+                gap_period: 2,
                 filler_launches_held: 3,
                 filler_fallbacks: 0,
             }],

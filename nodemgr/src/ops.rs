@@ -130,8 +130,13 @@ pub fn format_status(status: &NodeStatus) -> String {
 /// fillers used, and the primary's slowdown estimate (said to be one).
 pub fn format_colocation(c: &ColoStatus) -> String {
     let filled = c.filled_seconds_total / c.gap_seconds_total.max(f64::MIN_POSITIVE);
+    let phases = match c.gap_period {
+        0 => String::new(),
+        1 => " (gaps alike)".into(),
+        n => format!(" (phase of a {n}-gap iteration)"),
+    };
     format!(
-        "co-location gpu{} ({}): primary {} · {} gaps, {:.2} s · filled {:.2} s ({:.0}%) · next gap ~{:.1} ms · primary slowdown <= {:.1}% (filler work queued when it returned / its kernel time) · filler launches held {}, paced {}",
+        "co-location gpu{} ({}): primary {} · {} gaps, {:.2} s · filled {:.2} s ({:.0}%) · next gap ~{:.1} ms{} · primary slowdown <= {:.1}% (filler work queued when it returned / its kernel time) · filler launches held {}, paced {}",
         c.device,
         c.group,
         c.primary_tenant,
@@ -140,6 +145,7 @@ pub fn format_colocation(c: &ColoStatus) -> String {
         c.filled_seconds_total,
         100.0 * filled,
         c.predicted_gap_ms,
+        phases,
         100.0 * c.primary_slowdown,
         c.filler_launches_held,
         c.filler_fallbacks,

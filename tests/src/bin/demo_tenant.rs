@@ -9,7 +9,10 @@
 //!   dilu with `dilu_report_latency` when the interposer exports it.
 //! - `train`: a training loop. Each iteration waits `--load-ms` for data
 //!   (a bubble: nothing on the GPU), then launches `--kernels` kernels and
-//!   synchronises (the loss).
+//!   synchronises (the loss). A list (`--load-ms 4,1`) makes an iteration
+//!   of several phases, each a gap of its length then the kernels and a
+//!   synchronisation (data loading, then e.g. an all-reduce or a pipeline
+//!   bubble): gaps of different lengths that repeat every iteration.
 //!
 //! - `model`: a model served in a closed loop, for `dilu profile`: each
 //!   request is a batch of `DILU_BATCH` samples (default 1): host work of
@@ -35,7 +38,7 @@ use std::time::{Duration, Instant};
 
 const USAGE: &str = "usage: demo-tenant serve|train|model [--seconds S] [--blocks B] [--kernels K]
     serve: [--rate R/s] [--on-ms MS] [--off-ms MS] [--slo-ms MS] [--seed N] [--latencies FILE] [--launch-log FILE]
-    train: [--load-ms MS] [--launch-log FILE]
+    train: [--load-ms MS[,MS...]] [--launch-log FILE]
     model: [--blocks-per-sample B] [--host-ms MS] [--host-ms-per-sample MS] (batch size: DILU_BATCH)";
 
 struct Options {
@@ -47,7 +50,7 @@ struct Options {
     on_ms: f64,
     off_ms: f64,
     slo_ms: f64,
-    load_ms: f64,
+    load_ms: Vec<f64>,
     seed: u64,
     latencies: Option<String>,
     launch_log: Option<String>,
@@ -83,7 +86,7 @@ fn parse() -> Result<Options, String> {
         on_ms: 400.0,
         off_ms: 600.0,
         slo_ms: 15.0,
-        load_ms: 4.0,
+        load_ms: vec![4.0],
         seed: 7,
         latencies: None,
         launch_log: None,
@@ -109,7 +112,13 @@ fn parse() -> Result<Options, String> {
             "--on-ms" => o.on_ms = number()?,
             "--off-ms" => o.off_ms = number()?,
             "--slo-ms" => o.slo_ms = number()?,
-            "--load-ms" => o.load_ms = number()?,
+            "--load-ms" => {
+                o.load_ms = value
+                    .split(',')
+                    .map(|v| v.parse::<f64>().ok().filter(|ms| *ms >= 0.0))
+                    .collect::<Option<Vec<_>>>()
+                    .ok_or_else(|| format!("bad value {value:?} for {flag}"))?
+            }
             "--seed" => o.seed = number()? as u64,
             "--blocks-per-sample" => o.blocks_per_sample = number()? as u32,
             "--host-ms" => o.host_ms = number()?,
@@ -185,11 +194,13 @@ fn run(o: &Options) -> Result<String, Box<dyn std::error::Error>> {
     if o.mode == "train" {
         let mut iterations = 0u64;
         while started.elapsed() < deadline {
-            std::thread::sleep(Duration::from_secs_f64(o.load_ms / 1e3));
-            for _ in 0..o.kernels {
-                launch()?;
+            for load_ms in &o.load_ms {
+                std::thread::sleep(Duration::from_secs_f64(load_ms / 1e3));
+                for _ in 0..o.kernels {
+                    launch()?;
+                }
+                stream.synchronize()?;
             }
-            stream.synchronize()?;
             iterations += 1;
         }
         let seconds = started.elapsed().as_secs_f64();
