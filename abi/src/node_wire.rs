@@ -281,6 +281,45 @@ pub struct NodeStatus {
     pub signals: Vec<ScaleSignal>,
     /// Control periods the daemon has run since it started.
     pub control_periods: u64,
+    /// Work-conserving co-location, one entry per GPU with a primary among
+    /// this daemon's tenants.
+    #[serde(default)]
+    pub colocation: Vec<ColoStatus>,
+}
+
+/// One GPU's co-location, from the gap board its primary and fillers
+/// share. The board is written by the tenants (advisory, like telemetry);
+/// times are their interposers' kernel-time estimates.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ColoStatus {
+    /// The board's group (`DILU_COLO_GROUP`).
+    pub group: String,
+    /// The device index as the tenants' processes number it.
+    pub device: u32,
+    pub primary_tenant: String,
+    pub primary_pid: i32,
+    /// Gaps of the primary long enough to fill (at least its hold-off).
+    pub gaps_seen: u64,
+    pub gap_seconds_total: f64,
+    /// Filler kernel time launched into the primary's gaps.
+    pub filled_seconds_total: f64,
+    /// The primary's own kernel time.
+    pub primary_busy_seconds_total: f64,
+    /// Filler work still queued when the primary came back from a gap: the
+    /// most it can have waited for fillers.
+    pub primary_delay_seconds_total: f64,
+    /// `primary_delay / primary_busy`: an upper estimate of the slowdown
+    /// fillers cost the primary.
+    pub primary_slowdown: f64,
+    /// The board's prediction for the primary's next gap (0: none yet).
+    pub predicted_gap_ms: f64,
+    /// Gaps per repeating iteration of the primary, when one is detected
+    /// (the prediction is then per phase; 0: none, the shortest recent gap).
+    pub gap_period: u32,
+    /// Filler launches that had to wait for a gap.
+    pub filler_launches_held: u64,
+    /// Filler launches paced at their guarantee (their kernels fit no gap).
+    pub filler_fallbacks: u64,
 }
 
 /// Encodes a message for the socket.

@@ -15,21 +15,37 @@
 //! writable, and a filler that ignores it is still held to its token
 //! bucket share by the node manager. It can only make fillers wait.
 //!
-//! Gap prediction: gaps shorter than the hold-off (the primary's own host
-//! time between dependent launches, e.g. between the kernels of one
-//! request) are not fillable and are not learned; the last [`RING`]
-//! fillable gaps are kept, and the prediction is the shortest of them (for
-//! a loop whose gaps repeat, each phase's gap; for random gaps, a cautious
-//! value). A filler whose kernels are longer than every gap seen falls back
-//! to its guaranteed share (the caller paces it).
+//! Gap prediction ([`predict_gap`]): gaps shorter than the hold-off (the
+//! primary's own host time between dependent launches, e.g. between the
+//! kernels of one request) are not fillable and are not learned; the last
+//! [`HISTORY`] fillable gaps are kept. When they repeat with a period (a
+//! training iteration with several gaps of different lengths: data
+//! loading, an all-reduce, a pipeline bubble), the next gap is predicted
+//! from the gaps at the same position of the last iterations (the shortest
+//! of them); otherwise (random gaps, e.g. an inference server's) it is the
+//! shortest of the last [`RING`], a cautious value. A filler whose kernels
+//! are longer than every recent gap falls back to its guaranteed share (the
+//! caller paces it).
 
 use crate::MAX_DEVICES;
 use crate::bucket::CacheLine;
 use crate::shm::SharedLayout;
 use std::sync::atomic::{AtomicU64, Ordering::*};
 
-/// Fillable gaps remembered for prediction.
+/// Gaps the shortest-gap rule looks at (and at least as many compared
+/// before a period is believed).
 pub const RING: usize = 8;
+/// Most gaps per iteration a period is looked for in.
+pub const MAX_PERIOD: usize = 8;
+/// Iterations (at least) over which each gap must agree with the gap one
+/// period earlier for the period to be believed.
+pub const PERIOD_ITERATIONS: usize = 3;
+/// Fillable gaps remembered: enough to check the longest period.
+pub const HISTORY: usize = MAX_PERIOD * (PERIOD_ITERATIONS + 1);
+/// Two gaps agree when they differ by at most 1/this of the longer: sleep
+/// and scheduling noise on a loaded host stays within it, the phases of a
+/// training iteration (e.g. 4 ms loading, 1 ms all-reduce) do not.
+const AGREE_DIVISOR: u64 = 4;
 /// How long before the fillers' queued work ends a filler may queue its next
 /// kernel: hides the filler's own launch latency without letting a queue
 /// build (the simulated and real devices run a process's queued kernels
@@ -64,7 +80,11 @@ pub struct DeviceBoard {
     params: Params,
     /// Written once per fillable gap by the primary.
     predictor: Predictor,
-    stats: Stats,
+    history: GapHistory,
+    /// Counters each side writes on its own cache line (relaxed adds), so
+    /// a filler's launch never contends with the primary's.
+    primary_stats: PrimaryStats,
+    filler_stats: FillerStats,
 }
 
 #[repr(C, align(64))]
@@ -79,24 +99,45 @@ struct Params {
     primary_pid: AtomicU64,
 }
 
+/// What fillers read: written by the primary once per fillable gap.
 #[repr(C, align(64))]
 struct Predictor {
-    ring: [AtomicU64; RING],
-    next: AtomicU64,
-    /// Shortest of the ring (0: not enough history yet).
+    /// The next gap's predicted length (0: not enough history yet).
     predicted_ns: AtomicU64,
-    /// Longest of the ring.
+    /// Longest of the last [`RING`] gaps.
     longest_ns: AtomicU64,
+    /// Gaps per iteration when a period was detected (0: none).
+    period: AtomicU64,
+    /// Gaps remembered (up to [`HISTORY`]).
+    known: AtomicU64,
 }
 
+/// The primary's recent fillable gaps (its own, rarely written).
 #[repr(C, align(64))]
-struct Stats {
+struct GapHistory {
+    ring: [AtomicU64; HISTORY],
+    /// Gaps recorded so far; the next goes to `next % HISTORY`.
+    next: AtomicU64,
+}
+
+/// Written by the primary only.
+#[repr(C, align(64))]
+struct PrimaryStats {
+    /// Fillable gaps (at least the hold-off long) and their total length.
     gaps_seen: AtomicU64,
     gap_ns: AtomicU64,
-    filled_ns: AtomicU64,
-    /// Filler work still queued when the primary came back (its slowdown).
+    /// Filler work (estimated) still queued when the primary came back from
+    /// a gap: what it waited for, at most.
     primary_delay_ns: AtomicU64,
+    /// The primary's own estimated kernel time.
     primary_busy_ns: AtomicU64,
+}
+
+/// Written by fillers only.
+#[repr(C, align(64))]
+struct FillerStats {
+    /// Estimated kernel time fillers launched while a primary was attached.
+    filled_ns: AtomicU64,
     fallbacks: AtomicU64,
     filler_held: AtomicU64,
 }
@@ -111,7 +152,7 @@ pub struct GapBoard {
 // SAFETY: repr(C), atomics and padding only; all-zero is "no primary, no
 // history", a valid state.
 unsafe impl SharedLayout for GapBoard {
-    const MAGIC: u64 = 0x6469_6c75_4741_0001; // "diluGA" v1
+    const MAGIC: u64 = 0x6469_6c75_4741_0002; // "diluGA" v2
     fn magic(&self) -> &AtomicU64 {
         &self.magic
     }
@@ -135,7 +176,8 @@ pub enum FillerGate {
     WaitUntil(u64),
 }
 
-/// Counters for `dilu status` and the benchmarks.
+/// Counters for `dilu status` and the benchmarks. Times are the
+/// interposers' kernel-time estimates, not device measurements.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct BoardSnapshot {
     pub gaps_seen: u64,
@@ -144,14 +186,21 @@ pub struct BoardSnapshot {
     pub primary_delay_ns: u64,
     pub primary_busy_ns: u64,
     pub predicted_gap_ns: u64,
+    /// Gaps per iteration of the primary when a period was detected (0:
+    /// none, the shortest-recent-gap rule applies).
+    pub gap_period: u32,
     pub fallbacks: u64,
     pub filler_held: u64,
     pub primary_present: bool,
+    /// The attached primary's process id (0: none or unknown).
+    pub primary_pid: u32,
+    pub tolerance_ns: u64,
 }
 
 impl BoardSnapshot {
-    /// Primary slowdown estimate: filler work it found ahead of it, per
-    /// unit of its own work.
+    /// Primary slowdown estimate: filler work it found queued ahead of it
+    /// when it came back from a gap, per unit of its own kernel time (an
+    /// upper bound on the delay fillers caused, from estimates).
     pub fn primary_slowdown(&self) -> f64 {
         self.primary_delay_ns as f64 / self.primary_busy_ns.max(1) as f64
     }
@@ -215,10 +264,14 @@ impl DeviceBoard {
             }
             let queued = self.fillers_busy_until.0.load(Relaxed);
             if queued > now {
-                self.stats.primary_delay_ns.fetch_add(queued - now, Relaxed);
+                self.primary_stats
+                    .primary_delay_ns
+                    .fetch_add(queued - now, Relaxed);
             }
         }
-        self.stats.primary_busy_ns.fetch_add(est_ns, Relaxed);
+        self.primary_stats
+            .primary_busy_ns
+            .fetch_add(est_ns, Relaxed);
         let mut current = busy_until;
         loop {
             let next = current.max(now).saturating_add(est_ns);
@@ -255,21 +308,30 @@ impl DeviceBoard {
         if length_ns < self.params.holdoff_ns.load(Relaxed) {
             return;
         }
-        self.stats.gaps_seen.fetch_add(1, Relaxed);
-        self.stats.gap_ns.fetch_add(length_ns, Relaxed);
-        let p = &self.predictor;
-        let slot = p.next.fetch_add(1, Relaxed) as usize % RING;
-        p.ring[slot].store(length_ns, Relaxed);
-        let (mut shortest, mut longest, mut known) = (u64::MAX, 0, 0);
-        for gap in p.ring.iter().map(|g| g.load(Relaxed)).filter(|&g| g > 0) {
-            shortest = shortest.min(gap);
-            longest = longest.max(gap);
-            known += 1;
+        self.primary_stats.gaps_seen.fetch_add(1, Relaxed);
+        self.primary_stats.gap_ns.fetch_add(length_ns, Relaxed);
+        let h = &self.history;
+        let count = h.next.fetch_add(1, Relaxed) + 1;
+        h.ring[((count - 1) % HISTORY as u64) as usize].store(length_ns, Relaxed);
+        let known = count.min(HISTORY as u64) as usize;
+        // Oldest first, on the stack: no allocation on the launch path.
+        let mut recent = [0u64; HISTORY];
+        for (i, gap) in recent[..known].iter_mut().enumerate() {
+            let at = (count - known as u64 + i as u64) % HISTORY as u64;
+            *gap = h.ring[at as usize].load(Relaxed);
         }
-        // Two gaps make a prediction; one may be a start-up outlier.
-        p.predicted_ns
-            .store(if known >= 2 { shortest } else { 0 }, Relaxed);
+        let recent = &recent[..known];
+        let prediction = predict_gap(recent);
+        let longest = recent[known.saturating_sub(RING)..]
+            .iter()
+            .copied()
+            .max()
+            .unwrap_or(0);
+        let p = &self.predictor;
+        p.predicted_ns.store(prediction.length_ns, Relaxed);
+        p.period.store(prediction.period as u64, Relaxed);
         p.longest_ns.store(longest, Relaxed);
+        p.known.store(known as u64, Relaxed);
     }
 
     /// Filler side: may a kernel of `est_ns` go at `now`? `online`: the
@@ -309,7 +371,7 @@ impl DeviceBoard {
             let fits = predicted > 0 && elapsed.saturating_add(est_ns) <= predicted;
             let tolerated = est_ns <= self.params.tolerance_ns.load(Relaxed);
             let longest = self.predictor.longest_ns.load(Relaxed);
-            let full_history = self.stats.gaps_seen.load(Relaxed) >= RING as u64;
+            let full_history = self.predictor.known.load(Relaxed) >= RING as u64;
             let idle = elapsed >= longest.max(IDLE_AFTER_NS);
             if !fits && !tolerated && !idle {
                 if full_history && est_ns > longest {
@@ -331,9 +393,9 @@ impl DeviceBoard {
             return FillerGate::WaitUntil(now);
         }
         if present {
-            self.stats.filled_ns.fetch_add(est_ns, Relaxed);
+            self.filler_stats.filled_ns.fetch_add(est_ns, Relaxed);
             if gate == FillerGate::Fallback {
-                self.stats.fallbacks.fetch_add(1, Relaxed);
+                self.filler_stats.fallbacks.fetch_add(1, Relaxed);
             }
         }
         gate
@@ -353,21 +415,84 @@ impl DeviceBoard {
 
     /// Filler side: a launch was held at least once.
     pub fn record_held(&self) {
-        self.stats.filler_held.fetch_add(1, Relaxed);
+        self.filler_stats.filler_held.fetch_add(1, Relaxed);
     }
 
     pub fn snapshot(&self) -> BoardSnapshot {
         BoardSnapshot {
-            gaps_seen: self.stats.gaps_seen.load(Relaxed),
-            gap_ns: self.stats.gap_ns.load(Relaxed),
-            filled_ns: self.stats.filled_ns.load(Relaxed),
-            primary_delay_ns: self.stats.primary_delay_ns.load(Relaxed),
-            primary_busy_ns: self.stats.primary_busy_ns.load(Relaxed),
+            gaps_seen: self.primary_stats.gaps_seen.load(Relaxed),
+            gap_ns: self.primary_stats.gap_ns.load(Relaxed),
+            filled_ns: self.filler_stats.filled_ns.load(Relaxed),
+            primary_delay_ns: self.primary_stats.primary_delay_ns.load(Relaxed),
+            primary_busy_ns: self.primary_stats.primary_busy_ns.load(Relaxed),
             predicted_gap_ns: self.predictor.predicted_ns.load(Relaxed),
-            fallbacks: self.stats.fallbacks.load(Relaxed),
-            filler_held: self.stats.filler_held.load(Relaxed),
+            gap_period: self.predictor.period.load(Relaxed) as u32,
+            fallbacks: self.filler_stats.fallbacks.load(Relaxed),
+            filler_held: self.filler_stats.filler_held.load(Relaxed),
             primary_present: self.params.primary_present.load(Relaxed) != 0,
+            primary_pid: self.params.primary_pid.load(Relaxed) as u32,
+            tolerance_ns: self.params.tolerance_ns.load(Relaxed),
         }
+    }
+}
+
+/// The next gap of a primary, predicted from its recent gaps.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct GapPrediction {
+    /// 0: no prediction (fewer than two gaps).
+    pub length_ns: u64,
+    /// Gaps per iteration, when the gaps repeat (0: no period found).
+    pub period: usize,
+}
+
+fn agree(a: u64, b: u64) -> bool {
+    a.abs_diff(b) <= a.max(b) / AGREE_DIVISOR
+}
+
+/// Predicts the gap after `recent` (fillable gaps, oldest first).
+///
+/// The smallest period `p` (1 to [`MAX_PERIOD`]) is taken for which the
+/// last `max(p × PERIOD_ITERATIONS, RING)` gaps each agree with the gap `p`
+/// before it, all but a quarter of them (one outlier spoils two
+/// comparisons); the prediction is then the shortest of those gaps at the
+/// next gap's position. Without a period it is the shortest of the last
+/// [`RING`] gaps. Either way a cautious value: the gap it predicts was
+/// seen at least that long every time.
+pub fn predict_gap(recent: &[u64]) -> GapPrediction {
+    let n = recent.len();
+    if n < 2 {
+        return GapPrediction {
+            length_ns: 0,
+            period: 0,
+        };
+    }
+    for period in 1..=MAX_PERIOD {
+        let window = (period * PERIOD_ITERATIONS).max(RING);
+        if n < window + period {
+            break;
+        }
+        let mismatches = (n - window..n)
+            .filter(|&i| !agree(recent[i], recent[i - period]))
+            .count();
+        if mismatches <= window / 4 {
+            // The next gap is at position n: the same position one, two,
+            // ... periods back, within the window.
+            let length_ns = (1..)
+                .map(|k| k * period)
+                .take_while(|&back| back <= window)
+                .map(|back| recent[n - back])
+                .min()
+                .unwrap_or(0);
+            return GapPrediction { length_ns, period };
+        }
+    }
+    GapPrediction {
+        length_ns: recent[n.saturating_sub(RING)..]
+            .iter()
+            .copied()
+            .min()
+            .unwrap_or(0),
+        period: 0,
     }
 }
 
@@ -394,6 +519,12 @@ mod tests {
     fn hot_words_have_cache_lines_of_their_own() {
         assert_eq!(std::mem::align_of::<DeviceBoard>(), 64);
         assert_eq!(std::mem::size_of::<CacheLine>(), 64);
+        // The primary's counters and the fillers' never share a line.
+        let primary = std::mem::offset_of!(DeviceBoard, primary_stats);
+        let filler = std::mem::offset_of!(DeviceBoard, filler_stats);
+        assert!(primary / 64 != filler / 64);
+        assert!(std::mem::size_of::<PrimaryStats>() <= 64);
+        assert!(std::mem::size_of::<FillerStats>() <= 64);
     }
 
     /// A training-like primary: 4 ms of work, then a 3 ms gap, repeated.
@@ -531,7 +662,164 @@ mod tests {
         assert_eq!(b.filler_admit(3 * MS, US, false), FillerGate::Go);
     }
 
+    /// `iterations` of a loop whose gaps are `phases`, each scaled by a
+    /// deterministic ±5% noise (sleep and scheduling on a loaded host).
+    fn noisy_loop(phases: &[u64], iterations: usize) -> Vec<u64> {
+        let mut state = 0x9E37_79B9_7F4A_7C15u64;
+        let mut gaps = Vec::new();
+        for _ in 0..iterations {
+            for &gap in phases {
+                state ^= state << 13;
+                state ^= state >> 7;
+                state ^= state << 17;
+                let noise = (state % 101) as i64 - 50; // -50..=50 per mille
+                gaps.push((gap as i64 + gap as i64 * noise / 1000) as u64);
+            }
+        }
+        gaps
+    }
+
+    #[test]
+    fn alike_gaps_are_predicted_by_the_shortest_recent_one() {
+        let gaps = noisy_loop(&[3 * MS], 12);
+        let p = predict_gap(&gaps);
+        assert_eq!(p.period, 1);
+        assert_eq!(
+            p.length_ns,
+            *gaps[gaps.len() - RING..].iter().min().unwrap()
+        );
+        assert_eq!(
+            predict_gap(&gaps[..1]).length_ns,
+            0,
+            "one gap is no history"
+        );
+        assert_eq!(
+            predict_gap(&gaps[..2]).length_ns,
+            gaps[..2].iter().copied().min().unwrap()
+        );
+    }
+
+    #[test]
+    fn gaps_of_a_repeating_iteration_are_predicted_per_phase() {
+        // Data loading 4 ms, then an all-reduce 1 ms, every iteration.
+        let gaps = noisy_loop(&[4 * MS, MS], 8);
+        // After a 1 ms gap comes a 4 ms one, and the other way round.
+        let after_short = predict_gap(&gaps);
+        assert_eq!(after_short.period, 2);
+        assert!(
+            (3_800 * US..=4 * MS).contains(&after_short.length_ns),
+            "{after_short:?}"
+        );
+        let after_long = predict_gap(&gaps[..gaps.len() - 1]);
+        assert_eq!(after_long.period, 2);
+        assert!(
+            (950 * US..=MS).contains(&after_long.length_ns),
+            "{after_long:?}"
+        );
+        // The shortest-gap rule would have said 1 ms for both.
+        // Three phases: 1, 5, 2 ms.
+        let gaps = noisy_loop(&[MS, 5 * MS, 2 * MS], 5);
+        for (cut, expect) in [(0, MS), (1, 2 * MS), (2, 5 * MS)] {
+            let p = predict_gap(&gaps[..gaps.len() - cut]);
+            assert_eq!(p.period, 3, "cut {cut}: {p:?}");
+            assert!(
+                p.length_ns <= expect && p.length_ns >= expect * 94 / 100,
+                "cut {cut}: {p:?}"
+            );
+        }
+        // Too little history for the period yet: the cautious rule.
+        let early = predict_gap(&gaps[..6]);
+        assert_eq!(
+            (early.period, early.length_ns),
+            (0, *gaps[..6].iter().min().unwrap())
+        );
+    }
+
+    #[test]
+    fn one_outlier_gap_does_not_lose_the_period() {
+        let mut gaps = noisy_loop(&[4 * MS, MS], 8);
+        let at = gaps.len() - 5;
+        gaps[at] *= 3; // a slow data load
+        assert_eq!(predict_gap(&gaps).period, 2);
+    }
+
+    #[test]
+    fn random_gaps_keep_the_cautious_rule() {
+        // Exponential gaps (Poisson arrivals, mean 5 ms).
+        let mut state = 7u64;
+        let gaps: Vec<u64> = (0..2_000)
+            .map(|_| {
+                state ^= state << 13;
+                state ^= state >> 7;
+                state ^= state << 17;
+                let uniform = ((state >> 11) as f64 + 0.5) / (1u64 << 53) as f64;
+                (-uniform.ln() * 5e6) as u64 + 200 * US
+            })
+            .collect();
+        let mut bolder = 0;
+        for n in HISTORY..gaps.len() {
+            let recent = &gaps[n - HISTORY..n];
+            let shortest = *recent[HISTORY - RING..].iter().min().unwrap();
+            if predict_gap(recent).length_ns > shortest {
+                bolder += 1;
+            }
+        }
+        assert!(bolder * 100 < gaps.len(), "{bolder} bolder predictions");
+    }
+
+    #[test]
+    fn a_filler_fills_each_phase_of_a_repeating_iteration() {
+        let board = board();
+        let b = board.device(0);
+        b.attach_primary(1, 0, DEFAULT_HOLDOFF_NS);
+        // Each phase: 2 ms of work, then its gap (4 ms, then 1 ms).
+        let mut t = 1_000 * MS;
+        let phase = |t: &mut u64, gap: u64| {
+            b.primary_launch(*t, 2 * MS);
+            b.primary_sync_begin();
+            b.primary_sync_end(*t + 2 * MS);
+            *t += 2 * MS + gap;
+        };
+        for _ in 0..8 {
+            phase(&mut t, 4 * MS);
+            phase(&mut t, MS);
+        }
+        // The primary's next gap is a 4 ms one.
+        b.primary_launch(t, 2 * MS);
+        b.primary_sync_begin();
+        let gap = t + 2 * MS;
+        b.primary_sync_end(gap);
+        let s = b.snapshot();
+        assert_eq!((s.gap_period, s.predicted_gap_ns), (2, 4 * MS));
+        // 1 ms filler kernels: three fit after the hold-off (the shortest
+        // gap, 1 ms, would have let none in).
+        let mut at = gap + DEFAULT_HOLDOFF_NS;
+        for _ in 0..3 {
+            assert_eq!(b.filler_admit(at, MS, false), FillerGate::Go);
+            at += MS;
+        }
+        assert!(matches!(
+            b.filler_admit(at, MS, false),
+            FillerGate::WaitUntil(_)
+        ));
+    }
+
     proptest! {
+        /// Whatever the gaps: a prediction is one of the recent gaps, and a
+        /// period no longer than the longest looked for.
+        #[test]
+        fn a_prediction_is_a_gap_that_was_seen(
+            gaps in proptest::collection::vec(1u64..50_000_000, 0..HISTORY + 1),
+        ) {
+            let p = predict_gap(&gaps);
+            prop_assert!(p.period <= MAX_PERIOD);
+            if gaps.len() >= 2 {
+                prop_assert!(gaps.contains(&p.length_ns));
+            } else {
+                prop_assert_eq!(p.length_ns, 0);
+            }
+        }
+
         /// Whatever fillers of whatever kernel lengths ask, whenever: when
         /// the primary comes back, the filler work queued ahead of it is at
         /// most one filler kernel plus the queue lead.

@@ -49,6 +49,8 @@ pub struct Shared {
 impl Shared {
     pub fn status(&self) -> NodeStatus {
         let tenants = self.registry.lock().expect("registry lock").status();
+        // Board files are read after the lock is released.
+        let colocation = crate::colo_status::collect(&tenants);
         NodeStatus {
             controller: self
                 .controller
@@ -62,6 +64,7 @@ impl Shared {
             tenants,
             signals: self.signals.lock().expect("signals lock").clone(),
             control_periods: self.periods.load(Ordering::Relaxed),
+            colocation,
         }
     }
 }

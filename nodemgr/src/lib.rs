@@ -7,6 +7,7 @@
 //!   the daemon the only writer), re-adoption.
 //! - [`server`]: the Unix socket (registration with `SO_PEERCRED`, tools).
 //! - [`observe`]: telemetry counters → per-period observations.
+//! - [`colo_status`]: co-location gap boards → status and metrics.
 //! - [`control`]: control laws (pure: observations in, shares out).
 //! - [`daemon`]: threads, control loop, persistence, systemd notification.
 //! - [`logging`]: service-mode (journald) and `--foreground` log lines.
@@ -19,6 +20,7 @@
 
 pub mod artifacts;
 pub mod audit;
+pub mod colo_status;
 pub mod config;
 pub mod control;
 pub mod daemon;

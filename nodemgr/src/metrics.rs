@@ -3,12 +3,12 @@
 //!
 //! Names carry the `dilu_` prefix and base units (seconds, bytes, ratios
 //! 0–1), counters end in `_total`; labels are `gpu`, `uuid` and `tenant`
-//! (never a pid: pids churn and would explode the series count). Every
+//! (co-location's `dilu_colo_*` also `group`; never a pid: pids churn and would explode the series count). Every
 //! scrape encodes a fresh snapshot of the daemon's status, so `/metrics`
 //! and `dilu status` show the same numbers.
 
 use crate::daemon::Shared;
-use dilu_abi::node_wire::{GpuStatus, NodeStatus, ScaleAdvice, TenantStatus};
+use dilu_abi::node_wire::{ColoStatus, GpuStatus, NodeStatus, ScaleAdvice, TenantStatus};
 use prometheus_client::encoding::text::encode;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
@@ -123,6 +123,46 @@ const GPU_GAUGES: [(&str, &str, GpuValue); 3] = [
     ),
 ];
 
+type ColoValue = fn(&ColoStatus) -> f64;
+
+/// Per co-located GPU counters (encoded with `_total`), labelled with the
+/// device, the board's group and the primary tenant.
+const COLO_COUNTERS: [(&str, &str, ColoValue); 5] = [
+    (
+        "dilu_colo_gaps",
+        "Gaps of the co-location primary long enough to fill.",
+        |c| c.gaps_seen as f64,
+    ),
+    (
+        "dilu_colo_gap_seconds",
+        "Total length of the primary's fillable gaps.",
+        |c| c.gap_seconds_total,
+    ),
+    (
+        "dilu_colo_filled_seconds",
+        "Filler kernel time (estimated) launched into the primary's gaps.",
+        |c| c.filled_seconds_total,
+    ),
+    (
+        "dilu_colo_primary_busy_seconds",
+        "The primary's own kernel time (estimated).",
+        |c| c.primary_busy_seconds_total,
+    ),
+    (
+        "dilu_colo_primary_delay_seconds",
+        "Filler work still queued when the primary came back from a gap (the most it waited).",
+        |c| c.primary_delay_seconds_total,
+    ),
+];
+
+fn colo_labels(c: &ColoStatus) -> Labels {
+    vec![
+        ("gpu".into(), c.device.to_string()),
+        ("group".into(), c.group.clone()),
+        ("tenant".into(), c.primary_tenant.clone()),
+    ]
+}
+
 fn plain_gauge(registry: &mut Registry, name: &str, help: &str, value: f64) {
     let gauge = Gauge::<f64, AtomicU64>::default();
     gauge.set(value);
@@ -187,6 +227,26 @@ pub fn render(status: &NodeStatus) -> String {
         }
         registry.register(name, help, family);
     }
+    for (name, help, value) in COLO_COUNTERS {
+        let family = CounterFamily::default();
+        for c in &status.colocation {
+            family
+                .get_or_create(&colo_labels(c))
+                .inc_by(value(c).max(0.0));
+        }
+        registry.register(name, help, family);
+    }
+    let slowdown = GaugeFamily::default();
+    for c in &status.colocation {
+        slowdown
+            .get_or_create(&colo_labels(c))
+            .set(c.primary_slowdown);
+    }
+    registry.register(
+        "dilu_colo_primary_slowdown_ratio",
+        "Upper estimate of the primary's slowdown from fillers: queued filler work it found / its kernel time.",
+        slowdown,
+    );
     let scale = GaugeFamily::default();
     for s in &status.signals {
         let advice = match s.advice {
@@ -251,5 +311,49 @@ pub fn serve(shared: Arc<Shared>, server: tiny_http::Server) {
             .with_status_code(404),
         };
         let _ = request.respond(response);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use dilu_abi::node_wire::ColoStatus;
+
+    #[test]
+    fn co_location_counters_are_exported_per_gpu_group_and_primary() {
+        let status = NodeStatus {
+            controller: "dilu-colo".into(),
+            period_ms: 5.0,
+            uptime_seconds: 1.0,
+            gpus: Vec::new(),
+            tenants: Vec::new(),
+            signals: Vec::new(),
+            control_periods: 0,
+            colocation: vec![ColoStatus {
+                group: "gpu".into(),
+                device: 0,
+                primary_tenant: "train".into(),
+                primary_pid: 42,
+                gaps_seen: 7,
+                gap_seconds_total: 0.5,
+                filled_seconds_total: 0.25,
+                primary_busy_seconds_total: 2.0,
+                primary_delay_seconds_total: 0.02,
+                primary_slowdown: 0.01,
+                predicted_gap_ms: 3.0,
+                gap_period: 2,
+                filler_launches_held: 3,
+                filler_fallbacks: 0,
+            }],
+        };
+        let text = render(&status);
+        let labels = r#"{gpu="0",group="gpu",tenant="train"}"#;
+        for line in [
+            format!("dilu_colo_gaps_total{labels} 7.0"),
+            format!("dilu_colo_filled_seconds_total{labels} 0.25"),
+            format!("dilu_colo_primary_slowdown_ratio{labels} 0.01"),
+        ] {
+            assert!(text.contains(&line), "{line} missing:\n{text}");
+        }
     }
 }

@@ -1,7 +1,7 @@
 //! Operator commands: `dilu status`, `dilu top`, `dilu set`.
 
 use dilu_abi::node_wire::{
-    self, FromDaemon, NodeStatus, ScaleAdvice, SpecUpdate, TenantSpec, ToDaemon,
+    self, ColoStatus, FromDaemon, NodeStatus, ScaleAdvice, SpecUpdate, TenantSpec, ToDaemon,
 };
 use dilu_abi::seqpacket;
 use dilu_abi::units::format_size;
@@ -117,6 +117,9 @@ pub fn format_status(status: &NodeStatus) -> String {
     if !placed.is_empty() {
         let _ = writeln!(out, "placed by dilu run: {}", placed.join(", "));
     }
+    for c in &status.colocation {
+        let _ = writeln!(out, "{}", format_colocation(c));
+    }
     for s in &status.signals {
         let advice = match s.advice {
             ScaleAdvice::ScaleOut => "scale out",
@@ -129,6 +132,32 @@ pub fn format_status(status: &NodeStatus) -> String {
         );
     }
     out
+}
+
+/// One GPU's co-location as one line: gaps seen, how much of their time
+/// fillers used, and the primary's slowdown estimate (said to be one).
+pub fn format_colocation(c: &ColoStatus) -> String {
+    let filled = c.filled_seconds_total / c.gap_seconds_total.max(f64::MIN_POSITIVE);
+    let phases = match c.gap_period {
+        0 => String::new(),
+        1 => " (gaps alike)".into(),
+        n => format!(" (phase of a {n}-gap iteration)"),
+    };
+    format!(
+        "co-location gpu{} ({}): primary {} · {} gaps, {:.2} s · filled {:.2} s ({:.0}%) · next gap ~{:.1} ms{} · primary slowdown <= {:.1}% (filler work queued when it returned / its kernel time) · filler launches held {}, paced {}",
+        c.device,
+        c.group,
+        c.primary_tenant,
+        c.gaps_seen,
+        c.gap_seconds_total,
+        c.filled_seconds_total,
+        100.0 * filled,
+        c.predicted_gap_ms,
+        phases,
+        100.0 * c.primary_slowdown,
+        c.filler_launches_held,
+        c.filler_fallbacks,
+    )
 }
 
 pub fn status(socket: &Path, json: bool) -> Result<(), String> {

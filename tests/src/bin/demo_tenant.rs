@@ -9,7 +9,10 @@
 //!   dilu with `dilu_report_latency` when the interposer exports it.
 //! - `train`: a training loop. Each iteration waits `--load-ms` for data
 //!   (a bubble: nothing on the GPU), then launches `--kernels` kernels and
-//!   synchronises (the loss).
+//!   synchronises (the loss). A list (`--load-ms 4,1`) makes an iteration
+//!   of several phases, each a gap of its length then the kernels and a
+//!   synchronisation (data loading, then e.g. an all-reduce or a pipeline
+//!   bubble): gaps of different lengths that repeat every iteration.
 //!
 //! - `model`: a model served in a closed loop, for `dilu profile`: each
 //!   request is a batch of `DILU_BATCH` samples (default 1): host work of
@@ -22,6 +25,10 @@
 //!
 //! Prints one JSON line at the end. `serve --latencies FILE` also writes
 //! every request's latency (ms, one per line, in completion order) to FILE.
+//! `serve` and `train` with `--launch-log FILE` write, for every kernel
+//! launch, the CLOCK_MONOTONIC time (ns) at which the launch call returned,
+//! one per line in launch order: set against simgpu's trace, how long each
+//! kernel waited for the device.
 
 use cudarc::driver::{CudaContext, CudaSlice, LaunchConfig, PushKernelArg};
 use cudarc::nvrtc::Ptx;
@@ -30,8 +37,8 @@ use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
 const USAGE: &str = "usage: demo-tenant serve|train|model [--seconds S] [--blocks B] [--kernels K]
-    serve: [--rate R/s] [--on-ms MS] [--off-ms MS] [--slo-ms MS] [--seed N] [--latencies FILE]
-    train: [--load-ms MS]
+    serve: [--rate R/s] [--on-ms MS] [--off-ms MS] [--slo-ms MS] [--seed N] [--latencies FILE] [--launch-log FILE]
+    train: [--load-ms MS[,MS...]] [--launch-log FILE]
     model: [--blocks-per-sample B] [--host-ms MS] [--host-ms-per-sample MS] (batch size: DILU_BATCH)";
 
 struct Options {
@@ -43,9 +50,10 @@ struct Options {
     on_ms: f64,
     off_ms: f64,
     slo_ms: f64,
-    load_ms: f64,
+    load_ms: Vec<f64>,
     seed: u64,
     latencies: Option<String>,
+    launch_log: Option<String>,
     blocks_per_sample: u32,
     host_ms: f64,
     host_ms_per_sample: f64,
@@ -78,9 +86,10 @@ fn parse() -> Result<Options, String> {
         on_ms: 400.0,
         off_ms: 600.0,
         slo_ms: 15.0,
-        load_ms: 4.0,
+        load_ms: vec![4.0],
         seed: 7,
         latencies: None,
+        launch_log: None,
         blocks_per_sample: 264,
         host_ms: 1.0,
         host_ms_per_sample: 0.05,
@@ -95,6 +104,7 @@ fn parse() -> Result<Options, String> {
         };
         match flag.as_str() {
             "--latencies" => o.latencies = Some(value.clone()),
+            "--launch-log" => o.launch_log = Some(value.clone()),
             "--seconds" => o.seconds = number()?,
             "--blocks" => o.blocks = number()? as u32,
             "--kernels" => o.kernels = number()? as u32,
@@ -102,7 +112,13 @@ fn parse() -> Result<Options, String> {
             "--on-ms" => o.on_ms = number()?,
             "--off-ms" => o.off_ms = number()?,
             "--slo-ms" => o.slo_ms = number()?,
-            "--load-ms" => o.load_ms = number()?,
+            "--load-ms" => {
+                o.load_ms = value
+                    .split(',')
+                    .map(|v| v.parse::<f64>().ok().filter(|ms| *ms >= 0.0))
+                    .collect::<Option<Vec<_>>>()
+                    .ok_or_else(|| format!("bad value {value:?} for {flag}"))?
+            }
             "--seed" => o.seed = number()? as u64,
             "--blocks-per-sample" => o.blocks_per_sample = number()? as u32,
             "--host-ms" => o.host_ms = number()?,
@@ -150,6 +166,7 @@ fn run(o: &Options) -> Result<String, Box<dyn std::error::Error>> {
     };
     let buffer: CudaSlice<f32> = stream.alloc_zeros(blocks as usize * BLOCK_THREADS as usize)?;
     let iters = 2000u32;
+    let launched = std::cell::RefCell::new(Vec::<u64>::new());
     let launch = || -> Result<(), cudarc::driver::DriverError> {
         let config = LaunchConfig {
             grid_dim: (blocks, 1, 1),
@@ -159,21 +176,35 @@ fn run(o: &Options) -> Result<String, Box<dyn std::error::Error>> {
         let mut builder = stream.launch_builder(&function);
         builder.arg(&buffer).arg(&iters);
         // SAFETY: `busy` takes (float*, u32) and the buffer holds grid × block floats.
-        unsafe { builder.launch(config) }.map(|_| ())
+        unsafe { builder.launch(config) }.map(|_| ())?;
+        if o.launch_log.is_some() {
+            launched.borrow_mut().push(dilu_abi::monotonic_ns());
+        }
+        Ok(())
+    };
+    let write_launch_log = || -> Result<(), String> {
+        let Some(path) = &o.launch_log else {
+            return Ok(());
+        };
+        let lines: String = launched.borrow().iter().map(|t| format!("{t}\n")).collect();
+        std::fs::write(path, lines).map_err(|e| format!("{path}: {e}"))
     };
     let started = Instant::now();
     let deadline = Duration::from_secs_f64(o.seconds);
     if o.mode == "train" {
         let mut iterations = 0u64;
         while started.elapsed() < deadline {
-            std::thread::sleep(Duration::from_secs_f64(o.load_ms / 1e3));
-            for _ in 0..o.kernels {
-                launch()?;
+            for load_ms in &o.load_ms {
+                std::thread::sleep(Duration::from_secs_f64(load_ms / 1e3));
+                for _ in 0..o.kernels {
+                    launch()?;
+                }
+                stream.synchronize()?;
             }
-            stream.synchronize()?;
             iterations += 1;
         }
         let seconds = started.elapsed().as_secs_f64();
+        write_launch_log()?;
         return Ok(format!(
             "{{\"mode\":\"train\",\"iterations\":{iterations},\"seconds\":{seconds:.3},\"iterations_per_second\":{:.3}}}",
             iterations as f64 / seconds
@@ -239,6 +270,7 @@ fn run(o: &Options) -> Result<String, Box<dyn std::error::Error>> {
         let lines: String = latencies.iter().map(|l| format!("{l:.4}\n")).collect();
         std::fs::write(path, lines).map_err(|e| format!("{path}: {e}"))?;
     }
+    write_launch_log()?;
     latencies.sort_by(f64::total_cmp);
     let n = latencies.len();
     let quantile = |q: f64| {
