@@ -5,7 +5,8 @@
 # (union of each process's rows over the window in which both ran).
 #
 #   scripts/sm-pair.sh A B [cudarc-loop args...]
-#   SIMGPU_SHARING=timesliced scripts/sm-pair.sh 30 70 --seconds 4 --depth 1000 --streams 3
+#   scripts/sm-pair.sh 30 70 --seconds 4 --depth 1000 --streams 3
+#   SIMGPU_SHARING=serial scripts/sm-pair.sh 30 70 --seconds 4   (the older model)
 #
 # Uses the debug build (cargo build --workspace first).
 set -euo pipefail
