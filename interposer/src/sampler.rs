@@ -12,11 +12,11 @@
 //! host time), never much less, so the samples that hold only the kernel
 //! are the low ones. Their minimum alone would be biased low, because real
 //! kernel durations vary from run to run (the minimum of 16 draws lies
-//! about 1.8 σ below the mean: −2.5% measured on simgpu's time-sliced
-//! model, a 70% cap then lets 72% through). The estimate of a kind is the
-//! mean of its last [`WINDOW`] samples that lie within 1/8 of their minimum
-//! ([`CLEAN_FRACTION_SHIFT`]): run-to-run spread is kept, samples stretched by a wait
-//! are not. A kernel that really became slower is recognised after
+//! below their mean: −2.5% measured on simgpu's time-sliced model, so a
+//! 70% cap would let about 72% through). The estimate of a kind is the
+//! mean of its last [`WINDOW`] samples that lie within 1/8 of their
+//! minimum ([`CLEAN_FRACTION_SHIFT`]): run-to-run spread is kept, samples
+//! stretched by a wait are not. A kernel that really became slower is recognised after
 //! [`WINDOW`] samples. What no per-kernel sample can attribute (kernels of
 //! several streams overlapping, a kernel preempted by another process) is
 //! settled against the driver's own count by
