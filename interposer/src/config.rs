@@ -11,6 +11,7 @@
 //! | `DILU_SM_LIMIT` | SM-time share: `30` (% of every device), `0:30,1:50`; HAMi's `CUDA_DEVICE_SM_LIMIT[_i]` are aliases (see [`crate::sm_config`]) |
 //! | `DILU_SM_DEPTH` | token bucket depth (burst allowance after idling); default 5ms |
 //! | `DILU_CONTEXT_MEMORY` | memory charged per process and device for the CUDA context itself; default 256MiB |
+//! | `DILU_USAGE_FEEDBACK` | `on` (default) or `off`: settle SM-time charges against NVML's per-process busy time (see [`crate::usage_feedback`]) |
 //!
 //! A variable that is set but unusable stops the process with one line naming
 //! it and the accepted forms (fail closed).
@@ -31,6 +32,7 @@ pub struct Config {
     pub memory: MemoryLimits,
     pub context_memory: u64,
     pub sm: SmLimits,
+    pub usage_feedback: bool,
 }
 
 /// What a CUDA context occupies on the device before the program allocates
@@ -86,6 +88,11 @@ fn read() -> Config {
         sm: match sm_config::from_env(|name| std::env::var(name).ok()) {
             Ok(limits) => limits,
             Err(error) => fail(&error.variable, &error.value.into(), &error.expected),
+        },
+        usage_feedback: match std::env::var("DILU_USAGE_FEEDBACK").as_deref() {
+            Err(_) | Ok("on") => true,
+            Ok("off") => false,
+            Ok(other) => fail("DILU_USAGE_FEEDBACK", &other.into(), "`on` or `off`"),
         },
     }
 }

@@ -35,6 +35,7 @@
 //! it, and the process throttles itself further (a 70% tenant on 3 streams
 //! learned a scale of 17.8 and used 59.5%).
 //!
+//! `DILU_USAGE_FEEDBACK=off` turns this off (estimates alone decide).
 //! Where NVML is missing, or never lists this process (a container whose
 //! pid namespace hides the host pid NVML uses), nothing is corrected and
 //! the estimates alone decide, as before.
@@ -78,7 +79,7 @@ fn charged_total(device: usize) -> u64 {
 /// first sample is handed over).
 #[cold]
 pub fn ensure_running() {
-    if RUNNING.swap(true, Ordering::AcqRel) {
+    if !crate::config::get().usage_feedback || RUNNING.swap(true, Ordering::AcqRel) {
         return;
     }
     let spawned = std::thread::Builder::new()
@@ -117,13 +118,96 @@ const NVML_SUCCESS: NvmlReturn = 0;
 const NVML_ERROR_NOT_FOUND: NvmlReturn = 6;
 const MAX_SAMPLES: usize = 256;
 
+/// Spacing of NVML's samples assumed until some were seen: NVIDIA's driver
+/// samples each process about every 200 ms (measured on an H100, driver
+/// 580: `bench/results/gpu-sm.md`).
+const DEFAULT_SAMPLE_SPACING_US: u64 = 200_000;
+/// Spacings between NVML's sample times kept to estimate the typical one.
+const SPACINGS_KEPT: usize = 16;
+
 /// The driver's busy-time count of one process on one device.
 struct DriverCount {
     device: NvmlDevice,
     query: ProcessUtilizationFn,
     pid: u32,
-    /// Newest sample time seen (CLOCK_REALTIME µs).
+    samples: SampleClock,
+}
+
+/// Turns NVML's samples into busy time. A sample says what percentage of
+/// the driver's sample period before its time stamp a kernel of the process
+/// ran; the period is not reported, so it is taken as the time since the
+/// process's previous sample, or the typical spacing of the driver's samples
+/// where that is much longer (a process that was idle is not listed, and its
+/// next sample covers one period, not the whole idle stretch).
+#[derive(Default)]
+struct SampleClock {
+    /// Newest sample time seen, of any process (CLOCK_REALTIME µs).
     last_seen_us: u64,
+    /// Time of this process's previous sample.
+    ours_before_us: u64,
+    /// Recent spacings between consecutive sample times (any process).
+    spacings: std::collections::VecDeque<u64>,
+}
+
+impl SampleClock {
+    fn typical_spacing_us(&self) -> u64 {
+        let mut sorted: Vec<u64> = self.spacings.iter().copied().collect();
+        sorted.sort_unstable();
+        sorted
+            .get(sorted.len() / 2)
+            .copied()
+            .unwrap_or(DEFAULT_SAMPLE_SPACING_US)
+    }
+
+    /// Folds in one answer: every sample NVML returned (any process) as
+    /// (pid, time stamp µs, SM percent). Returns this process's busy time
+    /// (ns) in its new samples and whether there were any. The first answer
+    /// only sets where counting starts.
+    fn fold(&mut self, pid: u32, samples: &[(u32, u64, u32)]) -> (u64, bool) {
+        let mut stamps: Vec<u64> = samples
+            .iter()
+            .map(|s| s.1)
+            .filter(|&t| t > self.last_seen_us)
+            .collect();
+        stamps.sort_unstable();
+        stamps.dedup();
+        let first_answer = self.last_seen_us == 0;
+        let mut previous = self.last_seen_us;
+        for &stamp in &stamps {
+            if previous != 0 {
+                if self.spacings.len() == SPACINGS_KEPT {
+                    self.spacings.pop_front();
+                }
+                self.spacings.push_back(stamp - previous);
+            }
+            previous = stamp;
+        }
+        let mut ours: Vec<(u64, u32)> = samples
+            .iter()
+            .filter(|s| s.0 == pid && s.1 > self.last_seen_us)
+            .map(|s| (s.1, s.2))
+            .collect();
+        ours.sort_unstable();
+        ours.dedup_by_key(|s| s.0);
+        self.last_seen_us = previous;
+        if first_answer {
+            self.ours_before_us = ours.last().map_or(0, |s| s.0);
+            return (0, !ours.is_empty());
+        }
+        let typical = self.typical_spacing_us();
+        let mut busy_ns = 0u64;
+        for &(stamp, percent) in &ours {
+            // Up to a quarter over the typical spacing is jitter of the
+            // driver's sampler; more is a stretch without a sample.
+            let period_us = match self.ours_before_us {
+                before if before != 0 && stamp - before <= typical * 5 / 4 => stamp - before,
+                _ => typical,
+            };
+            busy_ns += period_us * 1_000 * u64::from(percent.min(100)) / 100;
+            self.ours_before_us = stamp;
+        }
+        (busy_ns, !ours.is_empty())
+    }
 }
 
 impl DriverCount {
@@ -141,15 +225,16 @@ impl DriverCount {
             device,
             query,
             pid: std::process::id(),
-            last_seen_us: 0,
+            samples: SampleClock::default(),
         };
         // Everything before now is the baseline, not this module's to charge.
         count.busy_since_last_look()?;
         Some(count)
     }
 
-    /// Device time (ns) the process had kernels running since the previous
-    /// call, with whether NVML listed it; `None` if NVML failed.
+    /// Device time (ns) the process had kernels running in NVML's samples
+    /// since the previous call, with whether NVML listed it in any new
+    /// sample; `None` if NVML failed.
     fn busy_since_last_look(&mut self) -> Option<(u64, bool)> {
         let mut samples = [ProcessUtilizationSample::default(); MAX_SAMPLES];
         let mut count = MAX_SAMPLES as u32;
@@ -160,7 +245,7 @@ impl DriverCount {
                 self.device,
                 samples.as_mut_ptr(),
                 &mut count,
-                self.last_seen_us,
+                self.samples.last_seen_us,
             )
         };
         match result {
@@ -168,36 +253,11 @@ impl DriverCount {
             NVML_ERROR_NOT_FOUND => return Some((0, false)),
             _ => return None,
         }
-        let mut ours: Vec<ProcessUtilizationSample> = samples[..(count as usize).min(MAX_SAMPLES)]
+        let answer: Vec<(u32, u64, u32)> = samples[..(count as usize).min(MAX_SAMPLES)]
             .iter()
-            .filter(|s| s.pid == self.pid && s.time_stamp_us > self.last_seen_us)
-            .copied()
+            .map(|s| (s.pid, s.time_stamp_us, s.sm_util))
             .collect();
-        ours.sort_by_key(|s| s.time_stamp_us);
-        let mut busy_ns = 0u64;
-        let mut from = self.last_seen_us;
-        for sample in &ours {
-            // Each sample covers the time since the one before it.
-            if from != 0 {
-                let period_ns = (sample.time_stamp_us - from) * 1_000;
-                busy_ns += period_ns * u64::from(sample.sm_util.min(100)) / 100;
-            }
-            from = sample.time_stamp_us;
-        }
-        // Samples of other processes move the clock too: a later look
-        // must not count this stretch again.
-        let newest = samples[..(count as usize).min(MAX_SAMPLES)]
-            .iter()
-            .map(|s| s.time_stamp_us)
-            .max()
-            .unwrap_or(0);
-        if self.last_seen_us == 0 {
-            // The first answer only sets where counting starts.
-            self.last_seen_us = newest;
-            return Some((0, !ours.is_empty()));
-        }
-        self.last_seen_us = self.last_seen_us.max(newest);
-        Some((busy_ns, !ours.is_empty()))
+        Some(self.samples.fold(self.pid, &answer))
     }
 }
 
@@ -242,6 +302,15 @@ fn run() {
             let Some((busy_ns, listed)) = t.count.busy_since_last_look() else {
                 continue;
             };
+            if t.seen && !listed {
+                // No new sample of this process: NVML samples about every
+                // 200 ms, and a look between two samples knows nothing of
+                // the work since. Keep the charges for the next sample
+                // (settling them against nothing would refund them, and a
+                // refund beyond the bucket's depth is lost while the later
+                // bill is not: the process ended up at 54% of a 70% share).
+                continue;
+            }
             let charged_ns = charged_now.wrapping_sub(t.charged_before) as i64;
             t.charged_before = charged_now;
             if !t.seen {
@@ -272,5 +341,65 @@ fn run() {
             sm.bucket(device)
                 .charge_back(delta, share, dilu_abi::monotonic_ns());
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::SampleClock;
+
+    const US: u64 = 1;
+    const MS: u64 = 1_000 * US;
+
+    #[test]
+    fn the_first_answer_only_sets_the_baseline() {
+        let mut clock = SampleClock::default();
+        assert_eq!(clock.fold(7, &[(7, 1_000 * MS, 90)]), (0, true));
+        // The next sample of ours, 200 ms later at 50%: 100 ms busy.
+        assert_eq!(
+            clock.fold(7, &[(7, 1_200 * MS, 50)]),
+            (100 * MS * 1_000, true)
+        );
+    }
+
+    #[test]
+    fn samples_of_other_processes_are_not_ours() {
+        let mut clock = SampleClock::default();
+        clock.fold(7, &[(9, 1_000 * MS, 10)]);
+        assert_eq!(clock.fold(7, &[(9, 1_200 * MS, 100)]), (0, false));
+        // An answer with nothing newer than what was seen counts nothing again.
+        assert_eq!(clock.fold(7, &[(7, 1_200 * MS, 100)]), (0, false));
+    }
+
+    #[test]
+    fn a_sample_after_an_idle_stretch_covers_one_period_not_the_stretch() {
+        let mut clock = SampleClock::default();
+        let mut t = 1_000 * MS;
+        clock.fold(7, &[(7, t, 100), (9, t, 100)]);
+        for _ in 0..10 {
+            t += 200 * MS;
+            clock.fold(7, &[(7, t, 100), (9, t, 100)]);
+        }
+        // Two seconds in which only the other process is listed.
+        for _ in 0..10 {
+            t += 200 * MS;
+            assert_eq!(clock.fold(7, &[(9, t, 100)]), (0, false));
+        }
+        t += 200 * MS;
+        let (busy_ns, listed) = clock.fold(7, &[(7, t, 100), (9, t, 100)]);
+        assert!(listed);
+        assert_eq!(busy_ns, 200 * MS * 1_000, "one 200 ms period at 100%");
+    }
+
+    #[test]
+    fn several_samples_in_one_answer_each_count_their_own_period() {
+        let mut clock = SampleClock::default();
+        clock.fold(7, &[(7, 1_000 * MS, 0)]);
+        let answer = [
+            (7, 1_200 * MS, 50),
+            (7, 1_400 * MS, 25),
+            (9, 1_400 * MS, 75),
+        ];
+        assert_eq!(clock.fold(7, &answer), ((100 + 50) * MS * 1_000, true));
     }
 }

@@ -22,17 +22,19 @@ pub(crate) enum Call {
 
 /// (name in `SIMGPU_CALL_COST`, call, default ns).
 pub(crate) const CALLS: [(&str, Call, u64); 12] = [
-    ("launch", Call::Launch, 2_000),
-    ("event_record", Call::EventRecord, 2_500),
-    ("event_record_untimed", Call::EventRecordUntimed, 250),
-    ("event_query", Call::EventQuery, 500),
-    ("event_elapsed", Call::EventElapsed, 500),
-    ("event_create", Call::EventCreate, 160),
-    ("synchronize", Call::Synchronize, 2_000),
-    ("mem_alloc", Call::MemAlloc, 5_000),
-    ("mem_free", Call::MemFree, 5_000),
-    ("mem_get_info", Call::MemGetInfo, 5_000),
-    ("copy", Call::Copy, 2_000),
+    // Medians measured on an H100 (driver 580, Xeon host) by
+    // `gpu-calibrate host`: bench/results/gpu-calibration.md.
+    ("launch", Call::Launch, 3_800),
+    ("event_record", Call::EventRecord, 1_300),
+    ("event_record_untimed", Call::EventRecordUntimed, 300),
+    ("event_query", Call::EventQuery, 360),
+    ("event_elapsed", Call::EventElapsed, 640),
+    ("event_create", Call::EventCreate, 440),
+    ("synchronize", Call::Synchronize, 500),
+    ("mem_alloc", Call::MemAlloc, 28_000),
+    ("mem_free", Call::MemFree, 32_000),
+    ("mem_get_info", Call::MemGetInfo, 7_300),
+    ("copy", Call::Copy, 1_300),
     ("stream_ordered_mem", Call::StreamOrderedMem, 2_000),
 ];
 

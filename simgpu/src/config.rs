@@ -181,9 +181,10 @@ impl Config {
         };
         let realistic = sharing == Sharing::TimeSliced;
         let timeslice_ns = match get("SIMGPU_TIMESLICE") {
-            // (128 << 3) × 1024 ns: the open kernel driver's default; the
-            // serial model keeps its historical 2 ms.
-            None if realistic => 1_048_576,
+            // Measured on an H100 with driver 580 (`gpu-calibrate slice`:
+            // median uninterrupted run 2.08 ms); the serial model keeps its
+            // historical 2 ms.
+            None if realistic => 2_080_000,
             None => 2_000_000,
             Some(v) => {
                 parse_duration_ns(&v).map_err(|_| bad("SIMGPU_TIMESLICE", &v, DURATION_FORMS))?
@@ -197,10 +198,15 @@ impl Config {
         };
         // Used by the time-sliced model only (serial kernels take exactly
         // their cost, back to back).
-        let switch_ns = duration("SIMGPU_SWITCH_COST", 25_000, 100_000_000)?;
+        // Defaults measured on an H100 with driver 580 by `gpu-calibrate`
+        // (bench/results/gpu-calibration.md): 138 µs between one process's
+        // last kernel and the other's first at a hand-off, 2.85 µs between
+        // back-to-back full-grid kernels, σ of ln(duration) 0.009 (100 µs
+        // kernels) to 0.026 (20 µs), drift σ 0.0003 to 0.0012.
+        let switch_ns = duration("SIMGPU_SWITCH_COST", 140_000, 100_000_000)?;
         let gap_ns = duration("SIMGPU_KERNEL_GAP", 3_000, 100_000_000)?;
-        let jitter = sigma("SIMGPU_JITTER", 0.03)?;
-        let drift = sigma("SIMGPU_DRIFT", 0.02)?;
+        let jitter = sigma("SIMGPU_JITTER", 0.01)?;
+        let drift = sigma("SIMGPU_DRIFT", 0.001)?;
         let seed = match get("SIMGPU_SEED") {
             None => 0,
             Some(v) => v

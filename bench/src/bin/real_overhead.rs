@@ -25,10 +25,12 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode};
 
 const USAGE: &str = "usage: real-overhead measure [--rounds R] [--batch B]
-       real-overhead compare --interposer PATH [--processes P] [--mem SIZE] [--rounds R] [--batch B]
+       real-overhead compare --interposer PATH [--processes P] [--mem SIZE] [--sm PCT] [--rounds R] [--batch B]
   measure     time cuLaunchKernel and cuMemAlloc_v2+cuMemFree_v2 in this process
   compare     run `measure` P times (default 6) per side, alternately directly and with
               LD_PRELOAD=PATH DILU_MEM_LIMIT=SIZE (default 8GiB); print a markdown table
+  --sm PCT    also give the dilu side an SM share (DILU_SM_LIMIT=PCT): the launch path
+              with its budget check and sampling (99 keeps the no-op loop unthrottled)
   --rounds R  timed batches per measurement (default 200)
   --batch B   calls per timed batch (default 100)";
 
@@ -150,6 +152,7 @@ struct CompareOptions {
     interposer: PathBuf,
     processes: usize,
     mem: String,
+    sm: Option<String>,
     rounds: usize,
     batch: usize,
 }
@@ -168,6 +171,9 @@ fn run_side(options: &CompareOptions, dilu: bool) -> Result<Measured, String> {
         command
             .env("LD_PRELOAD", &options.interposer)
             .env("DILU_MEM_LIMIT", &options.mem);
+        if let Some(sm) = &options.sm {
+            command.env("DILU_SM_LIMIT", sm);
+        }
     } else {
         command.env_remove("LD_PRELOAD");
     }
@@ -228,13 +234,17 @@ fn compare(options: &CompareOptions) -> Result<String, String> {
     Ok(format!(
         "Device: {device}. {processes} processes per side, alternating; each process takes the\n\
 median of {rounds} batches of {batch} calls (ns per call); cells are the median over\n\
-processes. The dilu side runs with `LD_PRELOAD={interposer}` and\n\
-`DILU_MEM_LIMIT={mem}`.\n\n{table}",
+processes. The dilu side runs with `LD_PRELOAD={interposer}`,\n\
+`DILU_MEM_LIMIT={mem}`{sm}.\n\n{table}",
         processes = options.processes,
         rounds = options.rounds,
         batch = options.batch,
         interposer = options.interposer.display(),
         mem = options.mem,
+        sm = options
+            .sm
+            .as_ref()
+            .map_or(String::new(), |sm| format!(" and `DILU_SM_LIMIT={sm}`")),
         table = table.markdown()
     ))
 }
@@ -248,7 +258,7 @@ fn parse_options() -> Result<Mode, String> {
     let mut args = std::env::args().skip(1);
     let mode = args.next().ok_or("a mode is required")?;
     let (mut rounds, mut batch, mut processes) = (200, 100, 6);
-    let (mut interposer, mut mem) = (None, "8GiB".to_string());
+    let (mut interposer, mut mem, mut sm) = (None, "8GiB".to_string(), None);
     while let Some(flag) = args.next() {
         if flag == "--help" || flag == "-h" {
             println!("{USAGE}");
@@ -268,6 +278,7 @@ fn parse_options() -> Result<Mode, String> {
             "--processes" => processes = count()?,
             "--interposer" => interposer = Some(PathBuf::from(&value)),
             "--mem" => mem = value,
+            "--sm" => sm = Some(value),
             _ => return Err(format!("unknown option {flag}")),
         }
     }
@@ -282,6 +293,7 @@ fn parse_options() -> Result<Mode, String> {
                 interposer,
                 processes,
                 mem,
+                sm,
                 rounds,
                 batch,
             }))

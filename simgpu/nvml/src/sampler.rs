@@ -7,6 +7,13 @@
 //! samples itself; here every query takes a snapshot of the counters and
 //! keeps it (at most one per [`MIN_SPACING_NS`], for [`KEEP_NS`]), so a
 //! window reaching back to an earlier query or to `nvmlInit` is exact.
+//!
+//! Per-process samples come on the driver's schedule, not the caller's: a
+//! new one only once per sample period (`SIMGPU_NVML_SAMPLE_PERIOD`, default
+//! 200 ms: the median spacing of `nvmlDeviceGetProcessUtilization` samples
+//! on an H100 with driver 580, `bench/results/gpu-sm.md`), time-stamped at
+//! the period's boundary; a query between two boundaries finds nothing new
+//! (`NVML_ERROR_NOT_FOUND`), as on the real driver.
 
 use crate::config::MAX_DEVICES;
 use crate::shm::{ProcessUsage, Shm};
@@ -15,6 +22,8 @@ use std::collections::VecDeque;
 use std::sync::Mutex;
 
 const MIN_SPACING_NS: u64 = 10_000_000;
+/// Default spacing of per-process samples (see the module doc).
+const DEFAULT_SAMPLE_PERIOD_US: u64 = 200_000;
 const KEEP_NS: u64 = 20_000_000_000;
 /// `nvmlDeviceGetUtilizationRates` looks back this far (NVML: "between 1
 /// second and 1/6 second" depending on the product).
@@ -24,12 +33,33 @@ pub(crate) const RATE_WINDOW_NS: u64 = 1_000_000_000;
 struct Snapshot {
     mono_ns: u64,
     real_us: u64,
+    /// The time stamp a caller knows this snapshot by: `real_us`, or the
+    /// sample-period boundary a process sample taken from it reported.
+    stamp_us: u64,
     device_busy_ns: Vec<u64>,
     processes: Vec<Vec<ProcessUsage>>,
 }
 
 pub(crate) struct Sampler {
     history: Mutex<VecDeque<Snapshot>>,
+    sample_period_us: u64,
+}
+
+/// `SIMGPU_NVML_SAMPLE_PERIOD` (a duration, at least 1 ms), else the default.
+fn sample_period_us() -> u64 {
+    match std::env::var("SIMGPU_NVML_SAMPLE_PERIOD") {
+        Err(_) => DEFAULT_SAMPLE_PERIOD_US,
+        Ok(v) => match dilu_abi::units::parse_duration_ns(&v) {
+            Ok(ns) if ns >= 1_000_000 => ns / 1_000,
+            _ => {
+                eprintln!(
+                    "simgpu-nvml: SIMGPU_NVML_SAMPLE_PERIOD={v:?} is invalid: expected a duration of at least 1ms ({}); using 200ms",
+                    dilu_abi::units::DURATION_FORMS
+                );
+                DEFAULT_SAMPLE_PERIOD_US
+            }
+        },
+    }
 }
 
 /// One process's share of the device over a window.
@@ -42,9 +72,11 @@ pub(crate) struct ProcessSample {
 
 fn take(shm: &Shm) -> Snapshot {
     let ndev = shm.ndev().min(MAX_DEVICES);
+    let real_us = realtime_us();
     Snapshot {
         mono_ns: now_ns(),
-        real_us: realtime_us(),
+        real_us,
+        stamp_us: real_us,
         device_busy_ns: (0..ndev).map(|d| shm.device_busy_ns(d)).collect(),
         processes: (0..ndev).map(|d| shm.processes(d)).collect(),
     }
@@ -61,6 +93,7 @@ impl Sampler {
     pub(crate) fn new(shm: &Shm) -> Sampler {
         Sampler {
             history: Mutex::new(VecDeque::from([take(shm)])),
+            sample_period_us: sample_period_us(),
         }
     }
 
@@ -100,7 +133,9 @@ impl Sampler {
     }
 
     /// One sample per process that ran kernels on `phys` since
-    /// `last_seen_us` (CLOCK_REALTIME µs; 0 = since the oldest snapshot).
+    /// `last_seen_us` (CLOCK_REALTIME µs; 0 = since the oldest snapshot),
+    /// time-stamped at the newest sample-period boundary; none until a
+    /// boundary newer than `last_seen_us` has passed.
     pub(crate) fn process_samples(
         &self,
         shm: &Shm,
@@ -108,18 +143,20 @@ impl Sampler {
         last_seen_us: u64,
     ) -> Vec<ProcessSample> {
         let (cur, history) = self.now(shm);
-        if last_seen_us >= cur.real_us {
+        let boundary_us = cur.real_us / self.sample_period_us * self.sample_period_us;
+        if boundary_us <= last_seen_us {
             return Vec::new();
         }
-        // The newest snapshot at or before `last_seen_us`, else the oldest.
+        // The snapshot the caller's time stamp names (the one a previous
+        // sample was taken from), else the newest before it, else the oldest.
         let base = history
             .iter()
-            .rev()
-            .find(|s| s.real_us <= last_seen_us)
+            .filter(|s| s.stamp_us <= last_seen_us)
+            .max_by_key(|s| (s.stamp_us, s.mono_ns))
             .or(history.first())
             .unwrap_or(&cur);
         let window = cur.mono_ns - base.mono_ns;
-        cur.processes[phys]
+        let samples: Vec<ProcessSample> = cur.processes[phys]
             .iter()
             .filter_map(|p| {
                 let before = base.processes[phys]
@@ -129,10 +166,18 @@ impl Sampler {
                 let busy = p.busy_ns.saturating_sub(before);
                 (busy > 0).then(|| ProcessSample {
                     pid: p.pid,
-                    time_stamp_us: cur.real_us,
+                    time_stamp_us: boundary_us,
                     sm_percent: percent(busy, window),
                 })
             })
-            .collect()
+            .collect();
+        // A caller that asks again from this boundary starts where this
+        // sample ended, so no stretch is counted twice.
+        let mut kept = self.history.lock().unwrap_or_else(|e| e.into_inner());
+        kept.push_back(Snapshot {
+            stamp_us: boundary_us,
+            ..cur
+        });
+        samples
     }
 }

@@ -1,0 +1,132 @@
+#!/usr/bin/env bash
+# SM-time caps on a real NVIDIA GPU, by completed work (a real GPU has no
+# kernel trace): each workload shape of the SM-time benchmark runs alone
+# uncapped, alone at caps of 30 and 70 with dilu's NVML usage feedback on
+# and off, and as a 30/70 pair; cells are throughput relative to the same
+# shape alone and uncapped. It also records what NVML's per-process samples
+# say about a process whose kernels keep the GPU busy
+# (scripts/nvml_process_samples.py), the input of the usage feedback.
+# Writes bench/results/gpu-sm.md.
+#
+#   scripts/gpu-sm-check.sh [--seconds S]      (default 4 s per run)
+#   DILU_BIN=DIR   prebuilt release binaries (dilu, libdilu_interposer.so,
+#                  cudarc-loop); default target/release, built by cargo
+set -uo pipefail
+cd "$(dirname "$0")/.."
+seconds=4
+while [ $# -gt 0 ]; do
+  case $1 in
+    --seconds) seconds=$2; shift 2 ;;
+    -h | --help) awk 'NR > 1 && !/^#/ { exit } NR > 1 { sub(/^# ?/, ""); print }' "$0"; exit 0 ;;
+    *) echo "gpu-sm-check: unknown argument '$1'" >&2; exit 2 ;;
+  esac
+done
+if ! command -v nvidia-smi >/dev/null 2>&1 || ! nvidia-smi -L >/dev/null 2>&1; then
+  echo "gpu-sm-check: no NVIDIA GPU/driver found; scripts/bench.sh sm measures the same on simgpu" >&2
+  exit 2
+fi
+if [ -n "${DILU_BIN:-}" ]; then
+  bin=$DILU_BIN
+else
+  cargo build --release -p dilu-nodemgr -p dilu-interposer -p dilu-tests --bins --lib || exit 1
+  bin=target/release
+fi
+out=bench/results/gpu-sm.md
+
+# FMAs per thread for a ~100 µs kernel of 1320 × 128 threads: from
+# gpu-calibrate's jitter table when it is there (iters × 100 / median µs).
+i100=$(awk -F'|' '/^\| 100 \|/ { gsub(/ /, ""); if ($5 > 0) printf "%d", $3 * 100 / $5; exit }' \
+  bench/results/gpu-calibration.md 2>/dev/null)
+i100=${i100:-9400}
+i20=$((i100 / 5))
+shapes=(
+  "100 µs, sync every 4|--blocks 1320 --iters $i100 --depth 4"
+  "100 µs, sync every 1000|--blocks 1320 --iters $i100 --depth 1000"
+  "20 µs, sync every 1|--blocks 1320 --iters $i20 --depth 1"
+  "1 ms, never drains|--blocks 1320 --iters $((i100 * 10)) --depth never"
+  "20 µs, 3 streams, never drains|--blocks 1320 --iters $i20 --streams 3 --depth never"
+)
+rate() { grep -o '"kernels_per_second":[0-9.]*' | head -1 | cut -d: -f2; }
+pct() { awk -v a="${1:-0}" -v b="${2:-0}" 'BEGIN { if (b > 0) printf "%.1f", 100 * a / b; else print "?" }'; }
+# capped FEEDBACK CAP TAG ARGS...: kernels/s of one capped process.
+capped() {
+  local feedback=$1 cap=$2 tag=$3; shift 3
+  DILU_USAGE_FEEDBACK=$feedback "$bin/dilu" run --tenant "gpu-sm-$$-$tag" --sm "$cap" -- \
+    "$bin/cudarc-loop" --seconds "$seconds" --json "$@" 2>/dev/null | rate
+}
+
+{
+  echo "# SM-time caps on a real GPU, by completed work"
+  echo
+  echo "Command: \`scripts/gpu-sm-check.sh --seconds $seconds\`, $(date -u +%Y-%m-%dT%H:%M:%SZ)."
+  echo "GPU: $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader)."
+  echo "Host: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'), $(nproc) cores."
+  echo
+  echo "Kernels: \`cudarc-loop\` FMA kernels of 1320 blocks × 128 threads; $i100 FMAs per thread ≈ 100 µs here."
+  echo "Cells: kernels per second as % of the same shape alone and uncapped (which keeps the GPU"
+  echo "close to fully busy, so a cap of C should give close to C%). Feedback: dilu's NVML usage"
+  echo "feedback (\`DILU_USAGE_FEEDBACK\`). Pair: two processes at 30 and 70, each % of its own alone rate;"
+  echo "the same pair without dilu (plain time slicing) beside it."
+  echo
+  echo "| shape | alone k/s | 30, feedback on | 30, off | 70, on | 70, off | pair 30/70, on | pair 30/70, off | pair without dilu |"
+  echo "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"
+  for i in "${!shapes[@]}"; do
+    IFS='|' read -r name args <<< "${shapes[$i]}"
+    read -ra args <<< "$args"
+    alone=$("$bin/cudarc-loop" --seconds "$seconds" --json "${args[@]}" 2>/dev/null | rate)
+    row="| $name | ${alone:-?}"
+    for cap in 30 70; do
+      for feedback in on off; do
+        row="$row | $(pct "$(capped "$feedback" "$cap" "a$i-$cap-$feedback" "${args[@]}")" "$alone")"
+      done
+    done
+    for feedback in on off; do
+      fa=$(mktemp)
+      capped "$feedback" 30 "p$i-30-$feedback" "${args[@]}" > "$fa" &
+      b=$(capped "$feedback" 70 "p$i-70-$feedback" "${args[@]}")
+      wait
+      row="$row | $(pct "$(cat "$fa")" "$alone") / $(pct "$b" "$alone")"
+      rm -f "$fa"
+    done
+    fa=$(mktemp)
+    "$bin/cudarc-loop" --seconds "$seconds" --json "${args[@]}" 2>/dev/null | rate > "$fa" &
+    b=$("$bin/cudarc-loop" --seconds "$seconds" --json "${args[@]}" 2>/dev/null | rate)
+    wait
+    row="$row | $(pct "$(cat "$fa")" "$alone") / $(pct "$b" "$alone")"
+    rm -f "$fa"
+    echo "$row |"
+  done
+  echo
+  echo "## What NVML's per-process samples say"
+  echo
+  echo "\`scripts/nvml_process_samples.py\` polling every 50 ms while one process runs the first shape"
+  echo "(alone uncapped, then under \`dilu run --sm 50\`): sample count and spacing, each sample's smUtil,"
+  echo "and the busy fraction they add up to as usage_feedback.rs counts them, beside the program's rate."
+  echo
+  IFS='|' read -r name args <<< "${shapes[0]}"
+  read -ra args <<< "$args"
+  if python3 -c "import pynvml" 2>/dev/null; then
+    echo '```'
+    echo "alone: $(python3 scripts/nvml_process_samples.py --seconds 3 -- "$bin/cudarc-loop" --seconds 3 --json "${args[@]}")"
+    echo "--sm 50: $(python3 scripts/nvml_process_samples.py --seconds 3 -- "$bin/dilu" run --tenant "gpu-sm-$$-nvml" --sm 50 -- "$bin/cudarc-loop" --seconds 3 --json "${args[@]}")"
+    echo '```'
+  else
+    echo "skipped: python3 cannot import pynvml (nvidia-ml-py)"
+  fi
+  echo
+  echo "## The usage feedback's own account"
+  echo
+  echo "The first shape under \`--sm 70\` with \`DILU_LOG=dilu_interposer::usage_feedback=trace\`: the"
+  echo "device time NVML's samples gave (busy) and what launches were charged (charged), summed over"
+  echo "every settlement (each 50 ms)."
+  echo
+  log=$(mktemp)
+  k=$(DILU_LOG=dilu_interposer::usage_feedback=trace "$bin/dilu" run --tenant "gpu-sm-$$-log" --sm 70 -- \
+    "$bin/cudarc-loop" --seconds "$seconds" --json "${args[@]}" 2>"$log" | rate)
+  echo '```'
+  awk -v k="$k" '/device time settled/ { for (i = 1; i <= NF; i++) { split($i, kv, "="); if (kv[1] == "busy_ns") b += kv[2]; if (kv[1] == "charged_ns") c += kv[2] } n++ }
+    END { printf "%d settlements; busy %.3f s, charged %.3f s, busy/charged %.2f; %s kernels/s\n", n, b / 1e9, c / 1e9, (c > 0 ? b / c : 0), k }' "$log"
+  echo '```'
+  rm -f "$log"
+} | tee "$out"
+echo "gpu-sm-check: results in $out" >&2
