@@ -8,30 +8,50 @@
 # (scripts/nvml_process_samples.py), the input of the usage feedback.
 # Writes bench/results/gpu-sm.md.
 #
-#   scripts/gpu-sm-check.sh [--seconds S]      (default 4 s per run)
+# With --sim it runs the same shapes on simgpu (its defaults, each run on an
+# instance of its own, pairs sharing one) and writes bench/results/sim-sm.md,
+# each cell beside the H100's from bench/results/gpu-sm.md: how faithful
+# simgpu's sharing model is, measured the way a real GPU allows.
+#
+#   scripts/gpu-sm-check.sh [--seconds S] [--sim]   (default 4 s per run)
 #   DILU_BIN=DIR   prebuilt release binaries (dilu, libdilu_interposer.so,
 #                  cudarc-loop); default target/release, built by cargo
 set -uo pipefail
 cd "$(dirname "$0")/.."
 seconds=4
+sim=0
 while [ $# -gt 0 ]; do
   case $1 in
     --seconds) seconds=$2; shift 2 ;;
+    --sim) sim=1; shift ;;
     -h | --help) awk 'NR > 1 && !/^#/ { exit } NR > 1 { sub(/^# ?/, ""); print }' "$0"; exit 0 ;;
     *) echo "gpu-sm-check: unknown argument '$1'" >&2; exit 2 ;;
   esac
 done
-if ! command -v nvidia-smi >/dev/null 2>&1 || ! nvidia-smi -L >/dev/null 2>&1; then
-  echo "gpu-sm-check: no NVIDIA GPU/driver found; scripts/bench.sh sm measures the same on simgpu" >&2
+if [ "$sim" = 0 ] && { ! command -v nvidia-smi >/dev/null 2>&1 || ! nvidia-smi -L >/dev/null 2>&1; }; then
+  echo "gpu-sm-check: no NVIDIA GPU/driver found; --sim runs the same shapes on simgpu" >&2
   exit 2
 fi
 if [ -n "${DILU_BIN:-}" ]; then
   bin=$DILU_BIN
 else
-  cargo build --release -p dilu-nodemgr -p dilu-interposer -p dilu-tests --bins --lib || exit 1
+  cargo build --release -p dilu-nodemgr -p dilu-interposer -p dilu-tests -p simgpu -p simgpu-nvml --bins --lib || exit 1
   bin=target/release
 fi
 out=bench/results/gpu-sm.md
+sim_flag=()
+if [ "$sim" = 1 ]; then
+  out=bench/results/sim-sm.md
+  sim_flag=(--sim)
+  # The simulated driver and NVML under their real names, for the direct runs.
+  libdir=$(mktemp -d /tmp/gpu-sm-sim.XXXXXX)
+  trap 'rm -rf "$libdir"; rm -f /dev/shm/simgpu-$(id -u)-gpu-sm-$$-*' EXIT
+  for name in libcuda.so.1 libcuda.so; do ln -s "$(cd "$bin" && pwd)/libsimgpu.so" "$libdir/$name"; done
+  ln -s "$(cd "$bin" && pwd)/libsimgpu_nvml.so" "$libdir/libnvidia-ml.so.1"
+  export LD_LIBRARY_PATH=$libdir${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+fi
+# instance NAME: the simgpu instance a run uses (a real GPU ignores it).
+instance() { export SIMGPU_INSTANCE="gpu-sm-$$-$1"; }
 
 # FMAs per thread for a ~100 µs kernel of 1320 × 128 threads: from
 # gpu-calibrate's jitter table when it is there (iters × 100 / median µs).
@@ -39,27 +59,38 @@ i100=$(awk -F'|' '/^\| 100 \|/ { gsub(/ /, ""); if ($5 > 0) printf "%d", $3 * 10
   bench/results/gpu-calibration.md 2>/dev/null)
 i100=${i100:-9400}
 i20=$((i100 / 5))
+# A real GPU's kernel length follows the FMA count; simgpu's the grid.
+k100="--blocks 1320 --iters $i100"; k20="--blocks 1320 --iters $i20"; k1000="--blocks 1320 --iters $((i100 * 10))"
+[ "$sim" = 1 ] && { k100="--blocks 1320"; k20="--blocks 264"; k1000="--blocks 13200"; }
 shapes=(
-  "100 µs, sync every 4|--blocks 1320 --iters $i100 --depth 4"
-  "100 µs, sync every 1000|--blocks 1320 --iters $i100 --depth 1000"
-  "20 µs, sync every 1|--blocks 1320 --iters $i20 --depth 1"
-  "1 ms, never drains|--blocks 1320 --iters $((i100 * 10)) --depth never"
-  "20 µs, 3 streams, never drains|--blocks 1320 --iters $i20 --streams 3 --depth never"
+  "100 µs, sync every 4|$k100 --depth 4"
+  "100 µs, sync every 1000|$k100 --depth 1000"
+  "20 µs, sync every 1|$k20 --depth 1"
+  "1 ms, never drains|$k1000 --depth never"
+  "20 µs, 3 streams, never drains|$k20 --streams 3 --depth never"
 )
 rate() { grep -o '"kernels_per_second":[0-9.]*' | head -1 | cut -d: -f2; }
 pct() { awk -v a="${1:-0}" -v b="${2:-0}" 'BEGIN { if (b > 0) printf "%.1f", 100 * a / b; else print "?" }'; }
 # capped FEEDBACK CAP TAG ARGS...: kernels/s of one capped process.
 capped() {
   local feedback=$1 cap=$2 tag=$3; shift 3
-  DILU_USAGE_FEEDBACK=$feedback "$bin/dilu" run --tenant "gpu-sm-$$-$tag" --sm "$cap" -- \
+  DILU_USAGE_FEEDBACK=$feedback "$bin/dilu" run "${sim_flag[@]}" --tenant "gpu-sm-$$-$tag" --sm "$cap" -- \
     "$bin/cudarc-loop" --seconds "$seconds" --json "$@" 2>/dev/null | rate
 }
 
 {
-  echo "# SM-time caps on a real GPU, by completed work"
-  echo
-  echo "Command: \`scripts/gpu-sm-check.sh --seconds $seconds\`, $(date -u +%Y-%m-%dT%H:%M:%SZ)."
-  echo "GPU: $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader)."
+  if [ "$sim" = 1 ]; then
+    echo "# SM-time caps on simgpu beside the H100, by completed work"
+    echo
+    echo "Command: \`scripts/gpu-sm-check.sh --seconds $seconds --sim\`, $(date -u +%Y-%m-%dT%H:%M:%SZ)."
+    echo "Device: simgpu with its defaults (\`simgpu/README.md\`, *Calibration*); each shape's second"
+    echo "row is the H100's, copied from bench/results/gpu-sm.md."
+  else
+    echo "# SM-time caps on a real GPU, by completed work"
+    echo
+    echo "Command: \`scripts/gpu-sm-check.sh --seconds $seconds\`, $(date -u +%Y-%m-%dT%H:%M:%SZ)."
+    echo "GPU: $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader)."
+  fi
   echo "Host: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'), $(nproc) cores."
   echo
   echo "Kernels: \`cudarc-loop\` FMA kernels of 1320 blocks × 128 threads; $i100 FMAs per thread ≈ 100 µs here."
@@ -73,14 +104,17 @@ capped() {
   for i in "${!shapes[@]}"; do
     IFS='|' read -r name args <<< "${shapes[$i]}"
     read -ra args <<< "$args"
+    instance "alone-$i"
     alone=$("$bin/cudarc-loop" --seconds "$seconds" --json "${args[@]}" 2>/dev/null | rate)
     row="| $name | ${alone:-?}"
     for cap in 30 70; do
       for feedback in on off; do
+        instance "a$i-$cap-$feedback"
         row="$row | $(pct "$(capped "$feedback" "$cap" "a$i-$cap-$feedback" "${args[@]}")" "$alone")"
       done
     done
     for feedback in on off; do
+      instance "p$i-$feedback"
       fa=$(mktemp)
       capped "$feedback" 30 "p$i-30-$feedback" "${args[@]}" > "$fa" &
       b=$(capped "$feedback" 70 "p$i-70-$feedback" "${args[@]}")
@@ -88,6 +122,7 @@ capped() {
       row="$row | $(pct "$(cat "$fa")" "$alone") / $(pct "$b" "$alone")"
       rm -f "$fa"
     done
+    instance "p$i-none"
     fa=$(mktemp)
     "$bin/cudarc-loop" --seconds "$seconds" --json "${args[@]}" 2>/dev/null | rate > "$fa" &
     b=$("$bin/cudarc-loop" --seconds "$seconds" --json "${args[@]}" 2>/dev/null | rate)
@@ -95,6 +130,9 @@ capped() {
     row="$row | $(pct "$(cat "$fa")" "$alone") / $(pct "$b" "$alone")"
     rm -f "$fa"
     echo "$row |"
+    if [ "$sim" = 1 ]; then
+      grep -F "| $name |" bench/results/gpu-sm.md 2>/dev/null | head -1 | sed "s/^| $name |/| ↳ H100 |/"
+    fi
   done
   echo
   echo "## What NVML's per-process samples say"
@@ -107,8 +145,10 @@ capped() {
   read -ra args <<< "$args"
   if python3 -c "import pynvml" 2>/dev/null; then
     echo '```'
+    instance nvml-alone
     echo "alone: $(python3 scripts/nvml_process_samples.py --seconds 3 -- "$bin/cudarc-loop" --seconds 3 --json "${args[@]}")"
-    echo "--sm 50: $(python3 scripts/nvml_process_samples.py --seconds 3 -- "$bin/dilu" run --tenant "gpu-sm-$$-nvml" --sm 50 -- "$bin/cudarc-loop" --seconds 3 --json "${args[@]}")"
+    instance nvml-50
+    echo "--sm 50: $(python3 scripts/nvml_process_samples.py --seconds 3 -- "$bin/dilu" run "${sim_flag[@]}" --tenant "gpu-sm-$$-nvml" --sm 50 -- "$bin/cudarc-loop" --seconds 3 --json "${args[@]}")"
     echo '```'
   else
     echo "skipped: python3 cannot import pynvml (nvidia-ml-py)"
@@ -121,7 +161,8 @@ capped() {
   echo "every settlement (each 50 ms)."
   echo
   log=$(mktemp)
-  k=$(DILU_LOG=dilu_interposer::usage_feedback=trace "$bin/dilu" run --tenant "gpu-sm-$$-log" --sm 70 -- \
+  instance log
+  k=$(DILU_LOG=dilu_interposer::usage_feedback=trace "$bin/dilu" run "${sim_flag[@]}" --tenant "gpu-sm-$$-log" --sm 70 -- \
     "$bin/cudarc-loop" --seconds "$seconds" --json "${args[@]}" 2>"$log" | rate)
   echo '```'
   awk -v k="$k" '/device time settled/ { for (i = 1; i <= NF; i++) { split($i, kv, "="); if (kv[1] == "busy_ns") b += kv[2]; if (kv[1] == "charged_ns") c += kv[2] } n++ }

@@ -33,7 +33,7 @@ def main():
 
     pynvml.nvmlInit()
     handle = pynvml.nvmlDeviceGetHandleByIndex(args.index)
-    child = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    child = subprocess.Popen(command, stdout=subprocess.PIPE, text=True)
     started = time.time()
     last_seen = 0
     samples = {}

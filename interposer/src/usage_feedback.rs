@@ -35,6 +35,15 @@
 //! it, and the process throttles itself further (a 70% tenant on 3 streams
 //! learned a scale of 17.8 and used 59.5%).
 //!
+//! NVML's per-process number only means device time while the process is
+//! alone on the device. Under time slicing the driver reports about 99% for
+//! every process that has work queued, whether or not its context holds the
+//! device (measured on an H100: two busy processes each listed at 99% while
+//! each ran 46%; `bench/results/gpu-sm.md`). So a look settles only when no
+//! other process was listed with any use in the last [`CONTENDED_FOR_US`] of
+//! samples; while others were, the estimates alone decide (their charges
+//! are taken as they are, not carried to a later settlement).
+//!
 //! `DILU_USAGE_FEEDBACK=off` turns this off (estimates alone decide).
 //! Where NVML is missing, or never lists this process (a container whose
 //! pid namespace hides the host pid NVML uses), nothing is corrected and
@@ -124,6 +133,11 @@ const MAX_SAMPLES: usize = 256;
 const DEFAULT_SAMPLE_SPACING_US: u64 = 200_000;
 /// Spacings between NVML's sample times kept to estimate the typical one.
 const SPACINGS_KEPT: usize = 16;
+/// How long (sample time) after another process was listed with any use
+/// this process counts as sharing the device. NVIDIA's driver lists the
+/// processes of one device in turn (one per 200 ms sample when two are
+/// busy), so one answer without the other proves nothing.
+const CONTENDED_FOR_US: u64 = 1_000_000;
 
 /// The driver's busy-time count of one process on one device.
 struct DriverCount {
@@ -147,6 +161,20 @@ struct SampleClock {
     ours_before_us: u64,
     /// Recent spacings between consecutive sample times (any process).
     spacings: std::collections::VecDeque<u64>,
+    /// Newest sample time at which another process was listed with use.
+    others_seen_us: u64,
+}
+
+/// What one answer of NVML says about this process.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Look {
+    /// Busy time (ns) in this process's new samples.
+    busy_ns: u64,
+    /// NVML listed this process in a new sample.
+    listed: bool,
+    /// Another process was listed with use within [`CONTENDED_FOR_US`] of
+    /// the newest sample: this process's numbers are not device time.
+    contended: bool,
 }
 
 impl SampleClock {
@@ -160,10 +188,17 @@ impl SampleClock {
     }
 
     /// Folds in one answer: every sample NVML returned (any process) as
-    /// (pid, time stamp µs, SM percent). Returns this process's busy time
-    /// (ns) in its new samples and whether there were any. The first answer
-    /// only sets where counting starts.
-    fn fold(&mut self, pid: u32, samples: &[(u32, u64, u32)]) -> (u64, bool) {
+    /// (pid, time stamp µs, SM percent). The first answer only sets where
+    /// counting starts (no busy time).
+    fn fold(&mut self, pid: u32, samples: &[(u32, u64, u32)]) -> Look {
+        if let Some(newest_other) = samples
+            .iter()
+            .filter(|s| s.0 != pid && s.2 > 0)
+            .map(|s| s.1)
+            .max()
+        {
+            self.others_seen_us = self.others_seen_us.max(newest_other);
+        }
         let mut stamps: Vec<u64> = samples
             .iter()
             .map(|s| s.1)
@@ -190,9 +225,15 @@ impl SampleClock {
         ours.sort_unstable();
         ours.dedup_by_key(|s| s.0);
         self.last_seen_us = previous;
+        let contended =
+            self.others_seen_us != 0 && self.others_seen_us + CONTENDED_FOR_US >= self.last_seen_us;
         if first_answer {
             self.ours_before_us = ours.last().map_or(0, |s| s.0);
-            return (0, !ours.is_empty());
+            return Look {
+                busy_ns: 0,
+                listed: !ours.is_empty(),
+                contended,
+            };
         }
         let typical = self.typical_spacing_us();
         let mut busy_ns = 0u64;
@@ -206,7 +247,11 @@ impl SampleClock {
             busy_ns += period_us * 1_000 * u64::from(percent.min(100)) / 100;
             self.ours_before_us = stamp;
         }
-        (busy_ns, !ours.is_empty())
+        Look {
+            busy_ns,
+            listed: !ours.is_empty(),
+            contended,
+        }
     }
 }
 
@@ -232,10 +277,9 @@ impl DriverCount {
         Some(count)
     }
 
-    /// Device time (ns) the process had kernels running in NVML's samples
-    /// since the previous call, with whether NVML listed it in any new
-    /// sample; `None` if NVML failed.
-    fn busy_since_last_look(&mut self) -> Option<(u64, bool)> {
+    /// What NVML's samples since the previous call say (see [`Look`]);
+    /// `None` if NVML failed.
+    fn busy_since_last_look(&mut self) -> Option<Look> {
         let mut samples = [ProcessUtilizationSample::default(); MAX_SAMPLES];
         let mut count = MAX_SAMPLES as u32;
         // SAFETY: `samples` holds `count` writable entries of nvml.h's
@@ -250,7 +294,13 @@ impl DriverCount {
         };
         match result {
             NVML_SUCCESS => {}
-            NVML_ERROR_NOT_FOUND => return Some((0, false)),
+            NVML_ERROR_NOT_FOUND => {
+                return Some(Look {
+                    busy_ns: 0,
+                    listed: false,
+                    contended: false,
+                });
+            }
             _ => return None,
         }
         let answer: Vec<(u32, u64, u32)> = samples[..(count as usize).min(MAX_SAMPLES)]
@@ -299,9 +349,16 @@ fn run() {
             let Some(t) = tracked[device].as_mut() else {
                 continue;
             };
-            let Some((busy_ns, listed)) = t.count.busy_since_last_look() else {
+            let Some(look) = t.count.busy_since_last_look() else {
                 continue;
             };
+            let (busy_ns, listed) = (look.busy_ns, look.listed);
+            if look.contended {
+                // Sharing the device: NVML's number is not this process's
+                // device time. The launches' estimates stand.
+                t.charged_before = charged_now;
+                continue;
+            }
             if t.seen && !listed {
                 // No new sample of this process: NVML samples about every
                 // 200 ms, and a look between two samples knows nothing of
@@ -346,7 +403,15 @@ fn run() {
 
 #[cfg(test)]
 mod tests {
-    use super::SampleClock;
+    use super::{Look, SampleClock};
+
+    fn look(busy_ns: u64, listed: bool, contended: bool) -> Look {
+        Look {
+            busy_ns,
+            listed,
+            contended,
+        }
+    }
 
     const US: u64 = 1;
     const MS: u64 = 1_000 * US;
@@ -354,11 +419,11 @@ mod tests {
     #[test]
     fn the_first_answer_only_sets_the_baseline() {
         let mut clock = SampleClock::default();
-        assert_eq!(clock.fold(7, &[(7, 1_000 * MS, 90)]), (0, true));
+        assert_eq!(clock.fold(7, &[(7, 1_000 * MS, 90)]), look(0, true, false));
         // The next sample of ours, 200 ms later at 50%: 100 ms busy.
         assert_eq!(
             clock.fold(7, &[(7, 1_200 * MS, 50)]),
-            (100 * MS * 1_000, true)
+            look(100 * MS * 1_000, true, false)
         );
     }
 
@@ -366,40 +431,65 @@ mod tests {
     fn samples_of_other_processes_are_not_ours() {
         let mut clock = SampleClock::default();
         clock.fold(7, &[(9, 1_000 * MS, 10)]);
-        assert_eq!(clock.fold(7, &[(9, 1_200 * MS, 100)]), (0, false));
+        assert_eq!(clock.fold(7, &[(9, 1_200 * MS, 100)]), look(0, false, true));
         // An answer with nothing newer than what was seen counts nothing again.
-        assert_eq!(clock.fold(7, &[(7, 1_200 * MS, 100)]), (0, false));
+        assert_eq!(clock.fold(7, &[(7, 1_200 * MS, 100)]), look(0, false, true));
     }
 
     #[test]
     fn a_sample_after_an_idle_stretch_covers_one_period_not_the_stretch() {
         let mut clock = SampleClock::default();
         let mut t = 1_000 * MS;
-        clock.fold(7, &[(7, t, 100), (9, t, 100)]);
+        clock.fold(7, &[(7, t, 100), (9, t, 0)]);
         for _ in 0..10 {
             t += 200 * MS;
-            clock.fold(7, &[(7, t, 100), (9, t, 100)]);
+            clock.fold(7, &[(7, t, 100), (9, t, 0)]);
         }
-        // Two seconds in which only the other process is listed.
+        // Two seconds in which only an idle process is listed.
         for _ in 0..10 {
             t += 200 * MS;
-            assert_eq!(clock.fold(7, &[(9, t, 100)]), (0, false));
+            assert_eq!(clock.fold(7, &[(9, t, 0)]), look(0, false, false));
         }
         t += 200 * MS;
-        let (busy_ns, listed) = clock.fold(7, &[(7, t, 100), (9, t, 100)]);
-        assert!(listed);
-        assert_eq!(busy_ns, 200 * MS * 1_000, "one 200 ms period at 100%");
+        let seen = clock.fold(7, &[(7, t, 100), (9, t, 0)]);
+        assert_eq!(
+            seen,
+            look(200 * MS * 1_000, true, false),
+            "one 200 ms period at 100%"
+        );
+    }
+
+    #[test]
+    fn another_busy_process_makes_the_numbers_untrustworthy_for_a_while() {
+        let mut clock = SampleClock::default();
+        let mut t = 1_000 * MS;
+        clock.fold(7, &[(7, t, 99)]);
+        // The driver lists the two busy processes in turn, each at 99%.
+        t += 200 * MS;
+        assert!(clock.fold(7, &[(9, t, 99)]).contended);
+        t += 200 * MS;
+        let ours = clock.fold(7, &[(7, t, 99)]);
+        assert!(ours.listed && ours.contended);
+        // The other stops; a second after its last sample, ours count again.
+        for _ in 0..4 {
+            t += 200 * MS;
+            assert!(clock.fold(7, &[(7, t, 60)]).contended);
+        }
+        t += 200 * MS;
+        assert_eq!(
+            clock.fold(7, &[(7, t, 60)]),
+            look(120 * MS * 1_000, true, false)
+        );
     }
 
     #[test]
     fn several_samples_in_one_answer_each_count_their_own_period() {
         let mut clock = SampleClock::default();
         clock.fold(7, &[(7, 1_000 * MS, 0)]);
-        let answer = [
-            (7, 1_200 * MS, 50),
-            (7, 1_400 * MS, 25),
-            (9, 1_400 * MS, 75),
-        ];
-        assert_eq!(clock.fold(7, &answer), ((100 + 50) * MS * 1_000, true));
+        let answer = [(7, 1_200 * MS, 50), (7, 1_400 * MS, 25), (9, 1_400 * MS, 0)];
+        assert_eq!(
+            clock.fold(7, &answer),
+            look((100 + 50) * MS * 1_000, true, false)
+        );
     }
 }
