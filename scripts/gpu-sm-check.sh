@@ -158,7 +158,7 @@ capped() {
   echo
   echo "The first shape under \`--sm 70\` with \`DILU_LOG=dilu_interposer::usage_feedback=trace\`: the"
   echo "device time NVML's samples gave (busy) and what launches were charged (charged), summed over"
-  echo "every settlement (each 50 ms)."
+  echo "every settlement (one per new NVML sample of the process)."
   echo
   log=$(mktemp)
   instance log

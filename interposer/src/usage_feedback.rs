@@ -12,20 +12,22 @@
 //!   other process's slice (a 30% tenant with kernels longer than a slice
 //!   got 19%).
 //!
-//! The driver itself knows how long each process had kernels executing:
-//! NVML's `nvmlDeviceGetProcessUtilization` reports, per sample period, the
-//! percentage of time a kernel of the process ran (the union over its
-//! streams, only while its context held the device). Every [`PERIOD`] this
-//! thread compares the device time NVML counted for this process with what
-//! the process was charged since the last look (launch estimates plus the
-//! sampler's corrections) and charges (or refunds) the difference to the
-//! tenant's bucket. The estimates still pace launches between looks; this
-//! makes their sum right.
+//! The driver itself counts how long each process had kernels executing:
+//! NVML's `nvmlDeviceGetProcessUtilization` reports, per sample period
+//! (about 200 ms on NVIDIA's driver), the percentage of time a kernel of the
+//! process ran (the union over its streams). Every [`PERIOD`] this thread
+//! asks for new samples; when one of this process has come, it compares the
+//! device time NVML counted with what the process was charged since the
+//! previous sample (launch estimates plus the sampler's corrections) and
+//! charges (or refunds) the difference to the tenant's bucket. A look with
+//! no new sample settles nothing: the charges wait for the next sample. The
+//! estimates still pace launches between samples; this makes their sum
+//! right.
 //!
 //! Work charged at launch runs later, so at any moment the two totals
 //! differ by the work in flight; the correction settles it once it ran, and
-//! the error never accumulates. NVML reports whole percent: each look may
-//! be off by half a percent of [`PERIOD`].
+//! the error never accumulates. NVML reports whole percent: each sample may
+//! be off by half a percent of its period.
 //!
 //! Settling after the fact lets a process whose estimates are a factor too
 //! low (several streams) queue that factor more work than its share before

@@ -323,6 +323,26 @@ fn role_query() {
         Vec::new()
     };
     println!("SAMPLES_RC={r}\nSAMPLES={}", s.join(","));
+    if r == 0 {
+        // Asked again at once from the newest time stamp: the driver's
+        // sampler has no newer sample until its next period boundary.
+        let newest = samples[..count as usize]
+            .iter()
+            .map(|s| s.ts)
+            .max()
+            .unwrap_or(0);
+        let mut again = [Sample::default(); 16];
+        let mut again_count: c_uint = 16;
+        // SAFETY: array of 16 entries.
+        let again_rc = unsafe { f(d, again.as_mut_ptr(), &mut again_count, newest) };
+        let again_newest = again[..again_count.min(16) as usize]
+            .iter()
+            .map(|s| s.ts)
+            .max()
+            .filter(|_| again_rc == 0)
+            .unwrap_or(0);
+        println!("STAMP={newest}\nAGAIN_RC={again_rc}\nAGAIN_STAMP={again_newest}");
+    }
     assert_eq!(n.call0("nvmlShutdown"), 0);
 }
 
@@ -528,6 +548,20 @@ fn nvml_utilisation_follows_the_kernel_timeline() {
         sa * 4 >= util && sb * 4 >= util,
         "samples {samples:?} vs device {util}%"
     );
+    // Samples come on the driver's 200 ms schedule, time-stamped at its
+    // boundaries, not at the caller's query.
+    let stamp: u64 = value(&out, "STAMP").parse().unwrap();
+    assert_eq!(stamp % 200_000, 0, "{out}");
+    match value(&out, "AGAIN_RC").as_str() {
+        "6" => {}
+        // A boundary passed between the two queries: exactly one period on.
+        "0" => assert_eq!(
+            value(&out, "AGAIN_STAMP"),
+            (stamp + 200_000).to_string(),
+            "{out}"
+        ),
+        other => panic!("second query returned {other}\n{out}"),
+    }
 }
 
 /// `pynvml` (nvidia-ml-py) through `scripts/smi.py`; skipped with a note

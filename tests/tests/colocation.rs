@@ -67,8 +67,18 @@ fn status(socket: &std::path::Path, json: bool) -> Option<String> {
         .then(|| String::from_utf8_lossy(&output.stdout).into_owned())
 }
 
+/// The tests here time processes against each other: run them one at a
+/// time, so that on a 2-core machine one test's processes are not the
+/// other's load (the bound test failed once with both running beside a
+/// build).
+fn serial() -> std::sync::MutexGuard<'static, ()> {
+    static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner())
+}
+
 #[test]
 fn status_shows_the_gaps_of_a_primary_and_the_time_a_filler_filled() {
+    let _serial = serial();
     let scratch = Scratch::new("colo-status");
     let group = unique_name("colo-status");
     let _board = Board::of(&group);
@@ -352,6 +362,7 @@ fn summary(waits: &Waits) -> String {
 /// the test can fail: there the primary waits for the filler's time slice.
 #[test]
 fn a_filler_delays_the_primary_by_at_most_one_filler_kernel() {
+    let _serial = serial();
     let gated = primary_waits_beside_a_deep_filler(true);
     let bound = gated.filler_kernel_ns + BOUND_TOLERANCE_NS;
     let hard_bound = 2 * gated.filler_kernel_ns + BOUND_TOLERANCE_NS;

@@ -1,0 +1,83 @@
+"""Puts a results file beside an earlier version of itself.
+
+For each file, every markdown table row of the current version is matched
+with the row of the same table (by position among the file's tables) that
+has the same first cell in the version at REV, and every cell that changed
+is written "before → after". Rows only in one version are listed as such.
+Prints markdown to stdout.
+
+    python3 scripts/results_before_after.py REV FILE... > OUT.md
+"""
+import subprocess
+import sys
+
+
+def tables(text):
+    """The file's markdown tables: a list of (header, {first cell: row})."""
+    found, current = [], None
+    for line in text.splitlines():
+        line = line.strip()
+        if not line.startswith("|"):
+            current = None
+            continue
+        cells = [c.strip() for c in line.strip("|").split("|")]
+        if current is None:
+            current = (cells, {}, [])
+            found.append(current)
+        elif set("".join(cells)) <= set("-: "):
+            continue
+        else:
+            current[1][cells[0]] = cells
+            current[2].append(cells[0])
+    return found
+
+
+def compare(path, rev):
+    before_text = subprocess.run(
+        ["git", "show", f"{rev}:{path}"], capture_output=True, text=True
+    )
+    if before_text.returncode != 0:
+        return f"## {path}\n\nnot in {rev}: nothing to compare.\n"
+    after, before = tables(open(path).read()), tables(before_text.stdout)
+    out = [f"## {path}\n"]
+    for index, (header, rows, order) in enumerate(after):
+        if index >= len(before):
+            out.append(f"Table {index + 1}: new.\n")
+            continue
+        old_rows = before[index][1]
+        out.append(f"Table {index + 1}: " + " | ".join(header[:4]) + (" …" if len(header) > 4 else "") + "\n")
+        out.append("| " + " | ".join(header) + " |")
+        out.append("|" + "---|" * len(header))
+        for key in order:
+            new = rows[key]
+            old = old_rows.get(key)
+            if old is None:
+                out.append("| " + " | ".join([key + " (new row)"] + new[1:]) + " |")
+                continue
+            cells = [key]
+            for i, value in enumerate(new[1:], start=1):
+                was = old[i] if i < len(old) else ""
+                cells.append(value if was == value else f"{was} → {value}")
+            out.append("| " + " | ".join(cells) + " |")
+        gone = [k for k in before[index][2] if k not in rows]
+        if gone:
+            out.append("\nRows only before: " + ", ".join(gone))
+        out.append("")
+    return "\n".join(out) + "\n"
+
+
+def main():
+    if len(sys.argv) < 3:
+        sys.exit(__doc__)
+    rev, paths = sys.argv[1], sys.argv[2:]
+    commit = subprocess.run(["git", "rev-parse", "--short", rev], capture_output=True, text=True).stdout.strip()
+    print("# Results before and after\n")
+    print(f"Command: `python3 scripts/results_before_after.py {rev} {' '.join(paths)}`.")
+    print(f"Before: the files at {rev} ({commit}); after: the files as committed with this one.")
+    print("Each changed cell reads before → after.\n")
+    for path in paths:
+        print(compare(path, rev))
+
+
+if __name__ == "__main__":
+    main()
