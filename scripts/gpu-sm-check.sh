@@ -13,17 +13,23 @@
 # each cell beside the H100's from bench/results/gpu-sm.md: how faithful
 # simgpu's sharing model is, measured the way a real GPU allows.
 #
-#   scripts/gpu-sm-check.sh [--seconds S] [--sim]   (default 4 s per run)
+#   scripts/gpu-sm-check.sh [--seconds S] [--sim] [--nvml-only]   (default 4 s per run)
+#
+# --nvml-only   only what NVML's samples say (one process, then two at once,
+#               with and without dilu), to bench/results/gpu-nvml.md
+#               (sim-nvml.md with --sim)
 #   DILU_BIN=DIR   prebuilt release binaries (dilu, libdilu_interposer.so,
 #                  cudarc-loop); default target/release, built by cargo
 set -uo pipefail
 cd "$(dirname "$0")/.."
 seconds=4
 sim=0
+nvml_only=0
 while [ $# -gt 0 ]; do
   case $1 in
     --seconds) seconds=$2; shift 2 ;;
     --sim) sim=1; shift ;;
+    --nvml-only) nvml_only=1; shift ;;
     -h | --help) awk 'NR > 1 && !/^#/ { exit } NR > 1 { sub(/^# ?/, ""); print }' "$0"; exit 0 ;;
     *) echo "gpu-sm-check: unknown argument '$1'" >&2; exit 2 ;;
   esac
@@ -39,9 +45,11 @@ else
   bin=target/release
 fi
 out=bench/results/gpu-sm.md
+[ "$nvml_only" = 1 ] && out=bench/results/gpu-nvml.md
 sim_flag=()
 if [ "$sim" = 1 ]; then
   out=bench/results/sim-sm.md
+  [ "$nvml_only" = 1 ] && out=bench/results/sim-nvml.md
   sim_flag=(--sim)
   # The simulated driver and NVML under their real names, for the direct runs.
   libdir=$(mktemp -d /tmp/gpu-sm-sim.XXXXXX)
@@ -78,27 +86,37 @@ capped() {
     "$bin/cudarc-loop" --seconds "$seconds" --json "$@" 2>/dev/null | rate
 }
 
+flags="--seconds $seconds"
+[ "$sim" = 1 ] && flags="$flags --sim"
+[ "$nvml_only" = 1 ] && flags="$flags --nvml-only"
 {
-  if [ "$sim" = 1 ]; then
+  if [ "$nvml_only" = 1 ]; then
+    echo "# What NVML's per-process samples say"
+    echo
+    echo "Command: \`scripts/gpu-sm-check.sh $flags\`, $(date -u +%Y-%m-%dT%H:%M:%SZ)."
+  elif [ "$sim" = 1 ]; then
     echo "# SM-time caps on simgpu beside the H100, by completed work"
     echo
-    echo "Command: \`scripts/gpu-sm-check.sh --seconds $seconds --sim\`, $(date -u +%Y-%m-%dT%H:%M:%SZ)."
+    echo "Command: \`scripts/gpu-sm-check.sh $flags\`, $(date -u +%Y-%m-%dT%H:%M:%SZ)."
     echo "Device: simgpu with its defaults (\`simgpu/README.md\`, *Calibration*); each shape's second"
     echo "row is the H100's, copied from bench/results/gpu-sm.md."
   else
     echo "# SM-time caps on a real GPU, by completed work"
     echo
-    echo "Command: \`scripts/gpu-sm-check.sh --seconds $seconds\`, $(date -u +%Y-%m-%dT%H:%M:%SZ)."
-    echo "GPU: $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader)."
+    echo "Command: \`scripts/gpu-sm-check.sh $flags\`, $(date -u +%Y-%m-%dT%H:%M:%SZ)."
   fi
+  [ "$sim" = 0 ] && echo "GPU: $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader)."
   echo "Host: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'), $(nproc) cores."
   echo
   echo "Kernels: \`cudarc-loop\` FMA kernels of 1320 blocks × 128 threads; $i100 FMAs per thread ≈ 100 µs here."
-  echo "Cells: kernels per second as % of the same shape alone and uncapped (which keeps the GPU"
-  echo "close to fully busy, so a cap of C should give close to C%). Feedback: dilu's NVML usage"
-  echo "feedback (\`DILU_USAGE_FEEDBACK\`). Pair: two processes at 30 and 70, each % of its own alone rate;"
-  echo "the same pair without dilu (plain time slicing) beside it."
+  if [ "$nvml_only" = 0 ]; then
+    echo "Cells: kernels per second as % of the same shape alone and uncapped (which keeps the GPU"
+    echo "close to fully busy, so a cap of C should give close to C%). Feedback: dilu's NVML usage"
+    echo "feedback (\`DILU_USAGE_FEEDBACK\`). Pair: two processes at 30 and 70, each % of its own alone rate;"
+    echo "the same pair without dilu (plain time slicing) beside it."
+  fi
   echo
+  if [ "$nvml_only" = 0 ]; then
   echo "| shape | alone k/s | 30, feedback on | 30, off | 70, on | 70, off | pair 30/70, on | pair 30/70, off | pair without dilu |"
   echo "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"
   for i in "${!shapes[@]}"; do
@@ -134,12 +152,14 @@ capped() {
       grep -F "| $name |" bench/results/gpu-sm.md 2>/dev/null | head -1 | sed "s/^| $name |/| ↳ H100 |/"
     fi
   done
+  fi
   echo
   echo "## What NVML's per-process samples say"
   echo
   echo "\`scripts/nvml_process_samples.py\` polling every 50 ms while one process runs the first shape"
-  echo "(alone uncapped, then under \`dilu run --sm 50\`): sample count and spacing, each sample's smUtil,"
-  echo "and the busy fraction they add up to as usage_feedback.rs counts them, beside the program's rate."
+  echo "(alone uncapped, then under \`dilu run --sm 50\`), then while two run it at once (without dilu,"
+  echo "then at 30/70): sample count and spacing, each sample's smUtil, and the busy fraction they add"
+  echo "up to as usage_feedback.rs counts them, beside the program's rate."
   echo
   IFS='|' read -r name args <<< "${shapes[0]}"
   read -ra args <<< "$args"
@@ -149,9 +169,31 @@ capped() {
     echo "alone: $(python3 scripts/nvml_process_samples.py --seconds 3 -- "$bin/cudarc-loop" --seconds 3 --json "${args[@]}")"
     instance nvml-50
     echo "--sm 50: $(python3 scripts/nvml_process_samples.py --seconds 3 -- "$bin/dilu" run "${sim_flag[@]}" --tenant "gpu-sm-$$-nvml" --sm 50 -- "$bin/cudarc-loop" --seconds 3 --json "${args[@]}")"
+    # Two processes at once: what each one's samples say while they share
+    # the device by time slices, without dilu and at 30/70.
+    for setting in none "30 70"; do
+      instance "nvml-pair-${setting// /-}"
+      fa=$(mktemp)
+      if [ "$setting" = none ]; then
+        python3 scripts/nvml_process_samples.py --seconds 3 -- "$bin/cudarc-loop" --seconds 3 --json "${args[@]}" > "$fa" &
+        b=$(python3 scripts/nvml_process_samples.py --seconds 3 -- "$bin/cudarc-loop" --seconds 3 --json "${args[@]}")
+      else
+        python3 scripts/nvml_process_samples.py --seconds 3 -- "$bin/dilu" run "${sim_flag[@]}" --tenant "gpu-sm-$$-nvml-30" --sm 30 -- \
+          "$bin/cudarc-loop" --seconds 3 --json "${args[@]}" > "$fa" &
+        b=$(python3 scripts/nvml_process_samples.py --seconds 3 -- "$bin/dilu" run "${sim_flag[@]}" --tenant "gpu-sm-$$-nvml-70" --sm 70 -- \
+          "$bin/cudarc-loop" --seconds 3 --json "${args[@]}")
+      fi
+      wait
+      echo "pair ($setting), first: $(cat "$fa")"
+      echo "pair ($setting), second: $b"
+      rm -f "$fa"
+    done
     echo '```'
   else
     echo "skipped: python3 cannot import pynvml (nvidia-ml-py)"
+  fi
+  if [ "$nvml_only" = 1 ]; then
+    exit 0
   fi
   echo
   echo "## The usage feedback's own account"

@@ -13,6 +13,9 @@
 //!   CDF plot and a table.
 //! - `real-overhead` (binary, run by `scripts/gpu-check.sh`): launch and
 //!   allocation overhead on the real NVIDIA driver.
+//! - `gpu-calibrate` (binary, run by `scripts/gpu-check.sh`): what simgpu's
+//!   sharing model is set by (call costs, kernel gap, jitter, streams, time
+//!   slices, hand-offs), measured on a real GPU.
 //! - [`svg`]: line and CDF plots for reports.
 
 pub mod cli;

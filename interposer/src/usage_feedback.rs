@@ -40,8 +40,9 @@
 //! NVML's per-process number only means device time while the process is
 //! alone on the device. Under time slicing the driver reports about 99% for
 //! every process that has work queued, whether or not its context holds the
-//! device (measured on an H100: two busy processes each listed at 99% while
-//! each ran 46%; `bench/results/gpu-sm.md`). So a look settles only when no
+//! device (measured on an H100: two processes running the same request
+//! loop each listed at 99% while each did 38% of its rate alone;
+//! `bench/results/gpu-nvml.md`). So a look settles only when no
 //! other process was listed with any use in the last [`CONTENDED_FOR_US`] of
 //! samples; while others were, the estimates alone decide (their charges
 //! are taken as they are, not carried to a later settlement).
@@ -131,7 +132,7 @@ const MAX_SAMPLES: usize = 256;
 
 /// Spacing of NVML's samples assumed until some were seen: NVIDIA's driver
 /// samples each process about every 200 ms (measured on an H100, driver
-/// 580: `bench/results/gpu-sm.md`).
+/// 580: `bench/results/gpu-nvml.md`).
 const DEFAULT_SAMPLE_SPACING_US: u64 = 200_000;
 /// Spacings between NVML's sample times kept to estimate the typical one.
 const SPACINGS_KEPT: usize = 16;
@@ -364,10 +365,10 @@ fn run() {
             if t.seen && !listed {
                 // No new sample of this process: NVML samples about every
                 // 200 ms, and a look between two samples knows nothing of
-                // the work since. Keep the charges for the next sample
-                // (settling them against nothing would refund them, and a
-                // refund beyond the bucket's depth is lost while the later
-                // bill is not: the process ended up at 54% of a 70% share).
+                // the work since. Keep the charges for the next sample.
+                // (Settling every 50 ms look, three of four against no
+                // sample, held a 70% tenant to 52% of its uncapped rate on
+                // an H100: bench/results/gpu-check-20261122T153810Z.md.)
                 continue;
             }
             let charged_ns = charged_now.wrapping_sub(t.charged_before) as i64;
