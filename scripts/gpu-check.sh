@@ -9,7 +9,8 @@
 # 30/70 and 10/90 under NVIDIA MPS, under dilu, under HAMi-core (when
 # HAMI_VGPU names its libvgpu.so) and with time slicing, with cudarc-loop and
 # with two PyTorch matmul loops. `gpu-calibrate all` measures what simgpu's
-# model is set by (call costs, kernel gap, jitter, streams, time slices) and
+# model is set by (call costs, kernel gap, jitter, streams, time slices,
+# hand-offs) and
 # goes to bench/results/gpu-calibration.md.
 #
 #   scripts/gpu-check.sh                  builds (cargo) and runs everything
