@@ -10,8 +10,7 @@
 # HAMI_VGPU names its libvgpu.so) and with time slicing, with cudarc-loop and
 # with two PyTorch matmul loops. `gpu-calibrate all` measures what simgpu's
 # model is set by (call costs, kernel gap, jitter, streams, time slices,
-# hand-offs) and
-# goes to bench/results/gpu-calibration.md.
+# hand-offs) and goes to bench/results/gpu-calibration.md.
 #
 #   scripts/gpu-check.sh                  builds (cargo) and runs everything
 #   DILU_BIN=DIR scripts/gpu-check.sh     uses prebuilt release binaries in DIR
