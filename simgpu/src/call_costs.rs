@@ -23,7 +23,9 @@ pub(crate) enum Call {
 /// (name in `SIMGPU_CALL_COST`, call, default ns).
 pub(crate) const CALLS: [(&str, Call, u64); 12] = [
     // Medians measured on an H100 (driver 580, Xeon host) by
-    // `gpu-calibrate host`: bench/results/gpu-calibration.md.
+    // `gpu-calibrate host`, the first of two runs
+    // (bench/results/gpu-check-20261122T153810Z.md; simgpu/README.md lists
+    // both).
     ("launch", Call::Launch, 3_800),
     ("event_record", Call::EventRecord, 1_300),
     ("event_record_untimed", Call::EventRecordUntimed, 300),

@@ -199,10 +199,11 @@ impl Config {
         // Used by the time-sliced model only (serial kernels take exactly
         // their cost, back to back).
         // Defaults measured on an H100 with driver 580 by `gpu-calibrate`
-        // (bench/results/gpu-calibration.md): 138 µs between one process's
-        // last kernel and the other's first at a hand-off, 2.85 µs between
-        // back-to-back full-grid kernels, σ of ln(duration) 0.009 (100 µs
-        // kernels) to 0.026 (20 µs), drift σ 0.0003 to 0.0012.
+        // in two runs (simgpu/README.md, *Calibration*): 138 µs between one
+        // process's last kernel and the other's first at a hand-off,
+        // 2.85–3.10 µs between back-to-back full-grid kernels, σ of
+        // ln(duration) 0.0085–0.0088 (87 µs kernels) to 0.026–0.031 (21 µs),
+        // drift σ 0.0003 to 0.016.
         let switch_ns = duration("SIMGPU_SWITCH_COST", 140_000, 100_000_000)?;
         let gap_ns = duration("SIMGPU_KERNEL_GAP", 3_000, 100_000_000)?;
         let jitter = sigma("SIMGPU_JITTER", 0.01)?;

@@ -56,7 +56,7 @@ mod tests {
 
     #[test]
     fn defaults_are_the_measured_values() {
-        // Medians on an H100 (bench/results/gpu-calibration.md).
+        // Medians measured on an H100 (simgpu/README.md, *Host costs*).
         let c = CallCosts::default();
         assert_eq!(c.get(Call::Launch), 3_800);
         assert_eq!(c.get(Call::EventRecord), 1_300);
