@@ -10,7 +10,8 @@ use std::ffi::{CString, c_void};
 /// spins every block for `run_ns`, and block 0 records each jump of the
 /// timer over `threshold_ns` (the block was not running) as a pair in
 /// out[2..], with out[0] = its start and out[1] = the number of jumps;
-/// `busy(float*, u32 iters)`: dependent FMAs, a kernel that does real work.
+/// the FMA kernel that does real work is the workloads' own
+/// (`dilu_tests::ptx`, `busy`).
 pub const PTX: &str = r#"
 .version 7.0
 .target sm_50
@@ -85,41 +86,12 @@ SL_NEXT:
 SL_DONE:
     ret;
 }
-
-.visible .entry busy(.param .u64 busy_data, .param .u32 busy_iters)
-{
-    .reg .pred %p<2>;
-    .reg .f32 %f<4>;
-    .reg .b32 %r<8>;
-    .reg .b64 %rd<5>;
-    ld.param.u64 %rd1, [busy_data];
-    ld.param.u32 %r1, [busy_iters];
-    cvta.to.global.u64 %rd2, %rd1;
-    mov.u32 %r2, %ctaid.x;
-    mov.u32 %r3, %ntid.x;
-    mov.u32 %r4, %tid.x;
-    mad.lo.s32 %r5, %r2, %r3, %r4;
-    mul.wide.u32 %rd3, %r5, 4;
-    add.s64 %rd4, %rd2, %rd3;
-    ld.global.f32 %f1, [%rd4];
-    mov.f32 %f2, 0f3F800000;
-    mov.u32 %r6, 0;
-BUSY_LOOP:
-    setp.ge.u32 %p1, %r6, %r1;
-    @%p1 bra BUSY_DONE;
-    fma.rn.f32 %f1, %f1, 0f3F7FFF58, %f2;
-    add.u32 %r6, %r6, 1;
-    bra BUSY_LOOP;
-BUSY_DONE:
-    st.global.f32 [%rd4], %f1;
-    ret;
-}
 "#;
 
 /// Grid of the FMA kernel: ten waves of 132 blocks (100 µs on simgpu's
 /// default cost model, and the shape of the SM-time benchmark's kernels).
 pub const BUSY_BLOCKS: u32 = 1320;
-pub const BUSY_THREADS: u32 = 128;
+pub const BUSY_THREADS: u32 = dilu_tests::ptx::BLOCK_THREADS;
 /// Gaps a slicer kernel can record (each kernel runs 200 ms; a 1 ms slice
 /// gives about 100).
 pub const SLICER_CAP: u32 = 8192;
@@ -148,6 +120,7 @@ pub fn open_gpu() -> Fallible<Gpu> {
     let device = result::device::get(0).map_err(driver_error("cuDeviceGet"))?;
     let name = result::device::get_name(device).map_err(driver_error("cuDeviceGetName"))?;
     let ptx = CString::new(PTX).expect("no NUL in the PTX");
+    let workload_ptx = CString::new(dilu_tests::ptx::PTX).expect("no NUL in the PTX");
     let function = |module, name: &str| {
         // SAFETY: a module loaded below and a NUL-free entry name of it.
         unsafe { result::module::get_function(module, CString::new(name).expect("no NUL")) }
@@ -156,7 +129,7 @@ pub fn open_gpu() -> Fallible<Gpu> {
     // SAFETY: (block) cuda.h contracts: a device from cuDeviceGet, its
     // primary context made current before any other call, a NUL-terminated
     // PTX image.
-    let (module, sms) = unsafe {
+    let (module, workload_module, sms) = unsafe {
         let context = result::primary_ctx::retain(device)
             .map_err(driver_error("cuDevicePrimaryCtxRetain"))?;
         result::ctx::set_current(context).map_err(driver_error("cuCtxSetCurrent"))?;
@@ -167,7 +140,9 @@ pub fn open_gpu() -> Fallible<Gpu> {
         .map_err(driver_error("cuDeviceGetAttribute"))?;
         let module = result::module::load_data(ptx.as_ptr().cast())
             .map_err(driver_error("cuModuleLoadData"))?;
-        (module, sms)
+        let workload_module = result::module::load_data(workload_ptx.as_ptr().cast())
+            .map_err(driver_error("cuModuleLoadData"))?;
+        (module, workload_module, sms)
     };
     let stream = result::stream::create(result::stream::StreamKind::NonBlocking)
         .map_err(driver_error("cuStreamCreate"))?;
@@ -178,7 +153,7 @@ pub fn open_gpu() -> Fallible<Gpu> {
         noop: function(module, "noop")?,
         span: function(module, "span")?,
         slicer: function(module, "slicer")?,
-        busy: function(module, "busy")?,
+        busy: function(workload_module, dilu_tests::ptx::BUSY_KERNEL)?,
     })
 }
 
