@@ -474,15 +474,14 @@ impl Window {
     /// clean ones: keeping those charged a 3-stream tenant a twentieth of
     /// its kernels' time.) What that mean gets wrong is settled by
     /// [`usage_feedback`](crate::usage_feedback).
-    fn add(&mut self, ns: u64, shortened: bool) -> u64 {
+    fn add(&mut self, ns: u64, shortened: bool, streams: usize) -> u64 {
         self.samples[self.next] = ns;
         self.shortened[self.next] = shortened;
         self.next = (self.next + 1) % WINDOW;
         self.filled = (self.filled + 1).min(WINDOW);
         let window = &self.samples[..self.filled];
         if self.shortened[..self.filled].contains(&true) {
-            let sum: u128 = window.iter().map(|&s| u128::from(s)).sum();
-            return (sum / self.filled as u128) as u64;
+            return mean_without_waits(window, streams);
         }
         let smallest = window.iter().copied().min().unwrap_or(ns);
         let limit = smallest.saturating_add(smallest >> CLEAN_FRACTION_SHIFT);
@@ -494,6 +493,34 @@ impl Window {
             });
         (sum / count.max(1)) as u64
     }
+}
+
+/// The mean of overlapping kernels' samples, without those that held a
+/// wait for another process.
+///
+/// A sample of kernels side by side on `streams` streams holds at most
+/// the stretch they share, about `streams` times what one adds on average;
+/// a sample longer than `streams + 1` times the mean held something else:
+/// the device was another process's (a time slice is 2 ms; the kernels
+/// where overlap matters are often 0.1 ms). Kept in, one such sample in a
+/// window of 16 raised the estimate by half or more: a 30/70 pair on 3
+/// streams left 30% of the device idle (70% used; 73-83% without them, in
+/// `thirty_seventy_with_launches_on_several_streams`). Waits shorter than
+/// that (another process's short slice) stay in, as does the stretch two
+/// samples share when a later launch on another stream ends first: the
+/// estimate stays high by about a quarter there (known limit, issue 14).
+fn mean_without_waits(window: &[u64], streams: usize) -> u64 {
+    let mean_up_to = |limit: u64| {
+        let (sum, count) = window
+            .iter()
+            .filter(|&&sample| sample <= limit)
+            .fold((0u128, 0u128), |(sum, count), &sample| {
+                (sum + u128::from(sample), count + 1)
+            });
+        (sum / count.max(1)) as u64
+    };
+    let with_all = mean_up_to(u64::MAX);
+    mean_up_to(with_all.saturating_mul(streams as u64 + 1))
 }
 
 fn harvest() {
@@ -554,7 +581,8 @@ fn harvest() {
                     .entry(sample.entry as *const Entry as usize)
                     .or_default();
                 let shortened = own.is_none_or(|own| measured < own);
-                let estimate = window.add(measured, shortened);
+                let streams = 1 + sample.chained.iter().filter(|&&c| c).count();
+                let estimate = window.add(measured, shortened, streams);
                 tracing::trace!(
                     kind = sample.entry as *const Entry as usize,
                     measured,
@@ -613,14 +641,14 @@ mod tests {
     #[test]
     fn the_estimate_leaves_out_samples_that_held_a_wait() {
         let mut window = Window::default();
-        assert_eq!(window.add(300, false), 300);
-        assert_eq!(window.add(100, false), 100);
-        assert_eq!(window.add(250, false), 100);
+        assert_eq!(window.add(300, false, 1), 300);
+        assert_eq!(window.add(100, false, 1), 100);
+        assert_eq!(window.add(250, false, 1), 100);
         for _ in 0..WINDOW - 1 {
-            window.add(400, false);
+            window.add(400, false, 1);
         }
         // The 100 fell out of the window: the kernel really got slower.
-        assert_eq!(window.add(400, false), 400);
+        assert_eq!(window.add(400, false, 1), 400);
     }
 
     #[test]
@@ -638,7 +666,7 @@ mod tests {
             } else {
                 kernel
             };
-            estimate = window.add(sample, false);
+            estimate = window.add(sample, false, 1);
         }
         // The smallest sample (97 µs) would under-charge by 3%.
         assert!(
@@ -660,12 +688,30 @@ mod tests {
             } else {
                 (2_000, true)
             };
-            estimate = window.add(sample, shortened);
+            estimate = window.add(sample, shortened, 3);
         }
         assert!(
             (90_000..=120_000).contains(&estimate),
             "estimate {estimate} ns for 100 µs of busy time per launch"
         );
+    }
+
+    #[test]
+    fn overlapping_kernels_are_not_charged_another_processs_slice() {
+        // As above, with one sample in the window that also held 2.2 ms of
+        // another process's time slice (and switches).
+        let mut window = Window::default();
+        let mut estimate = 0;
+        for i in 0..WINDOW {
+            let (sample, shortened) = match i % 3 {
+                _ if i == 7 => (2_500_000, false),
+                0 => (300_000, false),
+                _ => (2_000, true),
+            };
+            estimate = window.add(sample, shortened, 3);
+        }
+        // The mean of the 15 others: six 300 µs stretches, nine 2 µs.
+        assert_eq!(estimate, (6 * 300_000 + 9 * 2_000) / 15);
     }
 
     fn set(ctx: usize, epoch: u64, n: usize) -> EventSet {
