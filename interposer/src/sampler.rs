@@ -470,10 +470,12 @@ impl Window {
     /// stream's completion): kernels of the process then overlap, a sample
     /// is only the part of the busy time the kernel added after the others,
     /// anywhere from nothing to its whole duration, and only the mean of
-    /// all of them says what a launch adds. (Their low ones are not the
-    /// clean ones: keeping those charged a 3-stream tenant a twentieth of
-    /// its kernels' time.) What that mean gets wrong is settled by
-    /// [`usage_feedback`](crate::usage_feedback).
+    /// all of them says what a launch adds, less those that held another
+    /// process's slice ([`mean_without_waits`]; `streams` is how many of
+    /// our streams the sample was timed against). Their low ones are not
+    /// the clean ones: keeping those charged a 3-stream tenant a twentieth
+    /// of its kernels' time. What that mean gets wrong is settled by
+    /// [`usage_feedback`](crate::usage_feedback) where NVML can tell.
     fn add(&mut self, ns: u64, shortened: bool, streams: usize) -> u64 {
         self.samples[self.next] = ns;
         self.shortened[self.next] = shortened;
