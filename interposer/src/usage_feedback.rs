@@ -62,10 +62,11 @@ use std::time::Duration;
 
 /// How often the driver's count is compared with the charges.
 pub const PERIOD: Duration = Duration::from_millis(50);
-/// Looks that may pass with work charged but no NVML sample of this process
-/// before the process is taken to be invisible to NVML (then corrections
-/// stop for good).
-const UNSEEN_LOOKS_BEFORE_GIVING_UP: u32 = 40;
+/// Answers with new samples (of any process) but none of this one, while
+/// it had work charged, before the process is taken to be invisible to
+/// NVML (then corrections stop for good): 2 s of the driver's 200 ms
+/// samples.
+const UNSEEN_ANSWERS_BEFORE_GIVING_UP: u32 = 10;
 
 /// GPU time this process was charged on each device while its share was
 /// limited: launch estimates and the sampler's corrections.
@@ -179,6 +180,9 @@ struct Look {
     /// Another process was listed with use within [`CONTENDED_FOR_US`] of
     /// the newest sample: this process's numbers are not device time.
     contended: bool,
+    /// The answer held a sample newer than those seen before (of any
+    /// process): only such an answer says anything about who is listed.
+    fresh: bool,
 }
 
 impl SampleClock {
@@ -229,14 +233,15 @@ impl SampleClock {
         ours.sort_unstable();
         ours.dedup_by_key(|s| s.0);
         self.last_seen_us = previous;
-        let contended =
-            self.others_seen_us != 0 && self.others_seen_us + CONTENDED_FOR_US >= self.last_seen_us;
+        let contended = self.contended();
+        let fresh = !stamps.is_empty();
         if first_answer {
             self.ours_before_us = ours.last().map_or(0, |s| s.0);
             return Look {
                 busy_ns: 0,
                 listed: !ours.is_empty(),
                 contended,
+                fresh,
             };
         }
         let typical = self.typical_spacing_us();
@@ -255,7 +260,27 @@ impl SampleClock {
             busy_ns,
             listed: !ours.is_empty(),
             contended,
+            fresh,
         }
+    }
+
+    /// NVML had no sample newer than the last one seen (its NOT_FOUND):
+    /// nothing new, and whether another process shares the device is as
+    /// the samples seen last said. (Taking this for "alone" made every look
+    /// between two samples of a busy pair count as one in which this
+    /// process went unlisted, and after 2 s the pair's tenants stopped
+    /// correcting for good, also once the other one had left.)
+    fn nothing_new(&self) -> Look {
+        Look {
+            busy_ns: 0,
+            listed: false,
+            contended: self.contended(),
+            fresh: false,
+        }
+    }
+
+    fn contended(&self) -> bool {
+        self.others_seen_us != 0 && self.others_seen_us + CONTENDED_FOR_US >= self.last_seen_us
     }
 }
 
@@ -298,19 +323,14 @@ impl DriverCount {
         };
         match result {
             NVML_SUCCESS => {}
-            NVML_ERROR_NOT_FOUND => {
-                return Some(Look {
-                    busy_ns: 0,
-                    listed: false,
-                    contended: false,
-                });
-            }
+            NVML_ERROR_NOT_FOUND => return Some(self.samples.nothing_new()),
             _ => return None,
         }
         let answer: Vec<(u32, u64, u32)> = samples[..(count as usize).min(MAX_SAMPLES)]
             .iter()
             .map(|s| (s.pid, s.time_stamp_us, s.sm_util))
             .collect();
+        tracing::trace!(?answer, pid = self.pid, "nvml answer");
         Some(self.samples.fold(self.pid, &answer))
     }
 }
@@ -320,11 +340,31 @@ struct Tracked {
     count: DriverCount,
     /// [`CHARGED`] at the previous look.
     charged_before: u64,
-    /// NVML listed this process at least once.
-    seen: bool,
-    unseen_looks: u32,
+    sighting: Sighting,
     /// Device time found owed and not yet charged to the bucket.
     owed: Installments,
+}
+
+/// Whether NVML lists this process at all (a container whose pid namespace
+/// hides the host pid NVML uses is never listed).
+#[derive(Default)]
+struct Sighting {
+    /// NVML listed this process at least once.
+    seen: bool,
+    unseen_answers: u32,
+}
+
+impl Sighting {
+    /// Notes one look (`charged`: the process had work charged since the
+    /// previous one); whether to stop looking: answers with new samples
+    /// kept leaving out a process that ran.
+    fn gives_up(&mut self, look: &Look, charged: bool) -> bool {
+        self.seen |= look.listed;
+        if !self.seen && look.fresh && charged {
+            self.unseen_answers += 1;
+        }
+        self.unseen_answers >= UNSEEN_ANSWERS_BEFORE_GIVING_UP
+    }
 }
 
 /// Looks over which a debt found at one settlement is charged. NVML's
@@ -371,8 +411,7 @@ fn run() {
                 tracked[device] = DriverCount::open(device).map(|count| Tracked {
                     count,
                     charged_before: charged_total(device),
-                    seen: false,
-                    unseen_looks: 0,
+                    sighting: Sighting::default(),
                     owed: Installments::default(),
                 });
                 if tracked[device].is_none() {
@@ -395,13 +434,20 @@ fn run() {
                 continue;
             };
             let (busy_ns, listed) = (look.busy_ns, look.listed);
+            let charged_ns = charged_now.wrapping_sub(t.charged_before) as i64;
+            let first_sighting = listed && !t.sighting.seen;
+            if t.sighting.gives_up(&look, charged_ns > 0) {
+                tracing::debug!(device, "NVML never lists this process: estimates only");
+                tracked[device] = None;
+                continue;
+            }
             if look.contended {
                 // Sharing the device: NVML's number is not this process's
                 // device time. The launches' estimates stand.
                 t.charged_before = charged_now;
                 continue;
             }
-            if t.seen && !listed {
+            if t.sighting.seen && !listed {
                 // No new sample of this process: NVML samples about every
                 // 200 ms, and a look between two samples knows nothing of
                 // the work since. Keep the charges for the next sample.
@@ -410,19 +456,12 @@ fn run() {
                 // an H100: bench/results/gpu-check-20261122T153810Z.md.)
                 continue;
             }
-            let charged_ns = charged_now.wrapping_sub(t.charged_before) as i64;
             t.charged_before = charged_now;
-            if !t.seen {
+            if !listed || first_sighting {
                 // Until NVML lists this process once, its silence may mean
-                // it cannot see us (not that nothing ran): never refund on it.
-                t.seen = listed;
-                if charged_ns > 0 && !listed {
-                    t.unseen_looks += 1;
-                    if t.unseen_looks >= UNSEEN_LOOKS_BEFORE_GIVING_UP {
-                        tracing::debug!(device, "NVML never lists this process: estimates only");
-                        tracked[device] = None;
-                    }
-                }
+                // it cannot see us (not that nothing ran): never refund on
+                // it. The first sample that lists it covers a period whose
+                // charges were not kept: it starts the count.
                 continue;
             }
             let share = sm.budget().share_ppm(device);
@@ -448,7 +487,7 @@ fn run() {
 
 #[cfg(test)]
 mod tests {
-    use super::{INSTALLMENTS, Installments, Look, SampleClock};
+    use super::{INSTALLMENTS, Installments, Look, SampleClock, Sighting};
 
     #[test]
     fn a_debt_is_paid_in_installments_of_at_most_a_quarter() {
@@ -468,11 +507,13 @@ mod tests {
         assert!(paid.len() < 80, "paid off in {} looks", paid.len());
     }
 
+    /// An answer with new samples.
     fn look(busy_ns: u64, listed: bool, contended: bool) -> Look {
         Look {
             busy_ns,
             listed,
             contended,
+            fresh: true,
         }
     }
 
@@ -496,7 +537,71 @@ mod tests {
         clock.fold(7, &[(9, 1_000 * MS, 10)]);
         assert_eq!(clock.fold(7, &[(9, 1_200 * MS, 100)]), look(0, false, true));
         // An answer with nothing newer than what was seen counts nothing again.
-        assert_eq!(clock.fold(7, &[(7, 1_200 * MS, 100)]), look(0, false, true));
+        assert_eq!(
+            clock.fold(7, &[(7, 1_200 * MS, 100)]),
+            Look {
+                fresh: false,
+                ..look(0, false, true)
+            }
+        );
+    }
+
+    #[test]
+    fn no_new_sample_leaves_the_device_shared_as_last_seen() {
+        let mut clock = SampleClock::default();
+        clock.fold(7, &[(7, 1_000 * MS, 99)]);
+        assert!(!clock.nothing_new().contended);
+        clock.fold(7, &[(9, 1_200 * MS, 99)]);
+        let between = clock.nothing_new();
+        assert!(between.contended && !between.listed && !between.fresh);
+    }
+
+    #[test]
+    fn a_tenant_of_a_busy_pair_keeps_looking_between_samples() {
+        // Four 50 ms looks per 200 ms sample; the driver lists the two
+        // busy processes in turn; ours ran all along.
+        let mut clock = SampleClock::default();
+        let mut sighting = Sighting::default();
+        let mut t = 1_000 * MS;
+        for turn in 0..100 {
+            t += 200 * MS;
+            let pid = if turn % 2 == 0 { 7 } else { 9 };
+            let answer = clock.fold(7, &[(pid, t, 99)]);
+            assert!(!sighting.gives_up(&answer, true), "turn {turn}");
+            for _ in 0..3 {
+                assert!(!sighting.gives_up(&clock.nothing_new(), true));
+            }
+        }
+        assert!(sighting.seen);
+    }
+
+    #[test]
+    fn a_process_nvml_never_lists_stops_being_corrected() {
+        // NVML lists a neighbour but never this process (another pid
+        // namespace): ten answers with new samples, 2 s, and no more.
+        let mut clock = SampleClock::default();
+        let mut sighting = Sighting::default();
+        let mut t = 1_000 * MS;
+        let mut answers = 0;
+        loop {
+            t += 200 * MS;
+            answers += 1;
+            let answer = clock.fold(7, &[(9, t, 40)]);
+            // Looks between samples say nothing.
+            let gave_up = sighting.gives_up(&answer, true)
+                || (0..3).any(|_| sighting.gives_up(&clock.nothing_new(), true));
+            if gave_up {
+                break;
+            }
+            assert!(answers < 100, "never gave up");
+        }
+        assert_eq!(answers, 10);
+        // An idle process is not held against NVML.
+        let mut idle = Sighting::default();
+        for _ in 0..50 {
+            t += 200 * MS;
+            assert!(!idle.gives_up(&clock.fold(7, &[(9, t, 40)]), false));
+        }
     }
 
     #[test]
