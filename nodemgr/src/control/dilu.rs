@@ -56,8 +56,13 @@ pub struct Params {
     pub headroom: f64,
     /// Co-location (`dilu-colo`): the primary's launches are protected per
     /// launch by the gap board, so a latency tenant's whole guarantee is
-    /// lent to fillers while its latency has slack, and taken back in the
-    /// period in which a request completes without slack.
+    /// lent to fillers while its latency has slack (p99 and the period's
+    /// mean under `high × SLO`), and taken back in the period in which a
+    /// request completes without slack. No dead band here: one would keep
+    /// a guarantee taken back once for as long as the p99 stays between
+    /// `low` and `high` of the SLO, where a primary beside fillers stays
+    /// (in the colocation benchmark its p99 was 52% of its SLO; the
+    /// device was 76% busy with the dead band, 80% without).
     pub lend: bool,
 }
 
@@ -107,8 +112,6 @@ impl Dilu {
                 o.limit_ppm
             } else if late {
                 (*r).max(o.request_ppm)
-            } else if active && pressure >= p.low {
-                *r // dead band: hold
             } else {
                 0
             };
@@ -261,6 +264,21 @@ mod tests {
         // still keeps its own request (guarantees hold).
         t[0] = with_latency(busy(t[0].clone(), 100), 2, 2);
         assert!(c.step(20_000_000, &t)[1] >= 200_000);
+    }
+
+    #[test]
+    fn a_guarantee_taken_back_is_lent_again_once_latency_has_slack() {
+        let mut c = Dilu::new(Params {
+            lend: true,
+            ..Params::default()
+        });
+        let mut t = pair();
+        t[1].request_ppm = 200_000;
+        t[0] = with_latency(busy(t[0].clone(), 10), 45, 45); // 90% of the SLO
+        assert_eq!(c.step(0, &t)[1], 200_000, "taken back");
+        // 60% of the SLO, where the law without lending holds what it has.
+        t[0] = with_latency(t[0].clone(), 30, 30);
+        assert_eq!(c.step(5_000_000, &t)[1], FULL, "lent again");
     }
 
     #[test]
