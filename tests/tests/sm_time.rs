@@ -117,8 +117,8 @@ fn thirty_seventy_with_mixed_kernel_sizes() {
 /// over-charged in a pair (known limit, issue 14: a stretch two samples
 /// share is counted in both, and another process's short slices stay in
 /// the samples), the 70% tenant more (100 µs of device time per launch
-/// was estimated at 105-132 µs for the 30% tenant, 138-164 µs for the 70%
-/// one, in six release runs), so both use less than their share and the
+/// was estimated at 114-132 µs for the 30% tenant, 138-141 µs for the 70%
+/// one, in three release runs), so both use less than their share and the
 /// split leans to the 30% tenant: seen in debug builds 69.6-75% used (release
 /// 78-83%), split 33-37/63-67. The bounds are set below that, not at the
 /// 70% and ±8 points of one stream; before the samples that held another
