@@ -62,7 +62,8 @@ pub struct Params {
     /// a guarantee taken back once for as long as the p99 stays between
     /// `low` and `high` of the SLO, where a primary beside fillers stays
     /// (in the colocation benchmark its p99 was 52% of its SLO; the
-    /// device was 76% busy with the dead band, 80% without).
+    /// device was 76% busy with the dead band, 77.5-80% without, in two
+    /// runs).
     pub lend: bool,
 }
 
