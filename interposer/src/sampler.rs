@@ -486,15 +486,22 @@ impl Window {
             return mean_without_waits(window, streams);
         }
         let smallest = window.iter().copied().min().unwrap_or(ns);
-        let limit = smallest.saturating_add(smallest >> CLEAN_FRACTION_SHIFT);
-        let (sum, count) = window
-            .iter()
-            .filter(|&&sample| sample <= limit)
-            .fold((0u128, 0u128), |(sum, count), &sample| {
-                (sum + u128::from(sample), count + 1)
-            });
-        (sum / count.max(1)) as u64
+        mean_up_to(
+            window,
+            smallest.saturating_add(smallest >> CLEAN_FRACTION_SHIFT),
+        )
     }
+}
+
+/// The mean of the samples no longer than `limit` (0 if none is).
+fn mean_up_to(window: &[u64], limit: u64) -> u64 {
+    let (sum, count) = window
+        .iter()
+        .filter(|&&sample| sample <= limit)
+        .fold((0u128, 0u128), |(sum, count), &sample| {
+            (sum + u128::from(sample), count + 1)
+        });
+    (sum / count.max(1)) as u64
 }
 
 /// The mean of overlapping kernels' samples, without those that held a
@@ -512,17 +519,8 @@ impl Window {
 /// samples share when a later launch on another stream ends first: the
 /// estimate stays high by about a quarter there (known limit, issue 14).
 fn mean_without_waits(window: &[u64], streams: usize) -> u64 {
-    let mean_up_to = |limit: u64| {
-        let (sum, count) = window
-            .iter()
-            .filter(|&&sample| sample <= limit)
-            .fold((0u128, 0u128), |(sum, count), &sample| {
-                (sum + u128::from(sample), count + 1)
-            });
-        (sum / count.max(1)) as u64
-    };
-    let with_all = mean_up_to(u64::MAX);
-    mean_up_to(with_all.saturating_mul(streams as u64 + 1))
+    let with_all = mean_up_to(window, u64::MAX);
+    mean_up_to(window, with_all.saturating_mul(streams as u64 + 1))
 }
 
 fn harvest() {

@@ -22,6 +22,17 @@ fn time_calls(
     Ok((median(&mut samples), percentile(&mut samples, 90.0)))
 }
 
+/// Between timed calls that queue work: synchronises `stream` every 256th
+/// time (untimed), so the queue never fills.
+fn drain_every_256th(calls: &mut u32, stream: sys::CUstream) -> Fallible<()> {
+    *calls += 1;
+    if calls.is_multiple_of(256) {
+        sync(stream)
+    } else {
+        Ok(())
+    }
+}
+
 pub fn host_costs(gpu: &Gpu) -> Fallible<String> {
     let reps = 2000;
     let stream = gpu.stream;
@@ -42,14 +53,7 @@ pub fn host_costs(gpu: &Gpu) -> Fallible<String> {
         "launch",
         time_calls(
             reps,
-            || {
-                launched += 1;
-                if launched.is_multiple_of(256) {
-                    sync(stream)
-                } else {
-                    Ok(())
-                }
-            },
+            || drain_every_256th(&mut launched, stream),
             || launch(gpu.noop, 1, 1, stream, &mut []),
         )?,
     );
@@ -161,14 +165,7 @@ pub fn host_costs(gpu: &Gpu) -> Fallible<String> {
             "copy",
             time_calls(
                 reps,
-                || {
-                    memsets += 1;
-                    if memsets.is_multiple_of(256) {
-                        sync(stream)
-                    } else {
-                        Ok(())
-                    }
-                },
+                || drain_every_256th(&mut memsets, stream),
                 || {
                     result::memset_d8_async(small, 0, 4096, stream)
                         .map_err(driver_error("cuMemsetD8Async"))

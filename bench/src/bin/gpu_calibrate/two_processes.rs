@@ -61,6 +61,14 @@ struct ProcessTimeline {
     gaps: Vec<(u64, u64)>,
 }
 
+/// The numbers of a child's output line after its leading tag.
+fn numbers_after_tag(line: &str) -> Vec<u64> {
+    line.split_whitespace()
+        .skip(1)
+        .filter_map(|f| f.parse().ok())
+        .collect()
+}
+
 impl ProcessTimeline {
     fn parse(text: &str) -> ProcessTimeline {
         let mut timeline = ProcessTimeline {
@@ -68,11 +76,7 @@ impl ProcessTimeline {
             gaps: Vec::new(),
         };
         for line in text.lines() {
-            let fields: Vec<u64> = line
-                .split_whitespace()
-                .skip(1)
-                .filter_map(|f| f.parse().ok())
-                .collect();
+            let fields = numbers_after_tag(line);
             match (line.chars().next(), fields.as_slice()) {
                 (Some('K'), [start, end, ..]) => timeline.kernels.push((*start, *end)),
                 (Some('G'), [from, to]) => timeline.gaps.push((*from, *to)),
@@ -190,11 +194,7 @@ pub fn handoff(seconds: f64) -> Fallible<String> {
     let mut kernels: Vec<(u64, u64, usize)> = Vec::new();
     for (process, text) in printed.iter().enumerate() {
         for line in text.lines() {
-            let fields: Vec<u64> = line
-                .split_whitespace()
-                .skip(1)
-                .filter_map(|f| f.parse().ok())
-                .collect();
+            let fields = numbers_after_tag(line);
             if let [start, end] = fields.as_slice()
                 && *start != u64::MAX
             {
