@@ -10,6 +10,7 @@
 //! | `DILU_MEM_LIMIT` | memory budget: `8GiB`, `50%`, `0:8GiB,1:4GiB` (see [`crate::memory_config`]); HAMi's `CUDA_DEVICE_MEMORY_LIMIT[_i]` are aliases |
 //! | `DILU_SM_LIMIT` | SM-time share: `30` (% of every device), `0:30,1:50`; HAMi's `CUDA_DEVICE_SM_LIMIT[_i]` are aliases (see [`crate::sm_config`]) |
 //! | `DILU_SM_DEPTH` | token bucket depth (burst allowance after idling); default 5ms |
+//! | `DILU_SM_BURST` | GPU time a throttled tenant releases at once (see [`crate::sm_config`]); default 2ms, `0` paces each launch |
 //! | `DILU_CONTEXT_MEMORY` | memory charged per process and device for the CUDA context itself; default 256MiB |
 //! | `DILU_USAGE_FEEDBACK` | `on` (default) or `off`: settle SM-time charges against NVML's per-process busy time (see [`crate::usage_feedback`]) |
 //!

@@ -162,7 +162,8 @@ fn admit(
             match bucket.admit(now, cost, share, sm.budget().depth_ns()) {
                 Admission::Now => break,
                 Admission::At(deadline) => {
-                    sleep_until(deadline);
+                    let burst_ns = crate::config::get().sm.burst_ns;
+                    sleep_until(deadline + burst_wait_ns(burst_ns, share, sm.budget().depth_ns()));
                     let woke = monotonic_ns();
                     telemetry.record_throttle(woke - now);
                     now = woke;
@@ -190,6 +191,14 @@ fn admit(
         && (estimate.is_none() || entry.due_for_sample(launches_before))
         && entry.start_sampling();
     (entry, sample)
+}
+
+/// How much longer than its own tokens a throttled launch waits: until
+/// the bucket also holds `DILU_SM_BURST` of GPU time (wall time at the
+/// share; at most the depth, which is all a bucket can hold), so the launches
+/// after it go at once, as one run on the GPU (see [`crate::sm_config`]).
+fn burst_wait_ns(burst_ns: u64, share_ppm: u32, depth_ns: u64) -> u64 {
+    (burst_ns.saturating_mul(1_000_000) / u64::from(share_ppm.max(1))).min(depth_ns)
 }
 
 /// How often a launch held at share 0 looks at its share again.
@@ -317,6 +326,15 @@ pub fn device_of_stream(stream: sys::CUstream) -> usize {
 mod tests {
     use super::*;
     use dilu_abi::cuda::CUDA_ERROR_STREAM_CAPTURE_UNMATCHED as NOT_CAPTURING;
+
+    #[test]
+    fn a_throttled_launch_waits_for_a_burst_of_gpu_time_at_most_a_depth() {
+        // 2 ms of GPU time at 70% accrue in 2.857 ms of wall time.
+        assert_eq!(burst_wait_ns(2_000_000, 700_000, 5_000_000), 2_857_142);
+        // At 30% that would be 6.7 ms; a 5 ms bucket holds no more.
+        assert_eq!(burst_wait_ns(2_000_000, 300_000, 5_000_000), 5_000_000);
+        assert_eq!(burst_wait_ns(0, 300_000, 5_000_000), 0, "0 paces launches");
+    }
 
     // One test: the capture count is process-wide.
     #[test]

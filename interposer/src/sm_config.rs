@@ -12,6 +12,16 @@
 //! `DILU_SM_DEPTH` sets the token bucket's depth (default 5ms): after idling
 //! a tenant may run ahead of its share by at most this much wall-clock time,
 //! i.e. a burst of `share × depth` of GPU time.
+//!
+//! `DILU_SM_BURST` (default 2ms, `0` to pace every launch) is how much GPU
+//! time a throttled tenant releases at once: a launch that must wait for
+//! tokens waits on until the bucket also holds this much (at most a depth's
+//! worth), so the tenant's work reaches the GPU in runs about one time slice
+//! long. Paced launch by launch, a throttled tenant always has a kernel
+//! pending, and a GPU shared by time slicing then switches contexts at every
+//! slice of the other tenant (about 165 µs of device time lost per switch on
+//! an H100, `bench/results/gpu-calibration.md`). The default is that H100's
+//! measured slice (2.08 ms).
 
 use crate::memory_config::ConfigError;
 use dilu_abi::ledger::MAX_DEVICES;
@@ -23,6 +33,8 @@ pub struct SmLimits {
     /// Share in ppm per device ordinal; `None` = unlimited.
     pub per_device: [Option<u32>; MAX_DEVICES],
     pub depth_ns: u64,
+    /// GPU time a throttled tenant releases at once (0: launch by launch).
+    pub burst_ns: u64,
 }
 
 impl SmLimits {
@@ -36,6 +48,7 @@ impl Default for SmLimits {
         SmLimits {
             per_device: [None; MAX_DEVICES],
             depth_ns: DEFAULT_DEPTH_NS,
+            burst_ns: DEFAULT_BURST_NS,
         }
     }
 }
@@ -44,6 +57,10 @@ const DILU_FORMS: &str = "a percentage of every device's time from 1 to 100 (30 
      or per-device entries (0:30,1:50) with indices below 16";
 const HAMI_FORMS: &str = "an integer percentage from 0 to 100 (0 = no limit)";
 const DEPTH_FORMS: &str = "a duration from 100us to 1s, such as 5ms";
+const BURST_FORMS: &str = "0 or a duration up to 100ms, such as 2ms";
+/// One time slice of an H100 (`bench/results/gpu-calibration.md`: median
+/// 2078 µs), rounded.
+pub const DEFAULT_BURST_NS: u64 = 2_000_000;
 
 /// A percentage as a share in ppm, `None` for 100 (the whole device).
 fn percent_share(text: &str) -> Option<Option<u32>> {
@@ -106,6 +123,18 @@ pub fn from_env(get: impl Fn(&str) -> Option<String>) -> Result<SmLimits, Config
                 expected: DEPTH_FORMS.into(),
             })?;
     }
+    if let Some(value) = get("DILU_SM_BURST").filter(|v| !v.is_empty()) {
+        limits.burst_ns = match value.trim() {
+            "0" => Some(0),
+            text => units::parse_duration_ns(text).ok(),
+        }
+        .filter(|ns| *ns <= 100_000_000)
+        .ok_or_else(|| ConfigError {
+            variable: "DILU_SM_BURST".into(),
+            value: value.clone(),
+            expected: BURST_FORMS.into(),
+        })?;
+    }
     if let Some(value) = get("DILU_SM_LIMIT").filter(|v| !v.is_empty()) {
         limits.per_device = parse_dilu(&value)?;
         return Ok(limits);
@@ -146,6 +175,11 @@ mod tests {
         assert_eq!(each.per_device[2], None);
         assert_eq!(each.depth_ns, 2_000_000);
         assert!(!from_env(env(&[])).unwrap().any());
+        assert_eq!(from_env(env(&[])).unwrap().burst_ns, DEFAULT_BURST_NS);
+        for (text, ns) in [("0", 0), ("500us", 500_000), ("4ms", 4_000_000)] {
+            let burst = from_env(env(&[("DILU_SM_BURST", text)])).unwrap();
+            assert_eq!(burst.burst_ns, ns, "{text}");
+        }
     }
 
     #[test]
@@ -176,5 +210,9 @@ mod tests {
         assert_eq!(error.variable, "CUDA_DEVICE_SM_LIMIT");
         let error = from_env(env(&[("DILU_SM_DEPTH", "1ns")])).unwrap_err();
         assert_eq!(error.variable, "DILU_SM_DEPTH");
+        for bad in ["1s", "lots", "-1ms"] {
+            let error = from_env(env(&[("DILU_SM_BURST", bad)])).unwrap_err();
+            assert_eq!(error.variable, "DILU_SM_BURST", "{bad}");
+        }
     }
 }

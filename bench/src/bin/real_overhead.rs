@@ -9,8 +9,13 @@
 //!   `cuMemAlloc_v2` + `cuMemFree_v2` pair (4 KiB).
 //! - `real-overhead compare --interposer PATH`: runs `measure` in several
 //!   processes, alternately directly and with `LD_PRELOAD=PATH` and a memory
-//!   budget, and prints a markdown table (medians over processes, added ns,
-//!   ratio). `scripts/gpu-check.sh` runs it on hosts with a GPU.
+//!   budget, and prints a markdown table (medians over processes; the added
+//!   ns is the median of each dilu process's figure less the direct one run
+//!   next to it, with the middle half of those differences; ratio). Every
+//!   process runs on one CPU (`--cpu`, default the last this process may
+//!   use): launch costs differ by up to a microsecond between processes on
+//!   different cores of a VM, many times the difference measured.
+//!   `scripts/gpu-check.sh` runs it on hosts with a GPU.
 //!
 //! Both sides inherit the environment, so on a host without a GPU
 //! `LD_LIBRARY_PATH=<dir with libcuda.so → libsimgpu.so> SIMGPU_NULL=1`
@@ -24,13 +29,15 @@ use std::ffi::{CString, c_void};
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode};
 
-const USAGE: &str = "usage: real-overhead measure [--rounds R] [--batch B]
-       real-overhead compare --interposer PATH [--processes P] [--mem SIZE] [--sm PCT] [--rounds R] [--batch B]
+const USAGE: &str = "usage: real-overhead measure [--rounds R] [--batch B] [--cpu N]
+       real-overhead compare --interposer PATH [--processes P] [--mem SIZE] [--sm PCT] [--rounds R] [--batch B] [--cpu N]
   measure     time cuLaunchKernel and cuMemAlloc_v2+cuMemFree_v2 in this process
-  compare     run `measure` P times (default 6) per side, alternately directly and with
+  compare     run `measure` P times (default 10) per side, alternately directly and with
               LD_PRELOAD=PATH DILU_MEM_LIMIT=SIZE (default 8GiB); print a markdown table
-  --sm PCT    also give the dilu side an SM share (DILU_SM_LIMIT=PCT): the launch path
-              with its budget check and sampling (99 keeps the no-op loop unthrottled)
+  --sm PCT    also give the dilu side an SM share (DILU_SM_LIMIT=PCT) and a bucket of the
+              deepest depth (DILU_SM_DEPTH=1s): the launch path with its budget check and
+              sampling, never waiting for tokens (the cost of control, not of throttling)
+  --cpu N     run on CPU N only (compare: every process; default the last CPU allowed)
   --rounds R  timed batches per measurement (default 200)
   --batch B   calls per timed batch (default 100)";
 
@@ -45,7 +52,45 @@ fn interposer_loaded() -> bool {
     std::fs::read_to_string("/proc/self/maps").is_ok_and(|maps| maps.contains("libdilu_interposer"))
 }
 
-fn measure(rounds: usize, batch: usize) -> Result<Measured, String> {
+/// Restricts this process to `cpu`.
+fn pin_to(cpu: usize) -> Result<(), String> {
+    // SAFETY: a zeroed cpu_set_t is an empty set; CPU_SET writes inside it
+    // (cpu is checked against its size), and sched_setaffinity reads it.
+    unsafe {
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        if cpu >= 8 * std::mem::size_of::<libc::cpu_set_t>() {
+            return Err(format!("CPU {cpu} is beyond the CPU set"));
+        }
+        libc::CPU_SET(cpu, &mut set);
+        if libc::sched_setaffinity(0, std::mem::size_of_val(&set), &set) != 0 {
+            return Err(format!(
+                "cannot run on CPU {cpu}: {}",
+                std::io::Error::last_os_error()
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// The highest-numbered CPU this process may run on.
+fn last_allowed_cpu() -> Option<usize> {
+    // SAFETY: sched_getaffinity fills the zeroed set; CPU_ISSET reads it
+    // within its size.
+    unsafe {
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        if libc::sched_getaffinity(0, std::mem::size_of_val(&set), &mut set) != 0 {
+            return None;
+        }
+        (0..8 * std::mem::size_of::<libc::cpu_set_t>())
+            .rev()
+            .find(|&cpu| libc::CPU_ISSET(cpu, &set))
+    }
+}
+
+fn measure(rounds: usize, batch: usize, cpu: Option<usize>) -> Result<Measured, String> {
+    if let Some(cpu) = cpu {
+        pin_to(cpu)?;
+    }
     let e = |what: &str| {
         let what = what.to_string();
         move |error: result::DriverError| format!("{what}: {error:?}")
@@ -155,6 +200,7 @@ struct CompareOptions {
     sm: Option<String>,
     rounds: usize,
     batch: usize,
+    cpu: Option<usize>,
 }
 
 fn run_side(options: &CompareOptions, dilu: bool) -> Result<Measured, String> {
@@ -167,12 +213,15 @@ fn run_side(options: &CompareOptions, dilu: bool) -> Result<Measured, String> {
         "--batch",
         &options.batch.to_string(),
     ]);
+    if let Some(cpu) = options.cpu {
+        command.args(["--cpu", &cpu.to_string()]);
+    }
     if dilu {
         command
             .env("LD_PRELOAD", &options.interposer)
             .env("DILU_MEM_LIMIT", &options.mem);
         if let Some(sm) = &options.sm {
-            command.env("DILU_SM_LIMIT", sm);
+            command.env("DILU_SM_LIMIT", sm).env("DILU_SM_DEPTH", "1s");
         }
     } else {
         command.env_remove("LD_PRELOAD");
@@ -210,7 +259,14 @@ fn compare(options: &CompareOptions) -> Result<String, String> {
         }
     }
     let device = direct[0].device.clone();
-    let mut table = Table::new(&["call", "direct ns", "through dilu ns", "added ns", "ratio"]);
+    let mut table = Table::new(&[
+        "call",
+        "direct ns",
+        "through dilu ns",
+        "added ns",
+        "added, middle half",
+        "ratio",
+    ]);
     let launch = |m: &Measured| m.launch_ns;
     let alloc_free = |m: &Measured| m.alloc_free_ns;
     let rows = [
@@ -223,41 +279,58 @@ fn compare(options: &CompareOptions) -> Result<String, String> {
     for (label, of) in rows {
         let d = median(&mut direct.iter().map(of).collect::<Vec<_>>());
         let i = median(&mut dilu.iter().map(of).collect::<Vec<_>>());
+        // Each dilu process against the direct one run beside it.
+        let mut added: Vec<f64> = dilu
+            .iter()
+            .zip(&direct)
+            .map(|(i, d)| of(i) - of(d))
+            .collect();
+        added.sort_by(f64::total_cmp);
+        let quarter = |q: usize| added[(q * (added.len() - 1)).div_ceil(4)];
         table.row(vec![
             label.into(),
             report::ns(d),
             report::ns(i),
-            format!("{:+.1}", i - d),
+            format!("{:+.1}", median(&mut added.clone())),
+            format!("{:+.0} to {:+.0}", quarter(1), quarter(3)),
             format!("{:.3}", i / d),
         ]);
     }
     Ok(format!(
-        "Device: {device}. {processes} processes per side, alternating; each process takes the\n\
-median of {rounds} batches of {batch} calls (ns per call); cells are the median over\n\
-processes. The dilu side runs with `LD_PRELOAD={interposer}`,\n\
+        "Device: {device}. {processes} processes per side, alternating, each on {cpu}; each\n\
+process takes the median of {rounds} batches of {batch} calls (ns per call); cells are the\n\
+median over processes, and the added ns the median of each dilu process's figure less the\n\
+direct one's run beside it. The dilu side runs with `LD_PRELOAD={interposer}`,\n\
 `DILU_MEM_LIMIT={mem}`{sm}.\n\n{table}",
+        cpu = options
+            .cpu
+            .map_or("any CPU".to_string(), |cpu| format!("CPU {cpu}")),
         processes = options.processes,
         rounds = options.rounds,
         batch = options.batch,
         interposer = options.interposer.display(),
         mem = options.mem,
-        sm = options
-            .sm
-            .as_ref()
-            .map_or(String::new(), |sm| format!(" and `DILU_SM_LIMIT={sm}`")),
+        sm = options.sm.as_ref().map_or(String::new(), |sm| {
+            format!(" and `DILU_SM_LIMIT={sm}` `DILU_SM_DEPTH=1s`")
+        }),
         table = table.markdown()
     ))
 }
 
 enum Mode {
-    Measure { rounds: usize, batch: usize },
+    Measure {
+        rounds: usize,
+        batch: usize,
+        cpu: Option<usize>,
+    },
     Compare(CompareOptions),
 }
 
 fn parse_options() -> Result<Mode, String> {
     let mut args = std::env::args().skip(1);
     let mode = args.next().ok_or("a mode is required")?;
-    let (mut rounds, mut batch, mut processes) = (200, 100, 6);
+    let (mut rounds, mut batch, mut processes) = (200, 100, 10);
+    let mut cpu = None;
     let (mut interposer, mut mem, mut sm) = (None, "8GiB".to_string(), None);
     while let Some(flag) = args.next() {
         if flag == "--help" || flag == "-h" {
@@ -279,11 +352,18 @@ fn parse_options() -> Result<Mode, String> {
             "--interposer" => interposer = Some(PathBuf::from(&value)),
             "--mem" => mem = value,
             "--sm" => sm = Some(value),
+            "--cpu" => {
+                cpu = Some(
+                    value
+                        .parse::<usize>()
+                        .map_err(|_| format!("bad --cpu {value:?}: a CPU number"))?,
+                )
+            }
             _ => return Err(format!("unknown option {flag}")),
         }
     }
     match mode.as_str() {
-        "measure" => Ok(Mode::Measure { rounds, batch }),
+        "measure" => Ok(Mode::Measure { rounds, batch, cpu }),
         "compare" => {
             let interposer = interposer.ok_or("compare needs --interposer PATH")?;
             if !interposer.exists() {
@@ -296,6 +376,7 @@ fn parse_options() -> Result<Mode, String> {
                 sm,
                 rounds,
                 batch,
+                cpu: cpu.or_else(last_allowed_cpu),
             }))
         }
         "--help" | "-h" => {
@@ -308,7 +389,9 @@ fn parse_options() -> Result<Mode, String> {
 
 fn main() -> ExitCode {
     dilu_bench::cli::main("real-overhead", USAGE, parse_options, |mode| match mode {
-        Mode::Measure { rounds, batch } => measure(rounds, batch).map(|m| measured_line(&m)),
+        Mode::Measure { rounds, batch, cpu } => {
+            measure(rounds, batch, cpu).map(|m| measured_line(&m))
+        }
         Mode::Compare(options) => compare(&options),
     })
 }
