@@ -21,7 +21,9 @@
 //! pending, and a GPU shared by time slicing then switches contexts at every
 //! slice of the other tenant (about 165 µs of device time lost per switch on
 //! an H100, `bench/results/gpu-calibration.md`). The default is that H100's
-//! measured slice (2.08 ms).
+//! measured slice (2.08 ms). Runs are used only where NVML's samples do not
+//! show the process alone on the device and it launches on one stream (see
+//! `launch_control::releases_in_runs`).
 
 use crate::memory_config::ConfigError;
 use dilu_abi::ledger::MAX_DEVICES;

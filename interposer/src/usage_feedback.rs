@@ -48,6 +48,11 @@
 //! samples; while others were, the estimates alone decide (their charges
 //! are taken as they are, not carried to a later settlement).
 //!
+//! The same looks say whether another process used the device lately
+//! ([`may_be_shared`]): a throttled launch releases its tenant's work in
+//! runs only then (see [`crate::sm_config`]); alone on the device, pacing
+//! launch by launch costs no switches and keeps the cap closer.
+//!
 //! `DILU_USAGE_FEEDBACK=off` turns this off (estimates alone decide).
 //! Where NVML is missing, or never lists this process (a container whose
 //! pid namespace hides the host pid NVML uses), nothing is corrected and
@@ -57,7 +62,7 @@ use crate::nvml::{self, NvmlDevice, NvmlReturn};
 use crate::tenant_sm;
 use dilu_abi::ledger::MAX_DEVICES;
 use dilu_abi::sm::is_limited;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU64, Ordering};
 use std::time::Duration;
 
 /// How often the driver's count is compared with the charges.
@@ -75,6 +80,25 @@ struct Charged([AtomicU64; MAX_DEVICES]);
 
 static CHARGED: Charged = Charged([const { AtomicU64::new(0) }; MAX_DEVICES]);
 static RUNNING: AtomicBool = AtomicBool::new(false);
+
+/// What the last look at each device's samples said about other processes.
+static SHARING: [AtomicU8; MAX_DEVICES] = [const { AtomicU8::new(UNKNOWN) }; MAX_DEVICES];
+const UNKNOWN: u8 = 0;
+const ALONE: u8 = 1;
+const SHARED: u8 = 2;
+
+/// Whether another process may be running kernels on `device`: false only
+/// once NVML's samples showed none lately (unknown counts as shared).
+#[inline]
+pub fn may_be_shared(device: usize) -> bool {
+    SHARING
+        .get(device)
+        .is_none_or(|state| state.load(Ordering::Relaxed) != ALONE)
+}
+
+fn note_sharing(device: usize, state: u8) {
+    SHARING[device].store(state, Ordering::Relaxed);
+}
 
 /// Counts GPU time charged to this process on `device` (signed: a
 /// correction may refund).
@@ -433,11 +457,13 @@ fn run() {
             let Some(look) = t.count.busy_since_last_look() else {
                 continue;
             };
+            note_sharing(device, if look.contended { SHARED } else { ALONE });
             let (busy_ns, listed) = (look.busy_ns, look.listed);
             let charged_ns = charged_now.wrapping_sub(t.charged_before) as i64;
             let first_sighting = listed && !t.sighting.seen;
             if t.sighting.gives_up(&look, charged_ns > 0) {
                 tracing::debug!(device, "NVML never lists this process: estimates only");
+                note_sharing(device, UNKNOWN);
                 tracked[device] = None;
                 continue;
             }
@@ -488,6 +514,20 @@ fn run() {
 #[cfg(test)]
 mod tests {
     use super::{INSTALLMENTS, Installments, Look, SampleClock, Sighting};
+
+    #[test]
+    fn only_a_device_seen_alone_is_taken_for_unshared() {
+        use super::{ALONE, SHARED, UNKNOWN, may_be_shared, note_sharing};
+        const DEVICE: usize = 13; // no other test uses it
+        assert!(may_be_shared(DEVICE), "not looked at yet");
+        note_sharing(DEVICE, ALONE);
+        assert!(!may_be_shared(DEVICE));
+        note_sharing(DEVICE, SHARED);
+        assert!(may_be_shared(DEVICE));
+        note_sharing(DEVICE, UNKNOWN);
+        assert!(may_be_shared(DEVICE), "NVML stopped answering");
+        assert!(may_be_shared(usize::MAX), "no such device");
+    }
 
     #[test]
     fn a_debt_is_paid_in_installments_of_at_most_a_quarter() {
