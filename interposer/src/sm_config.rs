@@ -19,7 +19,7 @@
 //! worth), so the tenant's work reaches the GPU in runs about one time slice
 //! long. Paced launch by launch, a throttled tenant always has a kernel
 //! pending, and a GPU shared by time slicing then switches contexts at every
-//! slice of the other tenant (about 165 µs of device time lost per switch on
+//! slice of the other tenant (158–165 µs of device time lost per switch on
 //! an H100, `bench/results/gpu-calibration.md`). The default is that H100's
 //! measured slice (2.08 ms). Runs are used only where NVML's samples do not
 //! show the process alone on the device and it launches on one stream (see
