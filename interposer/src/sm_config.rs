@@ -60,8 +60,8 @@ const DILU_FORMS: &str = "a percentage of every device's time from 1 to 100 (30 
 const HAMI_FORMS: &str = "an integer percentage from 0 to 100 (0 = no limit)";
 const DEPTH_FORMS: &str = "a duration from 100us to 1s, such as 5ms";
 const BURST_FORMS: &str = "0 or a duration up to 100ms, such as 2ms";
-/// One time slice of an H100 (`bench/results/gpu-calibration.md`: median
-/// 2078 µs), rounded.
+/// One time slice of an H100 (`bench/results/gpu-calibration.md`: medians
+/// of 2077–2085 µs over three runs), rounded.
 pub const DEFAULT_BURST_NS: u64 = 2_000_000;
 
 /// A percentage as a share in ppm, `None` for 100 (the whole device).
