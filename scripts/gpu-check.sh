@@ -13,6 +13,8 @@
 # hand-offs) and goes to bench/results/gpu-calibration.md.
 #
 #   scripts/gpu-check.sh                  builds (cargo) and runs everything
+#   scripts/gpu-check.sh --overhead-only  only the interposer's overhead
+#                                         (bench/results/real-overhead.md)
 #   DILU_BIN=DIR scripts/gpu-check.sh     uses prebuilt release binaries in DIR
 #                                         (dilu, libdilu_interposer.so, cudarc-loop,
 #                                         cudart-client, real-overhead, gpu-calibrate)
@@ -22,6 +24,13 @@
 #                                         side-by-side splits and memory check
 set -uo pipefail
 cd "$(dirname "$0")/.."
+overhead_only=0
+case ${1:-} in
+  "") ;;
+  --overhead-only) overhead_only=1 ;;
+  -h | --help) awk 'NR > 1 && !/^#/ { exit } NR > 1 { sub(/^# ?/, ""); print }' "$0"; exit 0 ;;
+  *) echo "gpu-check: unknown argument '$1' (see --help)" >&2; exit 2 ;;
+esac
 
 if ! command -v nvidia-smi >/dev/null 2>&1 || ! nvidia-smi -L >/dev/null 2>&1; then
   echo "gpu-check: no NVIDIA GPU/driver found (nvidia-smi -L failed); use scripts/test.sh on simgpu instead" >&2
@@ -49,8 +58,18 @@ calibration=bench/results/gpu-calibration.md
 # Launch and alloc+free overhead, direct vs under the interposer, on the real
 # driver (alternating processes; see bench/src/bin/real_overhead.rs).
 real_overhead() {
-  local table sm_table interposer
+  local table sm_table in_table in_sm_table interposer
   interposer=$(cd "$bin" && pwd)/libdilu_interposer.so
+  # Both paths in one process first: its figures do not depend on which
+  # process got which launch cost.
+  if ! in_table=$("$bin/real-overhead" inprocess --interposer "$interposer" --rounds 500 2>&1); then
+    echo "$in_table"
+    return 1
+  fi
+  if ! in_sm_table=$("$bin/real-overhead" inprocess --interposer "$interposer" --rounds 500 --sm 99 2>&1); then
+    echo "$in_sm_table"
+    return 1
+  fi
   if ! table=$("$bin/real-overhead" compare --interposer "$interposer" 2>&1); then
     echo "$table"
     return 1
@@ -62,22 +81,38 @@ real_overhead() {
   {
     echo "# Interposer overhead on the real NVIDIA driver"
     echo
-    echo "Command: \`scripts/gpu-check.sh\` (\`real-overhead compare --interposer libdilu_interposer.so\`, then the same with \`--sm 99\`; release build), $(date -u +%Y-%m-%dT%H:%M:%SZ)."
+    echo "Command: \`scripts/gpu-check.sh\` or \`scripts/gpu-check.sh --overhead-only\` (\`real-overhead inprocess --interposer libdilu_interposer.so --rounds 500\`, \`real-overhead compare --interposer libdilu_interposer.so\`, each also with \`--sm 99\`; release build), $(date -u +%Y-%m-%dT%H:%M:%SZ)."
     echo
     echo "GPU, driver version (\`nvidia-smi --query-gpu=name,driver_version\`):"
     nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | sed 's/^/- /'
     echo
     echo "Host: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'), $(nproc) cores, load average $(cut -d' ' -f1-3 /proc/loadavg)."
     echo
-    echo "## Memory budget only"
+    echo "## One process, both paths: memory budget only"
+    echo
+    echo "$in_table"
+    echo
+    echo "## One process, both paths: memory budget and an SM share"
+    echo
+    echo "$in_sm_table"
+    echo
+    echo "## Process against process: memory budget only"
+    echo
+    echo "A launch's cost differs from one process to the next by more than the interposer adds,"
+    echo "so these medians move by hundreds of ns between runs; the tables above do not."
     echo
     echo "$table"
     echo
-    echo "## Memory budget and an SM share (the launch path's budget check and sampling)"
+    echo "## Process against process: memory budget and an SM share (the launch path's budget check and sampling)"
     echo
     echo "$sm_table"
   } >"$overhead"
 }
+if [ "$overhead_only" = 1 ]; then
+  real_overhead || { echo "gpu-check: real-overhead failed" >&2; exit 1; }
+  cat "$overhead"
+  exit 0
+fi
 
 # run_pair LABEL "COMMAND A" "COMMAND B" [KEY]: both at once (word-split on
 # purpose); prints the work each completed (the JSON field KEY, default

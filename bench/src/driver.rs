@@ -9,7 +9,7 @@
 //! `LD_PRELOAD` their `dlsym` answers are the interposer's wrappers.
 
 use dilu_abi::cuda::{CUDA_SUCCESS, CUresult};
-use std::ffi::{CString, c_int, c_uint, c_void};
+use std::ffi::{CString, c_char, c_int, c_uint, c_void};
 use std::path::{Path, PathBuf};
 
 pub type Init = unsafe extern "C" fn(c_uint) -> CUresult;
@@ -19,6 +19,7 @@ pub type ModuleLoadData = unsafe extern "C" fn(*mut *mut c_void, *const c_void) 
 pub type ModuleGetFunction =
     unsafe extern "C" fn(*mut *mut c_void, *mut c_void, *const i8) -> CUresult;
 pub type MemAlloc = unsafe extern "C" fn(*mut u64, usize) -> CUresult;
+pub type CtxSynchronize = unsafe extern "C" fn() -> CUresult;
 pub type MemFree = unsafe extern "C" fn(u64) -> CUresult;
 pub type MemGetInfo = unsafe extern "C" fn(*mut usize, *mut usize) -> CUresult;
 pub type GetProcAddress =
@@ -122,6 +123,40 @@ impl Library {
         assert_eq!(std::mem::size_of::<F>(), std::mem::size_of::<usize>());
         // SAFETY: callers name F as the cuda.h signature of `name`.
         unsafe { std::mem::transmute_copy::<usize, F>(&address) }
+    }
+}
+
+impl Library {
+    /// The function `name` as the library itself defines it, looked up with
+    /// the C library's own `dlsym`: under the interposer the plain `dlsym`
+    /// answers with its wrapper, this with the function it wraps. `None`
+    /// when the C library's `dlsym` cannot be found.
+    pub fn get_unwrapped<F: Copy>(&self, name: &str) -> Option<F> {
+        type Dlsym = unsafe extern "C" fn(*mut c_void, *const c_char) -> *mut c_void;
+        // SAFETY: dlopen with RTLD_NOLOAD only returns a handle to the C
+        // library already loaded (or null); dlvsym reads NUL-terminated
+        // literals. Neither is hooked by the interposer.
+        let libc_dlsym = unsafe {
+            let libc = libc::dlopen(c"libc.so.6".as_ptr(), libc::RTLD_NOW | libc::RTLD_NOLOAD);
+            if libc.is_null() {
+                return None;
+            }
+            [c"GLIBC_2.34", c"GLIBC_2.2.5"]
+                .iter()
+                .map(|version| libc::dlvsym(libc, c"dlsym".as_ptr(), version.as_ptr()))
+                .find(|found| !found.is_null())?
+        };
+        // SAFETY: glibc's dlsym, whose C signature is `Dlsym`.
+        let libc_dlsym: Dlsym = unsafe { std::mem::transmute::<*mut c_void, Dlsym>(libc_dlsym) };
+        let symbol = CString::new(name).expect("no NUL");
+        // SAFETY: live handle, NUL-terminated name.
+        let address = unsafe { libc_dlsym(self.0, symbol.as_ptr()) } as usize;
+        if address == 0 {
+            return None;
+        }
+        assert_eq!(std::mem::size_of::<F>(), std::mem::size_of::<usize>());
+        // SAFETY: callers name F as the cuda.h signature of `name`.
+        Some(unsafe { std::mem::transmute_copy::<usize, F>(&address) })
     }
 }
 

@@ -16,13 +16,22 @@
 //!   use): launch costs differ by up to a microsecond between processes on
 //!   different cores of a VM, many times the difference measured.
 //!   `scripts/gpu-check.sh` runs it on hosts with a GPU.
+//! - `real-overhead inprocess --interposer PATH`: the launch through the
+//!   interposer and the driver's own `cuLaunchKernel` in one process, batch
+//!   by batch in turn: the interposer's `dlsym` answers with its wrapper,
+//!   the C library's own `dlsym` with the driver's function. Differences
+//!   between processes (a few hundred ns on a real driver, more than the
+//!   wrapper costs) then cancel; what is left is the wrapper's cost with
+//!   its code and data as warm as a launch loop keeps them.
 //!
 //! Both sides inherit the environment, so on a host without a GPU
 //! `LD_LIBRARY_PATH=<dir with libcuda.so → libsimgpu.so> SIMGPU_NULL=1`
 //! runs the same comparison on simgpu (a smoke test of this program).
 
 use cudarc::driver::{result, sys};
-use dilu_bench::driver::{Library, NOOP_PTX, monotonic_ns};
+use dilu_bench::driver::{
+    CtxSynchronize, LaunchKernel, Library, NOOP_PTX, launch_noop, monotonic_ns,
+};
 use dilu_bench::median;
 use dilu_bench::report::{self, Table};
 use std::ffi::{CString, c_void};
@@ -31,9 +40,12 @@ use std::process::{Command, ExitCode};
 
 const USAGE: &str = "usage: real-overhead measure [--rounds R] [--batch B] [--cpu N]
        real-overhead compare --interposer PATH [--processes P] [--mem SIZE] [--sm PCT] [--rounds R] [--batch B] [--cpu N]
+       real-overhead inprocess --interposer PATH [--processes P] [--mem SIZE] [--sm PCT] [--rounds R] [--batch B] [--cpu N]
   measure     time cuLaunchKernel and cuMemAlloc_v2+cuMemFree_v2 in this process
   compare     run `measure` P times (default 10) per side, alternately directly and with
               LD_PRELOAD=PATH DILU_MEM_LIMIT=SIZE (default 8GiB); print a markdown table
+  inprocess   in each of P processes (default 3) under LD_PRELOAD=PATH, time batches of
+              launches through the interposer and straight to the driver in turn
   --sm PCT    also give the dilu side an SM share (DILU_SM_LIMIT=PCT) and a bucket of the
               deepest depth (DILU_SM_DEPTH=1s): the launch path with its budget check and
               sampling, never waiting for tokens (the cost of control, not of throttling)
@@ -162,6 +174,169 @@ fn measure(rounds: usize, batch: usize, cpu: Option<usize>) -> Result<Measured, 
         interposed: interposer_loaded(),
         device: name,
     })
+}
+
+/// Launch cost through the interposer and straight to the driver, in one
+/// process (medians over rounds, ns per call).
+struct Paired {
+    direct_ns: f64,
+    dilu_ns: f64,
+    added_ns: f64,
+    added_p25_ns: f64,
+    added_p75_ns: f64,
+}
+
+fn quartiles(sorted: &[f64]) -> (f64, f64) {
+    let at = |q: usize| sorted[(q * (sorted.len() - 1)).div_ceil(4)];
+    (at(1), at(3))
+}
+
+fn measure_inprocess(rounds: usize, batch: usize, cpu: Option<usize>) -> Result<Paired, String> {
+    if let Some(cpu) = cpu {
+        pin_to(cpu)?;
+    }
+    let driver = Library::open(Path::new("libcuda.so.1"))?;
+    dilu_bench::driver::init_context(&driver)?;
+    let function = dilu_bench::driver::load_noop(&driver)?;
+    let through_dilu: LaunchKernel = driver.get("cuLaunchKernel");
+    let direct: LaunchKernel = driver
+        .get_unwrapped("cuLaunchKernel")
+        .ok_or("the C library's own dlsym was not found")?;
+    if through_dilu as usize == direct as usize {
+        return Err("dlsym answered with the driver's own cuLaunchKernel: no interposer".into());
+    }
+    let synchronize: CtxSynchronize = driver.get("cuCtxSynchronize");
+    let timed = |launch: LaunchKernel| -> Result<f64, String> {
+        let started = monotonic_ns();
+        for _ in 0..batch {
+            let result = launch_noop(launch, function);
+            if result != 0 {
+                return Err(format!("cuLaunchKernel failed with CUresult {result}"));
+            }
+        }
+        let per_call = (monotonic_ns() - started) as f64 / batch as f64;
+        // SAFETY: cuCtxSynchronize takes no arguments; a context is current.
+        let result = unsafe { synchronize() };
+        if result != 0 {
+            return Err(format!("cuCtxSynchronize failed with CUresult {result}"));
+        }
+        Ok(per_call)
+    };
+    // Warm-up: first-launch set-up, the interposer's first estimates.
+    for _ in 0..10 {
+        timed(through_dilu)?;
+        timed(direct)?;
+    }
+    let (mut directs, mut dilus, mut added) = (Vec::new(), Vec::new(), Vec::new());
+    for round in 0..rounds {
+        // Alternate which goes first, so a drift within a round hits both.
+        let (d, i) = if round % 2 == 0 {
+            let d = timed(direct)?;
+            (d, timed(through_dilu)?)
+        } else {
+            let i = timed(through_dilu)?;
+            (timed(direct)?, i)
+        };
+        directs.push(d);
+        dilus.push(i);
+        added.push(i - d);
+    }
+    added.sort_by(f64::total_cmp);
+    let (added_p25_ns, added_p75_ns) = quartiles(&added);
+    Ok(Paired {
+        direct_ns: median(&mut directs),
+        dilu_ns: median(&mut dilus),
+        added_ns: median(&mut added),
+        added_p25_ns,
+        added_p75_ns,
+    })
+}
+
+fn paired_line(p: &Paired) -> String {
+    format!(
+        "direct_ns={:.1} dilu_ns={:.1} added_ns={:.1} added_p25_ns={:.1} added_p75_ns={:.1}",
+        p.direct_ns, p.dilu_ns, p.added_ns, p.added_p25_ns, p.added_p75_ns
+    )
+}
+
+fn parse_paired(line: &str) -> Result<Paired, String> {
+    let value = |key: &str| -> Result<f64, String> {
+        line.split_whitespace()
+            .find_map(|field| field.strip_prefix(key)?.strip_prefix('='))
+            .and_then(|v| v.parse().ok())
+            .ok_or_else(|| format!("no {key} in {line:?}"))
+    };
+    Ok(Paired {
+        direct_ns: value("direct_ns")?,
+        dilu_ns: value("dilu_ns")?,
+        added_ns: value("added_ns")?,
+        added_p25_ns: value("added_p25_ns")?,
+        added_p75_ns: value("added_p75_ns")?,
+    })
+}
+
+fn inprocess(options: &CompareOptions) -> Result<String, String> {
+    let exe = std::env::current_exe().map_err(|e| e.to_string())?;
+    let mut table = Table::new(&[
+        "process",
+        "direct ns",
+        "through dilu ns",
+        "added ns",
+        "added, middle half",
+    ]);
+    let mut added = Vec::new();
+    for process in 0..options.processes {
+        let mut command = Command::new(&exe);
+        command
+            .args(["measure-inprocess", "--rounds", &options.rounds.to_string()])
+            .args(["--batch", &options.batch.to_string()])
+            .env("LD_PRELOAD", &options.interposer)
+            .env("DILU_MEM_LIMIT", &options.mem);
+        if let Some(cpu) = options.cpu {
+            command.args(["--cpu", &cpu.to_string()]);
+        }
+        if let Some(sm) = &options.sm {
+            command.env("DILU_SM_LIMIT", sm).env("DILU_SM_DEPTH", "1s");
+        }
+        let output = command
+            .output()
+            .map_err(|e| format!("run measure-inprocess: {e}"))?;
+        if !output.status.success() {
+            return Err(format!(
+                "measure-inprocess failed: {}",
+                String::from_utf8_lossy(&output.stderr).trim()
+            ));
+        }
+        let p = parse_paired(String::from_utf8_lossy(&output.stdout).trim())?;
+        added.push(p.added_ns);
+        table.row(vec![
+            (process + 1).to_string(),
+            report::ns(p.direct_ns),
+            report::ns(p.dilu_ns),
+            format!("{:+.1}", p.added_ns),
+            format!("{:+.0} to {:+.0}", p.added_p25_ns, p.added_p75_ns),
+        ]);
+    }
+    Ok(format!(
+        "No-op launches (1×1, null stream) in one process at a time, {cpu}, under\n\
+`LD_PRELOAD={interposer}` `DILU_MEM_LIMIT={mem}`{sm}: {rounds} rounds of\n\
+one batch of {batch} launches through the interposer and one straight to the driver\n\
+(its own `cuLaunchKernel`, from the C library's `dlsym`), in turn; per process the\n\
+medians over rounds, and the added ns the median of each round's difference.\n\
+Median added over processes: {median_added:+.1} ns.\n\n{table}",
+        cpu = options
+            .cpu
+            .map_or("on any CPU".to_string(), |cpu| format!("on CPU {cpu}")),
+        interposer = options.interposer.display(),
+        mem = options.mem,
+        sm = options.sm.as_ref().map_or(String::new(), |sm| {
+            format!(" `DILU_SM_LIMIT={sm}` `DILU_SM_DEPTH=1s`")
+        }),
+        rounds = options.rounds,
+        batch = options.batch,
+        median_added = median(&mut added),
+        table = table.markdown()
+    ))
 }
 
 fn measured_line(m: &Measured) -> String {
@@ -324,6 +499,12 @@ enum Mode {
         cpu: Option<usize>,
     },
     Compare(CompareOptions),
+    MeasureInprocess {
+        rounds: usize,
+        batch: usize,
+        cpu: Option<usize>,
+    },
+    Inprocess(CompareOptions),
 }
 
 fn parse_options() -> Result<Mode, String> {
@@ -331,6 +512,7 @@ fn parse_options() -> Result<Mode, String> {
     let mode = args.next().ok_or("a mode is required")?;
     let (mut rounds, mut batch, mut processes) = (200, 100, 10);
     let mut cpu = None;
+    let mut processes_given = None;
     let (mut interposer, mut mem, mut sm) = (None, "8GiB".to_string(), None);
     while let Some(flag) = args.next() {
         if flag == "--help" || flag == "-h" {
@@ -348,7 +530,10 @@ fn parse_options() -> Result<Mode, String> {
         match flag.as_str() {
             "--rounds" => rounds = count()?,
             "--batch" => batch = count()?,
-            "--processes" => processes = count()?,
+            "--processes" => {
+                processes = count()?;
+                processes_given = Some(processes);
+            }
             "--interposer" => interposer = Some(PathBuf::from(&value)),
             "--mem" => mem = value,
             "--sm" => sm = Some(value),
@@ -364,12 +549,13 @@ fn parse_options() -> Result<Mode, String> {
     }
     match mode.as_str() {
         "measure" => Ok(Mode::Measure { rounds, batch, cpu }),
-        "compare" => {
+        "measure-inprocess" => Ok(Mode::MeasureInprocess { rounds, batch, cpu }),
+        "compare" | "inprocess" => {
             let interposer = interposer.ok_or("compare needs --interposer PATH")?;
             if !interposer.exists() {
                 return Err(format!("no interposer at {}", interposer.display()));
             }
-            Ok(Mode::Compare(CompareOptions {
+            let options = CompareOptions {
                 interposer,
                 processes,
                 mem,
@@ -377,7 +563,15 @@ fn parse_options() -> Result<Mode, String> {
                 rounds,
                 batch,
                 cpu: cpu.or_else(last_allowed_cpu),
-            }))
+            };
+            Ok(if mode == "compare" {
+                Mode::Compare(options)
+            } else {
+                Mode::Inprocess(CompareOptions {
+                    processes: processes_given.unwrap_or(3),
+                    ..options
+                })
+            })
         }
         "--help" | "-h" => {
             println!("{USAGE}");
@@ -393,6 +587,10 @@ fn main() -> ExitCode {
             measure(rounds, batch, cpu).map(|m| measured_line(&m))
         }
         Mode::Compare(options) => compare(&options),
+        Mode::MeasureInprocess { rounds, batch, cpu } => {
+            measure_inprocess(rounds, batch, cpu).map(|p| paired_line(&p))
+        }
+        Mode::Inprocess(options) => inprocess(&options),
     })
 }
 
