@@ -599,6 +599,23 @@ mod tests {
     use super::*;
 
     #[test]
+    fn paired_lines_round_trip() {
+        let p = Paired {
+            direct_ns: 3800.5,
+            dilu_ns: 3833.7,
+            added_ns: 33.2,
+            added_p25_ns: -216.0,
+            added_p75_ns: 294.0,
+        };
+        let back = parse_paired(&paired_line(&p)).unwrap();
+        assert_eq!(back.added_ns, 33.2);
+        assert_eq!(back.added_p25_ns, -216.0);
+        assert_eq!(back.dilu_ns, 3833.7);
+        assert!(parse_paired("direct_ns=1 dilu_ns=2").is_err());
+        assert_eq!(quartiles(&[1.0, 2.0, 3.0, 4.0, 5.0]), (2.0, 4.0));
+    }
+
+    #[test]
     fn measured_lines_round_trip() {
         let line = "launch_ns=2301.5 alloc_free_ns=5120.0 interposed=true device=NVIDIA_H200";
         let m = parse_measured(line).unwrap();
