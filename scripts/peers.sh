@@ -232,15 +232,21 @@ if wants startup; then
 fi
 
 if wants sm; then
-  # The SM-time benchmark's workload matrix, a shape per row: name|cudarc-loop arguments.
-  shapes=(
-    "100 µs, sync every 1000|--blocks 1320 --depth 1000"
-    "20 µs, sync every 1|--blocks 264 --depth 1"
-    "100 µs, sync every 16|--blocks 1320 --depth 16"
-    "1 ms, never drains|--blocks 13200 --depth never"
-    "20 µs, 3 streams, never drains|--blocks 264 --streams 3 --depth never"
-    "graphs of 10 × 20 µs, sync every 4|--blocks 264 --graph 10 --depth 4"
-  )
+  # The SM-time benchmark's workload matrix (tests/src/workload.rs), a shape
+  # per row: name|cudarc-loop arguments. Kernel lengths on simgpu's cost
+  # model: 264 blocks ≈ 20 µs, 1320 ≈ 100 µs, 13200 ≈ 1 ms.
+  shapes=()
+  for streams in 1 3; do
+    for kernel in "20 µs:264" "100 µs:1320" "1 ms:13200"; do
+      for k in 1 4 16 never; do
+        s="streams"; [ "$streams" = 1 ] && s="stream"
+        shapes+=("k=$k, ${kernel%%:*}, $streams $s|--blocks ${kernel##*:} --streams $streams --depth $k")
+      done
+    done
+  done
+  for k in 1 4 16 never; do
+    shapes+=("k=$k, graphs of 10 × 20 µs|--blocks 264 --graph 10 --depth $k")
+  done
   echo "== SM shares 30/70 and 10/90 over ${#shapes[@]} workload shapes (cudarc-loop, ${seconds}s each)" >&2
   for i in "${!shapes[@]}"; do
     IFS='|' read -r name shape_args <<< "${shapes[$i]}"
