@@ -13,8 +13,11 @@
 //!   ns is the median of each dilu process's figure less the direct one run
 //!   next to it, with the middle half of those differences; ratio). Every
 //!   process runs on one CPU (`--cpu`, default the last this process may
-//!   use): launch costs differ by up to a microsecond between processes on
-//!   different cores of a VM, many times the difference measured.
+//!   use). That removes one cause of the spread between processes, not all:
+//!   on an H100 VM a launch's cost still differed by a few hundred ns from
+//!   one process to the next, more than the interposer adds (`inprocess`
+//!   is the measurement to read there). The interposer's own threads start
+//!   on the same CPU, so their time counts against the dilu side here.
 //!   `scripts/gpu-check.sh` runs it on hosts with a GPU.
 //! - `real-overhead inprocess --interposer PATH`: the launch through the
 //!   interposer and the driver's own `cuLaunchKernel` in one process, batch
@@ -64,7 +67,7 @@ fn interposer_loaded() -> bool {
     std::fs::read_to_string("/proc/self/maps").is_ok_and(|maps| maps.contains("libdilu_interposer"))
 }
 
-/// Restricts this process to `cpu`.
+/// Restricts the calling thread, and threads it starts later, to `cpu`.
 fn pin_to(cpu: usize) -> Result<(), String> {
     // SAFETY: a zeroed cpu_set_t is an empty set; CPU_SET writes inside it
     // (cpu is checked against its size), and sched_setaffinity reads it.
