@@ -125,15 +125,18 @@ record() {
   shift
   out=$(mktemp "$work/out.XXXXXX"); err=$(mktemp "$work/err.XXXXXX")
   run "$@" > "$out" 2> "$err" < /dev/null || rc=$?
-  python3 - "$keys" "$limiter" "$rc" "$out" "$err" >> "$results" <<'PY'
-import json, sys
-keys, limiter, rc, out, err = sys.argv[1:6]
+  python3 - "$keys" "$limiter" "$rc" "$out" "$err" "$results" <<'PY'
+import fcntl, json, sys
+keys, limiter, rc, out, err, results = sys.argv[1:7]
 row = json.loads(keys)
 row["limiter"], row["rc"] = limiter, int(rc)
 row["out"] = [json.loads(l) for l in open(out) if l.startswith("{")]
 tail = [l.strip() for l in open(err, errors="replace") if l.strip()]
 row["err"] = tail[-1][:300] if tail else ""
-print(json.dumps(row))
+# The two sides of a pair finish together: one line per record, whole.
+with open(results, "a") as f:
+    fcntl.flock(f, fcntl.LOCK_EX)
+    f.write(json.dumps(row) + "\n")
 PY
   rm -f "$out" "$err"
 }
@@ -269,5 +272,7 @@ if wants sm; then
   done
 fi
 
+# Kept where a failed report can be looked into after the scratch directory goes.
+cp "$results" "$cache/last-results.jsonl"
 python3 scripts/peers_report.py "$results" "$commit" "scripts/peers.sh --seconds $seconds --runs $runs" > bench/results/peers.md
 echo "bench/results/peers.md written" >&2

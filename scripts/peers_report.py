@@ -431,7 +431,13 @@ class Report:
 
 def main():
     path, commit, command = sys.argv[1:4]
-    rows = [json.loads(l) for l in open(path) if l.strip()]
+    rows = []
+    for number, line in enumerate(open(path), 1):
+        if line.strip():
+            try:
+                rows.append(json.loads(line))
+            except json.JSONDecodeError as e:
+                sys.exit(f"peers_report: {path} line {number} is not one JSON record ({e})")
     r = Report(rows)
     p = r.p
     p("# dilu and HAMi-core side by side on simgpu")
