@@ -3,8 +3,10 @@
 # the simulated tests use, run against the real libcuda.so.1 directly and
 # under `dilu run`, plus PyTorch when it is installed. Results are printed
 # and written to bench/results/gpu-check-<UTC time>.md. The interposer's
-# overhead on the real driver (launch, alloc+free; `real-overhead compare`)
-# goes to bench/results/real-overhead.md with the GPU model and driver version.
+# overhead on the real driver (launch in one process, both paths in turn:
+# `real-overhead inprocess`; launch and alloc+free process against process:
+# `real-overhead compare`) goes to bench/results/real-overhead.md with the
+# GPU model and driver version.
 # It also makes the comparison simgpu cannot: two processes splitting the GPU
 # 30/70 and 10/90 under NVIDIA MPS, under dilu, under HAMi-core (when
 # HAMI_VGPU names its libvgpu.so) and with time slicing, with cudarc-loop and
