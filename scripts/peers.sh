@@ -256,7 +256,9 @@ if wants sm; then
     read -ra shape_args <<< "$shape_args"
     loop=("$release/cudarc-loop" --seconds "$seconds" --json "${shape_args[@]}")
     export SIMGPU_INSTANCE="peers-$$-alone-$i"
-    record "{\"suite\":\"alone\",\"shape\":\"$name\"}" none "alone-$i" - - "${loop[@]}"
+    alone_trace="$work/trace-alone-$i.jsonl"
+    SIMGPU_TRACE=$alone_trace record "{\"suite\":\"alone\",\"shape\":\"$name\",\"trace\":\"$alone_trace\"}" \
+      none "alone-$i" - - "${loop[@]}"
     for setting in "dilu 30 70" "hami 30 70" "dilu 10 90" "hami 10 90" "none 50 50"; do
       read -r limiter a b <<< "$setting"
       sa=$a; sb=$b
