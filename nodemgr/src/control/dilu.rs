@@ -242,14 +242,21 @@ mod tests {
         assert_eq!(c.step(0, &t)[1], 200_000);
     }
 
-    #[test]
-    fn a_lent_guarantee_comes_back_within_one_request() {
-        let mut c = Dilu::new(Params {
+    /// A lending controller, and a latency tenant beside a batch tenant
+    /// that requests 20%.
+    fn lending_pair() -> (Dilu, Vec<Observation>) {
+        let c = Dilu::new(Params {
             lend: true,
             ..Params::default()
         });
         let mut t = pair();
         t[1].request_ppm = 200_000;
+        (c, t)
+    }
+
+    #[test]
+    fn a_lent_guarantee_comes_back_within_one_request() {
+        let (mut c, mut t) = lending_pair();
         // Calm (p99 2 ms of a 50 ms SLO): the whole device is lent.
         t[0] = with_latency(busy(t[0].clone(), 10), 2, 2);
         c.step(0, &t);
@@ -269,12 +276,7 @@ mod tests {
 
     #[test]
     fn a_guarantee_taken_back_is_lent_again_once_latency_has_slack() {
-        let mut c = Dilu::new(Params {
-            lend: true,
-            ..Params::default()
-        });
-        let mut t = pair();
-        t[1].request_ppm = 200_000;
+        let (mut c, mut t) = lending_pair();
         t[0] = with_latency(busy(t[0].clone(), 10), 45, 45); // 90% of the SLO
         assert_eq!(c.step(0, &t)[1], 200_000, "taken back");
         // 60% of the SLO, where the law without lending holds what it has.
