@@ -379,11 +379,14 @@ Command: `scripts/bench.sh overhead` (its second run: `DILU_SM_LIMIT={share} car
 --bench overhead -- cuLaunchKernel`), release build, same method as `overhead.md`\n\
 ({sample_size} criterion samples per side, paired).\n\n\
 Machine: {machine}. No GPU: simgpu's null driver with its per-call host costs (a launch\n\
-costs 2 µs, a timed event record 2.5 µs: `SIMGPU_CALL_COST`, sources in simgpu's README),\n\
-so a sampled launch's extra driver calls cost what they would on a real driver.\n\n\
+costs 3.8 µs, a timed event record 1.3 µs, as measured on an H100: `SIMGPU_CALL_COST`,\n\
+sources in simgpu's README), so a sampled launch's extra driver calls cost what they would\n\
+on a real driver.\n\n\
 With a share set, every launch takes the SM-time path: estimate look-up, one add on the\n\
-kind's launch count, the bucket CAS, telemetry counters, the recent-stream note and one\n\
-`clock_gettime` (vDSO). The benchmark gives the tenant's bucket an hour of depth (null mode's\n\
+kind's launch count and the recent-stream note; a launch shorter than 20 µs of GPU time\n\
+spends from its thread's lease, and only a launch that finds the lease spent goes to the\n\
+tenant's bucket (one `clock_gettime`, the bucket CAS, the telemetry counters) and takes a\n\
+new one. The benchmark gives the tenant's bucket an hour of depth (null mode's\n\
 events time the launch calls' host time, so a tight loop would otherwise soon wait for\n\
 tokens at any share): every launch is within budget, and this is the cost of control, not\n\
 of waiting. Launches of a kind are timed (a gate host function and two event records\n\

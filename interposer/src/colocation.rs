@@ -156,6 +156,13 @@ fn init() -> Option<Colo> {
     })
 }
 
+/// Whether this process takes part in co-location (every launch then
+/// goes through [`before_launch`]).
+#[inline]
+pub fn active() -> bool {
+    get().is_some()
+}
+
 /// Before a launch of `est_ns` on `device` (after the token bucket let it
 /// go): the primary publishes it; a filler waits for a gap it fits.
 /// Returns the time spent waiting.

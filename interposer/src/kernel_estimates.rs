@@ -68,11 +68,29 @@ pub const MAX_STABLE_SAMPLE_EVERY: u64 = 4096;
 /// A sample within this fraction (1/32, about 3%) of the estimate agrees
 /// with it: the period doubles.
 const AGREEING_SHIFT: u32 = 5;
+/// ... or within this many ns: two steps of the event timer, whose
+/// resolution is about 0.5 µs (`cuEventElapsedTime`'s documentation). A
+/// kernel of a few µs is never timed within 3%: on an H100 its samples and
+/// the window's mean moved at every sample, so a no-op kind stayed at one
+/// sample in 256 and sampling cost about 55 ns per launch.
+const AGREEING_FLOOR_NS: u64 = 1_000;
 /// A sample more than this fraction (1/4) above the estimate may mean the
 /// kind got slower: the period falls back to the base one, so the window
 /// renews quickly. In between (noise: waits for other processes, host
 /// time) the period stays.
 const DIVERGING_SHIFT: u32 = 2;
+/// ... and more than this many ns (a few timer steps) away.
+const DIVERGING_FLOOR_NS: u64 = 4_000;
+
+/// Whether `ns` is within what timing noise explains of `estimate_ns`.
+fn agrees(ns: u64, estimate_ns: u64) -> bool {
+    ns.abs_diff(estimate_ns) <= (estimate_ns >> AGREEING_SHIFT).max(AGREEING_FLOOR_NS)
+}
+
+/// Whether `ns` is so far from `estimate_ns` that the kind may have changed.
+fn diverges(ns: u64, estimate_ns: u64) -> bool {
+    ns.abs_diff(estimate_ns) > (estimate_ns >> DIVERGING_SHIFT).max(DIVERGING_FLOOR_NS)
+}
 
 /// How often a kind of `estimate_ns` is timed: as often as possible (one
 /// in [`MIN_SAMPLE_EVERY`]) while sampling costs at most about 1% of the GPU
@@ -148,10 +166,12 @@ impl Entry {
         let previous = self.estimate_ns.swap(estimate_ns, Ordering::AcqRel);
         let base = sampling_period(estimate_ns);
         let current = self.sample_every.load(Ordering::Relaxed).max(base);
-        let difference = measured_ns.abs_diff(estimate_ns);
-        let every = if previous != estimate_ns || difference > estimate_ns >> DIVERGING_SHIFT {
+        // A window's mean moves a little with every sample; only a move
+        // beyond noise is a new estimate.
+        let moved = previous == 0 || !agrees(estimate_ns, previous);
+        let every = if moved || diverges(measured_ns, estimate_ns) {
             base
-        } else if difference <= estimate_ns >> AGREEING_SHIFT {
+        } else if agrees(measured_ns, estimate_ns) {
             (current * 2).min(MAX_STABLE_SAMPLE_EVERY)
         } else {
             current
@@ -287,6 +307,28 @@ mod tests {
         assert_eq!(every(), 32);
         entry.settle(90_000, 90_000);
         assert_eq!(every(), sampling_period(90_000));
+    }
+
+    #[test]
+    fn a_kind_of_a_few_microseconds_timed_with_jitter_is_sampled_ever_less() {
+        // A no-op kernel on a real GPU: samples a timer step or two apart,
+        // so the window's mean moves slightly at every sample.
+        let table = Box::new(EstimateTable::new());
+        let (entry, _) = table.entry(LaunchKey::kernel(4, 1));
+        let every = || entry.sample_every.load(Ordering::Relaxed);
+        entry.settle(3_000, 3_000);
+        assert_eq!(every(), MAX_SAMPLE_EVERY);
+        for (estimate, measured) in [(3_100, 3_500), (2_950, 2_500), (3_050, 3_400)]
+            .into_iter()
+            .cycle()
+            .take(12)
+        {
+            entry.settle(estimate, measured);
+        }
+        assert_eq!(every(), MAX_STABLE_SAMPLE_EVERY);
+        // A kind that became much slower is timed at the base rate again.
+        entry.settle(3_000, 9_000);
+        assert_eq!(every(), MAX_SAMPLE_EVERY);
     }
 
     #[test]

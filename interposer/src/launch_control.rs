@@ -1,8 +1,11 @@
 //! The launch path of SM-time control: charge the launch to the tenant's
 //! token bucket, wait if the bucket is in debt, count it, and time a sample.
 //!
-//! Within budget a launch costs an estimate look-up, one CAS on the bucket
-//! and a few counter adds: no lock, no system call, no allocation. A sampled
+//! Within budget a launch costs an estimate look-up, one add on its kind's
+//! count and either a subtraction from its thread's lease (a short launch
+//! already paid for, see [`crate::launch_lease`]) or one `clock_gettime`, one
+//! CAS on the bucket and a few counter adds: no lock, no system call, no
+//! allocation. A sampled
 //! launch (the first of a kind, then one in
 //! [`sampling_period`](crate::kernel_estimates::sampling_period)) additionally
 //! records events (see [`sampler`]); a throttled one sleeps until its tokens exist
@@ -10,6 +13,7 @@
 
 use crate::driver;
 use crate::kernel_estimates::{EstimateTable, FIRST_GUESS_NS, LaunchKey};
+use crate::launch_lease;
 use crate::recent_streams;
 use crate::sampler;
 use crate::tenant_sm::{self, TenantSm};
@@ -134,6 +138,11 @@ pub(crate) fn sleep_until(deadline_ns: u64) {
 
 /// Charges one launch of `key` on `device`, waiting while the tenant's
 /// bucket is in debt. Returns the kind's entry and whether to time it.
+///
+/// The common case of a short launch, a measured kind already paid for by
+/// the thread's lease, is the only one inlined: after a real driver call
+/// every cache line of code or data the launch path touches is likely cold,
+/// so it touches few (the estimate entry, the share, the lease).
 #[inline]
 fn admit(
     sm: &TenantSm,
@@ -142,6 +151,28 @@ fn admit(
     stream: Option<(sys::CUstream, bool)>,
 ) -> (&'static crate::kernel_estimates::Entry, bool) {
     let (entry, placed) = ESTIMATES.entry(key);
+    if placed
+        && let Some(cost) = entry.estimate_ns()
+        && is_limited(sm.budget().share_ppm(device))
+        && !crate::colocation::active()
+        && launch_lease::spend(device, cost)
+    {
+        let launches_before = entry.charge();
+        let sample = entry.due_for_sample(launches_before) && entry.start_sampling();
+        return (entry, sample);
+    }
+    admit_through_bucket(sm, entry, placed, device, stream)
+}
+
+/// [`admit`] for every launch its lease does not already cover.
+#[inline(never)]
+fn admit_through_bucket(
+    sm: &TenantSm,
+    entry: &'static crate::kernel_estimates::Entry,
+    placed: bool,
+    device: usize,
+    stream: Option<(sys::CUstream, bool)>,
+) -> (&'static crate::kernel_estimates::Entry, bool) {
     let mut estimate = entry.estimate_ns();
     // Only wait when a measurement is actually on its way.
     if estimate.is_none()
@@ -154,48 +185,71 @@ fn admit(
     let cost = estimate.unwrap_or(FIRST_GUESS_NS);
     let launches_before = entry.charge();
     let telemetry = sm.device(device);
-    let bucket = sm.bucket(device);
-    let mut now = monotonic_ns();
-    let mut share = sm.budget().share_ppm(device);
-    if is_limited(share) {
-        crate::usage_feedback::charged(device, cost as i64);
-        loop {
-            match bucket.admit(now, cost, share, sm.budget().depth_ns()) {
-                Admission::Now => break,
-                Admission::At(deadline) => {
-                    let burst_ns = if releases_in_runs(device, stream) {
-                        crate::config::get().sm.burst_ns
-                    } else {
-                        0
-                    };
-                    sleep_until(deadline + burst_wait_ns(burst_ns, share, sm.budget().depth_ns()));
-                    let woke = monotonic_ns();
-                    telemetry.record_throttle(woke - now);
-                    now = woke;
-                    break;
-                }
-                Admission::Paused => {
-                    share = wait_for_share(sm, device);
-                    let woke = monotonic_ns();
-                    telemetry.record_throttle(woke - now);
-                    now = woke;
-                    if !is_limited(share) {
-                        break;
-                    }
-                }
-            }
-        }
+    let share = sm.budget().share_ppm(device);
+    // (when, GPU time charged) for telemetry: none for a launch already
+    // paid for by its thread's lease (no clock read, no shared write).
+    let mut charged = None;
+    if !is_limited(share) {
+        charged = Some((monotonic_ns(), cost));
+    } else if !launch_lease::spend(device, cost) {
+        let (charge, uncounted) = launch_lease::renew(device, cost);
+        telemetry.count_launches(uncounted);
+        charged = Some((charge_bucket(sm, device, charge, share, stream), charge));
     }
     let held = crate::colocation::before_launch(device, cost);
     if held > 0 {
         telemetry.record_throttle(held);
-        now += held;
     }
-    telemetry.record_launch(now, cost);
+    if let Some((now, gpu_ns)) = charged {
+        telemetry.record_launch(now + held, gpu_ns);
+    }
     let sample = placed
         && (estimate.is_none() || entry.due_for_sample(launches_before))
         && entry.start_sampling();
     (entry, sample)
+}
+
+/// Charges `gpu_ns` to `device`'s bucket at `share` (limited), waiting while
+/// the bucket is in debt or the share is 0; returns when the launch may go.
+#[inline]
+fn charge_bucket(
+    sm: &TenantSm,
+    device: usize,
+    gpu_ns: u64,
+    mut share: u32,
+    stream: Option<(sys::CUstream, bool)>,
+) -> u64 {
+    let telemetry = sm.device(device);
+    let bucket = sm.bucket(device);
+    let mut now = monotonic_ns();
+    crate::usage_feedback::charged(device, gpu_ns as i64);
+    loop {
+        match bucket.admit(now, gpu_ns, share, sm.budget().depth_ns()) {
+            Admission::Now => break,
+            Admission::At(deadline) => {
+                let burst_ns = if releases_in_runs(device, stream) {
+                    crate::config::get().sm.burst_ns
+                } else {
+                    0
+                };
+                sleep_until(deadline + burst_wait_ns(burst_ns, share, sm.budget().depth_ns()));
+                let woke = monotonic_ns();
+                telemetry.record_throttle(woke - now);
+                now = woke;
+                break;
+            }
+            Admission::Paused => {
+                share = wait_for_share(sm, device);
+                let woke = monotonic_ns();
+                telemetry.record_throttle(woke - now);
+                now = woke;
+                if !is_limited(share) {
+                    break;
+                }
+            }
+        }
+    }
+    now
 }
 
 /// Whether a throttled launch on `stream` waits for a run's worth of tokens:
@@ -276,6 +330,19 @@ pub fn controlled(
     if !sample {
         return launch();
     }
+    timed(entry, device, stream, per_thread, launch)
+}
+
+/// Runs a launch chosen for timing between the sampler's events (out of
+/// line: one launch in hundreds or thousands).
+#[inline(never)]
+fn timed(
+    entry: &'static crate::kernel_estimates::Entry,
+    device: usize,
+    stream: sys::CUstream,
+    per_thread: bool,
+    launch: impl FnOnce() -> CUresult,
+) -> CUresult {
     // While any stream captures, recording on another stream could end up
     // in the captured graph or (on the legacy stream) invalidate it.
     let pin = recent_streams::Pin::new();

@@ -47,6 +47,7 @@ mod handlers;
 pub mod hooks;
 mod kernel_estimates;
 mod launch_control;
+mod launch_lease;
 mod memory_config;
 mod memory_hooks;
 mod memory_v1;

@@ -87,6 +87,15 @@ impl DeviceTelemetry {
         }
     }
 
+    /// Counts launches charged ahead (a thread's lease, see the
+    /// interposer's `launch_lease`) when the thread next visits the bucket.
+    #[inline]
+    pub fn count_launches(&self, launches: u64) {
+        if launches > 0 {
+            self.launches.fetch_add(launches, Ordering::Relaxed);
+        }
+    }
+
     pub fn record_throttle(&self, waited_ns: u64) {
         self.throttled_launches.fetch_add(1, Ordering::Relaxed);
         self.throttled_ns.fetch_add(waited_ns, Ordering::Relaxed);
