@@ -320,7 +320,7 @@ fn run() -> Result<(), String> {
         "\n### Why FGD's measure costs GPU-hours in the time replay\n\n\
          In the replay about 70 of the 6,212 GPUs are in use at once. FGD counts the free share of\n\
          every GPU of a node, idle ones included, and on openb's nodes CPU binds (a G2 node has 96\n\
-         cores for 8 GPUs; a whole-GPU LS pod asks 11–19): a pod that leaves a node too few cores\n\
+         cores for 8 GPUs; the commonest whole-GPU LS pods ask 11.3–12): a pod that leaves a node too few cores\n\
          turns all of that node's idle GPUs into \"fragments\". That node-wide term outweighs how\n\
          full the GPU itself gets, so pods go to half-used GPUs on nodes with cores to spare instead\n\
          of filling a GPU, more GPUs stay in use, and GPU-hours rise; `fgd` itself is the extreme.\n\

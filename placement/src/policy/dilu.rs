@@ -76,11 +76,11 @@
 //! SLO-risk columns of the report show.
 //!
 //! **Real clusters.** When the workload is known (a pod list, as FGD's
-//! scheduler is given it), the best-fit term is FGD's fragmentation
-//! increase (`fgd`) instead of the GPU's slack; the wake-last cost stays.
-//! FGD counts the free share of every GPU of a node, idle ones included.
-//! On Alibaba's openb trace, where CPU binds on the nodes (a G2 node has 96
-//! cores for 8 GPUs, a whole-GPU pod asks 11–19), a pod that leaves a node
+//! scheduler is given it), the best-fit term is FGD's fragmentation increase
+//! (`fgd`) instead of the GPU's slack; the wake-last cost stays. FGD counts
+//! the free share of every GPU of a node, idle ones included. On Alibaba's
+//! openb trace, where CPU binds on the nodes (a G2 node has 96 cores for 8
+//! GPUs, the commonest whole-GPU pods ask 11.3–12), a pod that leaves a node
 //! too few cores makes all its idle GPUs "fragments", and that node-wide
 //! term outweighs how full the GPU itself gets: pods go to half-used GPUs on
 //! nodes with cores to spare, more GPUs stay in use, and in the time replay
@@ -92,14 +92,14 @@
 //! cluster fills (FGD's protocol), best fit with a view of the node's cores
 //! while it is mostly idle. Under this fit the bound is 1.5
 //! (`FRAGMENTATION_LIMIT_BOUND`) and the excess price 0.1
-//! (`FRAGMENTATION_RISK_WEIGHT`): `cluster-sim-tune` chose them on
-//! generated traces (seeds 101–103; `bench/results/cluster-sim-tuning.md`)
-//! by the goal, fewer GPU-hours than `dilu-paper` at no more risk
-//! and then the most allocated under FGD's protocol. The slack fit's price
-//! of 0.4 allocated less there (at bound 1.5, 93.45% against 93.81% at
-//! 100% requested): it outweighs the differences in fragmentation that
-//! decide what still fits. openb stays held out; the report shows the
-//! whole curve over the bound.
+//! (`FRAGMENTATION_RISK_WEIGHT`): `cluster-sim-tune` chose them on generated
+//! traces (seeds 101–103; `bench/results/cluster-sim-tuning.md`) by the
+//! issue's goal, fewer GPU-hours than `dilu-paper` at no more risk and then
+//! the most allocated under FGD's protocol. The slack fit's price of 0.4
+//! allocated less there (at bound 1.5, 93.45% against 93.81% at 100%
+//! requested): it outweighs the differences in fragmentation that decide
+//! what still fits. openb stays held out; the report shows the whole curve
+//! over the bound.
 //!
 //! A memory-fill term, an SM-against-memory balance term, class-pairing and
 //! lifetime terms, single-node gangs, pairing training with training and
