@@ -164,6 +164,9 @@ pub struct ClusterState {
     pub hosts: Vec<HostState>,
     /// GPU model names; `HostState::model` indexes it (empty: one unnamed model).
     pub models: Vec<String>,
+    /// GPUs with work on them, kept by [`apply`](Self::apply) and
+    /// [`release`](Self::release) (see [`busy_share`](Self::busy_share)).
+    busy: usize,
 }
 
 impl ClusterState {
@@ -226,7 +229,9 @@ impl ClusterState {
     pub fn apply(&mut self, demand: &InstanceDemand, gpus: &[usize]) {
         for &gpu in gpus {
             if let Some(state) = self.gpus.get_mut(gpu) {
+                let was_active = state.is_active();
                 state.add(demand);
+                self.busy += usize::from(!was_active && state.is_active());
             }
         }
     }
@@ -235,13 +240,24 @@ impl ClusterState {
     pub fn release(&mut self, demand: &InstanceDemand, gpus: &[usize]) {
         for &gpu in gpus {
             if let Some(state) = self.gpus.get_mut(gpu) {
+                let was_active = state.is_active();
                 state.remove(demand);
+                self.busy = self
+                    .busy
+                    .saturating_sub(usize::from(was_active && !state.is_active()));
             }
         }
     }
 
     pub fn active_gpus(&self) -> usize {
         self.gpus.iter().filter(|gpu| gpu.is_active()).count()
+    }
+
+    /// Share of the cluster's GPUs with work on them, in O(1): how scarce
+    /// idle GPUs are. Counts what [`apply`](Self::apply) and
+    /// [`release`](Self::release) did (work put on `gpus` by hand is not seen).
+    pub fn busy_share(&self) -> f64 {
+        self.busy.min(self.gpus.len()) as f64 / self.gpus.len().max(1) as f64
     }
 }
 
@@ -266,11 +282,13 @@ mod tests {
         cluster.apply(&small(WorkClass::Latency), &[1]);
         cluster.apply(&small(WorkClass::Batch), &[1]);
         assert_eq!(cluster.active_gpus(), 1);
+        assert!((cluster.busy_share() - 0.25).abs() < 1e-12);
         assert_eq!(cluster.gpus[1].memory_used, 20);
         assert!((cluster.gpus[1].sm_limit_sum - 1.0).abs() < 1e-12);
         cluster.release(&small(WorkClass::Latency), &[1]);
         cluster.release(&small(WorkClass::Batch), &[1]);
         assert_eq!(cluster.active_gpus(), 0);
+        assert_eq!(cluster.busy_share(), 0.0);
         assert_eq!(cluster.gpus[1], GpuState::new(0, 100));
     }
 }

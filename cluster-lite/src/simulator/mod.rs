@@ -24,6 +24,7 @@ pub mod openb;
 pub mod plot;
 pub mod report;
 pub mod trace;
+pub mod tuning;
 
 use std::cmp::Ordering;
 use std::collections::BinaryHeap;
@@ -734,16 +735,21 @@ mod tests {
             .collect();
         events.sort_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)));
         let policy = Complementary::default();
+        let hard = Complementary {
+            soft_limit_bound: None,
+            ..Complementary::default()
+        };
         // A quarter of the GPUs the trace was sized for, so the cluster fills up.
         let mut cluster = ClusterState::uniform(5, 8, 80 * GIB);
         let mut placed: Vec<Vec<usize>> = vec![Vec::new(); trace.len()];
-        let (mut placements, mut refusals) = (0, 0);
+        let (mut placements, mut refusals, mut over_bound) = (0, 0, 0);
         for (_, arrival, index) in events {
             let work = trace[index].demand();
             if !arrival {
                 cluster.release(&work, &std::mem::take(&mut placed[index]));
                 continue;
             }
+            let within_bound = place(&hard, &cluster, &work).is_some();
             let Some(placement) = place(&policy, &cluster, &work) else {
                 refusals += 1;
                 continue;
@@ -752,16 +758,27 @@ mod tests {
             distinct.dedup();
             assert_eq!(distinct.len(), work.gpus as usize);
             cluster.apply(&work, &placement.gpus);
+            // Over the limit bound only where no GPU admitted it within.
+            if placement
+                .gpus
+                .iter()
+                .any(|&gpu| cluster.gpus[gpu].sm_limit_sum > policy.limit_bound + 1e-9)
+            {
+                assert!(!within_bound, "{work:?} went over the bound needlessly");
+                over_bound += 1;
+            }
             placed[index] = placement.gpus;
             placements += 1;
             for gpu in &cluster.gpus {
                 assert!(gpu.sm_request_sum <= 1.0 + 1e-9, "{gpu:?}");
-                let bound = policy.soft_limit_bound.unwrap_or(policy.limit_bound);
-                assert!(gpu.sm_limit_sum <= bound + 1e-9, "{gpu:?}");
                 assert!(gpu.memory_used <= gpu.memory_capacity, "{gpu:?}");
             }
         }
-        assert!(placements > 300 && refusals > 0, "{placements} {refusals}");
+        // Some instances fit nowhere even by requests; some only over the bound.
+        assert!(
+            placements > 300 && refusals > 0 && over_bound > 0,
+            "{placements} {refusals} {over_bound}"
+        );
     }
 
     fn shape(gpus: usize) -> ClusterShape {

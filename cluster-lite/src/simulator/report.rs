@@ -1,5 +1,6 @@
-//! Presentation of simulator results: a markdown table and a hand-written SVG
-//! line plot of active GPUs over time, one line per policy.
+//! Presentation of simulator results: markdown tables and an SVG line plot
+//! of active GPUs over time, one line per policy (drawn by `plot`, with
+//! `plotters`).
 
 use std::fmt::Write;
 

@@ -115,6 +115,15 @@ fn memo_key(free: &[f64], cpu_free: u64, model: GpuModel) -> Option<u128> {
     Some(key)
 }
 
+/// Which GPUs' free shares a fragmentation measure counts.
+#[derive(Debug, Clone, Copy)]
+enum Scope {
+    /// Every GPU of the node (FGD's measure).
+    Node,
+    /// GPUs in use only.
+    Busy,
+}
+
 /// Measured states kept before the memo starts over.
 const MEMO_LIMIT: usize = 200_000;
 
@@ -175,9 +184,53 @@ impl FragmentationGradient {
         candidates: &[usize],
         out: &mut Vec<(f64, usize)>,
     ) {
+        self.increases_in(cluster, node, demand, needs, candidates, out, Scope::Node);
+    }
+
+    /// Like [`increases`](Self::increases), but only the free shares of
+    /// GPUs in use count (an idle GPU is no capacity anyone pays for until
+    /// work lands on it): the fragmentation a placement leaves on the GPUs
+    /// that cost GPU-hours.
+    pub fn busy_increases(
+        &self,
+        cluster: &ClusterState,
+        node: usize,
+        demand: &InstanceDemand,
+        needs: &PodNeeds,
+        candidates: &[usize],
+        out: &mut Vec<(f64, usize)>,
+    ) {
+        self.increases_in(cluster, node, demand, needs, candidates, out, Scope::Busy);
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn increases_in(
+        &self,
+        cluster: &ClusterState,
+        node: usize,
+        demand: &InstanceDemand,
+        needs: &PodNeeds,
+        candidates: &[usize],
+        out: &mut Vec<(f64, usize)>,
+        scope: Scope,
+    ) {
         let range = cluster.nodes[node].clone();
         let start = range.start;
-        let mut free: Vec<f64> = cluster.gpus[range].iter().map(free_share).collect();
+        let mut free: Vec<f64> = cluster.gpus[range]
+            .iter()
+            .map(|gpu| match scope {
+                Scope::Busy if !gpu.is_active() => 0.0,
+                _ => free_share(gpu),
+            })
+            .collect();
+        // What a GPU has free once work lands on it (an idle GPU all of it).
+        let opened = |index: usize, free: &[f64]| {
+            if matches!(scope, Scope::Busy) && !cluster.gpus[index].is_active() {
+                1.0
+            } else {
+                free[index - start]
+            }
+        };
         let (cpu_free, model) = cluster
             .hosts
             .get(node)
@@ -197,7 +250,7 @@ impl FragmentationGradient {
                 return;
             }
             for &index in &candidates[..wanted] {
-                free[index - start] -= demand.sm_request;
+                free[index - start] = opened(index, &free) - demand.sm_request;
             }
             let after = self.memoised(&free, cpu_after, model, &fallback);
             out.extend(candidates.iter().map(|&index| (after - before, index)));
@@ -205,19 +258,19 @@ impl FragmentationGradient {
         }
         // GPUs with the same free share give the same outcome: score each
         // distinct free share once.
-        let mut scored: Vec<(f64, f64)> = Vec::new();
+        let mut scored: Vec<(f64, f64, f64)> = Vec::new();
         for &index in candidates {
             let original = free[index - start];
-            let increase = match scored
-                .iter()
-                .find(|(share, _)| (share - original).abs() < 1e-12)
-            {
-                Some(&(_, increase)) => increase,
+            let usable = opened(index, &free);
+            let increase = match scored.iter().find(|(share, was, _)| {
+                (share - usable).abs() < 1e-12 && (was - original).abs() < 1e-12
+            }) {
+                Some(&(_, _, increase)) => increase,
                 None => {
-                    free[index - start] = original - demand.sm_request;
+                    free[index - start] = usable - demand.sm_request;
                     let after = self.memoised(&free, cpu_after, model, &fallback);
                     free[index - start] = original;
-                    scored.push((original, after - before));
+                    scored.push((usable, original, after - before));
                     after - before
                 }
             };

@@ -24,7 +24,7 @@ use std::sync::Arc;
 use crate::model::{ClusterState, GpuState, InstanceDemand, PodNeeds};
 
 pub use baselines::{DiluPaper, Exclusive, InflessLimits, InflessRequests};
-pub use dilu::Complementary;
+pub use dilu::{Complementary, FragmentationScope};
 pub use fgd::{FragmentationGradient, TaskType, WorkloadMix};
 
 /// Cost added when a policy would rather not wake an idle GPU.
@@ -142,10 +142,7 @@ pub fn policy_by_name(name: &str) -> Option<Box<dyn PlacementPolicy>> {
 /// FGD's scheduler is given them); the other policies ignore it.
 pub fn policy_for_workload(name: &str, mix: Arc<WorkloadMix>) -> Option<Box<dyn PlacementPolicy>> {
     Some(match name {
-        "dilu" => Box::new(Complementary {
-            fragmentation: (!mix.types.is_empty()).then(|| FragmentationGradient::new(mix.clone())),
-            ..Complementary::default()
-        }),
+        "dilu" => Box::new(Complementary::for_workload(mix.clone())),
         "dilu-paper" => Box::new(DiluPaper),
         "fgd" => Box::new(FragmentationGradient::new(mix)),
         "infless-r" => Box::new(InflessRequests),

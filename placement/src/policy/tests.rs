@@ -1,5 +1,7 @@
 use super::*;
-use crate::model::WorkClass;
+use std::sync::Arc;
+
+use crate::model::{HostState, WorkClass};
 
 const GIB: u64 = 1 << 30;
 
@@ -119,6 +121,92 @@ fn dilu_oversubscribes_limits_less_than_dilu_paper() {
     };
     assert_eq!(copies_one_gpu_takes(&hard, &work), 2);
     assert_eq!(copies_one_gpu_takes(&DiluPaper, &work), 3);
+    // For a known workload (a real cluster's pods) it places every replica
+    // whose request fits, as infless-r does, rather than leave the fourth
+    // (Σlimits 1.96) waiting or dropped for its limit alone.
+    let known = Complementary::for_workload(whole_and_fifth_gpu_mix());
+    assert_eq!(copies_one_gpu_takes(&known, &work), 4);
+    assert_eq!(copies_one_gpu_takes(&InflessRequests, &work), 4);
+}
+
+/// A workload of whole-GPU tasks needing 8 cores and fifth-of-a-GPU tasks
+/// needing 1, in equal numbers.
+fn whole_and_fifth_gpu_mix() -> Arc<WorkloadMix> {
+    let task = |cpu_milli, share| TaskType {
+        cpu_milli,
+        share,
+        gpus: 1,
+        models: Vec::new(),
+        weight: 0.5,
+    };
+    Arc::new(WorkloadMix {
+        types: vec![task(8000, 1.0), task(1000, 0.2)],
+    })
+}
+
+/// Node 0 (16 cores, 2 GPUs) runs a half-GPU pod on 4 cores; node 1 (64
+/// cores, 2 GPUs) a 0.35-GPU pod on 4 cores; then `idle_nodes` nodes of 2
+/// idle GPUs. A half-GPU pod on 6 cores fills GPU 0 exactly but leaves node
+/// 0 too few cores for a whole-GPU task; on GPU 2 it leaves 0.15 free.
+fn cores_against_fill(idle_nodes: usize) -> (ClusterState, InstanceDemand, PodNeeds) {
+    let mut cluster = ClusterState::default();
+    for cpu_milli in [16_000, 64_000] {
+        cluster.add_host(
+            2,
+            80 * GIB,
+            HostState {
+                cpu_milli,
+                cpu_used: 4000,
+                memory_mib: 1 << 20,
+                memory_used: 0,
+                model: 0,
+            },
+        );
+    }
+    for _ in 0..idle_nodes {
+        cluster.add_node(2, 80 * GIB);
+    }
+    cluster.apply(&demand(WorkClass::Batch, 0.5, 0.5, 1, 1), &[0]);
+    cluster.apply(&demand(WorkClass::Batch, 0.35, 0.35, 1, 1), &[2]);
+    let needs = PodNeeds {
+        cpu_milli: 6000,
+        ..PodNeeds::default()
+    };
+    (cluster, demand(WorkClass::Batch, 0.5, 0.5, 1, 1), needs)
+}
+
+#[test]
+fn with_idle_gpus_plentiful_dilu_fills_a_gpu_where_fgd_spares_a_nodes_cores() {
+    let mix = whole_and_fifth_gpu_mix();
+    let (cluster, pod, needs) = cores_against_fill(30);
+    let fgd = FragmentationGradient::new(mix.clone());
+    let dilu = Complementary::for_workload(mix.clone());
+    let node_wide = Complementary {
+        fragmentation_scope: FragmentationScope::Node,
+        ..Complementary::for_workload(mix.clone())
+    };
+    // FGD (and dilu with FGD's node-wide measure) spares node 0's cores for
+    // whole-GPU tasks that 60 idle GPUs could run anyway; dilu fills GPU 0,
+    // so that when the other pods end one GPU is in use, not two.
+    assert_eq!(
+        place_pod(&fgd, &cluster, &pod, &needs).unwrap().gpus,
+        vec![2]
+    );
+    assert_eq!(
+        place_pod(&node_wide, &cluster, &pod, &needs).unwrap().gpus,
+        vec![2]
+    );
+    assert_eq!(
+        place_pod(&dilu, &cluster, &pod, &needs).unwrap().gpus,
+        vec![0]
+    );
+    // With no idle node to spare, half the GPUs are in use and dilu weighs
+    // the node's cores as FGD does.
+    let (scarce, pod, needs) = cores_against_fill(0);
+    assert_eq!(
+        place_pod(&dilu, &scarce, &pod, &needs).unwrap().gpus,
+        vec![2]
+    );
 }
 
 #[test]
