@@ -204,7 +204,8 @@ pub fn tune(seeds: u64, first_seed: u64, mut progress: impl FnMut(&str)) -> Stri
          {first_seed}): `scripts/bench.sh cluster` writes this file, `cluster-sim-tune` prints the same;\n\
          nothing here is edited by hand. It chose `dilu`'s fragmentation-fit settings.\n\
          Traces: the built-in generator, seeds {first_seed}–{}, poisson and bursty arrivals,\n\
-         3,200 instances each; Alibaba's openb trace is not used (held out).\n\
+         3,200 instances each. Alibaba's openb trace is not read here; the candidates below were\n\
+         drawn up after openb probes had been seen, so openb is held out but not blind.\n\
          Time replay on 4,000 GPUs (500 nodes of 8); FGD's protocol on 1,000 GPUs (125 nodes\n\
          of 8), the trace's instances resampled to 130% of capacity. Means over {} traces.\n",
         first_seed + seeds - 1,
