@@ -21,6 +21,6 @@ pub mod simtrace;
 pub mod units;
 
 pub use dilu_layout::{
-    bucket, colocation, histogram, ledger, memfd, monotonic_ns, shm, sm, telemetry,
+    bucket, budget, colocation, histogram, ledger, memfd, monotonic_ns, shm, telemetry,
     tenant_region_path, user_region_dir,
 };

@@ -20,7 +20,7 @@
 //!
 //! Under the node manager ([`crate::node`]) the budget that binds is the
 //! daemon's: it sits in the sealed region the tenant maps read-only
-//! ([`dilu_abi::sm::SmBudget::mem_budget`]) and every reservation is checked
+//! ([`dilu_abi::budget::TenantBudget::mem_budget`]) and every reservation is checked
 //! against it ([`TenantLedger::try_reserve_within`]), so `dilu set --mem`
 //! takes effect at the next allocation and nothing the tenant writes can
 //! raise it. The ledger then counts usage; its own budget word can only

@@ -18,9 +18,9 @@ use crate::recent_streams;
 use crate::sampler;
 use crate::tenant_sm::{self, TenantSm};
 use dilu_abi::bucket::Admission;
+use dilu_abi::budget::is_limited;
 use dilu_abi::cuda::{CUDA_SUCCESS, CUresult, sys};
 use dilu_abi::monotonic_ns;
-use dilu_abi::sm::is_limited;
 use std::sync::OnceLock;
 use std::sync::atomic::{AtomicI64, Ordering};
 

@@ -3,10 +3,13 @@
 //!
 //! # What it owns
 //! The process-local side of dilu: which driver calls are intercepted and
-//! what happens in them (today: pass-through plus call counting; later: memory
-//! budgets, SM-time token buckets, telemetry). It may touch only its own
-//! process: the driver functions it wraps, its own statics, and (later) the
-//! read-only budget memory handed over by the node manager.
+//! what happens in them: memory budgets on every allocation path, SM-time
+//! token buckets on every launch (with sampling, leases and usage
+//! feedback), co-location gates, telemetry and call counting. It may touch
+//! only its own process and what its tenant shares: the driver functions it
+//! wraps, its own statics, the tenant's shared-memory regions (ledger,
+//! telemetry, gap board) and the read-only budget region the node manager
+//! hands over.
 //!
 //! # How interception works
 //! A program reaches the driver in three ways, and all three are covered:

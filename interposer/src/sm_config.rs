@@ -26,8 +26,8 @@
 //! `launch_control::releases_in_runs`).
 
 use crate::memory_config::ConfigError;
+use dilu_abi::budget::{DEFAULT_DEPTH_NS, FULL_SHARE_PPM};
 use dilu_abi::ledger::MAX_DEVICES;
-use dilu_abi::sm::{DEFAULT_DEPTH_NS, FULL_SHARE_PPM};
 use dilu_abi::units;
 
 #[derive(Debug, Clone, PartialEq)]

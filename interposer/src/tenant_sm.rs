@@ -1,5 +1,5 @@
 //! The tenant's SM-time state as this process sees it: its share of each
-//! device ([`SmBudget`], one writer) and the telemetry all its processes
+//! device ([`TenantBudget`], one writer) and the telemetry all its processes
 //! write ([`TenantTelemetry`]), in whose region the token buckets
 //! ([`TokenBucket`]) live apart from the counters.
 //!
@@ -8,7 +8,7 @@
 //!   mode 0600. The process that creates `.sm`, or finds its writer gone,
 //!   writes its configured shares and becomes the writer; a process joining
 //!   a running tenant uses the shares already there. Any process of the same
-//!   user can change them (`dilu_abi::sm::SmBudget::set_share_ppm`); they
+//!   user can change them (`dilu_abi::budget::TenantBudget::set_share_ppm`); they
 //!   take effect at the next launch of every member.
 //! - no tenant name: anonymous memory shared with forked children.
 //!
@@ -24,17 +24,17 @@
 use crate::config;
 use crate::devices::{self, CurrentDevice};
 use dilu_abi::bucket::TokenBucket;
+use dilu_abi::budget::{TenantBudget, UNLIMITED_SHARE};
 use dilu_abi::ledger;
 use dilu_abi::node_client::Attached;
 use dilu_abi::shm::Region;
-use dilu_abi::sm::{SmBudget, UNLIMITED_SHARE};
 use dilu_abi::telemetry::{DeviceTelemetry, TenantTelemetry};
 use std::sync::OnceLock;
 
 /// Where the budget and telemetry live.
 enum Regions {
     Standalone {
-        budget: Region<SmBudget>,
+        budget: Region<TenantBudget>,
         telemetry: Region<TenantTelemetry>,
     },
     /// Owned by the node manager (the budget may be swapped when a
@@ -60,7 +60,7 @@ pub fn get() -> Option<&'static TenantSm> {
     }
 }
 
-fn write_shares(budget: &SmBudget) {
+fn write_shares(budget: &TenantBudget) {
     let limits = &config::get().sm;
     for (device, share) in limits.per_device.iter().enumerate() {
         budget.set_share_ppm(device, share.unwrap_or(UNLIMITED_SHARE));
@@ -91,14 +91,15 @@ fn init() -> Option<TenantSm> {
     let (budget, telemetry) = match &cfg.tenant {
         None if !cfg.sm.any() => return None,
         None => (
-            Region::<SmBudget>::anonymous(write_shares).unwrap_or_else(|e| fail("SM budget", e)),
+            Region::<TenantBudget>::anonymous(write_shares)
+                .unwrap_or_else(|e| fail("SM budget", e)),
             Region::<TenantTelemetry>::anonymous(|_| {}).unwrap_or_else(|e| fail("telemetry", e)),
         ),
         Some(name) => {
             // SAFETY: getuid has no preconditions.
             let uid = unsafe { libc::getuid() };
             let path = dilu_abi::tenant_region_path(uid, name, "sm");
-            let budget = Region::<SmBudget>::open_or_create(&path, 0o600, write_shares)
+            let budget = Region::<TenantBudget>::open_or_create(&path, 0o600, write_shares)
                 .unwrap_or_else(|e| fail("SM budget", format!("{}: {e}", path.display())));
             let pid = std::process::id() as i32;
             let start = ledger::process_start_time(pid).unwrap_or(0);
@@ -132,7 +133,7 @@ fn init() -> Option<TenantSm> {
 
 impl TenantSm {
     #[inline]
-    pub fn budget(&self) -> &SmBudget {
+    pub fn budget(&self) -> &TenantBudget {
         match &self.regions {
             Regions::Standalone { budget, .. } => budget,
             Regions::Managed(attached) => attached.budget(),

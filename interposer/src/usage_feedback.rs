@@ -60,8 +60,8 @@
 
 use crate::nvml::{self, NvmlDevice, NvmlReturn};
 use crate::tenant_sm;
+use dilu_abi::budget::is_limited;
 use dilu_abi::ledger::MAX_DEVICES;
-use dilu_abi::sm::is_limited;
 use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU64, Ordering};
 use std::time::Duration;
 

@@ -249,11 +249,12 @@ fn a_share_changed_while_the_tenant_runs_holds_within_a_second() {
     // SAFETY: getuid has no preconditions.
     let uid = unsafe { libc::getuid() };
     let path = dilu_abi::tenant_region_path(uid, &scenario.tenants[0], "sm");
-    let budget =
-        dilu_abi::shm::Region::<dilu_abi::sm::SmBudget>::open_or_create(&path, 0o600, |_| {
-            panic!("the running tenant created its SM budget")
-        })
-        .expect("open the tenant's SM budget");
+    let budget = dilu_abi::shm::Region::<dilu_abi::budget::TenantBudget>::open_or_create(
+        &path,
+        0o600,
+        |_| panic!("the running tenant created its SM budget"),
+    )
+    .expect("open the tenant's SM budget");
     let changed_at = dilu_abi::monotonic_ns();
     budget.set_share_percent(0, 60.0);
     let outcome = scenario.finish(LIMIT);
@@ -372,11 +373,11 @@ fn python_servers_report_latency_into_the_tenants_telemetry() {
 }
 
 /// The tenant's standalone SM budget, as an operator's tool opens it.
-fn open_budget(tenant: &str) -> dilu_abi::shm::Region<dilu_abi::sm::SmBudget> {
+fn open_budget(tenant: &str) -> dilu_abi::shm::Region<dilu_abi::budget::TenantBudget> {
     // SAFETY: getuid has no preconditions.
     let uid = unsafe { libc::getuid() };
     let path = dilu_abi::tenant_region_path(uid, tenant, "sm");
-    dilu_abi::shm::Region::<dilu_abi::sm::SmBudget>::open_or_create(&path, 0o600, |_| {
+    dilu_abi::shm::Region::<dilu_abi::budget::TenantBudget>::open_or_create(&path, 0o600, |_| {
         panic!("the running tenant created its SM budget")
     })
     .expect("open the tenant's SM budget")

@@ -1,6 +1,8 @@
-//! A tenant's budget region: the share of each device's time its processes
-//! may use, in parts per million, the depth of its token bucket, and (under
-//! the node manager) its memory budget per device.
+//! A tenant's budget region ([`TenantBudget`]): the share of each device's
+//! time its processes may use, in parts per million, the depth of its token
+//! bucket, and (under the node manager) its memory budget per device. Its
+//! file keeps the suffix `.sm` and its magic "diluSM" from when it held
+//! shares only.
 //!
 //! One writer changes it (the node manager, or in standalone mode the
 //! tenant's first process from its configuration, or an operator's tool);
@@ -8,8 +10,8 @@
 //! effect at the next one. Under the node manager tenants map it read-only
 //! (a sealed memfd, see [`crate::memfd`]): neither the SM share nor the
 //! memory budget can be raised by the tenant. In standalone mode the memory
-//! budget lives in the tenant's ledger instead and [`SmBudget::mem_budget`]
-//! stays unused.
+//! budget lives in the tenant's ledger instead and
+//! [`TenantBudget::mem_budget`] stays unused.
 
 use crate::MAX_DEVICES;
 use crate::ledger::UNLIMITED;
@@ -27,7 +29,7 @@ pub const UNLIMITED_SHARE: u32 = u32::MAX;
 pub const DEFAULT_DEPTH_NS: u64 = 5_000_000;
 
 #[repr(C)]
-pub struct SmBudget {
+pub struct TenantBudget {
     magic: AtomicU64,
     /// Bumped on every change, so readers can tell that something moved.
     generation: AtomicU64,
@@ -45,14 +47,14 @@ pub struct SmBudget {
 // SAFETY: repr(C), atomics and padding only; all-zero is "share 0 and no
 // memory on every device", which the creator overwrites before publishing
 // the magic.
-unsafe impl SharedLayout for SmBudget {
+unsafe impl SharedLayout for TenantBudget {
     const MAGIC: u64 = 0x6469_6c75_534d_0002; // "diluSM" v2 (v2: memory budget)
     fn magic(&self) -> &AtomicU64 {
         &self.magic
     }
 }
 
-impl SmBudget {
+impl TenantBudget {
     /// The share of `device` in ppm, or [`UNLIMITED_SHARE`].
     #[inline]
     pub fn share_ppm(&self, device: usize) -> u32 {
@@ -167,7 +169,7 @@ mod tests {
 
     #[test]
     fn shares_and_writer_claims() {
-        let budget = Region::<SmBudget>::anonymous(|b| {
+        let budget = Region::<TenantBudget>::anonymous(|b| {
             for d in 0..MAX_DEVICES {
                 b.set_share_ppm(d, UNLIMITED_SHARE);
             }
