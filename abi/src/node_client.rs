@@ -32,11 +32,11 @@
 //! pointer is swapped atomically (old mappings are never unmapped, so a
 //! launch racing the swap reads valid memory).
 
-use crate::budget::TenantBudget;
 use crate::node_wire::{self, FromDaemon, PROTOCOL_VERSION, SOCKET_ENV, TenantSpec, ToDaemon};
 use crate::seqpacket;
-use crate::shm::Region;
-use crate::telemetry::TenantTelemetry;
+use dilu_layout::budget::TenantBudget;
+use dilu_layout::shm::Region;
+use dilu_layout::telemetry::TenantTelemetry;
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;

@@ -299,7 +299,7 @@ fn run(shape: &Shape, config: &str, seconds: u64) -> Run {
         .filter(|(pid, _)| **pid != primary_pid)
         .map(|(_, b)| b)
         .sum();
-    let board = dilu_abi::colocation::board_path(
+    let board = dilu_layout::colocation::board_path(
         // SAFETY: getuid has no preconditions.
         unsafe { libc::getuid() },
         &instance,

@@ -255,8 +255,8 @@ fn deepen_the_bucket() {
     };
     // SAFETY: getuid has no preconditions.
     let uid = unsafe { libc::getuid() };
-    let path = dilu_abi::tenant_region_path(uid, &tenant, "sm");
-    let budget = dilu_abi::shm::Region::<dilu_abi::budget::TenantBudget>::open_or_create(
+    let path = dilu_layout::tenant_region_path(uid, &tenant, "sm");
+    let budget = dilu_layout::shm::Region::<dilu_layout::budget::TenantBudget>::open_or_create(
         &path,
         0o600,
         |_| panic!("the interposer did not create {}", path.display()),

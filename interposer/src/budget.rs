@@ -1,7 +1,7 @@
 //! Per-tenant GPU memory budgets.
 //!
 //! Every allocation path reserves its bytes in the tenant's ledger
-//! ([`dilu_abi::ledger`]) with one compare-and-swap before the driver is
+//! ([`dilu_layout::ledger`]) with one compare-and-swap before the driver is
 //! called, and every free gives back exactly what its allocation was
 //! charged ([`crate::alloc_table`]). The hot path is atomics only.
 //!
@@ -20,7 +20,7 @@
 //!
 //! Under the node manager ([`crate::node`]) the budget that binds is the
 //! daemon's: it sits in the sealed region the tenant maps read-only
-//! ([`dilu_abi::budget::TenantBudget::mem_budget`]) and every reservation is checked
+//! ([`dilu_layout::budget::TenantBudget::mem_budget`]) and every reservation is checked
 //! against it ([`TenantLedger::try_reserve_within`]), so `dilu set --mem`
 //! takes effect at the next allocation and nothing the tenant writes can
 //! raise it. The ledger then counts usage; its own budget word can only
@@ -46,9 +46,9 @@ use crate::devices::{self, CurrentDevice};
 use crate::driver;
 use crate::hooks::{HookId, REAL};
 use dilu_abi::cuda::{CUDA_ERROR_OUT_OF_MEMORY, CUDA_SUCCESS, CUresult, sys};
-use dilu_abi::ledger::{self, MAX_DEVICES, SlotId, TenantLedger, UNLIMITED};
 use dilu_abi::node_client::Attached;
-use dilu_abi::shm::Region;
+use dilu_layout::ledger::{self, MAX_DEVICES, SlotId, TenantLedger, UNLIMITED};
+use dilu_layout::shm::Region;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Mutex, OnceLock};
 use std::time::Duration;
@@ -150,8 +150,8 @@ fn init() -> Option<MemoryBudget> {
         // SAFETY: getuid has no preconditions.
         let uid = unsafe { libc::getuid() };
         // Files that crashed processes left behind go now (nobody holds them).
-        dilu_abi::shm::sweep_unused(&dilu_abi::user_region_dir(uid));
-        dilu_abi::tenant_region_path(uid, name, "ledger")
+        dilu_layout::shm::sweep_unused(&dilu_layout::user_region_dir(uid));
+        dilu_layout::tenant_region_path(uid, name, "ledger")
     });
     let opened = match &ledger_path {
         Some(path) => Region::<TenantLedger>::open_or_create(path, 0o600, write_budgets)

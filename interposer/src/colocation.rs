@@ -1,5 +1,5 @@
 //! Work-conserving co-location, this process's side of the gap board
-//! ([`dilu_abi::colocation`]).
+//! ([`dilu_layout::colocation`]).
 //!
 //! Configuration (read once; a bad value stops the process with one line):
 //! - `DILU_COLO`: `primary`, `filler` (offline) or `online-filler` (a filler
@@ -20,12 +20,12 @@
 //! process needs a tenant (`DILU_TENANT`, `dilu run --tenant`).
 
 use crate::launch_control::sleep_until;
-use dilu_abi::bucket::{Admission, TokenBucket};
-use dilu_abi::colocation::{DEFAULT_HOLDOFF_NS, DeviceBoard, FillerGate, GapBoard};
-use dilu_abi::ledger::MAX_DEVICES;
-use dilu_abi::monotonic_ns;
-use dilu_abi::shm::Region;
 use dilu_abi::units;
+use dilu_layout::bucket::{Admission, TokenBucket};
+use dilu_layout::colocation::{DEFAULT_HOLDOFF_NS, DeviceBoard, FillerGate, GapBoard};
+use dilu_layout::ledger::MAX_DEVICES;
+use dilu_layout::monotonic_ns;
+use dilu_layout::shm::Region;
 use std::sync::OnceLock;
 use std::sync::atomic::{AtomicU32, Ordering};
 
@@ -131,7 +131,7 @@ fn init() -> Option<Colo> {
     };
     // SAFETY: getuid has no preconditions.
     let uid = unsafe { libc::getuid() };
-    let path = dilu_abi::colocation::board_path(uid, &config.group);
+    let path = dilu_layout::colocation::board_path(uid, &config.group);
     let board = Region::<GapBoard>::open_or_create(&path, 0o600, |_| {}).unwrap_or_else(|e| {
         eprintln!(
             "dilu-interposer: cannot open the co-location board {} ({e}); stopping",

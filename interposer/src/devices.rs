@@ -4,7 +4,7 @@
 
 use crate::driver;
 use dilu_abi::cuda::{CUDA_SUCCESS, CUresult, sys};
-use dilu_abi::ledger::MAX_DEVICES;
+use dilu_layout::ledger::MAX_DEVICES;
 use std::ffi::c_int;
 
 /// The number of devices the real driver reports (1 when it cannot say),

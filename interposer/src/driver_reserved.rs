@@ -9,7 +9,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use dilu_abi::cuda::sys::CUmemoryPool;
 use dilu_abi::cuda::{CUDA_ERROR_OUT_OF_MEMORY, CUDA_SUCCESS, CUresult};
-use dilu_abi::ledger::{MAX_DEVICES, UNLIMITED};
+use dilu_layout::ledger::{MAX_DEVICES, UNLIMITED};
 
 use crate::budget;
 use crate::table::Cx;

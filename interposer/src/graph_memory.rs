@@ -53,7 +53,7 @@ use dilu_abi::cuda::sys::{
     CUmemLocation, CUmemLocationType, CUmemPoolProps,
 };
 use dilu_abi::cuda::{CUDA_ERROR_OUT_OF_MEMORY, CUDA_SUCCESS, CUresult};
-use dilu_abi::ledger::MAX_DEVICES;
+use dilu_layout::ledger::MAX_DEVICES;
 
 use crate::budget::{self, MemoryBudget};
 use crate::driver;

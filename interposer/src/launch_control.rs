@@ -17,10 +17,10 @@ use crate::launch_lease;
 use crate::recent_streams;
 use crate::sampler;
 use crate::tenant_sm::{self, TenantSm};
-use dilu_abi::bucket::Admission;
-use dilu_abi::budget::is_limited;
 use dilu_abi::cuda::{CUDA_SUCCESS, CUresult, sys};
-use dilu_abi::monotonic_ns;
+use dilu_layout::bucket::Admission;
+use dilu_layout::budget::is_limited;
+use dilu_layout::monotonic_ns;
 use std::sync::OnceLock;
 use std::sync::atomic::{AtomicI64, Ordering};
 

@@ -15,7 +15,7 @@
 //! work it has already paid for. Telemetry counts a lease's launches when
 //! the thread takes its next one.
 
-use dilu_abi::ledger::MAX_DEVICES;
+use dilu_layout::ledger::MAX_DEVICES;
 use std::cell::Cell;
 
 /// GPU time a thread takes from its bucket at once for launches shorter

@@ -10,8 +10,8 @@
 //!
 //! A device with no limit from any source is unlimited.
 
-use dilu_abi::ledger::MAX_DEVICES;
 use dilu_abi::units::{self, SIZE_FORMS};
+use dilu_layout::ledger::MAX_DEVICES;
 
 /// A limit before the device's size is known.
 #[derive(Debug, Clone, Copy, PartialEq)]

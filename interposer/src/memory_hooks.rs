@@ -12,7 +12,7 @@ use dilu_abi::cuda::sys::{
     CUmemAllocationProp, CUmemGenericAllocationHandle, CUmemoryPool, CUmipmappedArray, CUstream,
 };
 use dilu_abi::cuda::{CUDA_ERROR_OUT_OF_MEMORY, CUDA_SUCCESS, CUresult};
-use dilu_abi::ledger::UNLIMITED;
+use dilu_layout::ledger::UNLIMITED;
 
 use crate::budget::{self, TAG_ARRAY, TAG_HANDLE, TAG_MIPMAPPED};
 use crate::table::Cx;

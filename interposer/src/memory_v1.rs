@@ -6,7 +6,7 @@
 use core::ffi::c_uint;
 
 use dilu_abi::cuda::{CUDA_ERROR_OUT_OF_MEMORY, CUDA_SUCCESS, CUresult};
-use dilu_abi::ledger::UNLIMITED;
+use dilu_layout::ledger::UNLIMITED;
 
 use crate::budget;
 use crate::hooks::{HookId, REAL};

@@ -16,7 +16,7 @@
 //! (timed launches are rare and short; destroying a stream is not hot).
 
 use dilu_abi::cuda::sys;
-use dilu_abi::ledger::MAX_DEVICES;
+use dilu_layout::ledger::MAX_DEVICES;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 
 /// Timed launches between reading the recent streams and the end of their

@@ -175,8 +175,8 @@ unsafe extern "C" fn wait_at_gate(data: *mut std::ffi::c_void) {
         if gate.closer.load(Ordering::Acquire) == this_thread() {
             return;
         }
-        let limit = dilu_abi::monotonic_ns() + GATE_LIMIT_NS;
-        while !gate.open.load(Ordering::Acquire) && dilu_abi::monotonic_ns() < limit {
+        let limit = dilu_layout::monotonic_ns() + GATE_LIMIT_NS;
+        while !gate.open.load(Ordering::Acquire) && dilu_layout::monotonic_ns() < limit {
             std::thread::yield_now();
         }
     });
@@ -630,7 +630,7 @@ fn settle(sample: &Sample, estimate_ns: u64, measured_ns: u64) {
         device.record_correction(delta);
         let share = sm.budget().share_ppm(sample.device);
         sm.bucket(sample.device)
-            .charge_back(delta, share, dilu_abi::monotonic_ns());
+            .charge_back(delta, share, dilu_layout::monotonic_ns());
     }
 }
 

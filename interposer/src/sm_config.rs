@@ -26,9 +26,9 @@
 //! `launch_control::releases_in_runs`).
 
 use crate::memory_config::ConfigError;
-use dilu_abi::budget::{DEFAULT_DEPTH_NS, FULL_SHARE_PPM};
-use dilu_abi::ledger::MAX_DEVICES;
 use dilu_abi::units;
+use dilu_layout::budget::{DEFAULT_DEPTH_NS, FULL_SHARE_PPM};
+use dilu_layout::ledger::MAX_DEVICES;
 
 #[derive(Debug, Clone, PartialEq)]
 pub struct SmLimits {

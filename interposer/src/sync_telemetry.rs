@@ -5,7 +5,7 @@
 //! [`dilu_report_latency`].
 
 use crate::tenant_sm;
-use dilu_abi::monotonic_ns;
+use dilu_layout::monotonic_ns;
 use std::cell::Cell;
 
 thread_local! {

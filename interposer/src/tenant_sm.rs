@@ -8,7 +8,7 @@
 //!   mode 0600. The process that creates `.sm`, or finds its writer gone,
 //!   writes its configured shares and becomes the writer; a process joining
 //!   a running tenant uses the shares already there. Any process of the same
-//!   user can change them (`dilu_abi::budget::TenantBudget::set_share_ppm`); they
+//!   user can change them (`dilu_layout::budget::TenantBudget::set_share_ppm`); they
 //!   take effect at the next launch of every member.
 //! - no tenant name: anonymous memory shared with forked children.
 //!
@@ -23,12 +23,12 @@
 
 use crate::config;
 use crate::devices::{self, CurrentDevice};
-use dilu_abi::bucket::TokenBucket;
-use dilu_abi::budget::{TenantBudget, UNLIMITED_SHARE};
-use dilu_abi::ledger;
 use dilu_abi::node_client::Attached;
-use dilu_abi::shm::Region;
-use dilu_abi::telemetry::{DeviceTelemetry, TenantTelemetry};
+use dilu_layout::bucket::TokenBucket;
+use dilu_layout::budget::{TenantBudget, UNLIMITED_SHARE};
+use dilu_layout::ledger;
+use dilu_layout::shm::Region;
+use dilu_layout::telemetry::{DeviceTelemetry, TenantTelemetry};
 use std::sync::OnceLock;
 
 /// Where the budget and telemetry live.
@@ -98,7 +98,7 @@ fn init() -> Option<TenantSm> {
         Some(name) => {
             // SAFETY: getuid has no preconditions.
             let uid = unsafe { libc::getuid() };
-            let path = dilu_abi::tenant_region_path(uid, name, "sm");
+            let path = dilu_layout::tenant_region_path(uid, name, "sm");
             let budget = Region::<TenantBudget>::open_or_create(&path, 0o600, write_shares)
                 .unwrap_or_else(|e| fail("SM budget", format!("{}: {e}", path.display())));
             let pid = std::process::id() as i32;
@@ -113,7 +113,7 @@ fn init() -> Option<TenantSm> {
                     "joining a running tenant: its SM shares stay as its writer set them"
                 );
             }
-            let path = dilu_abi::tenant_region_path(uid, name, "telemetry");
+            let path = dilu_layout::tenant_region_path(uid, name, "telemetry");
             let telemetry = Region::<TenantTelemetry>::open_or_create(&path, 0o600, |_| {})
                 .unwrap_or_else(|e| fail("telemetry", format!("{}: {e}", path.display())));
             (budget, telemetry)

@@ -60,8 +60,8 @@
 
 use crate::nvml::{self, NvmlDevice, NvmlReturn};
 use crate::tenant_sm;
-use dilu_abi::budget::is_limited;
-use dilu_abi::ledger::MAX_DEVICES;
+use dilu_layout::budget::is_limited;
+use dilu_layout::ledger::MAX_DEVICES;
 use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU64, Ordering};
 use std::time::Duration;
 
@@ -451,7 +451,7 @@ fn run() {
                 let share = sm.budget().share_ppm(device);
                 if is_limited(share) {
                     sm.bucket(device)
-                        .charge_back(pay as i64, share, dilu_abi::monotonic_ns());
+                        .charge_back(pay as i64, share, dilu_layout::monotonic_ns());
                 }
             }
             let Some(look) = t.count.busy_since_last_look() else {
@@ -505,7 +505,7 @@ fn run() {
             } else {
                 // A refund is taken off later launches' charges anyway.
                 sm.bucket(device)
-                    .charge_back(delta, share, dilu_abi::monotonic_ns());
+                    .charge_back(delta, share, dilu_layout::monotonic_ns());
             }
         }
     }

@@ -17,12 +17,12 @@
 //! ([`create_regions`]).
 
 use crate::observe::Sampler;
-use dilu_abi::budget::{self, DEFAULT_DEPTH_NS, FULL_SHARE_PPM, TenantBudget, UNLIMITED_SHARE};
-use dilu_abi::ledger::{self, TenantLedger};
-use dilu_abi::memfd;
 use dilu_abi::node_wire::{SpecUpdate, TenantSpec, TenantStatus};
-use dilu_abi::shm::Region;
-use dilu_abi::telemetry::TenantTelemetry;
+use dilu_layout::budget::{self, DEFAULT_DEPTH_NS, FULL_SHARE_PPM, TenantBudget, UNLIMITED_SHARE};
+use dilu_layout::ledger::{self, TenantLedger};
+use dilu_layout::memfd;
+use dilu_layout::shm::Region;
+use dilu_layout::telemetry::TenantTelemetry;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::ffi::CString;
@@ -151,7 +151,7 @@ pub fn write_share(budget: &TenantBudget, share_ppm: u32) {
     } else {
         share_ppm
     };
-    for device in 0..dilu_abi::ledger::MAX_DEVICES {
+    for device in 0..dilu_layout::ledger::MAX_DEVICES {
         if budget.share_ppm(device) != value {
             budget.set_share_ppm(device, value);
         }

@@ -1,11 +1,11 @@
 //! The node manager in-process: registration over its socket, budgets a
 //! tenant cannot write, admission, operator changes, dead tenants, metrics.
 
-use dilu_abi::budget::TenantBudget;
 use dilu_abi::node_client;
 use dilu_abi::node_wire::{self, FromDaemon, SpecUpdate, TenantSpec, ToDaemon, WorkClass};
 use dilu_abi::seqpacket;
-use dilu_abi::shm::Region;
+use dilu_layout::budget::TenantBudget;
+use dilu_layout::shm::Region;
 use dilu_nodemgr::config::Config;
 use dilu_nodemgr::daemon::Daemon;
 use dilu_nodemgr::ops;

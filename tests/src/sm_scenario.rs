@@ -126,7 +126,7 @@ pub fn remove_tenant_files(tenant: &str) {
     // SAFETY: getuid has no preconditions.
     let uid = unsafe { libc::getuid() };
     for kind in ["ledger", "sm", "telemetry"] {
-        let _ = std::fs::remove_file(dilu_abi::tenant_region_path(uid, tenant, kind));
+        let _ = std::fs::remove_file(dilu_layout::tenant_region_path(uid, tenant, kind));
     }
 }
 

@@ -25,7 +25,7 @@ impl Board {
     fn of(group: &str) -> Board {
         // SAFETY: getuid has no preconditions.
         let uid = unsafe { libc::getuid() };
-        Board(dilu_abi::colocation::board_path(uid, group))
+        Board(dilu_layout::colocation::board_path(uid, group))
     }
 }
 

@@ -248,14 +248,14 @@ fn a_share_changed_while_the_tenant_runs_holds_within_a_second() {
     // The writer side, as the node manager or an operator's tool uses it.
     // SAFETY: getuid has no preconditions.
     let uid = unsafe { libc::getuid() };
-    let path = dilu_abi::tenant_region_path(uid, &scenario.tenants[0], "sm");
-    let budget = dilu_abi::shm::Region::<dilu_abi::budget::TenantBudget>::open_or_create(
+    let path = dilu_layout::tenant_region_path(uid, &scenario.tenants[0], "sm");
+    let budget = dilu_layout::shm::Region::<dilu_layout::budget::TenantBudget>::open_or_create(
         &path,
         0o600,
         |_| panic!("the running tenant created its SM budget"),
     )
     .expect("open the tenant's SM budget");
-    let changed_at = dilu_abi::monotonic_ns();
+    let changed_at = dilu_layout::monotonic_ns();
     budget.set_share_percent(0, 60.0);
     let outcome = scenario.finish(LIMIT);
     let second = 1_000_000_000;
@@ -354,15 +354,16 @@ fn python_servers_report_latency_into_the_tenants_telemetry() {
     );
     // SAFETY: getuid has no preconditions.
     let uid = unsafe { libc::getuid() };
-    let path = dilu_abi::tenant_region_path(uid, &tenant, "telemetry");
-    let telemetry = dilu_abi::shm::Region::<dilu_abi::telemetry::TenantTelemetry>::open_or_create(
-        &path,
-        0o600,
-        |_| panic!("the tenant left no telemetry"),
-    )
-    .expect("open telemetry");
+    let path = dilu_layout::tenant_region_path(uid, &tenant, "telemetry");
+    let telemetry =
+        dilu_layout::shm::Region::<dilu_layout::telemetry::TenantTelemetry>::open_or_create(
+            &path,
+            0o600,
+            |_| panic!("the tenant left no telemetry"),
+        )
+        .expect("open telemetry");
     assert_eq!(telemetry.latency_totals(), (3, 60_000_000));
-    use dilu_abi::histogram::HistogramSnapshot;
+    use dilu_layout::histogram::HistogramSnapshot;
     let p99 = telemetry
         .latencies
         .snapshot()
@@ -373,13 +374,15 @@ fn python_servers_report_latency_into_the_tenants_telemetry() {
 }
 
 /// The tenant's standalone SM budget, as an operator's tool opens it.
-fn open_budget(tenant: &str) -> dilu_abi::shm::Region<dilu_abi::budget::TenantBudget> {
+fn open_budget(tenant: &str) -> dilu_layout::shm::Region<dilu_layout::budget::TenantBudget> {
     // SAFETY: getuid has no preconditions.
     let uid = unsafe { libc::getuid() };
-    let path = dilu_abi::tenant_region_path(uid, tenant, "sm");
-    dilu_abi::shm::Region::<dilu_abi::budget::TenantBudget>::open_or_create(&path, 0o600, |_| {
-        panic!("the running tenant created its SM budget")
-    })
+    let path = dilu_layout::tenant_region_path(uid, tenant, "sm");
+    dilu_layout::shm::Region::<dilu_layout::budget::TenantBudget>::open_or_create(
+        &path,
+        0o600,
+        |_| panic!("the running tenant created its SM budget"),
+    )
     .expect("open the tenant's SM budget")
 }
 
@@ -396,10 +399,10 @@ fn a_zero_share_holds_the_tenant_until_the_share_is_raised() {
     );
     std::thread::sleep(Duration::from_millis(1500));
     let budget = open_budget(&scenario.tenants[0]);
-    let zeroed_at = dilu_abi::monotonic_ns();
+    let zeroed_at = dilu_layout::monotonic_ns();
     budget.set_share_ppm(0, 0);
     std::thread::sleep(Duration::from_millis(1500));
-    let raised_at = dilu_abi::monotonic_ns();
+    let raised_at = dilu_layout::monotonic_ns();
     budget.set_share_percent(0, 50.0);
     // Before the fix the first launch at share 0 slept for ever: the loop
     // never finished and `finish` reports a killed tenant.

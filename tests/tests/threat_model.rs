@@ -202,8 +202,8 @@ fn a_tenant_that_stalls_its_handed_back_fds_cannot_stall_the_control_loop() {
 /// which the tenant can truncate. It now reads a copy.
 #[test]
 fn a_tenant_that_truncates_its_ledger_cannot_kill_the_daemon() {
-    use dilu_abi::ledger::TenantLedger;
-    use dilu_abi::shm::Region;
+    use dilu_layout::ledger::TenantLedger;
+    use dilu_layout::shm::Region;
     let scratch = Scratch::new("threat-ledger");
     let mut daemon = Daemon::start(&scratch, "period_ms = 5\n");
     let tenant = unique_name("ledger");
@@ -214,7 +214,7 @@ fn a_tenant_that_truncates_its_ledger_cannot_kill_the_daemon() {
     );
     // SAFETY: getuid has no preconditions.
     let uid = unsafe { libc::getuid() };
-    let path = dilu_abi::tenant_region_path(uid, &tenant, "ledger");
+    let path = dilu_layout::tenant_region_path(uid, &tenant, "ledger");
     let budget = 64 << 20;
     drop(
         Region::<TenantLedger>::open_or_create(&path, 0o600, |l| l.set_budget(0, budget))
@@ -289,7 +289,7 @@ fn a_finished_tenant_leaves_no_files_behind() {
     );
     let left: Vec<PathBuf> = ["ledger", "sm", "telemetry"]
         .iter()
-        .map(|kind| dilu_abi::tenant_region_path(uid, &tenant, kind))
+        .map(|kind| dilu_layout::tenant_region_path(uid, &tenant, kind))
         .chain([simgpu_instance_file(uid, &instance)])
         .filter(|path| path.exists())
         .collect();
@@ -327,7 +327,7 @@ fn a_name_squatted_by_another_user_does_not_stop_the_victim() {
     cleanup();
     // What the attacker creates first: the victim's directory (and the
     // file name earlier versions used), open to all, owned by the attacker.
-    let squatted = dilu_abi::user_region_dir(victim);
+    let squatted = dilu_layout::user_region_dir(victim);
     std::fs::create_dir(&squatted).unwrap();
     std::fs::set_permissions(
         &squatted,
@@ -341,7 +341,7 @@ fn a_name_squatted_by_another_user_does_not_stop_the_victim() {
 
     let output = run_tenant(&tenant, &instance, Some(victim));
     let stderr = String::from_utf8_lossy(&output.stderr).into_owned();
-    let chosen = dilu_abi::user_region_dir(victim);
+    let chosen = dilu_layout::user_region_dir(victim);
     let leftovers: Vec<_> = std::fs::read_dir(&chosen)
         .map(|d| d.flatten().map(|e| e.path()).collect())
         .unwrap_or_default();

@@ -178,7 +178,7 @@ fn run(o: &Options) -> Result<String, Box<dyn std::error::Error>> {
         // SAFETY: `busy` takes (float*, u32) and the buffer holds grid × block floats.
         unsafe { builder.launch(config) }.map(|_| ())?;
         if o.launch_log.is_some() {
-            launched.borrow_mut().push(dilu_abi::monotonic_ns());
+            launched.borrow_mut().push(dilu_layout::monotonic_ns());
         }
         Ok(())
     };
