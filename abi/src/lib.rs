@@ -1,6 +1,7 @@
 //! `dilu-abi`: what crosses process boundaries other than shared memory.
 //!
-//! - [`cuda`]: CUDA driver ABI aliases (handles, structs, result codes).
+//! - `cuda` (feature `cuda`): CUDA driver ABI aliases (handles, structs,
+//!   result codes), from cudarc's generated bindings.
 //! - [`units`]: unit parsing used by every configuration surface.
 //! - [`simtrace`]: simgpu's kernel-trace format.
 //! - [`node_wire`]: the node manager's socket protocol (messages);
@@ -16,6 +17,7 @@
 //! touch `/proc`, sockets and the region fds it receives.
 
 pub mod cluster_wire;
+#[cfg(feature = "cuda")]
 pub mod cuda;
 pub mod node_client;
 pub mod node_wire;

@@ -15,7 +15,9 @@
 
 use dilu_abi::simtrace::{KernelRecord, busy_ns_by_pid};
 use dilu_bench::report::{Table, machine, write_result};
-use dilu_tests::workspace::{Scratch, artifact, dilu, read_trace, unique_name, wait_until_serving};
+use dilu_harness::workspace::{
+    Scratch, artifact, dilu, read_trace, unique_name, wait_until_serving,
+};
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 

@@ -2,9 +2,9 @@
 //! reaching the driver, concurrency across processes, dead processes, and
 //! what programs see as their GPU's size.
 
+use dilu_harness::workspace::{artifact, dilu_run, output_within, unique_name};
 use dilu_layout::ledger::TenantLedger;
 use dilu_layout::shm::Region;
-use dilu_tests::workspace::{artifact, dilu_run, output_within, unique_name};
 use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};

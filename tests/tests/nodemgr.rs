@@ -3,8 +3,8 @@
 //! load leaves its tenant running on its last budget until a new daemon
 //! re-adopts it.
 
+use dilu_harness::workspace::{Scratch, artifact, dilu, read_trace, unique_name};
 use dilu_tests::probe::Probe;
-use dilu_tests::workspace::{Scratch, artifact, dilu, read_trace, unique_name};
 use std::io::{BufRead, BufReader, Write};
 use std::path::Path;
 use std::process::{Child, Command, Stdio};

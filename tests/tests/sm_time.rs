@@ -10,7 +10,7 @@
 //! real GPU does); a tenant alone is judged by its share of wall-clock time.
 //! The scenarios run one at a time: they measure time.
 
-use dilu_tests::sm_scenario::{Scenario, TenantLoop};
+use dilu_harness::sm_scenario::{Scenario, TenantLoop};
 use std::sync::Mutex;
 use std::time::Duration;
 
@@ -300,7 +300,7 @@ fn throttling_loses_and_reorders_no_launch() {
         600,
         "every launch ran exactly once"
     );
-    let sequences = |o: &dilu_tests::sm_scenario::Outcome| -> Vec<Vec<u64>> {
+    let sequences = |o: &dilu_harness::sm_scenario::Outcome| -> Vec<Vec<u64>> {
         o.blocks_by_stream(0).into_values().collect()
     };
     assert_eq!(
@@ -312,16 +312,16 @@ fn throttling_loses_and_reorders_no_launch() {
 
 #[test]
 fn a_bad_share_is_one_clear_line() {
-    let mut command = std::process::Command::new(dilu_tests::workspace::dilu());
+    let mut command = std::process::Command::new(dilu_harness::workspace::dilu());
     command
         .args(["run", "--sim", "--sm", "0", "--"])
-        .arg(dilu_tests::workspace::artifact("cudarc-loop"))
+        .arg(dilu_harness::workspace::artifact("cudarc-loop"))
         .args(["--kernels", "1"])
         .env(
             "SIMGPU_INSTANCE",
-            dilu_tests::workspace::unique_name("badsm"),
+            dilu_harness::workspace::unique_name("badsm"),
         );
-    let output = dilu_tests::workspace::output_within(command, LIMIT);
+    let output = dilu_harness::workspace::output_within(command, LIMIT);
     assert_eq!(output.status.code(), Some(2));
     let stderr = String::from_utf8_lossy(&output.stderr);
     let lines: Vec<&str> = stderr
@@ -334,19 +334,19 @@ fn a_bad_share_is_one_clear_line() {
 
 #[test]
 fn python_servers_report_latency_into_the_tenants_telemetry() {
-    let tenant = dilu_tests::workspace::unique_name("latency");
+    let tenant = dilu_harness::workspace::unique_name("latency");
     let module_dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../interposer/python");
     let script = "import dilu_latency\n\
                   assert dilu_latency.available(), 'interposer not loaded'\n\
                   for ms in (10, 20, 30):\n    dilu_latency.report(ms / 1000)\n";
-    let mut command = std::process::Command::new(dilu_tests::workspace::dilu());
+    let mut command = std::process::Command::new(dilu_harness::workspace::dilu());
     command
         .args([
             "run", "--sim", "--tenant", &tenant, "--", "python3", "-c", script,
         ])
         .env("PYTHONPATH", &module_dir)
         .env("SIMGPU_INSTANCE", &tenant);
-    let output = dilu_tests::workspace::output_within(command, LIMIT);
+    let output = dilu_harness::workspace::output_within(command, LIMIT);
     assert!(
         output.status.success(),
         "{}",
@@ -370,7 +370,7 @@ fn python_servers_report_latency_into_the_tenants_telemetry() {
         .quantile_upper_ns(0.99)
         .unwrap();
     assert!((30_000_000..60_000_000).contains(&p99), "p99 bucket {p99}");
-    dilu_tests::sm_scenario::remove_tenant_files(&tenant);
+    dilu_harness::sm_scenario::remove_tenant_files(&tenant);
 }
 
 /// The tenant's standalone SM budget, as an operator's tool opens it.
@@ -424,7 +424,7 @@ fn a_zero_share_holds_the_tenant_until_the_share_is_raised() {
 
 #[test]
 fn a_default_spec_tenant_under_the_static_controller_waits_then_runs() {
-    use dilu_tests::workspace::{Scratch, artifact, dilu, unique_name};
+    use dilu_harness::workspace::{Scratch, artifact, dilu, unique_name};
     use std::process::{Command, Stdio};
     let _serial = serial();
     let scratch = Scratch::new("zero-static");
@@ -445,7 +445,7 @@ fn a_default_spec_tenant_under_the_static_controller_waits_then_runs() {
         .spawn()
         .expect("start dilu nodemgr");
     // Started before the daemon answers, `dilu run` would run unmanaged.
-    dilu_tests::workspace::wait_until_serving(&mut daemon, &socket, LIMIT);
+    dilu_harness::workspace::wait_until_serving(&mut daemon, &socket, LIMIT);
     let tenant = unique_name("zero-default");
     // No spec: the default one asks for 0% (and may use up to 100%).
     let mut workload = Command::new(dilu())

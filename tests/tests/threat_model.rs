@@ -6,7 +6,7 @@
 
 use dilu_abi::node_wire::{self, FromDaemon, NodeStatus, PROTOCOL_VERSION, ToDaemon};
 use dilu_abi::seqpacket;
-use dilu_tests::workspace::{Scratch, dilu, unique_name};
+use dilu_harness::workspace::{Scratch, dilu, unique_name};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -256,7 +256,7 @@ fn run_tenant(tenant: &str, instance: &str, uid: Option<u32>) -> std::process::O
     let mut command = Command::new(dilu());
     command
         .args(["run", "--sim", "--tenant", tenant, "--mem", "1GiB", "--"])
-        .arg(dilu_tests::workspace::artifact("cudart-client"))
+        .arg(dilu_harness::workspace::artifact("cudart-client"))
         .env("SIMGPU_INSTANCE", instance)
         .env_remove("DILU_MEM_LIMIT")
         .env_remove("DILU_TENANT")
@@ -265,7 +265,7 @@ fn run_tenant(tenant: &str, instance: &str, uid: Option<u32>) -> std::process::O
     if let Some(uid) = uid {
         command.uid(uid).gid(uid).env("HOME", "/");
     }
-    dilu_tests::workspace::output_within(command, Duration::from_secs(120))
+    dilu_harness::workspace::output_within(command, Duration::from_secs(120))
 }
 
 fn simgpu_instance_file(uid: u32, instance: &str) -> PathBuf {
@@ -367,8 +367,11 @@ fn simulated_nvml_dir(scratch: &Scratch) -> PathBuf {
     std::fs::create_dir_all(&dir).unwrap();
     let link = dir.join("libnvidia-ml.so.1");
     let _ = std::fs::remove_file(&link);
-    std::os::unix::fs::symlink(dilu_tests::workspace::artifact("libsimgpu_nvml.so"), &link)
-        .unwrap();
+    std::os::unix::fs::symlink(
+        dilu_harness::workspace::artifact("libsimgpu_nvml.so"),
+        &link,
+    )
+    .unwrap();
     dir
 }
 
@@ -419,7 +422,7 @@ fn the_audit_catches_a_tenant_that_zeroes_its_ledger() {
     }
     let mut probe = Command::new(dilu())
         .args(["run", "--sim", "--tenant", &tenant, "--"])
-        .arg(dilu_tests::workspace::artifact("mem-probe"))
+        .arg(dilu_harness::workspace::artifact("mem-probe"))
         .env(node_wire::SOCKET_ENV, &socket)
         .env("SIMGPU_INSTANCE", &instance)
         .env("DILU_CONTEXT_MEMORY", "0")

@@ -32,7 +32,7 @@
 
 use cudarc::driver::{CudaContext, CudaSlice, LaunchConfig, PushKernelArg};
 use cudarc::nvrtc::Ptx;
-use dilu_tests::ptx::{BLOCK_THREADS, BUSY_KERNEL, PTX};
+use dilu_harness::ptx::{BLOCK_THREADS, BUSY_KERNEL, PTX};
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
@@ -291,5 +291,5 @@ fn run(o: &Options) -> Result<String, Box<dyn std::error::Error>> {
 }
 
 fn main() -> ExitCode {
-    dilu_tests::workload::main("demo-tenant", USAGE, parse, run)
+    dilu_harness::workload::main("demo-tenant", USAGE, parse, run)
 }

@@ -5,9 +5,11 @@
 //! operator tools (`dilu status`, `dilu top`, `dilu set`), and the demo. It
 //! never links the interposer's cdylib code; it only points `LD_PRELOAD` at it.
 
+mod demo;
+
 use clap::{Args, Parser, Subcommand};
 use dilu_abi::node_wire::{self, SpecUpdate};
-use dilu_nodemgr::{config, daemon, demo, launch, ops, profile_run};
+use dilu_nodemgr::{config, daemon, launch, ops, profile_run};
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;

@@ -13,10 +13,10 @@
 //! `DIR/<controller>.txt` (ms, one per line): `scripts/bench.sh demo` turns
 //! them into `bench/results/demo-latency-cdf.svg` and `demo.md`.
 
-use crate::artifacts;
-use crate::config::Config;
-use crate::daemon::Daemon;
 use dilu_abi::node_wire::{TenantSpec, WorkClass};
+use dilu_nodemgr::artifacts;
+use dilu_nodemgr::config::Config;
+use dilu_nodemgr::daemon::Daemon;
 use std::collections::BTreeMap;
 use std::io::Read;
 use std::path::{Path, PathBuf};
@@ -221,7 +221,7 @@ pub fn run(spec: &DemoSpec) -> Result<ExitCode, String> {
         spec.controllers.clone()
     };
     for c in &controllers {
-        crate::control::by_name(c)?;
+        dilu_nodemgr::control::by_name(c)?;
     }
     if !spec.json {
         println!(
