@@ -5,7 +5,7 @@
 //!
 //! A sample starts at the latest of its start events: one recorded on the
 //! launch's stream, and one on each other stream this process launched on
-//! recently on the device (see [`recent_streams`](crate::recent_streams)),
+//! recently on the device (see [`recent_streams`](crate::sm_time::recent_streams)),
 //! so it times the launch from when our own earlier work was done.
 //!
 //! A sample can contain more than the kernel (waits for other processes,
@@ -20,7 +20,7 @@
 //! [`WINDOW`] samples. What no per-kernel sample can attribute (kernels of
 //! several streams overlapping, a kernel preempted by another process) is
 //! settled against the driver's own count by
-//! [`usage_feedback`](crate::usage_feedback).
+//! [`usage_feedback`](crate::sm_time::usage_feedback).
 //!
 //! When the launch's stream was idle, a start event recorded just before
 //! the launch would complete at once, and the kernel would start only once
@@ -41,9 +41,9 @@
 //! retired ([`contexts_changed`]): never reused, never queried again.
 
 use crate::driver;
-use crate::kernel_estimates::Entry;
-use crate::recent_streams::{self, REMEMBERED};
-use crate::tenant_sm;
+use crate::sm_time::kernel_estimates::Entry;
+use crate::sm_time::recent_streams::{self, REMEMBERED};
+use crate::sm_time::tenant_sm;
 use crossbeam_channel::{Receiver, Sender, TryRecvError};
 use dilu_abi::cuda::{CUDA_SUCCESS, CUresult, sys};
 use std::collections::HashMap;
@@ -442,7 +442,7 @@ fn start_harvester() {
     if spawned.is_err() {
         HARVESTER_RUNNING.store(false, Ordering::Release);
     }
-    crate::usage_feedback::ensure_running();
+    crate::sm_time::usage_feedback::ensure_running();
 }
 
 /// A forked child has no harvester thread (and its parent's events belong
@@ -475,7 +475,7 @@ impl Window {
     /// our streams the sample was timed against). Their low ones are not
     /// the clean ones: keeping those charged a 3-stream tenant a twentieth
     /// of its kernels' time. What that mean gets wrong is settled by
-    /// [`usage_feedback`](crate::usage_feedback) where NVML can tell.
+    /// [`usage_feedback`](crate::sm_time::usage_feedback) where NVML can tell.
     fn add(&mut self, ns: u64, shortened: bool, streams: usize) -> u64 {
         self.samples[self.next] = ns;
         self.shortened[self.next] = shortened;
@@ -626,7 +626,7 @@ fn settle(sample: &Sample, estimate_ns: u64, measured_ns: u64) {
     let device = sm.device(sample.device);
     device.record_sample();
     if delta != 0 {
-        crate::usage_feedback::charged(sample.device, delta);
+        crate::sm_time::usage_feedback::charged(sample.device, delta);
         device.record_correction(delta);
         let share = sm.budget().share_ppm(sample.device);
         sm.bucket(sample.device)

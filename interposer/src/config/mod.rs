@@ -7,19 +7,23 @@
 //! | `DILU_CALL_REPORT` | file to which one JSON line of call counters is appended at exit |
 //! | `DILU_LOG` | `tracing` `EnvFilter` directive (e.g. `debug`); logging is off when unset |
 //! | `DILU_TENANT` | tenant name; processes with the same name (and user) share one budget |
-//! | `DILU_MEM_LIMIT` | memory budget: `8GiB`, `50%`, `0:8GiB,1:4GiB` (see [`crate::memory_config`]); HAMi's `CUDA_DEVICE_MEMORY_LIMIT[_i]` are aliases |
-//! | `DILU_SM_LIMIT` | SM-time share: `30` (% of every device), `0:30,1:50`; HAMi's `CUDA_DEVICE_SM_LIMIT[_i]` are aliases (see [`crate::sm_config`]) |
+//! | `DILU_MEM_LIMIT` | memory budget: `8GiB`, `50%`, `0:8GiB,1:4GiB` (see [`crate::config::memory`]); HAMi's `CUDA_DEVICE_MEMORY_LIMIT[_i]` are aliases |
+//! | `DILU_SM_LIMIT` | SM-time share: `30` (% of every device), `0:30,1:50`; HAMi's `CUDA_DEVICE_SM_LIMIT[_i]` are aliases (see [`crate::config::sm`]) |
 //! | `DILU_SM_DEPTH` | token bucket depth (burst allowance after idling); default 5ms |
-//! | `DILU_SM_BURST` | GPU time a throttled tenant releases at once (see [`crate::sm_config`]); default 2ms, `0` paces each launch |
+//! | `DILU_SM_BURST` | GPU time a throttled tenant releases at once (see [`crate::config::sm`]); default 2ms, `0` paces each launch |
 //! | `DILU_CONTEXT_MEMORY` | memory charged per process and device for the CUDA context itself; default 256MiB |
-//! | `DILU_USAGE_FEEDBACK` | `on` (default) or `off`: settle SM-time charges against NVML's per-process busy time (see [`crate::usage_feedback`]) |
+//! | `DILU_USAGE_FEEDBACK` | `on` (default) or `off`: settle SM-time charges against NVML's per-process busy time (see [`crate::sm_time::usage_feedback`]) |
 //!
 //! A variable that is set but unusable stops the process with one line naming
 //! it and the accepted forms (fail closed).
 
-use crate::memory_config::{self, MemoryLimits};
-use crate::sm_config::{self, SmLimits};
+// Per concern: memory budgets (`memory`), SM-time shares (`sm`).
+pub mod memory;
+pub mod sm;
+
 use dilu_abi::units;
+use memory::MemoryLimits;
+use sm::SmLimits;
 use std::ffi::{CString, OsString};
 use std::os::unix::ffi::OsStringExt;
 use std::path::PathBuf;
@@ -77,7 +81,7 @@ fn read() -> Config {
             Ok(name) => fail("DILU_TENANT", &name.into(), TENANT_FORMS),
             Err(v) => fail("DILU_TENANT", &v, TENANT_FORMS),
         }),
-        memory: match memory_config::from_env(|name| std::env::var(name).ok()) {
+        memory: match memory::from_env(|name| std::env::var(name).ok()) {
             Ok(limits) => limits,
             Err(error) => fail(&error.variable, &error.value.into(), &error.expected),
         },
@@ -86,7 +90,7 @@ fn read() -> Config {
             Ok(value) => units::parse_size(&value)
                 .unwrap_or_else(|_| fail("DILU_CONTEXT_MEMORY", &value.into(), units::SIZE_FORMS)),
         },
-        sm: match sm_config::from_env(|name| std::env::var(name).ok()) {
+        sm: match sm::from_env(|name| std::env::var(name).ok()) {
             Ok(limits) => limits,
             Err(error) => fail(&error.variable, &error.value.into(), &error.expected),
         },

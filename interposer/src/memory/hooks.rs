@@ -14,7 +14,7 @@ use dilu_abi::cuda::sys::{
 use dilu_abi::cuda::{CUDA_ERROR_OUT_OF_MEMORY, CUDA_SUCCESS, CUresult};
 use dilu_layout::ledger::UNLIMITED;
 
-use crate::budget::{self, TAG_ARRAY, TAG_HANDLE, TAG_MIPMAPPED};
+use crate::memory::budget::{self, TAG_ARRAY, TAG_HANDLE, TAG_MIPMAPPED};
 use crate::table::Cx;
 
 /// Reads an out-parameter the driver has just written (after success).
@@ -342,7 +342,7 @@ pub fn mem_get_info(
     if let Some(slot) = b.slot() {
         let _ = b.charge_context(slot, device);
     }
-    crate::graph_memory::reconcile_all();
+    crate::memory::graph_memory::reconcile_all();
     // SAFETY: both pointers are non-null and the driver just wrote them.
     unsafe {
         if let Some((t, f)) = b.view(device, *total as u64, *free as u64) {

@@ -3,7 +3,7 @@
 //! Every allocation path reserves its bytes in the tenant's ledger
 //! ([`dilu_layout::ledger`]) with one compare-and-swap before the driver is
 //! called, and every free gives back exactly what its allocation was
-//! charged ([`crate::alloc_table`]). The hot path is atomics only.
+//! charged ([`crate::memory::alloc_table`]). The hot path is atomics only.
 //!
 //! Where the ledger lives (standalone mode, no node manager):
 //! - `DILU_TENANT=NAME`: `/dev/shm/dilu-<uid>/<NAME>.ledger`, created by the
@@ -40,11 +40,11 @@
 //! A forked child is a new member with its own slot; it never refunds what
 //! its parent charged (see [`crate::fork`]).
 
-use crate::alloc_table::{AllocTable, Charge};
 use crate::config;
-use crate::devices::{self, CurrentDevice};
 use crate::driver;
-use crate::hooks::{HookId, REAL};
+use crate::driver::devices::{self, CurrentDevice};
+use crate::memory::alloc_table::{AllocTable, Charge};
+use crate::table::{HookId, REAL};
 use dilu_abi::cuda::{CUDA_ERROR_OUT_OF_MEMORY, CUDA_SUCCESS, CUresult, sys};
 use dilu_abi::node_client::Attached;
 use dilu_layout::ledger::{self, MAX_DEVICES, SlotId, TenantLedger, UNLIMITED};
@@ -244,7 +244,7 @@ pub fn forget_parent_state_in_child() {
     for charged in &CONTEXT_CHARGED {
         charged.store(false, Ordering::Relaxed);
     }
-    crate::driver_reserved::forget_parent_state_in_child();
+    crate::memory::driver_reserved::forget_parent_state_in_child();
     if let Some(budget) = existing() {
         budget.charges.forget_all();
         if let Some(path) = &budget.ledger_path {
@@ -422,7 +422,7 @@ impl MemoryBudget {
                 // Before refusing: memory of dead members, and graph memory
                 // the driver has given back since it was last asked.
                 let reclaimed = self.ledger.reclaim_dead(ledger::process_alive) > 0;
-                let reconciled = crate::graph_memory::reconcile_all();
+                let reconciled = crate::memory::graph_memory::reconcile_all();
                 if (reclaimed || reconciled) && attempt().is_ok() {
                     return Ok(slot);
                 }

@@ -3,20 +3,20 @@
 //!
 //! Within budget a launch costs an estimate look-up, one add on its kind's
 //! count and either a subtraction from its thread's lease (a short launch
-//! already paid for, see [`crate::launch_lease`]) or one `clock_gettime`, one
+//! already paid for, see [`crate::sm_time::launch_lease`]) or one `clock_gettime`, one
 //! CAS on the bucket and a few counter adds: no lock, no system call, no
 //! allocation. A sampled
 //! launch (the first of a kind, then one in
-//! [`sampling_period`](crate::kernel_estimates::sampling_period)) additionally
+//! [`sampling_period`](crate::sm_time::kernel_estimates::sampling_period)) additionally
 //! records events (see [`sampler`]); a throttled one sleeps until its tokens exist
 //! (`clock_nanosleep` to an absolute deadline, not a polling tick).
 
 use crate::driver;
-use crate::kernel_estimates::{EstimateTable, FIRST_GUESS_NS, LaunchKey};
-use crate::launch_lease;
-use crate::recent_streams;
-use crate::sampler;
-use crate::tenant_sm::{self, TenantSm};
+use crate::sm_time::kernel_estimates::{EstimateTable, FIRST_GUESS_NS, LaunchKey};
+use crate::sm_time::launch_lease;
+use crate::sm_time::recent_streams;
+use crate::sm_time::sampler;
+use crate::sm_time::tenant_sm::{self, TenantSm};
 use dilu_abi::cuda::{CUDA_SUCCESS, CUresult, sys};
 use dilu_layout::bucket::Admission;
 use dilu_layout::budget::is_limited;
@@ -149,12 +149,12 @@ fn admit(
     key: LaunchKey,
     device: usize,
     stream: Option<(sys::CUstream, bool)>,
-) -> (&'static crate::kernel_estimates::Entry, bool) {
+) -> (&'static crate::sm_time::kernel_estimates::Entry, bool) {
     let (entry, placed) = ESTIMATES.entry(key);
     if placed
         && let Some(cost) = entry.estimate_ns()
         && is_limited(sm.budget().share_ppm(device))
-        && !crate::colocation::active()
+        && !crate::sm_time::colocation::active()
         && launch_lease::spend(device, cost)
     {
         let launches_before = entry.charge();
@@ -168,11 +168,11 @@ fn admit(
 #[inline(never)]
 fn admit_through_bucket(
     sm: &TenantSm,
-    entry: &'static crate::kernel_estimates::Entry,
+    entry: &'static crate::sm_time::kernel_estimates::Entry,
     placed: bool,
     device: usize,
     stream: Option<(sys::CUstream, bool)>,
-) -> (&'static crate::kernel_estimates::Entry, bool) {
+) -> (&'static crate::sm_time::kernel_estimates::Entry, bool) {
     let mut estimate = entry.estimate_ns();
     // Only wait when a measurement is actually on its way.
     if estimate.is_none()
@@ -196,7 +196,7 @@ fn admit_through_bucket(
         telemetry.count_launches(uncounted);
         charged = Some((charge_bucket(sm, device, charge, share, stream), charge));
     }
-    let held = crate::colocation::before_launch(device, cost);
+    let held = crate::sm_time::colocation::before_launch(device, cost);
     if held > 0 {
         telemetry.record_throttle(held);
     }
@@ -222,7 +222,7 @@ fn charge_bucket(
     let telemetry = sm.device(device);
     let bucket = sm.bucket(device);
     let mut now = monotonic_ns();
-    crate::usage_feedback::charged(device, gpu_ns as i64);
+    crate::sm_time::usage_feedback::charged(device, gpu_ns as i64);
     loop {
         match bucket.admit(now, gpu_ns, share, sm.budget().depth_ns()) {
             Admission::Now => break,
@@ -260,7 +260,7 @@ fn charge_bucket(
 /// kernels took 47.8% of the device at a cap of 30%, and 3-stream pairs kept
 /// 4 to 15 points less of their work).
 fn releases_in_runs(device: usize, stream: Option<(sys::CUstream, bool)>) -> bool {
-    crate::usage_feedback::may_be_shared(device)
+    crate::sm_time::usage_feedback::may_be_shared(device)
         && stream
             .is_some_and(|(stream, per_thread)| recent_streams::only_on(device, stream, per_thread))
 }
@@ -268,7 +268,7 @@ fn releases_in_runs(device: usize, stream: Option<(sys::CUstream, bool)>) -> boo
 /// How much longer than its own tokens a throttled launch waits: until
 /// the bucket also holds `DILU_SM_BURST` of GPU time (wall time at the
 /// share; at most the depth, which is all a bucket can hold), so the launches
-/// after it go at once, as one run on the GPU (see [`crate::sm_config`]).
+/// after it go at once, as one run on the GPU (see [`crate::config::sm`]).
 fn burst_wait_ns(burst_ns: u64, share_ppm: u32, depth_ns: u64) -> u64 {
     (burst_ns.saturating_mul(1_000_000) / u64::from(share_ppm.max(1))).min(depth_ns)
 }
@@ -291,7 +291,7 @@ fn wait_for_share(sm: &TenantSm, device: usize) -> u32 {
 }
 
 #[cold]
-fn wait_for_first_measurement(entry: &crate::kernel_estimates::Entry) -> Option<u64> {
+fn wait_for_first_measurement(entry: &crate::sm_time::kernel_estimates::Entry) -> Option<u64> {
     let deadline = monotonic_ns() + FIRST_MEASUREMENT_WAIT_NS;
     loop {
         if let Some(estimate) = entry.estimate_ns() {
@@ -337,7 +337,7 @@ pub fn controlled(
 /// line: one launch in hundreds or thousands).
 #[inline(never)]
 fn timed(
-    entry: &'static crate::kernel_estimates::Entry,
+    entry: &'static crate::sm_time::kernel_estimates::Entry,
     device: usize,
     stream: sys::CUstream,
     per_thread: bool,

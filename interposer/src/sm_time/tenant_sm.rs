@@ -22,7 +22,7 @@
 //! and every launch passes straight through.
 
 use crate::config;
-use crate::devices::{self, CurrentDevice};
+use crate::driver::devices::{self, CurrentDevice};
 use dilu_abi::node_client::Attached;
 use dilu_layout::bucket::TokenBucket;
 use dilu_layout::budget::{TenantBudget, UNLIMITED_SHARE};

@@ -11,7 +11,7 @@ use dilu_abi::cuda::sys::CUmemoryPool;
 use dilu_abi::cuda::{CUDA_ERROR_OUT_OF_MEMORY, CUDA_SUCCESS, CUresult};
 use dilu_layout::ledger::{MAX_DEVICES, UNLIMITED};
 
-use crate::budget;
+use crate::memory::budget;
 use crate::table::Cx;
 
 /// `CU_LIMIT_MALLOC_HEAP_SIZE` in cuda.h's `CUlimit`.

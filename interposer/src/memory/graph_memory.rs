@@ -55,8 +55,8 @@ use dilu_abi::cuda::sys::{
 use dilu_abi::cuda::{CUDA_ERROR_OUT_OF_MEMORY, CUDA_SUCCESS, CUresult};
 use dilu_layout::ledger::MAX_DEVICES;
 
-use crate::budget::{self, MemoryBudget};
 use crate::driver;
+use crate::memory::budget::{self, MemoryBudget};
 use crate::table::Cx;
 
 /// True once this process has charged an allocation node (until a fork).

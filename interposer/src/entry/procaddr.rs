@@ -13,8 +13,10 @@ use dilu_abi::cuda::{
 };
 
 use crate::driver::{self, GPA_V1, GPA_V2};
-use crate::hooks::{REAL, ROWS};
-use crate::{ffi, stats};
+use crate::entry::exports::ROWS;
+use crate::table::REAL;
+use crate::table::ffi;
+use crate::telemetry::stats;
 
 type GpaV1 = unsafe extern "C" fn(*const c_char, *mut *mut c_void, c_int, u64) -> CUresult;
 type GpaV2 =
@@ -177,11 +179,11 @@ pub unsafe extern "C" fn cuGetProcAddress_v2(
 }
 
 /// Our wrapper for an exact exported name, if it is one we answer for
-/// (driver rows, or NVML's; see [`crate::nvml`]). Table rows the real
+/// (driver rows, or NVML's; see [`crate::memory::nvml`]). Table rows the real
 /// driver lacks are not wrapped.
 fn wrapper_for_name(name: &[u8]) -> Option<usize> {
     if name.starts_with(b"nvml") {
-        return crate::nvml::wrapper_for_name(name);
+        return crate::memory::nvml::wrapper_for_name(name);
     }
     if !name.starts_with(b"cu") {
         return None;

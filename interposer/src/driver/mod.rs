@@ -10,11 +10,15 @@
 //!   every table ABI name is resolved with the real `dlsym` *on that handle*
 //!   (never `RTLD_DEFAULT`/`RTLD_NEXT`, which would find our own exports).
 
+// Also: which device a call is about (`devices`) and the real NVML (`nvml`).
+pub mod devices;
+pub mod nvml;
+
 use core::ffi::{CStr, c_char, c_void};
 use std::panic::catch_unwind;
 use std::sync::atomic::{AtomicI32, AtomicU8, AtomicUsize, Ordering};
 
-use crate::hooks::{REAL, ROWS};
+use crate::table::{NAMES, REAL};
 
 type DlsymFn = unsafe extern "C" fn(*mut c_void, *const c_char) -> *mut c_void;
 
@@ -182,8 +186,8 @@ fn load() {
     };
     HANDLE.store(handle as usize, Ordering::Release);
     let mut found = 0;
-    for (row, slot) in ROWS.iter().zip(REAL.iter()) {
-        let p = real_dlsym(handle, row.name.as_ptr()) as usize;
+    for (name, slot) in NAMES.iter().zip(REAL.iter()) {
+        let p = real_dlsym(handle, name.as_ptr()) as usize;
         found += usize::from(p != 0);
         slot.store(p, Ordering::Release);
     }
@@ -193,7 +197,7 @@ fn load() {
     tracing::debug!(
         driver = ?path,
         hooked = found,
-        of = ROWS.len(),
+        of = NAMES.len(),
         "real driver loaded"
     );
 }

@@ -25,7 +25,7 @@
 //! show the process alone on the device and it launches on one stream (see
 //! `launch_control::releases_in_runs`).
 
-use crate::memory_config::ConfigError;
+use crate::config::memory::ConfigError;
 use dilu_abi::units;
 use dilu_layout::budget::{DEFAULT_DEPTH_NS, FULL_SHARE_PPM};
 use dilu_layout::ledger::MAX_DEVICES;

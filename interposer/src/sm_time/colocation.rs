@@ -19,7 +19,7 @@
 //! Co-location acts on launches that go through SM-time control, so the
 //! process needs a tenant (`DILU_TENANT`, `dilu run --tenant`).
 
-use crate::launch_control::sleep_until;
+use crate::sm_time::launch_control::sleep_until;
 use dilu_abi::units;
 use dilu_layout::bucket::{Admission, TokenBucket};
 use dilu_layout::colocation::{DEFAULT_HOLDOFF_NS, DeviceBoard, FillerGate, GapBoard};
@@ -279,7 +279,7 @@ pub fn sync_end() {
 }
 
 fn current_device() -> usize {
-    crate::tenant_sm::get().map_or(0, |sm| sm.current_device())
+    crate::sm_time::tenant_sm::get().map_or(0, |sm| sm.current_device())
 }
 
 /// A request latency the primary reported: withdraw its tolerance at once

@@ -8,9 +8,9 @@ use core::ffi::c_uint;
 use dilu_abi::cuda::{CUDA_ERROR_OUT_OF_MEMORY, CUDA_SUCCESS, CUresult};
 use dilu_layout::ledger::UNLIMITED;
 
-use crate::budget;
-use crate::hooks::{HookId, REAL};
+use crate::memory::budget;
 use crate::table::Cx;
+use crate::table::{HookId, REAL};
 
 /// Reads an out-parameter the driver has just written (after success).
 fn written(pointer: *const c_uint) -> c_uint {
@@ -100,7 +100,7 @@ pub fn mem_get_info_v1(
     // SAFETY: cuMemGetInfo_v2's signature from cuda.h, two live outputs.
     let real_v2 = unsafe { std::mem::transmute::<usize, V2>(address) };
     // Through our own _v2 handler, so both ABIs answer the same.
-    let result = crate::memory_hooks::mem_get_info(
+    let result = crate::memory::hooks::mem_get_info(
         cx,
         // SAFETY: forwards two live out-parameters to the real function.
         |f, t| unsafe { real_v2(f, t) },

@@ -20,7 +20,7 @@ use std::path::PathBuf;
 use std::sync::OnceLock;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
 
-use crate::hooks::{HOOK_COUNT, ROWS};
+use crate::table::{HOOK_COUNT, NAMES};
 
 static ENABLED: AtomicBool = AtomicBool::new(false);
 static CALLS: [AtomicU64; HOOK_COUNT] = [const { AtomicU64::new(0) }; HOOK_COUNT];
@@ -98,7 +98,7 @@ extern "C" fn write_report() {
 fn render(pid: u32) -> String {
     let mut s = String::with_capacity(64 + HOOK_COUNT * 40);
     let _ = write!(s, "{{\"pid\":{pid},\"calls\":{{");
-    for (i, row) in ROWS.iter().enumerate() {
+    for (i, name) in NAMES.iter().enumerate() {
         if i > 0 {
             s.push(',');
         }
@@ -106,7 +106,7 @@ fn render(pid: u32) -> String {
         let _ = write!(
             s,
             "\"{}\":{}",
-            row.name.to_str().unwrap_or("?"),
+            name.to_str().unwrap_or("?"),
             CALLS[i].load(Relaxed)
         );
     }

@@ -4,7 +4,7 @@
 //! or an iteration), and the latencies a program reports itself through
 //! [`dilu_report_latency`].
 
-use crate::tenant_sm;
+use crate::sm_time::tenant_sm;
 use dilu_layout::monotonic_ns;
 use std::cell::Cell;
 
@@ -33,6 +33,6 @@ pub extern "C" fn dilu_report_latency(latency_ns: u64) {
         if let Some(sm) = tenant_sm::get() {
             sm.telemetry().report_latency(latency_ns);
         }
-        crate::colocation::latency_reported(latency_ns);
+        crate::sm_time::colocation::latency_reported(latency_ns);
     });
 }

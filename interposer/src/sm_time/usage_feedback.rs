@@ -1,6 +1,6 @@
 //! Charges this process for the device time the driver says it used.
 //!
-//! Launches are charged per-kind estimates (see [`sampler`](crate::sampler)):
+//! Launches are charged per-kind estimates (see [`sampler`](crate::sm_time::sampler)):
 //! fast, and exact for a process whose kernels run one at a time. Two things
 //! a per-kernel sample cannot see make them wrong by a factor, not a few
 //! percent:
@@ -50,7 +50,7 @@
 //!
 //! The same looks say whether another process used the device lately
 //! ([`may_be_shared`]): a throttled launch releases its tenant's work in
-//! runs only then (see [`crate::sm_config`]); alone on the device, pacing
+//! runs only then (see [`crate::config::sm`]); alone on the device, pacing
 //! launch by launch costs no switches and keeps the cap closer.
 //!
 //! `DILU_USAGE_FEEDBACK=off` turns this off (estimates alone decide).
@@ -58,8 +58,8 @@
 //! pid namespace hides the host pid NVML uses), nothing is corrected and
 //! the estimates alone decide, as before.
 
-use crate::nvml::{self, NvmlDevice, NvmlReturn};
-use crate::tenant_sm;
+use crate::driver::nvml::{self, NvmlDevice, NvmlReturn};
+use crate::sm_time::tenant_sm;
 use dilu_layout::budget::is_limited;
 use dilu_layout::ledger::MAX_DEVICES;
 use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU64, Ordering};

@@ -1,4 +1,4 @@
-//! Hook bodies, one per table row in `hooks.rs` (shared by a row's
+//! Hook bodies, one per table row in `table/rows.rs` (shared by a row's
 //! per-thread-stream variant; `cx.per_thread` tells them apart).
 //!
 //! Contract: a handler receives the call context, `next` (which calls the
@@ -21,22 +21,23 @@ use dilu_abi::cuda::sys::{
 };
 use dilu_abi::cuda::{CUDA_SUCCESS, CUresult};
 
-use crate::kernel_estimates::LaunchKey;
+use crate::sm_time::kernel_estimates::LaunchKey;
+use crate::sm_time::{colocation, launch_control, recent_streams, sampler};
 use crate::table::Cx;
-use crate::{colocation, launch_control, recent_streams, sampler, sync_telemetry};
+use crate::telemetry::sync;
 
 // ---- memory ---------------------------------------------------------------
 
-pub use crate::memory_hooks::{
+pub use crate::memory::hooks::{
     array_create, array_destroy, array3d_create, device_total_mem, mem_alloc, mem_alloc_async,
     mem_alloc_from_pool_async, mem_alloc_managed, mem_alloc_pitch, mem_create, mem_free,
     mem_free_async, mem_get_info, mem_release, mipmapped_array_create, mipmapped_array_destroy,
 };
 
-pub use crate::driver_reserved::{ctx_set_limit, mem_pool_set_attribute};
-pub use crate::memory_v1::{mem_alloc_pitch_v1, mem_alloc_v1, mem_free_v1, mem_get_info_v1};
+pub use crate::memory::driver_reserved::{ctx_set_limit, mem_pool_set_attribute};
+pub use crate::memory::v1::{mem_alloc_pitch_v1, mem_alloc_v1, mem_free_v1, mem_get_info_v1};
 
-pub use crate::graph_memory::{
+pub use crate::memory::graph_memory::{
     device_graph_mem_trim, graph_add_node, graph_add_node_v2, graph_destroy, graph_exec_destroy,
     graph_instantiate, graph_instantiate_with_flags, graph_instantiate_with_params,
 };
@@ -301,7 +302,7 @@ pub fn stream_synchronize(
     colocation::sync_begin();
     let result = next(stream);
     colocation::sync_end();
-    sync_telemetry::synchronised();
+    sync::synchronised();
     result
 }
 
@@ -309,7 +310,7 @@ pub fn ctx_synchronize(_cx: Cx, next: impl FnOnce() -> CUresult) -> CUresult {
     colocation::sync_begin();
     let result = next();
     colocation::sync_end();
-    sync_telemetry::synchronised();
+    sync::synchronised();
     result
 }
 
@@ -321,6 +322,6 @@ pub fn event_synchronize(
     colocation::sync_begin();
     let result = next(event);
     colocation::sync_end();
-    sync_telemetry::synchronised();
+    sync::synchronised();
     result
 }
