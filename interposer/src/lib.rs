@@ -53,7 +53,7 @@
 // below it (see ARCHITECTURE.md; `scripts/interposer-groups.sh` checks it).
 mod config;
 mod driver;
-pub mod entry;
+mod entry;
 mod fork;
 mod memory;
 mod node;
