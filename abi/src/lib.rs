@@ -1,17 +1,23 @@
-//! `dilu-abi`: the small crate every other dilu crate may depend on.
+//! `dilu-abi`: what crosses process boundaries other than shared memory.
 //!
-//! It owns what crosses process boundaries: CUDA driver ABI aliases
-//! (`cuda`), unit parsing used by every configuration surface (`units`),
-//! simgpu's kernel-trace format (`simtrace`), what an instance asks of a GPU
-//! (`cluster_wire`), the node manager's wire messages (`node_wire`), the
-//! placement written on a Kubernetes pod (`pod_assignment`), and the
-//! tenant's end of the node manager's
-//! socket (`seqpacket`, `node_client`: connect, register, receive fds). The
-//! `#[repr(C)]` shared-memory layouts live in their own crate, `dilu-layout`,
-//! re-exported here. It never calls a CUDA driver and never links the
-//! interposer; it may touch `/proc` and shared-memory files.
+//! - `cuda` (feature `cuda`): CUDA driver ABI aliases (handles, structs,
+//!   result codes), from cudarc's generated bindings.
+//! - [`units`]: unit parsing used by every configuration surface.
+//! - [`simtrace`]: simgpu's kernel-trace format.
+//! - [`node_wire`]: the node manager's socket protocol (messages);
+//!   [`seqpacket`] and [`node_client`]: the tenant's end of that socket
+//!   (connect, register, receive the region fds).
+//! - [`cluster_wire`]: what an instance asks of a GPU; [`pod_assignment`]:
+//!   the placement written on a Kubernetes pod.
+//!
+//! The line with `dilu-layout`: every `#[repr(C)]` structure shared through
+//! memory (and the paths of the files holding them) lives there, and is
+//! imported from there (`dilu_layout::...`), never through this crate. This
+//! crate never calls a CUDA driver and never links the interposer; it may
+//! touch `/proc`, sockets and the region fds it receives.
 
 pub mod cluster_wire;
+#[cfg(feature = "cuda")]
 pub mod cuda;
 pub mod node_client;
 pub mod node_wire;
@@ -19,8 +25,3 @@ pub mod pod_assignment;
 pub mod seqpacket;
 pub mod simtrace;
 pub mod units;
-
-pub use dilu_layout::{
-    bucket, colocation, histogram, ledger, memfd, monotonic_ns, shm, sm, telemetry,
-    tenant_region_path, user_region_dir,
-};

@@ -34,9 +34,9 @@
 
 use crate::node_wire::{self, FromDaemon, PROTOCOL_VERSION, SOCKET_ENV, TenantSpec, ToDaemon};
 use crate::seqpacket;
-use crate::shm::Region;
-use crate::sm::SmBudget;
-use crate::telemetry::TenantTelemetry;
+use dilu_layout::budget::TenantBudget;
+use dilu_layout::shm::Region;
+use dilu_layout::telemetry::TenantTelemetry;
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
@@ -52,7 +52,7 @@ pub const RECONNECT_PERIOD: Duration = Duration::from_millis(50);
 pub struct Attached {
     tenant: String,
     spec: TenantSpec,
-    budget: AtomicPtr<Region<SmBudget>>,
+    budget: AtomicPtr<Region<TenantBudget>>,
     telemetry: Region<TenantTelemetry>,
     /// Descriptors handed back on re-registration: (budget, telemetry).
     fds: Mutex<(OwnedFd, OwnedFd)>,
@@ -62,7 +62,7 @@ pub struct Attached {
 impl Attached {
     /// The budgets the daemon sets, SM share and memory (read-only mapping).
     #[inline]
-    pub fn budget(&self) -> &SmBudget {
+    pub fn budget(&self) -> &TenantBudget {
         // SAFETY: the pointer always comes from Box::leak of a live Region
         // and is never freed (old budgets stay mapped), so it is valid for
         // 'static; Acquire pairs with the Release of the swap.
@@ -154,8 +154,8 @@ pub fn attach_at(
     Ok(Some(attached))
 }
 
-fn map_budget(fd: &OwnedFd) -> Result<Region<SmBudget>, String> {
-    Region::<SmBudget>::from_fd(fd.as_raw_fd(), false)
+fn map_budget(fd: &OwnedFd) -> Result<Region<TenantBudget>, String> {
+    Region::<TenantBudget>::from_fd(fd.as_raw_fd(), false)
         .map_err(|e| format!("cannot map the budget region: {e}"))
 }
 

@@ -15,7 +15,9 @@
 
 use dilu_abi::simtrace::{KernelRecord, busy_ns_by_pid};
 use dilu_bench::report::{Table, machine, write_result};
-use dilu_tests::workspace::{Scratch, artifact, dilu, read_trace, unique_name, wait_until_serving};
+use dilu_harness::workspace::{
+    Scratch, artifact, dilu, read_trace, unique_name, wait_until_serving,
+};
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
@@ -299,7 +301,7 @@ fn run(shape: &Shape, config: &str, seconds: u64) -> Run {
         .filter(|(pid, _)| **pid != primary_pid)
         .map(|(_, b)| b)
         .sum();
-    let board = dilu_abi::colocation::board_path(
+    let board = dilu_layout::colocation::board_path(
         // SAFETY: getuid has no preconditions.
         unsafe { libc::getuid() },
         &instance,

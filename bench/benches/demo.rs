@@ -11,7 +11,7 @@
 
 use dilu_bench::report::{Table, machine, results_path, write_result};
 use dilu_bench::svg::{LinePlot, cdf_points};
-use dilu_tests::workspace::dilu;
+use dilu_harness::workspace::dilu;
 use std::process::{Command, Stdio};
 
 /// The controllers, in the order the demo compares them.

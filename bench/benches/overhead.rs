@@ -255,12 +255,13 @@ fn deepen_the_bucket() {
     };
     // SAFETY: getuid has no preconditions.
     let uid = unsafe { libc::getuid() };
-    let path = dilu_abi::tenant_region_path(uid, &tenant, "sm");
-    let budget =
-        dilu_abi::shm::Region::<dilu_abi::sm::SmBudget>::open_or_create(&path, 0o600, |_| {
-            panic!("the interposer did not create {}", path.display())
-        })
-        .unwrap_or_else(|e| panic!("open {}: {e}", path.display()));
+    let path = dilu_layout::tenant_region_path(uid, &tenant, "sm");
+    let budget = dilu_layout::shm::Region::<dilu_layout::budget::TenantBudget>::open_or_create(
+        &path,
+        0o600,
+        |_| panic!("the interposer did not create {}", path.display()),
+    )
+    .unwrap_or_else(|e| panic!("open {}: {e}", path.display()));
     budget.set_depth_ns(3_600_000_000_000);
 }
 

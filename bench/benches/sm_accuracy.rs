@@ -13,8 +13,8 @@
 
 use dilu_bench::report;
 use dilu_bench::svg::LinePlot;
-use dilu_tests::sm_scenario::{Outcome, Scenario, TenantLoop};
-use dilu_tests::workload::{KernelSize, RequestShape, SyncEvery};
+use dilu_harness::sm_scenario::{Outcome, Scenario, TenantLoop};
+use dilu_harness::workload::{KernelSize, RequestShape, SyncEvery};
 use std::fmt::Write as _;
 use std::time::Duration;
 

@@ -220,7 +220,7 @@ fn measure(others: usize, runs: usize, simgpu: &Path, interposer: &Path) -> Sett
         // SAFETY: getuid has no preconditions.
         unsafe { libc::getuid() }
     };
-    let _ = std::fs::remove_file(dilu_abi::tenant_region_path(uid, &tenant, "ledger"));
+    let _ = std::fs::remove_file(dilu_layout::tenant_region_path(uid, &tenant, "ledger"));
     Setting {
         others,
         direct,

@@ -42,7 +42,7 @@ pub type LaunchKernel = unsafe extern "C" fn(
 pub const NOOP_PTX: &str =
     ".version 7.0\n.target sm_50\n.address_size 64\n.visible .entry noop()\n{\n ret;\n}\n";
 
-pub use dilu_tests::workspace::profile_dir;
+pub use dilu_harness::workspace::profile_dir;
 
 /// A build artifact of the profile directory, failing with what to build.
 pub fn artifact(name: &str) -> PathBuf {

@@ -5,7 +5,7 @@
 //! before it misleads the comparison. Needs the debug workspace build
 //! (`dilu`, simgpu and its NVML).
 
-use dilu_tests::workspace::{Scratch, artifact, dilu, output_within, unique_name};
+use dilu_harness::workspace::{Scratch, artifact, dilu, output_within, unique_name};
 use serde_json::Value;
 use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};

@@ -15,7 +15,7 @@ use dilu_deviceplugin::api::{
     ContainerPreferredAllocationRequest, Empty, PreferredAllocationRequest, RegisterRequest,
 };
 use dilu_deviceplugin::kubelet::{KUBELET_SOCKET, PLUGIN_SOCKET, connect_unix};
-use dilu_tests::workspace::{Scratch, artifact, dilu, unique_name};
+use dilu_harness::workspace::{Scratch, artifact, dilu, unique_name};
 use std::io::{BufRead, BufReader, Write};
 use std::path::Path;
 use std::process::{Child, Command, Stdio};

@@ -27,8 +27,9 @@ use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::MutexGuard;
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use crate::alloc_table::Overflow;
-use crate::{budget, driver, graph_memory};
+use crate::driver;
+use crate::memory::alloc_table::Overflow;
+use crate::memory::{budget, graph_memory};
 
 /// Locks held from prepare to parent/child. Fields drop in declaration
 /// order, the reverse of the order they are taken.
@@ -77,8 +78,8 @@ extern "C" fn child() {
             held.graphs.forget_all();
         }
         budget::forget_parent_state_in_child();
-        crate::sampler::forget_parent_state_in_child();
-        crate::usage_feedback::forget_parent_state_in_child();
+        crate::sm_time::sampler::forget_parent_state_in_child();
+        crate::sm_time::usage_feedback::forget_parent_state_in_child();
         driver::restart_interrupted_load();
     }));
 }

@@ -3,10 +3,13 @@
 //!
 //! # What it owns
 //! The process-local side of dilu: which driver calls are intercepted and
-//! what happens in them (today: pass-through plus call counting; later: memory
-//! budgets, SM-time token buckets, telemetry). It may touch only its own
-//! process: the driver functions it wraps, its own statics, and (later) the
-//! read-only budget memory handed over by the node manager.
+//! what happens in them: memory budgets on every allocation path, SM-time
+//! token buckets on every launch (with sampling, leases and usage
+//! feedback), co-location gates, telemetry and call counting. It may touch
+//! only its own process and what its tenant shares: the driver functions it
+//! wraps, its own statics, the tenant's shared-memory regions (ledger,
+//! telemetry, gap board) and the read-only budget region the node manager
+//! hands over.
 //!
 //! # How interception works
 //! A program reaches the driver in three ways, and all three are covered:
@@ -25,43 +28,38 @@
 //! Real functions are resolved with the real `dlsym` on the real libcuda
 //! handle (see [`driver`]), never through our own exports.
 //!
-//! # The table
-//! `hooks.rs` holds the one declarative list of hooked functions; the
-//! `hook_table!` macro in `table.rs` generates exports, real-pointer slots,
-//! and both look-up directions from it. Hook bodies live in `handlers.rs`.
+//! # Layout, top to bottom
+//! - [`entry`]: the exported wrappers (`entry/exports.rs`, generated from the
+//!   table's rows), the hook bodies of launches, captures and
+//!   synchronisation (`entry/handlers.rs`), `dlsym` and `cuGetProcAddress`
+//!   answers (`entry/procaddr.rs`).
+//! - `telemetry/`: sync-to-sync intervals, reported latencies, call counters.
+//! - `fork.rs`: fork safety of the memory and SM-time state.
+//! - `memory/`: memory budgets on every allocation path.
+//! - `sm_time/`: the token bucket on every launch, leases, sampling, usage
+//!   feedback, co-location.
+//! - `node.rs`: registration with the node manager.
+//! - `driver/`: the real driver and the real NVML.
+//! - `table/`: the one declarative list of hooked functions (`rows.rs`), their
+//!   ids, C names and real-driver slots, the call context, panic containment.
+//! - `config/`: the environment, read once.
+//!
+//! A module uses only its own group and the groups below it.
 //!
 //! # Configuration
 //! Environment variables, read once at load: see [`config`].
 
-mod alloc_table;
-mod budget;
-mod colocation;
+// Groups, top to bottom: a module uses only its own group and the groups
+// below it (see ARCHITECTURE.md; `scripts/interposer-groups.sh` checks it).
 mod config;
-mod devices;
 mod driver;
-mod driver_reserved;
-mod ffi;
+mod entry;
 mod fork;
-mod graph_memory;
-mod handlers;
-pub mod hooks;
-mod kernel_estimates;
-mod launch_control;
-mod launch_lease;
-mod memory_config;
-mod memory_hooks;
-mod memory_v1;
+mod memory;
 mod node;
-mod nvml;
-mod procaddr;
-mod recent_streams;
-mod sampler;
-mod sm_config;
-mod stats;
-mod sync_telemetry;
+mod sm_time;
 mod table;
-mod tenant_sm;
-mod usage_feedback;
+mod telemetry;
 
 pub use dilu_abi::cuda::CUresult;
 
@@ -86,7 +84,7 @@ extern "C" fn dilu_init() {
             }
         }
         if let Some(path) = &cfg.call_report {
-            stats::enable(path.clone());
+            telemetry::stats::enable(path.clone());
         }
         tracing::debug!(pid = std::process::id(), "dilu interposer loaded");
     });

@@ -1,6 +1,6 @@
 //! The node manager, as this process sees it: registration happens once,
-//! the first time either budget ([`crate::budget`] for memory,
-//! [`crate::tenant_sm`] for SM time) is set up, and both then read the same
+//! the first time either budget ([`crate::memory::budget`] for memory,
+//! [`crate::sm_time::tenant_sm`] for SM time) is set up, and both then read the same
 //! sealed, read-only budget region the daemon writes.
 //!
 //! A process registers only when it names a tenant (`DILU_TENANT`) and the

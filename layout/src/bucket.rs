@@ -13,7 +13,7 @@
 //! charged so far is paid for at the tenant's share; a launch may start
 //! once `tat − depth ≤ now`.
 
-use crate::sm::wall_cost_ns;
+use crate::budget::wall_cost_ns;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 /// One atomic alone on a 64-byte cache line.
@@ -178,7 +178,7 @@ impl TokenBucket {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::sm::FULL_SHARE_PPM;
+    use crate::budget::FULL_SHARE_PPM;
 
     #[test]
     fn hot_words_have_cache_lines_of_their_own() {

@@ -3,7 +3,9 @@
 //!
 //! - [`shm`]: mapping a layout from a file, an fd or anonymous memory.
 //! - [`ledger`]: a tenant's memory ledger (budgets, usage, member slots).
-//! - [`sm`]: a tenant's SM-time shares, written by one writer.
+//! - [`budget`]: a tenant's budget region: its SM-time share and bucket
+//!   depth per device and (under the node manager) its memory budget per
+//!   device, written by one writer.
 //! - [`bucket`]: a tenant's SM-time token bucket per device (enforcement
 //!   state every launch updates, hot words on cache lines of their own).
 //! - [`telemetry`]: what a tenant's processes report and share (GPU busy
@@ -18,12 +20,12 @@
 //! on libc alone; it never calls a CUDA driver.
 
 pub mod bucket;
+pub mod budget;
 pub mod colocation;
 pub mod histogram;
 pub mod ledger;
 pub mod memfd;
 pub mod shm;
-pub mod sm;
 pub mod telemetry;
 
 /// Devices a layout has room for.

@@ -136,22 +136,23 @@ pub fn reopen_read_only(fd: &OwnedFd) -> io::Result<OwnedFd> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::sm::SmBudget;
+    use crate::budget::TenantBudget;
 
     #[test]
     fn a_sealed_region_stays_writable_for_its_creator_only() {
-        let (budget, fd) = create::<SmBudget>(c"test-sm", |b| b.set_share_ppm(0, 250_000)).unwrap();
+        let (budget, fd) =
+            create::<TenantBudget>(c"test-sm", |b| b.set_share_ppm(0, 250_000)).unwrap();
         seal_read_only(&fd).unwrap();
         budget.set_share_ppm(0, 300_000);
         let reader_fd = reopen_read_only(&fd).unwrap();
-        let reader = Region::<SmBudget>::from_fd(reader_fd.as_raw_fd(), false).unwrap();
+        let reader = Region::<TenantBudget>::from_fd(reader_fd.as_raw_fd(), false).unwrap();
         assert_eq!(
             reader.share_ppm(0),
             300_000,
             "the reader sees the creator's writes"
         );
         assert!(
-            Region::<SmBudget>::from_fd(fd.as_raw_fd(), true).is_err(),
+            Region::<TenantBudget>::from_fd(fd.as_raw_fd(), true).is_err(),
             "no new writable mapping, even from the read-write fd"
         );
         assert!(seals(&fd).unwrap() & libc::F_SEAL_FUTURE_WRITE != 0);

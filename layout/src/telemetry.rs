@@ -4,8 +4,11 @@
 //! SM-time token bucket they share; per tenant, the sync-to-sync intervals
 //! and reported request latencies.
 //!
-//! Tenants write this region, so a node manager treats it as advisory
-//! (DESIGN principle 5) and cross-checks it where it can.
+//! Tenants write this region, so the node manager treats its counters as
+//! advisory (a tenant's own claim, see `THREAT_MODEL.md`) and cross-checks
+//! them where it can. The token buckets are not advisory: they are the
+//! enforcement state every launch updates, and a tenant that writes them
+//! can only hurt itself.
 
 use crate::MAX_DEVICES;
 use crate::bucket::TokenBucket;

@@ -1,5 +1,5 @@
 //! Co-location telemetry for `dilu status` and `/metrics`: the gap boards
-//! ([`dilu_abi::colocation`]) of the users who have tenants here.
+//! ([`dilu_layout::colocation`]) of the users who have tenants here.
 //!
 //! Boards live at `/dev/shm/dilu-<uid>/colo-<group>.board`, written by the
 //! tenants' interposers. The daemon reads each as a private copy of a file
@@ -9,10 +9,10 @@
 //! process of one of this daemon's tenants: boards of finished runs and of
 //! other users' processes are not this node manager's to report.
 
-use dilu_abi::colocation::{BoardSnapshot, GapBoard};
-use dilu_abi::ledger::MAX_DEVICES;
 use dilu_abi::node_wire::{ColoStatus, TenantStatus};
-use dilu_abi::shm::Region;
+use dilu_layout::colocation::{BoardSnapshot, GapBoard};
+use dilu_layout::ledger::MAX_DEVICES;
+use dilu_layout::shm::Region;
 use std::collections::BTreeSet;
 use std::path::Path;
 
@@ -22,7 +22,7 @@ pub fn collect(tenants: &[TenantStatus]) -> Vec<ColoStatus> {
     let uids: BTreeSet<u32> = tenants.iter().map(|t| t.uid).collect();
     let mut found = Vec::new();
     for uid in uids {
-        let dir = dilu_abi::user_region_dir(uid);
+        let dir = dilu_layout::user_region_dir(uid);
         let Ok(entries) = std::fs::read_dir(&dir) else {
             continue;
         };

@@ -282,10 +282,11 @@ fn housekeeping_loop(shared: Arc<Shared>) {
             .into_iter()
             .map(|(name, uid)| {
                 let path = dilu_layout::tenant_region_path(uid, &name, "ledger");
-                let copy = dilu_abi::shm::Region::<dilu_abi::ledger::TenantLedger>::copy_of_file(
-                    &path, uid,
-                )
-                .ok();
+                let copy =
+                    dilu_layout::shm::Region::<dilu_layout::ledger::TenantLedger>::copy_of_file(
+                        &path, uid,
+                    )
+                    .ok();
                 (name, uid, copy)
             })
             .collect();

@@ -1,5 +1,7 @@
 //! The node manager and the `dilu` command-line front end, as a library so
-//! that tests and the demo can run a daemon in-process.
+//! that tests and the demo can run a daemon in-process. The `dilu` binary
+//! (`src/bin/dilu/`) is the command line; `dilu demo`'s scenario lives
+//! there, not in the daemon's code.
 //!
 //! - [`audit`]: real per-process device memory (NVML) against budgets.
 //! - [`config`]: `/etc/dilu/nodemgr.toml` and flags.
@@ -16,7 +18,6 @@
 //! - [`placement`]: which GPU `dilu run` puts a tenant on (the cluster
 //!   layer's placement rule, on this node's GPUs).
 //! - [`ops`]: `dilu status`, `dilu top`, `dilu set`.
-//! - [`demo`]: `dilu demo`, three controllers on one scenario.
 
 pub mod artifacts;
 pub mod audit;
@@ -24,7 +25,6 @@ pub mod colo_status;
 pub mod config;
 pub mod control;
 pub mod daemon;
-pub mod demo;
 pub mod launch;
 pub mod logging;
 pub mod metrics;

@@ -12,9 +12,9 @@
 //! garbage figures, never a panic in the daemon's control loop).
 
 use crate::control::{Latency, Observation};
-use dilu_abi::histogram::{BUCKETS, HistogramSnapshot, bucket_upper_ns};
 use dilu_abi::node_wire::TenantSpec;
-use dilu_abi::telemetry::{DeviceSnapshot, TenantTelemetry};
+use dilu_layout::histogram::{BUCKETS, HistogramSnapshot, bucket_upper_ns};
+use dilu_layout::telemetry::{DeviceSnapshot, TenantTelemetry};
 use std::collections::VecDeque;
 
 /// Window over which the controller judges latency.
@@ -253,7 +253,7 @@ impl Sampler {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use dilu_abi::shm::Region;
+    use dilu_layout::shm::Region;
 
     #[test]
     fn counters_become_rates_and_latency_quantiles() {

@@ -17,12 +17,12 @@
 //! ([`create_regions`]).
 
 use crate::observe::Sampler;
-use dilu_abi::ledger::{self, TenantLedger};
-use dilu_abi::memfd;
 use dilu_abi::node_wire::{SpecUpdate, TenantSpec, TenantStatus};
-use dilu_abi::shm::Region;
-use dilu_abi::sm::{self, DEFAULT_DEPTH_NS, FULL_SHARE_PPM, SmBudget, UNLIMITED_SHARE};
-use dilu_abi::telemetry::TenantTelemetry;
+use dilu_layout::budget::{self, DEFAULT_DEPTH_NS, FULL_SHARE_PPM, TenantBudget, UNLIMITED_SHARE};
+use dilu_layout::ledger::{self, TenantLedger};
+use dilu_layout::memfd;
+use dilu_layout::shm::Region;
+use dilu_layout::telemetry::TenantTelemetry;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::ffi::CString;
@@ -42,7 +42,7 @@ pub const PLACEMENT_GRACE: Duration = Duration::from_secs(120);
 pub const MAX_HELD_PLACEMENTS: usize = 64;
 
 pub struct Regions {
-    pub budget: Region<SmBudget>,
+    pub budget: Region<TenantBudget>,
     /// Read-only descriptor handed to members (shared so a reply can carry
     /// it after the registry lock is released).
     pub budget_ro: Arc<OwnedFd>,
@@ -145,13 +145,13 @@ fn ppm(pct: f64) -> u32 {
 }
 
 /// Writes one share to every device of a budget.
-pub fn write_share(budget: &SmBudget, share_ppm: u32) {
+pub fn write_share(budget: &TenantBudget, share_ppm: u32) {
     let value = if share_ppm >= FULL_SHARE_PPM {
         UNLIMITED_SHARE
     } else {
         share_ppm
     };
-    for device in 0..dilu_abi::ledger::MAX_DEVICES {
+    for device in 0..dilu_layout::ledger::MAX_DEVICES {
         if budget.share_ppm(device) != value {
             budget.set_share_ppm(device, value);
         }
@@ -164,7 +164,7 @@ pub fn write_share(budget: &SmBudget, share_ppm: u32) {
 /// tenant starts with fresh telemetry. Runs outside the registry lock.
 pub fn create_regions(name: &str, handed_back: Option<OwnedFd>) -> Result<Regions, String> {
     let label = CString::new(format!("dilu-budget-{name}")).map_err(|e| e.to_string())?;
-    let (budget, budget_fd) = memfd::create::<SmBudget>(&label, |b| {
+    let (budget, budget_fd) = memfd::create::<TenantBudget>(&label, |b| {
         b.set_depth_ns(DEFAULT_DEPTH_NS);
         write_share(b, 0);
         b.set_mem_budget_all(Some(0));
@@ -648,9 +648,13 @@ impl Registry {
 }
 
 /// A share as the interposer reads it (for tests and tools).
-pub fn effective_share(budget: &SmBudget) -> u32 {
+pub fn effective_share(budget: &TenantBudget) -> u32 {
     let v = budget.share_ppm(0);
-    if sm::is_limited(v) { v } else { FULL_SHARE_PPM }
+    if budget::is_limited(v) {
+        v
+    } else {
+        FULL_SHARE_PPM
+    }
 }
 
 #[cfg(test)]

@@ -110,7 +110,7 @@ fn handle(shared: Arc<Shared>, connection: Arc<OwnedFd>) {
                 None
             };
             drop(fds);
-            let start_time = dilu_abi::ledger::process_start_time(peer.pid).unwrap_or(0);
+            let start_time = dilu_layout::ledger::process_start_time(peer.pid).unwrap_or(0);
             let fresh = match crate::registry::create_regions(&tenant, handed_back) {
                 Ok(regions) => regions,
                 Err(reason) => {

@@ -4,8 +4,8 @@
 use dilu_abi::node_client;
 use dilu_abi::node_wire::{self, FromDaemon, SpecUpdate, TenantSpec, ToDaemon, WorkClass};
 use dilu_abi::seqpacket;
-use dilu_abi::shm::Region;
-use dilu_abi::sm::SmBudget;
+use dilu_layout::budget::TenantBudget;
+use dilu_layout::shm::Region;
 use dilu_nodemgr::config::Config;
 use dilu_nodemgr::daemon::Daemon;
 use dilu_nodemgr::ops;
@@ -108,13 +108,13 @@ fn a_tenant_cannot_raise_its_own_budget() {
     };
     let (_connection, budget_fd, _telemetry_fd) =
         register_raw(&socket, "victim", Some(spec)).unwrap();
-    let budget = Region::<SmBudget>::from_fd(budget_fd.as_raw_fd(), false).unwrap();
+    let budget = Region::<TenantBudget>::from_fd(budget_fd.as_raw_fd(), false).unwrap();
     wait_until("the controller's first write", || {
         budget.share_ppm(0) == 400_000
     });
     assert_eq!(budget.mem_budget(0), 64 << 20, "the memory budget is in it");
-    let size = std::mem::size_of::<SmBudget>();
-    let address = (&*budget as *const SmBudget)
+    let size = std::mem::size_of::<TenantBudget>();
+    let address = (&*budget as *const TenantBudget)
         .cast_mut()
         .cast::<libc::c_void>();
 

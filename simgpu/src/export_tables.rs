@@ -5,7 +5,7 @@
 //! Each table is an array of pointers; unless noted, slot 0 holds the
 //! table's size in bytes. UUIDs, slots and signatures were reverse-engineered
 //! by ZLUDA (vosen/ZLUDA, `dark_api`) and checked against cudart 12.9 and
-//! 13.2 (`shared/research/real-cudart-on-simgpu.md`). Every slot holds a
+//! 13.2 (`tests/tests/cudart.rs` runs both on simgpu). Every slot holds a
 //! function: the ones whose meaning is unknown return
 //! `CUDA_ERROR_NOT_SUPPORTED` (and are logged with `SIMGPU_LOG_ERRORS=1`), so
 //! no caller ever jumps to NULL.

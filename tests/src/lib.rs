@@ -4,11 +4,9 @@
 //! dilu: `cudarc-loop` drives the driver through the `cudarc` crate, and
 //! `cudart-client` reaches it exactly the way NVIDIA's cudart does. The
 //! integration tests in `tests/tests/` run them under `dilu run --sim`.
+//! What the workloads, the tests and the benchmarks share (finding the
+//! built artifacts, the SM-time scenarios, the PTX) is in `dilu-harness`.
 
 pub mod cubin;
 pub mod driver;
 pub mod probe;
-pub mod ptx;
-pub mod sm_scenario;
-pub mod workload;
-pub mod workspace;

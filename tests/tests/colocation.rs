@@ -2,7 +2,7 @@
 //! and a deep-queue filler sharing one GPU through the gap board
 //! (`dilu run --colo`).
 
-use dilu_tests::workspace::{Scratch, artifact, dilu, unique_name, wait_until_serving};
+use dilu_harness::workspace::{Scratch, artifact, dilu, unique_name, wait_until_serving};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -25,7 +25,7 @@ impl Board {
     fn of(group: &str) -> Board {
         // SAFETY: getuid has no preconditions.
         let uid = unsafe { libc::getuid() };
-        Board(dilu_abi::colocation::board_path(uid, group))
+        Board(dilu_layout::colocation::board_path(uid, group))
     }
 }
 
@@ -280,7 +280,7 @@ fn primary_waits_beside_a_deep_filler(gated: bool) -> Waits {
         "the filler failed: {filler_status}"
     );
 
-    let records = dilu_tests::workspace::read_trace(&trace);
+    let records = dilu_harness::workspace::read_trace(&trace);
     // Whole kernels (start of the first segment, end of the last).
     let kernels = |pid: u32| {
         let mut by_number = std::collections::BTreeMap::<u64, (u64, u64)>::new();

@@ -12,8 +12,10 @@
 //! dilu observe (codes, memory, timing) is checked.
 
 use dilu_abi::simtrace as trace;
+use dilu_harness::workspace::{
+    Scratch, artifact, dilu_run, output_within, read_trace, unique_name,
+};
 use dilu_tests::cubin::{Compression, Entry, cubin, fatbin};
-use dilu_tests::workspace::{Scratch, artifact, dilu_run, output_within, read_trace, unique_name};
 use serde_json::Value;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};

@@ -3,7 +3,9 @@
 //! behaves like one device shared by every process.
 
 use dilu_abi::simtrace as trace;
-use dilu_tests::workspace::{Scratch, artifact, dilu_run, output_within, read_trace, unique_name};
+use dilu_harness::workspace::{
+    Scratch, artifact, dilu_run, output_within, read_trace, unique_name,
+};
 use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};
 use std::time::Duration;

@@ -2,9 +2,9 @@
 //! reaching the driver, concurrency across processes, dead processes, and
 //! what programs see as their GPU's size.
 
-use dilu_abi::ledger::TenantLedger;
-use dilu_abi::shm::Region;
-use dilu_tests::workspace::{artifact, dilu_run, output_within, unique_name};
+use dilu_harness::workspace::{artifact, dilu_run, output_within, unique_name};
+use dilu_layout::ledger::TenantLedger;
+use dilu_layout::shm::Region;
 use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
@@ -46,7 +46,7 @@ fn last_json(stdout: &[u8]) -> serde_json::Value {
 fn ledger_path(tenant: &str) -> std::path::PathBuf {
     // SAFETY: getuid has no preconditions.
     let uid = unsafe { libc::getuid() };
-    dilu_abi::tenant_region_path(uid, tenant, "ledger")
+    dilu_layout::tenant_region_path(uid, tenant, "ledger")
 }
 
 fn open_ledger(tenant: &str) -> Region<TenantLedger> {

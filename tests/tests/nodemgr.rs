@@ -3,8 +3,8 @@
 //! load leaves its tenant running on its last budget until a new daemon
 //! re-adopts it.
 
+use dilu_harness::workspace::{Scratch, artifact, dilu, read_trace, unique_name};
 use dilu_tests::probe::Probe;
-use dilu_tests::workspace::{Scratch, artifact, dilu, read_trace, unique_name};
 use std::io::{BufRead, BufReader, Write};
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
@@ -171,7 +171,7 @@ fn a_killed_daemon_leaves_tenants_on_their_budgets_and_a_new_one_readopts_them()
 
     daemon.kill().unwrap();
     daemon.wait().unwrap();
-    let killed_at = dilu_abi::monotonic_ns();
+    let killed_at = dilu_layout::monotonic_ns();
     std::thread::sleep(Duration::from_millis(500));
     assert!(
         workload.try_wait().unwrap().is_none(),
@@ -180,7 +180,7 @@ fn a_killed_daemon_leaves_tenants_on_their_budgets_and_a_new_one_readopts_them()
 
     let mut daemon = start_daemon(&scratch, &config);
     let after = wait_for_tenant(&scratch, &tenant);
-    let readopted_at = dilu_abi::monotonic_ns();
+    let readopted_at = dilu_layout::monotonic_ns();
     assert_eq!(after["sm_current_pct"], 40.0, "the budget continues");
     assert_eq!(
         after["pids"], before["pids"],

@@ -10,7 +10,7 @@
 //! tenant's. The stand-in clients carry a `DT_RPATH` to it, which the loader
 //! searches before `LD_LIBRARY_PATH`. Needs `cc`.
 
-use dilu_tests::workspace::{dilu_run, output_within, unique_name};
+use dilu_harness::workspace::{dilu_run, output_within, unique_name};
 use serde_json::Value;
 use std::path::{Path, PathBuf};
 use std::process::Command;

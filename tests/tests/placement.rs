@@ -4,8 +4,8 @@
 //! sees them through simgpu's simulated NVML, which also shows on which GPU
 //! each tenant's memory really landed.
 
+use dilu_harness::workspace::{Scratch, artifact, dilu, unique_name};
 use dilu_tests::probe::Probe;
-use dilu_tests::workspace::{Scratch, artifact, dilu, unique_name};
 use serde_json::Value;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};

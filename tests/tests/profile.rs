@@ -2,7 +2,7 @@
 //! model (`demo-tenant model`) by running it, writes a profile, and the
 //! node manager then runs the model under that profile within its SLO.
 
-use dilu_tests::workspace::{Scratch, artifact, dilu, output_within, unique_name};
+use dilu_harness::workspace::{Scratch, artifact, dilu, output_within, unique_name};
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
@@ -87,7 +87,7 @@ fn a_profile_found_by_running_the_program_keeps_its_slo_under_the_node_manager()
         .stderr(Stdio::null())
         .spawn()
         .expect("start dilu nodemgr");
-    dilu_tests::workspace::wait_until_serving(
+    dilu_harness::workspace::wait_until_serving(
         &mut daemon,
         &scratch.path("nodemgr.sock"),
         Duration::from_secs(60),

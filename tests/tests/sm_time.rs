@@ -10,7 +10,7 @@
 //! real GPU does); a tenant alone is judged by its share of wall-clock time.
 //! The scenarios run one at a time: they measure time.
 
-use dilu_tests::sm_scenario::{Scenario, TenantLoop};
+use dilu_harness::sm_scenario::{Scenario, TenantLoop};
 use std::sync::Mutex;
 use std::time::Duration;
 
@@ -248,13 +248,14 @@ fn a_share_changed_while_the_tenant_runs_holds_within_a_second() {
     // The writer side, as the node manager or an operator's tool uses it.
     // SAFETY: getuid has no preconditions.
     let uid = unsafe { libc::getuid() };
-    let path = dilu_abi::tenant_region_path(uid, &scenario.tenants[0], "sm");
-    let budget =
-        dilu_abi::shm::Region::<dilu_abi::sm::SmBudget>::open_or_create(&path, 0o600, |_| {
-            panic!("the running tenant created its SM budget")
-        })
-        .expect("open the tenant's SM budget");
-    let changed_at = dilu_abi::monotonic_ns();
+    let path = dilu_layout::tenant_region_path(uid, &scenario.tenants[0], "sm");
+    let budget = dilu_layout::shm::Region::<dilu_layout::budget::TenantBudget>::open_or_create(
+        &path,
+        0o600,
+        |_| panic!("the running tenant created its SM budget"),
+    )
+    .expect("open the tenant's SM budget");
+    let changed_at = dilu_layout::monotonic_ns();
     budget.set_share_percent(0, 60.0);
     let outcome = scenario.finish(LIMIT);
     let second = 1_000_000_000;
@@ -299,7 +300,7 @@ fn throttling_loses_and_reorders_no_launch() {
         600,
         "every launch ran exactly once"
     );
-    let sequences = |o: &dilu_tests::sm_scenario::Outcome| -> Vec<Vec<u64>> {
+    let sequences = |o: &dilu_harness::sm_scenario::Outcome| -> Vec<Vec<u64>> {
         o.blocks_by_stream(0).into_values().collect()
     };
     assert_eq!(
@@ -311,16 +312,16 @@ fn throttling_loses_and_reorders_no_launch() {
 
 #[test]
 fn a_bad_share_is_one_clear_line() {
-    let mut command = std::process::Command::new(dilu_tests::workspace::dilu());
+    let mut command = std::process::Command::new(dilu_harness::workspace::dilu());
     command
         .args(["run", "--sim", "--sm", "0", "--"])
-        .arg(dilu_tests::workspace::artifact("cudarc-loop"))
+        .arg(dilu_harness::workspace::artifact("cudarc-loop"))
         .args(["--kernels", "1"])
         .env(
             "SIMGPU_INSTANCE",
-            dilu_tests::workspace::unique_name("badsm"),
+            dilu_harness::workspace::unique_name("badsm"),
         );
-    let output = dilu_tests::workspace::output_within(command, LIMIT);
+    let output = dilu_harness::workspace::output_within(command, LIMIT);
     assert_eq!(output.status.code(), Some(2));
     let stderr = String::from_utf8_lossy(&output.stderr);
     let lines: Vec<&str> = stderr
@@ -333,19 +334,19 @@ fn a_bad_share_is_one_clear_line() {
 
 #[test]
 fn python_servers_report_latency_into_the_tenants_telemetry() {
-    let tenant = dilu_tests::workspace::unique_name("latency");
+    let tenant = dilu_harness::workspace::unique_name("latency");
     let module_dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../interposer/python");
     let script = "import dilu_latency\n\
                   assert dilu_latency.available(), 'interposer not loaded'\n\
                   for ms in (10, 20, 30):\n    dilu_latency.report(ms / 1000)\n";
-    let mut command = std::process::Command::new(dilu_tests::workspace::dilu());
+    let mut command = std::process::Command::new(dilu_harness::workspace::dilu());
     command
         .args([
             "run", "--sim", "--tenant", &tenant, "--", "python3", "-c", script,
         ])
         .env("PYTHONPATH", &module_dir)
         .env("SIMGPU_INSTANCE", &tenant);
-    let output = dilu_tests::workspace::output_within(command, LIMIT);
+    let output = dilu_harness::workspace::output_within(command, LIMIT);
     assert!(
         output.status.success(),
         "{}",
@@ -353,32 +354,35 @@ fn python_servers_report_latency_into_the_tenants_telemetry() {
     );
     // SAFETY: getuid has no preconditions.
     let uid = unsafe { libc::getuid() };
-    let path = dilu_abi::tenant_region_path(uid, &tenant, "telemetry");
-    let telemetry = dilu_abi::shm::Region::<dilu_abi::telemetry::TenantTelemetry>::open_or_create(
-        &path,
-        0o600,
-        |_| panic!("the tenant left no telemetry"),
-    )
-    .expect("open telemetry");
+    let path = dilu_layout::tenant_region_path(uid, &tenant, "telemetry");
+    let telemetry =
+        dilu_layout::shm::Region::<dilu_layout::telemetry::TenantTelemetry>::open_or_create(
+            &path,
+            0o600,
+            |_| panic!("the tenant left no telemetry"),
+        )
+        .expect("open telemetry");
     assert_eq!(telemetry.latency_totals(), (3, 60_000_000));
-    use dilu_abi::histogram::HistogramSnapshot;
+    use dilu_layout::histogram::HistogramSnapshot;
     let p99 = telemetry
         .latencies
         .snapshot()
         .quantile_upper_ns(0.99)
         .unwrap();
     assert!((30_000_000..60_000_000).contains(&p99), "p99 bucket {p99}");
-    dilu_tests::sm_scenario::remove_tenant_files(&tenant);
+    dilu_harness::sm_scenario::remove_tenant_files(&tenant);
 }
 
 /// The tenant's standalone SM budget, as an operator's tool opens it.
-fn open_budget(tenant: &str) -> dilu_abi::shm::Region<dilu_abi::sm::SmBudget> {
+fn open_budget(tenant: &str) -> dilu_layout::shm::Region<dilu_layout::budget::TenantBudget> {
     // SAFETY: getuid has no preconditions.
     let uid = unsafe { libc::getuid() };
-    let path = dilu_abi::tenant_region_path(uid, tenant, "sm");
-    dilu_abi::shm::Region::<dilu_abi::sm::SmBudget>::open_or_create(&path, 0o600, |_| {
-        panic!("the running tenant created its SM budget")
-    })
+    let path = dilu_layout::tenant_region_path(uid, tenant, "sm");
+    dilu_layout::shm::Region::<dilu_layout::budget::TenantBudget>::open_or_create(
+        &path,
+        0o600,
+        |_| panic!("the running tenant created its SM budget"),
+    )
     .expect("open the tenant's SM budget")
 }
 
@@ -395,10 +399,10 @@ fn a_zero_share_holds_the_tenant_until_the_share_is_raised() {
     );
     std::thread::sleep(Duration::from_millis(1500));
     let budget = open_budget(&scenario.tenants[0]);
-    let zeroed_at = dilu_abi::monotonic_ns();
+    let zeroed_at = dilu_layout::monotonic_ns();
     budget.set_share_ppm(0, 0);
     std::thread::sleep(Duration::from_millis(1500));
-    let raised_at = dilu_abi::monotonic_ns();
+    let raised_at = dilu_layout::monotonic_ns();
     budget.set_share_percent(0, 50.0);
     // Before the fix the first launch at share 0 slept for ever: the loop
     // never finished and `finish` reports a killed tenant.
@@ -420,7 +424,7 @@ fn a_zero_share_holds_the_tenant_until_the_share_is_raised() {
 
 #[test]
 fn a_default_spec_tenant_under_the_static_controller_waits_then_runs() {
-    use dilu_tests::workspace::{Scratch, artifact, dilu, unique_name};
+    use dilu_harness::workspace::{Scratch, artifact, dilu, unique_name};
     use std::process::{Command, Stdio};
     let _serial = serial();
     let scratch = Scratch::new("zero-static");
@@ -441,7 +445,7 @@ fn a_default_spec_tenant_under_the_static_controller_waits_then_runs() {
         .spawn()
         .expect("start dilu nodemgr");
     // Started before the daemon answers, `dilu run` would run unmanaged.
-    dilu_tests::workspace::wait_until_serving(&mut daemon, &socket, LIMIT);
+    dilu_harness::workspace::wait_until_serving(&mut daemon, &socket, LIMIT);
     let tenant = unique_name("zero-default");
     // No spec: the default one asks for 0% (and may use up to 100%).
     let mut workload = Command::new(dilu())

@@ -6,7 +6,7 @@
 
 use dilu_abi::node_wire::{self, FromDaemon, NodeStatus, PROTOCOL_VERSION, ToDaemon};
 use dilu_abi::seqpacket;
-use dilu_tests::workspace::{Scratch, dilu, unique_name};
+use dilu_harness::workspace::{Scratch, dilu, unique_name};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -202,8 +202,8 @@ fn a_tenant_that_stalls_its_handed_back_fds_cannot_stall_the_control_loop() {
 /// which the tenant can truncate. It now reads a copy.
 #[test]
 fn a_tenant_that_truncates_its_ledger_cannot_kill_the_daemon() {
-    use dilu_abi::ledger::TenantLedger;
-    use dilu_abi::shm::Region;
+    use dilu_layout::ledger::TenantLedger;
+    use dilu_layout::shm::Region;
     let scratch = Scratch::new("threat-ledger");
     let mut daemon = Daemon::start(&scratch, "period_ms = 5\n");
     let tenant = unique_name("ledger");
@@ -214,7 +214,7 @@ fn a_tenant_that_truncates_its_ledger_cannot_kill_the_daemon() {
     );
     // SAFETY: getuid has no preconditions.
     let uid = unsafe { libc::getuid() };
-    let path = dilu_abi::tenant_region_path(uid, &tenant, "ledger");
+    let path = dilu_layout::tenant_region_path(uid, &tenant, "ledger");
     let budget = 64 << 20;
     drop(
         Region::<TenantLedger>::open_or_create(&path, 0o600, |l| l.set_budget(0, budget))
@@ -256,7 +256,7 @@ fn run_tenant(tenant: &str, instance: &str, uid: Option<u32>) -> std::process::O
     let mut command = Command::new(dilu());
     command
         .args(["run", "--sim", "--tenant", tenant, "--mem", "1GiB", "--"])
-        .arg(dilu_tests::workspace::artifact("cudart-client"))
+        .arg(dilu_harness::workspace::artifact("cudart-client"))
         .env("SIMGPU_INSTANCE", instance)
         .env_remove("DILU_MEM_LIMIT")
         .env_remove("DILU_TENANT")
@@ -265,7 +265,7 @@ fn run_tenant(tenant: &str, instance: &str, uid: Option<u32>) -> std::process::O
     if let Some(uid) = uid {
         command.uid(uid).gid(uid).env("HOME", "/");
     }
-    dilu_tests::workspace::output_within(command, Duration::from_secs(120))
+    dilu_harness::workspace::output_within(command, Duration::from_secs(120))
 }
 
 fn simgpu_instance_file(uid: u32, instance: &str) -> PathBuf {
@@ -289,7 +289,7 @@ fn a_finished_tenant_leaves_no_files_behind() {
     );
     let left: Vec<PathBuf> = ["ledger", "sm", "telemetry"]
         .iter()
-        .map(|kind| dilu_abi::tenant_region_path(uid, &tenant, kind))
+        .map(|kind| dilu_layout::tenant_region_path(uid, &tenant, kind))
         .chain([simgpu_instance_file(uid, &instance)])
         .filter(|path| path.exists())
         .collect();
@@ -327,7 +327,7 @@ fn a_name_squatted_by_another_user_does_not_stop_the_victim() {
     cleanup();
     // What the attacker creates first: the victim's directory (and the
     // file name earlier versions used), open to all, owned by the attacker.
-    let squatted = dilu_abi::user_region_dir(victim);
+    let squatted = dilu_layout::user_region_dir(victim);
     std::fs::create_dir(&squatted).unwrap();
     std::fs::set_permissions(
         &squatted,
@@ -341,7 +341,7 @@ fn a_name_squatted_by_another_user_does_not_stop_the_victim() {
 
     let output = run_tenant(&tenant, &instance, Some(victim));
     let stderr = String::from_utf8_lossy(&output.stderr).into_owned();
-    let chosen = dilu_abi::user_region_dir(victim);
+    let chosen = dilu_layout::user_region_dir(victim);
     let leftovers: Vec<_> = std::fs::read_dir(&chosen)
         .map(|d| d.flatten().map(|e| e.path()).collect())
         .unwrap_or_default();
@@ -367,8 +367,11 @@ fn simulated_nvml_dir(scratch: &Scratch) -> PathBuf {
     std::fs::create_dir_all(&dir).unwrap();
     let link = dir.join("libnvidia-ml.so.1");
     let _ = std::fs::remove_file(&link);
-    std::os::unix::fs::symlink(dilu_tests::workspace::artifact("libsimgpu_nvml.so"), &link)
-        .unwrap();
+    std::os::unix::fs::symlink(
+        dilu_harness::workspace::artifact("libsimgpu_nvml.so"),
+        &link,
+    )
+    .unwrap();
     dir
 }
 
@@ -419,7 +422,7 @@ fn the_audit_catches_a_tenant_that_zeroes_its_ledger() {
     }
     let mut probe = Command::new(dilu())
         .args(["run", "--sim", "--tenant", &tenant, "--"])
-        .arg(dilu_tests::workspace::artifact("mem-probe"))
+        .arg(dilu_harness::workspace::artifact("mem-probe"))
         .env(node_wire::SOCKET_ENV, &socket)
         .env("SIMGPU_INSTANCE", &instance)
         .env("DILU_CONTEXT_MEMORY", "0")

@@ -4,7 +4,7 @@
 
 use cudarc::driver::{CudaContext, CudaSlice, CudaStream, LaunchConfig, PushKernelArg, sys};
 use cudarc::nvrtc::Ptx;
-use dilu_tests::ptx::{BLOCK_THREADS, BUSY_KERNEL, PTX};
+use dilu_harness::ptx::{BLOCK_THREADS, BUSY_KERNEL, PTX};
 use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -260,5 +260,5 @@ impl NeverDrain {
 }
 
 fn main() -> ExitCode {
-    dilu_tests::workload::main("cudarc-loop", USAGE, parse_options, run)
+    dilu_harness::workload::main("cudarc-loop", USAGE, parse_options, run)
 }

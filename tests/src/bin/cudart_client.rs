@@ -8,7 +8,7 @@
 //! cudart 12.9 really makes, in order.
 
 use dilu_abi::cuda::{self, CUresult, sys};
-use dilu_tests::ptx::{BLOCK_THREADS, BUSY_KERNEL, PTX};
+use dilu_harness::ptx::{BLOCK_THREADS, BUSY_KERNEL, PTX};
 use std::collections::HashMap;
 use std::ffi::{CStr, CString, c_char, c_int, c_uint, c_void};
 use std::process::ExitCode;

@@ -32,7 +32,7 @@
 
 use cudarc::driver::{CudaContext, CudaSlice, LaunchConfig, PushKernelArg};
 use cudarc::nvrtc::Ptx;
-use dilu_tests::ptx::{BLOCK_THREADS, BUSY_KERNEL, PTX};
+use dilu_harness::ptx::{BLOCK_THREADS, BUSY_KERNEL, PTX};
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
@@ -178,7 +178,7 @@ fn run(o: &Options) -> Result<String, Box<dyn std::error::Error>> {
         // SAFETY: `busy` takes (float*, u32) and the buffer holds grid × block floats.
         unsafe { builder.launch(config) }.map(|_| ())?;
         if o.launch_log.is_some() {
-            launched.borrow_mut().push(dilu_abi::monotonic_ns());
+            launched.borrow_mut().push(dilu_layout::monotonic_ns());
         }
         Ok(())
     };
@@ -291,5 +291,5 @@ fn run(o: &Options) -> Result<String, Box<dyn std::error::Error>> {
 }
 
 fn main() -> ExitCode {
-    dilu_tests::workload::main("demo-tenant", USAGE, parse, run)
+    dilu_harness::workload::main("demo-tenant", USAGE, parse, run)
 }

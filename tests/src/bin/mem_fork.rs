@@ -16,8 +16,8 @@
 //! numbers).
 
 use dilu_abi::cuda::{self, CUresult, sys};
-use dilu_abi::ledger::TenantLedger;
-use dilu_abi::shm::Region;
+use dilu_layout::ledger::TenantLedger;
+use dilu_layout::shm::Region;
 use dilu_tests::driver::{Driver, flag_value};
 use std::ffi::c_int;
 use std::process::ExitCode;
@@ -80,7 +80,7 @@ fn open_ledger() -> Result<Region<TenantLedger>, String> {
     let tenant = std::env::var("DILU_TENANT").map_err(|_| "DILU_TENANT is not set")?;
     // SAFETY: getuid has no preconditions.
     let uid = unsafe { libc::getuid() };
-    let path = dilu_abi::tenant_region_path(uid, &tenant, "ledger");
+    let path = dilu_layout::tenant_region_path(uid, &tenant, "ledger");
     Region::<TenantLedger>::open_or_create(&path, 0o600, |_| {})
         .map_err(|e| format!("{}: {e}", path.display()))
 }

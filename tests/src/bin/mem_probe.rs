@@ -19,8 +19,8 @@
 //! - end of input: frees everything and exits 0.
 
 use dilu_abi::cuda::{self, CUresult};
-use dilu_abi::ledger::{MAX_DEVICES, TenantLedger, UNLIMITED};
-use dilu_abi::shm::Region;
+use dilu_layout::ledger::{MAX_DEVICES, TenantLedger, UNLIMITED};
+use dilu_layout::shm::Region;
 use dilu_tests::driver::Driver;
 use std::io::{BufRead, Write};
 use std::os::fd::AsRawFd;
@@ -94,7 +94,7 @@ fn zero() -> String {
     };
     // SAFETY: getuid has no preconditions.
     let uid = unsafe { libc::getuid() };
-    let path = dilu_abi::tenant_region_path(uid, &tenant, "ledger");
+    let path = dilu_layout::tenant_region_path(uid, &tenant, "ledger");
     match Region::<TenantLedger>::open_or_create(&path, 0o600, |_| {}) {
         Ok(ledger) => format!("zero {}", ledger.reclaim_dead(|_, _| false)),
         Err(e) => format!("error: {e}"),
@@ -108,7 +108,7 @@ fn raise() -> String {
     let ledger = std::env::var("DILU_TENANT").ok().and_then(|tenant| {
         // SAFETY: getuid has no preconditions.
         let uid = unsafe { libc::getuid() };
-        let path = dilu_abi::tenant_region_path(uid, &tenant, "ledger");
+        let path = dilu_layout::tenant_region_path(uid, &tenant, "ledger");
         Region::<TenantLedger>::open_or_create(&path, 0o600, |_| {}).ok()
     });
     results.push((

@@ -11,7 +11,7 @@ use std::ffi::{CString, c_void};
 /// timer over `threshold_ns` (the block was not running) as a pair in
 /// out[2..], with out[0] = its start and out[1] = the number of jumps;
 /// the FMA kernel that does real work is the workloads' own
-/// (`dilu_tests::ptx`, `busy`).
+/// (`dilu_harness::ptx`, `busy`).
 pub const PTX: &str = r#"
 .version 7.0
 .target sm_50
@@ -91,7 +91,7 @@ SL_DONE:
 /// Grid of the FMA kernel: ten waves of 132 blocks (100 µs on simgpu's
 /// default cost model, and the shape of the SM-time benchmark's kernels).
 pub const BUSY_BLOCKS: u32 = 1320;
-pub const BUSY_THREADS: u32 = dilu_tests::ptx::BLOCK_THREADS;
+pub const BUSY_THREADS: u32 = dilu_harness::ptx::BLOCK_THREADS;
 /// Gaps a slicer kernel can record (each kernel runs 200 ms; a 1 ms slice
 /// gives about 100).
 pub const SLICER_CAP: u32 = 8192;
@@ -120,7 +120,7 @@ pub fn open_gpu() -> Fallible<Gpu> {
     let device = result::device::get(0).map_err(driver_error("cuDeviceGet"))?;
     let name = result::device::get_name(device).map_err(driver_error("cuDeviceGetName"))?;
     let ptx = CString::new(PTX).expect("no NUL in the PTX");
-    let workload_ptx = CString::new(dilu_tests::ptx::PTX).expect("no NUL in the PTX");
+    let workload_ptx = CString::new(dilu_harness::ptx::PTX).expect("no NUL in the PTX");
     let function = |module, name: &str| {
         // SAFETY: a module loaded below and a NUL-free entry name of it.
         unsafe { result::module::get_function(module, CString::new(name).expect("no NUL")) }
@@ -153,7 +153,7 @@ pub fn open_gpu() -> Fallible<Gpu> {
         noop: function(module, "noop")?,
         span: function(module, "span")?,
         slicer: function(module, "slicer")?,
-        busy: function(workload_module, dilu_tests::ptx::BUSY_KERNEL)?,
+        busy: function(workload_module, dilu_harness::ptx::BUSY_KERNEL)?,
     })
 }
 

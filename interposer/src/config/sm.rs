@@ -1,0 +1,220 @@
+//! SM-time share configuration: which share of each device's time a tenant
+//! may use.
+//!
+//! Sources, strongest first:
+//! 1. `DILU_SM_LIMIT` (what `dilu run --sm` sets): `30` or `30%` (every
+//!    device), `0:30,1:50` (per device index as the program sees it).
+//!    Percentages from 1 to 100; 100 means unlimited.
+//! 2. HAMi-core's names: `CUDA_DEVICE_SM_LIMIT_<i>` over
+//!    `CUDA_DEVICE_SM_LIMIT`, integers 0–100 where 0 (HAMi's "no limit") and
+//!    100 mean unlimited.
+//!
+//! `DILU_SM_DEPTH` sets the token bucket's depth (default 5ms): after idling
+//! a tenant may run ahead of its share by at most this much wall-clock time,
+//! i.e. a burst of `share × depth` of GPU time.
+//!
+//! `DILU_SM_BURST` (default 2ms, `0` to pace every launch) is how much GPU
+//! time a throttled tenant releases at once: a launch that must wait for
+//! tokens waits on until the bucket also holds this much (at most a depth's
+//! worth), so the tenant's work reaches the GPU in runs about one time slice
+//! long. Paced launch by launch, a throttled tenant always has a kernel
+//! pending, and a GPU shared by time slicing then switches contexts at every
+//! slice of the other tenant (158–165 µs of device time lost per switch on
+//! an H100, `bench/results/gpu-calibration.md`). The default is that H100's
+//! measured slice (2.08 ms). Runs are used only where NVML's samples do not
+//! show the process alone on the device and it launches on one stream (see
+//! `launch_control::releases_in_runs`).
+
+use crate::config::memory::ConfigError;
+use dilu_abi::units;
+use dilu_layout::budget::{DEFAULT_DEPTH_NS, FULL_SHARE_PPM};
+use dilu_layout::ledger::MAX_DEVICES;
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct SmLimits {
+    /// Share in ppm per device ordinal; `None` = unlimited.
+    pub per_device: [Option<u32>; MAX_DEVICES],
+    pub depth_ns: u64,
+    /// GPU time a throttled tenant releases at once (0: launch by launch).
+    pub burst_ns: u64,
+}
+
+impl SmLimits {
+    pub fn any(&self) -> bool {
+        self.per_device.iter().any(Option::is_some)
+    }
+}
+
+impl Default for SmLimits {
+    fn default() -> Self {
+        SmLimits {
+            per_device: [None; MAX_DEVICES],
+            depth_ns: DEFAULT_DEPTH_NS,
+            burst_ns: DEFAULT_BURST_NS,
+        }
+    }
+}
+
+const DILU_FORMS: &str = "a percentage of every device's time from 1 to 100 (30 or 30%), \
+     or per-device entries (0:30,1:50) with indices below 16";
+const HAMI_FORMS: &str = "an integer percentage from 0 to 100 (0 = no limit)";
+const DEPTH_FORMS: &str = "a duration from 100us to 1s, such as 5ms";
+const BURST_FORMS: &str = "0 or a duration up to 100ms, such as 2ms";
+/// One time slice of an H100 (`bench/results/gpu-calibration.md`: medians
+/// of 2077–2085 µs over three runs), rounded.
+pub const DEFAULT_BURST_NS: u64 = 2_000_000;
+
+/// A percentage as a share in ppm, `None` for 100 (the whole device).
+fn percent_share(text: &str) -> Option<Option<u32>> {
+    let text = text.trim();
+    let number = text.strip_suffix('%').unwrap_or(text).trim();
+    let percent: f64 = number.parse().ok()?;
+    if !(1.0..=100.0).contains(&percent) {
+        return None;
+    }
+    let ppm = (percent * 10_000.0).round() as u32;
+    Some((ppm < FULL_SHARE_PPM).then_some(ppm))
+}
+
+fn parse_dilu(value: &str) -> Result<[Option<u32>; MAX_DEVICES], ConfigError> {
+    let error = || ConfigError {
+        variable: "DILU_SM_LIMIT".into(),
+        value: value.into(),
+        expected: DILU_FORMS.into(),
+    };
+    if !value.contains(':') {
+        let share = percent_share(value).ok_or_else(error)?;
+        return Ok([share; MAX_DEVICES]);
+    }
+    let mut shares = [None; MAX_DEVICES];
+    let mut seen = [false; MAX_DEVICES];
+    for entry in value.split(',') {
+        let (index, share) = entry.split_once(':').ok_or_else(error)?;
+        let index: usize = index.trim().parse().map_err(|_| error())?;
+        if index >= MAX_DEVICES || seen[index] {
+            return Err(error());
+        }
+        seen[index] = true;
+        shares[index] = percent_share(share).ok_or_else(error)?;
+    }
+    Ok(shares)
+}
+
+fn parse_hami(variable: String, value: String) -> Result<Option<u32>, ConfigError> {
+    match value.trim().parse::<u32>() {
+        Ok(0) | Ok(100) => Ok(None),
+        Ok(percent) if percent < 100 => Ok(Some(percent * 10_000)),
+        _ => Err(ConfigError {
+            variable,
+            value,
+            expected: HAMI_FORMS.into(),
+        }),
+    }
+}
+
+/// Reads the shares from an environment lookup (injected for tests).
+pub fn from_env(get: impl Fn(&str) -> Option<String>) -> Result<SmLimits, ConfigError> {
+    let mut limits = SmLimits::default();
+    if let Some(value) = get("DILU_SM_DEPTH").filter(|v| !v.is_empty()) {
+        limits.depth_ns = units::parse_duration_ns(&value)
+            .ok()
+            .filter(|ns| (100_000..=1_000_000_000).contains(ns))
+            .ok_or_else(|| ConfigError {
+                variable: "DILU_SM_DEPTH".into(),
+                value: value.clone(),
+                expected: DEPTH_FORMS.into(),
+            })?;
+    }
+    if let Some(value) = get("DILU_SM_BURST").filter(|v| !v.is_empty()) {
+        limits.burst_ns = match value.trim() {
+            "0" => Some(0),
+            text => units::parse_duration_ns(text).ok(),
+        }
+        .filter(|ns| *ns <= 100_000_000)
+        .ok_or_else(|| ConfigError {
+            variable: "DILU_SM_BURST".into(),
+            value: value.clone(),
+            expected: BURST_FORMS.into(),
+        })?;
+    }
+    if let Some(value) = get("DILU_SM_LIMIT").filter(|v| !v.is_empty()) {
+        limits.per_device = parse_dilu(&value)?;
+        return Ok(limits);
+    }
+    let hami = |variable: String| match get(&variable).filter(|v| !v.is_empty()) {
+        None => Ok(None),
+        Some(value) => parse_hami(variable, value).map(Some),
+    };
+    let all = hami("CUDA_DEVICE_SM_LIMIT".into())?;
+    for (index, slot) in limits.per_device.iter_mut().enumerate() {
+        *slot = match hami(format!("CUDA_DEVICE_SM_LIMIT_{index}"))? {
+            Some(share) => share,
+            None => all.flatten(),
+        };
+    }
+    Ok(limits)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::test_env as env;
+
+    #[test]
+    fn every_documented_form() {
+        let all = from_env(env(&[("DILU_SM_LIMIT", "30")])).unwrap();
+        assert_eq!(all.per_device, [Some(300_000); MAX_DEVICES]);
+        assert_eq!(all.depth_ns, DEFAULT_DEPTH_NS);
+        let percent = from_env(env(&[("DILU_SM_LIMIT", "12.5%")])).unwrap();
+        assert_eq!(percent.per_device[7], Some(125_000));
+        let each = from_env(env(&[
+            ("DILU_SM_LIMIT", "0:30,1:100"),
+            ("DILU_SM_DEPTH", "2ms"),
+        ]))
+        .unwrap();
+        assert_eq!(each.per_device[0], Some(300_000));
+        assert_eq!(each.per_device[1], None, "100% is the whole device");
+        assert_eq!(each.per_device[2], None);
+        assert_eq!(each.depth_ns, 2_000_000);
+        assert!(!from_env(env(&[])).unwrap().any());
+        assert_eq!(from_env(env(&[])).unwrap().burst_ns, DEFAULT_BURST_NS);
+        for (text, ns) in [("0", 0), ("500us", 500_000), ("4ms", 4_000_000)] {
+            let burst = from_env(env(&[("DILU_SM_BURST", text)])).unwrap();
+            assert_eq!(burst.burst_ns, ns, "{text}");
+        }
+    }
+
+    #[test]
+    fn hami_names_are_aliases() {
+        let limits = from_env(env(&[
+            ("CUDA_DEVICE_SM_LIMIT", "40"),
+            ("CUDA_DEVICE_SM_LIMIT_1", "0"),
+        ]))
+        .unwrap();
+        assert_eq!(limits.per_device[0], Some(400_000));
+        assert_eq!(limits.per_device[1], None, "0 is HAMi's no limit");
+        let both = from_env(env(&[
+            ("CUDA_DEVICE_SM_LIMIT", "40"),
+            ("DILU_SM_LIMIT", "20"),
+        ]))
+        .unwrap();
+        assert_eq!(both.per_device[0], Some(200_000));
+    }
+
+    #[test]
+    fn bad_values_name_the_variable_and_the_forms() {
+        for bad in ["0", "101", "lots", "0:30,0:40", "16:30", "-5", "0:", "30,"] {
+            let error = from_env(env(&[("DILU_SM_LIMIT", bad)])).unwrap_err();
+            assert_eq!(error.variable, "DILU_SM_LIMIT", "{bad}");
+            assert!(error.to_string().contains("0:30,1:50"), "{error}");
+        }
+        let error = from_env(env(&[("CUDA_DEVICE_SM_LIMIT", "150")])).unwrap_err();
+        assert_eq!(error.variable, "CUDA_DEVICE_SM_LIMIT");
+        let error = from_env(env(&[("DILU_SM_DEPTH", "1ns")])).unwrap_err();
+        assert_eq!(error.variable, "DILU_SM_DEPTH");
+        for bad in ["1s", "lots", "-1ms"] {
+            let error = from_env(env(&[("DILU_SM_BURST", bad)])).unwrap_err();
+            assert_eq!(error.variable, "DILU_SM_BURST", "{bad}");
+        }
+    }
+}

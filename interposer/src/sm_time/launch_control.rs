@@ -1,0 +1,449 @@
+//! The launch path of SM-time control: charge the launch to the tenant's
+//! token bucket, wait if the bucket is in debt, count it, and time a sample.
+//!
+//! Within budget a launch costs an estimate look-up, one add on its kind's
+//! count and either a subtraction from its thread's lease (a short launch
+//! already paid for, see [`crate::sm_time::launch_lease`]) or one `clock_gettime`, one
+//! CAS on the bucket and a few counter adds: no lock, no system call, no
+//! allocation. A sampled
+//! launch (the first of a kind, then one in
+//! [`sampling_period`](crate::sm_time::kernel_estimates::sampling_period)) additionally
+//! records events (see [`sampler`]); a throttled one sleeps until its tokens exist
+//! (`clock_nanosleep` to an absolute deadline, not a polling tick).
+
+use crate::driver;
+use crate::sm_time::kernel_estimates::{EstimateTable, FIRST_GUESS_NS, LaunchKey};
+use crate::sm_time::launch_lease;
+use crate::sm_time::recent_streams;
+use crate::sm_time::sampler;
+use crate::sm_time::tenant_sm::{self, TenantSm};
+use dilu_abi::cuda::{CUDA_SUCCESS, CUresult, sys};
+use dilu_layout::bucket::Admission;
+use dilu_layout::budget::is_limited;
+use dilu_layout::monotonic_ns;
+use std::sync::OnceLock;
+use std::sync::atomic::{AtomicI64, Ordering};
+
+/// Launches of a kind never measured that may be in flight before its first
+/// measurement arrives: each is charged only a guess, so without this bound
+/// a program could queue seconds of unaccounted work (the charge-back
+/// would come too late to keep the share in any short window).
+pub const MAX_UNMEASURED_LAUNCHES: u64 = 4;
+/// Longest wait for a first measurement (a lost sample must not stall).
+const FIRST_MEASUREMENT_WAIT_NS: u64 = 50_000_000;
+
+static ESTIMATES: EstimateTable = EstimateTable::new();
+
+/// Stream captures in progress in this process (begun minus ended). While
+/// none is, no launch can be a capture and we never ask the driver.
+static CAPTURES: AtomicI64 = AtomicI64::new(0);
+
+pub fn capture_began() {
+    CAPTURES.fetch_add(1, Ordering::AcqRel);
+}
+
+/// Ends a capture on `stream` through `end` (the real cuStreamEndCapture),
+/// counting it as over only if the stream was capturing before and is not
+/// after, as `is_capturing` (the driver's cuStreamIsCapturing; `None` when
+/// it cannot tell) says. A failed end on a stream that was not capturing
+/// (or on another thread's capture, which goes on) must not uncount a
+/// capture still in progress elsewhere: launches into it would then be
+/// charged, and sampling would record events on capturing streams.
+pub fn end_capture(
+    stream: sys::CUstream,
+    is_capturing: impl Fn(sys::CUstream) -> Option<bool>,
+    end: impl FnOnce() -> CUresult,
+) -> CUresult {
+    let before = is_capturing(stream);
+    let result = end();
+    let over = match (before, is_capturing(stream)) {
+        (Some(before), Some(after)) => before && !after,
+        // The driver cannot say: an end that succeeded ended one.
+        _ => result == CUDA_SUCCESS,
+    };
+    if over {
+        CAPTURES.fetch_sub(1, Ordering::AcqRel);
+    }
+    result
+}
+
+/// Whether `stream` is capturing (active or invalidated), from the real
+/// driver; `None` when it cannot say.
+pub fn stream_is_capturing(stream: sys::CUstream, per_thread: bool) -> Option<bool> {
+    let (plain, ptsz) = *is_capturing_fns();
+    let address = if per_thread && ptsz != 0 { ptsz } else { plain };
+    if address == 0 {
+        return None;
+    }
+    // SAFETY: the real cuStreamIsCapturing[_ptsz]; the status is a C enum
+    // (int-sized), written to a live local.
+    let is_capturing: IsCapturingFn =
+        unsafe { std::mem::transmute::<usize, IsCapturingFn>(address) };
+    let mut status: u32 = 0;
+    // SAFETY: see above.
+    let result = unsafe { is_capturing(stream, &mut status) };
+    (result == CUDA_SUCCESS).then_some(status != 0)
+}
+
+type IsCapturingFn = unsafe extern "C" fn(sys::CUstream, *mut u32) -> CUresult;
+
+fn is_capturing_fns() -> &'static (usize, usize) {
+    static FNS: OnceLock<(usize, usize)> = OnceLock::new();
+    FNS.get_or_init(|| {
+        (
+            driver::real_symbol(c"cuStreamIsCapturing"),
+            driver::real_symbol(c"cuStreamIsCapturing_ptsz"),
+        )
+    })
+}
+
+/// Whether a launch on `stream` is being captured into a graph (then it
+/// does not run now: the graph's launches are what we charge).
+fn captured(stream: sys::CUstream, per_thread: bool) -> bool {
+    CAPTURES.load(Ordering::Acquire) > 0 && stream_is_capturing(stream, per_thread) == Some(true)
+}
+
+thread_local! {
+    /// Whether this thread's timer slack was lowered (once, at its first
+    /// wait: never on the within-budget path).
+    static PRECISE_SLEEP: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+pub(crate) fn sleep_until(deadline_ns: u64) {
+    // Linux wakes a sleeping thread up to its timer slack (50 µs by
+    // default) late. A throttled launch waits for tokens worth tens of µs,
+    // so that lateness would be a large part of each wait and, on a tenant
+    // near its share, GPU time it never gets back.
+    if !PRECISE_SLEEP.replace(true) {
+        // SAFETY: PR_SET_TIMERSLACK takes one integer (ns) and changes only
+        // the calling thread's slack.
+        unsafe { libc::prctl(libc::PR_SET_TIMERSLACK, 1 as libc::c_ulong) };
+    }
+    let ts = libc::timespec {
+        tv_sec: (deadline_ns / 1_000_000_000) as libc::time_t,
+        tv_nsec: (deadline_ns % 1_000_000_000) as libc::c_long,
+    };
+    // SAFETY: a valid timespec; with TIMER_ABSTIME the remainder pointer may
+    // be null. EINTR is retried with the same absolute deadline.
+    while unsafe {
+        libc::clock_nanosleep(
+            libc::CLOCK_MONOTONIC,
+            libc::TIMER_ABSTIME,
+            &ts,
+            std::ptr::null_mut(),
+        )
+    } == libc::EINTR
+    {}
+}
+
+/// Charges one launch of `key` on `device`, waiting while the tenant's
+/// bucket is in debt. Returns the kind's entry and whether to time it.
+///
+/// The common case of a short launch, a measured kind already paid for by
+/// the thread's lease, is the only one inlined: after a real driver call
+/// every cache line of code or data the launch path touches is likely cold,
+/// so it touches few (the estimate entry, the share, the lease).
+#[inline]
+fn admit(
+    sm: &TenantSm,
+    key: LaunchKey,
+    device: usize,
+    stream: Option<(sys::CUstream, bool)>,
+) -> (&'static crate::sm_time::kernel_estimates::Entry, bool) {
+    let (entry, placed) = ESTIMATES.entry(key);
+    if placed
+        && let Some(cost) = entry.estimate_ns()
+        && is_limited(sm.budget().share_ppm(device))
+        && !crate::sm_time::colocation::active()
+        && launch_lease::spend(device, cost)
+    {
+        let launches_before = entry.charge();
+        let sample = entry.due_for_sample(launches_before) && entry.start_sampling();
+        return (entry, sample);
+    }
+    admit_through_bucket(sm, entry, placed, device, stream)
+}
+
+/// [`admit`] for every launch its lease does not already cover.
+#[inline(never)]
+fn admit_through_bucket(
+    sm: &TenantSm,
+    entry: &'static crate::sm_time::kernel_estimates::Entry,
+    placed: bool,
+    device: usize,
+    stream: Option<(sys::CUstream, bool)>,
+) -> (&'static crate::sm_time::kernel_estimates::Entry, bool) {
+    let mut estimate = entry.estimate_ns();
+    // Only wait when a measurement is actually on its way.
+    if estimate.is_none()
+        && placed
+        && entry.sampling()
+        && entry.unmeasured_launches() >= MAX_UNMEASURED_LAUNCHES
+    {
+        estimate = wait_for_first_measurement(entry);
+    }
+    let cost = estimate.unwrap_or(FIRST_GUESS_NS);
+    let launches_before = entry.charge();
+    let telemetry = sm.device(device);
+    let share = sm.budget().share_ppm(device);
+    // (when, GPU time charged) for telemetry: none for a launch already
+    // paid for by its thread's lease (no clock read, no shared write).
+    let mut charged = None;
+    if !is_limited(share) {
+        charged = Some((monotonic_ns(), cost));
+    } else if !launch_lease::spend(device, cost) {
+        let (charge, uncounted) = launch_lease::renew(device, cost);
+        telemetry.count_launches(uncounted);
+        charged = Some((charge_bucket(sm, device, charge, share, stream), charge));
+    }
+    let held = crate::sm_time::colocation::before_launch(device, cost);
+    if held > 0 {
+        telemetry.record_throttle(held);
+    }
+    if let Some((now, gpu_ns)) = charged {
+        telemetry.record_launch(now + held, gpu_ns);
+    }
+    let sample = placed
+        && (estimate.is_none() || entry.due_for_sample(launches_before))
+        && entry.start_sampling();
+    (entry, sample)
+}
+
+/// Charges `gpu_ns` to `device`'s bucket at `share` (limited), waiting while
+/// the bucket is in debt or the share is 0; returns when the launch may go.
+#[inline]
+fn charge_bucket(
+    sm: &TenantSm,
+    device: usize,
+    gpu_ns: u64,
+    mut share: u32,
+    stream: Option<(sys::CUstream, bool)>,
+) -> u64 {
+    let telemetry = sm.device(device);
+    let bucket = sm.bucket(device);
+    let mut now = monotonic_ns();
+    crate::sm_time::usage_feedback::charged(device, gpu_ns as i64);
+    loop {
+        match bucket.admit(now, gpu_ns, share, sm.budget().depth_ns()) {
+            Admission::Now => break,
+            Admission::At(deadline) => {
+                let burst_ns = if releases_in_runs(device, stream) {
+                    crate::config::get().sm.burst_ns
+                } else {
+                    0
+                };
+                sleep_until(deadline + burst_wait_ns(burst_ns, share, sm.budget().depth_ns()));
+                let woke = monotonic_ns();
+                telemetry.record_throttle(woke - now);
+                now = woke;
+                break;
+            }
+            Admission::Paused => {
+                share = wait_for_share(sm, device);
+                let woke = monotonic_ns();
+                telemetry.record_throttle(woke - now);
+                now = woke;
+                if !is_limited(share) {
+                    break;
+                }
+            }
+        }
+    }
+    now
+}
+
+/// Whether a throttled launch on `stream` waits for a run's worth of tokens:
+/// only where another process may share the device (alone there are no
+/// switches to save) and the process launches on this one stream (runs of
+/// work on several streams overlap more, and their samples go wrong: on
+/// simgpu, with runs on every stream, a tenant alone on 3 streams of 1 ms
+/// kernels took 47.8% of the device at a cap of 30%, and 3-stream pairs kept
+/// 4 to 15 points less of their work).
+fn releases_in_runs(device: usize, stream: Option<(sys::CUstream, bool)>) -> bool {
+    crate::sm_time::usage_feedback::may_be_shared(device)
+        && stream
+            .is_some_and(|(stream, per_thread)| recent_streams::only_on(device, stream, per_thread))
+}
+
+/// How much longer than its own tokens a throttled launch waits: until
+/// the bucket also holds `DILU_SM_BURST` of GPU time (wall time at the
+/// share; at most the depth, which is all a bucket can hold), so the launches
+/// after it go at once, as one run on the GPU (see [`crate::config::sm`]).
+fn burst_wait_ns(burst_ns: u64, share_ppm: u32, depth_ns: u64) -> u64 {
+    (burst_ns.saturating_mul(1_000_000) / u64::from(share_ppm.max(1))).min(depth_ns)
+}
+
+/// How often a launch held at share 0 looks at its share again.
+const ZERO_SHARE_POLL_NS: u64 = 1_000_000;
+
+/// Waits while `device`'s share is 0 (a valid state: the node manager gives
+/// a tenant nothing until it raises the share), re-reading it; returns the
+/// first non-zero share seen.
+#[cold]
+fn wait_for_share(sm: &TenantSm, device: usize) -> u32 {
+    loop {
+        let share = sm.budget().share_ppm(device);
+        if share != 0 {
+            return share;
+        }
+        sleep_until(monotonic_ns() + ZERO_SHARE_POLL_NS);
+    }
+}
+
+#[cold]
+fn wait_for_first_measurement(entry: &crate::sm_time::kernel_estimates::Entry) -> Option<u64> {
+    let deadline = monotonic_ns() + FIRST_MEASUREMENT_WAIT_NS;
+    loop {
+        if let Some(estimate) = entry.estimate_ns() {
+            return Some(estimate);
+        }
+        if !entry.sampling() {
+            return None;
+        }
+        let now = monotonic_ns();
+        if now >= deadline {
+            return None;
+        }
+        sleep_until(now + 100_000);
+    }
+}
+
+/// Runs `launch` (the real driver call) under SM-time control: charged,
+/// possibly delayed, possibly timed. Launches being captured into a graph
+/// and processes without SM state pass straight through.
+#[inline]
+pub fn controlled(
+    key: LaunchKey,
+    stream: sys::CUstream,
+    per_thread: bool,
+    launch: impl FnOnce() -> CUresult,
+) -> CUresult {
+    let Some(sm) = tenant_sm::get() else {
+        return launch();
+    };
+    if captured(stream, per_thread) {
+        return launch();
+    }
+    let device = sm.current_device();
+    let (entry, sample) = admit(sm, key, device, Some((stream, per_thread)));
+    recent_streams::launching_on(device, stream, per_thread);
+    if !sample {
+        return launch();
+    }
+    timed(entry, device, stream, per_thread, launch)
+}
+
+/// Runs a launch chosen for timing between the sampler's events (out of
+/// line: one launch in hundreds or thousands).
+#[inline(never)]
+fn timed(
+    entry: &'static crate::sm_time::kernel_estimates::Entry,
+    device: usize,
+    stream: sys::CUstream,
+    per_thread: bool,
+    launch: impl FnOnce() -> CUresult,
+) -> CUresult {
+    // While any stream captures, recording on another stream could end up
+    // in the captured graph or (on the legacy stream) invalidate it.
+    let pin = recent_streams::Pin::new();
+    let others = if CAPTURES.load(Ordering::Acquire) > 0 {
+        recent_streams::Previous::default()
+    } else {
+        recent_streams::others(&pin, device, stream, per_thread)
+    };
+    let timing = sampler::begin(stream, per_thread, &others);
+    drop(pin);
+    let result = launch();
+    sampler::finish(
+        timing,
+        result == CUDA_SUCCESS,
+        stream,
+        per_thread,
+        entry,
+        device,
+    );
+    result
+}
+
+/// Charges a launch without timing it (launch paths with no single stream
+/// to record events on: multi-device cooperative launches).
+pub fn charge_untimed(key: LaunchKey, device: usize) {
+    if let Some(sm) = tenant_sm::get() {
+        let (entry, sample) = admit(sm, key, device, None);
+        if sample {
+            entry.stop_sampling();
+        }
+    }
+}
+
+/// The device a stream belongs to (slow: for the rare multi-device launch
+/// path only). Falls back to the current context's device.
+pub fn device_of_stream(stream: sys::CUstream) -> usize {
+    type GetCtxFn = unsafe extern "C" fn(sys::CUstream, *mut sys::CUcontext) -> CUresult;
+    type PushFn = unsafe extern "C" fn(sys::CUcontext) -> CUresult;
+    type PopFn = unsafe extern "C" fn(*mut sys::CUcontext) -> CUresult;
+    let Some(sm) = tenant_sm::get() else { return 0 };
+    let (get_ctx, push, pop) = (
+        driver::real_symbol(c"cuStreamGetCtx"),
+        driver::real_symbol(c"cuCtxPushCurrent_v2"),
+        driver::real_symbol(c"cuCtxPopCurrent_v2"),
+    );
+    if get_ctx == 0 || push == 0 || pop == 0 {
+        return sm.current_device();
+    }
+    let mut ctx: sys::CUcontext = std::ptr::null_mut();
+    // SAFETY: real driver functions with their cuda.h signatures; the
+    // context pushed is popped again before returning.
+    unsafe {
+        if std::mem::transmute::<usize, GetCtxFn>(get_ctx)(stream, &mut ctx) != CUDA_SUCCESS
+            || std::mem::transmute::<usize, PushFn>(push)(ctx) != CUDA_SUCCESS
+        {
+            return sm.current_device();
+        }
+        let device = sm.current_device();
+        let mut popped: sys::CUcontext = std::ptr::null_mut();
+        std::mem::transmute::<usize, PopFn>(pop)(&mut popped);
+        device
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use dilu_abi::cuda::CUDA_ERROR_STREAM_CAPTURE_UNMATCHED as NOT_CAPTURING;
+
+    #[test]
+    fn a_throttled_launch_waits_for_a_burst_of_gpu_time_at_most_a_depth() {
+        // 2 ms of GPU time at 70% accrue in 2.857 ms of wall time.
+        assert_eq!(burst_wait_ns(2_000_000, 700_000, 5_000_000), 2_857_142);
+        // At 30% that would be 6.7 ms; a 5 ms bucket holds no more.
+        assert_eq!(burst_wait_ns(2_000_000, 300_000, 5_000_000), 5_000_000);
+        assert_eq!(burst_wait_ns(0, 300_000, 5_000_000), 0, "0 paces launches");
+    }
+
+    // One test: the capture count is process-wide.
+    #[test]
+    fn only_an_ended_capture_is_uncounted() {
+        let stream_a = 0xA0 as sys::CUstream;
+        let stream_b = 0xB0 as sys::CUstream;
+        capture_began(); // on stream A
+        // cuStreamEndCapture on B, which is not capturing: it fails, and A's
+        // capture goes on.
+        let not_b = |s: sys::CUstream| Some(s == stream_a);
+        let result = end_capture(stream_b, not_b, || NOT_CAPTURING);
+        assert_eq!(result, NOT_CAPTURING);
+        assert_eq!(CAPTURES.load(Ordering::Acquire), 1, "A still captures");
+        // An invalidated capture on A ends with an error but is over.
+        let capturing = std::cell::Cell::new(true);
+        let result = end_capture(
+            stream_a,
+            |_| Some(capturing.get()),
+            || {
+                capturing.set(false);
+                dilu_abi::cuda::CUDA_ERROR_STREAM_CAPTURE_INVALIDATED
+            },
+        );
+        assert_ne!(result, CUDA_SUCCESS);
+        assert_eq!(CAPTURES.load(Ordering::Acquire), 0);
+    }
+}

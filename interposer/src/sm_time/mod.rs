@@ -1,0 +1,20 @@
+//! SM time: every launch is charged to the tenant's token bucket and waits
+//! while it is in debt; samples measure what launches really cost.
+//!
+//! - [`launch_control`]: the launch path (charge, wait, count, time).
+//! - [`launch_lease`]: GPU time a thread already paid for.
+//! - [`kernel_estimates`]: what each kind of launch costs.
+//! - [`sampler`], [`recent_streams`]: timing sampled launches with events.
+//! - [`usage_feedback`]: charges against the device time the driver counted.
+//! - [`tenant_sm`]: the tenant's shares, telemetry and buckets as this
+//!   process maps them.
+//! - [`colocation`]: the gap board of a primary and its fillers.
+
+pub mod colocation;
+pub mod kernel_estimates;
+pub mod launch_control;
+pub mod launch_lease;
+pub mod recent_streams;
+pub mod sampler;
+pub mod tenant_sm;
+pub mod usage_feedback;

@@ -1,0 +1,170 @@
+//! The tenant's SM-time state as this process sees it: its share of each
+//! device ([`TenantBudget`], one writer) and the telemetry all its processes
+//! write ([`TenantTelemetry`]), in whose region the token buckets
+//! ([`TokenBucket`]) live apart from the counters.
+//!
+//! Where they live (standalone mode, no node manager):
+//! - `DILU_TENANT=NAME`: `/dev/shm/dilu-<uid>/<NAME>.sm` and `.telemetry`,
+//!   mode 0600. The process that creates `.sm`, or finds its writer gone,
+//!   writes its configured shares and becomes the writer; a process joining
+//!   a running tenant uses the shares already there. Any process of the same
+//!   user can change them (`dilu_layout::budget::TenantBudget::set_share_ppm`); they
+//!   take effect at the next launch of every member.
+//! - no tenant name: anonymous memory shared with forked children.
+//!
+//! Under the node manager (its socket exists, see [`crate::node`]), a named
+//! tenant registers instead: the daemon hands it a read-only, sealed budget
+//! it writes itself and the telemetry region it reads; `DILU_SM_LIMIT` is
+//! then ignored (the daemon decides). A refused registration stops the
+//! process with the daemon's reason.
+//!
+//! Without a tenant and without an SM limit this process has no SM state
+//! and every launch passes straight through.
+
+use crate::config;
+use crate::driver::devices::{self, CurrentDevice};
+use dilu_abi::node_client::Attached;
+use dilu_layout::bucket::TokenBucket;
+use dilu_layout::budget::{TenantBudget, UNLIMITED_SHARE};
+use dilu_layout::ledger;
+use dilu_layout::shm::Region;
+use dilu_layout::telemetry::{DeviceTelemetry, TenantTelemetry};
+use std::sync::OnceLock;
+
+/// Where the budget and telemetry live.
+enum Regions {
+    Standalone {
+        budget: Region<TenantBudget>,
+        telemetry: Region<TenantTelemetry>,
+    },
+    /// Owned by the node manager (the budget may be swapped when a
+    /// restarted daemon re-adopts the tenant).
+    Managed(&'static Attached),
+}
+
+pub struct TenantSm {
+    regions: Regions,
+    /// Resolved at the first launch, when the driver is initialised.
+    current_device: OnceLock<CurrentDevice>,
+}
+
+static STATE: OnceLock<Option<TenantSm>> = OnceLock::new();
+
+/// The SM state, or `None` when this process has neither a tenant nor an SM
+/// limit.
+#[inline]
+pub fn get() -> Option<&'static TenantSm> {
+    match STATE.get() {
+        Some(state) => state.as_ref(),
+        None => STATE.get_or_init(init).as_ref(),
+    }
+}
+
+fn write_shares(budget: &TenantBudget) {
+    let limits = &config::get().sm;
+    for (device, share) in limits.per_device.iter().enumerate() {
+        budget.set_share_ppm(device, share.unwrap_or(UNLIMITED_SHARE));
+    }
+    budget.set_depth_ns(limits.depth_ns);
+}
+
+/// Whether (pid, low 32 bits of its start time) is a running process.
+fn writer_alive(pid: i32, start_low: u64) -> bool {
+    ledger::process_start_time(pid).is_some_and(|start| start & 0xffff_ffff == start_low)
+}
+
+fn fail(what: &str, error: impl std::fmt::Display) -> ! {
+    // Fail closed: a share we cannot keep must not become "no limit".
+    eprintln!("dilu-interposer: cannot open the tenant's {what} ({error}); stopping");
+    std::process::exit(2)
+}
+
+fn init() -> Option<TenantSm> {
+    let cfg = config::get();
+    if let Some(attached) = crate::node::attached() {
+        crate::fork::install();
+        return Some(TenantSm {
+            regions: Regions::Managed(attached),
+            current_device: OnceLock::new(),
+        });
+    }
+    let (budget, telemetry) = match &cfg.tenant {
+        None if !cfg.sm.any() => return None,
+        None => (
+            Region::<TenantBudget>::anonymous(write_shares)
+                .unwrap_or_else(|e| fail("SM budget", e)),
+            Region::<TenantTelemetry>::anonymous(|_| {}).unwrap_or_else(|e| fail("telemetry", e)),
+        ),
+        Some(name) => {
+            // SAFETY: getuid has no preconditions.
+            let uid = unsafe { libc::getuid() };
+            let path = dilu_layout::tenant_region_path(uid, name, "sm");
+            let budget = Region::<TenantBudget>::open_or_create(&path, 0o600, write_shares)
+                .unwrap_or_else(|e| fail("SM budget", format!("{}: {e}", path.display())));
+            let pid = std::process::id() as i32;
+            let start = ledger::process_start_time(pid).unwrap_or(0);
+            if budget.claim_writer(pid, start, writer_alive) {
+                if !budget.created() {
+                    write_shares(&budget);
+                }
+            } else if cfg.sm.any() {
+                tracing::warn!(
+                    tenant = name,
+                    "joining a running tenant: its SM shares stay as its writer set them"
+                );
+            }
+            let path = dilu_layout::tenant_region_path(uid, name, "telemetry");
+            let telemetry = Region::<TenantTelemetry>::open_or_create(&path, 0o600, |_| {})
+                .unwrap_or_else(|e| fail("telemetry", format!("{}: {e}", path.display())));
+            (budget, telemetry)
+        }
+    };
+    crate::fork::install();
+    tracing::debug!(
+        tenant = cfg.tenant.as_deref().unwrap_or(""),
+        share_ppm_device0 = budget.share_ppm(0),
+        "SM-time control active"
+    );
+    Some(TenantSm {
+        regions: Regions::Standalone { budget, telemetry },
+        current_device: OnceLock::new(),
+    })
+}
+
+impl TenantSm {
+    #[inline]
+    pub fn budget(&self) -> &TenantBudget {
+        match &self.regions {
+            Regions::Standalone { budget, .. } => budget,
+            Regions::Managed(attached) => attached.budget(),
+        }
+    }
+
+    #[inline]
+    pub fn telemetry(&self) -> &TenantTelemetry {
+        match &self.regions {
+            Regions::Standalone { telemetry, .. } => telemetry,
+            Regions::Managed(attached) => attached.telemetry(),
+        }
+    }
+
+    /// The device of the calling thread's current context (0 on a process
+    /// with one device, without asking the driver).
+    #[inline]
+    pub fn current_device(&self) -> usize {
+        self.current_device
+            .get_or_init(|| CurrentDevice::new(devices::real_device_count()))
+            .get()
+    }
+
+    #[inline]
+    pub fn device(&self, device: usize) -> &DeviceTelemetry {
+        &self.telemetry().devices[device]
+    }
+
+    /// The token bucket of `device` (enforcement state).
+    #[inline]
+    pub fn bucket(&self, device: usize) -> &TokenBucket {
+        &self.telemetry().buckets[device]
+    }
+}

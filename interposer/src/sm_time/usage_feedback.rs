@@ -1,0 +1,703 @@
+//! Charges this process for the device time the driver says it used.
+//!
+//! Launches are charged per-kind estimates (see [`sampler`](crate::sm_time::sampler)):
+//! fast, and exact for a process whose kernels run one at a time. Two things
+//! a per-kernel sample cannot see make them wrong by a factor, not a few
+//! percent:
+//! - kernels of several streams of one process run at the same time (SMs
+//!   shared by blocks), so a kernel's events span time its siblings also
+//!   used, and no single sample says how much of the busy time is its own
+//!   (measured: a 30% tenant on 3 streams took 47% of the device);
+//! - a kernel preempted at the end of a time slice has events spanning the
+//!   other process's slice (a 30% tenant with kernels longer than a slice
+//!   got 19%).
+//!
+//! The driver itself counts how long each process had kernels executing:
+//! NVML's `nvmlDeviceGetProcessUtilization` reports, per sample period
+//! (about 200 ms on NVIDIA's driver), the percentage of time a kernel of the
+//! process ran (the union over its streams). Every [`PERIOD`] this thread
+//! asks for new samples; when one of this process has come, it compares the
+//! device time NVML counted with what the process was charged since the
+//! previous sample (launch estimates plus the sampler's corrections) and
+//! charges the difference to the tenant's bucket (a debt in
+//! [`INSTALLMENTS`] over the following looks, a refund at once). A look with
+//! no new sample settles nothing: the charges wait for the next sample. The
+//! estimates still pace launches between samples; this makes their sum
+//! right.
+//!
+//! Work charged at launch runs later, so at any moment the two totals
+//! differ by the work in flight; the correction settles it once it ran, and
+//! the error never accumulates. NVML reports whole percent: each sample may
+//! be off by half a percent of its period.
+//!
+//! Settling after the fact lets a process whose estimates are a factor too
+//! low (several streams) queue that factor more work than its share before
+//! the bill arrives, and then sit in debt while its queue drains. Scaling
+//! every launch's charge by the measured ratio was tried and made it worse:
+//! while a queue drains the ratio of the two counts rises, the scale with
+//! it, and the process throttles itself further (a 70% tenant on 3 streams
+//! learned a scale of 17.8 and used 59.5%).
+//!
+//! NVML's per-process number only means device time while the process is
+//! alone on the device. Under time slicing the driver reports about 99% for
+//! every process that has work queued, whether or not its context holds the
+//! device (measured on an H100: two processes running the same request
+//! loop each listed at 99% while each did 38% of its rate alone;
+//! `bench/results/gpu-nvml.md`). So a look settles only when no
+//! other process was listed with any use in the last [`CONTENDED_FOR_US`] of
+//! samples; while others were, the estimates alone decide (their charges
+//! are taken as they are, not carried to a later settlement).
+//!
+//! The same looks say whether another process used the device lately
+//! ([`may_be_shared`]): a throttled launch releases its tenant's work in
+//! runs only then (see [`crate::config::sm`]); alone on the device, pacing
+//! launch by launch costs no switches and keeps the cap closer.
+//!
+//! `DILU_USAGE_FEEDBACK=off` turns this off (estimates alone decide).
+//! Where NVML is missing, or never lists this process (a container whose
+//! pid namespace hides the host pid NVML uses), nothing is corrected and
+//! the estimates alone decide, as before.
+
+use crate::driver::nvml::{self, NvmlDevice, NvmlReturn};
+use crate::sm_time::tenant_sm;
+use dilu_layout::budget::is_limited;
+use dilu_layout::ledger::MAX_DEVICES;
+use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU64, Ordering};
+use std::time::Duration;
+
+/// How often the driver's count is compared with the charges.
+pub const PERIOD: Duration = Duration::from_millis(50);
+/// Answers with new samples (of any process) but none of this one, while
+/// it had work charged, before the process is taken to be invisible to
+/// NVML (then corrections stop for good): 2 s of the driver's 200 ms
+/// samples.
+const UNSEEN_ANSWERS_BEFORE_GIVING_UP: u32 = 10;
+
+/// GPU time this process was charged on each device while its share was
+/// limited: launch estimates and the sampler's corrections.
+#[repr(C, align(64))]
+struct Charged([AtomicU64; MAX_DEVICES]);
+
+static CHARGED: Charged = Charged([const { AtomicU64::new(0) }; MAX_DEVICES]);
+static RUNNING: AtomicBool = AtomicBool::new(false);
+
+/// What the last look at each device's samples said about other processes.
+static SHARING: [AtomicU8; MAX_DEVICES] = [const { AtomicU8::new(UNKNOWN) }; MAX_DEVICES];
+const UNKNOWN: u8 = 0;
+const ALONE: u8 = 1;
+const SHARED: u8 = 2;
+
+/// Whether another process may be running kernels on `device`: false only
+/// once NVML's samples showed none lately (unknown counts as shared).
+#[inline]
+pub fn may_be_shared(device: usize) -> bool {
+    SHARING
+        .get(device)
+        .is_none_or(|state| state.load(Ordering::Relaxed) != ALONE)
+}
+
+fn note_sharing(device: usize, state: u8) {
+    SHARING[device].store(state, Ordering::Relaxed);
+}
+
+/// Counts GPU time charged to this process on `device` (signed: a
+/// correction may refund).
+#[inline]
+pub fn charged(device: usize, gpu_ns: i64) {
+    if let Some(counter) = CHARGED.0.get(device) {
+        counter.fetch_add(gpu_ns as u64, Ordering::Relaxed);
+    }
+}
+
+fn charged_total(device: usize) -> u64 {
+    CHARGED.0[device].load(Ordering::Relaxed)
+}
+
+/// Starts the comparing thread once (called off the launch path, when the
+/// first sample is handed over).
+#[cold]
+pub fn ensure_running() {
+    if !crate::config::get().usage_feedback || RUNNING.swap(true, Ordering::AcqRel) {
+        return;
+    }
+    let spawned = std::thread::Builder::new()
+        .name("dilu-usage".into())
+        .spawn(run);
+    if spawned.is_err() {
+        RUNNING.store(false, Ordering::Release);
+    }
+}
+
+/// A forked child has no such thread (and a process of its own to count).
+pub fn forget_parent_state_in_child() {
+    RUNNING.store(false, Ordering::Relaxed);
+    for counter in &CHARGED.0 {
+        counter.store(0, Ordering::Relaxed);
+    }
+}
+
+/// `nvmlProcessUtilizationSample_t` (nvml.h).
+#[repr(C)]
+#[derive(Clone, Copy, Default)]
+struct ProcessUtilizationSample {
+    pid: u32,
+    time_stamp_us: u64,
+    sm_util: u32,
+    mem_util: u32,
+    enc_util: u32,
+    dec_util: u32,
+}
+
+type ProcessUtilizationFn =
+    unsafe extern "C" fn(NvmlDevice, *mut ProcessUtilizationSample, *mut u32, u64) -> NvmlReturn;
+
+const NVML_SUCCESS: NvmlReturn = 0;
+/// `NVML_ERROR_NOT_FOUND`: no sample newer than the one asked from.
+const NVML_ERROR_NOT_FOUND: NvmlReturn = 6;
+const MAX_SAMPLES: usize = 256;
+
+/// Spacing of NVML's samples assumed until some were seen: NVIDIA's driver
+/// samples each process about every 200 ms (measured on an H100, driver
+/// 580: `bench/results/gpu-nvml.md`).
+const DEFAULT_SAMPLE_SPACING_US: u64 = 200_000;
+/// Spacings between NVML's sample times kept to estimate the typical one.
+const SPACINGS_KEPT: usize = 16;
+/// How long (sample time) after another process was listed with any use
+/// this process counts as sharing the device. NVIDIA's driver lists the
+/// processes of one device in turn (one per 200 ms sample when two are
+/// busy), so one answer without the other proves nothing.
+const CONTENDED_FOR_US: u64 = 1_000_000;
+
+/// The driver's busy-time count of one process on one device.
+struct DriverCount {
+    device: NvmlDevice,
+    query: ProcessUtilizationFn,
+    pid: u32,
+    samples: SampleClock,
+}
+
+/// Turns NVML's samples into busy time. A sample says what percentage of
+/// the driver's sample period before its time stamp a kernel of the process
+/// ran; the period is not reported, so it is taken as the time since the
+/// process's previous sample, or the typical spacing of the driver's samples
+/// where that is much longer (a process that was idle is not listed, and its
+/// next sample covers one period, not the whole idle stretch).
+#[derive(Default)]
+struct SampleClock {
+    /// Newest sample time seen, of any process (CLOCK_REALTIME µs).
+    last_seen_us: u64,
+    /// Time of this process's previous sample.
+    ours_before_us: u64,
+    /// Recent spacings between consecutive sample times (any process).
+    spacings: std::collections::VecDeque<u64>,
+    /// Newest sample time at which another process was listed with use.
+    others_seen_us: u64,
+}
+
+/// What one answer of NVML says about this process.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Look {
+    /// Busy time (ns) in this process's new samples.
+    busy_ns: u64,
+    /// NVML listed this process in a new sample.
+    listed: bool,
+    /// Another process was listed with use within [`CONTENDED_FOR_US`] of
+    /// the newest sample: this process's numbers are not device time.
+    contended: bool,
+    /// The answer held a sample newer than those seen before (of any
+    /// process): only such an answer says anything about who is listed.
+    fresh: bool,
+}
+
+impl SampleClock {
+    fn typical_spacing_us(&self) -> u64 {
+        let mut sorted: Vec<u64> = self.spacings.iter().copied().collect();
+        sorted.sort_unstable();
+        sorted
+            .get(sorted.len() / 2)
+            .copied()
+            .unwrap_or(DEFAULT_SAMPLE_SPACING_US)
+    }
+
+    /// Folds in one answer: every sample NVML returned (any process) as
+    /// (pid, time stamp µs, SM percent). The first answer only sets where
+    /// counting starts (no busy time).
+    fn fold(&mut self, pid: u32, samples: &[(u32, u64, u32)]) -> Look {
+        if let Some(newest_other) = samples
+            .iter()
+            .filter(|s| s.0 != pid && s.2 > 0)
+            .map(|s| s.1)
+            .max()
+        {
+            self.others_seen_us = self.others_seen_us.max(newest_other);
+        }
+        let mut stamps: Vec<u64> = samples
+            .iter()
+            .map(|s| s.1)
+            .filter(|&t| t > self.last_seen_us)
+            .collect();
+        stamps.sort_unstable();
+        stamps.dedup();
+        let first_answer = self.last_seen_us == 0;
+        let mut previous = self.last_seen_us;
+        for &stamp in &stamps {
+            if previous != 0 {
+                if self.spacings.len() == SPACINGS_KEPT {
+                    self.spacings.pop_front();
+                }
+                self.spacings.push_back(stamp - previous);
+            }
+            previous = stamp;
+        }
+        let mut ours: Vec<(u64, u32)> = samples
+            .iter()
+            .filter(|s| s.0 == pid && s.1 > self.last_seen_us)
+            .map(|s| (s.1, s.2))
+            .collect();
+        ours.sort_unstable();
+        ours.dedup_by_key(|s| s.0);
+        self.last_seen_us = previous;
+        let contended = self.contended();
+        let fresh = !stamps.is_empty();
+        if first_answer {
+            self.ours_before_us = ours.last().map_or(0, |s| s.0);
+            return Look {
+                busy_ns: 0,
+                listed: !ours.is_empty(),
+                contended,
+                fresh,
+            };
+        }
+        let typical = self.typical_spacing_us();
+        let mut busy_ns = 0u64;
+        for &(stamp, percent) in &ours {
+            // Up to a quarter over the typical spacing is jitter of the
+            // driver's sampler; more is a stretch without a sample.
+            let period_us = match self.ours_before_us {
+                before if before != 0 && stamp - before <= typical * 5 / 4 => stamp - before,
+                _ => typical,
+            };
+            busy_ns += period_us * 1_000 * u64::from(percent.min(100)) / 100;
+            self.ours_before_us = stamp;
+        }
+        Look {
+            busy_ns,
+            listed: !ours.is_empty(),
+            contended,
+            fresh,
+        }
+    }
+
+    /// NVML had no sample newer than the last one seen (its NOT_FOUND):
+    /// nothing new, and whether another process shares the device is as
+    /// the samples seen last said. (Taking this for "alone" made every look
+    /// between two samples of a busy pair count as one in which this
+    /// process went unlisted, and after 2 s the pair's tenants stopped
+    /// correcting for good, also once the other one had left.)
+    fn nothing_new(&self) -> Look {
+        Look {
+            busy_ns: 0,
+            listed: false,
+            contended: self.contended(),
+            fresh: false,
+        }
+    }
+
+    fn contended(&self) -> bool {
+        self.others_seen_us != 0 && self.others_seen_us + CONTENDED_FOR_US >= self.last_seen_us
+    }
+}
+
+impl DriverCount {
+    fn open(cuda_ordinal: usize) -> Option<DriverCount> {
+        let location = nvml::cuda_pci_location(cuda_ordinal as i32)?;
+        let device = nvml::nvml_device_at(location)?;
+        let address = nvml::real_symbol(c"nvmlDeviceGetProcessUtilization");
+        if address == 0 {
+            return None;
+        }
+        // SAFETY: nvmlDeviceGetProcessUtilization from nvml.h, from the real
+        // NVML.
+        let query = unsafe { std::mem::transmute::<usize, ProcessUtilizationFn>(address) };
+        let mut count = DriverCount {
+            device,
+            query,
+            pid: std::process::id(),
+            samples: SampleClock::default(),
+        };
+        // Everything before now is the baseline, not this module's to charge.
+        count.busy_since_last_look()?;
+        Some(count)
+    }
+
+    /// What NVML's samples since the previous call say (see [`Look`]);
+    /// `None` if NVML failed.
+    fn busy_since_last_look(&mut self) -> Option<Look> {
+        let mut samples = [ProcessUtilizationSample::default(); MAX_SAMPLES];
+        let mut count = MAX_SAMPLES as u32;
+        // SAFETY: `samples` holds `count` writable entries of nvml.h's
+        // layout; the handle came from the real NVML.
+        let result = unsafe {
+            (self.query)(
+                self.device,
+                samples.as_mut_ptr(),
+                &mut count,
+                self.samples.last_seen_us,
+            )
+        };
+        match result {
+            NVML_SUCCESS => {}
+            NVML_ERROR_NOT_FOUND => return Some(self.samples.nothing_new()),
+            _ => return None,
+        }
+        let answer: Vec<(u32, u64, u32)> = samples[..(count as usize).min(MAX_SAMPLES)]
+            .iter()
+            .map(|s| (s.pid, s.time_stamp_us, s.sm_util))
+            .collect();
+        tracing::trace!(?answer, pid = self.pid, "nvml answer");
+        Some(self.samples.fold(self.pid, &answer))
+    }
+}
+
+/// One device's comparison state.
+struct Tracked {
+    count: DriverCount,
+    /// [`CHARGED`] at the previous look.
+    charged_before: u64,
+    sighting: Sighting,
+    /// Device time found owed and not yet charged to the bucket.
+    owed: Installments,
+}
+
+/// Whether NVML lists this process at all (a container whose pid namespace
+/// hides the host pid NVML uses is never listed).
+#[derive(Default)]
+struct Sighting {
+    /// NVML listed this process at least once.
+    seen: bool,
+    unseen_answers: u32,
+}
+
+impl Sighting {
+    /// Notes one look (`charged`: the process had work charged since the
+    /// previous one); whether to stop looking: answers with new samples
+    /// kept leaving out a process that ran.
+    fn gives_up(&mut self, look: &Look, charged: bool) -> bool {
+        self.seen |= look.listed;
+        if !self.seen && look.fresh && charged {
+            self.unseen_answers += 1;
+        }
+        self.unseen_answers >= UNSEEN_ANSWERS_BEFORE_GIVING_UP
+    }
+}
+
+/// Looks over which a debt found at one settlement is charged. NVML's
+/// samples come about every 200 ms, so one settlement can find a large
+/// debt; charged at once it stopped a 40% tenant for 90–144 ms (the node
+/// manager's restart test); in installments the tenant keeps running
+/// between shorter waits.
+const INSTALLMENTS: u64 = 4;
+
+/// A debt charged a quarter of what is left at each look: any debt is paid
+/// within a few looks, and no look charges more than a quarter of it.
+#[derive(Default)]
+struct Installments {
+    owed_ns: u64,
+}
+
+impl Installments {
+    fn add(&mut self, debt_ns: u64) {
+        self.owed_ns = self.owed_ns.saturating_add(debt_ns);
+    }
+
+    /// What to charge at this look.
+    fn next(&mut self) -> u64 {
+        let pay = self.owed_ns.div_ceil(INSTALLMENTS);
+        self.owed_ns -= pay;
+        pay
+    }
+}
+
+fn run() {
+    let Some(sm) = tenant_sm::get() else { return };
+    let mut tracked: Vec<Option<Tracked>> = (0..MAX_DEVICES).map(|_| None).collect();
+    let mut opened = [false; MAX_DEVICES];
+    loop {
+        std::thread::sleep(PERIOD);
+        for device in 0..MAX_DEVICES {
+            let charged_now = charged_total(device);
+            if !opened[device] {
+                // A device is looked up once the process was charged on it.
+                if charged_now == 0 {
+                    continue;
+                }
+                opened[device] = true;
+                tracked[device] = DriverCount::open(device).map(|count| Tracked {
+                    count,
+                    charged_before: charged_total(device),
+                    sighting: Sighting::default(),
+                    owed: Installments::default(),
+                });
+                if tracked[device].is_none() {
+                    tracing::debug!(device, "no NVML process accounting: estimates only");
+                }
+                continue;
+            }
+            let Some(t) = tracked[device].as_mut() else {
+                continue;
+            };
+            let pay = t.owed.next();
+            if pay > 0 {
+                let share = sm.budget().share_ppm(device);
+                if is_limited(share) {
+                    sm.bucket(device)
+                        .charge_back(pay as i64, share, dilu_layout::monotonic_ns());
+                }
+            }
+            let Some(look) = t.count.busy_since_last_look() else {
+                continue;
+            };
+            note_sharing(device, if look.contended { SHARED } else { ALONE });
+            let (busy_ns, listed) = (look.busy_ns, look.listed);
+            let charged_ns = charged_now.wrapping_sub(t.charged_before) as i64;
+            let first_sighting = listed && !t.sighting.seen;
+            if t.sighting.gives_up(&look, charged_ns > 0) {
+                tracing::debug!(device, "NVML never lists this process: estimates only");
+                note_sharing(device, UNKNOWN);
+                tracked[device] = None;
+                continue;
+            }
+            if look.contended {
+                // Sharing the device: NVML's number is not this process's
+                // device time. The launches' estimates stand.
+                t.charged_before = charged_now;
+                continue;
+            }
+            if t.sighting.seen && !listed {
+                // No new sample of this process: NVML samples about every
+                // 200 ms, and a look between two samples knows nothing of
+                // the work since. Keep the charges for the next sample.
+                // (Settling every 50 ms look, three of four against no
+                // sample, held a 70% tenant to 52% of its uncapped rate on
+                // an H100: bench/results/gpu-check-20261122T153810Z.md.)
+                continue;
+            }
+            t.charged_before = charged_now;
+            if !listed || first_sighting {
+                // Until NVML lists this process once, its silence may mean
+                // it cannot see us (not that nothing ran): never refund on
+                // it. The first sample that lists it covers a period whose
+                // charges were not kept: it starts the count.
+                continue;
+            }
+            let share = sm.budget().share_ppm(device);
+            if !is_limited(share) {
+                continue;
+            }
+            let delta = busy_ns as i64 - charged_ns;
+            if delta == 0 {
+                continue;
+            }
+            tracing::trace!(device, busy_ns, charged_ns, delta, "device time settled");
+            sm.device(device).record_correction(delta);
+            if delta > 0 {
+                t.owed.add(delta as u64);
+            } else {
+                // A refund is taken off later launches' charges anyway.
+                sm.bucket(device)
+                    .charge_back(delta, share, dilu_layout::monotonic_ns());
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{INSTALLMENTS, Installments, Look, SampleClock, Sighting};
+
+    #[test]
+    fn only_a_device_seen_alone_is_taken_for_unshared() {
+        use super::{ALONE, SHARED, UNKNOWN, may_be_shared, note_sharing};
+        const DEVICE: usize = 13; // no other test uses it
+        assert!(may_be_shared(DEVICE), "not looked at yet");
+        note_sharing(DEVICE, ALONE);
+        assert!(!may_be_shared(DEVICE));
+        note_sharing(DEVICE, SHARED);
+        assert!(may_be_shared(DEVICE));
+        note_sharing(DEVICE, UNKNOWN);
+        assert!(may_be_shared(DEVICE), "NVML stopped answering");
+        assert!(may_be_shared(usize::MAX), "no such device");
+    }
+
+    #[test]
+    fn a_debt_is_paid_in_installments_of_at_most_a_quarter() {
+        let mut owed = Installments::default();
+        owed.add(90_000_000);
+        let mut paid = Vec::new();
+        loop {
+            let pay = owed.next();
+            if pay == 0 {
+                break;
+            }
+            paid.push(pay);
+        }
+        assert_eq!(paid.iter().sum::<u64>(), 90_000_000, "all of it");
+        assert_eq!(paid[0], 90_000_000 / INSTALLMENTS);
+        assert!(paid.windows(2).all(|w| w[1] <= w[0]), "{paid:?}");
+        assert!(paid.len() < 80, "paid off in {} looks", paid.len());
+    }
+
+    /// An answer with new samples.
+    fn look(busy_ns: u64, listed: bool, contended: bool) -> Look {
+        Look {
+            busy_ns,
+            listed,
+            contended,
+            fresh: true,
+        }
+    }
+
+    const US: u64 = 1;
+    const MS: u64 = 1_000 * US;
+
+    #[test]
+    fn the_first_answer_only_sets_the_baseline() {
+        let mut clock = SampleClock::default();
+        assert_eq!(clock.fold(7, &[(7, 1_000 * MS, 90)]), look(0, true, false));
+        // The next sample of ours, 200 ms later at 50%: 100 ms busy.
+        assert_eq!(
+            clock.fold(7, &[(7, 1_200 * MS, 50)]),
+            look(100 * MS * 1_000, true, false)
+        );
+    }
+
+    #[test]
+    fn samples_of_other_processes_are_not_ours() {
+        let mut clock = SampleClock::default();
+        clock.fold(7, &[(9, 1_000 * MS, 10)]);
+        assert_eq!(clock.fold(7, &[(9, 1_200 * MS, 100)]), look(0, false, true));
+        // An answer with nothing newer than what was seen counts nothing again.
+        assert_eq!(
+            clock.fold(7, &[(7, 1_200 * MS, 100)]),
+            Look {
+                fresh: false,
+                ..look(0, false, true)
+            }
+        );
+    }
+
+    #[test]
+    fn no_new_sample_leaves_the_device_shared_as_last_seen() {
+        let mut clock = SampleClock::default();
+        clock.fold(7, &[(7, 1_000 * MS, 99)]);
+        assert!(!clock.nothing_new().contended);
+        clock.fold(7, &[(9, 1_200 * MS, 99)]);
+        let between = clock.nothing_new();
+        assert!(between.contended && !between.listed && !between.fresh);
+    }
+
+    #[test]
+    fn a_tenant_of_a_busy_pair_keeps_looking_between_samples() {
+        // Four 50 ms looks per 200 ms sample; the driver lists the two
+        // busy processes in turn; ours ran all along.
+        let mut clock = SampleClock::default();
+        let mut sighting = Sighting::default();
+        let mut t = 1_000 * MS;
+        for turn in 0..100 {
+            t += 200 * MS;
+            let pid = if turn % 2 == 0 { 7 } else { 9 };
+            let answer = clock.fold(7, &[(pid, t, 99)]);
+            assert!(!sighting.gives_up(&answer, true), "turn {turn}");
+            for _ in 0..3 {
+                assert!(!sighting.gives_up(&clock.nothing_new(), true));
+            }
+        }
+        assert!(sighting.seen);
+    }
+
+    #[test]
+    fn a_process_nvml_never_lists_stops_being_corrected() {
+        // NVML lists a neighbour but never this process (another pid
+        // namespace): ten answers with new samples, 2 s, and no more.
+        let mut clock = SampleClock::default();
+        let mut sighting = Sighting::default();
+        let mut t = 1_000 * MS;
+        let mut answers = 0;
+        loop {
+            t += 200 * MS;
+            answers += 1;
+            let answer = clock.fold(7, &[(9, t, 40)]);
+            // Looks between samples say nothing.
+            let gave_up = sighting.gives_up(&answer, true)
+                || (0..3).any(|_| sighting.gives_up(&clock.nothing_new(), true));
+            if gave_up {
+                break;
+            }
+            assert!(answers < 100, "never gave up");
+        }
+        assert_eq!(answers, 10);
+        // An idle process is not held against NVML.
+        let mut idle = Sighting::default();
+        for _ in 0..50 {
+            t += 200 * MS;
+            assert!(!idle.gives_up(&clock.fold(7, &[(9, t, 40)]), false));
+        }
+    }
+
+    #[test]
+    fn a_sample_after_an_idle_stretch_covers_one_period_not_the_stretch() {
+        let mut clock = SampleClock::default();
+        let mut t = 1_000 * MS;
+        clock.fold(7, &[(7, t, 100), (9, t, 0)]);
+        for _ in 0..10 {
+            t += 200 * MS;
+            clock.fold(7, &[(7, t, 100), (9, t, 0)]);
+        }
+        // Two seconds in which only an idle process is listed.
+        for _ in 0..10 {
+            t += 200 * MS;
+            assert_eq!(clock.fold(7, &[(9, t, 0)]), look(0, false, false));
+        }
+        t += 200 * MS;
+        let seen = clock.fold(7, &[(7, t, 100), (9, t, 0)]);
+        assert_eq!(
+            seen,
+            look(200 * MS * 1_000, true, false),
+            "one 200 ms period at 100%"
+        );
+    }
+
+    #[test]
+    fn another_busy_process_makes_the_numbers_untrustworthy_for_a_while() {
+        let mut clock = SampleClock::default();
+        let mut t = 1_000 * MS;
+        clock.fold(7, &[(7, t, 99)]);
+        // The driver lists the two busy processes in turn, each at 99%.
+        t += 200 * MS;
+        assert!(clock.fold(7, &[(9, t, 99)]).contended);
+        t += 200 * MS;
+        let ours = clock.fold(7, &[(7, t, 99)]);
+        assert!(ours.listed && ours.contended);
+        // The other stops; a second after its last sample, ours count again.
+        for _ in 0..4 {
+            t += 200 * MS;
+            assert!(clock.fold(7, &[(7, t, 60)]).contended);
+        }
+        t += 200 * MS;
+        assert_eq!(
+            clock.fold(7, &[(7, t, 60)]),
+            look(120 * MS * 1_000, true, false)
+        );
+    }
+
+    #[test]
+    fn several_samples_in_one_answer_each_count_their_own_period() {
+        let mut clock = SampleClock::default();
+        clock.fold(7, &[(7, 1_000 * MS, 0)]);
+        let answer = [(7, 1_200 * MS, 50), (7, 1_400 * MS, 25), (9, 1_400 * MS, 0)];
+        assert_eq!(
+            clock.fold(7, &answer),
+            look((100 + 50) * MS * 1_000, true, false)
+        );
+    }
+}

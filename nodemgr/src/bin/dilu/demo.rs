@@ -1,0 +1,296 @@
+//! `dilu demo`: an inference tenant with an SLO and a training tenant share
+//! one simulated GPU under an embedded node manager; the same scenario runs
+//! once per controller (`static`, `dilu-rckm`, `dilu`) and the summary
+//! compares SLO violations and training throughput.
+//!
+//! The workloads are ordinary CUDA programs (`demo-tenant`) started with
+//! `dilu run --sim`; they register with the node manager through the
+//! interposer, and the inference program measures each request's latency
+//! itself (arrival to completion, queueing included) and reports it with
+//! `dilu_report_latency`.
+//!
+//! With `--latencies-dir DIR` every request's latency is kept in
+//! `DIR/<controller>.txt` (ms, one per line): `scripts/bench.sh demo` turns
+//! them into `bench/results/demo-latency-cdf.svg` and `demo.md`.
+
+use dilu_abi::node_wire::{TenantSpec, WorkClass};
+use dilu_nodemgr::artifacts;
+use dilu_nodemgr::config::Config;
+use dilu_nodemgr::daemon::Daemon;
+use std::collections::BTreeMap;
+use std::io::Read;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitCode, Stdio};
+use std::time::{Duration, Instant};
+
+pub struct DemoSpec {
+    pub seconds: u64,
+    pub json: bool,
+    pub controllers: Vec<String>,
+    /// Where to keep each controller's request latencies.
+    pub latencies_dir: Option<PathBuf>,
+}
+
+/// The scenario: the inference SLO and both tenants' specs.
+pub const SLO_MS: f64 = 15.0;
+const SERVE_ARGS: [&str; 6] = ["--blocks", "6600", "--kernels", "8", "--rate", "40"];
+const TRAIN_ARGS: [&str; 6] = ["--blocks", "13200", "--kernels", "8", "--load-ms", "4"];
+
+fn specs() -> [(&'static str, TenantSpec); 2] {
+    [
+        (
+            "infer",
+            TenantSpec {
+                class: WorkClass::Latency,
+                slo_ms: Some(SLO_MS),
+                sm_request_pct: 30.0,
+                sm_limit_pct: 100.0,
+                mem_bytes: None,
+            },
+        ),
+        (
+            "train",
+            TenantSpec {
+                class: WorkClass::Batch,
+                slo_ms: None,
+                sm_request_pct: 20.0,
+                sm_limit_pct: 100.0,
+                mem_bytes: None,
+            },
+        ),
+    ]
+}
+
+/// What one controller's run produced.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Outcome {
+    pub controller: String,
+    pub slo_violation_rate: f64,
+    pub p50_ms: f64,
+    pub p99_ms: f64,
+    pub requests: u64,
+    pub batch_throughput: f64,
+}
+
+fn spawn(
+    socket: &Path,
+    instance: &str,
+    tenant: &str,
+    mode: &str,
+    args: &[&str],
+    seconds: u64,
+) -> Result<Child, String> {
+    let workload = artifacts::find("demo-tenant")?;
+    let me = std::env::current_exe().map_err(|e| e.to_string())?;
+    Command::new(me)
+        .args(["run", "--sim", "--tenant", tenant, "--"])
+        .arg(workload)
+        .arg(mode)
+        .args([
+            "--seconds",
+            &seconds.to_string(),
+            "--slo-ms",
+            &SLO_MS.to_string(),
+        ])
+        .args(args)
+        .env(dilu_abi::node_wire::SOCKET_ENV, socket)
+        .env("SIMGPU_INSTANCE", instance)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .map_err(|e| format!("cannot start the {tenant} tenant: {e}"))
+}
+
+fn finish(mut child: Child, what: &str) -> Result<serde_json::Value, String> {
+    let mut stdout = String::new();
+    if let Some(mut pipe) = child.stdout.take() {
+        let _ = pipe.read_to_string(&mut stdout);
+    }
+    let status = child.wait().map_err(|e| e.to_string())?;
+    if !status.success() {
+        return Err(format!("the {what} tenant failed ({status})"));
+    }
+    stdout
+        .lines()
+        .rev()
+        .find_map(|l| serde_json::from_str(l).ok())
+        .ok_or_else(|| format!("the {what} tenant printed no summary"))
+}
+
+/// Runs the scenario under one controller; `latencies`: the file to keep
+/// the inference tenant's request latencies in.
+pub fn run_one(
+    controller: &str,
+    seconds: u64,
+    live: bool,
+    latencies: Option<&Path>,
+) -> Result<Outcome, String> {
+    let tag = format!("{}-{controller}", std::process::id());
+    let scratch = std::env::temp_dir().join(format!("dilu-demo-{tag}"));
+    std::fs::create_dir_all(&scratch).map_err(|e| format!("{}: {e}", scratch.display()))?;
+    let names: Vec<String> = specs().iter().map(|(n, _)| format!("{n}-{tag}")).collect();
+    let config = Config {
+        socket: scratch.join("nodemgr.sock"),
+        run_dir: scratch.join("run"),
+        metrics: None,
+        controller: controller.to_string(),
+        tenants: names
+            .iter()
+            .cloned()
+            .zip(specs().map(|(_, s)| s))
+            .collect::<BTreeMap<_, _>>(),
+        ..Config::default()
+    };
+    let daemon = Daemon::start(config)?;
+    let instance = format!("demo-{tag}");
+    let socket = daemon.shared.config.socket.clone();
+    let mut serve_args: Vec<&str> = SERVE_ARGS.to_vec();
+    let latencies = latencies.map(|p| p.to_string_lossy().into_owned());
+    if let Some(path) = &latencies {
+        serve_args.extend(["--latencies", path.as_str()]);
+    }
+    let serve = spawn(&socket, &instance, &names[0], "serve", &serve_args, seconds);
+    let train = spawn(&socket, &instance, &names[1], "train", &TRAIN_ARGS, seconds);
+    let (mut serve, mut train) = match (serve, train) {
+        (Ok(s), Ok(t)) => (s, t),
+        (s, t) => {
+            let mut error = String::new();
+            for result in [s, t] {
+                match result {
+                    Ok(mut child) => {
+                        let _ = child.kill();
+                        let _ = child.wait();
+                    }
+                    Err(e) => error = e,
+                }
+            }
+            daemon.stop();
+            return Err(error);
+        }
+    };
+    let started = Instant::now();
+    let mut tick = 1;
+    while matches!(serve.try_wait(), Ok(None)) || matches!(train.try_wait(), Ok(None)) {
+        std::thread::sleep(Duration::from_millis(50));
+        if started.elapsed() < Duration::from_secs(tick) {
+            continue;
+        }
+        tick += 1;
+        if live {
+            let status = daemon.shared.status();
+            let cell = |name: &str| {
+                status.tenants.iter().find(|t| t.name == name).map_or_else(
+                    || format!("{:>26}", "(not running)"),
+                    |t| {
+                        format!(
+                            "{:>5.0}% {:>5.1}% {:>12}",
+                            t.sm_current_pct,
+                            t.sm_achieved_pct,
+                            t.p99_ms.map_or("-".into(), |p| format!("p99 {p:.1}ms"))
+                        )
+                    },
+                )
+            };
+            println!(
+                "{controller:>10} {:>3}s  {}   {}",
+                tick - 1,
+                cell(&names[0]),
+                cell(&names[1])
+            );
+        }
+    }
+    let serve = finish(serve, "inference");
+    let train = finish(train, "training");
+    daemon.stop();
+    let _ = std::fs::remove_dir_all(&scratch);
+    let (serve, train) = (serve?, train?);
+    Ok(Outcome {
+        controller: controller.to_string(),
+        slo_violation_rate: serve["slo_violation_rate"].as_f64().unwrap_or(1.0),
+        p50_ms: serve["p50_ms"].as_f64().unwrap_or(0.0),
+        p99_ms: serve["p99_ms"].as_f64().unwrap_or(0.0),
+        requests: serve["requests"].as_u64().unwrap_or(0),
+        batch_throughput: train["iterations_per_second"].as_f64().unwrap_or(0.0),
+    })
+}
+
+pub fn run(spec: &DemoSpec) -> Result<ExitCode, String> {
+    let controllers: Vec<String> = if spec.controllers.is_empty() {
+        ["static", "dilu-rckm", "dilu"].map(String::from).to_vec()
+    } else {
+        spec.controllers.clone()
+    };
+    for c in &controllers {
+        dilu_nodemgr::control::by_name(c)?;
+    }
+    if !spec.json {
+        println!(
+            "dilu demo: an inference tenant (bursty requests of 8 x 500 us kernels, SLO p99 {SLO_MS} ms, SM request 30% limit 100%)"
+        );
+        println!(
+            "and a training tenant (8 x 1 ms kernels per iteration after 4 ms of data loading, request 20% limit 100%)"
+        );
+        println!(
+            "share one simulated GPU under the node manager, {} s per controller.\n",
+            spec.seconds
+        );
+        println!(
+            "{:>10} {:>4}  {:>26}   {:>26}",
+            "controller", "time", "inference share/used/p99", "training share/used"
+        );
+    }
+    if let Some(dir) = &spec.latencies_dir {
+        std::fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+    }
+    let mut outcomes = Vec::new();
+    for controller in &controllers {
+        let latencies = spec
+            .latencies_dir
+            .as_ref()
+            .map(|dir| dir.join(format!("{controller}.txt")));
+        outcomes.push(run_one(
+            controller,
+            spec.seconds,
+            !spec.json,
+            latencies.as_deref(),
+        )?);
+    }
+    if spec.json {
+        let entries: Vec<String> = outcomes
+            .iter()
+            .map(|o| {
+                format!(
+                    "\"{}\":{{\"slo_violation_rate\":{:.4},\"batch_throughput\":{:.3},\"p50_ms\":{:.3},\"p99_ms\":{:.3},\"requests\":{}}}",
+                    o.controller,
+                    o.slo_violation_rate,
+                    o.batch_throughput,
+                    o.p50_ms,
+                    o.p99_ms,
+                    o.requests
+                )
+            })
+            .collect();
+        println!(
+            "{{\"slo_ms\":{SLO_MS},\"seconds\":{},\"controllers\":{{{}}}}}",
+            spec.seconds,
+            entries.join(",")
+        );
+    } else {
+        println!();
+        println!(
+            "{:<10} {:>10} {:>16} {:>10} {:>22}",
+            "controller", "requests", "SLO violations", "p99", "training iterations/s"
+        );
+        for o in &outcomes {
+            println!(
+                "{:<10} {:>10} {:>15.1}% {:>8.1}ms {:>22.1}",
+                o.controller,
+                o.requests,
+                o.slo_violation_rate * 100.0,
+                o.p99_ms,
+                o.batch_throughput
+            );
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}

@@ -1,0 +1,416 @@
+//! `dilu`: the command-line front end of dilu.
+//!
+//! It owns user-facing commands: launching CUDA programs under the
+//! interposer (`dilu run`), the node manager daemon (`dilu nodemgr`) and its
+//! operator tools (`dilu status`, `dilu top`, `dilu set`), and the demo. It
+//! never links the interposer's cdylib code; it only points `LD_PRELOAD` at it.
+
+mod demo;
+
+use clap::{Args, Parser, Subcommand};
+use dilu_abi::node_wire::{self, SpecUpdate};
+use dilu_nodemgr::{config, daemon, launch, ops, profile_run};
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Duration;
+
+#[derive(Parser)]
+#[command(
+    name = "dilu",
+    version,
+    about = "GPU sharing for deep-learning processes: hard memory budgets and SM-time budgets per tenant",
+    long_about = None
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Run a CUDA program with the dilu interposer preloaded.
+    ///
+    /// On a node with several GPUs and a node manager, a named tenant
+    /// (--tenant or DILU_TENANT) started without CUDA_VISIBLE_DEVICES runs on
+    /// the GPU the node manager chooses for its spec, with the placement
+    /// policy the cluster layer uses (config key `placement`, default dilu):
+    /// the program sees only that GPU (CUDA_VISIBLE_DEVICES, PCI bus order)
+    /// and `dilu status` lists where each tenant went. If no GPU has room
+    /// the program is not started. With one GPU, no node manager or
+    /// CUDA_VISIBLE_DEVICES already set, the program sees what it would
+    /// have seen.
+    ///
+    /// Example: dilu run --sim --tenant infer --class latency --slo-ms 50 --sm-request 20 --sm-limit 80 -- python serve.py
+    Run(RunArgs),
+    /// Show a latency tenant and a batch tenant sharing one simulated GPU
+    /// under the node manager, with three controllers compared.
+    Demo(DemoArgs),
+    /// The node manager daemon (normally run by systemd as root).
+    Nodemgr(NodemgrArgs),
+    /// Print the node manager's tenants as a table.
+    Status(StatusArgs),
+    /// Show the status table, refreshed live (plain snapshots when not on a terminal).
+    Top(TopArgs),
+    /// Change a tenant's spec while it runs.
+    ///
+    /// Example: dilu set infer --sm-limit 60
+    Set(SetArgs),
+    /// Find a function's batch size, SM request and SM limit by measuring a
+    /// few configurations: of the program itself (one bounded trial each,
+    /// batch size in DILU_BATCH), or of a measured table (--table).
+    ///
+    /// Example: dilu profile --sim --class latency --slo-ms 20 -- python serve.py
+    Profile(ProfileArgs),
+}
+
+#[derive(Args)]
+pub struct ProfileArgs {
+    /// latency: the most throughput per SM % meeting --slo-ms per batch;
+    /// batch: the least share within 2% of full throughput.
+    #[arg(long, default_value = "latency", value_parser = ["latency", "batch"])]
+    class: String,
+    /// The SLO on one batch (request), in milliseconds (latency class).
+    #[arg(long, value_name = "MS")]
+    slo_ms: Option<f64>,
+    /// Batch class: the batch size to profile at (default: --max-batch).
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
+    batch: Option<u32>,
+    /// The search: dilu, dilu-paper (Dilu's published HGSS / binary search)
+    /// or exhaustive (every configuration).
+    #[arg(long, default_value = "dilu")]
+    method: String,
+    /// Search a measured table (batch,sm,latency_s,throughput CSV) instead
+    /// of running a program.
+    #[arg(long, value_name = "FILE.csv")]
+    table: Option<PathBuf>,
+    /// Run the program on the simulated GPU (simgpu).
+    #[arg(long)]
+    sim: bool,
+    /// How long each trial runs (the first quarter is warm-up).
+    #[arg(long, default_value_t = 3.0, value_name = "SECONDS")]
+    trial_seconds: f64,
+    /// Largest batch size tried (powers of two from 1).
+    #[arg(long, default_value_t = 32, value_parser = clap::value_parser!(u32).range(1..=65536))]
+    max_batch: u32,
+    /// SM shares tried: this step up to 100%.
+    #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u32).range(1..=100))]
+    sm_step: u32,
+    /// When running a program, a trial meets the SLO only with this much to
+    /// spare (percent), so a longer run at the profile still meets it.
+    #[arg(long, default_value_t = 10.0, value_name = "PERCENT")]
+    headroom: f64,
+    /// Where to write the profile (TOML; `dilu run --profile` and the node
+    /// manager's `[tenants.NAME] profile` read it).
+    #[arg(long, short, default_value = "dilu-profile.toml", value_name = "FILE")]
+    output: PathBuf,
+    /// Print the profile as one JSON object.
+    #[arg(long)]
+    json: bool,
+    /// The program to profile and its arguments (after `--`).
+    #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+    command: Vec<String>,
+}
+
+#[derive(Args)]
+pub struct DemoArgs {
+    /// How long each controller's run lasts, in seconds.
+    #[arg(long, default_value_t = 5, value_parser = clap::value_parser!(u64).range(1..=3600))]
+    seconds: u64,
+    /// Print only a JSON summary.
+    #[arg(long)]
+    json: bool,
+    /// Run only these controllers (comma-separated; default all three).
+    #[arg(long, value_delimiter = ',')]
+    controllers: Vec<String>,
+    /// Keep every request latency of the inference tenant in
+    /// `DIR/<controller>.txt` (ms, one per line), e.g. for a CDF
+    /// (`scripts/bench.sh demo` plots them).
+    #[arg(long, value_name = "DIR")]
+    latencies_dir: Option<PathBuf>,
+}
+
+#[derive(Args)]
+pub struct RunArgs {
+    /// Run on the simulated GPU (simgpu) instead of the real NVIDIA driver.
+    #[arg(long)]
+    sim: bool,
+    /// Memory budget: 8GiB, 50% of each device, or per device 0:8GiB,1:4GiB
+    /// (sets DILU_MEM_LIMIT).
+    #[arg(long, value_name = "SIZE")]
+    mem: Option<String>,
+    /// SM-time share: 30 (% of every device's time) or per device 0:30,1:50
+    /// (sets DILU_SM_LIMIT).
+    #[arg(long, value_name = "PERCENT")]
+    sm: Option<String>,
+    /// Tenant name: processes with the same name share one budget (sets DILU_TENANT).
+    #[arg(long, value_name = "NAME")]
+    tenant: Option<String>,
+    #[command(flatten)]
+    spec: SpecArgs,
+    /// The program to run and its arguments (after `--`).
+    #[arg(required = true, trailing_var_arg = true, allow_hyphen_values = true)]
+    command: Vec<String>,
+}
+
+/// A tenant's spec for the node manager.
+#[derive(Args)]
+struct SpecArgs {
+    /// Tenant class: latency or batch; `primary` is a latency tenant that
+    /// is its GPU's co-location primary (same as `--colo primary`).
+    #[arg(long, value_name = "CLASS")]
+    class: Option<String>,
+    /// Co-location role on a shared GPU (sets DILU_COLO): `primary` (its
+    /// kernels go first), `filler` or `online-filler` (launch only into the
+    /// primary's gaps; online fillers before offline ones).
+    #[arg(long, value_name = "ROLE", value_parser = ["primary", "filler", "online-filler"])]
+    colo: Option<String>,
+    /// Latency SLO in milliseconds (latency tenants).
+    #[arg(long, value_name = "MS")]
+    slo_ms: Option<f64>,
+    /// Guaranteed SM-time share, percent.
+    #[arg(long, value_name = "PCT")]
+    sm_request: Option<f64>,
+    /// Most SM-time share the tenant may use when others idle, percent.
+    #[arg(long, value_name = "PCT")]
+    sm_limit: Option<f64>,
+    /// A profile written by `dilu profile`: its class, SLO, SM request and
+    /// limit become the spec (the flags above win), its batch size DILU_BATCH.
+    #[arg(long, value_name = "FILE")]
+    profile: Option<PathBuf>,
+}
+
+#[derive(Args)]
+struct NodemgrArgs {
+    /// Configuration file.
+    #[arg(long, default_value = config::DEFAULT_CONFIG)]
+    config: PathBuf,
+    /// Log for a person at a terminal (timestamps, a start-up banner)
+    /// instead of for journald.
+    ///
+    /// Without it (service mode, what the systemd unit uses) every log line
+    /// starts with its syslog priority (<3> error, <4> warning, <6> info,
+    /// <7> debug) for journald, without timestamps. The daemon never forks
+    /// in either mode (systemd Type=notify supervises it). DILU_LOG filters
+    /// the log (default info).
+    #[arg(long)]
+    foreground: bool,
+    /// Unix socket tenants and tools connect to.
+    #[arg(long)]
+    socket: Option<PathBuf>,
+    /// Directory for the persisted state (re-adoption after a restart).
+    #[arg(long)]
+    run_dir: Option<PathBuf>,
+    /// Prometheus endpoint address (host:port; empty turns it off).
+    #[arg(long)]
+    metrics: Option<String>,
+    /// Control period in milliseconds.
+    #[arg(long)]
+    period_ms: Option<f64>,
+    /// Control law: dilu, dilu-rckm or static.
+    #[arg(long)]
+    controller: Option<String>,
+    /// Device memory for admission when NVML is absent (e.g. 80GiB).
+    #[arg(long)]
+    gpu_memory: Option<String>,
+}
+
+#[derive(Args)]
+struct SocketArg {
+    /// The node manager's socket (default $DILU_NODEMGR_SOCKET or /run/dilu/nodemgr.sock).
+    #[arg(long)]
+    socket: Option<PathBuf>,
+}
+
+impl SocketArg {
+    fn path(&self) -> PathBuf {
+        self.socket
+            .clone()
+            .unwrap_or_else(dilu_abi::node_client::socket_path)
+    }
+}
+
+#[derive(Args)]
+struct StatusArgs {
+    #[command(flatten)]
+    socket: SocketArg,
+    /// Print the status as JSON.
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(Args)]
+struct TopArgs {
+    #[command(flatten)]
+    socket: SocketArg,
+    /// Refresh interval in seconds.
+    #[arg(long, default_value_t = 1.0)]
+    interval: f64,
+    /// Stop after this many refreshes (default: until interrupted).
+    ///
+    /// When standard output is not a terminal, the tables are printed one
+    /// after another (separated by a blank line, no screen clearing), so
+    /// `dilu top --count 3 > log` records three snapshots.
+    #[arg(long, visible_alias = "iterations", value_name = "N")]
+    count: Option<u64>,
+}
+
+#[derive(Args)]
+struct SetArgs {
+    #[command(flatten)]
+    socket: SocketArg,
+    /// The tenant to change.
+    tenant: String,
+    #[command(flatten)]
+    spec: SpecArgs,
+    /// Memory budget per device (8GiB, 8192MiB, ...).
+    #[arg(long, value_name = "SIZE")]
+    mem: Option<String>,
+}
+
+fn parse_class(text: Option<&str>) -> Result<Option<node_wire::WorkClass>, String> {
+    text.map(|c| {
+        node_wire::parse_class(c).ok_or_else(|| format!("--class {c:?}: expected latency or batch"))
+    })
+    .transpose()
+}
+
+fn run(args: RunArgs) -> Result<ExitCode, String> {
+    let primary = args.spec.class.as_deref() == Some("primary");
+    let class = if primary {
+        Some(node_wire::WorkClass::Latency)
+    } else {
+        parse_class(args.spec.class.as_deref())?
+    };
+    let colo = args
+        .spec
+        .colo
+        .clone()
+        .or(primary.then(|| "primary".to_string()));
+    let profiled = args
+        .spec
+        .profile
+        .as_deref()
+        .map(profile_run::load_spec)
+        .transpose()?;
+    let from_profile = |pick: fn(&node_wire::TenantSpec) -> Option<f64>| {
+        profiled.as_ref().and_then(|(spec, _)| pick(spec))
+    };
+    launch::run(&launch::LaunchSpec {
+        sim: args.sim,
+        mem: args.mem,
+        sm: args.sm,
+        tenant: args.tenant,
+        class: class.or(profiled.as_ref().map(|(spec, _)| spec.class)),
+        slo_ms: args.spec.slo_ms.or(from_profile(|s| s.slo_ms)),
+        sm_request: args
+            .spec
+            .sm_request
+            .or(from_profile(|s| Some(s.sm_request_pct))),
+        sm_limit: args
+            .spec
+            .sm_limit
+            .or(from_profile(|s| Some(s.sm_limit_pct))),
+        batch: profiled.map(|(_, batch)| batch),
+        colo,
+        command: args.command,
+    })
+}
+
+fn profile(args: ProfileArgs) -> Result<ExitCode, String> {
+    if !(0.0..90.0).contains(&args.headroom) {
+        return Err(format!(
+            "--headroom {} must be a percentage from 0 to 90",
+            args.headroom
+        ));
+    }
+    profile_run::run(&profile_run::ProfileSpec {
+        class: if args.class == "batch" {
+            dilu_profile::profile::Class::Batch
+        } else {
+            dilu_profile::profile::Class::Latency
+        },
+        slo_ms: args.slo_ms,
+        batch: args.batch,
+        method: dilu_profile::search::Method::parse(&args.method)?,
+        table: args.table,
+        command: args.command,
+        sim: args.sim,
+        trial_seconds: args.trial_seconds,
+        max_batch: args.max_batch,
+        sm_step: args.sm_step,
+        headroom: args.headroom / 100.0,
+        output: args.output,
+        json: args.json,
+    })
+}
+
+fn nodemgr(args: NodemgrArgs) -> Result<ExitCode, String> {
+    dilu_nodemgr::logging::init(args.foreground);
+    let overrides = config::Overrides {
+        socket: args.socket,
+        run_dir: args.run_dir,
+        metrics: args.metrics,
+        period_ms: args.period_ms,
+        controller: args.controller,
+        gpu_memory: args.gpu_memory,
+    };
+    let explicit = args.config.as_path() != std::path::Path::new(config::DEFAULT_CONFIG);
+    let config = config::Config::load(&args.config, explicit, &overrides)?;
+    daemon::run(config, args.foreground)?;
+    Ok(ExitCode::SUCCESS)
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Command::Run(args) => run(args),
+        Command::Demo(args) => demo::run(&demo::DemoSpec {
+            seconds: args.seconds,
+            json: args.json,
+            controllers: args.controllers,
+            latencies_dir: args.latencies_dir,
+        }),
+        Command::Nodemgr(args) => nodemgr(args),
+        Command::Profile(args) => profile(args),
+        Command::Status(args) => {
+            ops::status(&args.socket.path(), args.json).map(|()| ExitCode::SUCCESS)
+        }
+        Command::Top(args) => Duration::try_from_secs_f64(args.interval)
+            .map_err(|_| "--interval must be a positive number of seconds".to_string())
+            .and_then(|interval| ops::top(&args.socket.path(), interval, args.count))
+            .map(|()| ExitCode::SUCCESS),
+        Command::Set(args) => (|| {
+            let update = SpecUpdate {
+                class: parse_class(args.spec.class.as_deref())?,
+                slo_ms: args.spec.slo_ms,
+                sm_request_pct: args.spec.sm_request,
+                sm_limit_pct: args.spec.sm_limit,
+                mem_bytes: args
+                    .mem
+                    .as_deref()
+                    .map(dilu_abi::units::parse_size)
+                    .transpose()
+                    .map_err(|e| format!("--mem: {e}"))?,
+            };
+            let spec = ops::set(&args.socket.path(), &args.tenant, update)?;
+            println!(
+                "{}: {} request {}% limit {}%{}",
+                args.tenant,
+                node_wire::class_name(spec.class),
+                spec.sm_request_pct,
+                spec.sm_limit_pct,
+                spec.slo_ms
+                    .map(|s| format!(" SLO {s} ms"))
+                    .unwrap_or_default()
+            );
+            Ok(ExitCode::SUCCESS)
+        })(),
+    };
+    match result {
+        Ok(code) => code,
+        Err(message) => {
+            eprintln!("dilu: {message}");
+            ExitCode::from(2)
+        }
+    }
+}
