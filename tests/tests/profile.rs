@@ -14,8 +14,11 @@ fn profile_of_the_demo_model(scratch: &Scratch) -> serde_json::Value {
         .args(["profile", "--sim", "--class", "latency"])
         .args(["--slo-ms", &SLO_MS.to_string()])
         .args([
+            // 2 s: a trial reads the program's reports after a quarter of it;
+            // at 1 s, a program slow to start on a loaded 2-core machine was
+            // sometimes not measured at all.
             "--trial-seconds",
-            "1",
+            "2",
             "--max-batch",
             "8",
             "--json",
