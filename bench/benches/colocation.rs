@@ -413,10 +413,15 @@ fn main() {
          manager's controllers; `dilu-colo`: fillers launch only into the primary's gaps (gap\n\
          board, `dilu run --colo`), the inference primary tolerating one filler kernel of delay\n\
          (`DILU_COLO_TOLERANCE=2ms`, withdrawn per request when its latency nears the SLO), the\n\
-         training primary none, and the `dilu-colo` controller lends the primary's guarantee.\n\
+         training primary none, and the `dilu-colo` controller lends the primary's guarantee\n\
+         (while all of it is lent, each busy batch tenant may use the device but the others'\n\
+         requests). Fillers keep the gaps in turns of 14 ms (a hand-off between processes costs\n\
+         140 µs on simgpu, as measured on an H100); one whose kernels fit no gap goes at its\n\
+         guarantee (10%).\n\
          Gap prediction: per phase when the primary's gaps repeat (a period of up to 8 gaps,\n\
          believed after 3 iterations agree within 25%; chosen on the unit tests and the tuned\n\
-         two-gap training shape), else the shortest of the last 8 gaps.\n\
+         two-gap training shape), else the shortest of the last 8 gaps; a filler kernel fits when it\n\
+         ends one hand-off before the predicted end of the gap.\n\
          Device busy and filler share: device time from simgpu's trace over the primary's run.\n\
          Latency: each request's arrival to its last kernel's end, measured by the program.\n\n\
          {sections}\

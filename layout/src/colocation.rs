@@ -26,6 +26,11 @@
 //! shortest of the last [`RING`], a cautious value. A filler whose kernels
 //! are longer than every recent gap falls back to its guaranteed share (the
 //! caller paces it).
+//!
+//! Filler turns ([`FILLER_TURN_NS`]): the device hands over between
+//! processes at a cost (138 µs on an H100), so the filler that ran last
+//! keeps the gaps for a while before the next one gets them, instead of
+//! fillers alternating kernel by kernel.
 
 use crate::MAX_DEVICES;
 use crate::bucket::CacheLine;
@@ -61,6 +66,21 @@ pub const DEFAULT_HOLDOFF_NS: u64 = 150_000;
 /// How often a held filler looks at the board again when no instant is
 /// known at which things change.
 pub const POLL_NS: u64 = 100_000;
+/// What handing the GPU from one process to another costs in device time:
+/// 138 µs measured on an H100 by `gpu-calibrate` (simgpu's default switch
+/// cost). A returning primary pays it after a filler's kernel, so a filler
+/// kernel fits a gap only if it ends this long before the gap does.
+pub const HANDOFF_NS: u64 = 140_000;
+/// How long fillers keep the device with the filler that ran last before
+/// another gets priority: fillers taking turns kernel by kernel paid a
+/// hand-off on every kernel. A turn of about a hundred hand-offs keeps that
+/// loss near 1% and still shares the gaps among fillers within tens of
+/// milliseconds.
+pub const FILLER_TURN_NS: u64 = 100 * HANDOFF_NS;
+/// How long after the turn holder's queued work ends the others wait for it
+/// to queue more: less than one hand-off, so waiting never costs more
+/// device time than switching would.
+pub const TURN_GRACE_NS: u64 = 100_000;
 
 /// The co-location state of one device.
 #[repr(C)]
@@ -76,6 +96,8 @@ pub struct DeviceBoard {
     fillers_busy_until: CacheLine,
     /// Online fillers (with an SLO) waiting for a gap: offline ones yield.
     online_waiting: CacheLine,
+    /// Which filler has the device's filler work, and since when.
+    turn: FillerTurn,
     /// Written by the primary's configuration (and its latency reports).
     params: Params,
     /// Written once per fillable gap by the primary.
@@ -97,6 +119,18 @@ struct Params {
     /// The attached primary's process id (0: unknown), so that fillers can
     /// tell when it is gone.
     primary_pid: AtomicU64,
+}
+
+/// The filler whose kernels the device ran last: the others let it go on
+/// for [`FILLER_TURN_NS`] (written by the filler that reserves). The two
+/// words are written one after the other; a filler that reads them
+/// between the two writes misjudges one launch's priority, nothing more.
+#[repr(C, align(64))]
+struct FillerTurn {
+    /// The holder's id (its process id; 0: none yet).
+    owner: AtomicU64,
+    /// When its turn began.
+    began_ns: AtomicU64,
 }
 
 /// What fillers read: written by the primary once per fillable gap.
@@ -152,7 +186,7 @@ pub struct GapBoard {
 // SAFETY: repr(C), atomics and padding only; all-zero is "no primary, no
 // history", a valid state.
 unsafe impl SharedLayout for GapBoard {
-    const MAGIC: u64 = 0x6469_6c75_4741_0002; // "diluGA" v2
+    const MAGIC: u64 = 0x6469_6c75_4741_0003; // "diluGA" v3 (v3: filler turns)
     fn magic(&self) -> &AtomicU64 {
         &self.magic
     }
@@ -335,11 +369,12 @@ impl DeviceBoard {
     }
 
     /// Filler side: may a kernel of `est_ns` go at `now`? `online`: the
-    /// filler has an SLO (it goes before offline fillers). On
+    /// filler has an SLO (it goes before offline fillers); `filler`: its id
+    /// (the process id: the device hands over between processes). On
     /// [`FillerGate::Go`] or [`FillerGate::Fallback`] the launch has been
     /// reserved: the board counts it as queued filler work.
     #[inline]
-    pub fn filler_admit(&self, now: u64, est_ns: u64, online: bool) -> FillerGate {
+    pub fn filler_admit(&self, now: u64, est_ns: u64, online: bool, filler: u32) -> FillerGate {
         let present = self.params.primary_present.load(Acquire) != 0;
         if !online && self.online_waiting.0.load(Relaxed) > 0 {
             return FillerGate::WaitUntil(now + POLL_NS);
@@ -349,6 +384,8 @@ impl DeviceBoard {
             return FillerGate::WaitUntil(queued - QUEUE_LEAD_NS);
         }
         let mut gate = FillerGate::Go;
+        // When the current gap opened to fillers (0: no primary).
+        let mut opens = 0;
         if present {
             let busy_until = self.primary_busy_until.0.load(Acquire);
             if self.primary_syncing.0.load(Acquire) > 0 {
@@ -360,7 +397,7 @@ impl DeviceBoard {
             let synced = self.gap_start.0.load(Acquire);
             let start = if synced != 0 { synced } else { busy_until };
             let holdoff = self.params.holdoff_ns.load(Relaxed);
-            let opens = start.saturating_add(holdoff);
+            opens = start.saturating_add(holdoff);
             if opens > now {
                 return FillerGate::WaitUntil(opens);
             }
@@ -368,7 +405,8 @@ impl DeviceBoard {
             // from its start: the primary's return is predicted from it.
             let elapsed = now - start.min(now);
             let predicted = self.predictor.predicted_ns.load(Relaxed);
-            let fits = predicted > 0 && elapsed.saturating_add(est_ns) <= predicted;
+            let fits = predicted > 0
+                && elapsed.saturating_add(est_ns).saturating_add(HANDOFF_NS) <= predicted;
             let tolerated = est_ns <= self.params.tolerance_ns.load(Relaxed);
             let longest = self.predictor.longest_ns.load(Relaxed);
             let full_history = self.predictor.known.load(Relaxed) >= RING as u64;
@@ -382,6 +420,26 @@ impl DeviceBoard {
                 }
             }
         }
+        let owner = self.turn.owner.load(Acquire);
+        let me = u64::from(filler);
+        let turn_ends = self
+            .turn
+            .began_ns
+            .load(Acquire)
+            .saturating_add(FILLER_TURN_NS);
+        let young = now < turn_ends;
+        // While the holder's work may still be followed by more of it (its
+        // queued work has just ended, or the gap has just opened and it is
+        // waking for it), the holder goes first in its turn and the others
+        // after it (or as its turn ends, when they go first).
+        let grace_ends = queued.max(opens).saturating_add(TURN_GRACE_NS);
+        if owner != 0 && grace_ends > now && (owner == me) != young {
+            return FillerGate::WaitUntil(if young {
+                grace_ends.min(turn_ends)
+            } else {
+                grace_ends
+            });
+        }
         let next = now.max(queued).saturating_add(est_ns);
         if self
             .fillers_busy_until
@@ -391,6 +449,12 @@ impl DeviceBoard {
         {
             // Another filler reserved first: look again at once.
             return FillerGate::WaitUntil(now);
+        }
+        if owner != me || !young {
+            // A new turn: another filler's, or the holder's again when
+            // nobody took over.
+            self.turn.owner.store(me, Release);
+            self.turn.began_ns.store(now, Release);
         }
         if present {
             self.filler_stats.filled_ns.fetch_add(est_ns, Relaxed);
@@ -510,6 +574,9 @@ mod tests {
 
     const MS: u64 = 1_000_000;
     const US: u64 = 1_000;
+    /// Fillers' ids (process ids on a real board).
+    const FILLER: u32 = 7;
+    const ONLINE_FILLER: u32 = 8;
 
     fn board() -> Region<GapBoard> {
         Region::<GapBoard>::anonymous(|_| {}).unwrap()
@@ -551,7 +618,7 @@ mod tests {
         // The primary is busy: the filler waits for its expected end.
         b.primary_launch(t, 4 * MS);
         assert_eq!(
-            b.filler_admit(t, MS, false),
+            b.filler_admit(t, MS, false, FILLER),
             FillerGate::WaitUntil(t + 4 * MS)
         );
         b.primary_sync_begin();
@@ -559,28 +626,85 @@ mod tests {
         b.primary_sync_end(gap);
         // Inside the hold-off: not yet.
         assert_eq!(
-            b.filler_admit(gap + 10 * US, MS, false),
+            b.filler_admit(gap + 10 * US, MS, false, FILLER),
             FillerGate::WaitUntil(gap + DEFAULT_HOLDOFF_NS)
         );
         // 1 ms kernels: two fit in the 3 ms gap after the hold-off.
         let at = gap + DEFAULT_HOLDOFF_NS;
-        assert_eq!(b.filler_admit(at, MS, false), FillerGate::Go);
+        assert_eq!(b.filler_admit(at, MS, false, FILLER), FillerGate::Go);
         // A second one must wait for the first (no queue)...
         assert!(matches!(
-            b.filler_admit(at, MS, false),
+            b.filler_admit(at, MS, false, FILLER),
             FillerGate::WaitUntil(_)
         ));
-        assert_eq!(b.filler_admit(at + MS, MS, false), FillerGate::Go);
+        assert_eq!(b.filler_admit(at + MS, MS, false, FILLER), FillerGate::Go);
         // ...and a third would end past the gap: held.
         assert!(matches!(
-            b.filler_admit(at + 2 * MS, MS, false),
+            b.filler_admit(at + 2 * MS, MS, false, FILLER),
             FillerGate::WaitUntil(_)
         ));
         // A filler whose 5 ms kernels fit no gap falls back.
         assert_eq!(
-            b.filler_admit(at + 2 * MS, 5 * MS, false),
+            b.filler_admit(at + 2 * MS, 5 * MS, false, FILLER),
             FillerGate::Fallback
         );
+        assert_eq!(b.snapshot().fallbacks, 1);
+    }
+
+    #[test]
+    fn the_filler_that_ran_last_goes_first_when_the_next_gap_opens() {
+        let board = board();
+        let b = board.device(0);
+        b.attach_primary(1, 2 * MS, DEFAULT_HOLDOFF_NS);
+        let (a, other) = (FILLER, FILLER + 1);
+        let gap = |t: u64| {
+            b.primary_launch(t, 200 * US);
+            b.primary_sync_begin();
+            b.primary_sync_end(t + 200 * US);
+            t + 200 * US + DEFAULT_HOLDOFF_NS
+        };
+        let opens = gap(1_000 * MS);
+        assert_eq!(b.filler_admit(opens, MS, false, a), FillerGate::Go);
+        // The primary comes back after a's kernel; in its next gap the other
+        // filler asks first, but a, waking for the same gap, goes first.
+        let opens = gap(opens + 2 * MS);
+        assert_eq!(
+            b.filler_admit(opens, MS, false, other),
+            FillerGate::WaitUntil(opens + TURN_GRACE_NS)
+        );
+        assert_eq!(
+            b.filler_admit(opens + 10 * US, MS, false, a),
+            FillerGate::Go
+        );
+        // Had a not come, the other would have gone after the grace.
+        let opens = gap(opens + 3 * MS);
+        assert_eq!(
+            b.filler_admit(opens + TURN_GRACE_NS, MS, false, other),
+            FillerGate::Go
+        );
+    }
+
+    #[test]
+    fn a_filler_kernel_fits_only_if_the_primary_gets_the_device_back_in_time() {
+        let board = board();
+        let b = board.device(0);
+        b.attach_primary(1, 0, DEFAULT_HOLDOFF_NS);
+        let mut t = 1_000 * MS;
+        for _ in 0..RING {
+            t = train_iteration(b, t);
+        }
+        b.primary_launch(t, 4 * MS);
+        b.primary_sync_begin();
+        let gap = t + 4 * MS;
+        b.primary_sync_end(gap);
+        let opens = gap + DEFAULT_HOLDOFF_NS;
+        // The 3 ms gap less the hold-off and one hand-off: fits exactly...
+        let room = 3 * MS - DEFAULT_HOLDOFF_NS - HANDOFF_NS;
+        assert!(matches!(
+            b.filler_admit(opens, room + 1, false, FILLER),
+            FillerGate::WaitUntil(_)
+        ));
+        assert_eq!(b.filler_admit(opens, room, false, FILLER), FillerGate::Go);
     }
 
     #[test]
@@ -600,13 +724,13 @@ mod tests {
         // held, as the primary is expected back...
         let late = gap + 2 * MS;
         assert!(matches!(
-            b.filler_admit(late, 2 * MS, false),
+            b.filler_admit(late, 2 * MS, false, FILLER),
             FillerGate::WaitUntil(_)
         ));
         // ...but once the gap has outlasted every gap seen and the idle
         // floor, the primary is idle (the training loop ended): it goes.
         let idle = gap + IDLE_AFTER_NS;
-        assert_eq!(b.filler_admit(idle, 2 * MS, false), FillerGate::Go);
+        assert_eq!(b.filler_admit(idle, 2 * MS, false, FILLER), FillerGate::Go);
     }
 
     #[test]
@@ -619,7 +743,7 @@ mod tests {
         b.primary_sync_begin(); // killed here: it never returns
         let later = t + 60_000 * MS;
         assert!(matches!(
-            b.filler_admit(later, MS, false),
+            b.filler_admit(later, MS, false, FILLER),
             FillerGate::WaitUntil(_)
         ));
         assert_eq!(b.primary_pid(), Some(4242));
@@ -627,7 +751,7 @@ mod tests {
         assert_eq!(b.primary_pid(), Some(4242));
         b.detach_primary(4242);
         assert_eq!(b.primary_pid(), None);
-        assert_eq!(b.filler_admit(later, MS, false), FillerGate::Go);
+        assert_eq!(b.filler_admit(later, MS, false, FILLER), FillerGate::Go);
     }
 
     #[test]
@@ -640,10 +764,17 @@ mod tests {
         b.primary_sync_begin();
         b.primary_sync_end(t + 200 * US);
         let at = t + MS;
-        assert_eq!(b.filler_admit(at, MS, false), FillerGate::Go, "tolerated");
+        assert_eq!(
+            b.filler_admit(at, MS, false, FILLER),
+            FillerGate::Go,
+            "tolerated"
+        );
         b.set_tolerance(0);
         assert!(
-            matches!(b.filler_admit(at + MS, MS, false), FillerGate::WaitUntil(_)),
+            matches!(
+                b.filler_admit(at + MS, MS, false, FILLER),
+                FillerGate::WaitUntil(_)
+            ),
             "taken back: the next launch already waits"
         );
     }
@@ -654,12 +785,82 @@ mod tests {
         let b = board.device(0);
         b.online_waiting(true);
         assert!(matches!(
-            b.filler_admit(MS, US, false),
+            b.filler_admit(MS, US, false, FILLER),
             FillerGate::WaitUntil(_)
         ));
-        assert_eq!(b.filler_admit(MS, US, true), FillerGate::Go);
+        assert_eq!(b.filler_admit(MS, US, true, ONLINE_FILLER), FillerGate::Go);
         b.online_waiting(false);
-        assert_eq!(b.filler_admit(3 * MS, US, false), FillerGate::Go);
+        assert_eq!(b.filler_admit(3 * MS, US, false, FILLER), FillerGate::Go);
+    }
+
+    #[test]
+    fn the_filler_that_ran_last_keeps_the_device_for_its_turn() {
+        let board = board();
+        let b = board.device(0);
+        let (a, other) = (FILLER, FILLER + 1);
+        let t = 1_000 * MS;
+        assert_eq!(b.filler_admit(t, MS, false, a), FillerGate::Go);
+        // Near the end of a's kernel, a queues its next; the other filler
+        // waits for a's work to end plus the grace, even when it asks first.
+        let end = t + MS;
+        let near = end - QUEUE_LEAD_NS / 2;
+        assert_eq!(
+            b.filler_admit(near, MS, false, other),
+            FillerGate::WaitUntil(end + TURN_GRACE_NS)
+        );
+        assert_eq!(b.filler_admit(near, MS, false, a), FillerGate::Go);
+        // a stops asking (it synchronises): after the grace the other goes
+        // and the turn is its own.
+        let after = end + MS + TURN_GRACE_NS;
+        assert_eq!(b.filler_admit(after, MS, false, other), FillerGate::Go);
+        assert!(matches!(
+            b.filler_admit(after + MS - QUEUE_LEAD_NS / 2, MS, false, a),
+            FillerGate::WaitUntil(_)
+        ));
+    }
+
+    #[test]
+    fn a_turn_ends_and_a_lone_filler_loses_at_most_a_grace_per_turn() {
+        let shared = board();
+        let b = shared.device(0);
+        let (a, other) = (FILLER, FILLER + 1);
+        let start = 1_000 * MS;
+        let mut t = start;
+        // a runs back to back until its turn is over.
+        while t < start + FILLER_TURN_NS {
+            assert_eq!(b.filler_admit(t, MS, false, a), FillerGate::Go, "{t}");
+            t += MS;
+        }
+        // Asking as a's last kernel of its turn ends, the other is told to
+        // come back when the turn ends, not after the grace.
+        assert_eq!(
+            b.filler_admit(t - QUEUE_LEAD_NS / 2, MS, false, other),
+            FillerGate::WaitUntil(start + FILLER_TURN_NS)
+        );
+        // Now the other goes first: a waits for the grace, the other not.
+        assert_eq!(
+            b.filler_admit(t, MS, false, a),
+            FillerGate::WaitUntil(t + TURN_GRACE_NS)
+        );
+        assert_eq!(b.filler_admit(t, MS, false, other), FillerGate::Go);
+        // With nobody else, a filler whose turn ran out waits one grace and
+        // then holds a new turn: back to back again.
+        let lone = board();
+        let b = lone.device(0);
+        let mut t = start;
+        let mut waited = 0;
+        while t < start + 3 * FILLER_TURN_NS {
+            match b.filler_admit(t, MS, false, a) {
+                FillerGate::Go => t += MS,
+                FillerGate::WaitUntil(at) => {
+                    waited += 1;
+                    assert_eq!(at, t + TURN_GRACE_NS);
+                    t = at;
+                }
+                FillerGate::Fallback => unreachable!(),
+            }
+        }
+        assert_eq!(waited, 2, "one grace per turn after the first");
     }
 
     /// `iterations` of a loop whose gaps are `phases`, each scaled by a
@@ -795,11 +996,11 @@ mod tests {
         // gap, 1 ms, would have let none in).
         let mut at = gap + DEFAULT_HOLDOFF_NS;
         for _ in 0..3 {
-            assert_eq!(b.filler_admit(at, MS, false), FillerGate::Go);
+            assert_eq!(b.filler_admit(at, MS, false, FILLER), FillerGate::Go);
             at += MS;
         }
         assert!(matches!(
-            b.filler_admit(at, MS, false),
+            b.filler_admit(at, MS, false, FILLER),
             FillerGate::WaitUntil(_)
         ));
     }
@@ -834,15 +1035,18 @@ mod tests {
             let b = board.device(0);
             b.attach_primary(1, tolerance * US, DEFAULT_HOLDOFF_NS);
             let longest = kernels.iter().max().unwrap() * US;
-            let mut events: Vec<(u64, Option<u64>)> =
-                asks.iter().map(|&(k, t)| (t * US, Some(kernels[k % kernels.len()] * US))).collect();
+            let mut events: Vec<(u64, Option<(u32, u64)>)> =
+                asks.iter().map(|&(k, t)| {
+                    let k = k % kernels.len();
+                    (t * US, Some((k as u32 + 1, kernels[k] * US)))
+                }).collect();
             events.extend(returns.iter().map(|&t| (t * US, None)));
             events.sort();
             let base = 1_000 * MS;
             for (t, ask) in events {
                 let now = base + t;
                 match ask {
-                    Some(est) => { let _ = b.filler_admit(now, est, false); }
+                    Some((filler, est)) => { let _ = b.filler_admit(now, est, false, filler); }
                     None => {
                         let queued = b.fillers_busy_until.0.load(Relaxed).saturating_sub(now);
                         prop_assert!(queued <= longest + QUEUE_LEAD_NS, "{queued} queued");

@@ -108,6 +108,14 @@ struct Colo {
 
 static STATE: OnceLock<Option<Colo>> = OnceLock::new();
 
+/// This process's id, the filler's id on the board (read once, and again
+/// in a forked child: `getpid` is a system call, not for every launch).
+static MY_PID: AtomicU32 = AtomicU32::new(0);
+
+extern "C" fn refresh_pid() {
+    MY_PID.store(std::process::id(), Ordering::Relaxed);
+}
+
 /// Paces a filler that fits no gap at its guarantee (per process).
 static FALLBACK: [TokenBucket; MAX_DEVICES] = [const { TokenBucket::new() }; MAX_DEVICES];
 const FALLBACK_DEPTH_NS: u64 = 1_000_000;
@@ -139,6 +147,11 @@ fn init() -> Option<Colo> {
         );
         std::process::exit(2)
     });
+    refresh_pid();
+    // SAFETY: registers a handler that only stores getpid() in an atomic.
+    if unsafe { libc::pthread_atfork(None, None, Some(refresh_pid)) } != 0 {
+        tracing::debug!("co-location: no fork handler; a forked filler keeps its parent's id");
+    }
     if config.role == Role::Primary {
         for device in 0..MAX_DEVICES {
             board.device(device).attach_primary(
@@ -177,7 +190,7 @@ pub fn before_launch(device: usize, est_ns: u64) -> u64 {
         }
         Role::Filler { online } => {
             let now = monotonic_ns();
-            match board.filler_admit(now, est_ns, online) {
+            match board.filler_admit(now, est_ns, online, MY_PID.load(Ordering::Relaxed)) {
                 FillerGate::Go => 0,
                 gate => hold(colo, board, device, est_ns, online, now, gate),
             }
@@ -197,6 +210,7 @@ fn hold(
 ) -> u64 {
     let held = matches!(gate, FillerGate::WaitUntil(_));
     let mut checked_primary = began;
+    let me = MY_PID.load(Ordering::Relaxed);
     if held {
         board.record_held();
         if online {
@@ -228,7 +242,7 @@ fn hold(
                     checked_primary = now;
                     forget_a_gone_primary(board);
                 }
-                gate = board.filler_admit(now, est_ns, online);
+                gate = board.filler_admit(now, est_ns, online, me);
             }
         }
     }
