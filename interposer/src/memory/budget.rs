@@ -251,7 +251,7 @@ pub fn existing() -> Option<&'static MemoryBudget> {
     BUDGET.get().and_then(Option::as_ref)
 }
 
-/// Locks the join lock for `fork` (see [`crate::fork`]).
+/// Locks the join lock for `fork` (see [`crate::memory::at_fork`]).
 pub fn lock_join_for_fork() -> std::sync::MutexGuard<'static, ()> {
     JOIN_LOCK.lock().unwrap_or_else(|p| p.into_inner())
 }
@@ -259,7 +259,7 @@ pub fn lock_join_for_fork() -> std::sync::MutexGuard<'static, ()> {
 fn register_process_hooks() {
     // SAFETY: registering a plain extern "C" function that never unwinds.
     unsafe { libc::atexit(leave_at_exit) };
-    crate::fork::install();
+    crate::memory::at_fork::register();
 }
 
 fn start_watcher() {

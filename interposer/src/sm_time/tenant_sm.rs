@@ -23,6 +23,7 @@
 
 use crate::config;
 use crate::driver::devices::{self, CurrentDevice};
+use crate::fork::{self, Handlers, Part};
 use dilu_abi::node_client::Attached;
 use dilu_layout::bucket::TokenBucket;
 use dilu_layout::budget::{TenantBudget, UNLIMITED_SHARE};
@@ -79,10 +80,28 @@ fn fail(what: &str, error: impl std::fmt::Display) -> ! {
     std::process::exit(2)
 }
 
+/// The SM-time state's part in fork safety (see [`crate::fork`]): a forked
+/// child has no sampling harvester or usage-feedback thread, and its charges
+/// are its own. Registered when SM-time control starts.
+fn register_fork_handlers() {
+    fn child() {
+        crate::sm_time::sampler::forget_parent_state_in_child();
+        crate::sm_time::usage_feedback::forget_parent_state_in_child();
+    }
+    fork::register(
+        Part::SmTime,
+        Handlers {
+            prepare: Handlers::nothing,
+            parent: Handlers::nothing,
+            child,
+        },
+    );
+}
+
 fn init() -> Option<TenantSm> {
     let cfg = config::get();
     if let Some(attached) = crate::node::attached() {
-        crate::fork::install();
+        register_fork_handlers();
         return Some(TenantSm {
             regions: Regions::Managed(attached),
             current_device: OnceLock::new(),
@@ -119,7 +138,7 @@ fn init() -> Option<TenantSm> {
             (budget, telemetry)
         }
     };
-    crate::fork::install();
+    register_fork_handlers();
     tracing::debug!(
         tenant = cfg.tenant.as_deref().unwrap_or(""),
         share_ppm_device0 = budget.share_ppm(0),
