@@ -12,9 +12,11 @@
 //!   *on that handle* (never `RTLD_DEFAULT`/`RTLD_NEXT`, which would find our
 //!   own exports). A call site reads its function with [`resolved`].
 
-// Also: which device a call is about (`devices`) and the real NVML (`nvml`).
+// Also: which device a call is about (`devices`) and the real NVML (`nvml`,
+// its function types generated from nvml.h in `nvml_api`).
 pub mod devices;
 pub mod nvml;
+mod nvml_api;
 
 use core::ffi::{CStr, c_char, c_void};
 use std::panic::catch_unwind;

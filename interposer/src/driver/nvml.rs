@@ -5,13 +5,13 @@
 //! Used by the NVML memory answers ([`crate::memory::nvml`]) and by usage
 //! feedback ([`crate::sm_time::usage_feedback`]).
 
-#![allow(non_camel_case_types)]
-
 use core::ffi::{CStr, c_char, c_int, c_uint, c_void};
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use dilu_abi::cuda::CUDA_SUCCESS;
 use dilu_abi::cuda::sys::{CUdevice, CUdevice_attribute};
+
+pub use crate::driver::nvml_api::*;
 
 use crate::driver;
 use crate::table::{REAL, RealFn};
@@ -27,7 +27,7 @@ pub(crate) const NVML_ERROR_FUNCTION_NOT_FOUND: NvmlReturn = 13;
 /// `nvmlPciInfo_t` (nvml.h; the numeric fields sit at the same offsets in
 /// every version of the struct, and this is the largest).
 #[repr(C)]
-struct NvmlPciInfo {
+pub struct NvmlPciInfo {
     bus_id_legacy: [c_char; 16],
     domain: c_uint,
     bus: c_uint,
@@ -147,31 +147,9 @@ pub struct ProcessUtilizationSample {
     pub dec_util: u32,
 }
 
-// The C types of the NVML functions dilu calls or hooks, typed by hand from
-// nvml.h. The driver's are generated from NVIDIA's headers
-// (`crate::table::driver_api`), but nvml.h is in none of the packages the
-// generator reads (the CUDA runtime wheels lack it; PyPI's nvidia-ml-py is
-// Python only), so this list and `RealNvml` are the one hand-typed place.
-pub type PFN_nvmlInit_v2 = unsafe extern "C" fn() -> NvmlReturn;
-pub type PFN_nvmlDeviceGetCount_v2 = unsafe extern "C" fn(device_count: *mut c_uint) -> NvmlReturn;
-pub type PFN_nvmlDeviceGetHandleByIndex_v2 =
-    unsafe extern "C" fn(index: c_uint, device: *mut NvmlDevice) -> NvmlReturn;
-/// Also `_v2` and the unsuffixed version: each fills a prefix of the largest
-/// layout, [`NvmlPciInfo`].
-type PFN_nvmlDeviceGetPciInfo_v3 =
-    unsafe extern "C" fn(device: NvmlDevice, pci: *mut NvmlPciInfo) -> NvmlReturn;
-pub type PFN_nvmlDeviceGetProcessUtilization = unsafe extern "C" fn(
-    device: NvmlDevice,
-    utilization: *mut ProcessUtilizationSample,
-    sample_count: *mut c_uint,
-    last_seen_time_stamp: u64,
-) -> NvmlReturn;
-pub type PFN_nvmlDeviceGetMemoryInfo =
-    unsafe extern "C" fn(device: NvmlDevice, memory: *mut NvmlMemory) -> NvmlReturn;
-pub type PFN_nvmlDeviceGetMemoryInfo_v2 =
-    unsafe extern "C" fn(device: NvmlDevice, memory: *mut NvmlMemoryV2) -> NvmlReturn;
-
 /// The real NVML's functions, each looked up (again) while it is absent.
+/// Their types are generated from nvml.h (`nvml_api.rs`); which C names fill
+/// which field is said once, by the accessors below.
 #[allow(non_snake_case)]
 pub(crate) struct RealNvml {
     init: RealFn<PFN_nvmlInit_v2>,
@@ -230,6 +208,8 @@ impl RealNvml {
         // SAFETY: see the accessors' comment.
         unsafe { lookup(&self.handle_by_index, &[c"nvmlDeviceGetHandleByIndex_v2"]) }
     }
+    /// `_v3`, else `_v2` or the unsuffixed version: each fills a prefix of
+    /// the largest layout, [`NvmlPciInfo`].
     fn nvmlDeviceGetPciInfo(&self) -> Option<PFN_nvmlDeviceGetPciInfo_v3> {
         let names = [
             c"nvmlDeviceGetPciInfo_v3",

@@ -48,7 +48,7 @@ use crate::memory::budget::{self, MemoryBudget};
 use crate::table::Row;
 
 /// Generates, for each row `handler => fn nvmlName(args);`: the exported
-/// wrapper (the real function from [`real_nvml`], whose hand-typed signature
+/// wrapper (the real function from [`real_nvml`], whose nvml.h signature
 /// the wrapper must have, body under [`crate::table::ffi::entry_named`]) and
 /// a `ROWS` entry for the `dlsym` answer. A handler has the shape
 /// `fn(next: impl FnOnce(args...) -> NvmlReturn, args...) -> NvmlReturn`.
