@@ -26,8 +26,9 @@ then 13.2 for names only it has; nvml.h of CUDA 12.9).
 
     scripts/gen-driver-types.py [--cudart-dir DIR] [--check]
 
-DIR as for gen-proc-table.py. --check writes nothing and fails if the file
-differ from what the headers and rows.rs give (CI runs it).
+DIR as for gen-proc-table.py. --check writes nothing and fails if either file
+differs from what the headers and rows.rs give (CI runs it). The output is
+passed through rustfmt, so that `cargo fmt` leaves it as it is.
 """
 
 import argparse
