@@ -4,8 +4,9 @@
 use core::marker::PhantomData;
 use core::sync::atomic::{AtomicUsize, Ordering};
 
-/// The real address of one C function whose type is `F` (an
-/// `unsafe extern "C" fn` type), 0 until resolved or when absent.
+/// The real address of one C function whose type is `F`, which must be an
+/// `unsafe extern "C" fn` type (see [`RealFn::get`]), 0 until resolved or
+/// when absent.
 ///
 /// Only [`RealFn::set`] writes it, and its caller promises the address is a
 /// function of type `F`; so reading it back as `F` ([`RealFn::get`]) is the
@@ -33,19 +34,19 @@ impl<F: Copy> RealFn<F> {
         address != 0
     }
 
-    /// The function, once resolved. Compiles to one load and a test.
+    /// The function, once resolved: one load, no branch (the caller's test
+    /// of the `Option` is the only one).
     #[inline(always)]
     pub fn get(&self) -> Option<F> {
-        const { assert!(size_of::<F>() == size_of::<usize>()) };
+        const { assert!(size_of::<Option<F>>() == size_of::<usize>()) };
         let address = self.address.load(Ordering::Acquire);
-        if address == 0 {
-            return None;
-        }
-        // SAFETY: a non-zero address was stored by `set`, whose caller
-        // promised it is a live function of type `F` (a function pointer,
-        // the size of `usize`, as asserted above). `transmute` is the only
-        // way from an address to a function pointer.
-        Some(unsafe { core::mem::transmute_copy::<usize, F>(&address) })
+        // SAFETY: `F` is a function pointer type (the only kind of type a
+        // slot is declared with), so `Option<F>` is an address with `None`
+        // as 0 (the size is asserted above). 0 is `None`; any other address
+        // was stored by `set`, whose caller promised it is a live function
+        // of type `F`. `transmute` is the only way from an address to a
+        // function pointer.
+        unsafe { core::mem::transmute_copy::<usize, Option<F>>(&address) }
     }
 
     /// The raw address (0 when unresolved or absent), for comparing with
