@@ -24,7 +24,8 @@
 //! `attach` returns `&'static Attached`: the budget (SM share and memory
 //! budget per device) is a sealed memfd the daemon writes and this process
 //! maps read-only (it cannot raise either), the
-//! telemetry is shared with the daemon and the tenant's other processes.
+//! activity region (buckets and telemetry) is shared with the daemon and the
+//! tenant's other processes.
 //! A background thread keeps the connection; when the daemon dies the
 //! tenant keeps running on its last budget, and when it comes back the
 //! thread re-registers, handing back its old regions so the daemon
