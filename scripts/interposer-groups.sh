@@ -6,7 +6,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/../interposer/src"
 # Top to bottom (lib.rs, the crate root, is above them all).
-order=(entry telemetry fork memory sm_time node driver table config)
+order=(entry telemetry memory sm_time fork node driver table config)
 rank() {
   local i
   for i in "${!order[@]}"; do
@@ -15,11 +15,6 @@ rank() {
   echo "unknown group '$1'" >&2
   exit 2
 }
-# The one known exception: the memory budget and the SM-time state install
-# the fork handlers when they start (`crate::fork::install()`), and those
-# handlers reset both. Inverting it needs a registration at load time, which
-# would change when the handlers are installed; it stays, listed here.
-allowed=" memory/budget.rs:fork sm_time/tenant_sm.rs:fork "
 status=0
 while IFS= read -r file; do
   [[ "$file" == lib.rs ]] && continue
@@ -30,13 +25,13 @@ while IFS= read -r file; do
   for used in $(sed -e 's://.*$::' "$file" | grep -o 'crate::[a-z_]*' | sed 's/crate:://' | sort -u); do
     [[ -z "$used" || "$used" == "$group" || "$used" == CUresult ]] && continue
     theirs=$(rank "$used")
-    if (( theirs < mine )) && [[ "$allowed" != *" $file:$used "* ]]; then
+    if (( theirs < mine )); then
       echo "interposer/src/$file ($group) reaches back up to $used"
       status=1
     fi
   done
 done < <(find . -name '*.rs' | sed 's:^\./::' | sort)
 if (( status == 0 )); then
-  echo "interposer groups: no module reaches back up (${order[*]}; known: fork.rs installed by memory and sm_time)"
+  echo "interposer groups: no module reaches back up (${order[*]})"
 fi
 exit "$status"

@@ -13,7 +13,7 @@
 //!     Ok(Some(attached)) => {
 //!         // Under the node manager: every launch reads
 //!         //   attached.budget().share_ppm(dev)   (one extra relaxed load)
-//!         // and charges attached.telemetry().devices[dev].admit(...);
+//!         // and charges attached.activity().buckets[dev].admit(...);
 //!         // every allocation is held to attached.budget().mem_budget(dev).
 //!     }
 //!     Ok(None) => { /* no daemon socket: standalone mode, as today */ }
@@ -24,7 +24,8 @@
 //! `attach` returns `&'static Attached`: the budget (SM share and memory
 //! budget per device) is a sealed memfd the daemon writes and this process
 //! maps read-only (it cannot raise either), the
-//! telemetry is shared with the daemon and the tenant's other processes.
+//! activity region (buckets and telemetry) is shared with the daemon and the
+//! tenant's other processes.
 //! A background thread keeps the connection; when the daemon dies the
 //! tenant keeps running on its last budget, and when it comes back the
 //! thread re-registers, handing back its old regions so the daemon
@@ -34,9 +35,9 @@
 
 use crate::node_wire::{self, FromDaemon, PROTOCOL_VERSION, SOCKET_ENV, TenantSpec, ToDaemon};
 use crate::seqpacket;
+use dilu_layout::activity::TenantActivity;
 use dilu_layout::budget::TenantBudget;
 use dilu_layout::shm::Region;
-use dilu_layout::telemetry::TenantTelemetry;
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
@@ -53,8 +54,8 @@ pub struct Attached {
     tenant: String,
     spec: TenantSpec,
     budget: AtomicPtr<Region<TenantBudget>>,
-    telemetry: Region<TenantTelemetry>,
-    /// Descriptors handed back on re-registration: (budget, telemetry).
+    activity: Region<TenantActivity>,
+    /// Descriptors handed back on re-registration: (budget, activity).
     fds: Mutex<(OwnedFd, OwnedFd)>,
     reattached: AtomicU64,
 }
@@ -69,10 +70,11 @@ impl Attached {
         unsafe { &*self.budget.load(Ordering::Acquire) }
     }
 
-    /// The tenant's telemetry region (shared with the daemon).
+    /// The tenant's activity region: buckets and telemetry (shared with the
+    /// daemon).
     #[inline]
-    pub fn telemetry(&self) -> &TenantTelemetry {
-        &self.telemetry
+    pub fn activity(&self) -> &TenantActivity {
+        &self.activity
     }
 
     pub fn tenant(&self) -> &str {
@@ -132,16 +134,16 @@ pub fn attach_at(
             ));
         }
     };
-    let (spec, budget_fd, telemetry_fd) = register(&connection, tenant, spec, None)?;
+    let (spec, budget_fd, activity_fd) = register(&connection, tenant, spec, None)?;
     let budget = map_budget(&budget_fd)?;
-    let telemetry = Region::<TenantTelemetry>::from_fd(telemetry_fd.as_raw_fd(), true)
-        .map_err(|e| format!("cannot map the telemetry region: {e}"))?;
+    let activity = Region::<TenantActivity>::from_fd(activity_fd.as_raw_fd(), true)
+        .map_err(|e| format!("cannot map the activity region: {e}"))?;
     let attached: &'static Attached = Box::leak(Box::new(Attached {
         tenant: tenant.to_string(),
         spec,
         budget: AtomicPtr::new(Box::into_raw(Box::new(budget))),
-        telemetry,
-        fds: Mutex::new((budget_fd, telemetry_fd)),
+        activity,
+        fds: Mutex::new((budget_fd, activity_fd)),
         reattached: AtomicU64::new(0),
     }));
     let socket = socket.to_path_buf();
@@ -221,7 +223,7 @@ fn keep_attached(attached: &'static Attached, socket: PathBuf, mut connection: O
                 Some(attached.spec.clone()),
                 Some((&fds.0, &fds.1)),
             );
-            let Ok((_, budget_fd, telemetry_fd)) = result else {
+            let Ok((_, budget_fd, activity_fd)) = result else {
                 continue;
             };
             let Ok(budget) = map_budget(&budget_fd) else {
@@ -232,7 +234,7 @@ fn keep_attached(attached: &'static Attached, socket: PathBuf, mut connection: O
                 .store(Box::into_raw(Box::new(budget)), Ordering::Release);
             // The telemetry stays the mapping we have (the daemon adopted the
             // fd we handed back); keep the fds for the next restart.
-            *fds = (budget_fd, telemetry_fd);
+            *fds = (budget_fd, activity_fd);
             attached.reattached.fetch_add(1, Ordering::Relaxed);
             break fd;
         };

@@ -6,7 +6,7 @@
 //!   [`ToDaemon::Register`] and gets [`FromDaemon::Registered`] with two
 //!   descriptors attached: its budgets (SM share and memory budget per
 //!   device; read-only, sealed) and its
-//!   telemetry region (writable). It then keeps the connection open: the
+//!   activity region (SM-time buckets and telemetry; writable). It then keeps the connection open: the
 //!   daemon learns that the process died when the socket closes.
 //! - an operator tool (`dilu status`, `dilu set`, `dilu top`) sends one
 //!   request and reads one answer.
@@ -161,7 +161,7 @@ pub struct SpecUpdate {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub enum ToDaemon {
     /// A tenant process starts (or, with `reattach`, reconnects after the
-    /// daemon restarted, attaching its old budget and telemetry fds).
+    /// daemon restarted, attaching its old budget and activity-region fds).
     Register {
         version: u16,
         tenant: String,
@@ -183,8 +183,8 @@ pub enum ToDaemon {
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub enum FromDaemon {
-    /// Admitted; fds: [budgets: SM share and memory (read-only), telemetry
-    /// (read-write)].
+    /// Admitted; fds: [budgets: SM share and memory (read-only), activity
+    /// region (read-write)].
     Registered {
         tenant: String,
         spec: TenantSpec,

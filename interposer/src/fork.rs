@@ -1,20 +1,23 @@
-//! Fork safety of the interposer's process-local state.
+//! Fork safety of the interposer's process-local state: the one
+//! `pthread_atfork` registration, and the parts that take part in it.
 //!
 //! A process forked from a CUDA program (a data-loader worker, a launcher's
 //! worker) is a new member of the tenant: single-threaded, holding none of
-//! its parent's allocations. `pthread_atfork` handlers, installed once when
-//! the memory budget starts, make the interposer see it that way:
+//! its parent's allocations. The state that must see it that way belongs to
+//! the groups above this one, so each registers its own [`Handlers`] when it
+//! starts ([`register`]: the memory budget in `memory/at_fork.rs`, the
+//! SM-time state in `sm_time/tenant_sm.rs`); the first registration installs
+//! the `pthread_atfork` handlers, once per process. At a fork:
 //!
-//! - **prepare** (in the forking thread, before the fork): takes every lock
-//!   of ours that a hook may hold, in the order the hooks take them (graph
-//!   registry, join lock, the charge table's overflow map), so no other
-//!   thread is inside one at the instant of the fork and the child never
-//!   inherits a lock owned by a thread that does not exist there;
-//! - **parent** (after): releases them;
-//! - **child**: releases them and forgets the parent's state: its ledger slot
-//!   (the child joins with its own on first use), its watcher thread, its
-//!   context charges, the entries of its charge table (a free of an
-//!   inherited pointer refunds nothing) and its graph records; a driver load
+//! - **prepare** (in the forking thread, before the fork): each part's, in
+//!   the order of [`Part`]: the memory part takes every lock of ours that a
+//!   hook may hold, in the order the hooks take them (graph registry, join
+//!   lock, the charge table's overflow map), so no other thread is inside
+//!   one at the instant of the fork and the child never inherits a lock
+//!   owned by a thread that does not exist there;
+//! - **parent** (after): each part's, releasing what its prepare took;
+//! - **child**: each part's, in the order of [`Part`], releasing its locks
+//!   and forgetting the parent's state (see each part); then a driver load
 //!   the fork interrupted is started afresh instead of waited for.
 //!
 //! The hot path takes no lock, so threads busy allocating never delay a
@@ -22,31 +25,42 @@
 //! anything but those short critical sections (on older glibc, prepare
 //! handlers run under glibc's own atfork lock).
 
-use std::cell::RefCell;
-use std::panic::{AssertUnwindSafe, catch_unwind};
-use std::sync::MutexGuard;
+use std::panic::catch_unwind;
+use std::sync::OnceLock;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use crate::driver;
-use crate::memory::alloc_table::Overflow;
-use crate::memory::{budget, graph_memory};
 
-/// Locks held from prepare to parent/child. Fields drop in declaration
-/// order, the reverse of the order they are taken.
-struct Held {
-    _overflow: Option<MutexGuard<'static, Overflow>>,
-    _join: MutexGuard<'static, ()>,
-    graphs: MutexGuard<'static, graph_memory::Registry>,
+/// What one part does at a fork (see the module documentation).
+#[derive(Clone, Copy)]
+pub struct Handlers {
+    pub prepare: fn(),
+    pub parent: fn(),
+    pub child: fn(),
 }
 
-thread_local! {
-    static HELD: RefCell<Option<Held>> = const { RefCell::new(None) };
+impl Handlers {
+    /// Nothing to do at that step.
+    pub fn nothing() {}
 }
 
+/// The parts, in the order their prepare and child handlers run.
+#[derive(Clone, Copy)]
+#[repr(usize)]
+pub enum Part {
+    Memory,
+    SmTime,
+}
+
+const PARTS: usize = 2;
+
+static REGISTERED: [OnceLock<Handlers>; PARTS] = [const { OnceLock::new() }; PARTS];
 static INSTALLED: AtomicBool = AtomicBool::new(false);
 
-/// Registers the handlers (once per process).
-pub fn install() {
+/// Adds `part`'s handlers (a second registration of a part is ignored) and
+/// installs the `pthread_atfork` handlers if they are not yet.
+pub fn register(part: Part, handlers: Handlers) {
+    let _ = REGISTERED[part as usize].set(handlers);
     if INSTALLED.swap(true, Ordering::AcqRel) {
         return;
     }
@@ -54,32 +68,21 @@ pub fn install() {
     unsafe { libc::pthread_atfork(Some(prepare), Some(parent), Some(child)) };
 }
 
+fn registered() -> impl DoubleEndedIterator<Item = &'static Handlers> {
+    REGISTERED.iter().filter_map(OnceLock::get)
+}
+
 extern "C" fn prepare() {
-    let _ = catch_unwind(|| {
-        let graphs = graph_memory::lock_for_fork();
-        let join = budget::lock_join_for_fork();
-        let overflow = budget::existing().map(|b| b.charges.lock_overflow());
-        let held = Held {
-            _overflow: overflow,
-            _join: join,
-            graphs,
-        };
-        HELD.with(|h| *h.borrow_mut() = Some(held));
-    });
+    let _ = catch_unwind(|| registered().for_each(|part| (part.prepare)()));
 }
 
 extern "C" fn parent() {
-    let _ = catch_unwind(|| HELD.with(|h| h.borrow_mut().take()));
+    let _ = catch_unwind(|| registered().rev().for_each(|part| (part.parent)()));
 }
 
 extern "C" fn child() {
-    let _ = catch_unwind(AssertUnwindSafe(|| {
-        if let Some(mut held) = HELD.with(|h| h.borrow_mut().take()) {
-            held.graphs.forget_all();
-        }
-        budget::forget_parent_state_in_child();
-        crate::sm_time::sampler::forget_parent_state_in_child();
-        crate::sm_time::usage_feedback::forget_parent_state_in_child();
+    let _ = catch_unwind(|| {
+        registered().for_each(|part| (part.child)());
         driver::restart_interrupted_load();
-    }));
+    });
 }

@@ -34,14 +34,18 @@
 //!   synchronisation (`entry/handlers.rs`), `dlsym` and `cuGetProcAddress`
 //!   answers (`entry/procaddr.rs`).
 //! - `telemetry/`: sync-to-sync intervals, reported latencies, call counters.
-//! - `fork.rs`: fork safety of the memory and SM-time state.
 //! - `memory/`: memory budgets on every allocation path.
 //! - `sm_time/`: the token bucket on every launch, leases, sampling, usage
 //!   feedback, co-location.
+//! - `fork.rs`: the `pthread_atfork` handlers, running the parts `memory/`
+//!   and `sm_time/` register when they start.
 //! - `node.rs`: registration with the node manager.
-//! - `driver/`: the real driver and the real NVML.
+//! - `driver/`: the real driver (filling the typed table of its functions)
+//!   and the real NVML.
 //! - `table/`: the one declarative list of hooked functions (`rows.rs`), their
-//!   ids, C names and real-driver slots, the call context, panic containment.
+//!   ids and C names, the C types of the driver functions hooked or called
+//!   and the typed table of their real addresses (generated from NVIDIA's
+//!   headers), the call context, panic containment.
 //! - `config/`: the environment, read once.
 //!
 //! A module uses only its own group and the groups below it.

@@ -1,10 +1,11 @@
 //! The SM-time token bucket of one tenant on one device: the enforcement
 //! state every launch of every process of the tenant updates.
 //!
-//! It is kept apart from the advisory counters in
-//! [`telemetry`](crate::telemetry) (which only report) and each of its hot
-//! words sits on its own cache line, so that counting a launch never
-//! contends with charging one. It lives in the tenant's telemetry region
+//! It is kept apart from the advisory counters beside it in
+//! [`TenantActivity`](crate::activity::TenantActivity) (which only report)
+//! and each of its hot words sits on its own cache line, so that counting a
+//! launch never contends with charging one. It lives in the tenant's activity
+//! region (the file `<tenant>.telemetry`)
 //! (memory all its processes map writable, as before): a tenant can only
 //! hurt itself by writing it, and the node manager reads the device time it
 //! really got from its own cross-checks, not from here.

@@ -8,17 +8,19 @@
 //!   device, written by one writer.
 //! - [`bucket`]: a tenant's SM-time token bucket per device (enforcement
 //!   state every launch updates, hot words on cache lines of their own).
-//! - [`telemetry`]: what a tenant's processes report and share (GPU busy
-//!   time, throttling, bubble and latency histograms; the buckets live in
-//!   its region, apart from the counters).
+//! - [`activity`]: the region a tenant's processes all write while they
+//!   run ([`activity::TenantActivity`]): the SM-time buckets they share
+//!   (enforcement) and, apart from them, their telemetry (GPU busy time,
+//!   throttling, bubble and latency histograms; advisory).
 //! - [`colocation`]: the gap board a primary tenant and its fillers share
 //!   on one GPU (work-conserving co-location, decided per launch).
-//! - [`histogram`]: the lock-free log₂ histogram telemetry is made of.
+//! - [`histogram`]: the lock-free log₂ histogram the telemetry is made of.
 //! - [`memfd`]: regions in sealed memfds (budgets only their creator writes).
 //!
 //! Layouts change only together with their magic number. This crate depends
 //! on libc alone; it never calls a CUDA driver.
 
+pub mod activity;
 pub mod bucket;
 pub mod budget;
 pub mod colocation;
@@ -26,7 +28,6 @@ pub mod histogram;
 pub mod ledger;
 pub mod memfd;
 pub mod shm;
-pub mod telemetry;
 
 /// Devices a layout has room for.
 pub const MAX_DEVICES: usize = 16;

@@ -165,18 +165,18 @@ mod tests {
 
     #[test]
     fn a_size_sealed_region_stays_writable_but_cannot_shrink() {
-        use crate::telemetry::TenantTelemetry;
-        let (_region, fd) = create::<TenantTelemetry>(c"test-tel", |_| {}).unwrap();
+        use crate::activity::TenantActivity;
+        let (_region, fd) = create::<TenantActivity>(c"test-tel", |_| {}).unwrap();
         seal_size(&fd).unwrap();
-        assert!(Region::<TenantTelemetry>::from_fd(fd.as_raw_fd(), true).is_ok());
+        assert!(Region::<TenantActivity>::from_fd(fd.as_raw_fd(), true).is_ok());
         assert!(truncate(&fd).is_err(), "a sealed size refuses ftruncate");
     }
 
     #[test]
     fn adopting_seals_an_open_memfd_and_refuses_what_is_not_a_region() {
-        use crate::telemetry::TenantTelemetry;
-        let (_region, fd) = create::<TenantTelemetry>(c"test-adopt", |_| {}).unwrap();
-        assert!(adopt::<TenantTelemetry>(&fd, true).is_ok());
+        use crate::activity::TenantActivity;
+        let (_region, fd) = create::<TenantActivity>(c"test-adopt", |_| {}).unwrap();
+        assert!(adopt::<TenantActivity>(&fd, true).is_ok());
         assert!(truncate(&fd).is_err(), "adoption sealed its size");
         // Empty memfd: refused at once, not waited for.
         // SAFETY: name is NUL-terminated.
@@ -184,7 +184,7 @@ mod tests {
         // SAFETY: raw is a fresh fd.
         let empty = unsafe { OwnedFd::from_raw_fd(check(raw).unwrap()) };
         let started = std::time::Instant::now();
-        assert!(adopt::<TenantTelemetry>(&empty, true).is_err());
+        assert!(adopt::<TenantActivity>(&empty, true).is_err());
         assert!(started.elapsed() < std::time::Duration::from_millis(500));
         // A pipe is no memfd.
         let mut ends = [0; 2];
@@ -193,7 +193,7 @@ mod tests {
         // SAFETY: both ends are fresh and ours.
         let (read, _write) =
             unsafe { (OwnedFd::from_raw_fd(ends[0]), OwnedFd::from_raw_fd(ends[1])) };
-        assert!(adopt::<TenantTelemetry>(&read, true).is_err());
+        assert!(adopt::<TenantActivity>(&read, true).is_err());
     }
 
     proptest::proptest! {
@@ -205,14 +205,14 @@ mod tests {
             keep_magic in proptest::bool::ANY,
             seal in proptest::bool::ANY,
         ) {
-            use crate::telemetry::TenantTelemetry;
+            use crate::activity::TenantActivity;
             // SAFETY: name is NUL-terminated.
             let raw = unsafe { libc::memfd_create(c"fuzz".as_ptr(), libc::MFD_ALLOW_SEALING) };
             // SAFETY: raw is a fresh fd.
             let fd = unsafe { OwnedFd::from_raw_fd(check(raw).unwrap()) };
             let mut bytes = bytes;
             if keep_magic && bytes.len() >= 8 {
-                bytes[..8].copy_from_slice(&<TenantTelemetry as SharedLayout>::MAGIC.to_ne_bytes());
+                bytes[..8].copy_from_slice(&<TenantActivity as SharedLayout>::MAGIC.to_ne_bytes());
             }
             let file = std::fs::File::from(fd.try_clone().unwrap());
             std::os::unix::fs::FileExt::write_all_at(&file, &bytes, 0).unwrap();
@@ -220,10 +220,10 @@ mod tests {
                 seal_size(&fd).unwrap();
             }
             let started = std::time::Instant::now();
-            let adopted = adopt::<TenantTelemetry>(&fd, true);
+            let adopted = adopt::<TenantActivity>(&fd, true);
             proptest::prop_assert!(started.elapsed() < std::time::Duration::from_millis(500));
             if let Ok(region) = adopted {
-                proptest::prop_assert!(bytes.len() >= std::mem::size_of::<TenantTelemetry>());
+                proptest::prop_assert!(bytes.len() >= std::mem::size_of::<TenantActivity>());
                 let _ = region.devices[0].snapshot();
                 proptest::prop_assert!(truncate(&fd).is_err(), "adopted means size-sealed");
             }

@@ -243,7 +243,7 @@ fn control_loop(shared: Arc<Shared>) {
             let share = tenant.share_ppm;
             let o = tenant
                 .sampler
-                .observe(&tenant.regions.telemetry, now_ns, &tenant.spec, share);
+                .observe(&tenant.regions.activity, now_ns, &tenant.spec, share);
             observations.push(o);
         }
         {

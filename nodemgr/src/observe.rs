@@ -13,8 +13,8 @@
 
 use crate::control::{Latency, Observation};
 use dilu_abi::node_wire::TenantSpec;
+use dilu_layout::activity::{DeviceSnapshot, TenantActivity};
 use dilu_layout::histogram::{BUCKETS, HistogramSnapshot, bucket_upper_ns};
-use dilu_layout::telemetry::{DeviceSnapshot, TenantTelemetry};
 use std::collections::VecDeque;
 
 /// Window over which the controller judges latency.
@@ -42,7 +42,7 @@ struct Reading {
     latency_sum_ns: u64,
 }
 
-fn read(telemetry: &TenantTelemetry) -> Reading {
+fn read(telemetry: &TenantActivity) -> Reading {
     let (latency_count, latency_sum_ns) = telemetry.latency_totals();
     Reading {
         device: telemetry.devices[0].snapshot(),
@@ -126,7 +126,7 @@ impl Sampler {
     /// Reads the counters at `now_ns` and returns the period's observation.
     pub fn observe(
         &mut self,
-        telemetry: &TenantTelemetry,
+        telemetry: &TenantActivity,
         now_ns: u64,
         spec: &TenantSpec,
         share_ppm: u32,
@@ -257,7 +257,7 @@ mod tests {
 
     #[test]
     fn counters_become_rates_and_latency_quantiles() {
-        let telemetry = Region::<TenantTelemetry>::anonymous(|_| {}).unwrap();
+        let telemetry = Region::<TenantActivity>::anonymous(|_| {}).unwrap();
         let spec = TenantSpec {
             class: dilu_abi::node_wire::WorkClass::Latency,
             slo_ms: Some(50.0),
@@ -293,14 +293,14 @@ mod tests {
     }
 
     /// Overwrites every word of the region but its magic with `words`.
-    fn scribble(telemetry: &TenantTelemetry, words: &[u64]) {
+    fn scribble(telemetry: &TenantActivity, words: &[u64]) {
         use std::sync::atomic::{AtomicU64, Ordering};
-        let count = std::mem::size_of::<TenantTelemetry>() / 8;
-        // SAFETY: TenantTelemetry is repr(C), made only of AtomicU64s (its
+        let count = std::mem::size_of::<TenantActivity>() / 8;
+        // SAFETY: TenantActivity is repr(C), made only of AtomicU64s (its
         // SharedLayout contract), so it is `count` AtomicU64s in a row.
         let cells = unsafe {
             std::slice::from_raw_parts(
-                (telemetry as *const TenantTelemetry).cast::<AtomicU64>(),
+                (telemetry as *const TenantActivity).cast::<AtomicU64>(),
                 count,
             )
         };
@@ -330,7 +330,7 @@ mod tests {
             second in proptest::collection::vec(word(), 1..64),
             slo in proptest::option::of(proptest::num::f64::ANY),
         ) {
-            let telemetry = Region::<TenantTelemetry>::anonymous(|_| {}).unwrap();
+            let telemetry = Region::<TenantActivity>::anonymous(|_| {}).unwrap();
             let spec = TenantSpec { slo_ms: slo, ..TenantSpec::default() };
             let mut sampler = Sampler::default();
             scribble(&telemetry, &first);

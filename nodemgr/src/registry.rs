@@ -18,11 +18,11 @@
 
 use crate::observe::Sampler;
 use dilu_abi::node_wire::{SpecUpdate, TenantSpec, TenantStatus};
+use dilu_layout::activity::TenantActivity;
 use dilu_layout::budget::{self, DEFAULT_DEPTH_NS, FULL_SHARE_PPM, TenantBudget, UNLIMITED_SHARE};
 use dilu_layout::ledger::{self, TenantLedger};
 use dilu_layout::memfd;
 use dilu_layout::shm::Region;
-use dilu_layout::telemetry::TenantTelemetry;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::ffi::CString;
@@ -48,9 +48,9 @@ pub struct Regions {
     pub budget_ro: Arc<OwnedFd>,
     /// Tenants write it; its size is sealed so none can shrink it under the
     /// daemon's mapping.
-    pub telemetry: Region<TenantTelemetry>,
-    pub telemetry_fd: Arc<OwnedFd>,
-    /// The telemetry was handed back by a re-attaching process (adopted).
+    pub activity: Region<TenantActivity>,
+    pub activity_fd: Arc<OwnedFd>,
+    /// The activity region was handed back by a re-attaching process (adopted).
     pub adopted: bool,
 }
 
@@ -158,10 +158,10 @@ pub fn write_share(budget: &TenantBudget, share_ppm: u32) {
     }
 }
 
-/// Makes a tenant's regions. `handed_back` is a telemetry descriptor a
+/// Makes a tenant's regions. `handed_back` is an activity-region descriptor a
 /// re-attaching process gave back: adopted only if it is a memfd region whose
 /// size is (or can now be) sealed, checked without waiting; otherwise the
-/// tenant starts with fresh telemetry. Runs outside the registry lock.
+/// tenant starts with a fresh one. Runs outside the registry lock.
 pub fn create_regions(name: &str, handed_back: Option<OwnedFd>) -> Result<Regions, String> {
     let label = CString::new(format!("dilu-budget-{name}")).map_err(|e| e.to_string())?;
     let (budget, budget_fd) = memfd::create::<TenantBudget>(&label, |b| {
@@ -173,28 +173,31 @@ pub fn create_regions(name: &str, handed_back: Option<OwnedFd>) -> Result<Region
     memfd::seal_read_only(&budget_fd).map_err(|e| format!("cannot seal the budget region: {e}"))?;
     let budget_ro = memfd::reopen_read_only(&budget_fd)
         .map_err(|e| format!("cannot reopen the budget region: {e}"))?;
-    let adopted = handed_back.and_then(|fd| match memfd::adopt::<TenantTelemetry>(&fd, true) {
+    let adopted = handed_back.and_then(|fd| match memfd::adopt::<TenantActivity>(&fd, true) {
         Ok(region) => Some((region, fd)),
         Err(e) => {
-            tracing::warn!(tenant = name, "not adopting the telemetry handed back: {e}");
+            tracing::warn!(
+                tenant = name,
+                "not adopting the activity region handed back: {e}"
+            );
             None
         }
     });
-    let (telemetry, telemetry_fd, adopted) = match adopted {
+    let (activity, activity_fd, adopted) = match adopted {
         Some((region, fd)) => (region, fd, true),
         None => {
             let label = CString::new(format!("dilu-tel-{name}")).map_err(|e| e.to_string())?;
-            let (region, fd) = memfd::create::<TenantTelemetry>(&label, |_| {})
-                .map_err(|e| format!("cannot create the telemetry region: {e}"))?;
-            memfd::seal_size(&fd).map_err(|e| format!("cannot seal the telemetry region: {e}"))?;
+            let (region, fd) = memfd::create::<TenantActivity>(&label, |_| {})
+                .map_err(|e| format!("cannot create the activity region: {e}"))?;
+            memfd::seal_size(&fd).map_err(|e| format!("cannot seal the activity region: {e}"))?;
             (region, fd, false)
         }
     };
     Ok(Regions {
         budget,
         budget_ro: Arc::new(budget_ro),
-        telemetry,
-        telemetry_fd: Arc::new(telemetry_fd),
+        activity,
+        activity_fd: Arc::new(activity_fd),
         adopted,
     })
 }
@@ -370,7 +373,7 @@ impl Registry {
         );
         let fds = [
             tenant.regions.budget_ro.clone(),
-            tenant.regions.telemetry_fd.clone(),
+            tenant.regions.activity_fd.clone(),
         ];
         Ok((id, tenant.spec.clone(), fds))
     }

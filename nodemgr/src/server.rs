@@ -101,9 +101,9 @@ fn handle(shared: Arc<Shared>, connection: Arc<OwnedFd>) {
                 reply(&connection, &FromDaemon::Refused { reason }, &[]);
                 return;
             }
-            // Only a re-attaching process hands back (budget, telemetry);
+            // Only a re-attaching process hands back (budget, activity);
             // the budget is never read (the share is the daemon's), the
-            // telemetry is adopted only if it is a size-sealed region.
+            // activity region is adopted only if it is size-sealed.
             let handed_back = if reattach && fds.len() == 2 {
                 fds.pop()
             } else {

@@ -356,7 +356,7 @@ fn python_servers_report_latency_into_the_tenants_telemetry() {
     let uid = unsafe { libc::getuid() };
     let path = dilu_layout::tenant_region_path(uid, &tenant, "telemetry");
     let telemetry =
-        dilu_layout::shm::Region::<dilu_layout::telemetry::TenantTelemetry>::open_or_create(
+        dilu_layout::shm::Region::<dilu_layout::activity::TenantActivity>::open_or_create(
             &path,
             0o600,
             |_| panic!("the tenant left no telemetry"),

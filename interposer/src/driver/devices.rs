@@ -3,7 +3,8 @@
 //! by the memory budget and the SM-time control.
 
 use crate::driver;
-use dilu_abi::cuda::{CUDA_SUCCESS, CUresult, sys};
+use crate::table::{PFN_cuCtxGetDevice, REAL};
+use dilu_abi::cuda::{CUDA_SUCCESS, sys};
 use dilu_layout::ledger::MAX_DEVICES;
 use std::ffi::c_int;
 
@@ -11,19 +12,13 @@ use std::ffi::c_int;
 /// initialising the driver first (`cuInit` is idempotent; our state may be
 /// set up by the program's first memory call or launch).
 pub fn real_device_count() -> usize {
-    type InitFn = unsafe extern "C" fn(u32) -> CUresult;
-    type CountFn = unsafe extern "C" fn(*mut c_int) -> CUresult;
-    let init = driver::real_symbol(c"cuInit");
-    if init != 0 {
-        // SAFETY: cuInit(unsigned int) from cuda.h; flags must be 0.
-        unsafe { std::mem::transmute::<usize, InitFn>(init)(0) };
+    if let Some(init) = driver::resolved(&REAL.cuInit) {
+        // SAFETY: the real cuInit; flags must be 0.
+        unsafe { init(0) };
     }
-    let address = driver::real_symbol(c"cuDeviceGetCount");
-    if address == 0 {
+    let Some(count_fn) = driver::resolved(&REAL.cuDeviceGetCount) else {
         return 1;
-    }
-    // SAFETY: cuDeviceGetCount(int*) from cuda.h, resolved from the real driver.
-    let count_fn: CountFn = unsafe { std::mem::transmute::<usize, CountFn>(address) };
+    };
     let mut count: c_int = 0;
     // SAFETY: writes one int to a live local.
     if unsafe { count_fn(&mut count) } == CUDA_SUCCESS && count > 0 {
@@ -36,28 +31,25 @@ pub fn real_device_count() -> usize {
 /// Finds the device of the current context. On a process with one device
 /// it never asks the driver.
 pub struct CurrentDevice {
-    ctx_get_device: usize,
+    ctx_get_device: Option<PFN_cuCtxGetDevice>,
 }
 
 impl CurrentDevice {
     pub fn new(device_count: usize) -> Self {
         CurrentDevice {
             ctx_get_device: if device_count > 1 {
-                driver::real_symbol(c"cuCtxGetDevice")
+                driver::resolved(&REAL.cuCtxGetDevice)
             } else {
-                0
+                None
             },
         }
     }
 
     #[inline]
     pub fn get(&self) -> usize {
-        if self.ctx_get_device == 0 {
+        let Some(get_device) = self.ctx_get_device else {
             return 0;
-        }
-        type Fn = unsafe extern "C" fn(*mut sys::CUdevice) -> CUresult;
-        // SAFETY: the real cuCtxGetDevice, signature from cuda.h.
-        let get_device: Fn = unsafe { std::mem::transmute::<usize, Fn>(self.ctx_get_device) };
+        };
         let mut device: sys::CUdevice = 0;
         // SAFETY: writes one CUdevice to a live local.
         if unsafe { get_device(&mut device) } == CUDA_SUCCESS {

@@ -7,18 +7,22 @@
 //! - The real driver is `dlopen`ed lazily, once, on the first hooked call or
 //!   driver-symbol lookup (`DILU_REAL_LIBCUDA`, default `libcuda.so.1`; glibc
 //!   returns the already-loaded object when the program opened it first), and
-//!   every table ABI name is resolved with the real `dlsym` *on that handle*
-//!   (never `RTLD_DEFAULT`/`RTLD_NEXT`, which would find our own exports).
+//!   every function of the typed table [`REAL`] (hooked or called by us, its
+//!   types generated from NVIDIA's headers) is resolved with the real `dlsym`
+//!   *on that handle* (never `RTLD_DEFAULT`/`RTLD_NEXT`, which would find our
+//!   own exports). A call site reads its function with [`resolved`].
 
-// Also: which device a call is about (`devices`) and the real NVML (`nvml`).
+// Also: which device a call is about (`devices`) and the real NVML (`nvml`,
+// its function types generated from nvml.h in `nvml_api`).
 pub mod devices;
 pub mod nvml;
+mod nvml_api;
 
 use core::ffi::{CStr, c_char, c_void};
 use std::panic::catch_unwind;
 use std::sync::atomic::{AtomicI32, AtomicU8, AtomicUsize, Ordering};
 
-use crate::table::{NAMES, REAL};
+use crate::table::{NAMES, REAL, RealFn};
 
 type DlsymFn = unsafe extern "C" fn(*mut c_void, *const c_char) -> *mut c_void;
 
@@ -52,30 +56,13 @@ pub fn real_dlsym(handle: *mut c_void, name: *const c_char) -> *mut c_void {
     if p == 0 {
         return core::ptr::null_mut();
     }
-    // SAFETY: `p` is glibc's `dlsym`, whose C signature is `DlsymFn`.
+    // SAFETY: `p` is glibc's `dlsym`, whose C signature is `DlsymFn`. (A
+    // libc function, not the driver's, so not in the generated table; it
+    // stays an address because the `dlsym` trampoline needs one.)
     let f: DlsymFn = unsafe { core::mem::transmute::<usize, DlsymFn>(p) };
     // SAFETY: same contract as `dlsym` itself; arguments come from our caller.
     unsafe { f(handle, name) }
 }
-
-/// The real driver's `dlopen` handle (0 until loaded or if it failed).
-static HANDLE: AtomicUsize = AtomicUsize::new(0);
-
-/// A real driver function that is not in the hook table (used off the hot
-/// path, e.g. `cuCtxGetDevice` when a process has several devices). Returns 0
-/// if the driver is not loaded or lacks it.
-pub fn real_symbol(name: &CStr) -> usize {
-    ensure_loaded();
-    let handle = HANDLE.load(Ordering::Acquire);
-    if handle == 0 {
-        return 0;
-    }
-    real_dlsym(handle as *mut c_void, name.as_ptr()) as usize
-}
-
-/// Real `cuGetProcAddress` (v1 ABI) and `cuGetProcAddress_v2` in the driver.
-pub static GPA_V1: AtomicUsize = AtomicUsize::new(0);
-pub static GPA_V2: AtomicUsize = AtomicUsize::new(0);
 
 const UNINIT: u8 = 0;
 const LOADING: u8 = 1;
@@ -83,22 +70,22 @@ const READY: u8 = 2;
 static STATE: AtomicU8 = AtomicU8::new(UNINIT);
 static LOADER_TID: AtomicI32 = AtomicI32::new(0);
 
-/// Hot path: the real function in `slot`, loading the driver on first use.
-/// Returns 0 when the driver lacks it (or cannot be loaded).
+/// The real function of `slot` (a field of [`REAL`]), loading the driver on
+/// first use; `None` when the driver lacks it (or cannot be loaded). Hot
+/// path: one load and a test, as the slot's address was before it was typed.
 #[inline(always)]
-pub fn real_fn(slot: &AtomicUsize) -> usize {
-    let p = slot.load(Ordering::Acquire);
-    if p != 0 {
-        return p;
+pub fn resolved<F: Copy>(slot: &RealFn<F>) -> Option<F> {
+    match slot.get() {
+        Some(function) => Some(function),
+        None => resolved_slow(slot),
     }
-    real_fn_slow(slot)
 }
 
 #[cold]
 #[inline(never)]
-fn real_fn_slow(slot: &AtomicUsize) -> usize {
+fn resolved_slow<F: Copy>(slot: &RealFn<F>) -> Option<F> {
     ensure_loaded();
-    slot.load(Ordering::Acquire)
+    slot.get()
 }
 
 /// Loads the real driver once. Returns `true` when the slots are final;
@@ -184,20 +171,14 @@ fn load() {
         );
         return;
     };
-    HANDLE.store(handle as usize, Ordering::Release);
-    let mut found = 0;
-    for (name, slot) in NAMES.iter().zip(REAL.iter()) {
-        let p = real_dlsym(handle, name.as_ptr()) as usize;
-        found += usize::from(p != 0);
-        slot.store(p, Ordering::Release);
-    }
-    let gpa = |name: &CStr| real_dlsym(handle, name.as_ptr()) as usize;
-    GPA_V1.store(gpa(c"cuGetProcAddress"), Ordering::Release);
-    GPA_V2.store(gpa(c"cuGetProcAddress_v2"), Ordering::Release);
+    // SAFETY: the real `dlsym` on the real driver's handle returns that
+    // driver's function of exactly the name asked for, whose type is the
+    // one cudaTypedefs.h gives it (the table's field type), or null.
+    let found = unsafe { REAL.resolve(|name| real_dlsym(handle, name.as_ptr()) as usize) };
     tracing::debug!(
         driver = ?path,
-        hooked = found,
-        of = NAMES.len(),
+        found,
+        hooked = NAMES.len(),
         "real driver loaded"
     );
 }

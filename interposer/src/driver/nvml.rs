@@ -6,13 +6,15 @@
 //! feedback ([`crate::sm_time::usage_feedback`]).
 
 use core::ffi::{CStr, c_char, c_int, c_uint, c_void};
-use std::sync::OnceLock;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use dilu_abi::cuda::CUDA_SUCCESS;
 use dilu_abi::cuda::sys::{CUdevice, CUdevice_attribute};
 
+pub use crate::driver::nvml_api::*;
+
 use crate::driver;
+use crate::table::{REAL, RealFn};
 
 /// `nvmlReturn_t`.
 pub type NvmlReturn = c_uint;
@@ -25,7 +27,7 @@ pub(crate) const NVML_ERROR_FUNCTION_NOT_FOUND: NvmlReturn = 13;
 /// `nvmlPciInfo_t` (nvml.h; the numeric fields sit at the same offsets in
 /// every version of the struct, and this is the largest).
 #[repr(C)]
-struct NvmlPciInfo {
+pub struct NvmlPciInfo {
     bus_id_legacy: [c_char; 16],
     domain: c_uint,
     bus: c_uint,
@@ -39,7 +41,7 @@ struct NvmlPciInfo {
 static HANDLE: AtomicUsize = AtomicUsize::new(0);
 
 /// The real NVML's `name`, or 0. Opens `libnvidia-ml.so.1` on first use.
-pub(crate) fn real_symbol(name: &CStr) -> usize {
+fn real_symbol(name: &CStr) -> usize {
     let mut handle = HANDLE.load(Ordering::Acquire);
     if handle == 0 {
         // SAFETY: NUL-terminated literal; dlopen has no other preconditions.
@@ -60,17 +62,13 @@ pub(crate) fn real_symbol(name: &CStr) -> usize {
 
 /// PCI (domain, bus, device) of CUDA device `ordinal`, from the real driver.
 pub(crate) fn cuda_pci_location(ordinal: CUdevice) -> Option<(u32, u32, u32)> {
-    type Fn = unsafe extern "C" fn(*mut c_int, CUdevice_attribute, CUdevice) -> u32;
-    let address = driver::real_symbol(c"cuDeviceGetAttribute");
-    if address == 0 {
-        return None;
-    }
-    // SAFETY: cuDeviceGetAttribute from cuda.h, from the real driver.
-    let get: Fn = unsafe { core::mem::transmute::<usize, Fn>(address) };
-    let attribute = |which| {
+    let get = driver::resolved(&REAL.cuDeviceGetAttribute)?;
+    let attribute = |which: CUdevice_attribute| {
         let mut value: c_int = 0;
-        // SAFETY: writes one int to a live local.
-        (unsafe { get(&mut value, which, ordinal) } == CUDA_SUCCESS).then_some(value as u32)
+        // SAFETY: the real cuDeviceGetAttribute; writes one int to a live
+        // local.
+        (unsafe { get(&mut value, which as c_uint, ordinal) } == CUDA_SUCCESS)
+            .then_some(value as u32)
     };
     use CUdevice_attribute::{
         CU_DEVICE_ATTRIBUTE_PCI_BUS_ID as BUS, CU_DEVICE_ATTRIBUTE_PCI_DEVICE_ID as DEVICE,
@@ -83,57 +81,30 @@ pub(crate) fn cuda_pci_location(ordinal: CUdevice) -> Option<(u32, u32, u32)> {
 /// for this process: `nvmlInit` counts references, so the program's own
 /// use of NVML is unaffected).
 pub(crate) fn nvml_device_at(location: (u32, u32, u32)) -> Option<NvmlDevice> {
-    type InitFn = unsafe extern "C" fn() -> NvmlReturn;
-    type CountFn = unsafe extern "C" fn(*mut c_uint) -> NvmlReturn;
-    type HandleFn = unsafe extern "C" fn(c_uint, *mut NvmlDevice) -> NvmlReturn;
-    let (init, count, handle) = (
-        real_symbol(c"nvmlInit_v2"),
-        real_symbol(c"nvmlDeviceGetCount_v2"),
-        real_symbol(c"nvmlDeviceGetHandleByIndex_v2"),
-    );
-    if init == 0 || count == 0 || handle == 0 {
-        return None;
-    }
-    // SAFETY: (all three) nvml.h's signatures, from the real NVML; the out
-    // parameters are live locals.
+    let nvml = real_nvml();
+    let init = nvml.nvmlInit_v2()?;
+    let count = nvml.nvmlDeviceGetCount_v2()?;
+    let handle = nvml.nvmlDeviceGetHandleByIndex_v2()?;
+    // SAFETY: the real NVML's functions; the out parameters are live locals.
     unsafe {
-        if core::mem::transmute::<usize, InitFn>(init)() != NVML_SUCCESS {
+        if init() != NVML_SUCCESS {
             return None;
         }
         let mut n: c_uint = 0;
-        if core::mem::transmute::<usize, CountFn>(count)(&mut n) != NVML_SUCCESS {
+        if count(&mut n) != NVML_SUCCESS {
             return None;
         }
         (0..n).find_map(|i| {
             let mut device: NvmlDevice = core::ptr::null_mut();
-            (core::mem::transmute::<usize, HandleFn>(handle)(i, &mut device) == NVML_SUCCESS
-                && nvml_pci_location(device) == Some(location))
-            .then_some(device)
+            (handle(i, &mut device) == NVML_SUCCESS && nvml_pci_location(device) == Some(location))
+                .then_some(device)
         })
     }
 }
 
 /// PCI (domain, bus, device) of an NVML device.
 pub(crate) fn nvml_pci_location(device: NvmlDevice) -> Option<(u32, u32, u32)> {
-    type Fn = unsafe extern "C" fn(NvmlDevice, *mut NvmlPciInfo) -> NvmlReturn;
-    static ADDRESS: OnceLock<usize> = OnceLock::new();
-    let address = *ADDRESS.get_or_init(|| {
-        [
-            c"nvmlDeviceGetPciInfo_v3",
-            c"nvmlDeviceGetPciInfo_v2",
-            c"nvmlDeviceGetPciInfo",
-        ]
-        .into_iter()
-        .map(real_symbol)
-        .find(|&p| p != 0)
-        .unwrap_or(0)
-    });
-    if address == 0 {
-        return None;
-    }
-    // SAFETY: nvmlDeviceGetPciInfo* from nvml.h, from the real NVML; all
-    // versions fill a prefix of this (largest) layout.
-    let get: Fn = unsafe { core::mem::transmute::<usize, Fn>(address) };
+    let get = real_nvml().nvmlDeviceGetPciInfo()?;
     // SAFETY: plain integers and byte arrays; all-zero is valid.
     let mut info: NvmlPciInfo = unsafe { core::mem::zeroed() };
     // SAFETY: `device` is the handle the caller just used successfully;
@@ -143,6 +114,128 @@ pub(crate) fn nvml_pci_location(device: NvmlDevice) -> Option<(u32, u32, u32)> {
         info.bus,
         info.device,
     ))
+}
+
+/// `nvmlMemory_t` (nvml.h).
+#[repr(C)]
+pub struct NvmlMemory {
+    pub total: u64,
+    pub free: u64,
+    pub used: u64,
+}
+
+/// `nvmlMemory_v2_t` (nvml.h): `version` is `nvmlMemory_v2`
+/// (`sizeof | 2 << 24`).
+#[repr(C)]
+pub struct NvmlMemoryV2 {
+    pub version: c_uint,
+    pub total: u64,
+    pub reserved: u64,
+    pub free: u64,
+    pub used: u64,
+}
+
+/// `nvmlProcessUtilizationSample_t` (nvml.h).
+#[repr(C)]
+#[derive(Clone, Copy, Default)]
+pub struct ProcessUtilizationSample {
+    pub pid: u32,
+    pub time_stamp_us: u64,
+    pub sm_util: u32,
+    pub mem_util: u32,
+    pub enc_util: u32,
+    pub dec_util: u32,
+}
+
+/// The real NVML's functions, each looked up (again) while it is absent.
+/// Their types are generated from nvml.h (`nvml_api.rs`); which C names fill
+/// which field is said once, by the accessors below.
+#[allow(non_snake_case)]
+pub(crate) struct RealNvml {
+    init: RealFn<PFN_nvmlInit_v2>,
+    count: RealFn<PFN_nvmlDeviceGetCount_v2>,
+    handle_by_index: RealFn<PFN_nvmlDeviceGetHandleByIndex_v2>,
+    pci_info: RealFn<PFN_nvmlDeviceGetPciInfo_v3>,
+    process_utilization: RealFn<PFN_nvmlDeviceGetProcessUtilization>,
+    memory_info: RealFn<PFN_nvmlDeviceGetMemoryInfo>,
+    memory_info_v2: RealFn<PFN_nvmlDeviceGetMemoryInfo_v2>,
+}
+
+pub(crate) fn real_nvml() -> &'static RealNvml {
+    static REAL_NVML: RealNvml = RealNvml {
+        init: RealFn::new(),
+        count: RealFn::new(),
+        handle_by_index: RealFn::new(),
+        pci_info: RealFn::new(),
+        process_utilization: RealFn::new(),
+        memory_info: RealFn::new(),
+        memory_info_v2: RealFn::new(),
+    };
+    &REAL_NVML
+}
+
+/// `slot`'s function, found under the first of `names` NVML has.
+///
+/// # Safety
+/// Each of `names` is an NVML function of type `F`.
+unsafe fn lookup<F: Copy>(slot: &RealFn<F>, names: &[&CStr]) -> Option<F> {
+    if let Some(function) = slot.get() {
+        return Some(function);
+    }
+    let address = names
+        .iter()
+        .map(|name| real_symbol(name))
+        .find(|&p| p != 0)?;
+    // SAFETY: the caller's promise, and `real_symbol` gives NVML's function
+    // of that name.
+    unsafe { slot.set(address) };
+    slot.get()
+}
+
+// Each accessor names the C functions of its field's type (the promise
+// `lookup` asks for).
+#[allow(non_snake_case)]
+impl RealNvml {
+    pub fn nvmlInit_v2(&self) -> Option<PFN_nvmlInit_v2> {
+        // SAFETY: see the accessors' comment.
+        unsafe { lookup(&self.init, &[c"nvmlInit_v2"]) }
+    }
+    pub fn nvmlDeviceGetCount_v2(&self) -> Option<PFN_nvmlDeviceGetCount_v2> {
+        // SAFETY: see the accessors' comment.
+        unsafe { lookup(&self.count, &[c"nvmlDeviceGetCount_v2"]) }
+    }
+    pub fn nvmlDeviceGetHandleByIndex_v2(&self) -> Option<PFN_nvmlDeviceGetHandleByIndex_v2> {
+        // SAFETY: see the accessors' comment.
+        unsafe { lookup(&self.handle_by_index, &[c"nvmlDeviceGetHandleByIndex_v2"]) }
+    }
+    /// `_v3`, else `_v2` or the unsuffixed version: each fills a prefix of
+    /// the largest layout, [`NvmlPciInfo`].
+    fn nvmlDeviceGetPciInfo(&self) -> Option<PFN_nvmlDeviceGetPciInfo_v3> {
+        let names = [
+            c"nvmlDeviceGetPciInfo_v3",
+            c"nvmlDeviceGetPciInfo_v2",
+            c"nvmlDeviceGetPciInfo",
+        ];
+        // SAFETY: see the accessors' comment.
+        unsafe { lookup(&self.pci_info, &names) }
+    }
+    pub fn nvmlDeviceGetProcessUtilization(&self) -> Option<PFN_nvmlDeviceGetProcessUtilization> {
+        // SAFETY: see the accessors' comment.
+        unsafe {
+            lookup(
+                &self.process_utilization,
+                &[c"nvmlDeviceGetProcessUtilization"],
+            )
+        }
+    }
+    pub fn nvmlDeviceGetMemoryInfo(&self) -> Option<PFN_nvmlDeviceGetMemoryInfo> {
+        // SAFETY: see the accessors' comment.
+        unsafe { lookup(&self.memory_info, &[c"nvmlDeviceGetMemoryInfo"]) }
+    }
+    pub fn nvmlDeviceGetMemoryInfo_v2(&self) -> Option<PFN_nvmlDeviceGetMemoryInfo_v2> {
+        // SAFETY: see the accessors' comment.
+        unsafe { lookup(&self.memory_info_v2, &[c"nvmlDeviceGetMemoryInfo_v2"]) }
+    }
 }
 
 #[cfg(test)]

@@ -4,11 +4,13 @@
 //! `hook_exports!` from the rows in `table/rows.rs`.
 //!
 //! For every ABI name of every row the macro generates:
-//! - an exported `#[unsafe(no_mangle)] extern "C"` wrapper with the exact C
-//!   signature, which counts the call ([`crate::telemetry::stats`]), loads
-//!   the real driver pointer from its slot ([`crate::table::REAL`], resolved
-//!   by [`crate::driver`]) and calls `handler(cx, next, args...)` under
-//!   `catch_unwind` ([`crate::table::ffi`]);
+//! - an exported `#[unsafe(no_mangle)] extern "C"` wrapper with the row's
+//!   parameters, which must be exactly those of the typedef in
+//!   `cudaTypedefs.h` (`PFN_<name>` in `table/driver_api.rs`, generated from
+//!   the headers: any other signature does not compile). It counts the call
+//!   ([`crate::telemetry::stats`]), loads the typed real function from its
+//!   slot ([`crate::table::REAL`], resolved by [`crate::driver`]) and calls
+//!   `handler(cx, next, args...)` under `catch_unwind` ([`crate::table::ffi`]);
 //! - an entry in [`ROWS`]: the C name and the wrapper's address, used by the
 //!   `dlsym` override (name -> wrapper) and by the `cuGetProcAddress`
 //!   wrappers (real pointer -> wrapper).
@@ -21,7 +23,7 @@
 //! `next` calls the real driver function (it may be called with adjusted
 //! arguments, or not at all to refuse the call).
 
-use core::ffi::{c_char, c_int, c_uint, c_ulonglong, c_void};
+use core::ffi::{c_char, c_uint, c_ulonglong, c_void};
 
 use dilu_abi::cuda::sys::{
     CUDA_ARRAY_DESCRIPTOR, CUDA_ARRAY3D_DESCRIPTOR, CUDA_GRAPH_INSTANTIATE_PARAMS,
@@ -74,17 +76,14 @@ macro_rules! hook_exports {
         )]
         #[unsafe(no_mangle)]
         pub unsafe extern "C" fn $name( $( $arg : $ty ),* ) -> $crate::CUresult {
-            type Real = unsafe extern "C" fn( $( $ty ),* ) -> $crate::CUresult;
             const ID: $crate::table::HookId = $crate::table::HookId::$name;
+            // This wrapper has the signature of the header's typedef, or
+            // the crate does not compile (the row is checked, not trusted).
+            $crate::table::REAL.$name.same_signature($name);
             $crate::telemetry::stats::count_call(ID as usize);
-            let p = $crate::driver::real_fn(&$crate::table::REAL[ID as usize]);
-            if p == 0 {
+            let Some(real) = $crate::driver::resolved(&$crate::table::REAL.$name) else {
                 return ::dilu_abi::cuda::CUDA_ERROR_NOT_FOUND;
-            }
-            // SAFETY: `p` is non-null and was returned by the real `dlsym` on
-            // the real driver for exactly this ABI name, whose C signature is
-            // the one written in this table row (from cuda.h).
-            let real: Real = unsafe { ::core::mem::transmute::<usize, Real>(p) };
+            };
             let done = ::core::cell::Cell::new(None);
             let next = | $( $arg : $ty ),* | -> $crate::CUresult {
                 // SAFETY: forwards the C caller's arguments (or a handler's

@@ -16,8 +16,8 @@
 use core::ffi::{c_uint, c_void};
 
 use dilu_abi::cuda::sys::{
-    CUDA_LAUNCH_PARAMS, CUcontext, CUdevice, CUevent, CUfunction, CUgraph, CUgraphExec,
-    CUgraphNode, CUlaunchConfig, CUstream,
+    CUDA_LAUNCH_PARAMS, CUcontext, CUdevice, CUevent, CUfunction, CUgraph, CUgraphEdgeData,
+    CUgraphExec, CUgraphNode, CUlaunchConfig, CUstream,
 };
 use dilu_abi::cuda::{CUDA_SUCCESS, CUresult};
 
@@ -226,11 +226,18 @@ pub fn stream_begin_capture_v2(
 
 pub fn stream_begin_capture_to_graph(
     _cx: Cx,
-    next: impl FnOnce(CUstream, CUgraph, *const CUgraphNode, *const c_void, usize, c_uint) -> CUresult,
+    next: impl FnOnce(
+        CUstream,
+        CUgraph,
+        *const CUgraphNode,
+        *const CUgraphEdgeData,
+        usize,
+        c_uint,
+    ) -> CUresult,
     stream: CUstream,
     graph: CUgraph,
     dependencies: *const CUgraphNode,
-    dependency_data: *const c_void,
+    dependency_data: *const CUgraphEdgeData,
     num_dependencies: usize,
     mode: c_uint,
 ) -> CUresult {

@@ -4,33 +4,29 @@
 //! rewritten here so the pointers a client holds are our wrappers.
 
 use core::cell::Cell;
-use core::ffi::{CStr, c_char, c_int, c_void};
+use core::ffi::{CStr, c_char, c_int, c_uint, c_void};
 use std::panic::{AssertUnwindSafe, catch_unwind};
-use std::sync::atomic::Ordering;
 
 use dilu_abi::cuda::{
     CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM, CUDA_ERROR_NOT_FOUND, CUDA_SUCCESS, CUresult,
 };
 
-use crate::driver::{self, GPA_V1, GPA_V2};
+use crate::driver;
 use crate::entry::exports::ROWS;
-use crate::table::REAL;
-use crate::table::ffi;
+use crate::table::{PFN_cuGetProcAddress, PFN_cuGetProcAddress_v2, REAL, ffi, real_address};
 use crate::telemetry::stats;
-
-type GpaV1 = unsafe extern "C" fn(*const c_char, *mut *mut c_void, c_int, u64) -> CUresult;
-type GpaV2 =
-    unsafe extern "C" fn(*const c_char, *mut *mut c_void, c_int, u64, *mut c_int) -> CUresult;
 
 /// First CUDA version whose `cuGetProcAddress` is the `_v2` ABI.
 const GPA_V2_SINCE: c_int = 12000;
 
+// Our own functions handed out as addresses: a cast to the typedef's type,
+// then to an integer (no transmute).
 fn our_gpa_v1() -> usize {
-    cuGetProcAddress as GpaV1 as usize
+    cuGetProcAddress as PFN_cuGetProcAddress as usize
 }
 
 fn our_gpa_v2() -> usize {
-    cuGetProcAddress_v2 as GpaV2 as usize
+    cuGetProcAddress_v2 as PFN_cuGetProcAddress_v2 as usize
 }
 
 fn is_gpa_name(name: &[u8]) -> bool {
@@ -50,9 +46,9 @@ fn replacement(symbol: &[u8], p: usize, version: c_int, flags: u64) -> Option<us
         return None;
     }
     if is_gpa_name(symbol) {
-        let v2 = if p == GPA_V2.load(Ordering::Acquire) {
+        let v2 = if p == REAL.cuGetProcAddress_v2.address() {
             true
-        } else if p == GPA_V1.load(Ordering::Acquire) {
+        } else if p == REAL.cuGetProcAddress.address() {
             false
         } else {
             version >= GPA_V2_SINCE
@@ -61,8 +57,8 @@ fn replacement(symbol: &[u8], p: usize, version: c_int, flags: u64) -> Option<us
     }
     let want_per_thread = flags & CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM != 0;
     let mut best = None;
-    for (row, slot) in ROWS.iter().zip(REAL.iter()) {
-        if slot.load(Ordering::Acquire) == p {
+    for (id, row) in ROWS.iter().enumerate() {
+        if real_address(id) == p {
             if row.per_thread == want_per_thread {
                 return Some(row.wrapper_addr());
             }
@@ -119,12 +115,10 @@ pub unsafe extern "C" fn cuGetProcAddress(
     version: c_int,
     flags: u64,
 ) -> CUresult {
-    let p = driver::real_fn(&GPA_V1);
-    if p == 0 {
+    REAL.cuGetProcAddress.same_signature(cuGetProcAddress);
+    let Some(real) = driver::resolved(&REAL.cuGetProcAddress) else {
         return CUDA_ERROR_NOT_FOUND;
-    }
-    // SAFETY: `p` is the real driver's `cuGetProcAddress`, with this ABI.
-    let real: GpaV1 = unsafe { core::mem::transmute::<usize, GpaV1>(p) };
+    };
     let done = Cell::new(None);
     ffi::entry(
         None,
@@ -152,14 +146,12 @@ pub unsafe extern "C" fn cuGetProcAddress_v2(
     pfn: *mut *mut c_void,
     version: c_int,
     flags: u64,
-    status: *mut c_int,
+    status: *mut c_uint,
 ) -> CUresult {
-    let p = driver::real_fn(&GPA_V2);
-    if p == 0 {
+    REAL.cuGetProcAddress_v2.same_signature(cuGetProcAddress_v2);
+    let Some(real) = driver::resolved(&REAL.cuGetProcAddress_v2) else {
         return CUDA_ERROR_NOT_FOUND;
-    }
-    // SAFETY: `p` is the real driver's `cuGetProcAddress_v2`, with this ABI.
-    let real: GpaV2 = unsafe { core::mem::transmute::<usize, GpaV2>(p) };
+    };
     let done = Cell::new(None);
     ffi::entry(
         None,
@@ -197,7 +189,7 @@ fn wrapper_for_name(name: &[u8]) -> Option<usize> {
     let i = ROWS.iter().position(|r| r.name.to_bytes() == name)?;
     // While the loading thread itself is inside `dlopen` of the driver the
     // slots are not final: wrap (the wrapper re-checks on call).
-    if driver::ensure_loaded() && REAL[i].load(Ordering::Acquire) == 0 {
+    if driver::ensure_loaded() && real_address(i) == 0 {
         return None;
     }
     Some(ROWS[i].wrapper_addr())

@@ -44,7 +44,7 @@ use crate::config;
 use crate::driver;
 use crate::driver::devices::{self, CurrentDevice};
 use crate::memory::alloc_table::{AllocTable, Charge};
-use crate::table::{HookId, REAL};
+use crate::table::REAL;
 use dilu_abi::cuda::{CUDA_ERROR_OUT_OF_MEMORY, CUDA_SUCCESS, CUresult, sys};
 use dilu_abi::node_client::Attached;
 use dilu_layout::ledger::{self, MAX_DEVICES, SlotId, TenantLedger, UNLIMITED};
@@ -109,15 +109,10 @@ pub fn charged(bytes: u64) -> u64 {
 }
 
 fn real_total_memory(device: usize) -> Option<u64> {
-    type Fn = unsafe extern "C" fn(*mut usize, sys::CUdevice) -> CUresult;
-    let address = driver::real_fn(&REAL[HookId::cuDeviceTotalMem_v2 as usize]);
-    if address == 0 {
-        return None;
-    }
-    // SAFETY: the real cuDeviceTotalMem_v2, signature from cuda.h.
-    let total_fn: Fn = unsafe { std::mem::transmute::<usize, Fn>(address) };
+    let total_fn = driver::resolved(&REAL.cuDeviceTotalMem_v2)?;
     let mut bytes = 0usize;
-    // SAFETY: writes one size_t to a live local.
+    // SAFETY: the real cuDeviceTotalMem_v2; writes one size_t to a live
+    // local.
     (unsafe { total_fn(&mut bytes, device as sys::CUdevice) } == CUDA_SUCCESS)
         .then_some(bytes as u64)
 }
@@ -205,13 +200,11 @@ fn init() -> Option<MemoryBudget> {
 /// Frees device memory with the real driver, bypassing our hooks (used to
 /// undo an allocation the budget cannot settle).
 pub fn real_mem_free(pointer: u64) -> CUresult {
-    type Fn = unsafe extern "C" fn(sys::CUdeviceptr) -> CUresult;
-    let address = driver::real_fn(&REAL[HookId::cuMemFree_v2 as usize]);
-    if address == 0 {
+    let Some(free) = driver::resolved(&REAL.cuMemFree_v2) else {
         return dilu_abi::cuda::CUDA_ERROR_NOT_FOUND;
-    }
-    // SAFETY: the real cuMemFree_v2, signature from cuda.h.
-    unsafe { std::mem::transmute::<usize, Fn>(address)(pointer) }
+    };
+    // SAFETY: the real cuMemFree_v2, on a pointer the driver handed out.
+    unsafe { free(pointer) }
 }
 
 extern "C" fn leave_at_exit() {
@@ -258,7 +251,7 @@ pub fn existing() -> Option<&'static MemoryBudget> {
     BUDGET.get().and_then(Option::as_ref)
 }
 
-/// Locks the join lock for `fork` (see [`crate::fork`]).
+/// Locks the join lock for `fork` (see [`crate::memory::at_fork`]).
 pub fn lock_join_for_fork() -> std::sync::MutexGuard<'static, ()> {
     JOIN_LOCK.lock().unwrap_or_else(|p| p.into_inner())
 }
@@ -266,7 +259,7 @@ pub fn lock_join_for_fork() -> std::sync::MutexGuard<'static, ()> {
 fn register_process_hooks() {
     // SAFETY: registering a plain extern "C" function that never unwinds.
     unsafe { libc::atexit(leave_at_exit) };
-    crate::fork::install();
+    crate::memory::at_fork::register();
 }
 
 fn start_watcher() {

@@ -3,7 +3,7 @@
 //! `CU_LIMIT_MALLOC_HEAP_SIZE`) and what a memory pool keeps after
 //! `cuMemFreeAsync` (its release threshold). Both count against the budget.
 
-use core::ffi::{c_int, c_void};
+use core::ffi::{c_uint, c_void};
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -15,9 +15,9 @@ use crate::memory::budget;
 use crate::table::Cx;
 
 /// `CU_LIMIT_MALLOC_HEAP_SIZE` in cuda.h's `CUlimit`.
-const LIMIT_MALLOC_HEAP_SIZE: c_int = 0x02;
+const LIMIT_MALLOC_HEAP_SIZE: c_uint = 0x02;
 /// `CU_MEMPOOL_ATTR_RELEASE_THRESHOLD` in cuda.h's `CUmemPool_attribute`.
-const POOL_RELEASE_THRESHOLD: c_int = 4;
+const POOL_RELEASE_THRESHOLD: c_uint = 4;
 
 /// Heap bytes this process has been charged per device.
 static HEAP_CHARGED: [AtomicU64; MAX_DEVICES] = [const { AtomicU64::new(0) }; MAX_DEVICES];
@@ -29,8 +29,8 @@ static HEAP_LOCK: Mutex<()> = Mutex::new(());
 /// one gives the difference back.
 pub fn ctx_set_limit(
     _cx: Cx,
-    next: impl FnOnce(c_int, usize) -> CUresult,
-    limit: c_int,
+    next: impl FnOnce(c_uint, usize) -> CUresult,
+    limit: c_uint,
     value: usize,
 ) -> CUresult {
     let Some(b) = budget::get().filter(|_| limit == LIMIT_MALLOC_HEAP_SIZE) else {
@@ -62,9 +62,9 @@ pub fn ctx_set_limit(
 /// memory the budget no longer counts.
 pub fn mem_pool_set_attribute(
     _cx: Cx,
-    next: impl FnOnce(CUmemoryPool, c_int, *mut c_void) -> CUresult,
+    next: impl FnOnce(CUmemoryPool, c_uint, *mut c_void) -> CUresult,
     pool: CUmemoryPool,
-    attr: c_int,
+    attr: c_uint,
     value: *mut c_void,
 ) -> CUresult {
     let budgeted = budget::get().is_some_and(|b| b.budget_of(b.current_device()) != UNLIMITED);

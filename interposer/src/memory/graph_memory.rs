@@ -41,7 +41,7 @@
 
 #![allow(clippy::too_many_arguments)]
 
-use core::ffi::{c_char, c_ulonglong};
+use core::ffi::{c_char, c_uint, c_ulonglong};
 use core::mem::offset_of;
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -57,7 +57,7 @@ use dilu_layout::ledger::MAX_DEVICES;
 
 use crate::driver;
 use crate::memory::budget::{self, MemoryBudget};
-use crate::table::Cx;
+use crate::table::{Cx, REAL};
 
 /// True once this process has charged an allocation node (until a fork).
 static ACTIVE: AtomicBool = AtomicBool::new(false);
@@ -181,18 +181,11 @@ pub fn lock_for_fork() -> MutexGuard<'static, Registry> {
 
 /// The driver's count of memory reserved for graphs on `device`.
 fn driver_reserved(device: usize) -> Option<u64> {
-    type Fn =
-        unsafe extern "C" fn(CUdevice, CUgraphMem_attribute, *mut core::ffi::c_void) -> CUresult;
-    let address = driver::real_symbol(c"cuDeviceGetGraphMemAttribute");
-    if address == 0 {
-        return None;
-    }
-    // SAFETY: cuDeviceGetGraphMemAttribute from cuda.h, resolved from the
-    // real driver.
-    let get: Fn = unsafe { core::mem::transmute::<usize, Fn>(address) };
+    let get = driver::resolved(&REAL.cuDeviceGetGraphMemAttribute)?;
     let mut value: u64 = 0;
-    let attribute = CUgraphMem_attribute::CU_GRAPH_MEM_ATTR_RESERVED_MEM_CURRENT;
-    // SAFETY: the attribute's value is a cuuint64_t written to a live local.
+    let attribute = CUgraphMem_attribute::CU_GRAPH_MEM_ATTR_RESERVED_MEM_CURRENT as c_uint;
+    // SAFETY: the real cuDeviceGetGraphMemAttribute; the attribute's value
+    // is a cuuint64_t written to a live local.
     let result = unsafe { get(device as CUdevice, attribute, (&raw mut value).cast()) };
     (result == CUDA_SUCCESS).then_some(value)
 }

@@ -9,8 +9,10 @@
 //! - [`graph_memory`]: CUDA graph memory nodes.
 //! - [`driver_reserved`]: the device `malloc` heap and memory pools.
 //! - [`nvml`]: NVML's memory queries, answered with the budget.
+//! - [`at_fork`]: this state's part in fork safety.
 
 pub mod alloc_table;
+pub mod at_fork;
 pub mod budget;
 pub mod driver_reserved;
 pub mod graph_memory;

@@ -36,42 +36,21 @@
 //! processes; an NVML query charges nothing itself.
 
 use core::cell::Cell;
-use core::ffi::c_uint;
 use std::sync::OnceLock;
-use std::sync::atomic::{AtomicUsize, Ordering};
 
 use dilu_abi::cuda::sys::CUdevice;
 
 use crate::driver::nvml::{
-    NVML_ERROR_FUNCTION_NOT_FOUND, NVML_SUCCESS, NvmlDevice, NvmlReturn, cuda_pci_location,
-    nvml_pci_location, real_symbol,
+    NVML_ERROR_FUNCTION_NOT_FOUND, NVML_SUCCESS, NvmlDevice, NvmlMemory, NvmlMemoryV2, NvmlReturn,
+    cuda_pci_location, nvml_pci_location, real_nvml,
 };
 use crate::memory::budget::{self, MemoryBudget};
 use crate::table::Row;
 
-/// `nvmlMemory_t` (nvml.h).
-#[repr(C)]
-pub struct NvmlMemory {
-    pub total: u64,
-    pub free: u64,
-    pub used: u64,
-}
-
-/// `nvmlMemory_v2_t` (nvml.h): `version` is `nvmlMemory_v2`
-/// (`sizeof | 2 << 24`).
-#[repr(C)]
-pub struct NvmlMemoryV2 {
-    pub version: c_uint,
-    pub total: u64,
-    pub reserved: u64,
-    pub free: u64,
-    pub used: u64,
-}
-
 /// Generates, for each row `handler => fn nvmlName(args);`: the exported
-/// wrapper (real function via [`real_fn`], body under
-/// [`crate::table::ffi::entry_named`]), a slot in `REAL`, and a `ROWS` entry for
-/// the `dlsym` answer. A handler has the shape
+/// wrapper (the real function from [`real_nvml`], whose nvml.h signature
+/// the wrapper must have, body under [`crate::table::ffi::entry_named`]) and
+/// a `ROWS` entry for the `dlsym` answer. A handler has the shape
 /// `fn(next: impl FnOnce(args...) -> NvmlReturn, args...) -> NvmlReturn`.
 macro_rules! nvml_table {
     ( $( $handler:path => fn $name:ident ( $( $arg:ident : $ty:ty ),* $(,)? ); )* ) => {
@@ -81,9 +60,6 @@ macro_rules! nvml_table {
         enum NvmlId { $( $name, )* }
 
         const COUNT: usize = [$( stringify!($name), )*].len();
-
-        /// Real NVML function per row (0 = not resolved yet).
-        static REAL: [AtomicUsize; COUNT] = [const { AtomicUsize::new(0) }; COUNT];
 
         /// C name and wrapper of every row, indexed by `NvmlId`.
         static ROWS: [Row; COUNT] = [
@@ -102,15 +78,13 @@ macro_rules! nvml_table {
             )]
             #[unsafe(no_mangle)]
             pub unsafe extern "C" fn $name( $( $arg : $ty ),* ) -> NvmlReturn {
-                type Real = unsafe extern "C" fn( $( $ty ),* ) -> NvmlReturn;
                 const ID: usize = NvmlId::$name as usize;
-                let p = real_fn(ID);
-                if p == 0 {
+                let Some(real) = real_nvml().$name() else {
                     return NVML_ERROR_FUNCTION_NOT_FOUND;
-                }
-                // SAFETY: `p` was returned by the real `dlsym` on NVML for
-                // exactly this name, whose C signature is this row's.
-                let real: Real = unsafe { core::mem::transmute::<usize, Real>(p) };
+                };
+                // Compiles only if this wrapper has the real function's type
+                // (an array's elements share one type).
+                let _same_signature = [real, $name];
                 let done = Cell::new(None);
                 let next = | $( $arg : $ty ),* | -> NvmlReturn {
                     // SAFETY: forwards the caller's arguments to the real
@@ -135,17 +109,6 @@ macro_rules! nvml_table {
 nvml_table! {
     memory_info => fn nvmlDeviceGetMemoryInfo(device: NvmlDevice, memory: *mut NvmlMemory);
     memory_info => fn nvmlDeviceGetMemoryInfo_v2(device: NvmlDevice, memory: *mut NvmlMemoryV2);
-}
-
-/// The real function of row `id`, resolved once.
-fn real_fn(id: usize) -> usize {
-    let p = REAL[id].load(Ordering::Acquire);
-    if p != 0 {
-        return p;
-    }
-    let p = real_symbol(ROWS[id].name);
-    REAL[id].store(p, Ordering::Release);
-    p
 }
 
 /// Our wrapper for an NVML name, for the `dlsym` override.

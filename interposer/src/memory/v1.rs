@@ -10,7 +10,7 @@ use dilu_layout::ledger::UNLIMITED;
 
 use crate::memory::budget;
 use crate::table::Cx;
-use crate::table::{HookId, REAL};
+use crate::table::REAL;
 
 /// Reads an out-parameter the driver has just written (after success).
 fn written(pointer: *const c_uint) -> c_uint {
@@ -91,14 +91,10 @@ pub fn mem_get_info_v1(
     if b.budget_of(b.current_device()) == UNLIMITED || free.is_null() || total.is_null() {
         return next(free, total);
     }
-    type V2 = unsafe extern "C" fn(*mut usize, *mut usize) -> CUresult;
-    let address = crate::driver::real_fn(&REAL[HookId::cuMemGetInfo_v2 as usize]);
-    if address == 0 {
+    let Some(real_v2) = crate::driver::resolved(&REAL.cuMemGetInfo_v2) else {
         return next(free, total);
-    }
+    };
     let (mut free_v2, mut total_v2) = (0usize, 0usize);
-    // SAFETY: cuMemGetInfo_v2's signature from cuda.h, two live outputs.
-    let real_v2 = unsafe { std::mem::transmute::<usize, V2>(address) };
     // Through our own _v2 handler, so both ABIs answer the same.
     let result = crate::memory::hooks::mem_get_info(
         cx,

@@ -17,11 +17,11 @@ use crate::sm_time::launch_lease;
 use crate::sm_time::recent_streams;
 use crate::sm_time::sampler;
 use crate::sm_time::tenant_sm::{self, TenantSm};
+use crate::table::REAL;
 use dilu_abi::cuda::{CUDA_SUCCESS, CUresult, sys};
 use dilu_layout::bucket::Admission;
 use dilu_layout::budget::is_limited;
 use dilu_layout::monotonic_ns;
-use std::sync::OnceLock;
 use std::sync::atomic::{AtomicI64, Ordering};
 
 /// Launches of a kind never measured that may be in flight before its first
@@ -70,31 +70,15 @@ pub fn end_capture(
 /// Whether `stream` is capturing (active or invalidated), from the real
 /// driver; `None` when it cannot say.
 pub fn stream_is_capturing(stream: sys::CUstream, per_thread: bool) -> Option<bool> {
-    let (plain, ptsz) = *is_capturing_fns();
-    let address = if per_thread && ptsz != 0 { ptsz } else { plain };
-    if address == 0 {
-        return None;
-    }
+    let ptsz = per_thread
+        .then(|| driver::resolved(&REAL.cuStreamIsCapturing_ptsz))
+        .flatten();
+    let is_capturing = ptsz.or_else(|| driver::resolved(&REAL.cuStreamIsCapturing))?;
+    let mut status: u32 = 0;
     // SAFETY: the real cuStreamIsCapturing[_ptsz]; the status is a C enum
     // (int-sized), written to a live local.
-    let is_capturing: IsCapturingFn =
-        unsafe { std::mem::transmute::<usize, IsCapturingFn>(address) };
-    let mut status: u32 = 0;
-    // SAFETY: see above.
     let result = unsafe { is_capturing(stream, &mut status) };
     (result == CUDA_SUCCESS).then_some(status != 0)
-}
-
-type IsCapturingFn = unsafe extern "C" fn(sys::CUstream, *mut u32) -> CUresult;
-
-fn is_capturing_fns() -> &'static (usize, usize) {
-    static FNS: OnceLock<(usize, usize)> = OnceLock::new();
-    FNS.get_or_init(|| {
-        (
-            driver::real_symbol(c"cuStreamIsCapturing"),
-            driver::real_symbol(c"cuStreamIsCapturing_ptsz"),
-        )
-    })
 }
 
 /// Whether a launch on `stream` is being captured into a graph (then it
@@ -379,30 +363,24 @@ pub fn charge_untimed(key: LaunchKey, device: usize) {
 /// The device a stream belongs to (slow: for the rare multi-device launch
 /// path only). Falls back to the current context's device.
 pub fn device_of_stream(stream: sys::CUstream) -> usize {
-    type GetCtxFn = unsafe extern "C" fn(sys::CUstream, *mut sys::CUcontext) -> CUresult;
-    type PushFn = unsafe extern "C" fn(sys::CUcontext) -> CUresult;
-    type PopFn = unsafe extern "C" fn(*mut sys::CUcontext) -> CUresult;
     let Some(sm) = tenant_sm::get() else { return 0 };
-    let (get_ctx, push, pop) = (
-        driver::real_symbol(c"cuStreamGetCtx"),
-        driver::real_symbol(c"cuCtxPushCurrent_v2"),
-        driver::real_symbol(c"cuCtxPopCurrent_v2"),
-    );
-    if get_ctx == 0 || push == 0 || pop == 0 {
+    let (Some(get_ctx), Some(push), Some(pop)) = (
+        driver::resolved(&REAL.cuStreamGetCtx),
+        driver::resolved(&REAL.cuCtxPushCurrent_v2),
+        driver::resolved(&REAL.cuCtxPopCurrent_v2),
+    ) else {
         return sm.current_device();
-    }
+    };
     let mut ctx: sys::CUcontext = std::ptr::null_mut();
     // SAFETY: real driver functions with their cuda.h signatures; the
     // context pushed is popped again before returning.
     unsafe {
-        if std::mem::transmute::<usize, GetCtxFn>(get_ctx)(stream, &mut ctx) != CUDA_SUCCESS
-            || std::mem::transmute::<usize, PushFn>(push)(ctx) != CUDA_SUCCESS
-        {
+        if get_ctx(stream, &mut ctx) != CUDA_SUCCESS || push(ctx) != CUDA_SUCCESS {
             return sm.current_device();
         }
         let device = sm.current_device();
         let mut popped: sys::CUcontext = std::ptr::null_mut();
-        std::mem::transmute::<usize, PopFn>(pop)(&mut popped);
+        pop(&mut popped);
         device
     }
 }

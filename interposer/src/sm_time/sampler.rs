@@ -44,8 +44,13 @@ use crate::driver;
 use crate::sm_time::kernel_estimates::Entry;
 use crate::sm_time::recent_streams::{self, REMEMBERED};
 use crate::sm_time::tenant_sm;
+use crate::table::{
+    PFN_cuCtxGetCurrent, PFN_cuCtxSetCurrent, PFN_cuEventCreate, PFN_cuEventElapsedTime,
+    PFN_cuEventQuery, PFN_cuEventRecord, PFN_cuEventRecord_ptsz, PFN_cuLaunchHostFunc,
+    PFN_cuLaunchHostFunc_ptsz, REAL,
+};
 use crossbeam_channel::{Receiver, Sender, TryRecvError};
-use dilu_abi::cuda::{CUDA_SUCCESS, CUresult, sys};
+use dilu_abi::cuda::{CUDA_SUCCESS, sys};
 use std::collections::HashMap;
 use std::sync::OnceLock;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
@@ -67,59 +72,33 @@ const MAX_SETS: usize = 64;
 /// just an over-estimate, which the window's minimum discards).
 const GATE_LIMIT_NS: u64 = 2_000_000;
 
-type CreateFn = unsafe extern "C" fn(*mut sys::CUevent, u32) -> CUresult;
-type RecordFn = unsafe extern "C" fn(sys::CUevent, sys::CUstream) -> CUresult;
-type QueryFn = unsafe extern "C" fn(sys::CUevent) -> CUresult;
-type ElapsedFn = unsafe extern "C" fn(*mut f32, sys::CUevent, sys::CUevent) -> CUresult;
-type GetCurrentFn = unsafe extern "C" fn(*mut sys::CUcontext) -> CUresult;
-type SetCurrentFn = unsafe extern "C" fn(sys::CUcontext) -> CUresult;
-type HostFn = unsafe extern "C" fn(*mut std::ffi::c_void);
-type LaunchHostFuncFn =
-    unsafe extern "C" fn(sys::CUstream, Option<HostFn>, *mut std::ffi::c_void) -> CUresult;
-
 struct EventFns {
-    create: CreateFn,
-    record: RecordFn,
-    record_ptsz: Option<RecordFn>,
-    query: QueryFn,
-    elapsed: ElapsedFn,
-    get_current: GetCurrentFn,
-    set_current: SetCurrentFn,
+    create: PFN_cuEventCreate,
+    record: PFN_cuEventRecord,
+    record_ptsz: Option<PFN_cuEventRecord_ptsz>,
+    query: PFN_cuEventQuery,
+    elapsed: PFN_cuEventElapsedTime,
+    get_current: PFN_cuCtxGetCurrent,
+    set_current: PFN_cuCtxSetCurrent,
     /// Plain and per-thread-stream `cuLaunchHostFunc`, for the gate.
-    host_func: Option<LaunchHostFuncFn>,
-    host_func_ptsz: Option<LaunchHostFuncFn>,
-}
-
-fn resolve(name: &std::ffi::CStr) -> Option<usize> {
-    Some(driver::real_symbol(name)).filter(|&p| p != 0)
+    host_func: Option<PFN_cuLaunchHostFunc>,
+    host_func_ptsz: Option<PFN_cuLaunchHostFunc_ptsz>,
 }
 
 fn fns() -> Option<&'static EventFns> {
     static FNS: OnceLock<Option<EventFns>> = OnceLock::new();
     FNS.get_or_init(|| {
-        // SAFETY: (all transmutes below) each address is the real driver's
-        // function of that name, whose C signature from cuda.h is the
-        // target type.
-        unsafe {
-            Some(EventFns {
-                create: std::mem::transmute::<usize, CreateFn>(resolve(c"cuEventCreate")?),
-                record: std::mem::transmute::<usize, RecordFn>(resolve(c"cuEventRecord")?),
-                record_ptsz: resolve(c"cuEventRecord_ptsz")
-                    .map(|p| std::mem::transmute::<usize, RecordFn>(p)),
-                query: std::mem::transmute::<usize, QueryFn>(resolve(c"cuEventQuery")?),
-                elapsed: std::mem::transmute::<usize, ElapsedFn>(resolve(c"cuEventElapsedTime")?),
-                get_current: std::mem::transmute::<usize, GetCurrentFn>(resolve(
-                    c"cuCtxGetCurrent",
-                )?),
-                set_current: std::mem::transmute::<usize, SetCurrentFn>(resolve(
-                    c"cuCtxSetCurrent",
-                )?),
-                host_func: resolve(c"cuLaunchHostFunc")
-                    .map(|p| std::mem::transmute::<usize, LaunchHostFuncFn>(p)),
-                host_func_ptsz: resolve(c"cuLaunchHostFunc_ptsz")
-                    .map(|p| std::mem::transmute::<usize, LaunchHostFuncFn>(p)),
-            })
-        }
+        Some(EventFns {
+            create: driver::resolved(&REAL.cuEventCreate)?,
+            record: driver::resolved(&REAL.cuEventRecord)?,
+            record_ptsz: driver::resolved(&REAL.cuEventRecord_ptsz),
+            query: driver::resolved(&REAL.cuEventQuery)?,
+            elapsed: driver::resolved(&REAL.cuEventElapsedTime)?,
+            get_current: driver::resolved(&REAL.cuCtxGetCurrent)?,
+            set_current: driver::resolved(&REAL.cuCtxSetCurrent)?,
+            host_func: driver::resolved(&REAL.cuLaunchHostFunc),
+            host_func_ptsz: driver::resolved(&REAL.cuLaunchHostFunc_ptsz),
+        })
     })
     .as_ref()
 }

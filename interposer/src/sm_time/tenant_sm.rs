@@ -1,10 +1,10 @@
 //! The tenant's SM-time state as this process sees it: its share of each
-//! device ([`TenantBudget`], one writer) and the telemetry all its processes
-//! write ([`TenantTelemetry`]), in whose region the token buckets
-//! ([`TokenBucket`]) live apart from the counters.
+//! device ([`TenantBudget`], one writer) and the activity region all its
+//! processes write ([`TenantActivity`]): the token buckets ([`TokenBucket`],
+//! enforcement) and, apart from them, the telemetry counters (advisory).
 //!
 //! Where they live (standalone mode, no node manager):
-//! - `DILU_TENANT=NAME`: `/dev/shm/dilu-<uid>/<NAME>.sm` and `.telemetry`,
+//! - `DILU_TENANT=NAME`: `/dev/shm/dilu-<uid>/<NAME>.sm` and `.telemetry` (the activity region),
 //!   mode 0600. The process that creates `.sm`, or finds its writer gone,
 //!   writes its configured shares and becomes the writer; a process joining
 //!   a running tenant uses the shares already there. Any process of the same
@@ -14,7 +14,7 @@
 //!
 //! Under the node manager (its socket exists, see [`crate::node`]), a named
 //! tenant registers instead: the daemon hands it a read-only, sealed budget
-//! it writes itself and the telemetry region it reads; `DILU_SM_LIMIT` is
+//! it writes itself and the activity region it reads; `DILU_SM_LIMIT` is
 //! then ignored (the daemon decides). A refused registration stops the
 //! process with the daemon's reason.
 //!
@@ -23,19 +23,20 @@
 
 use crate::config;
 use crate::driver::devices::{self, CurrentDevice};
+use crate::fork::{self, Handlers, Part};
 use dilu_abi::node_client::Attached;
+use dilu_layout::activity::{DeviceTelemetry, TenantActivity};
 use dilu_layout::bucket::TokenBucket;
 use dilu_layout::budget::{TenantBudget, UNLIMITED_SHARE};
 use dilu_layout::ledger;
 use dilu_layout::shm::Region;
-use dilu_layout::telemetry::{DeviceTelemetry, TenantTelemetry};
 use std::sync::OnceLock;
 
-/// Where the budget and telemetry live.
+/// Where the budget and activity regions live.
 enum Regions {
     Standalone {
         budget: Region<TenantBudget>,
-        telemetry: Region<TenantTelemetry>,
+        activity: Region<TenantActivity>,
     },
     /// Owned by the node manager (the budget may be swapped when a
     /// restarted daemon re-adopts the tenant).
@@ -79,21 +80,40 @@ fn fail(what: &str, error: impl std::fmt::Display) -> ! {
     std::process::exit(2)
 }
 
+/// The SM-time state's part in fork safety (see [`crate::fork`]): a forked
+/// child has no sampling harvester or usage-feedback thread, and its charges
+/// are its own. Registered when SM-time control starts.
+fn register_fork_handlers() {
+    fn child() {
+        crate::sm_time::sampler::forget_parent_state_in_child();
+        crate::sm_time::usage_feedback::forget_parent_state_in_child();
+    }
+    fork::register(
+        Part::SmTime,
+        Handlers {
+            prepare: Handlers::nothing,
+            parent: Handlers::nothing,
+            child,
+        },
+    );
+}
+
 fn init() -> Option<TenantSm> {
     let cfg = config::get();
     if let Some(attached) = crate::node::attached() {
-        crate::fork::install();
+        register_fork_handlers();
         return Some(TenantSm {
             regions: Regions::Managed(attached),
             current_device: OnceLock::new(),
         });
     }
-    let (budget, telemetry) = match &cfg.tenant {
+    let (budget, activity) = match &cfg.tenant {
         None if !cfg.sm.any() => return None,
         None => (
             Region::<TenantBudget>::anonymous(write_shares)
                 .unwrap_or_else(|e| fail("SM budget", e)),
-            Region::<TenantTelemetry>::anonymous(|_| {}).unwrap_or_else(|e| fail("telemetry", e)),
+            Region::<TenantActivity>::anonymous(|_| {})
+                .unwrap_or_else(|e| fail("activity region", e)),
         ),
         Some(name) => {
             // SAFETY: getuid has no preconditions.
@@ -114,19 +134,19 @@ fn init() -> Option<TenantSm> {
                 );
             }
             let path = dilu_layout::tenant_region_path(uid, name, "telemetry");
-            let telemetry = Region::<TenantTelemetry>::open_or_create(&path, 0o600, |_| {})
-                .unwrap_or_else(|e| fail("telemetry", format!("{}: {e}", path.display())));
-            (budget, telemetry)
+            let activity = Region::<TenantActivity>::open_or_create(&path, 0o600, |_| {})
+                .unwrap_or_else(|e| fail("activity region", format!("{}: {e}", path.display())));
+            (budget, activity)
         }
     };
-    crate::fork::install();
+    register_fork_handlers();
     tracing::debug!(
         tenant = cfg.tenant.as_deref().unwrap_or(""),
         share_ppm_device0 = budget.share_ppm(0),
         "SM-time control active"
     );
     Some(TenantSm {
-        regions: Regions::Standalone { budget, telemetry },
+        regions: Regions::Standalone { budget, activity },
         current_device: OnceLock::new(),
     })
 }
@@ -141,10 +161,10 @@ impl TenantSm {
     }
 
     #[inline]
-    pub fn telemetry(&self) -> &TenantTelemetry {
+    pub fn activity(&self) -> &TenantActivity {
         match &self.regions {
-            Regions::Standalone { telemetry, .. } => telemetry,
-            Regions::Managed(attached) => attached.telemetry(),
+            Regions::Standalone { activity, .. } => activity,
+            Regions::Managed(attached) => attached.activity(),
         }
     }
 
@@ -159,12 +179,12 @@ impl TenantSm {
 
     #[inline]
     pub fn device(&self, device: usize) -> &DeviceTelemetry {
-        &self.telemetry().devices[device]
+        &self.activity().devices[device]
     }
 
     /// The token bucket of `device` (enforcement state).
     #[inline]
     pub fn bucket(&self, device: usize) -> &TokenBucket {
-        &self.telemetry().buckets[device]
+        &self.activity().buckets[device]
     }
 }

@@ -58,7 +58,9 @@
 //! pid namespace hides the host pid NVML uses), nothing is corrected and
 //! the estimates alone decide, as before.
 
-use crate::driver::nvml::{self, NvmlDevice, NvmlReturn};
+use crate::driver::nvml::{
+    self, NvmlDevice, NvmlReturn, PFN_nvmlDeviceGetProcessUtilization, ProcessUtilizationSample,
+};
 use crate::sm_time::tenant_sm;
 use dilu_layout::budget::is_limited;
 use dilu_layout::ledger::MAX_DEVICES;
@@ -136,21 +138,6 @@ pub fn forget_parent_state_in_child() {
     }
 }
 
-/// `nvmlProcessUtilizationSample_t` (nvml.h).
-#[repr(C)]
-#[derive(Clone, Copy, Default)]
-struct ProcessUtilizationSample {
-    pid: u32,
-    time_stamp_us: u64,
-    sm_util: u32,
-    mem_util: u32,
-    enc_util: u32,
-    dec_util: u32,
-}
-
-type ProcessUtilizationFn =
-    unsafe extern "C" fn(NvmlDevice, *mut ProcessUtilizationSample, *mut u32, u64) -> NvmlReturn;
-
 const NVML_SUCCESS: NvmlReturn = 0;
 /// `NVML_ERROR_NOT_FOUND`: no sample newer than the one asked from.
 const NVML_ERROR_NOT_FOUND: NvmlReturn = 6;
@@ -171,7 +158,7 @@ const CONTENDED_FOR_US: u64 = 1_000_000;
 /// The driver's busy-time count of one process on one device.
 struct DriverCount {
     device: NvmlDevice,
-    query: ProcessUtilizationFn,
+    query: PFN_nvmlDeviceGetProcessUtilization,
     pid: u32,
     samples: SampleClock,
 }
@@ -312,13 +299,7 @@ impl DriverCount {
     fn open(cuda_ordinal: usize) -> Option<DriverCount> {
         let location = nvml::cuda_pci_location(cuda_ordinal as i32)?;
         let device = nvml::nvml_device_at(location)?;
-        let address = nvml::real_symbol(c"nvmlDeviceGetProcessUtilization");
-        if address == 0 {
-            return None;
-        }
-        // SAFETY: nvmlDeviceGetProcessUtilization from nvml.h, from the real
-        // NVML.
-        let query = unsafe { std::mem::transmute::<usize, ProcessUtilizationFn>(address) };
+        let query = nvml::real_nvml().nvmlDeviceGetProcessUtilization()?;
         let mut count = DriverCount {
             device,
             query,

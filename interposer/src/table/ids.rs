@@ -2,9 +2,9 @@
 //! hook table (see `rows.rs`), for every ABI name of every row:
 //! - a variant of [`HookId`](crate::table::HookId) (the name's index);
 //! - its C name in [`NAMES`](crate::table::NAMES);
-//! - a slot in [`REAL`](crate::table::REAL): the real driver's function for
-//!   that name, resolved once with the real `dlsym` on the real libcuda
-//!   handle ([`crate::driver`]).
+//! - the address of its slot in [`REAL`](crate::table::REAL) (the typed
+//!   table generated from the headers, `driver_api.rs`), by index, for the
+//!   `cuGetProcAddress` answers.
 //!
 //! Handlers and C types are ignored here; the wrappers are generated from
 //! the same rows in `entry/exports.rs`.
@@ -31,9 +31,17 @@ macro_rules! hook_ids {
             )*
         ];
 
-        /// Real driver function per ABI name (0 = not resolved / absent).
-        pub static REAL: [::core::sync::atomic::AtomicUsize; HOOK_COUNT] =
-            [const { ::core::sync::atomic::AtomicUsize::new(0) }; HOOK_COUNT];
+        /// The real driver's address for every hooked ABI name, indexed by
+        /// [`HookId`] (0 = not resolved / absent).
+        pub fn real_address(id: usize) -> usize {
+            static ADDRESS: [fn() -> usize; HOOK_COUNT] = [
+                $(
+                    || $crate::table::REAL.$name.address(),
+                    $( || $crate::table::REAL.$ptsz.address(), )?
+                )*
+            ];
+            ADDRESS[id]()
+        }
     };
 }
 

@@ -1,15 +1,22 @@
 //! The hook table, below everything that uses it: which driver functions
-//! are hooked (the one list, `rows.rs`), their ids, C names and real-driver
-//! slots (generated here by `ids.rs`), the call context every handler
-//! receives ([`Cx`]) and panic containment at the FFI edge ([`ffi`]). The
-//! exported wrappers are generated from the same rows in
-//! [`crate::entry::exports`], the only place that knows the handlers.
+//! are hooked (the one list, `rows.rs`), their ids and C names (generated
+//! here by `ids.rs`), the C type of every real driver function the
+//! interposer hooks or calls and the one typed table of their real
+//! addresses, [`REAL`] (`driver_api.rs`, generated from NVIDIA's headers by
+//! `scripts/gen-driver-types.py`), the call context every handler receives
+//! ([`Cx`]) and panic containment at the FFI edge ([`ffi`]). The exported
+//! wrappers are generated from the same rows in [`crate::entry::exports`],
+//! the only place that knows the handlers.
 
+mod driver_api;
 pub mod ffi;
 mod ids;
+mod real;
 mod rows;
 
+pub use driver_api::*;
 use ids::hook_ids;
+pub use real::RealFn;
 pub(crate) use rows::hooked_functions;
 
 hooked_functions!(hook_ids);

@@ -8,9 +8,12 @@
 //!
 //! To hook a new function: add one row with its exact ABI name (the versioned
 //! exported name, e.g. `cuMemAlloc_v2`), `/ name_ptsz` if `cuda.h` has a
-//! per-thread-default-stream variant, its C signature from `cuda.h`, and a
-//! handler in `entry/handlers.rs` (or a module it re-exports). Nothing else
-//! needs to change.
+//! per-thread-default-stream variant, its parameters, and a handler in
+//! `entry/handlers.rs` (or a module it re-exports); then rerun
+//! `scripts/gen-driver-types.py`, which gives the name its C type
+//! (`PFN_<name>` in `driver_api.rs`, from cudaTypedefs.h) and its slot in
+//! `REAL`. The parameters must have exactly that type's types, or the
+//! wrapper does not compile.
 //!
 //! Row syntax: `handler_path => fn AbiName [/ AbiName_ptsz] (arg: CType, ...);`
 
@@ -57,9 +60,9 @@ macro_rules! hooked_functions {
             );
             h::mem_free_v1 => fn cuMemFree(dptr: c_uint);
             h::mem_get_info_v1 => fn cuMemGetInfo(free: *mut c_uint, total: *mut c_uint);
-            h::ctx_set_limit => fn cuCtxSetLimit(limit: c_int, value: usize);
+            h::ctx_set_limit => fn cuCtxSetLimit(limit: c_uint, value: usize);
             h::mem_pool_set_attribute => fn cuMemPoolSetAttribute(
-                pool: CUmemoryPool, attr: c_int, value: *mut c_void,
+                pool: CUmemoryPool, attr: c_uint, value: *mut c_void,
             );
 
             // ---- graph memory (see memory/graph_memory.rs for the rule) ------------------
@@ -120,7 +123,7 @@ macro_rules! hooked_functions {
             );
             h::stream_begin_capture_to_graph => fn cuStreamBeginCaptureToGraph / cuStreamBeginCaptureToGraph_ptsz(
                 stream: CUstream, graph: CUgraph, dependencies: *const CUgraphNode,
-                dependency_data: *const c_void, num_dependencies: usize, mode: c_uint,
+                dependency_data: *const CUgraphEdgeData, num_dependencies: usize, mode: c_uint,
             );
             h::stream_end_capture => fn cuStreamEndCapture / cuStreamEndCapture_ptsz(stream: CUstream, graph: *mut CUgraph);
 

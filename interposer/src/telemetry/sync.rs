@@ -19,7 +19,7 @@ pub fn synchronised() {
     let now = monotonic_ns();
     let previous = LAST_SYNC_NS.with(|last| last.replace(now));
     if previous != 0 {
-        sm.telemetry().sync_intervals.record(now - previous);
+        sm.activity().sync_intervals.record(now - previous);
     }
 }
 
@@ -31,7 +31,7 @@ pub fn synchronised() {
 pub extern "C" fn dilu_report_latency(latency_ns: u64) {
     let _ = std::panic::catch_unwind(|| {
         if let Some(sm) = tenant_sm::get() {
-            sm.telemetry().report_latency(latency_ns);
+            sm.activity().report_latency(latency_ns);
         }
         crate::sm_time::colocation::latency_reported(latency_ns);
     });

@@ -1,14 +1,17 @@
-//! What the processes of a tenant record while they run, in memory the node
-//! manager can read without stopping them: per device, their launch
-//! counters and histograms and (kept apart, see [`crate::bucket`]) the
-//! SM-time token bucket they share; per tenant, the sync-to-sync intervals
-//! and reported request latencies.
+//! The region every process of a tenant writes while it runs
+//! ([`TenantActivity`]), in memory the node manager can read without
+//! stopping them. It holds two different things:
 //!
-//! Tenants write this region, so the node manager treats its counters as
-//! advisory (a tenant's own claim, see `THREAT_MODEL.md`) and cross-checks
-//! them where it can. The token buckets are not advisory: they are the
-//! enforcement state every launch updates, and a tenant that writes them
-//! can only hurt itself.
+//! - the SM-time token bucket of each device ([`TenantActivity::buckets`],
+//!   see [`crate::bucket`]): enforcement state, which every launch updates
+//!   and a tenant that writes it can only hurt itself with;
+//! - telemetry, advisory (a tenant's own claim, see `THREAT_MODEL.md`, which
+//!   the node manager cross-checks where it can): per device
+//!   ([`DeviceTelemetry`]) launch counters and the bubble histogram, per
+//!   tenant the sync-to-sync intervals and reported request latencies.
+//!
+//! Its standalone file is still `<tenant>.telemetry` (the region's earlier
+//! name; layout and magic did not change with the name).
 
 use crate::MAX_DEVICES;
 use crate::bucket::TokenBucket;
@@ -16,6 +19,7 @@ use crate::histogram::Log2Histogram;
 use crate::shm::SharedLayout;
 use std::sync::atomic::{AtomicU64, Ordering};
 
+/// The advisory counters of one device.
 #[repr(C)]
 pub struct DeviceTelemetry {
     /// When the tenant's work launched so far is expected to finish on the
@@ -35,8 +39,10 @@ pub struct DeviceTelemetry {
     pub bubbles: Log2Histogram,
 }
 
+/// A tenant's activity region: its SM-time buckets and its telemetry (see
+/// the module documentation).
 #[repr(C)]
-pub struct TenantTelemetry {
+pub struct TenantActivity {
     magic: AtomicU64,
     /// Pid of the last process that reported anything (diagnostics).
     last_reporter: AtomicU64,
@@ -54,7 +60,7 @@ pub struct TenantTelemetry {
 }
 
 // SAFETY: repr(C), atomics only; all-zero is "nothing recorded".
-unsafe impl SharedLayout for TenantTelemetry {
+unsafe impl SharedLayout for TenantActivity {
     const MAGIC: u64 = 0x6469_6c75_5445_4c02; // "diluTEL" v2 (v2: buckets apart)
     fn magic(&self) -> &AtomicU64 {
         &self.magic
@@ -135,7 +141,7 @@ pub struct DeviceSnapshot {
     pub bubbles: [u64; crate::histogram::BUCKETS],
 }
 
-impl TenantTelemetry {
+impl TenantActivity {
     /// Records one request latency reported by the program.
     pub fn report_latency(&self, ns: u64) {
         self.latencies.record(ns);
@@ -159,13 +165,13 @@ mod tests {
     use super::*;
     use crate::shm::Region;
 
-    fn telemetry() -> Region<TenantTelemetry> {
-        Region::<TenantTelemetry>::anonymous(|_| {}).unwrap()
+    fn activity() -> Region<TenantActivity> {
+        Region::<TenantActivity>::anonymous(|_| {}).unwrap()
     }
 
     #[test]
     fn corrections_count_into_busy_time() {
-        let t = telemetry();
+        let t = activity();
         let dev = &t.devices[2];
         dev.record_launch(1_000, 100_000);
         dev.record_correction(300_000);
@@ -177,7 +183,7 @@ mod tests {
 
     #[test]
     fn launches_after_the_work_ran_out_are_bubbles() {
-        let t = telemetry();
+        let t = activity();
         let dev = &t.devices[0];
         dev.record_launch(1_000, 500);
         dev.record_launch(1_200, 500); // queued behind: no bubble
