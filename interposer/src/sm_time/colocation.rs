@@ -112,8 +112,14 @@ static STATE: OnceLock<Option<Colo>> = OnceLock::new();
 /// in a forked child: `getpid` is a system call, not for every launch).
 static MY_PID: AtomicU32 = AtomicU32::new(0);
 
-extern "C" fn refresh_pid() {
+fn refresh_pid() {
     MY_PID.store(std::process::id(), Ordering::Relaxed);
+}
+
+/// In a forked child (the SM-time part's fork handler): the child is a
+/// filler of its own.
+pub(crate) fn forget_parent_state_in_child() {
+    refresh_pid();
 }
 
 /// Paces a filler that fits no gap at its guarantee (per process).
@@ -148,10 +154,6 @@ fn init() -> Option<Colo> {
         std::process::exit(2)
     });
     refresh_pid();
-    // SAFETY: registers a handler that only stores getpid() in an atomic.
-    if unsafe { libc::pthread_atfork(None, None, Some(refresh_pid)) } != 0 {
-        tracing::debug!("co-location: no fork handler; a forked filler keeps its parent's id");
-    }
     if config.role == Role::Primary {
         for device in 0..MAX_DEVICES {
             board.device(device).attach_primary(
