@@ -100,8 +100,35 @@ pub fn spread(values: &[f64]) -> (f64, f64, f64, f64) {
     (mean, variance.sqrt(), low, high)
 }
 
+/// A paired difference judged against its noise: "ahead" or "behind" when
+/// the mean is more than `two_errors` (two standard errors) from zero,
+/// else "tie".
+pub fn verdict(mean: f64, two_errors: f64) -> &'static str {
+    if mean - two_errors > 0.0 {
+        "ahead"
+    } else if mean + two_errors < 0.0 {
+        "behind"
+    } else {
+        "tie"
+    }
+}
+
+/// Paired differences `first − other` in points: mean, sd, smallest,
+/// largest, two standard errors, and how many are ≥ 0.
+pub fn paired_difference(first: &[f64], other: &[f64]) -> (f64, f64, f64, f64, f64, usize) {
+    let differences: Vec<f64> = first
+        .iter()
+        .zip(other)
+        .map(|(first, other)| 100.0 * (first - other))
+        .collect();
+    let (mean, sd, low, high) = spread(&differences);
+    let two_errors = 2.0 * sd / (differences.len().max(1) as f64).sqrt();
+    let at_least = differences.iter().filter(|value| **value >= 0.0).count();
+    (mean, sd, low, high, two_errors, at_least)
+}
+
 /// Allocated share of `result` when the requests crossed `requested`.
-fn allocated_at(result: &InflationResult, requested: f64) -> Option<f64> {
+pub fn allocated_at(result: &InflationResult, requested: f64) -> Option<f64> {
     result
         .points
         .iter()
@@ -167,25 +194,22 @@ pub fn protocol_seed_table(
     };
     let _ = writeln!(
         table,
-        "\n| paired by seed | at | mean difference (points) ± sd | range | ± 2 standard errors | {first} ≥ other on |\n\
-         |---|---:|---:|---:|---:|---:|"
+        "\n| paired by seed | at | mean difference (points) ± sd | range | ± 2 standard errors | {first} ≥ other on | verdict |\n\
+         |---|---:|---:|---:|---:|---:|---|"
     );
     for other in others {
         for &share in shares {
-            let differences: Vec<f64> = per_seed
+            let (firsts, others): (Vec<f64>, Vec<f64>) = per_seed
                 .iter()
-                .filter_map(|run| {
-                    Some(100.0 * (pick(run, first, share)? - pick(run, other, share)?))
-                })
-                .collect();
-            let (mean, sd, low, high) = spread(&differences);
-            let two_errors = 2.0 * sd / (differences.len().max(1) as f64).sqrt();
-            let at_least = differences.iter().filter(|value| **value >= 0.0).count();
+                .filter_map(|run| Some((pick(run, first, share)?, pick(run, other, share)?)))
+                .unzip();
+            let (mean, sd, low, high, two_errors, at_least) = paired_difference(&firsts, &others);
             let _ = writeln!(
                 table,
-                "| {first} − {other} | {:.0}% | {mean:+.3} ± {sd:.3} | [{low:+.3}, {high:+.3}] | ±{two_errors:.3} | {at_least} of {} |",
+                "| {first} − {other} | {:.0}% | {mean:+.3} ± {sd:.3} | [{low:+.3}, {high:+.3}] | ±{two_errors:.3} | {at_least} of {} | {} |",
                 100.0 * share,
-                differences.len()
+                firsts.len(),
+                verdict(mean, two_errors)
             );
         }
     }
@@ -412,6 +436,9 @@ mod tests {
             table.contains("| dilu − fgd | 100% | +0.000 ± 0.141 |"),
             "{table}"
         );
-        assert!(table.contains("| 1 of 2 |"), "{table}");
+        assert!(table.contains("| 1 of 2 | tie |"), "{table}");
+        assert_eq!(verdict(0.3, 0.2), "ahead");
+        assert_eq!(verdict(-0.3, 0.2), "behind");
+        assert_eq!(verdict(0.1, 0.2), "tie");
     }
 }

@@ -48,8 +48,9 @@ const GIB: u64 = 1 << 30;
 
 /// Limit bounds the harness tries under the fragmentation fit.
 const BOUNDS: [f64; 3] = [1.35, 1.4, 1.5];
-/// Prices on new limit excess it tries (units of fragmentation).
-const PRICES: [f64; 4] = [0.0, 0.1, 0.2, 0.4];
+/// Prices on new limit excess it tries (units of fragmentation); the
+/// report shows openb at each too.
+pub const PRICES: [f64; 4] = [0.0, 0.1, 0.2, 0.4];
 
 #[derive(Debug, Clone, PartialEq)]
 enum Candidate {
