@@ -38,7 +38,7 @@
 #   ARGS go to the one benchmark named, e.g. `scripts/bench.sh startup -- --runs 50`
 #   or `scripts/bench.sh overhead -- cuLaunchKernel` (a criterion filter)
 #   or `scripts/bench.sh demo -- --seconds 10` (per controller; default 5)
-#   or `scripts/bench.sh cluster -- --seeds 10` (FGD-protocol seeds; default 3).
+#   or `scripts/bench.sh cluster -- --seeds 10` (FGD-protocol seeds; default 5; --tune-seeds: the harness, default 8).
 # The real-driver overhead needs a GPU: scripts/gpu-check.sh (-> bench/results/real-overhead.md).
 set -euo pipefail
 cd "$(dirname "$0")/.."

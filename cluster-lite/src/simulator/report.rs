@@ -79,6 +79,143 @@ pub fn inflation_table(results: &[InflationResult]) -> String {
     table
 }
 
+/// Mean, sample standard deviation, smallest and largest of `values`.
+pub fn spread(values: &[f64]) -> (f64, f64, f64, f64) {
+    if values.is_empty() {
+        return (0.0, 0.0, 0.0, 0.0);
+    }
+    let count = values.len() as f64;
+    let mean = values.iter().sum::<f64>() / count;
+    let variance = if values.len() > 1 {
+        values
+            .iter()
+            .map(|value| (value - mean).powi(2))
+            .sum::<f64>()
+            / (count - 1.0)
+    } else {
+        0.0
+    };
+    let low = values.iter().copied().fold(f64::INFINITY, f64::min);
+    let high = values.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+    (mean, variance.sqrt(), low, high)
+}
+
+/// A paired difference judged against its noise: "ahead" or "behind" when
+/// the mean is more than `two_errors` (two standard errors) from zero,
+/// else "tie".
+pub fn verdict(mean: f64, two_errors: f64) -> &'static str {
+    if mean - two_errors > 0.0 {
+        "ahead"
+    } else if mean + two_errors < 0.0 {
+        "behind"
+    } else {
+        "tie"
+    }
+}
+
+/// Paired differences `first − other` in points: mean, sd, smallest,
+/// largest, two standard errors, and how many are ≥ 0.
+pub fn paired_difference(first: &[f64], other: &[f64]) -> (f64, f64, f64, f64, f64, usize) {
+    let differences: Vec<f64> = first
+        .iter()
+        .zip(other)
+        .map(|(first, other)| 100.0 * (first - other))
+        .collect();
+    let (mean, sd, low, high) = spread(&differences);
+    let two_errors = 2.0 * sd / (differences.len().max(1) as f64).sqrt();
+    let at_least = differences.iter().filter(|value| **value >= 0.0).count();
+    (mean, sd, low, high, two_errors, at_least)
+}
+
+/// Allocated share of `result` when the requests crossed `requested`.
+pub fn allocated_at(result: &InflationResult, requested: f64) -> Option<f64> {
+    result
+        .points
+        .iter()
+        .find(|point| (point.requested - requested).abs() < 1e-9)
+        .map(|point| point.allocated)
+}
+
+/// FGD's protocol seed by seed, for `policies` at each of `shares`
+/// requested: one row per seed (`first_seed` on), then the mean and
+/// standard deviation over seeds, then for every policy after the first
+/// the first's difference from it, paired by seed (the same drawn pods),
+/// in points: mean ± sd, range, and on how many seeds the first allocated
+/// at least as much. The draws are the noise; a mean difference within
+/// two standard errors of zero is a tie.
+pub fn protocol_seed_table(
+    per_seed: &[Vec<InflationResult>],
+    first_seed: u64,
+    policies: &[&str],
+    shares: &[f64],
+) -> String {
+    let pick = |run: &[InflationResult], name: &str, share: f64| {
+        run.iter()
+            .find(|result| result.policy == name)
+            .and_then(|result| allocated_at(result, share))
+    };
+    let mut table = String::from("| seed |");
+    for name in policies {
+        for share in shares {
+            let _ = write!(table, " {name} at {:.0}% |", 100.0 * share);
+        }
+    }
+    table.push_str("\n|---:|");
+    table.push_str(&"---:|".repeat(policies.len() * shares.len()));
+    table.push('\n');
+    for (seed, run) in (first_seed..).zip(per_seed) {
+        let _ = write!(table, "| {seed} |");
+        for name in policies {
+            for &share in shares {
+                match pick(run, name, share) {
+                    Some(value) => {
+                        let _ = write!(table, " {:.2}% |", 100.0 * value);
+                    }
+                    None => table.push_str(" n/a |"),
+                }
+            }
+        }
+        table.push('\n');
+    }
+    table.push_str("| mean ± sd |");
+    for name in policies {
+        for &share in shares {
+            let values: Vec<f64> = per_seed
+                .iter()
+                .filter_map(|run| pick(run, name, share))
+                .collect();
+            let (mean, sd, _, _) = spread(&values);
+            let _ = write!(table, " {:.2}% ± {:.2} |", 100.0 * mean, 100.0 * sd);
+        }
+    }
+    table.push('\n');
+    let Some((first, others)) = policies.split_first() else {
+        return table;
+    };
+    let _ = writeln!(
+        table,
+        "\n| paired by seed | at | mean difference (points) ± sd | range | ± 2 standard errors | {first} ≥ other on | verdict |\n\
+         |---|---:|---:|---:|---:|---:|---|"
+    );
+    for other in others {
+        for &share in shares {
+            let (firsts, others): (Vec<f64>, Vec<f64>) = per_seed
+                .iter()
+                .filter_map(|run| Some((pick(run, first, share)?, pick(run, other, share)?)))
+                .unzip();
+            let (mean, sd, low, high, two_errors, at_least) = paired_difference(&firsts, &others);
+            let _ = writeln!(
+                table,
+                "| {first} − {other} | {:.0}% | {mean:+.3} ± {sd:.3} | [{low:+.3}, {high:+.3}] | ±{two_errors:.3} | {at_least} of {} | {} |",
+                100.0 * share,
+                firsts.len(),
+                verdict(mean, two_errors)
+            );
+        }
+    }
+    table
+}
+
 /// Markdown summary of one policy set replayed on several traces: each inner
 /// slice holds the results of one trace (same policies in the same order).
 /// Every policy is compared with `dilu-paper` on the same trace; a trace
@@ -259,5 +396,49 @@ mod tests {
         assert!(svg.matches("<polyline").count() >= 2);
         assert!(svg.contains("a&lt;b"));
         assert!(svg.trim_end().ends_with("</svg>"));
+    }
+
+    fn protocol_run(policy: &str, at_100: f64) -> InflationResult {
+        InflationResult {
+            policy: policy.into(),
+            points: vec![super::super::inflation::InflationPoint {
+                requested: 1.0,
+                allocated: at_100,
+            }],
+            placed: 0,
+            dropped: 0,
+            final_limit_excess: 0.0,
+            placement_p50_us: 0.0,
+            placement_p99_us: 0.0,
+        }
+    }
+
+    #[test]
+    fn spread_is_mean_sample_sd_and_range() {
+        let (mean, sd, low, high) = spread(&[1.0, 2.0, 3.0]);
+        assert!((mean - 2.0).abs() < 1e-12 && (sd - 1.0).abs() < 1e-12);
+        assert_eq!((low, high), (1.0, 3.0));
+        assert_eq!(spread(&[]), (0.0, 0.0, 0.0, 0.0));
+    }
+
+    #[test]
+    fn protocol_differences_are_paired_by_seed() {
+        // dilu is ahead by 0.1 point on seed 1, behind by 0.1 on seed 2:
+        // a mean of zero, at least as much on one seed of two.
+        let per_seed = vec![
+            vec![protocol_run("dilu", 0.951), protocol_run("fgd", 0.950)],
+            vec![protocol_run("dilu", 0.939), protocol_run("fgd", 0.940)],
+        ];
+        let table = protocol_seed_table(&per_seed, 7, &["dilu", "fgd"], &[1.0]);
+        assert!(table.contains("| 7 | 95.10% | 95.00% |"), "{table}");
+        assert!(table.contains("| 8 | 93.90% | 94.00% |"), "{table}");
+        assert!(
+            table.contains("| dilu − fgd | 100% | +0.000 ± 0.141 |"),
+            "{table}"
+        );
+        assert!(table.contains("| 1 of 2 | tie |"), "{table}");
+        assert_eq!(verdict(0.3, 0.2), "ahead");
+        assert_eq!(verdict(-0.3, 0.2), "behind");
+        assert_eq!(verdict(0.1, 0.2), "tie");
     }
 }

@@ -90,16 +90,19 @@
 //! blends in FGD's node-wide measure by the share of the cluster's GPUs in
 //! use (`FragmentationScope::ByScarcity`): near FGD's own measure as the
 //! cluster fills (FGD's protocol), best fit with a view of the node's cores
-//! while it is mostly idle. Under this fit the bound is 1.5
-//! (`FRAGMENTATION_LIMIT_BOUND`) and the excess price 0.1
-//! (`FRAGMENTATION_RISK_WEIGHT`): `cluster-sim-tune` chose them on generated
-//! traces (seeds 101–103; `bench/results/cluster-sim-tuning.md`) by the
-//! issue's goal, fewer GPU-hours than `dilu-paper` at no more risk and then
-//! the most allocated under FGD's protocol. The slack fit's price of 0.4
-//! allocated less there (at bound 1.5, 93.45% against 93.81% at 100%
-//! requested): it outweighs the differences in fragmentation that decide
-//! what still fits. openb stays held out; the report shows the whole curve
-//! over the bound.
+//! while it is mostly idle. This scope is chosen by mechanism, not tuned:
+//! a GPU stranded by its node's cores, memory or model costs capacity only
+//! when a later pod finds no idle GPU elsewhere (so it is weighed by how
+//! scarce idle GPUs are), and it never costs GPU-hours. Nodes that strand
+//! nothing (the generator's: no CPU or memory limit, one model) make the
+//! two terms agree but for gangs, so tuning on them could not tell the
+//! scopes apart for the reason the scope exists.
+//! Under this fit the bound (`FRAGMENTATION_LIMIT_BOUND`) and the excess
+//! price (`FRAGMENTATION_RISK_WEIGHT`) were chosen by `cluster-sim-tune` on
+//! generated traces (seeds 101–108; `bench/results/cluster-sim-tuning.md`)
+//! by the goal, fewer GPU-hours than `dilu-paper` at no more risk
+//! and then the most allocated under FGD's protocol. openb stays held out;
+//! the report shows the whole curve over the bound.
 //!
 //! A memory-fill term, an SM-against-memory balance term, class-pairing and
 //! lifetime terms, single-node gangs, pairing training with training and
@@ -181,7 +184,8 @@ impl Default for Complementary {
 }
 
 /// Bound on Σ SM limits per GPU under the fragmentation fit (see the module
-/// docs, "Real clusters"; chosen by `cluster-sim-tune` on generated traces).
+/// docs, "Real clusters"; chosen by `cluster-sim-tune` on generated traces,
+/// seeds 101–108).
 pub const FRAGMENTATION_LIMIT_BOUND: f64 = 1.5;
 
 /// Price of new limit excess under the fragmentation fit (same origin).

@@ -24,7 +24,9 @@ use std::sync::Arc;
 use crate::model::{ClusterState, GpuState, InstanceDemand, PodNeeds};
 
 pub use baselines::{DiluPaper, Exclusive, InflessLimits, InflessRequests};
-pub use dilu::{Complementary, FragmentationScope};
+pub use dilu::{
+    Complementary, FRAGMENTATION_LIMIT_BOUND, FRAGMENTATION_RISK_WEIGHT, FragmentationScope,
+};
 pub use fgd::{FragmentationGradient, TaskType, WorkloadMix};
 
 /// Cost added when a policy would rather not wake an idle GPU.
