@@ -31,7 +31,6 @@ differs from what the headers and rows.rs give (CI runs it). The output is
 passed through rustfmt, so that `cargo fmt` leaves it as it is.
 """
 
-import argparse
 import importlib.util
 import os
 import re
@@ -176,19 +175,24 @@ def hooked_names():
             yield ptsz
 
 
+def signature(params, types, used):
+    """The Rust parameter list of a C one; adds the Rust types it names to `used`."""
+    args = [
+        param(p, types, i)
+        for i, p in enumerate(params.split(","))
+        if p.strip() and p.strip() != "void"
+    ]
+    for _, ty in args:
+        used.add(ty.split()[-1])
+    return ", ".join(f"{n}: {t}" for n, t in args)
+
+
 def render(functions, types, typedef_of, params_of):
     used = set()
     lines = []
     for name in functions:
         pfn = typedef_of[name]
-        args = [
-            param(p, types, i)
-            for i, p in enumerate(params_of[pfn].split(","))
-            if p.strip() and p.strip() != "void"
-        ]
-        for _, ty in args:
-            used.add(ty.split()[-1])
-        sig = ", ".join(f"{n}: {t}" for n, t in args)
+        sig = signature(params_of[pfn], types, used)
         lines.append(f"/// `PFN_{pfn}` of cudaTypedefs.h.\n")
         lines.append(f'pub type PFN_{name} = unsafe extern "C" fn({sig}) -> CUresult;\n')
     ffi = sorted(u for u in used if u in FFI_NAMES)
@@ -252,14 +256,7 @@ def render_nvml(nvml_h):
         sys.exit(f"gen-driver-types: nvml.h does not declare {', '.join(missing)}")
     types, used, lines = NvmlTypes(), set(), []
     for name in NVML:
-        args = [
-            param(p, types, i)
-            for i, p in enumerate(declared[name].split(","))
-            if p.strip() and p.strip() != "void"
-        ]
-        for _, ty in args:
-            used.add(ty.split()[-1])
-        sig = ", ".join(f"{n}: {t}" for n, t in args)
+        sig = signature(declared[name], types, used)
         lines.append(f"/// `{name}` of nvml.h.\n")
         lines.append(f'pub type PFN_{name} = unsafe extern "C" fn({sig}) -> NvmlReturn;\n')
     ffi = sorted(u for u in used if u in FFI_NAMES)
@@ -290,20 +287,7 @@ def rustfmt(text):
 
 
 def main():
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--cudart-dir", default=os.environ.get("DILU_CUDART_DIR"))
-    parser.add_argument("--check", action="store_true")
-    args = parser.parse_args()
-    base = args.cudart_dir or os.path.join(
-        os.environ.get("XDG_CACHE_HOME", os.path.expanduser("~/.cache")), "dilu", "cudart"
-    )
-    includes = [
-        os.path.join(base, "nvidia", "cuda_runtime", "include"),
-        os.path.join(base, "nvidia", "cu13", "include"),
-    ]
-    for include in includes:
-        if not os.path.exists(os.path.join(include, "cudaTypedefs.h")):
-            sys.exit(f"gen-driver-types: no cudaTypedefs.h in {include} (run scripts/install-cudart.sh)")
+    args, base, includes = gen.command_line("gen-driver-types", __doc__)
     _, table = gen.rows(includes)
     params_of, cuda_h = {}, ""
     for include in includes:
@@ -334,17 +318,7 @@ def main():
         (OUT_NVML, nvml_text, len(NVML)),
     ]
     for out, text, count in outputs:
-        name = os.path.relpath(out, ROOT)
-        current = open(out, encoding="utf-8").read() if os.path.exists(out) else ""
-        if args.check:
-            if text != current:
-                sys.exit(f"gen-driver-types: {name} differs from the headers; rerun scripts/gen-driver-types.py")
-            print(f"gen-driver-types: {name} is what the headers give")
-            continue
-        if text != current:
-            with open(out, "w", encoding="utf-8") as f:
-                f.write(text)
-        print(f"gen-driver-types: {count} functions -> {name}")
+        gen.write_or_check("gen-driver-types", out, text, args.check, f"{count} functions")
 
 
 if __name__ == "__main__":

@@ -132,8 +132,11 @@ def render(order, table, kind):
     return out + "}\n"
 
 
-def main():
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def command_line(script, description):
+    """Reads --cudart-dir and --check. Returns (args, the runtimes' cache
+    directory, the include directories of CUDA 12 then 13); stops with one
+    line when their headers are missing."""
+    parser = argparse.ArgumentParser(description=description.splitlines()[0])
     parser.add_argument("--cudart-dir", default=os.environ.get("DILU_CUDART_DIR"))
     parser.add_argument("--check", action="store_true")
     args = parser.parse_args()
@@ -146,20 +149,31 @@ def main():
     ]
     for include in includes:
         if not os.path.exists(os.path.join(include, HEADERS[0])):
-            sys.exit(f"gen-proc-table: no {HEADERS[0]} in {include} (run scripts/install-cudart.sh)")
+            sys.exit(f"{script}: no {HEADERS[0]} in {include} (run scripts/install-cudart.sh)")
+    return args, base, includes
+
+
+def main():
+    args, _, includes = command_line("gen-proc-table", __doc__)
     order, table = rows(includes)
     text = render(order, table, kinds(OUT))
-    with open(OUT, encoding="utf-8") as f:
-        current = f.read()
-    if args.check:
+    write_or_check("gen-proc-table", OUT, text, args.check, f"{sum(len(o) for o in order)} names")
+
+
+def write_or_check(script, path, text, check, what):
+    """Writes `text` to `path` (if it changed), or with `check` only stops
+    with one line if the file differs from it."""
+    name = os.path.relpath(path, ROOT)
+    current = open(path, encoding="utf-8").read() if os.path.exists(path) else ""
+    if check:
         if text != current:
-            sys.exit("gen-proc-table: simgpu/src/proc_table_data.rs differs from the headers; rerun scripts/gen-proc-table.py")
-        print("gen-proc-table: simgpu/src/proc_table_data.rs is what the headers give")
+            sys.exit(f"{script}: {name} differs from the headers; rerun scripts/{script}.py")
+        print(f"{script}: {name} is what the headers give")
         return
     if text != current:
-        with open(OUT, "w", encoding="utf-8") as f:
+        with open(path, "w", encoding="utf-8") as f:
             f.write(text)
-    print(f"gen-proc-table: {sum(len(o) for o in order)} names -> {os.path.relpath(OUT, ROOT)}")
+    print(f"{script}: {what} -> {name}")
 
 
 if __name__ == "__main__":

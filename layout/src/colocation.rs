@@ -605,6 +605,20 @@ mod tests {
         end + 3 * MS
     }
 
+    /// A primary that has learned its 3 ms gaps, at the start of one more:
+    /// returns when that gap began.
+    fn in_a_learned_gap(b: &DeviceBoard) -> u64 {
+        let mut t = 1_000 * MS;
+        for _ in 0..RING {
+            t = train_iteration(b, t);
+        }
+        b.primary_launch(t, 4 * MS);
+        b.primary_sync_begin();
+        let gap = t + 4 * MS;
+        b.primary_sync_end(gap);
+        gap
+    }
+
     #[test]
     fn a_filler_fills_a_learned_gap_but_not_past_its_end() {
         let board = board();
@@ -689,14 +703,7 @@ mod tests {
         let board = board();
         let b = board.device(0);
         b.attach_primary(1, 0, DEFAULT_HOLDOFF_NS);
-        let mut t = 1_000 * MS;
-        for _ in 0..RING {
-            t = train_iteration(b, t);
-        }
-        b.primary_launch(t, 4 * MS);
-        b.primary_sync_begin();
-        let gap = t + 4 * MS;
-        b.primary_sync_end(gap);
+        let gap = in_a_learned_gap(b);
         let opens = gap + DEFAULT_HOLDOFF_NS;
         // The 3 ms gap less the hold-off and one hand-off: fits exactly...
         let room = 3 * MS - DEFAULT_HOLDOFF_NS - HANDOFF_NS;
@@ -712,14 +719,7 @@ mod tests {
         let board = board();
         let b = board.device(0);
         b.attach_primary(1, 0, DEFAULT_HOLDOFF_NS);
-        let mut t = 1_000 * MS;
-        for _ in 0..RING {
-            t = train_iteration(b, t);
-        }
-        b.primary_launch(t, 4 * MS);
-        b.primary_sync_begin();
-        let gap = t + 4 * MS;
-        b.primary_sync_end(gap);
+        let gap = in_a_learned_gap(b);
         // 2 ms fits the 3 ms gaps only at its start; later in the gap it is
         // held, as the primary is expected back...
         let late = gap + 2 * MS;
