@@ -84,7 +84,7 @@
 //! too few cores makes all its idle GPUs "fragments", and that node-wide
 //! term outweighs how full the GPU itself gets: pods go to half-used GPUs on
 //! nodes with cores to spare, more GPUs stay in use, and in the time replay
-//! (about 70 of 6,212 GPUs in use) FGD's measure cost 7–8% more GPU-hours
+//! (about 70 of 6,212 GPUs in use) FGD's measure cost about 8% more GPU-hours
 //! than best fit at the same bound. Idle GPUs cost no GPU-hours while they
 //! are plentiful, so `dilu` counts fragmentation on the GPUs in use and
 //! blends in FGD's node-wide measure by the share of the cluster's GPUs in
@@ -98,13 +98,15 @@
 //! pods strand GPUs: there `Busy` allocates less than `ByScarcity` under
 //! FGD's protocol (stranding matters once idle GPUs run out), and `Node`
 //! about the same, with more GPU-hours saved in time at more risk (a
-//! fifth of the GPUs are in use there, not 1% as in openb's replay).
+//! fifth of the GPUs are in use there at the peak, not 1% as in openb's
+//! replay).
 //! Under this fit the bound (`FRAGMENTATION_LIMIT_BOUND`) and the excess
 //! price (`FRAGMENTATION_RISK_WEIGHT`) were chosen by `cluster-sim-tune` on
 //! two families of generated traces, uniform nodes and heterogeneous nodes
 //! whose pods can strand GPUs (seeds 101–108 each;
-//! `bench/results/cluster-sim-tuning.md`) by the goal, fewer GPU-hours than `dilu-paper` at no more risk
-//! and then the most allocated under FGD's protocol. openb stays held out;
+//! `bench/results/cluster-sim-tuning.md`) by the goal, fewer
+//! GPU-hours than `dilu-paper` at no more risk and then the most allocated
+//! under FGD's protocol. openb stays held out;
 //! the report shows the whole curve over the bound.
 //!
 //! A memory-fill term, an SM-against-memory balance term, class-pairing and
