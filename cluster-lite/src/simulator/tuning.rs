@@ -702,6 +702,33 @@ impl Tuning {
                 .filter(|choice| choice.is_none())
                 .count(),
         );
+        // Scores 1, 2, 3: by-scarcity, node, busy (see `run`).
+        if let [_, scarcity, node, busy] = &scopes[..] {
+            let compare = |other: &Score, name: &str| {
+                let allocation = scarcity.allocation() - other.allocation();
+                let verdict = if allocation > 0.001 {
+                    "more"
+                } else if allocation < -0.001 {
+                    "less"
+                } else {
+                    "the same, within the rule's 0.1 point"
+                };
+                format!(
+                    "against {name}, by-scarcity allocates {verdict} under FGD's protocol \
+                     ({:+.2} points) and uses {:+.2} points of GPU-hours in time, at {:+.4} risk",
+                    100.0 * allocation,
+                    100.0 * (scarcity.hours() - other.hours()),
+                    scarcity.mean_risk() - other.mean_risk()
+                )
+            };
+            let _ = writeln!(
+                out,
+                "\nWhat it shows: {}; {}. The default scope does not move: the scope is not a tuning \
+                 axis, and the check is here to test the mechanism argument where GPUs can be stranded.",
+                compare(node, "node"),
+                compare(busy, "busy"),
+            );
+        }
     }
 }
 
@@ -772,6 +799,7 @@ mod tests {
         if tuning.chosen().is_some() {
             assert_eq!(tuning.scope_candidates.len(), 4);
             assert!(markdown.contains("scope node") && markdown.contains("scope busy"));
+            assert!(markdown.contains("What it shows: against node"));
         }
     }
 
