@@ -161,14 +161,16 @@ fn run() -> Result<(), String> {
          Written by `scripts/bench.sh cluster` (which runs `cluster-sim-report --seeds {} --tune-seeds {}`,\n\
          `cluster-lite/src/bin/cluster_sim_report.rs`); nothing here is edited by hand.\n\
          Release build, no GPU. Load average (1, 5, 15 min) when it started: {load_before}.\n\n\
-         `dilu`'s settings were chosen on the built-in generator's traces only: the tuning harness\n\
-         never reads Alibaba's openb trace below. It is not blind, though: the harness's candidates\n\
+         `dilu`'s settings were chosen on generated traces only (two families: the built-in\n\
+         generator on uniform nodes, and a heterogeneous generator whose pods can strand a node's\n\
+         idle GPUs by its cores, memory or GPU model): the tuning harness never reads Alibaba's\n\
+         openb trace below. It is not blind, though: the harness's candidates\n\
          were drawn up after openb probes had been seen. Without a known workload (the generated traces) `dilu` fits by a\n\
          GPU's slack (limit bound 1.35, weights 0.4 and 1.25, move caps 1.2 and 1.1, chosen by\n\
          earlier sessions). When the workload is known (a real cluster's pod list) it fits by FGD's\n\
          fragmentation, counted on the GPUs in use and, weighted by the share of GPUs in use, on\n\
          whole nodes (scope \"by-scarcity\"; fixed by mechanism, not tuned: see \"Why FGD's measure\n\
-         costs GPU-hours\" below), with limit bound {} and a price of {} on new limit excess: chosen\n\
+         costs GPU-hours\" below, and the harness's check of it on the heterogeneous family), with limit bound {} and a price of {} on new limit excess: chosen\n\
          by the tuning harness on generated traces ([cluster-sim-tuning.md](cluster-sim-tuning.md)).\n\
          With a known workload, a pod that no GPU admits within the bound goes where its requests fit\n\
          (least cost, limit excess priced) rather than wait or be dropped for its limit alone; without\n\
@@ -339,9 +341,9 @@ fn run() -> Result<(), String> {
          measure, idle GPUs included) is weighted by the share of the cluster's GPUs in use, and the\n\
          rest of the weight goes to the fragmentation of the GPUs in use, which is what costs\n\
          GPU-hours. Here about 1% of GPUs are in use and the fit is nearly the busy GPUs' alone;\n\
-         under FGD's protocol the share nears 1 and the measure becomes FGD's. On nodes that strand\n\
-         nothing (no CPU or memory limit, one GPU model: the generator's) both terms agree but for\n\
-         gangs, which is why the tuning harness is not asked to choose the scope. `dilu` at its\n\
+         under FGD's protocol the share nears 1 and the measure becomes FGD's. The tuning harness\n\
+         does not choose the scope; it checks this argument on its heterogeneous family, where pods\n\
+         strand GPUs (last table of [cluster-sim-tuning.md](cluster-sim-tuning.md)). `dilu` at its\n\
          settings with each scope (the other two for comparison; they were not candidates):\n\n{scope_rows}"
     );
 
@@ -499,9 +501,8 @@ fn run() -> Result<(), String> {
     let _ = writeln!(
         md,
         "\n### The held-out result at each price the harness tried\n\n\
-         The tuning harness's seeds agree on the bound but not on the price (see\n\
-         [cluster-sim-tuning.md](cluster-sim-tuning.md)), so `dilu` (bound {FRAGMENTATION_LIMIT_BOUND}) is shown on openb at each\n\
-         price it tried: in time, and under FGD's protocol (the same {} draws, paired with `fgd`).\n\
+         How much the price matters on held-out data: `dilu` (bound {FRAGMENTATION_LIMIT_BOUND}) on openb at each\n\
+         price the harness tried ([cluster-sim-tuning.md](cluster-sim-tuning.md)): in time, and under FGD's protocol (the same {} draws, paired with `fgd`).\n\
          Shown, not used: the price stays the harness's choice.\n\n{price_rows}",
         args.seeds.max(1)
     );

@@ -19,6 +19,7 @@
 //! * rejected instances (nothing fitted; they are dropped);
 //! * moved replicas and gang restarts (consolidation).
 
+pub mod heterogeneous;
 pub mod inflation;
 pub mod openb;
 pub mod plot;
@@ -167,6 +168,9 @@ struct Due {
     time: f64,
     record_index: usize,
     old_copy_on: Option<usize>,
+    /// The node whose cores and memory that old copy holds until it stops,
+    /// when the replica moved to another node.
+    old_copy_host: Option<usize>,
 }
 
 impl PartialEq for Due {
@@ -327,10 +331,13 @@ struct Mover {
     watch: ShrinkWatch,
     moved: usize,
     restarts: usize,
+    /// Each instance's host needs: a move must find them on its new node.
+    needs: Vec<PodNeeds>,
 }
 
 impl Mover {
-    fn new(gpus: usize, instances: usize) -> Self {
+    fn new(gpus: usize, needs: Vec<PodNeeds>) -> Self {
+        let instances = needs.len();
         Self {
             replicas_on: vec![Vec::new(); gpus],
             gangs_on: vec![Vec::new(); gpus],
@@ -338,6 +345,7 @@ impl Mover {
             watch: ShrinkWatch::new(),
             moved: 0,
             restarts: 0,
+            needs,
         }
     }
 
@@ -382,6 +390,7 @@ impl Mover {
         placed_gpus: &mut [Vec<usize>],
         due: &mut BinaryHeap<Due>,
     ) {
+        let needs = &self.needs;
         if !self.watch.is_shrinking(now) {
             return;
         }
@@ -421,15 +430,23 @@ impl Mover {
             if !is_alone(&cluster.gpus[source]) {
                 continue;
             }
+            let allowed = within_for(cluster, &within, source, &needs[index], false);
             let request = MoveRequest {
                 share: &demands[index],
                 source,
                 keeps: &[],
-                within: &within,
+                within: &allowed,
             };
             let Some(target) = policy.consolidation_target(cluster, &request) else {
                 continue;
             };
+            // A replica moved to another node holds cores and memory there
+            // from now on, and on its old node until its old copy stops.
+            let (from, to) = (cluster.gpus[source].node, cluster.gpus[target].node);
+            let old_copy_host = (from != to).then(|| {
+                cluster.apply_host(to, &needs[index]);
+                from
+            });
             cluster.apply(&demands[index], &[target]);
             cluster.gpus[source].draining += 1;
             self.replicas_on[source].clear();
@@ -439,6 +456,7 @@ impl Mover {
                 time: now + MOVE_WARM_UP_S,
                 record_index: index,
                 old_copy_on: Some(source),
+                old_copy_host,
             });
             self.moved += 1;
         }
@@ -448,11 +466,12 @@ impl Mover {
             if !is_alone(&cluster.gpus[source]) {
                 continue;
             }
+            let allowed = within_for(cluster, &within, source, &needs[index], true);
             let request = MoveRequest {
                 share: &demands[index],
                 source,
                 keeps: &placed_gpus[index],
-                within: &within,
+                within: &allowed,
             };
             let Some(target) = policy.consolidation_target(cluster, &request) else {
                 continue;
@@ -478,6 +497,32 @@ impl Mover {
             self.restarts += 1;
         }
     }
+}
+
+/// The GPUs of `within` that work on `source` with host `needs` may move
+/// to: any, when it needs nothing of its node; else GPUs of its own node,
+/// and for a replica (not a gang's share, which `one_node` keeps where its
+/// other GPUs are) GPUs of nodes with its cores, memory and GPU model free.
+fn within_for<'a>(
+    cluster: &ClusterState,
+    within: &'a [usize],
+    source: usize,
+    needs: &PodNeeds,
+    gang_share: bool,
+) -> std::borrow::Cow<'a, [usize]> {
+    if *needs == PodNeeds::default() {
+        return within.into();
+    }
+    let home = cluster.gpus[source].node;
+    within
+        .iter()
+        .copied()
+        .filter(|&gpu| {
+            let node = cluster.gpus[gpu].node;
+            node == home || (!(gang_share && needs.one_node) && cluster.host_fits(node, needs))
+        })
+        .collect::<Vec<usize>>()
+        .into()
 }
 
 /// Whether a GPU holds exactly one instance and is not draining: moving
@@ -519,7 +564,7 @@ pub fn simulate(
     let mut placed_gpus: Vec<Vec<usize>> = vec![Vec::new(); trace.len()];
     let mut due: BinaryHeap<Due> = BinaryHeap::new();
     let mut scale_in = ScaleIn::new(trace);
-    let mut mover = Mover::new(cluster.gpus.len(), trace.len());
+    let mut mover = Mover::new(cluster.gpus.len(), needs.clone());
     let mut latencies_ns = Vec::with_capacity(trace.len());
     let mut integrals = Integrals::default();
     if let Some(first) = trace.first() {
@@ -557,6 +602,7 @@ pub fn simulate(
             time: now + trace[index].duration_s,
             record_index: index,
             old_copy_on: None,
+            old_copy_host: None,
         });
         true
     };
@@ -593,6 +639,9 @@ pub fn simulate(
         } else if let Some(event) = due.pop() {
             if let Some(gpu) = event.old_copy_on {
                 cluster.release(&demands[event.record_index], &[gpu]);
+                if let Some(node) = event.old_copy_host {
+                    cluster.release_host(node, &needs[event.record_index]);
+                }
                 cluster.gpus[gpu].draining = cluster.gpus[gpu].draining.saturating_sub(1);
             } else {
                 let delay = mover.take_restart_delay(event.record_index);
@@ -1125,6 +1174,40 @@ mod tests {
         more.push(extra);
         let result = simulate(&InflessRequests, &more, &shape, |_, _| {});
         assert_eq!(result.waited, 1);
+    }
+
+    #[test]
+    fn moves_go_only_where_the_node_has_room_for_the_pod() {
+        // Node 0 (GPUs 0-1) has the replica; node 1 (GPUs 2-3) has 2 cores,
+        // node 2 (GPU 4) has 64 cores but another GPU model.
+        let shape = ClusterShape {
+            nodes: vec![
+                node(2, 64_000, "T4"),
+                node(2, 2_000, "T4"),
+                node(1, 64_000, "V100M32"),
+            ],
+        };
+        let mut cluster = shape.build();
+        let t4 = cluster.model_index("T4");
+        let replica = PodNeeds {
+            cpu_milli: 4_000,
+            memory_mib: 1024,
+            models: vec![t4],
+            one_node: true,
+        };
+        let within = [1, 2, 3, 4];
+        assert_eq!(
+            within_for(&cluster, &within, 0, &PodNeeds::default(), false)[..],
+            within
+        );
+        assert_eq!(within_for(&cluster, &within, 0, &replica, false)[..], [1]);
+        cluster.hosts[1].cpu_milli = 64_000;
+        assert_eq!(
+            within_for(&cluster, &within, 0, &replica, false)[..],
+            [1, 2, 3]
+        );
+        // A one-node gang's share stays on its node.
+        assert_eq!(within_for(&cluster, &within, 0, &replica, true)[..], [1]);
     }
 
     #[test]
