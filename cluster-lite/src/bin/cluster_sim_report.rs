@@ -587,11 +587,11 @@ fn run() -> Result<(), String> {
     };
     let _ = writeln!(
         summary,
-        "- Under FGD's protocol ({} draws): `dilu` − `fgd` = {d100:+.3} points at 100% requested\n  \
-         (± {e100:.3}, two standard errors; at least as much on {n100} draws) and {d130:+.3} at 130%\n  \
-         (± {e130:.3}; {n130} draws). Verdict at 100%: {verdict100}; at 130%: {verdict130}:\n  \
+        "- Under FGD's protocol ({draws} draws): `dilu` − `fgd` = {d100:+.3} points at 100% requested\n  \
+         (± {e100:.3}, two standard errors; at least as much on {n100} of the {draws}) and {d130:+.3}\n  \
+         at 130% (± {e130:.3}; on {n130} of the {draws}). Verdict at 100%: {verdict100}; at 130%: {verdict130}:\n  \
          {reading}.",
-        dilu_runs.len(),
+        draws = dilu_runs.len(),
     );
     md.insert_str(summary_at, &summary);
     write(&args.out.join("cluster-sim.md"), &md)?;
