@@ -22,6 +22,8 @@
 //! Batch tenants then share `FULL − Σ r_L` by water-filling: each gets at
 //! least its request, those with demand split the rest up to their limits
 //! (work-conserving: an idle latency tenant leaves batch tenants everything).
+//! Lending (`dilu-colo`) with every reserve at 0 caps them differently
+//! (see `lend_all_but_guarantees`).
 //!
 //! # Why it is stable
 //!

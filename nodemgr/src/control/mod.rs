@@ -10,7 +10,8 @@
 //! - [`dilu::Dilu`]: dilu's controller (work-conserving, SLO-protecting).
 //! - `dilu-colo`: [`dilu::Dilu`] lending a latency tenant's whole guarantee
 //!   while its latency has slack (co-location protects it per launch), with
-//!   no dead band.
+//!   no dead band; while all is lent, busy batch tenants may each use the
+//!   device but the others' requests.
 //! - [`rckm::Rckm`]: the law of Dilu's published code, as a baseline.
 //! - [`fixed::Static`]: fixed requests (what HAMi-core or MPS limits give).
 
