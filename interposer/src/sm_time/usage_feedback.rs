@@ -17,8 +17,9 @@
 //! (about 200 ms on NVIDIA's driver), the percentage of time a kernel of the
 //! process ran (the union over its streams). Every [`PERIOD`] this thread
 //! asks for new samples; when one of this process has come, it compares the
-//! device time NVML counted with what the process was charged since the
-//! previous sample (launch estimates plus the sampler's corrections) and
+//! device time NVML counted with what the process was charged in that
+//! sample's period (launch estimates plus the sampler's corrections; the
+//! charged total is kept at every look, by wall-clock time) and
 //! charges the difference to the tenant's bucket (a debt in
 //! [`INSTALLMENTS`] over the following looks, a refund at once). A look with
 //! no new sample settles nothing: the charges wait for the next sample. The
@@ -186,6 +187,10 @@ struct SampleClock {
 struct Look {
     /// Busy time (ns) in this process's new samples.
     busy_ns: u64,
+    /// The sample time (CLOCK_REALTIME µs, from the start of the first new
+    /// sample's period to the newest stamp) that `busy_ns` covers; `None`
+    /// when no new sample of this process counted.
+    covers_us: Option<(u64, u64)>,
     /// NVML listed this process in a new sample.
     listed: bool,
     /// Another process was listed with use within [`CONTENDED_FOR_US`] of
@@ -250,6 +255,7 @@ impl SampleClock {
             self.ours_before_us = ours.last().map_or(0, |s| s.0);
             return Look {
                 busy_ns: 0,
+                covers_us: None,
                 listed: !ours.is_empty(),
                 contended,
                 fresh,
@@ -257,6 +263,7 @@ impl SampleClock {
         }
         let typical = self.typical_spacing_us();
         let mut busy_ns = 0u64;
+        let mut covers_us: Option<(u64, u64)> = None;
         for &(stamp, percent) in &ours {
             // Up to a quarter over the typical spacing is jitter of the
             // driver's sampler; more is a stretch without a sample.
@@ -266,9 +273,12 @@ impl SampleClock {
             };
             busy_ns += period_us * 1_000 * u64::from(percent.min(100)) / 100;
             self.ours_before_us = stamp;
+            let from = covers_us.map_or(stamp.saturating_sub(period_us), |(from, _)| from);
+            covers_us = Some((from, stamp));
         }
         Look {
             busy_ns,
+            covers_us,
             listed: !ours.is_empty(),
             contended,
             fresh,
@@ -284,6 +294,7 @@ impl SampleClock {
     fn nothing_new(&self) -> Look {
         Look {
             busy_ns: 0,
+            covers_us: None,
             listed: false,
             contended: self.contended(),
             fresh: false,
@@ -340,11 +351,74 @@ impl DriverCount {
     }
 }
 
+/// Looks whose charge totals are kept: 6.4 s of 50 ms looks, many of
+/// NVML's 200 ms sample periods.
+const LOOKS_KEPT: usize = 128;
+/// Farther than this from the look's own clock, a sample's time stamp is
+/// taken to be on another clock than CLOCK_REALTIME (NVIDIA documents it
+/// only as a CPU time stamp in µs): the sample's period cannot be matched
+/// with the charges, and the look-to-look charges stand in for it.
+const STAMP_CLOCK_AGREES_US: u64 = 5_000_000;
+
+/// [`CHARGED`] as it stood at each recent look, by wall-clock time, so that
+/// a sample is compared with the charges made in its own period. (Comparing
+/// it with those since the previous look was wrong by however far the two
+/// periods were apart: a 70% tenant's first settlement compared a 200 ms
+/// sample with the 100 ms of charges since NVML first listed it, found a
+/// 66 ms debt that was not there, and used 47% of the device for the next
+/// 200 ms.)
+#[derive(Default)]
+struct ChargeHistory {
+    /// (CLOCK_REALTIME µs, charged total), oldest first.
+    looks: std::collections::VecDeque<(u64, u64)>,
+}
+
+impl ChargeHistory {
+    fn record(&mut self, now_us: u64, charged: u64) {
+        if self.looks.len() == LOOKS_KEPT {
+            self.looks.pop_front();
+        }
+        self.looks.push_back((now_us, charged));
+    }
+
+    /// The charged total at `at_us`, interpolated between the looks around
+    /// it (charges are made between looks at a rate taken as even); `None`
+    /// before the oldest look kept.
+    fn charged_at(&self, at_us: u64) -> Option<u64> {
+        let &(newest_us, newest) = self.looks.back()?;
+        if at_us >= newest_us {
+            return Some(newest);
+        }
+        let after = self.looks.iter().position(|&(t, _)| t > at_us)?;
+        let (after_us, after_charged) = self.looks[after];
+        let (before_us, before_charged) = *self.looks.get(after.checked_sub(1)?)?;
+        let rise = after_charged.wrapping_sub(before_charged) as i64 as i128;
+        let part = rise * i128::from(at_us - before_us) / i128::from(after_us - before_us);
+        Some(before_charged.wrapping_add(part as i64 as u64))
+    }
+
+    /// GPU time charged (signed: corrections may refund) between two
+    /// instants; `None` where the first precedes the looks kept.
+    fn charged_between(&self, from_us: u64, to_us: u64) -> Option<i64> {
+        Some(
+            self.charged_at(to_us)?
+                .wrapping_sub(self.charged_at(from_us)?) as i64,
+        )
+    }
+}
+
+fn realtime_us() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |since| since.as_micros() as u64)
+}
+
 /// One device's comparison state.
 struct Tracked {
     count: DriverCount,
     /// [`CHARGED`] at the previous look.
     charged_before: u64,
+    charges: ChargeHistory,
     sighting: Sighting,
     /// Device time found owed and not yet charged to the bucket.
     owed: Installments,
@@ -407,17 +481,23 @@ fn run() {
         std::thread::sleep(PERIOD);
         for device in 0..MAX_DEVICES {
             let charged_now = charged_total(device);
+            let now_us = realtime_us();
             if !opened[device] {
                 // A device is looked up once the process was charged on it.
                 if charged_now == 0 {
                     continue;
                 }
                 opened[device] = true;
-                tracked[device] = DriverCount::open(device).map(|count| Tracked {
-                    count,
-                    charged_before: charged_total(device),
-                    sighting: Sighting::default(),
-                    owed: Installments::default(),
+                tracked[device] = DriverCount::open(device).map(|count| {
+                    let mut charges = ChargeHistory::default();
+                    charges.record(now_us, charged_now);
+                    Tracked {
+                        count,
+                        charged_before: charged_now,
+                        charges,
+                        sighting: Sighting::default(),
+                        owed: Installments::default(),
+                    }
                 });
                 if tracked[device].is_none() {
                     tracing::debug!(device, "no NVML process accounting: estimates only");
@@ -427,6 +507,7 @@ fn run() {
             let Some(t) = tracked[device].as_mut() else {
                 continue;
             };
+            t.charges.record(now_us, charged_now);
             let pay = t.owed.next();
             if pay > 0 {
                 let share = sm.budget().share_ppm(device);
@@ -464,17 +545,31 @@ fn run() {
                 continue;
             }
             t.charged_before = charged_now;
-            if !listed || first_sighting {
+            if !listed {
                 // Until NVML lists this process once, its silence may mean
                 // it cannot see us (not that nothing ran): never refund on
-                // it. The first sample that lists it covers a period whose
-                // charges were not kept: it starts the count.
+                // it.
                 continue;
             }
             let share = sm.budget().share_ppm(device);
             if !is_limited(share) {
                 continue;
             }
+            // The charges made in the samples' own period (none kept from
+            // before the device was first looked at: not settled). Where the
+            // stamps are on another clock, those since the last settlement;
+            // then the first sample that lists the process covers a period
+            // whose charges were not counted: it only starts the count.
+            let charged_ns = match look.covers_us {
+                Some((from, to)) if to.abs_diff(now_us) <= STAMP_CLOCK_AGREES_US => {
+                    match t.charges.charged_between(from, to) {
+                        Some(charged) => charged,
+                        None => continue,
+                    }
+                }
+                _ if first_sighting => continue,
+                _ => charged_ns,
+            };
             let delta = busy_ns as i64 - charged_ns;
             if delta == 0 {
                 continue;
@@ -494,7 +589,9 @@ fn run() {
 
 #[cfg(test)]
 mod tests {
-    use super::{INSTALLMENTS, Installments, Look, SampleClock, Sighting};
+    use super::{
+        ChargeHistory, INSTALLMENTS, Installments, LOOKS_KEPT, Look, SampleClock, Sighting,
+    };
 
     #[test]
     fn only_a_device_seen_alone_is_taken_for_unshared() {
@@ -532,9 +629,19 @@ mod tests {
     fn look(busy_ns: u64, listed: bool, contended: bool) -> Look {
         Look {
             busy_ns,
+            covers_us: None,
             listed,
             contended,
             fresh: true,
+        }
+    }
+
+    impl Look {
+        fn covering(self, from_us: u64, to_us: u64) -> Look {
+            Look {
+                covers_us: Some((from_us, to_us)),
+                ..self
+            }
         }
     }
 
@@ -548,7 +655,7 @@ mod tests {
         // The next sample of ours, 200 ms later at 50%: 100 ms busy.
         assert_eq!(
             clock.fold(7, &[(7, 1_200 * MS, 50)]),
-            look(100 * MS * 1_000, true, false)
+            look(100 * MS * 1_000, true, false).covering(1_000 * MS, 1_200 * MS)
         );
     }
 
@@ -643,7 +750,7 @@ mod tests {
         let seen = clock.fold(7, &[(7, t, 100), (9, t, 0)]);
         assert_eq!(
             seen,
-            look(200 * MS * 1_000, true, false),
+            look(200 * MS * 1_000, true, false).covering(t - 200 * MS, t),
             "one 200 ms period at 100%"
         );
     }
@@ -667,7 +774,7 @@ mod tests {
         t += 200 * MS;
         assert_eq!(
             clock.fold(7, &[(7, t, 60)]),
-            look(120 * MS * 1_000, true, false)
+            look(120 * MS * 1_000, true, false).covering(t - 200 * MS, t)
         );
     }
 
@@ -678,7 +785,55 @@ mod tests {
         let answer = [(7, 1_200 * MS, 50), (7, 1_400 * MS, 25), (9, 1_400 * MS, 0)];
         assert_eq!(
             clock.fold(7, &answer),
-            look((100 + 50) * MS * 1_000, true, false)
+            look((100 + 50) * MS * 1_000, true, false).covering(1_000 * MS, 1_400 * MS)
         );
+    }
+    #[test]
+    fn a_sample_is_compared_with_the_charges_of_its_own_period() {
+        // Looks every 50 ms; the tenant is charged 35 ms per 50 ms (70%).
+        let mut charges = ChargeHistory::default();
+        let start = 1_000 * MS;
+        for look in 0..=8 {
+            charges.record(start + look * 50 * MS, look * 35 * MS * 1_000);
+        }
+        // A sample period from 20 ms after the first look to 220 ms after:
+        // 200 ms at 70% is 140 ms, whatever the looks' phase.
+        assert_eq!(
+            charges.charged_between(start + 20 * MS, start + 220 * MS),
+            Some((140 * MS * 1_000) as i64)
+        );
+        // A period that began before the first look kept is not settled
+        // (its charges were never seen), rather than settled short.
+        assert_eq!(
+            charges.charged_between(start - 100 * MS, start + 100 * MS),
+            None
+        );
+        // After the newest look nothing more was charged as far as is known.
+        assert_eq!(
+            charges.charged_between(start + 400 * MS, start + 450 * MS),
+            Some(0)
+        );
+    }
+
+    #[test]
+    fn refunds_in_the_history_count_against_the_period() {
+        let mut charges = ChargeHistory::default();
+        charges.record(1_000 * MS, 5_000);
+        // A refund of 3 µs between the looks: the total went down.
+        charges.record(1_050 * MS, 2_000);
+        assert_eq!(
+            charges.charged_between(1_000 * MS, 1_050 * MS),
+            Some(-3_000)
+        );
+    }
+
+    #[test]
+    fn the_history_keeps_a_bounded_number_of_looks() {
+        let mut charges = ChargeHistory::default();
+        for look in 0..(LOOKS_KEPT as u64 * 3) {
+            charges.record(look * 50 * MS, look);
+        }
+        assert_eq!(charges.looks.len(), LOOKS_KEPT);
+        assert_eq!(charges.charged_at(0), None, "the oldest looks are gone");
     }
 }
