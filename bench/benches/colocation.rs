@@ -416,8 +416,8 @@ fn main() {
          training primary none, and the `dilu-colo` controller lends the primary's guarantee\n\
          (while all of it is lent, each busy batch tenant may use the device but the others'\n\
          requests). Fillers keep the gaps in turns of 14 ms (a hand-off between processes costs\n\
-         140 µs on simgpu, as measured on an H100); one whose kernels fit no gap goes at its\n\
-         guarantee (10%).\n\
+         140 µs on simgpu, as measured on an H100), and a filler about to wait for its own SM-time\n\
+         tokens ends its turn; one whose kernels fit no gap goes at its guarantee (10%).\n\
          Gap prediction: per phase when the primary's gaps repeat (a period of up to 8 gaps,\n\
          believed after 3 iterations agree within 25%; chosen on the unit tests and the tuned\n\
          two-gap training shape), else the shortest of the last 8 gaps; a filler kernel fits when it\n\

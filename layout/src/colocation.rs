@@ -30,7 +30,9 @@
 //! Filler turns ([`FILLER_TURN_NS`]): the device hands over between
 //! processes at a cost (138 µs on an H100), so the filler that ran last
 //! keeps the gaps for a while before the next one gets them, instead of
-//! fillers alternating kernel by kernel.
+//! fillers alternating kernel by kernel. A filler about to wait for its own
+//! SM-time tokens ends its turn ([`DeviceBoard::end_turn_of`]): the others
+//! would otherwise wait for a holder that is asleep.
 
 use crate::MAX_DEVICES;
 use crate::bucket::CacheLine;
@@ -477,6 +479,16 @@ impl DeviceBoard {
         }
     }
 
+    /// Filler side: `filler` is about to wait for its own SM-time tokens.
+    /// If it holds the turn, the turn ends now: the others would otherwise
+    /// wait for it (a grace, or its turn's end) while it sleeps and the
+    /// device idles.
+    pub fn end_turn_of(&self, filler: u32) {
+        if self.turn.owner.load(Acquire) == u64::from(filler) {
+            self.turn.began_ns.store(0, Release);
+        }
+    }
+
     /// Filler side: a launch was held at least once.
     pub fn record_held(&self) {
         self.filler_stats.filler_held.fetch_add(1, Relaxed);
@@ -817,6 +829,33 @@ mod tests {
             b.filler_admit(after + MS - QUEUE_LEAD_NS / 2, MS, false, a),
             FillerGate::WaitUntil(_)
         ));
+    }
+
+    #[test]
+    fn a_filler_waiting_for_its_tokens_hands_its_turn_over_at_once() {
+        let board = board();
+        let b = board.device(0);
+        let (a, other) = (FILLER, FILLER + 1);
+        let t = 1_000 * MS;
+        assert_eq!(b.filler_admit(t, MS, false, a), FillerGate::Go);
+        let end = t + MS;
+        let near = end - QUEUE_LEAD_NS / 2;
+        assert!(matches!(
+            b.filler_admit(near, MS, false, other),
+            FillerGate::WaitUntil(_)
+        ));
+        // a's next launch must wait for its SM-time tokens: its turn ends,
+        // and the other queues behind a's kernel without waiting for a.
+        b.end_turn_of(other);
+        assert!(
+            matches!(
+                b.filler_admit(near, MS, false, other),
+                FillerGate::WaitUntil(_)
+            ),
+            "only the holder can end its turn"
+        );
+        b.end_turn_of(a);
+        assert_eq!(b.filler_admit(near, MS, false, other), FillerGate::Go);
     }
 
     #[test]

@@ -200,6 +200,18 @@ pub fn before_launch(device: usize, est_ns: u64) -> u64 {
     }
 }
 
+/// Before a filler sleeps for SM-time tokens on `device`: it gives up its
+/// turn at the gaps, so the other fillers need not wait for it.
+#[cold]
+pub fn before_token_wait(device: usize) {
+    let Some(colo) = get() else { return };
+    if matches!(colo.config.role, Role::Filler { .. }) {
+        colo.board
+            .device(device)
+            .end_turn_of(MY_PID.load(Ordering::Relaxed));
+    }
+}
+
 #[cold]
 fn hold(
     colo: &Colo,

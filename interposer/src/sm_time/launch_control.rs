@@ -211,6 +211,7 @@ fn charge_bucket(
         match bucket.admit(now, gpu_ns, share, sm.budget().depth_ns()) {
             Admission::Now => break,
             Admission::At(deadline) => {
+                crate::sm_time::colocation::before_token_wait(device);
                 let burst_ns = if releases_in_runs(device, stream) {
                     crate::config::get().sm.burst_ns
                 } else {
