@@ -12,6 +12,8 @@
 //!   A program that reports nothing is measured by its sync-to-sync
 //!   intervals (the telemetry's p99, in power-of-two buckets: coarse, and
 //!   said so). The first quarter of each trial is warm-up and not counted.
+//!   A trial in which nothing was measured (a program slow to start) is run
+//!   once more, twice as long, before its setting is called unable to run.
 //!
 //! Ctrl-C (or SIGTERM) stops the trial's program, the node manager and the
 //! scratch directory, and leaves nothing behind.
@@ -303,18 +305,64 @@ fn last_line(log: &Path) -> String {
         .unwrap_or_default()
 }
 
+/// What one run of the program at a trial's setting gave.
+enum Attempt {
+    Measured(Sample),
+    /// The program exited with an error (said already).
+    Failed,
+    /// It ran, but neither reported a latency nor synchronised in time;
+    /// the last line of its log.
+    NothingMeasured(String),
+}
+
 impl Measure for ProgramTrials {
     fn measure(&mut self, trial: Trial) -> Result<Option<Sample>, String> {
+        // A program that starts slowly (a loaded host) may not reach its
+        // first request within one trial: it gets one more, twice as long,
+        // before the setting is called unable to run.
+        let mut length = self.trial;
+        for attempt in 0..2 {
+            match self.attempt(trial, length)? {
+                Attempt::Measured(sample) => return Ok(Some(sample)),
+                Attempt::Failed => return Ok(None),
+                Attempt::NothingMeasured(last_words) if attempt == 1 => {
+                    eprintln!(
+                        "dilu profile: batch {} at SM {}%: nothing was measured (no latency reported, no synchronisation seen){}",
+                        trial.batch,
+                        trial.sm,
+                        match last_words {
+                            line if line.is_empty() => String::new(),
+                            line => format!("; its last words: {line}"),
+                        }
+                    );
+                }
+                Attempt::NothingMeasured(_) => {
+                    eprintln!(
+                        "dilu profile: batch {} at SM {}%: nothing measured in {:.1} s; trying once more for twice as long",
+                        trial.batch,
+                        trial.sm,
+                        length.as_secs_f64()
+                    );
+                    length *= 2;
+                }
+            }
+        }
+        Ok(None)
+    }
+}
+
+impl ProgramTrials {
+    fn attempt(&mut self, trial: Trial, length: Duration) -> Result<Attempt, String> {
         self.next += 1;
         let tenant = format!("{}-{}", self.instance, self.next);
         let log = self.scratch.join(format!("trial-{}.log", self.next));
         let mut child = self.spawn(&tenant, trial, &log)?;
         let started = Instant::now();
-        let warm_up = self.trial / 4;
+        let warm_up = length / 4;
         let (mut first, mut last, mut peak, mut proxy_p99) =
             (None::<Reading>, None::<Reading>, None::<u64>, None);
         let mut exit = None;
-        while started.elapsed() < self.trial {
+        while started.elapsed() < length {
             if INTERRUPTED.load(Ordering::Relaxed) {
                 stop_group(&mut child);
                 self.stop();
@@ -354,7 +402,7 @@ impl Measure for ProgramTrials {
                 trial.sm,
                 last_line(&log)
             );
-            return Ok(None);
+            return Ok(Attempt::Failed);
         }
         let memory_peak = peak.filter(|b| *b > 0);
         if let (Some(a), Some(b)) = (first, last)
@@ -362,7 +410,7 @@ impl Measure for ProgramTrials {
         {
             let count = (b.reports - a.reports) as f64;
             let seconds = b.at.duration_since(a.at).as_secs_f64().max(1e-3);
-            return Ok(Some(Sample {
+            return Ok(Attempt::Measured(Sample {
                 latency_s: (b.latency_seconds - a.latency_seconds) / count,
                 throughput: count * f64::from(trial.batch) / seconds,
                 memory_peak,
@@ -373,24 +421,13 @@ impl Measure for ProgramTrials {
                 eprintln!(
                     "dilu profile: the program reported no latency (dilu_report_latency); using its sync-to-sync intervals (coarse)"
                 );
-                Ok(Some(Sample {
+                Ok(Attempt::Measured(Sample {
                     latency_s: ms / 1e3,
                     throughput: f64::from(trial.batch) / (ms / 1e3),
                     memory_peak,
                 }))
             }
-            _ => {
-                eprintln!(
-                    "dilu profile: batch {} at SM {}%: nothing was measured (no latency reported, no synchronisation seen){}",
-                    trial.batch,
-                    trial.sm,
-                    match last_line(&log) {
-                        line if line.is_empty() => String::new(),
-                        line => format!("; its last words: {line}"),
-                    }
-                );
-                Ok(None)
-            }
+            _ => Ok(Attempt::NothingMeasured(last_line(&log))),
         }
     }
 }
