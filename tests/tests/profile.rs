@@ -179,12 +179,13 @@ fn searching_a_measured_table_runs_nothing_and_beats_dilus_published_search() {
 
 #[test]
 fn a_program_too_slow_to_start_within_a_trial_is_given_a_longer_one() {
-    // The first run of the program sits 5 s before starting the model
-    // (a cold cache, a loaded host); every later run starts at once.
+    // The first run of the program sits 8 s before starting the model
+    // (a cold cache, a loaded host), longer than its 2 s trial; every later
+    // run starts at once.
     let scratch = Scratch::new("profile-slow-start");
     let marker = scratch.path("started-once");
     let script = format!(
-        "if mkdir '{}' 2>/dev/null; then sleep 5; fi; exec '{}' model",
+        "if mkdir '{}' 2>/dev/null; then sleep 8; fi; exec '{}' model",
         marker.display(),
         artifact("demo-tenant").display()
     );
@@ -192,7 +193,7 @@ fn a_program_too_slow_to_start_within_a_trial_is_given_a_longer_one() {
     command
         .args(["profile", "--sim", "--class", "latency"])
         .args(["--slo-ms", &SLO_MS.to_string()])
-        .args(["--trial-seconds", "1", "--max-batch", "1", "--json"])
+        .args(["--trial-seconds", "2", "--max-batch", "1", "--json"])
         .args(["--", "sh", "-c", &script])
         .env("SIMGPU_INSTANCE", unique_name("profile-slow"));
     let output = output_within(command, Duration::from_secs(180));
