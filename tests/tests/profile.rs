@@ -193,7 +193,8 @@ fn a_program_too_slow_to_start_within_a_trial_is_given_a_longer_one() {
     command
         .args(["profile", "--sim", "--class", "latency"])
         .args(["--slo-ms", &SLO_MS.to_string()])
-        .args(["--trial-seconds", "2", "--max-batch", "1", "--json"])
+        .args(["--trial-seconds", "2", "--max-batch", "1", "--json", "--output"])
+        .arg(scratch.path("model.toml"))
         .args(["--", "sh", "-c", &script])
         .env("SIMGPU_INSTANCE", unique_name("profile-slow"));
     let output = output_within(command, Duration::from_secs(180));
