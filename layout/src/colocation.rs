@@ -805,16 +805,22 @@ mod tests {
         assert_eq!(b.filler_admit(3 * MS, US, false, FILLER), FillerGate::Go);
     }
 
+    /// Filler `a` takes the turn with a 1 ms kernel: returns `a`, another
+    /// filler, and when that kernel ends.
+    fn a_filler_holds_the_turn(b: &DeviceBoard) -> (u32, u32, u64) {
+        let (a, other) = (FILLER, FILLER + 1);
+        let t = 1_000 * MS;
+        assert_eq!(b.filler_admit(t, MS, false, a), FillerGate::Go);
+        (a, other, t + MS)
+    }
+
     #[test]
     fn the_filler_that_ran_last_keeps_the_device_for_its_turn() {
         let board = board();
         let b = board.device(0);
-        let (a, other) = (FILLER, FILLER + 1);
-        let t = 1_000 * MS;
-        assert_eq!(b.filler_admit(t, MS, false, a), FillerGate::Go);
+        let (a, other, end) = a_filler_holds_the_turn(b);
         // Near the end of a's kernel, a queues its next; the other filler
         // waits for a's work to end plus the grace, even when it asks first.
-        let end = t + MS;
         let near = end - QUEUE_LEAD_NS / 2;
         assert_eq!(
             b.filler_admit(near, MS, false, other),
@@ -835,10 +841,7 @@ mod tests {
     fn a_filler_waiting_for_its_tokens_hands_its_turn_over_at_once() {
         let board = board();
         let b = board.device(0);
-        let (a, other) = (FILLER, FILLER + 1);
-        let t = 1_000 * MS;
-        assert_eq!(b.filler_admit(t, MS, false, a), FillerGate::Go);
-        let end = t + MS;
+        let (a, other, end) = a_filler_holds_the_turn(b);
         let near = end - QUEUE_LEAD_NS / 2;
         assert!(matches!(
             b.filler_admit(near, MS, false, other),

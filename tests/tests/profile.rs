@@ -3,32 +3,39 @@
 //! node manager then runs the model under that profile within its SLO.
 
 use dilu_harness::workspace::{Scratch, artifact, dilu, output_within, unique_name};
+use std::ffi::OsStr;
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
 const SLO_MS: f64 = 8.0;
 
-fn profile_of_the_demo_model(scratch: &Scratch) -> serde_json::Value {
+/// `dilu profile` of `program` on simgpu at the test's SLO, up to
+/// `max_batch`, writing the profile into `scratch` and printing it as JSON.
+fn profile_command(scratch: &Scratch, max_batch: u32, program: &[&OsStr]) -> Command {
     let mut command = Command::new(dilu());
     command
         .args(["profile", "--sim", "--class", "latency"])
         .args(["--slo-ms", &SLO_MS.to_string()])
+        // 2 s: a trial reads the program's reports after a quarter of it;
+        // at 1 s, a program slow to start on a loaded 2-core machine was
+        // sometimes not measured at all.
         .args([
-            // 2 s: a trial reads the program's reports after a quarter of it;
-            // at 1 s, a program slow to start on a loaded 2-core machine was
-            // sometimes not measured at all.
             "--trial-seconds",
             "2",
             "--max-batch",
-            "8",
-            "--json",
-            "--output",
+            &max_batch.to_string(),
         ])
+        .args(["--json", "--output"])
         .arg(scratch.path("model.toml"))
         .arg("--")
-        .arg(artifact("demo-tenant"))
-        .arg("model")
+        .args(program)
         .env("SIMGPU_INSTANCE", unique_name("profile"));
+    command
+}
+
+fn profile_of_the_demo_model(scratch: &Scratch) -> serde_json::Value {
+    let demo = artifact("demo-tenant");
+    let command = profile_command(scratch, 8, &[demo.as_os_str(), OsStr::new("model")]);
     let output = output_within(command, Duration::from_secs(240));
     assert!(
         output.status.success(),
@@ -189,14 +196,8 @@ fn a_program_too_slow_to_start_within_a_trial_is_given_a_longer_one() {
         marker.display(),
         artifact("demo-tenant").display()
     );
-    let mut command = Command::new(dilu());
-    command
-        .args(["profile", "--sim", "--class", "latency"])
-        .args(["--slo-ms", &SLO_MS.to_string()])
-        .args(["--trial-seconds", "2", "--max-batch", "1", "--json", "--output"])
-        .arg(scratch.path("model.toml"))
-        .args(["--", "sh", "-c", &script])
-        .env("SIMGPU_INSTANCE", unique_name("profile-slow"));
+    let program = ["sh", "-c", &script].map(OsStr::new);
+    let command = profile_command(&scratch, 1, &program);
     let output = output_within(command, Duration::from_secs(180));
     let progress = String::from_utf8_lossy(&output.stderr);
     assert!(output.status.success(), "dilu profile failed: {progress}");
