@@ -308,9 +308,21 @@ impl DeviceBoard {
         self.primary_stats
             .primary_busy_ns
             .fetch_add(est_ns, Relaxed);
+        // The kernel starts only once the filler work queued ahead of it
+        // has run and the device has been handed back: until then it is
+        // still to come, and fillers must not take that time for a gap
+        // (a primary thread preempted between its launch and its
+        // synchronisation on a loaded host let a filler queue more behind
+        // which the primary's kernel then waited).
+        let queued = self.fillers_busy_until.0.load(Acquire);
+        let starts = if queued > now {
+            queued.saturating_add(HANDOFF_NS)
+        } else {
+            now
+        };
         let mut current = busy_until;
         loop {
-            let next = current.max(now).saturating_add(est_ns);
+            let next = current.max(starts).saturating_add(est_ns);
             match self
                 .primary_busy_until
                 .0
@@ -724,6 +736,29 @@ mod tests {
             FillerGate::WaitUntil(_)
         ));
         assert_eq!(b.filler_admit(opens, room, false, FILLER), FillerGate::Go);
+    }
+
+    #[test]
+    fn a_primary_kernel_behind_filler_work_keeps_the_gap_closed_until_it_ran() {
+        let shared = board();
+        let b = shared.device(0);
+        b.attach_primary(1, MS, DEFAULT_HOLDOFF_NS);
+        let t = 1_000 * MS;
+        // A filler's 1 ms kernel is on the device when the primary launches
+        // a 200 µs one and its thread, preempted, does not synchronise.
+        assert_eq!(b.filler_admit(t, MS, false, FILLER), FillerGate::Go);
+        b.primary_launch(t + 100 * US, 200 * US);
+        // The primary's kernel runs after the filler's and a hand-off: the
+        // filler may not queue more until then (and the hold-off after).
+        let primary_ends = t + MS + HANDOFF_NS + 200 * US;
+        assert_eq!(
+            b.filler_admit(t + MS - QUEUE_LEAD_NS, MS, false, FILLER),
+            FillerGate::WaitUntil(primary_ends)
+        );
+        assert!(matches!(
+            b.filler_admit(primary_ends, MS, false, FILLER),
+            FillerGate::WaitUntil(at) if at >= primary_ends + DEFAULT_HOLDOFF_NS
+        ));
     }
 
     #[test]
