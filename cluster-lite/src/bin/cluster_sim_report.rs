@@ -172,6 +172,10 @@ fn run() -> Result<(), String> {
          whole nodes (scope \"by-scarcity\"; fixed by mechanism, not tuned: see \"Why FGD's measure\n\
          costs GPU-hours\" below, and the harness's check of it on the heterogeneous family), with limit bound {} and a price of {} on new limit excess: chosen\n\
          by the tuning harness on generated traces ([cluster-sim-tuning.md](cluster-sim-tuning.md)).\n\
+         That price is weighted by the share of GPUs idle (fixed by mechanism, like the scope: while\n\
+         idle GPUs are plentiful, steering a pod off a dense GPU costs GPU-hours; as they run out it\n\
+         costs room a later pod needs). An ablation on openb under FGD's protocol found the price to\n\
+         be the term that cost allocation against `fgd`, so that rule was written after openb was seen.\n\
          With a known workload, a pod that no GPU admits within the bound goes where its requests fit\n\
          (least cost, limit excess priced) rather than wait or be dropped for its limit alone; without\n\
          one it may go over the bound up to 1.5 (`dilu-paper`'s).",

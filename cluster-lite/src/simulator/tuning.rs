@@ -61,11 +61,15 @@ const GIB: u64 = 1 << 30;
 
 /// Limit bounds the harness tries under the fragmentation fit.
 const BOUNDS: [f64; 3] = [1.35, 1.4, 1.5];
-/// Prices on new limit excess it tries (units of fragmentation); the
-/// report shows openb at each too. 1 and 2 because on the heterogeneous
-/// family, where a fit's fragmentation terms are larger, `dilu`'s risk
-/// only falls to `dilu-paper`'s at prices near 1.
-pub const PRICES: [f64; 6] = [0.0, 0.1, 0.2, 0.4, 1.0, 2.0];
+/// Prices on new limit excess it tries (units of fragmentation, before
+/// the price fades with the share of GPUs in use); the report shows openb
+/// at each too. 1 and 2 because on the heterogeneous family, where a fit's
+/// fragmentation terms are larger, `dilu`'s risk only falls to
+/// `dilu-paper`'s at prices near 1; 0.6 and 0.8 because once the price
+/// fades as idle GPUs run out, the generated time replays (a fifth of the
+/// GPUs in use at the peak) see less of it, and 0.4 no longer meets the
+/// risk gate on both families while 1 meets it by a wide margin.
+pub const PRICES: [f64; 8] = [0.0, 0.1, 0.2, 0.4, 0.6, 0.8, 1.0, 2.0];
 
 /// A family of generated traces (module docs).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -413,3 +413,40 @@ fn dilu_moves_a_gang_share_off_its_own_gpus_within_a_tighter_cap() {
         Some(2)
     );
 }
+
+#[test]
+fn dilus_price_on_limit_excess_fades_as_idle_gpus_run_out() {
+    // Node 0: GPU 0 runs a half-GPU latency pod (limit 0.6), GPU 1 a batch
+    // pod of 0.45 (limit 0.45). A half-GPU pod with limit 0.55 fills GPU 0
+    // exactly (no fragment left) but adds 0.15 of limit excess there; on
+    // GPU 1 it adds no excess but leaves 0.05 that no half-GPU task can use.
+    let mix = Arc::new(WorkloadMix {
+        types: vec![TaskType {
+            cpu_milli: 0,
+            share: 0.5,
+            gpus: 1,
+            models: Vec::new(),
+            weight: 1.0,
+        }],
+    });
+    let build = |idle_nodes: usize| {
+        let mut cluster = ClusterState::uniform(1 + idle_nodes, 2, 80 * GIB);
+        cluster.apply(&demand(WorkClass::Latency, 0.5, 0.6, 1, 1), &[0]);
+        cluster.apply(&demand(WorkClass::Batch, 0.45, 0.45, 1, 1), &[1]);
+        cluster
+    };
+    let pod = demand(WorkClass::Latency, 0.5, 0.55, 1, 1);
+    let dilu = Complementary::for_workload(mix.clone());
+    // Idle GPUs plentiful (2 of 64 in use): the price (0.4 × 0.15 = 0.06
+    // against 0.05 of fragment) keeps the excess off GPU 0.
+    let plentiful = build(31);
+    assert!(plentiful.busy_share() < 0.05);
+    assert_eq!(place(&dilu, &plentiful, &pod).unwrap().gpus, vec![1]);
+    // No idle GPU left: steering off GPU 0 would strand 0.05 that a later
+    // pod needs, and the pod fills GPU 0 as FGD's measure says.
+    let full = build(0);
+    assert!((full.busy_share() - 1.0).abs() < 1e-12);
+    assert_eq!(place(&dilu, &full, &pod).unwrap().gpus, vec![0]);
+    let fgd = FragmentationGradient::new(mix);
+    assert_eq!(place(&fgd, &full, &pod).unwrap().gpus, vec![0]);
+}
