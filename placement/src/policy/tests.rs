@@ -437,8 +437,8 @@ fn dilus_price_on_limit_excess_fades_as_idle_gpus_run_out() {
     };
     let pod = demand(WorkClass::Latency, 0.5, 0.55, 1, 1);
     let dilu = Complementary::for_workload(mix.clone());
-    // Idle GPUs plentiful (2 of 64 in use): the price (0.4 × 0.15 = 0.06
-    // against 0.05 of fragment) keeps the excess off GPU 0.
+    // Idle GPUs plentiful (2 of 64 in use): the price (0.6 × 0.15, nearly
+    // 0.09, against 0.05 of fragment) keeps the excess off GPU 0.
     let plentiful = build(31);
     assert!(plentiful.busy_share() < 0.05);
     assert_eq!(place(&dilu, &plentiful, &pod).unwrap().gpus, vec![1]);
