@@ -291,6 +291,7 @@ impl DeviceBoard {
     #[inline]
     pub fn primary_launch(&self, now: u64, est_ns: u64) {
         let busy_until = self.primary_busy_until.0.load(Relaxed);
+        let queued = self.fillers_busy_until.0.load(Acquire);
         if busy_until <= now {
             // It was idle: a gap ends here.
             let synced = self.gap_start.0.swap(0, AcqRel);
@@ -298,7 +299,6 @@ impl DeviceBoard {
             if start != 0 && now > start {
                 self.gap_ended(now - start);
             }
-            let queued = self.fillers_busy_until.0.load(Relaxed);
             if queued > now {
                 self.primary_stats
                     .primary_delay_ns
@@ -314,7 +314,6 @@ impl DeviceBoard {
         // (a primary thread preempted between its launch and its
         // synchronisation on a loaded host let a filler queue more behind
         // which the primary's kernel then waited).
-        let queued = self.fillers_busy_until.0.load(Acquire);
         let starts = if queued > now {
             queued.saturating_add(HANDOFF_NS)
         } else {

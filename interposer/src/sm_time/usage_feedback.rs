@@ -788,6 +788,7 @@ mod tests {
             look((100 + 50) * MS * 1_000, true, false).covering(1_000 * MS, 1_400 * MS)
         );
     }
+
     #[test]
     fn a_sample_is_compared_with_the_charges_of_its_own_period() {
         // Looks every 50 ms; the tenant is charged 35 ms per 50 ms (70%).
