@@ -9,9 +9,9 @@
 //! Device time comes from simgpu's kernel trace (the ground truth), over
 //! the primary's run; request latency from the inference program itself.
 //!
-//! Run: `scripts/bench.sh colocation` (8 s per configuration, as the issue
-//! that asked for it measured; `-- --seconds 4` for a quicker, noisier
-//! run: the fillers' start is a larger part of it); needs the
+//! Run: `scripts/bench.sh colocation` (8 s per configuration; `-- --seconds
+//! 4` for a quicker, noisier run: the fillers' start is a larger part of
+//! it); needs the
 //! release build (`cargo build --release --workspace`).
 //! Writes `bench/results/colocation.md`.
 
