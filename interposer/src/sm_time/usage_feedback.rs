@@ -365,8 +365,8 @@ const STAMP_CLOCK_AGREES_US: u64 = 5_000_000;
 /// it with those since the previous look was wrong by however far the two
 /// periods were apart: a 70% tenant's first settlement compared a 200 ms
 /// sample with the 100 ms of charges since NVML first listed it, found a
-/// 66 ms debt that was not there, and used 47% of the device for the next
-/// 200 ms.)
+/// 66 ms debt that was not there, and used about half of the device for
+/// the next 200 ms.)
 #[derive(Default)]
 struct ChargeHistory {
     /// (CLOCK_REALTIME µs, charged total), oldest first.
