@@ -22,7 +22,7 @@
 //! slice of the other tenant (158–165 µs of device time lost per switch on
 //! an H100, `bench/results/gpu-calibration.md`). The default is that H100's
 //! measured slice (2.08 ms). Runs are used only where NVML's samples do not
-//! show the process alone on the device and it launches on one stream (see
+//! show the process alone on the device (see
 //! `launch_control::releases_in_runs`).
 
 use crate::config::memory::ConfigError;

@@ -132,7 +132,6 @@ fn admit(
     sm: &TenantSm,
     key: LaunchKey,
     device: usize,
-    stream: Option<(sys::CUstream, bool)>,
 ) -> (&'static crate::sm_time::kernel_estimates::Entry, bool) {
     let (entry, placed) = ESTIMATES.entry(key);
     if placed
@@ -145,7 +144,7 @@ fn admit(
         let sample = entry.due_for_sample(launches_before) && entry.start_sampling();
         return (entry, sample);
     }
-    admit_through_bucket(sm, entry, placed, device, stream)
+    admit_through_bucket(sm, entry, placed, device)
 }
 
 /// [`admit`] for every launch its lease does not already cover.
@@ -155,7 +154,6 @@ fn admit_through_bucket(
     entry: &'static crate::sm_time::kernel_estimates::Entry,
     placed: bool,
     device: usize,
-    stream: Option<(sys::CUstream, bool)>,
 ) -> (&'static crate::sm_time::kernel_estimates::Entry, bool) {
     let mut estimate = entry.estimate_ns();
     // Only wait when a measurement is actually on its way.
@@ -178,7 +176,7 @@ fn admit_through_bucket(
     } else if !launch_lease::spend(device, cost) {
         let (charge, uncounted) = launch_lease::renew(device, cost);
         telemetry.count_launches(uncounted);
-        charged = Some((charge_bucket(sm, device, charge, share, stream), charge));
+        charged = Some((charge_bucket(sm, device, charge, share), charge));
     }
     let held = crate::sm_time::colocation::before_launch(device, cost);
     if held > 0 {
@@ -196,13 +194,7 @@ fn admit_through_bucket(
 /// Charges `gpu_ns` to `device`'s bucket at `share` (limited), waiting while
 /// the bucket is in debt or the share is 0; returns when the launch may go.
 #[inline]
-fn charge_bucket(
-    sm: &TenantSm,
-    device: usize,
-    gpu_ns: u64,
-    mut share: u32,
-    stream: Option<(sys::CUstream, bool)>,
-) -> u64 {
+fn charge_bucket(sm: &TenantSm, device: usize, gpu_ns: u64, mut share: u32) -> u64 {
     let telemetry = sm.device(device);
     let bucket = sm.bucket(device);
     let mut now = monotonic_ns();
@@ -212,7 +204,7 @@ fn charge_bucket(
             Admission::Now => break,
             Admission::At(deadline) => {
                 crate::sm_time::colocation::before_token_wait(device);
-                let burst_ns = if releases_in_runs(device, stream) {
+                let burst_ns = if releases_in_runs(device) {
                     crate::config::get().sm.burst_ns
                 } else {
                     0
@@ -237,17 +229,17 @@ fn charge_bucket(
     now
 }
 
-/// Whether a throttled launch on `stream` waits for a run's worth of tokens:
-/// only where another process may share the device (alone there are no
-/// switches to save) and the process launches on this one stream (runs of
-/// work on several streams overlap more, and their samples go wrong: on
-/// simgpu, with runs on every stream, a tenant alone on 3 streams of 1 ms
-/// kernels took 47.8% of the device at a cap of 30%, and 3-stream pairs kept
-/// 4 to 15 points less of their work).
-fn releases_in_runs(device: usize, stream: Option<(sys::CUstream, bool)>) -> bool {
+/// Whether a throttled launch waits for a run's worth of tokens: only where
+/// another process may share the device (alone there are no switches to
+/// save). On several streams too, now that their samples are taken apart
+/// from the process's other streams: while they were taken among them,
+/// runs of overlapping work made the samples wrong both ways (a tenant
+/// alone on 3 streams of 1 ms kernels took 47.8% at a cap of 30%), and
+/// 3-stream tenants paced launch by launch instead; now a 3-stream 30/70
+/// pair keeps 2 to 16 points more of the device busy with runs than
+/// without.
+fn releases_in_runs(device: usize) -> bool {
     crate::sm_time::usage_feedback::may_be_shared(device)
-        && stream
-            .is_some_and(|(stream, per_thread)| recent_streams::only_on(device, stream, per_thread))
 }
 
 /// How much longer than its own tokens a throttled launch waits: until
@@ -310,7 +302,7 @@ pub fn controlled(
         return launch();
     }
     let device = sm.current_device();
-    let (entry, sample) = admit(sm, key, device, Some((stream, per_thread)));
+    let (entry, sample) = admit(sm, key, device);
     recent_streams::launching_on(device, stream, per_thread);
     if !sample {
         return launch();
@@ -328,33 +320,49 @@ fn timed(
     per_thread: bool,
     launch: impl FnOnce() -> CUresult,
 ) -> CUresult {
-    // While any stream captures, recording on another stream could end up
-    // in the captured graph or (on the legacy stream) invalidate it.
     let pin = recent_streams::Pin::new();
-    let others = if CAPTURES.load(Ordering::Acquire) > 0 {
-        recent_streams::Previous::default()
-    } else {
-        recent_streams::others(&pin, device, stream, per_thread)
-    };
+    let others = other_streams(&pin, device, stream, per_thread);
     let timing = sampler::begin(stream, per_thread, &others);
     drop(pin);
     let result = launch();
+    // Read again: a stream may have been destroyed during the launch.
+    let pin = recent_streams::Pin::new();
+    let others = other_streams(&pin, device, stream, per_thread);
     sampler::finish(
         timing,
         result == CUDA_SUCCESS,
         stream,
         per_thread,
+        &others,
         entry,
         device,
     );
+    drop(pin);
     result
+}
+
+/// The other streams a timed launch on `stream` records on and orders
+/// against: none while any stream captures, where recording on another
+/// stream could end up in the captured graph or (on the legacy stream)
+/// invalidate it.
+fn other_streams(
+    pin: &recent_streams::Pin,
+    device: usize,
+    stream: sys::CUstream,
+    per_thread: bool,
+) -> recent_streams::Previous {
+    if CAPTURES.load(Ordering::Acquire) > 0 {
+        recent_streams::Previous::default()
+    } else {
+        recent_streams::others(pin, device, stream, per_thread)
+    }
 }
 
 /// Charges a launch without timing it (launch paths with no single stream
 /// to record events on: multi-device cooperative launches).
 pub fn charge_untimed(key: LaunchKey, device: usize) {
     if let Some(sm) = tenant_sm::get() {
-        let (entry, sample) = admit(sm, key, device, None);
+        let (entry, sample) = admit(sm, key, device);
         if sample {
             entry.stop_sampling();
         }

@@ -110,15 +110,6 @@ fn decode(word: u64) -> Option<StreamRef> {
     })
 }
 
-/// Whether the launches remembered on `device` were all on `stream`.
-pub fn only_on(device: usize, stream: sys::CUstream, per_thread: bool) -> bool {
-    let own = encode(stream, per_thread);
-    RECENT[device].streams.iter().all(|slot| {
-        let word = slot.load(Ordering::Relaxed);
-        word == 0 || word == own
-    })
-}
-
 /// Other streams launched on recently, for a timed launch to chain to.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
 pub struct Previous {
@@ -234,25 +225,6 @@ mod tests {
         assert_eq!(others_of(3, 0x1000), [0x0, 0x5000]);
         forget_all();
         assert_eq!(others_of(3, 0x1000), Vec::<usize>::new());
-    }
-
-    #[test]
-    fn a_process_on_one_stream_is_told_apart_from_one_on_several() {
-        let _serial = one_at_a_time();
-        forget_all();
-        assert!(only_on(5, handle(0x1000), false), "nothing launched yet");
-        launching_on(5, handle(0x1000), false);
-        launching_on(5, handle(0x1000), false);
-        assert!(only_on(5, handle(0x1000), false));
-        assert!(!only_on(5, handle(0x2000), false));
-        assert!(
-            !only_on(5, handle(0x1000), true),
-            "the _ptsz form is another stream"
-        );
-        launching_on(5, handle(0x2000), false);
-        assert!(!only_on(5, handle(0x1000), false));
-        assert!(!only_on(5, handle(0x2000), false));
-        forget_all();
     }
 
     // A launch that read a stream records on it after a destroying thread

@@ -6,8 +6,9 @@
 //! percent:
 //! - kernels of several streams of one process run at the same time (SMs
 //!   shared by blocks), so a kernel's events span time its siblings also
-//!   used, and no single sample says how much of the busy time is its own
-//!   (measured: a 30% tenant on 3 streams took 47% of the device);
+//!   used (timed launches run apart from the process's other streams, but
+//!   only from the few it used last, and only where the driver has
+//!   `cuStreamWaitEvent`);
 //! - a kernel preempted at the end of a time slice has events spanning the
 //!   other process's slice (a 30% tenant with kernels longer than a slice
 //!   got 19%).

@@ -368,6 +368,12 @@ pub type PFN_cuEventRecord = unsafe extern "C" fn(hEvent: CUevent, hStream: CUst
 /// `PFN_cuEventRecord_v7000_ptsz` of cudaTypedefs.h.
 pub type PFN_cuEventRecord_ptsz =
     unsafe extern "C" fn(hEvent: CUevent, hStream: CUstream) -> CUresult;
+/// `PFN_cuStreamWaitEvent_v3020` of cudaTypedefs.h.
+pub type PFN_cuStreamWaitEvent =
+    unsafe extern "C" fn(hStream: CUstream, hEvent: CUevent, Flags: c_uint) -> CUresult;
+/// `PFN_cuStreamWaitEvent_v7000_ptsz` of cudaTypedefs.h.
+pub type PFN_cuStreamWaitEvent_ptsz =
+    unsafe extern "C" fn(hStream: CUstream, hEvent: CUevent, Flags: c_uint) -> CUresult;
 /// `PFN_cuEventQuery_v2000` of cudaTypedefs.h.
 pub type PFN_cuEventQuery = unsafe extern "C" fn(hEvent: CUevent) -> CUresult;
 /// `PFN_cuEventElapsedTime_v2000` of cudaTypedefs.h.
@@ -463,6 +469,8 @@ pub struct RealDriver {
     pub cuEventCreate: RealFn<PFN_cuEventCreate>,
     pub cuEventRecord: RealFn<PFN_cuEventRecord>,
     pub cuEventRecord_ptsz: RealFn<PFN_cuEventRecord_ptsz>,
+    pub cuStreamWaitEvent: RealFn<PFN_cuStreamWaitEvent>,
+    pub cuStreamWaitEvent_ptsz: RealFn<PFN_cuStreamWaitEvent_ptsz>,
     pub cuEventQuery: RealFn<PFN_cuEventQuery>,
     pub cuEventElapsedTime: RealFn<PFN_cuEventElapsedTime>,
     pub cuLaunchHostFunc: RealFn<PFN_cuLaunchHostFunc>,
@@ -551,6 +559,8 @@ pub static REAL: RealDriver = RealDriver {
     cuEventCreate: RealFn::new(),
     cuEventRecord: RealFn::new(),
     cuEventRecord_ptsz: RealFn::new(),
+    cuStreamWaitEvent: RealFn::new(),
+    cuStreamWaitEvent_ptsz: RealFn::new(),
     cuEventQuery: RealFn::new(),
     cuEventElapsedTime: RealFn::new(),
     cuLaunchHostFunc: RealFn::new(),
@@ -679,6 +689,9 @@ impl RealDriver {
                 self.cuEventCreate.set(lookup(c"cuEventCreate")),
                 self.cuEventRecord.set(lookup(c"cuEventRecord")),
                 self.cuEventRecord_ptsz.set(lookup(c"cuEventRecord_ptsz")),
+                self.cuStreamWaitEvent.set(lookup(c"cuStreamWaitEvent")),
+                self.cuStreamWaitEvent_ptsz
+                    .set(lookup(c"cuStreamWaitEvent_ptsz")),
                 self.cuEventQuery.set(lookup(c"cuEventQuery")),
                 self.cuEventElapsedTime.set(lookup(c"cuEventElapsedTime")),
                 self.cuLaunchHostFunc.set(lookup(c"cuLaunchHostFunc")),
