@@ -21,7 +21,6 @@ use crate::table::REAL;
 use dilu_abi::cuda::{CUDA_SUCCESS, CUresult, sys};
 use dilu_layout::bucket::Admission;
 use dilu_layout::budget::is_limited;
-use dilu_layout::colocation::HANDOFF_NS;
 use dilu_layout::monotonic_ns;
 use std::sync::atomic::{AtomicI64, Ordering};
 
@@ -214,9 +213,6 @@ fn charge_bucket(sm: &TenantSm, device: usize, gpu_ns: u64, mut share: u32) -> u
                 let woke = monotonic_ns();
                 telemetry.record_throttle(woke - now);
                 now = woke;
-                if burst_ns > 0 {
-                    pay_for_the_switch(sm, device, share, now);
-                }
                 break;
             }
             Admission::Paused => {
@@ -231,17 +227,6 @@ fn charge_bucket(sm: &TenantSm, device: usize, gpu_ns: u64, mut share: u32) -> u
         }
     }
     now
-}
-
-/// A run released on a shared device starts with the device switching to
-/// this process, which costs [`HANDOFF_NS`] of device time that no one
-/// uses. The tenant whose run it is pays for it: otherwise the device time
-/// lost to its switches comes out of the other tenants' shares alone (a
-/// 30/70 pair of deep queues split the device time it used about 33/67, the
-/// 30% tenant at its cap, the 70% one short of its share by the switches).
-fn pay_for_the_switch(sm: &TenantSm, device: usize, share: u32, now: u64) {
-    crate::sm_time::usage_feedback::charged(device, HANDOFF_NS as i64);
-    sm.bucket(device).charge_back(HANDOFF_NS as i64, share, now);
 }
 
 /// Whether a throttled launch waits for a run's worth of tokens: only where
