@@ -94,6 +94,10 @@ pub struct DeviceBoard {
     /// When the primary's current gap began (its last synchronisation
     /// returned); 0 while it has launched since.
     gap_start: CacheLine,
+    /// The `gap_start` of a gap the primary said ends a request (it
+    /// reported the request's latency): that gap opens to fillers at once,
+    /// without the hold-off.
+    request_over: CacheLine,
     /// Estimated end of the fillers' queued work: one reservation at a time.
     fillers_busy_until: CacheLine,
     /// Online fillers (with an SLO) waiting for a gap: offline ones yield.
@@ -188,7 +192,7 @@ pub struct GapBoard {
 // SAFETY: repr(C), atomics and padding only; all-zero is "no primary, no
 // history", a valid state.
 unsafe impl SharedLayout for GapBoard {
-    const MAGIC: u64 = 0x6469_6c75_4741_0003; // "diluGA" v3 (v3: filler turns)
+    const MAGIC: u64 = 0x6469_6c75_4741_0004; // "diluGA" v4 (v4: requests over)
     fn magic(&self) -> &AtomicU64 {
         &self.magic
     }
@@ -350,6 +354,18 @@ impl DeviceBoard {
         }
     }
 
+    /// Primary side: a request ended (its latency was reported). The hold-off
+    /// tells a gap from the program's time between dependent launches; after
+    /// the request's last synchronisation nothing depends on it, so the gap
+    /// it is in opens to fillers at once.
+    #[inline]
+    pub fn primary_request_over(&self) {
+        let start = self.gap_start.0.load(Acquire);
+        if start != 0 {
+            self.request_over.0.store(start, Release);
+        }
+    }
+
     #[cold]
     fn gap_ended(&self, length_ns: u64) {
         if length_ns < self.params.holdoff_ns.load(Relaxed) {
@@ -409,7 +425,11 @@ impl DeviceBoard {
             }
             let synced = self.gap_start.0.load(Acquire);
             let start = if synced != 0 { synced } else { busy_until };
-            let holdoff = self.params.holdoff_ns.load(Relaxed);
+            let holdoff = if synced != 0 && self.request_over.0.load(Acquire) == synced {
+                0
+            } else {
+                self.params.holdoff_ns.load(Relaxed)
+            };
             opens = start.saturating_add(holdoff);
             if opens > now {
                 return FillerGate::WaitUntil(opens);
@@ -640,6 +660,32 @@ mod tests {
         let gap = t + 4 * MS;
         b.primary_sync_end(gap);
         gap
+    }
+
+    #[test]
+    fn a_gap_after_a_reported_request_opens_without_the_hold_off() {
+        let board = board();
+        let b = board.device(0);
+        b.attach_primary(1, 0, DEFAULT_HOLDOFF_NS);
+        let gap = in_a_learned_gap(b);
+        let soon = gap + 10 * US;
+        // A synchronisation alone may be between dependent launches.
+        assert_eq!(
+            b.filler_admit(soon, MS, false, FILLER),
+            FillerGate::WaitUntil(gap + DEFAULT_HOLDOFF_NS)
+        );
+        // Once the request it ended is reported, nothing depends on it.
+        b.primary_request_over();
+        assert_eq!(b.filler_admit(soon, MS, false, FILLER), FillerGate::Go);
+        // The next gap is one of unknown kind again.
+        b.primary_launch(soon + MS, 4 * MS);
+        b.primary_sync_begin();
+        let next = soon + 5 * MS;
+        b.primary_sync_end(next);
+        assert_eq!(
+            b.filler_admit(next + 10 * US, MS, false, FILLER),
+            FillerGate::WaitUntil(next + DEFAULT_HOLDOFF_NS)
+        );
     }
 
     #[test]

@@ -132,14 +132,11 @@ fn thirty_seventy_with_launches_on_several_streams() {
 }
 
 /// Known limit (issue 14, open), as `thirty_seventy_with_mixed_kernel_sizes`
-/// and worse on 3 streams, whose kernels overlap and are over-charged: the
-/// pair is split about 22/78 (seen: 74.1% used, split 21.5/78.5; before
-/// the samples that held another process's slice were left out, 69.4%
-/// used, 23.4/76.6). On the H100 a 3-stream pair
-/// under dilu did 57% of the work the pair did without it
-/// (bench/results/gpu-sm.md). Run it with `cargo test -- --ignored`.
+/// on 3 streams: the pair is split about 22/78 (seen: 89.0% used, split
+/// 22.6/77.4; before timed launches ran apart from the other streams,
+/// 73-74% used, 21.5-21.9/78.1-78.5). Run it with `cargo test -- --ignored`.
 #[test]
-#[ignore = "known limit, issue 14: mixed kernels up to 5 ms on 3 streams in a 30/70 pair leave the device idle near the 70% floor"]
+#[ignore = "known limit, issue 14: kernels longer than a time slice are over-charged by the other tenant's slices"]
 fn thirty_seventy_with_mixed_kernel_sizes_on_several_streams() {
     // Each stream's samples must not also time long kernels of the others.
     two_tenants(

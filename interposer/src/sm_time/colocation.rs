@@ -12,7 +12,8 @@
 //!   request latency reaches 80% of it the tolerance is withdrawn before
 //!   the next launch, and given back after 8 requests in a row under 50%;
 //!   `DILU_COLO_HOLDOFF` (default 150us): idle time shorter than this is the
-//!   program between dependent launches, not a gap.
+//!   program between dependent launches, not a gap (except after a request
+//!   whose latency the program reported: that gap opens at once).
 //! - filler: `DILU_COLO_GUARANTEE` (percent, default 10): the share a filler
 //!   whose kernels fit no gap falls back to (paced in this process).
 //!
@@ -310,11 +311,16 @@ fn current_device() -> usize {
     crate::sm_time::tenant_sm::get().map_or(0, |sm| sm.current_device())
 }
 
-/// A request latency the primary reported: withdraw its tolerance at once
-/// when it has no slack left, give it back after calm requests.
+/// A request latency the primary reported: the request is over (its gap
+/// opens to fillers at once); withdraw its tolerance at once when it has
+/// no slack left, give it back after calm requests.
 pub fn latency_reported(latency_ns: u64) {
     let Some(colo) = get() else { return };
-    let (Role::Primary, Some(slo)) = (colo.config.role, colo.config.slo_ns) else {
+    if colo.config.role != Role::Primary {
+        return;
+    }
+    colo.board.device(current_device()).primary_request_over();
+    let Some(slo) = colo.config.slo_ns else {
         return;
     };
     let tolerance = if latency_ns * 5 >= slo * 4 {
