@@ -68,6 +68,8 @@ CALLED = [
     "cuEventCreate",
     "cuEventRecord",
     "cuEventRecord_ptsz",
+    "cuStreamWaitEvent",
+    "cuStreamWaitEvent_ptsz",
     "cuEventQuery",
     "cuEventElapsedTime",
     "cuLaunchHostFunc",
