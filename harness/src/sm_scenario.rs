@@ -78,6 +78,7 @@ impl Scenario {
         let started = std::time::Instant::now();
         let mut pids = Vec::new();
         let mut kernels = Vec::new();
+        let mut stderrs = Vec::new();
         for child in &mut self.children {
             loop {
                 if child.try_wait().expect("try_wait").is_some() {
@@ -107,6 +108,7 @@ impl Scenario {
             let summary: serde_json::Value = serde_json::from_str(line).expect("JSON summary");
             pids.push(summary["pid"].as_u64().expect("pid") as u32);
             kernels.push(summary["kernels"].as_u64().expect("kernels"));
+            stderrs.push(String::from_utf8_lossy(&output.stderr).into_owned());
         }
         let records = read_trace(&self.trace);
         for tenant in &self.tenants {
@@ -115,6 +117,7 @@ impl Scenario {
         Outcome {
             pids,
             kernels,
+            stderrs,
             records,
             _scratch: self.scratch,
         }
@@ -134,6 +137,8 @@ pub struct Outcome {
     /// Per tenant, in start order.
     pub pids: Vec<u32>,
     pub kernels: Vec<u64>,
+    /// What each tenant's process wrote to stderr.
+    pub stderrs: Vec<String>,
     pub records: Vec<KernelRecord>,
     _scratch: Scratch,
 }

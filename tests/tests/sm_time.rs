@@ -131,6 +131,40 @@ fn thirty_seventy_with_launches_on_several_streams() {
     );
 }
 
+/// A program may order its streams by memory values (earlier work on one
+/// stream waiting for a value later work on another writes); an order a
+/// timed launch added against launch order could then deadlock it. Its
+/// first such wait goes through the interposer and stops timed launches
+/// from being run apart.
+#[test]
+fn a_program_that_waits_on_memory_values_gets_no_order_added() {
+    let _serial = serial();
+    let args = [
+        "--seconds",
+        "1",
+        "--depth",
+        "4",
+        "--streams",
+        "3",
+        "--wait-value",
+    ];
+    let outcome = Scenario::start(
+        "waitval",
+        &[TenantLoop::new(Some(50.0), &args)],
+        &[("DILU_LOG", "dilu_interposer::sm_time::sampler=debug")],
+    )
+    .finish(LIMIT);
+    let log = &outcome.stderrs[0];
+    assert!(
+        log.contains("cuStreamWaitValue32_v2 returned"),
+        "the loop did not wait: {log}"
+    );
+    assert!(
+        log.contains("timed launches no longer run apart"),
+        "the wait did not reach the interposer: {log}"
+    );
+}
+
 /// Known limit (issue 14, open), as `thirty_seventy_with_mixed_kernel_sizes`
 /// on 3 streams: the pair is split about 22/78 (seen: 89.0% used, split
 /// 22.6/77.4; before timed launches ran apart from the other streams,

@@ -13,6 +13,7 @@
 //! | `DILU_SM_BURST` | GPU time a throttled tenant releases at once (see [`crate::config::sm`]); default 2ms, `0` paces each launch |
 //! | `DILU_CONTEXT_MEMORY` | memory charged per process and device for the CUDA context itself; default 256MiB |
 //! | `DILU_USAGE_FEEDBACK` | `on` (default) or `off`: settle SM-time charges against NVML's per-process busy time (see [`crate::sm_time::usage_feedback`]) |
+//! | `DILU_SM_SAMPLE_APART` | `on` (default) or `off`: run a timed launch apart from the process's other streams (see [`crate::sm_time::sampler`]) |
 //!
 //! A variable that is set but unusable stops the process with one line naming
 //! it and the accepted forms (fail closed).
@@ -38,6 +39,7 @@ pub struct Config {
     pub context_memory: u64,
     pub sm: SmLimits,
     pub usage_feedback: bool,
+    pub sample_apart: bool,
 }
 
 /// What a CUDA context occupies on the device before the program allocates
@@ -94,11 +96,17 @@ fn read() -> Config {
             Ok(limits) => limits,
             Err(error) => fail(&error.variable, &error.value.into(), &error.expected),
         },
-        usage_feedback: match std::env::var("DILU_USAGE_FEEDBACK").as_deref() {
-            Err(_) | Ok("on") => true,
-            Ok("off") => false,
-            Ok(other) => fail("DILU_USAGE_FEEDBACK", &other.into(), "`on` or `off`"),
-        },
+        usage_feedback: on_unless_off("DILU_USAGE_FEEDBACK"),
+        sample_apart: on_unless_off("DILU_SM_SAMPLE_APART"),
+    }
+}
+
+/// A switch that is on unless `var` says `off`.
+fn on_unless_off(var: &str) -> bool {
+    match std::env::var(var).as_deref() {
+        Err(_) | Ok("on") => true,
+        Ok("off") => false,
+        Ok(other) => fail(var, &other.into(), "`on` or `off`"),
     }
 }
 

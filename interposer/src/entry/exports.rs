@@ -26,11 +26,12 @@
 use core::ffi::{c_char, c_uint, c_ulonglong, c_void};
 
 use dilu_abi::cuda::sys::{
-    CUDA_ARRAY_DESCRIPTOR, CUDA_ARRAY3D_DESCRIPTOR, CUDA_GRAPH_INSTANTIATE_PARAMS,
-    CUDA_LAUNCH_PARAMS, CUDA_MEM_ALLOC_NODE_PARAMS, CUarray, CUcontext, CUdevice, CUdeviceptr,
-    CUevent, CUfunction, CUgraph, CUgraphEdgeData, CUgraphExec, CUgraphNode, CUgraphNodeParams,
-    CUlaunchConfig, CUmemAllocationProp, CUmemGenericAllocationHandle, CUmemoryPool,
-    CUmipmappedArray, CUstream,
+    CUDA_ARRAY_DESCRIPTOR, CUDA_ARRAY3D_DESCRIPTOR, CUDA_EXTERNAL_SEMAPHORE_WAIT_PARAMS,
+    CUDA_GRAPH_INSTANTIATE_PARAMS, CUDA_LAUNCH_PARAMS, CUDA_MEM_ALLOC_NODE_PARAMS, CUarray,
+    CUcontext, CUdevice, CUdeviceptr, CUevent, CUexternalSemaphore, CUfunction, CUgraph,
+    CUgraphEdgeData, CUgraphExec, CUgraphNode, CUgraphNodeParams, CUlaunchConfig,
+    CUmemAllocationProp, CUmemGenericAllocationHandle, CUmemoryPool, CUmipmappedArray, CUstream,
+    CUstreamBatchMemOpParams, cuuint32_t, cuuint64_t,
 };
 
 use crate::entry::handlers as h;

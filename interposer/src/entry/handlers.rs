@@ -16,8 +16,9 @@
 use core::ffi::{c_uint, c_void};
 
 use dilu_abi::cuda::sys::{
-    CUDA_LAUNCH_PARAMS, CUcontext, CUdevice, CUevent, CUfunction, CUgraph, CUgraphEdgeData,
-    CUgraphExec, CUgraphNode, CUlaunchConfig, CUstream,
+    CUDA_EXTERNAL_SEMAPHORE_WAIT_PARAMS, CUDA_LAUNCH_PARAMS, CUcontext, CUdevice, CUdeviceptr,
+    CUevent, CUexternalSemaphore, CUfunction, CUgraph, CUgraphEdgeData, CUgraphExec, CUgraphNode,
+    CUlaunchConfig, CUstream, CUstreamBatchMemOpParams,
 };
 use dilu_abi::cuda::{CUDA_SUCCESS, CUresult};
 
@@ -299,6 +300,64 @@ pub fn primary_ctx_end(
     recent_streams::forget_all();
     sampler::contexts_changed();
     next(dev)
+}
+
+// Waits on memory values or external semaphores: the program may order
+// its streams by values that later work writes, which an order added by a
+// timed launch could turn into a deadlock; from the first one on, timed
+// launches add none (see `sampler::set_apart_from_other_streams`).
+
+pub fn stream_wait_value32(
+    _cx: Cx,
+    next: impl FnOnce(CUstream, CUdeviceptr, u32, c_uint) -> CUresult,
+    stream: CUstream,
+    addr: CUdeviceptr,
+    value: u32,
+    flags: c_uint,
+) -> CUresult {
+    sampler::program_orders_streams_itself();
+    next(stream, addr, value, flags)
+}
+
+pub fn stream_wait_value64(
+    _cx: Cx,
+    next: impl FnOnce(CUstream, CUdeviceptr, u64, c_uint) -> CUresult,
+    stream: CUstream,
+    addr: CUdeviceptr,
+    value: u64,
+    flags: c_uint,
+) -> CUresult {
+    sampler::program_orders_streams_itself();
+    next(stream, addr, value, flags)
+}
+
+pub fn stream_batch_mem_op(
+    _cx: Cx,
+    next: impl FnOnce(CUstream, c_uint, *mut CUstreamBatchMemOpParams, c_uint) -> CUresult,
+    stream: CUstream,
+    count: c_uint,
+    params: *mut CUstreamBatchMemOpParams,
+    flags: c_uint,
+) -> CUresult {
+    sampler::program_orders_streams_itself();
+    next(stream, count, params, flags)
+}
+
+pub fn wait_external_semaphores(
+    _cx: Cx,
+    next: impl FnOnce(
+        *const CUexternalSemaphore,
+        *const CUDA_EXTERNAL_SEMAPHORE_WAIT_PARAMS,
+        c_uint,
+        CUstream,
+    ) -> CUresult,
+    semaphores: *const CUexternalSemaphore,
+    params: *const CUDA_EXTERNAL_SEMAPHORE_WAIT_PARAMS,
+    count: c_uint,
+    stream: CUstream,
+) -> CUresult {
+    sampler::program_orders_streams_itself();
+    next(semaphores, params, count, stream)
 }
 
 pub fn stream_synchronize(

@@ -17,13 +17,16 @@
 //! timed among them, 100 µs kernels on 3 streams were estimated at 114-141
 //! µs, and a 30/70 pair of such tenants, which NVML cannot correct, kept
 //! 71-75% of the device busy against 92% without dilu (now 90%). Apart, the sample
-//! is the kernel's own time (100-104 µs). The order added is one the
-//! program already allows (its launch order), so it cannot deadlock a
-//! correct program; it costs a moment of concurrency once per sample, and
+//! is the kernel's own time (100-104 µs). The order added is the
+//! program's own launch order, which events and synchronisations can never
+//! contradict (a program that orders its streams by memory values can, so
+//! there it is not added); it costs a moment of concurrency once per sample, and
 //! stable kinds are timed one launch in thousands. Streams beyond the
 //! [`REMEMBERED`] most recent, and a driver without `cuStreamWaitEvent`,
 //! still overlap: the estimate then falls back to [`mean_without_waits`]
-//! and NVML's count.
+//! and NVML's count. So do all streams of a program that orders its streams
+//! by memory values ([`program_orders_streams_itself`]), where an added
+//! order could deadlock it, and with `DILU_SM_SAMPLE_APART=off`.
 //!
 //! A sample can contain more than the kernel (waits for other processes,
 //! host time), never much less, so the samples that hold only the kernel
@@ -331,6 +334,30 @@ fn record(fns: &EventFns, event: usize, stream: sys::CUstream, per_thread: bool)
     unsafe { record(event as sys::CUevent, stream) == CUDA_SUCCESS }
 }
 
+/// Set once the program waits on a memory value or an external semaphore
+/// (`cuStreamWaitValue*`, `cuStreamBatchMemOp`,
+/// `cuWaitExternalSemaphoresAsync`).
+static ORDERS_STREAMS_ITSELF: AtomicBool = AtomicBool::new(false);
+
+/// The program orders its streams by values: earlier work on one stream may
+/// wait for a value later work on another writes. An order a timed launch
+/// added (its kernel after that earlier work, or the other stream's later
+/// work after its kernel) could then deadlock a correct program, so from
+/// now on timed launches run among the other streams again (their samples
+/// then fall back to [`mean_without_waits`] and NVML's count).
+#[cold]
+pub fn program_orders_streams_itself() {
+    if !ORDERS_STREAMS_ITSELF.swap(true, Ordering::Relaxed) {
+        tracing::debug!("the program waits on memory values: timed launches no longer run apart");
+    }
+}
+
+/// Whether a timed launch is run apart from the process's other streams
+/// (see the module doc); `DILU_SM_SAMPLE_APART=off` turns it off.
+fn set_apart_from_other_streams() -> bool {
+    !ORDERS_STREAMS_ITSELF.load(Ordering::Relaxed) && crate::config::get().sample_apart
+}
+
 /// Makes the work launched on `stream` from now on wait for `event`;
 /// whether it will.
 fn wait_for(fns: &EventFns, stream: sys::CUstream, per_thread: bool, event: usize) -> bool {
@@ -399,7 +426,7 @@ pub fn begin(
         *chained = record(fns, event, other.stream, other.per_thread);
         // The timed kernel starts only once that stream's earlier work is
         // done (see the module doc: a sample then holds no sibling).
-        if *chained {
+        if *chained && set_apart_from_other_streams() {
             wait_for(fns, stream, per_thread, event);
         }
     }
@@ -440,8 +467,10 @@ pub fn finish(
         entry.stop_sampling();
         return;
     }
-    for other in others.iter() {
-        wait_for(fns, other.stream, other.per_thread, events.end);
+    if set_apart_from_other_streams() {
+        for other in others.iter() {
+            wait_for(fns, other.stream, other.per_thread, events.end);
+        }
     }
     if let Err(error) = channels().sample_tx.try_send(Sample {
         events,

@@ -12,11 +12,12 @@ use core::ffi::{CStr, c_char, c_int, c_uint, c_ulonglong, c_void};
 
 use dilu_abi::cuda::CUresult;
 use dilu_abi::cuda::sys::{
-    CUDA_ARRAY_DESCRIPTOR, CUDA_ARRAY3D_DESCRIPTOR, CUDA_GRAPH_INSTANTIATE_PARAMS,
-    CUDA_LAUNCH_PARAMS, CUDA_MEM_ALLOC_NODE_PARAMS, CUarray, CUcontext, CUdevice, CUdeviceptr,
-    CUevent, CUfunction, CUgraph, CUgraphEdgeData, CUgraphExec, CUgraphNode, CUgraphNodeParams,
-    CUhostFn, CUlaunchConfig, CUmemAllocationProp, CUmemGenericAllocationHandle, CUmemoryPool,
-    CUmipmappedArray, CUstream, cuuint64_t,
+    CUDA_ARRAY_DESCRIPTOR, CUDA_ARRAY3D_DESCRIPTOR, CUDA_EXTERNAL_SEMAPHORE_WAIT_PARAMS,
+    CUDA_GRAPH_INSTANTIATE_PARAMS, CUDA_LAUNCH_PARAMS, CUDA_MEM_ALLOC_NODE_PARAMS, CUarray,
+    CUcontext, CUdevice, CUdeviceptr, CUevent, CUexternalSemaphore, CUfunction, CUgraph,
+    CUgraphEdgeData, CUgraphExec, CUgraphNode, CUgraphNodeParams, CUhostFn, CUlaunchConfig,
+    CUmemAllocationProp, CUmemGenericAllocationHandle, CUmemoryPool, CUmipmappedArray, CUstream,
+    CUstreamBatchMemOpParams, cuuint32_t, cuuint64_t,
 };
 
 use super::real::RealFn;
@@ -309,6 +310,104 @@ pub type PFN_cuDevicePrimaryCtxRelease = unsafe extern "C" fn(dev: CUdevice) -> 
 pub type PFN_cuDevicePrimaryCtxReset_v2 = unsafe extern "C" fn(dev: CUdevice) -> CUresult;
 /// `PFN_cuDevicePrimaryCtxReset_v7000` of cudaTypedefs.h.
 pub type PFN_cuDevicePrimaryCtxReset = unsafe extern "C" fn(dev: CUdevice) -> CUresult;
+/// `PFN_cuStreamWaitValue32_v8000` of cudaTypedefs.h.
+pub type PFN_cuStreamWaitValue32 = unsafe extern "C" fn(
+    stream: CUstream,
+    addr: CUdeviceptr,
+    value: cuuint32_t,
+    flags: c_uint,
+) -> CUresult;
+/// `PFN_cuStreamWaitValue32_v8000_ptsz` of cudaTypedefs.h.
+pub type PFN_cuStreamWaitValue32_ptsz = unsafe extern "C" fn(
+    stream: CUstream,
+    addr: CUdeviceptr,
+    value: cuuint32_t,
+    flags: c_uint,
+) -> CUresult;
+/// `PFN_cuStreamWaitValue32_v11070` of cudaTypedefs.h.
+pub type PFN_cuStreamWaitValue32_v2 = unsafe extern "C" fn(
+    stream: CUstream,
+    addr: CUdeviceptr,
+    value: cuuint32_t,
+    flags: c_uint,
+) -> CUresult;
+/// `PFN_cuStreamWaitValue32_v11070_ptsz` of cudaTypedefs.h.
+pub type PFN_cuStreamWaitValue32_v2_ptsz = unsafe extern "C" fn(
+    stream: CUstream,
+    addr: CUdeviceptr,
+    value: cuuint32_t,
+    flags: c_uint,
+) -> CUresult;
+/// `PFN_cuStreamWaitValue64_v9000` of cudaTypedefs.h.
+pub type PFN_cuStreamWaitValue64 = unsafe extern "C" fn(
+    stream: CUstream,
+    addr: CUdeviceptr,
+    value: cuuint64_t,
+    flags: c_uint,
+) -> CUresult;
+/// `PFN_cuStreamWaitValue64_v9000_ptsz` of cudaTypedefs.h.
+pub type PFN_cuStreamWaitValue64_ptsz = unsafe extern "C" fn(
+    stream: CUstream,
+    addr: CUdeviceptr,
+    value: cuuint64_t,
+    flags: c_uint,
+) -> CUresult;
+/// `PFN_cuStreamWaitValue64_v11070` of cudaTypedefs.h.
+pub type PFN_cuStreamWaitValue64_v2 = unsafe extern "C" fn(
+    stream: CUstream,
+    addr: CUdeviceptr,
+    value: cuuint64_t,
+    flags: c_uint,
+) -> CUresult;
+/// `PFN_cuStreamWaitValue64_v11070_ptsz` of cudaTypedefs.h.
+pub type PFN_cuStreamWaitValue64_v2_ptsz = unsafe extern "C" fn(
+    stream: CUstream,
+    addr: CUdeviceptr,
+    value: cuuint64_t,
+    flags: c_uint,
+) -> CUresult;
+/// `PFN_cuStreamBatchMemOp_v8000` of cudaTypedefs.h.
+pub type PFN_cuStreamBatchMemOp = unsafe extern "C" fn(
+    stream: CUstream,
+    count: c_uint,
+    paramArray: *mut CUstreamBatchMemOpParams,
+    flags: c_uint,
+) -> CUresult;
+/// `PFN_cuStreamBatchMemOp_v8000_ptsz` of cudaTypedefs.h.
+pub type PFN_cuStreamBatchMemOp_ptsz = unsafe extern "C" fn(
+    stream: CUstream,
+    count: c_uint,
+    paramArray: *mut CUstreamBatchMemOpParams,
+    flags: c_uint,
+) -> CUresult;
+/// `PFN_cuStreamBatchMemOp_v11070` of cudaTypedefs.h.
+pub type PFN_cuStreamBatchMemOp_v2 = unsafe extern "C" fn(
+    stream: CUstream,
+    count: c_uint,
+    paramArray: *mut CUstreamBatchMemOpParams,
+    flags: c_uint,
+) -> CUresult;
+/// `PFN_cuStreamBatchMemOp_v11070_ptsz` of cudaTypedefs.h.
+pub type PFN_cuStreamBatchMemOp_v2_ptsz = unsafe extern "C" fn(
+    stream: CUstream,
+    count: c_uint,
+    paramArray: *mut CUstreamBatchMemOpParams,
+    flags: c_uint,
+) -> CUresult;
+/// `PFN_cuWaitExternalSemaphoresAsync_v10000` of cudaTypedefs.h.
+pub type PFN_cuWaitExternalSemaphoresAsync = unsafe extern "C" fn(
+    extSemArray: *const CUexternalSemaphore,
+    paramsArray: *const CUDA_EXTERNAL_SEMAPHORE_WAIT_PARAMS,
+    numExtSems: c_uint,
+    stream: CUstream,
+) -> CUresult;
+/// `PFN_cuWaitExternalSemaphoresAsync_v10000_ptsz` of cudaTypedefs.h.
+pub type PFN_cuWaitExternalSemaphoresAsync_ptsz = unsafe extern "C" fn(
+    extSemArray: *const CUexternalSemaphore,
+    paramsArray: *const CUDA_EXTERNAL_SEMAPHORE_WAIT_PARAMS,
+    numExtSems: c_uint,
+    stream: CUstream,
+) -> CUresult;
 /// `PFN_cuStreamSynchronize_v2000` of cudaTypedefs.h.
 pub type PFN_cuStreamSynchronize = unsafe extern "C" fn(hStream: CUstream) -> CUresult;
 /// `PFN_cuStreamSynchronize_v7000_ptsz` of cudaTypedefs.h.
@@ -448,6 +547,20 @@ pub struct RealDriver {
     pub cuDevicePrimaryCtxRelease: RealFn<PFN_cuDevicePrimaryCtxRelease>,
     pub cuDevicePrimaryCtxReset_v2: RealFn<PFN_cuDevicePrimaryCtxReset_v2>,
     pub cuDevicePrimaryCtxReset: RealFn<PFN_cuDevicePrimaryCtxReset>,
+    pub cuStreamWaitValue32: RealFn<PFN_cuStreamWaitValue32>,
+    pub cuStreamWaitValue32_ptsz: RealFn<PFN_cuStreamWaitValue32_ptsz>,
+    pub cuStreamWaitValue32_v2: RealFn<PFN_cuStreamWaitValue32_v2>,
+    pub cuStreamWaitValue32_v2_ptsz: RealFn<PFN_cuStreamWaitValue32_v2_ptsz>,
+    pub cuStreamWaitValue64: RealFn<PFN_cuStreamWaitValue64>,
+    pub cuStreamWaitValue64_ptsz: RealFn<PFN_cuStreamWaitValue64_ptsz>,
+    pub cuStreamWaitValue64_v2: RealFn<PFN_cuStreamWaitValue64_v2>,
+    pub cuStreamWaitValue64_v2_ptsz: RealFn<PFN_cuStreamWaitValue64_v2_ptsz>,
+    pub cuStreamBatchMemOp: RealFn<PFN_cuStreamBatchMemOp>,
+    pub cuStreamBatchMemOp_ptsz: RealFn<PFN_cuStreamBatchMemOp_ptsz>,
+    pub cuStreamBatchMemOp_v2: RealFn<PFN_cuStreamBatchMemOp_v2>,
+    pub cuStreamBatchMemOp_v2_ptsz: RealFn<PFN_cuStreamBatchMemOp_v2_ptsz>,
+    pub cuWaitExternalSemaphoresAsync: RealFn<PFN_cuWaitExternalSemaphoresAsync>,
+    pub cuWaitExternalSemaphoresAsync_ptsz: RealFn<PFN_cuWaitExternalSemaphoresAsync_ptsz>,
     pub cuStreamSynchronize: RealFn<PFN_cuStreamSynchronize>,
     pub cuStreamSynchronize_ptsz: RealFn<PFN_cuStreamSynchronize_ptsz>,
     pub cuCtxSynchronize: RealFn<PFN_cuCtxSynchronize>,
@@ -538,6 +651,20 @@ pub static REAL: RealDriver = RealDriver {
     cuDevicePrimaryCtxRelease: RealFn::new(),
     cuDevicePrimaryCtxReset_v2: RealFn::new(),
     cuDevicePrimaryCtxReset: RealFn::new(),
+    cuStreamWaitValue32: RealFn::new(),
+    cuStreamWaitValue32_ptsz: RealFn::new(),
+    cuStreamWaitValue32_v2: RealFn::new(),
+    cuStreamWaitValue32_v2_ptsz: RealFn::new(),
+    cuStreamWaitValue64: RealFn::new(),
+    cuStreamWaitValue64_ptsz: RealFn::new(),
+    cuStreamWaitValue64_v2: RealFn::new(),
+    cuStreamWaitValue64_v2_ptsz: RealFn::new(),
+    cuStreamBatchMemOp: RealFn::new(),
+    cuStreamBatchMemOp_ptsz: RealFn::new(),
+    cuStreamBatchMemOp_v2: RealFn::new(),
+    cuStreamBatchMemOp_v2_ptsz: RealFn::new(),
+    cuWaitExternalSemaphoresAsync: RealFn::new(),
+    cuWaitExternalSemaphoresAsync_ptsz: RealFn::new(),
     cuStreamSynchronize: RealFn::new(),
     cuStreamSynchronize_ptsz: RealFn::new(),
     cuCtxSynchronize: RealFn::new(),
@@ -664,6 +791,31 @@ impl RealDriver {
                     .set(lookup(c"cuDevicePrimaryCtxReset_v2")),
                 self.cuDevicePrimaryCtxReset
                     .set(lookup(c"cuDevicePrimaryCtxReset")),
+                self.cuStreamWaitValue32.set(lookup(c"cuStreamWaitValue32")),
+                self.cuStreamWaitValue32_ptsz
+                    .set(lookup(c"cuStreamWaitValue32_ptsz")),
+                self.cuStreamWaitValue32_v2
+                    .set(lookup(c"cuStreamWaitValue32_v2")),
+                self.cuStreamWaitValue32_v2_ptsz
+                    .set(lookup(c"cuStreamWaitValue32_v2_ptsz")),
+                self.cuStreamWaitValue64.set(lookup(c"cuStreamWaitValue64")),
+                self.cuStreamWaitValue64_ptsz
+                    .set(lookup(c"cuStreamWaitValue64_ptsz")),
+                self.cuStreamWaitValue64_v2
+                    .set(lookup(c"cuStreamWaitValue64_v2")),
+                self.cuStreamWaitValue64_v2_ptsz
+                    .set(lookup(c"cuStreamWaitValue64_v2_ptsz")),
+                self.cuStreamBatchMemOp.set(lookup(c"cuStreamBatchMemOp")),
+                self.cuStreamBatchMemOp_ptsz
+                    .set(lookup(c"cuStreamBatchMemOp_ptsz")),
+                self.cuStreamBatchMemOp_v2
+                    .set(lookup(c"cuStreamBatchMemOp_v2")),
+                self.cuStreamBatchMemOp_v2_ptsz
+                    .set(lookup(c"cuStreamBatchMemOp_v2_ptsz")),
+                self.cuWaitExternalSemaphoresAsync
+                    .set(lookup(c"cuWaitExternalSemaphoresAsync")),
+                self.cuWaitExternalSemaphoresAsync_ptsz
+                    .set(lookup(c"cuWaitExternalSemaphoresAsync_ptsz")),
                 self.cuStreamSynchronize.set(lookup(c"cuStreamSynchronize")),
                 self.cuStreamSynchronize_ptsz
                     .set(lookup(c"cuStreamSynchronize_ptsz")),

@@ -138,6 +138,31 @@ macro_rules! hooked_functions {
             h::primary_ctx_end => fn cuDevicePrimaryCtxReset_v2(dev: CUdevice);
             h::primary_ctx_end => fn cuDevicePrimaryCtxReset(dev: CUdevice);
 
+            // ---- waits on memory or semaphores: the program may order its streams
+            // by values its later work writes (see launch_control::isolated_samples)
+            h::stream_wait_value32 => fn cuStreamWaitValue32 / cuStreamWaitValue32_ptsz(
+                stream: CUstream, addr: CUdeviceptr, value: cuuint32_t, flags: c_uint,
+            );
+            h::stream_wait_value32 => fn cuStreamWaitValue32_v2 / cuStreamWaitValue32_v2_ptsz(
+                stream: CUstream, addr: CUdeviceptr, value: cuuint32_t, flags: c_uint,
+            );
+            h::stream_wait_value64 => fn cuStreamWaitValue64 / cuStreamWaitValue64_ptsz(
+                stream: CUstream, addr: CUdeviceptr, value: cuuint64_t, flags: c_uint,
+            );
+            h::stream_wait_value64 => fn cuStreamWaitValue64_v2 / cuStreamWaitValue64_v2_ptsz(
+                stream: CUstream, addr: CUdeviceptr, value: cuuint64_t, flags: c_uint,
+            );
+            h::stream_batch_mem_op => fn cuStreamBatchMemOp / cuStreamBatchMemOp_ptsz(
+                stream: CUstream, count: c_uint, params: *mut CUstreamBatchMemOpParams, flags: c_uint,
+            );
+            h::stream_batch_mem_op => fn cuStreamBatchMemOp_v2 / cuStreamBatchMemOp_v2_ptsz(
+                stream: CUstream, count: c_uint, params: *mut CUstreamBatchMemOpParams, flags: c_uint,
+            );
+            h::wait_external_semaphores => fn cuWaitExternalSemaphoresAsync / cuWaitExternalSemaphoresAsync_ptsz(
+                semaphores: *const CUexternalSemaphore,
+                params: *const CUDA_EXTERNAL_SEMAPHORE_WAIT_PARAMS, count: c_uint, stream: CUstream,
+            );
+
             // ---- synchronisation --------------------------------------------------
             h::stream_synchronize => fn cuStreamSynchronize / cuStreamSynchronize_ptsz(stream: CUstream);
             h::ctx_synchronize => fn cuCtxSynchronize();

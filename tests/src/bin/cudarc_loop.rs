@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 
 const USAGE: &str =
     "usage: cudarc-loop [--seconds S] [--kernels N] [--blocks B[,B...]] [--streams K]
-                   [--iters I] [--depth D] [--graph G] [--device N] [--json]
+                   [--iters I] [--depth D] [--graph G] [--device N] [--wait-value] [--json]
   --seconds S   run for S seconds (default 2; with --kernels, whichever ends first)
   --kernels N   stop after N kernels
   --blocks B,.. grid sizes in blocks, used in turn (default 1320: 100 us on simgpu's default model)
@@ -22,6 +22,8 @@ const USAGE: &str =
                 earlier on it, as a real driver's bounded launch queue would)
   --graph G     capture G launches into a CUDA graph and launch the graph instead
   --device N    device ordinal (default 0)
+  --wait-value  first order stream 0 by a memory value (cuStreamWaitValue32, already
+                satisfied), as programs that order streams by values do
   --json        also print a one-line JSON summary";
 
 struct Options {
@@ -34,6 +36,7 @@ struct Options {
     depth: Option<u64>,
     graph: Option<u32>,
     device: usize,
+    wait_value: bool,
     json: bool,
 }
 
@@ -47,12 +50,17 @@ fn parse_options() -> Result<Options, String> {
         depth: Some(32),
         graph: None,
         device: 0,
+        wait_value: false,
         json: false,
     };
     let mut args = std::env::args().skip(1);
     while let Some(flag) = args.next() {
         if flag == "--json" {
             options.json = true;
+            continue;
+        }
+        if flag == "--wait-value" {
+            options.wait_value = true;
             continue;
         }
         if flag == "--help" || flag == "-h" {
@@ -121,6 +129,15 @@ fn run(options: &Options) -> Result<String, Box<dyn std::error::Error>> {
         .iter()
         .map(|s| s.alloc_zeros::<f32>(elements))
         .collect::<Result<_, _>>()?;
+
+    if options.wait_value {
+        use cudarc::driver::DevicePtr;
+        let (zeros, _in_use) = buffers[0].device_ptr(&streams[0]);
+        // SAFETY: a live stream and device buffer of this context; waiting
+        // for a value >= 0 (CU_STREAM_WAIT_VALUE_GEQ) is satisfied at once.
+        let result = unsafe { sys::cuStreamWaitValue32_v2(streams[0].cu_stream(), zeros, 0, 0) };
+        eprintln!("cudarc-loop: cuStreamWaitValue32_v2 returned {result:?}");
+    }
 
     // Memory must really hold data: round-trip a pattern before the loop.
     let pattern: Vec<f32> = (0..4096).map(|i| i as f32 * 0.5).collect();
