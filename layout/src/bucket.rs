@@ -51,13 +51,7 @@ pub struct TokenBucket {
 /// usage feedback refunds the rest every NVML sample, held 55–57% of the
 /// device at a cap of 70 on simgpu that way; paid out at half of each
 /// launch, 65% over a 3 s run, 69% over its NVML periods after the first
-/// second. Even so, launches the bucket let go anyway (the tenant's host, not
-/// its share, held it back for a moment) took refunds whose freed allowance
-/// was then dropped: a tenant alone on 3 streams of 20 µs kernels, its
-/// estimates 15% high (each sample holds the device's gap before the
-/// kernel), held 64.8–66% at a cap of 70. Now only launches the bucket holds
-/// back take refunds (68.7% in the same run pair), and a refund the tenant
-/// had no use for expires with its period ([`TokenBucket::refund_for_period`]).
+/// second.
 pub const REFUND_DIVISOR: u64 = 2;
 
 /// When a launch may go, as decided by [`TokenBucket::admit`].
@@ -95,17 +89,9 @@ impl TokenBucket {
         if share_ppm == 0 {
             return Admission::Paused;
         }
-        let mut tat = self.tat_ns.0.load(Ordering::Relaxed);
-        // A refund only shortens waits: taken by a launch that runs ahead
-        // of the share, never by one the bucket lets go anyway, whose
-        // unused allowance the bucket would drop (see [`REFUND_DIVISOR`]).
-        let refund = if tat.saturating_sub(depth_ns) > now {
-            self.take_refund(cost_ns)
-        } else {
-            0
-        };
-        let gpu_ns = cost_ns - refund + self.take_owed();
+        let gpu_ns = cost_ns - self.take_refund(cost_ns) + self.take_owed();
         let cost = wall_cost_ns(gpu_ns, share_ppm);
+        let mut tat = self.tat_ns.0.load(Ordering::Relaxed);
         loop {
             let next = tat.max(now).saturating_add(cost);
             match self.tat_ns.0.compare_exchange_weak(
@@ -154,16 +140,6 @@ impl TokenBucket {
             return 0;
         }
         self.owed_ns.0.swap(0, Ordering::AcqRel)
-    }
-
-    /// Refunds `gpu_ns` found charged too much in the period the driver
-    /// just reported, in place of what is left of earlier refunds. A refund
-    /// is taken only by launches that run ahead of the share (see
-    /// [`TokenBucket::admit`]); one a tenant had no use for (it was not held
-    /// back) expires here, so it can never pay for a later burst beyond the
-    /// share of more than one period's worth.
-    pub fn refund_for_period(&self, gpu_ns: u64) {
-        self.refund_ns.0.store(gpu_ns, Ordering::Relaxed);
     }
 
     /// Charges (positive) or refunds (negative) GPU time after the fact, when
@@ -224,36 +200,6 @@ mod tests {
         assert_eq!(admissions[3], Admission::At(now + 200_000));
         assert_eq!(admissions[4], Admission::At(now + 600_000));
         assert_eq!(admissions[5], Admission::At(now + 1_000_000));
-    }
-
-    #[test]
-    fn a_refund_only_shortens_waits_and_expires_with_its_period() {
-        let bucket = TokenBucket::new();
-        let (share, depth, now) = (500_000, 1_000_000, 10_000_000_000u64);
-        let refund_left = || bucket.refund_ns.0.load(Ordering::Relaxed);
-        bucket.refund_for_period(100_000);
-        // 100 µs launches at 50% cost 200 µs each: the first six fit in the
-        // depth and go at once, paying in full (a tenant the bucket does
-        // not hold back has no use for a refund, and the bucket would drop
-        // the allowance it freed).
-        for _ in 0..6 {
-            assert_eq!(bucket.admit(now, 100_000, share, depth), Admission::Now);
-        }
-        assert_eq!(refund_left(), 100_000);
-        // The seventh is held back: half of it comes off the refund, so it
-        // adds 100 µs of wait instead of 200.
-        assert_eq!(
-            bucket.admit(now, 100_000, share, depth),
-            Admission::At(now + 200_000)
-        );
-        assert_eq!(refund_left(), 50_000);
-        assert_eq!(
-            bucket.admit(now, 100_000, share, depth),
-            Admission::At(now + 300_000)
-        );
-        // The next period's refund replaces what is left of this one.
-        bucket.refund_for_period(30_000);
-        assert_eq!(refund_left(), 30_000);
     }
 
     #[test]

@@ -22,9 +22,7 @@
 //! sample's period (launch estimates plus the sampler's corrections; the
 //! charged total is kept at every look, by wall-clock time) and
 //! charges the difference to the tenant's bucket (a debt in
-//! [`INSTALLMENTS`] over the following looks; a refund at once, for the
-//! launches the bucket holds back until the next settlement replaces it).
-//! A look with
+//! [`INSTALLMENTS`] over the following looks, a refund at once). A look with
 //! no new sample settles nothing: the charges wait for the next sample. The
 //! estimates still pace launches between samples; this makes their sum
 //! right.
@@ -582,9 +580,9 @@ fn run() {
             if delta > 0 {
                 t.owed.add(delta as u64);
             } else {
-                // Taken off later launches' charges (those the bucket holds
-                // back) until the next settlement replaces it.
-                sm.bucket(device).refund_for_period(delta.unsigned_abs());
+                // A refund is taken off later launches' charges anyway.
+                sm.bucket(device)
+                    .charge_back(delta, share, dilu_layout::monotonic_ns());
             }
         }
     }
