@@ -139,7 +139,7 @@ macro_rules! hooked_functions {
             h::primary_ctx_end => fn cuDevicePrimaryCtxReset(dev: CUdevice);
 
             // ---- waits on memory or semaphores: the program may order its streams
-            // by values its later work writes (see launch_control::isolated_samples)
+            // by values its later work writes (see sampler::program_orders_streams_itself)
             h::stream_wait_value32 => fn cuStreamWaitValue32 / cuStreamWaitValue32_ptsz(
                 stream: CUstream, addr: CUdeviceptr, value: cuuint32_t, flags: c_uint,
             );
