@@ -417,7 +417,7 @@ fn main() {
          (`DILU_COLO_TOLERANCE=2ms`, withdrawn per request when its latency nears the SLO), the\n\
          training primary none, and the `dilu-colo` controller lends the primary's guarantee\n\
          (while all of it is lent, each busy batch tenant may use the device but the others'\n\
-         requests). Fillers keep the gaps in turns of 42 ms (a hand-off between processes costs\n\
+         requests). Fillers keep the gaps in turns of 14 ms (a hand-off between processes costs\n\
          140 µs on simgpu, as measured on an H100), and a filler about to wait for its own SM-time\n\
          tokens ends its turn; one whose kernels fit no gap goes at its guarantee (10%).\n\
          Gap prediction: per phase when the primary's gaps repeat (a period of up to 8 gaps,\n\
