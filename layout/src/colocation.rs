@@ -78,10 +78,11 @@ pub const HANDOFF_NS: u64 = 140_000;
 /// hand-off on every kernel. A turn of about a hundred hand-offs keeps that
 /// loss near 1% and still shares the gaps among fillers within tens of
 /// milliseconds. (300, 42 ms, kept the 120 req/s inference shape's device
-/// about 2 points busier in an A/B, but a lone filler beside a 100 req/s
-/// primary then delayed it by up to 1.9 ms, about five filler kernels, in
-/// 4 of 6 runs of `a_filler_delays_the_primary_by_at_most_one_filler_kernel`;
-/// with 100, at most 0.9 ms in 3 of 3: why is not known yet.)
+/// about 2 points busier in an A/B of two 6 s runs each, and was reverted
+/// when `a_filler_delays_the_primary_by_at_most_one_filler_kernel` failed
+/// with it: single waits of up to 1.9 ms. The same waits then showed with
+/// 100 too, and on the build of stop 32, from a primary preempted between
+/// its launch and its synchronisation: worth trying again.)
 pub const FILLER_TURN_NS: u64 = 100 * HANDOFF_NS;
 /// How long after the turn holder's queued work ends the others wait for it
 /// to queue more: less than one hand-off, so waiting never costs more
