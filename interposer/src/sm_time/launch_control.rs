@@ -19,9 +19,8 @@ use crate::sm_time::sampler;
 use crate::sm_time::tenant_sm::{self, TenantSm};
 use crate::table::REAL;
 use dilu_abi::cuda::{CUDA_SUCCESS, CUresult, sys};
-use dilu_layout::bucket::{Admission, TokenBucket};
-use dilu_layout::budget::{FULL_SHARE_PPM, is_limited};
-use dilu_layout::colocation::HANDOFF_NS;
+use dilu_layout::bucket::Admission;
+use dilu_layout::budget::is_limited;
 use dilu_layout::monotonic_ns;
 use std::sync::atomic::{AtomicI64, Ordering};
 
@@ -214,9 +213,6 @@ fn charge_bucket(sm: &TenantSm, device: usize, gpu_ns: u64, mut share: u32) -> u
                 let woke = monotonic_ns();
                 telemetry.record_throttle(woke - now);
                 now = woke;
-                if burst_ns > 0 && crate::sm_time::usage_feedback::is_full(device) {
-                    pay_for_the_switches(bucket, share, now);
-                }
                 break;
             }
             Admission::Paused => {
@@ -231,26 +227,6 @@ fn charge_bucket(sm: &TenantSm, device: usize, gpu_ns: u64, mut share: u32) -> u
         }
     }
     now
-}
-
-/// A run released on a full device (see [`usage_feedback::is_full`]) makes
-/// it switch to this process and back: two hand-offs ([`HANDOFF_NS`] each,
-/// simgpu's switch cost as measured on an H100) of device time nobody uses,
-/// which the tenant that has the device the rest of the time would
-/// otherwise lose alone (a 30/70 pair of deep queues split the device time
-/// it used about 33/67: the 30% tenant at its cap, the 70% one short of
-/// its share by the switches). The run's tenant pays its share's part of
-/// both: at share s, 2·s·HANDOFF of GPU time, two hand-offs of its
-/// bucket's wall-clock time. Only on a full device: where the device has
-/// time to spare a switch takes it from nobody (charging a hand-off for
-/// every run on any shared device cost batch tenants 12% of their
-/// guarantees beside an idle latency tenant).
-///
-/// [`usage_feedback::is_full`]: crate::sm_time::usage_feedback::is_full
-fn pay_for_the_switches(bucket: &TokenBucket, share: u32, now: u64) {
-    let gpu_ns = 2 * HANDOFF_NS * u64::from(share) / u64::from(FULL_SHARE_PPM);
-    tracing::trace!(gpu_ns, "a run on a full device pays for its switches");
-    bucket.charge_back(gpu_ns as i64, share, now);
 }
 
 /// Whether a throttled launch waits for a run's worth of tokens: only where
@@ -430,24 +406,6 @@ mod tests {
         // At 30% that would be 6.7 ms; a 5 ms bucket holds no more.
         assert_eq!(burst_wait_ns(2_000_000, 300_000, 5_000_000), 5_000_000);
         assert_eq!(burst_wait_ns(0, 300_000, 5_000_000), 0, "0 paces launches");
-    }
-
-    #[test]
-    fn a_run_on_a_full_device_pays_its_share_of_two_hand_offs() {
-        // 30%: 2 × 140 µs × 0.3 = 84 µs of GPU time, 280 µs of the bucket's
-        // wall-clock time: the next launch beyond the depth waits that long.
-        let (share, depth, now) = (300_000, 1_000_000, 1_000_000_000u64);
-        let paid = TokenBucket::new();
-        let unpaid = TokenBucket::new();
-        for bucket in [&paid, &unpaid] {
-            assert_eq!(bucket.admit(now, 600_000, share, depth), Admission::Now);
-        }
-        pay_for_the_switches(&paid, share, now);
-        let go = |bucket: &TokenBucket| match bucket.admit(now, 300_000, share, depth) {
-            Admission::At(at) => at,
-            other => panic!("{other:?}"),
-        };
-        assert_eq!(go(&paid) - go(&unpaid), 2 * HANDOFF_NS);
     }
 
     // One test: the capture count is process-wide.

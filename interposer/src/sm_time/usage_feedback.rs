@@ -50,15 +50,18 @@
 //! samples; while others were, the estimates alone decide (their charges
 //! are taken as they are, not carried to a later settlement).
 //!
+//! Nor does NVML say how busy a shared device is: the device's own rate
+//! (`nvmlDeviceGetUtilizationRates`) read 100% while two request loops
+//! shared an H100 that ran kernels about 74% of the time (2026-11-23, ad
+//! hoc). So nothing here may depend on how full a shared device is: a
+//! switch charge on "full" devices, which helped on simgpu (whose samples
+//! are exact), applied to every shared device on an H100 and cost a 70%
+//! tenant up to 7 points of its rate there without moving the split.
+//!
 //! The same looks say whether another process used the device lately
 //! ([`may_be_shared`]): a throttled launch releases its tenant's work in
 //! runs only then (see [`crate::config::sm`]); alone on the device, pacing
-//! launch by launch costs no switches and keeps the cap closer. And whether
-//! the device is full ([`is_full`]): its processes together listed at
-//! [`FULL_PERCENT`] or more (on simgpu their device time; on NVIDIA's
-//! driver, where each process with work queued is listed at about 99%, any
-//! other busy process), so that the device time lost to switching to this
-//! process was time another process wanted.
+//! launch by launch costs no switches and keeps the cap closer.
 //!
 //! `DILU_USAGE_FEEDBACK=off` turns this off (estimates alone decide).
 //! Where NVML is missing, or never lists this process (a container whose
@@ -95,14 +98,6 @@ static SHARING: [AtomicU8; MAX_DEVICES] = [const { AtomicU8::new(UNKNOWN) }; MAX
 const UNKNOWN: u8 = 0;
 const ALONE: u8 = 1;
 const SHARED: u8 = 2;
-/// Shared, and the device full.
-const FULL: u8 = 3;
-
-/// The processes of a device listed together at this many percent or more
-/// make it full: what is left is switches and launch gaps, no time to
-/// spare (a 30/70 pair of deep queues keeps simgpu's device 87–94% busy, a
-/// pair of request loops that synchronise every 4 kernels 74%).
-pub const FULL_PERCENT: u32 = 85;
 
 /// Whether another process may be running kernels on `device`: false only
 /// once NVML's samples showed none lately (unknown counts as shared).
@@ -111,15 +106,6 @@ pub fn may_be_shared(device: usize) -> bool {
     SHARING
         .get(device)
         .is_none_or(|state| state.load(Ordering::Relaxed) != ALONE)
-}
-
-/// Whether another process shares `device` and the device is full (see
-/// [`FULL_PERCENT`]), as the last look with NVML's samples said.
-#[inline]
-pub fn is_full(device: usize) -> bool {
-    SHARING
-        .get(device)
-        .is_some_and(|state| state.load(Ordering::Relaxed) == FULL)
 }
 
 fn note_sharing(device: usize, state: u8) {
@@ -203,9 +189,6 @@ struct SampleClock {
     spacings: std::collections::VecDeque<u64>,
     /// Newest sample time at which another process was listed with use.
     others_seen_us: u64,
-    /// The newest answer with new samples listed the device's processes
-    /// together at [`FULL_PERCENT`] or more.
-    full: bool,
 }
 
 /// What one answer of NVML says about this process.
@@ -225,8 +208,6 @@ struct Look {
     /// The answer held a sample newer than those seen before (of any
     /// process): only such an answer says anything about who is listed.
     fresh: bool,
-    /// The newest answer with new samples found the device full.
-    full: bool,
 }
 
 impl SampleClock {
@@ -276,9 +257,6 @@ impl SampleClock {
             .collect();
         ours.sort_unstable();
         ours.dedup_by_key(|s| s.0);
-        if !stamps.is_empty() {
-            self.full = together_percent(samples, self.last_seen_us) >= FULL_PERCENT;
-        }
         self.last_seen_us = previous;
         let contended = self.contended();
         let fresh = !stamps.is_empty();
@@ -290,7 +268,6 @@ impl SampleClock {
                 listed: !ours.is_empty(),
                 contended,
                 fresh,
-                full: self.full,
             };
         }
         let typical = self.typical_spacing_us();
@@ -314,7 +291,6 @@ impl SampleClock {
             listed: !ours.is_empty(),
             contended,
             fresh,
-            full: self.full,
         }
     }
 
@@ -331,26 +307,12 @@ impl SampleClock {
             listed: false,
             contended: self.contended(),
             fresh: false,
-            full: self.full,
         }
     }
 
     fn contended(&self) -> bool {
         self.others_seen_us != 0 && self.others_seen_us + CONTENDED_FOR_US >= self.last_seen_us
     }
-}
-
-/// The newest sample's percentage of each process listed after `after_us`,
-/// added up: the part of a sample period in which the device ran kernels
-/// (more than 100 on NVIDIA's driver, which lists every process with work
-/// queued at about 99%).
-fn together_percent(samples: &[(u32, u64, u32)], after_us: u64) -> u32 {
-    let mut newest: Vec<(u32, u64, u32)> =
-        samples.iter().copied().filter(|s| s.1 > after_us).collect();
-    // Per process, newest first; keep the first of each.
-    newest.sort_unstable_by(|a, b| a.0.cmp(&b.0).then(b.1.cmp(&a.1)));
-    newest.dedup_by_key(|s| s.0);
-    newest.iter().map(|s| s.2.min(100)).sum()
 }
 
 impl DriverCount {
@@ -566,12 +528,7 @@ fn run() {
             let Some(look) = t.count.busy_since_last_look() else {
                 continue;
             };
-            let sharing = match (look.contended, look.full) {
-                (false, _) => ALONE,
-                (true, false) => SHARED,
-                (true, true) => FULL,
-            };
-            note_sharing(device, sharing);
+            note_sharing(device, if look.contended { SHARED } else { ALONE });
             let (busy_ns, listed) = (look.busy_ns, look.listed);
             let charged_ns = charged_now.wrapping_sub(t.charged_before) as i64;
             let first_sighting = listed && !t.sighting.seen;
@@ -685,7 +642,6 @@ mod tests {
             listed,
             contended,
             fresh: true,
-            full: false,
         }
     }
 
@@ -696,10 +652,6 @@ mod tests {
                 ..self
             }
         }
-
-        fn full(self) -> Look {
-            Look { full: true, ..self }
-        }
     }
 
     const US: u64 = 1;
@@ -708,10 +660,7 @@ mod tests {
     #[test]
     fn the_first_answer_only_sets_the_baseline() {
         let mut clock = SampleClock::default();
-        assert_eq!(
-            clock.fold(7, &[(7, 1_000 * MS, 90)]),
-            look(0, true, false).full()
-        );
+        assert_eq!(clock.fold(7, &[(7, 1_000 * MS, 90)]), look(0, true, false));
         // The next sample of ours, 200 ms later at 50%: 100 ms busy.
         assert_eq!(
             clock.fold(7, &[(7, 1_200 * MS, 50)]),
@@ -723,16 +672,13 @@ mod tests {
     fn samples_of_other_processes_are_not_ours() {
         let mut clock = SampleClock::default();
         clock.fold(7, &[(9, 1_000 * MS, 10)]);
-        assert_eq!(
-            clock.fold(7, &[(9, 1_200 * MS, 100)]),
-            look(0, false, true).full()
-        );
+        assert_eq!(clock.fold(7, &[(9, 1_200 * MS, 100)]), look(0, false, true));
         // An answer with nothing newer than what was seen counts nothing again.
         assert_eq!(
             clock.fold(7, &[(7, 1_200 * MS, 100)]),
             Look {
                 fresh: false,
-                ..look(0, false, true).full()
+                ..look(0, false, true)
             }
         );
     }
@@ -813,9 +759,7 @@ mod tests {
         let seen = clock.fold(7, &[(7, t, 100), (9, t, 0)]);
         assert_eq!(
             seen,
-            look(200 * MS * 1_000, true, false)
-                .covering(t - 200 * MS, t)
-                .full(),
+            look(200 * MS * 1_000, true, false).covering(t - 200 * MS, t),
             "one 200 ms period at 100%"
         );
     }
@@ -840,37 +784,6 @@ mod tests {
         assert_eq!(
             clock.fold(7, &[(7, t, 60)]),
             look(120 * MS * 1_000, true, false).covering(t - 200 * MS, t)
-        );
-    }
-
-    #[test]
-    fn a_device_is_full_when_its_processes_together_leave_no_time_to_spare() {
-        let mut clock = SampleClock::default();
-        let mut t = 1_000 * MS;
-        clock.fold(7, &[(7, t, 30)]);
-        // simgpu: each process's device time; 30 + 50 leaves a fifth idle.
-        t += 200 * MS;
-        let look = clock.fold(7, &[(7, t, 30), (9, t, 50)]);
-        assert!(look.contended && !look.full);
-        // 30 + 58: switches and launch gaps take the rest.
-        t += 200 * MS;
-        assert!(clock.fold(7, &[(7, t, 30), (9, t, 58)]).full);
-        // Until a newer sample comes, the device stays as last seen.
-        assert!(clock.nothing_new().full);
-        // NVIDIA's driver lists busy processes in turn, each at about 99%:
-        // another one's sample alone says full; only the newest of a
-        // process's samples counts.
-        t += 200 * MS;
-        assert!(!clock.fold(7, &[(9, t, 20)]).full);
-        assert!(
-            clock
-                .fold(7, &[(9, t + 200 * MS, 99), (7, t + 100 * MS, 0)])
-                .full
-        );
-        assert!(
-            !clock
-                .fold(7, &[(9, t + 300 * MS, 99), (9, t + 400 * MS, 10)])
-                .full
         );
     }
 
