@@ -1,7 +1,8 @@
 //! SM-time accuracy over the whole workload matrix: request-style tenants
 //! (k launches then a synchronisation, k = 1, 4, 16, or never letting the
 //! stream drain) with kernels of 20 µs, 100 µs and 1 ms, on one and three
-//! streams, and as CUDA graphs; each alone under `dilu run --sm 30` and
+//! streams, and as CUDA graphs (and kernels of 3 ms, longer than a time
+//! slice, on one stream); each alone under `dilu run --sm 30` and
 //! `--sm 70` and uncapped, and in pairs at 30/70 under dilu and without
 //! dilu, side by side in one run. Ground truth: simgpu's kernel trace.
 //! Writes `bench/results/sm-accuracy.md`.
@@ -45,6 +46,15 @@ fn shapes() -> Vec<RequestShape> {
             kernel: KernelSize::Us20,
             streams: 1,
             graph: Some(10),
+        });
+    }
+    // Kernels longer than a time slice, as PyTorch's larger matrix products.
+    for sync in [SyncEvery::Launches(16), SyncEvery::Never] {
+        shapes.push(RequestShape {
+            sync,
+            kernel: KernelSize::Ms3,
+            streams: 1,
+            graph: None,
         });
     }
     shapes
@@ -338,7 +348,8 @@ fn main() {
          Each workload is a `cudarc-loop` tenant: k launches per stream then a synchronisation\n\
          (`never`: the stream never drains; it waits only for work launched 128 launches\n\
          earlier), kernels of 20 µs, 100 µs or 1 ms on simgpu's cost model, on 1 or 3 streams,\n\
-         or CUDA graphs of ten 20 µs kernels. Device time comes from simgpu's kernel trace over\n\
+         or CUDA graphs of ten 20 µs kernels; and kernels of 3 ms (longer than a 2.08 ms time\n\
+         slice, like a 4096² fp32 matrix product on an H100) on 1 stream. Device time comes from simgpu's kernel trace over\n\
          the window in which all tenants of a run were running.\n\n\
          - **alone**: the tenant by itself uncapped, then under `dilu run --sm 30` and `--sm 70`.\n\
            Where it uses the cap or more uncapped, the cap binds: ✓ within ±{TOLERANCE_PTS} points\n\

@@ -63,6 +63,9 @@ pub enum KernelSize {
     Us20,
     Us100,
     Ms1,
+    /// Longer than a time slice (2.08 ms): preempted mid-kernel whenever
+    /// another process has work (a 4096² fp32 matmul on an H100 is 2.7 ms).
+    Ms3,
 }
 
 impl KernelSize {
@@ -71,6 +74,7 @@ impl KernelSize {
             KernelSize::Us20 => 264,
             KernelSize::Us100 => 1320,
             KernelSize::Ms1 => 13200,
+            KernelSize::Ms3 => 39600,
         }
     }
 
@@ -79,6 +83,7 @@ impl KernelSize {
             KernelSize::Us20 => "20 µs",
             KernelSize::Us100 => "100 µs",
             KernelSize::Ms1 => "1 ms",
+            KernelSize::Ms3 => "3 ms",
         }
     }
 }
