@@ -417,8 +417,8 @@ fn main() {
          (`DILU_COLO_TOLERANCE=2ms`, withdrawn per request when its latency nears the SLO), the\n\
          training primary none, and the `dilu-colo` controller lends the primary's guarantee\n\
          (while all of it is lent, each busy batch tenant may use the device but the others'\n\
-         requests). Fillers keep the gaps in turns of 14 ms (a hand-off between processes costs\n\
-         140 µs on simgpu, as measured on an H100), and a filler about to wait for its own SM-time\n\
+         requests). Fillers keep the gaps in turns of {turn_ms} ms (a hand-off between processes costs\n\
+         {handoff_us} µs on simgpu, as measured on an H100), and a filler about to wait for its own SM-time\n\
          tokens ends its turn; one whose kernels fit no gap goes at its guarantee (10%).\n\
          Gap prediction: per phase when the primary's gaps repeat (a period of up to 8 gaps,\n\
          believed after 3 iterations agree within 25%; chosen on the unit tests and the tuned\n\
@@ -428,7 +428,9 @@ fn main() {
          Latency: each request's arrival to its last kernel's end, measured by the program.\n\n\
          {sections}\
          Machine: {}. A loaded, shared 2-core VM without a GPU: every process competes for the CPU.\n",
-        machine()
+        machine(),
+        turn_ms = dilu_layout::colocation::FILLER_TURN_NS / 1_000_000,
+        handoff_us = dilu_layout::colocation::HANDOFF_NS / 1_000,
     );
     print!("{doc}");
     if only.is_none() {

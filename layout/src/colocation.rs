@@ -75,15 +75,17 @@ pub const POLL_NS: u64 = 100_000;
 pub const HANDOFF_NS: u64 = 140_000;
 /// How long fillers keep the device with the filler that ran last before
 /// another gets priority: fillers taking turns kernel by kernel paid a
-/// hand-off on every kernel. A turn of about a hundred hand-offs keeps that
-/// loss near 1% and still shares the gaps among fillers within tens of
-/// milliseconds. (300, 42 ms, kept the 120 req/s inference shape's device
-/// about 2 points busier in an A/B of two 6 s runs each, and was reverted
-/// when `a_filler_delays_the_primary_by_at_most_one_filler_kernel` failed
-/// with it: single waits of up to 1.9 ms. The same waits then showed with
-/// 100 too, and on the build of stop 32, from a primary preempted between
-/// its launch and its synchronisation: worth trying again.)
-pub const FILLER_TURN_NS: u64 = 100 * HANDOFF_NS;
+/// hand-off on every kernel. A turn of N hand-offs loses about 1/N of the
+/// filled time to switches between fillers: three hundred keep that near
+/// 0.3% and still share the gaps among fillers many times a second. (A
+/// hundred, 14 ms, lost 1.0% of the device to them in the 120 req/s
+/// inference shape; in an A/B of two 6 s runs each, 42 ms turns kept the
+/// device 90.3/91.0% busy against 88.4/89.3%. Reverted once when
+/// `a_filler_delays_the_primary_by_at_most_one_filler_kernel` failed with
+/// them; the same long waits showed with 14 ms turns too, from a primary
+/// preempted between its launch and its synchronisation on a loaded host,
+/// and that test now allows for them.)
+pub const FILLER_TURN_NS: u64 = 300 * HANDOFF_NS;
 /// How long after the turn holder's queued work ends the others wait for it
 /// to queue more: less than one hand-off, so waiting never costs more
 /// device time than switching would.
