@@ -69,13 +69,17 @@ i100=${i100:-9400}
 i20=$((i100 / 5))
 # A real GPU's kernel length follows the FMA count; simgpu's the grid.
 k100="--blocks 1320 --iters $i100"; k20="--blocks 1320 --iters $i20"; k1000="--blocks 1320 --iters $((i100 * 10))"
-[ "$sim" = 1 ] && { k100="--blocks 1320"; k20="--blocks 264"; k1000="--blocks 13200"; }
+k3000="--blocks 1320 --iters $((i100 * 30))"
+[ "$sim" = 1 ] && { k100="--blocks 1320"; k20="--blocks 264"; k1000="--blocks 13200"; k3000="--blocks 39600"; }
 shapes=(
   "100 µs, sync every 4|$k100 --depth 4"
   "100 µs, sync every 1000|$k100 --depth 1000"
   "20 µs, sync every 1|$k20 --depth 1"
   "1 ms, never drains|$k1000 --depth never"
   "20 µs, 3 streams, never drains|$k20 --streams 3 --depth never"
+  # Longer than a time slice (2.08 ms on an H100): preempted mid-kernel
+  # whenever another process has work (a 4096² fp32 PyTorch matmul is 2.7 ms).
+  "3 ms, sync every 10|$k3000 --depth 10"
 )
 rate() { grep -o '"kernels_per_second":[0-9.]*' | head -1 | cut -d: -f2; }
 pct() { awk -v a="${1:-0}" -v b="${2:-0}" 'BEGIN { if (b > 0) printf "%.1f", 100 * a / b; else print "?" }'; }
@@ -198,17 +202,18 @@ flags="--seconds $seconds"
   echo
   echo "## The usage feedback's own account"
   echo
-  echo "The first shape under \`--sm 70\` with \`DILU_LOG=dilu_interposer::usage_feedback=trace\`: the"
+  echo "The first shape under \`--sm 70\` with \`DILU_LOG=dilu_interposer::sm_time::usage_feedback=trace\`: the"
   echo "device time NVML's samples gave (busy) and what launches were charged (charged), summed over"
   echo "every settlement (one per new NVML sample of the process)."
   echo
   log=$(mktemp)
   instance log
-  k=$(DILU_LOG=dilu_interposer::usage_feedback=trace "$bin/dilu" run "${sim_flag[@]}" --tenant "gpu-sm-$$-log" --sm 70 -- \
+  k=$(DILU_LOG=dilu_interposer::sm_time::usage_feedback=trace "$bin/dilu" run "${sim_flag[@]}" --tenant "gpu-sm-$$-log" --sm 70 -- \
     "$bin/cudarc-loop" --seconds "$seconds" --json "${args[@]}" 2>"$log" | rate)
   echo '```'
   awk -v k="$k" '/device time settled/ { for (i = 1; i <= NF; i++) { split($i, kv, "="); if (kv[1] == "busy_ns") b += kv[2]; if (kv[1] == "charged_ns") c += kv[2] } n++ }
-    END { printf "%d settlements; busy %.3f s, charged %.3f s, busy/charged %.2f; %s kernels/s\n", n, b / 1e9, c / 1e9, (c > 0 ? b / c : 0), k }' "$log"
+    END { printf "%d settlements; busy %.3f s, charged %.3f s, busy/charged %.2f; %s kernels/s\n", n, b / 1e9, c / 1e9, (c > 0 ? b / c : 0), k
+          if (n == 0) print "(no settlement logged: NVML never listed the process alone, or the log target above is stale)" }' "$log"
   echo '```'
   rm -f "$log"
 } | tee "$out"

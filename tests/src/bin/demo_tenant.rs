@@ -36,7 +36,7 @@ use dilu_harness::ptx::{BLOCK_THREADS, BUSY_KERNEL, PTX};
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
-const USAGE: &str = "usage: demo-tenant serve|train|model [--seconds S] [--blocks B] [--kernels K]
+const USAGE: &str = "usage: demo-tenant serve|train|model [--seconds S] [--blocks B] [--kernels K] [--iters N]
     serve: [--rate R/s] [--on-ms MS] [--off-ms MS] [--slo-ms MS] [--seed N] [--latencies FILE] [--launch-log FILE]
     train: [--load-ms MS[,MS...]] [--launch-log FILE]
     model: [--blocks-per-sample B] [--host-ms MS] [--host-ms-per-sample MS] (batch size: DILU_BATCH)";
@@ -46,6 +46,9 @@ struct Options {
     seconds: f64,
     blocks: u32,
     kernels: u32,
+    /// FMAs per thread: a real GPU's kernel length follows it (simgpu's
+    /// follows the grid).
+    iters: u32,
     rate: f64,
     on_ms: f64,
     off_ms: f64,
@@ -82,6 +85,7 @@ fn parse() -> Result<Options, String> {
         seconds: 5.0,
         blocks: if model { 660 } else { 6600 },
         kernels: if model { 4 } else { 8 },
+        iters: 2000,
         rate: 40.0,
         on_ms: 400.0,
         off_ms: 600.0,
@@ -108,6 +112,7 @@ fn parse() -> Result<Options, String> {
             "--seconds" => o.seconds = number()?,
             "--blocks" => o.blocks = number()? as u32,
             "--kernels" => o.kernels = number()? as u32,
+            "--iters" => o.iters = number()? as u32,
             "--rate" => o.rate = number()?,
             "--on-ms" => o.on_ms = number()?,
             "--off-ms" => o.off_ms = number()?,
@@ -126,8 +131,8 @@ fn parse() -> Result<Options, String> {
             _ => return Err(format!("unknown option {flag}")),
         }
     }
-    if o.blocks == 0 || o.kernels == 0 || o.rate <= 0.0 {
-        return Err("--blocks, --kernels and --rate must be positive".into());
+    if o.blocks == 0 || o.kernels == 0 || o.iters == 0 || o.rate <= 0.0 {
+        return Err("--blocks, --kernels, --iters and --rate must be positive".into());
     }
     Ok(o)
 }
@@ -165,7 +170,7 @@ fn run(o: &Options) -> Result<String, Box<dyn std::error::Error>> {
         o.blocks
     };
     let buffer: CudaSlice<f32> = stream.alloc_zeros(blocks as usize * BLOCK_THREADS as usize)?;
-    let iters = 2000u32;
+    let iters = o.iters;
     let launched = std::cell::RefCell::new(Vec::<u64>::new());
     let launch = || -> Result<(), cudarc::driver::DriverError> {
         let config = LaunchConfig {
