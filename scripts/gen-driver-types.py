@@ -72,6 +72,9 @@ CALLED = [
     "cuStreamWaitEvent_ptsz",
     "cuEventQuery",
     "cuEventElapsedTime",
+    "cuStreamQuery",
+    "cuStreamQuery_ptsz",
+    "cuDeviceGetUuid",
     "cuLaunchHostFunc",
     "cuLaunchHostFunc_ptsz",
 ]

@@ -14,6 +14,8 @@
 //!   throttling, bubble and latency histograms; advisory).
 //! - [`colocation`]: the gap board a primary tenant and its fillers share
 //!   on one GPU (work-conserving co-location, decided per launch).
+//! - [`quiet`]: the quiet board on which a process timing a kernel longer
+//!   than a time slice holds the device's other processes' launches.
 //! - [`histogram`]: the lock-free log₂ histogram the telemetry is made of.
 //! - [`memfd`]: regions in sealed memfds (budgets only their creator writes).
 //!
@@ -27,6 +29,7 @@ pub mod colocation;
 pub mod histogram;
 pub mod ledger;
 pub mod memfd;
+pub mod quiet;
 pub mod shm;
 
 /// Devices a layout has room for.

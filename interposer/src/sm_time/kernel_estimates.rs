@@ -161,7 +161,13 @@ impl Entry {
     /// Installs a new estimate (made with a sample of `measured_ns`) and
     /// returns the GPU time the launches since the previous one were
     /// under-charged (negative: over-charged).
-    pub fn settle(&self, estimate_ns: u64, measured_ns: u64) -> i64 {
+    ///
+    /// A sample that may hold another process's time slice (`trusted`
+    /// false: a kernel longer than a slice timed without a quiet hold, see
+    /// [`crate::sm_time::quiet_samples`]) says nothing about the kind by
+    /// its distance from the estimate, so it changes the sampling period
+    /// only if the estimate moved.
+    pub fn settle_sample(&self, estimate_ns: u64, measured_ns: u64, trusted: bool) -> i64 {
         let estimate_ns = estimate_ns.max(1);
         let previous = self.estimate_ns.swap(estimate_ns, Ordering::AcqRel);
         let base = sampling_period(estimate_ns);
@@ -169,9 +175,9 @@ impl Entry {
         // A window's mean moves a little with every sample; only a move
         // beyond noise is a new estimate.
         let moved = previous == 0 || !agrees(estimate_ns, previous);
-        let every = if moved || diverges(measured_ns, estimate_ns) {
+        let every = if moved || (trusted && diverges(measured_ns, estimate_ns)) {
             base
-        } else if agrees(measured_ns, estimate_ns) {
+        } else if trusted && agrees(measured_ns, estimate_ns) {
             (current * 2).min(MAX_STABLE_SAMPLE_EVERY)
         } else {
             current
@@ -257,12 +263,16 @@ mod tests {
             entry.charge();
         }
         // Ten launches charged 100 µs each really took 250 µs each.
-        assert_eq!(entry.settle(250_000, 250_000), 10 * 150_000);
+        assert_eq!(entry.settle_sample(250_000, 250_000, true), 10 * 150_000);
         assert_eq!(entry.estimate_ns(), Some(250_000));
         entry.charge();
         entry.charge();
-        assert_eq!(entry.settle(200_000, 200_000), -100_000);
-        assert_eq!(entry.settle(200_000, 200_000), 0, "nothing pending");
+        assert_eq!(entry.settle_sample(200_000, 200_000, true), -100_000);
+        assert_eq!(
+            entry.settle_sample(200_000, 200_000, true),
+            0,
+            "nothing pending"
+        );
         assert!(entry.start_sampling());
         assert!(!entry.start_sampling());
         entry.stop_sampling();
@@ -282,7 +292,7 @@ mod tests {
                 .map(|n| entry.due_for_sample(n))
                 .eq([true, false, false, false])
         );
-        entry.settle(100_000, 100_000);
+        entry.settle_sample(100_000, 100_000, true);
         assert!(entry.due_for_sample(32) && !entry.due_for_sample(4) && !entry.due_for_sample(10));
     }
 
@@ -291,21 +301,26 @@ mod tests {
         let table = Box::new(EstimateTable::new());
         let (entry, _) = table.entry(LaunchKey::kernel(3, 1));
         let every = || entry.sample_every.load(Ordering::Relaxed);
-        entry.settle(100_000, 100_000);
+        entry.settle_sample(100_000, 100_000, true);
         assert_eq!(every(), 16);
         for _ in 0..20 {
-            entry.settle(100_000, 101_000);
+            entry.settle_sample(100_000, 101_000, true);
         }
         assert_eq!(every(), MAX_STABLE_SAMPLE_EVERY);
         // Noise keeps the period; a sample far above the estimate (the
         // kernel may have changed) brings the base one back.
-        entry.settle(100_000, 115_000);
+        entry.settle_sample(100_000, 115_000, true);
         assert_eq!(every(), MAX_STABLE_SAMPLE_EVERY);
-        entry.settle(100_000, 180_000);
+        entry.settle_sample(100_000, 180_000, true);
         assert_eq!(every(), 16);
-        entry.settle(100_000, 100_000);
+        entry.settle_sample(100_000, 100_000, true);
         assert_eq!(every(), 32);
-        entry.settle(90_000, 90_000);
+        // A sample that may hold another process's slice neither resets
+        // the period nor doubles it.
+        entry.settle_sample(100_000, 180_000, false);
+        entry.settle_sample(100_000, 100_000, false);
+        assert_eq!(every(), 32);
+        entry.settle_sample(90_000, 90_000, true);
         assert_eq!(every(), sampling_period(90_000));
     }
 
@@ -316,18 +331,18 @@ mod tests {
         let table = Box::new(EstimateTable::new());
         let (entry, _) = table.entry(LaunchKey::kernel(4, 1));
         let every = || entry.sample_every.load(Ordering::Relaxed);
-        entry.settle(3_000, 3_000);
+        entry.settle_sample(3_000, 3_000, true);
         assert_eq!(every(), MAX_SAMPLE_EVERY);
         for (estimate, measured) in [(3_100, 3_500), (2_950, 2_500), (3_050, 3_400)]
             .into_iter()
             .cycle()
             .take(12)
         {
-            entry.settle(estimate, measured);
+            entry.settle_sample(estimate, measured, true);
         }
         assert_eq!(every(), MAX_STABLE_SAMPLE_EVERY);
         // A kind that became much slower is timed at the base rate again.
-        entry.settle(3_000, 9_000);
+        entry.settle_sample(3_000, 9_000, true);
         assert_eq!(every(), MAX_SAMPLE_EVERY);
     }
 

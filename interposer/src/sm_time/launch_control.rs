@@ -14,6 +14,7 @@
 use crate::driver;
 use crate::sm_time::kernel_estimates::{EstimateTable, FIRST_GUESS_NS, LaunchKey};
 use crate::sm_time::launch_lease;
+use crate::sm_time::quiet_samples;
 use crate::sm_time::recent_streams;
 use crate::sm_time::sampler;
 use crate::sm_time::tenant_sm::{self, TenantSm};
@@ -37,6 +38,11 @@ static ESTIMATES: EstimateTable = EstimateTable::new();
 /// Stream captures in progress in this process (begun minus ended). While
 /// none is, no launch can be a capture and we never ask the driver.
 static CAPTURES: AtomicI64 = AtomicI64::new(0);
+
+/// Whether any stream of this process may be capturing now.
+pub fn capturing_anywhere() -> bool {
+    CAPTURES.load(Ordering::Acquire) > 0
+}
 
 pub fn capture_began() {
     CAPTURES.fetch_add(1, Ordering::AcqRel);
@@ -184,6 +190,7 @@ fn admit_through_bucket(
     }
     if let Some((now, gpu_ns)) = charged {
         telemetry.record_launch(now + held, gpu_ns);
+        crate::sm_time::quiet_samples::launched(device, now);
     }
     let sample = placed
         && (estimate.is_none() || entry.due_for_sample(launches_before))
@@ -303,6 +310,10 @@ pub fn controlled(
     }
     let device = sm.current_device();
     let (entry, sample) = admit(sm, key, device);
+    let held = quiet_samples::before_launch(device, stream, per_thread);
+    if held > 0 {
+        sm.device(device).record_throttle(held);
+    }
     recent_streams::launching_on(device, stream, per_thread);
     if !sample {
         return launch();
@@ -320,6 +331,16 @@ fn timed(
     per_thread: bool,
     launch: impl FnOnce() -> CUresult,
 ) -> CUresult {
+    let quiet =
+        match quiet_samples::clear_the_device(device, entry.estimate_ns(), stream, per_thread) {
+            quiet_samples::Clearing::NotNeeded => None,
+            quiet_samples::Clearing::Held(hold) => Some(hold),
+            // Timed now, it would hold another process's slice: left untimed.
+            quiet_samples::Clearing::Busy => {
+                entry.stop_sampling();
+                return launch();
+            }
+        };
     let pin = recent_streams::Pin::new();
     let others = other_streams(&pin, device, stream, per_thread);
     let timing = sampler::begin(stream, per_thread, &others);
@@ -336,6 +357,7 @@ fn timed(
         &others,
         entry,
         device,
+        quiet,
     );
     drop(pin);
     result

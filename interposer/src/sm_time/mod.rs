@@ -5,6 +5,8 @@
 //! - [`launch_lease`]: GPU time a thread already paid for.
 //! - [`kernel_estimates`]: what each kind of launch costs.
 //! - [`sampler`], [`recent_streams`]: timing sampled launches with events.
+//! - [`quiet_samples`]: timing kernels longer than a time slice while the
+//!   device's other processes hold their launches.
 //! - [`usage_feedback`]: charges against the device time the driver counted.
 //! - [`tenant_sm`]: the tenant's shares, telemetry and buckets as this
 //!   process maps them.
@@ -14,6 +16,7 @@ pub mod colocation;
 pub mod kernel_estimates;
 pub mod launch_control;
 pub mod launch_lease;
+pub mod quiet_samples;
 pub mod recent_streams;
 pub mod sampler;
 pub mod tenant_sm;

@@ -37,10 +37,16 @@
 //! mean of its last [`WINDOW`] samples that lie within 1/8 of their
 //! minimum ([`CLEAN_FRACTION_SHIFT`]): run-to-run spread is kept, samples
 //! stretched by a wait are not. A kernel that really became slower is recognised after
-//! [`WINDOW`] samples. What no per-kernel sample can attribute (kernels of
-//! several streams overlapping, a kernel preempted by another process) is
-//! settled against the driver's own count by
-//! [`usage_feedback`](crate::sm_time::usage_feedback).
+//! [`WINDOW`] samples. A kernel longer than a time slice, though, is
+//! preempted whenever another process has work, so while one is busy every
+//! sample of it holds that process's slice: such kinds are timed under a
+//! quiet hold ([`quiet_samples`](crate::sm_time::quiet_samples): the
+//! device's other dilu processes hold their launches and let their queues
+//! drain), and a sample taken without one (the drain limit passed) does
+//! not move the sampling period. What no per-kernel sample can attribute
+//! (kernels of several streams overlapping) is settled against the
+//! driver's own count by [`usage_feedback`](crate::sm_time::usage_feedback)
+//! where that count means device time.
 //!
 //! When the launch's stream was idle, a start event recorded just before
 //! the launch would complete at once, and the kernel would start only once
@@ -62,6 +68,7 @@
 
 use crate::driver;
 use crate::sm_time::kernel_estimates::Entry;
+use crate::sm_time::quiet_samples::{self, QuietHold};
 use crate::sm_time::recent_streams::{self, REMEMBERED};
 use crate::sm_time::tenant_sm;
 use crate::table::{
@@ -73,7 +80,7 @@ use crossbeam_channel::{Receiver, Sender, TryRecvError};
 use dilu_abi::cuda::{CUDA_SUCCESS, sys};
 use std::collections::HashMap;
 use std::sync::OnceLock;
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU64, AtomicUsize, Ordering};
 use std::time::Duration;
 
 /// Samples of one kind the estimate is made of.
@@ -219,6 +226,19 @@ struct Sample {
     chained: [bool; REMEMBERED],
     entry: &'static Entry,
     device: usize,
+    /// The hold this sample was taken under, released once it is read.
+    quiet: Option<QuietHold>,
+}
+
+impl Sample {
+    /// The sample was read (or never will be): the kind may be timed
+    /// again, and the device's other processes may launch.
+    fn done(&self) {
+        self.entry.stop_sampling();
+        if let Some(hold) = self.quiet {
+            quiet_samples::release(hold);
+        }
+    }
 }
 
 /// A context is being destroyed (or the primary context released or
@@ -445,7 +465,9 @@ pub fn begin(
 /// Completes a sample after the launch: records the end event, makes the
 /// work launched from now on on `others` (our other recent streams) wait
 /// for it, and hands the events to the harvester. Always releases the
-/// kind's sampling claim when the sample cannot be taken.
+/// kind's sampling claim and the `quiet` hold when the sample cannot be
+/// taken.
+#[allow(clippy::too_many_arguments)]
 pub fn finish(
     timing: Option<Timing>,
     launched: bool,
@@ -454,18 +476,27 @@ pub fn finish(
     others: &recent_streams::Previous,
     entry: &'static Entry,
     device: usize,
+    quiet: Option<QuietHold>,
 ) {
-    let Some(Timing { events, chained }) = timing else {
+    let give_up = |events: Option<EventSet>| {
+        if let Some(events) = events {
+            pool().give_back(events);
+        }
         entry.stop_sampling();
-        return;
+        if let Some(hold) = quiet {
+            quiet_samples::release(hold);
+        }
     };
-    let Some(fns) = fns() else { return };
+    let Some(Timing { events, chained }) = timing else {
+        return give_up(None);
+    };
+    let Some(fns) = fns() else {
+        return give_up(None);
+    };
     // The launch is queued (or failed): let the stream go on.
     open_gate(&events);
     if !launched || !record(fns, events.end, stream, per_thread) {
-        pool().give_back(events);
-        entry.stop_sampling();
-        return;
+        return give_up(Some(events));
     }
     if set_apart_from_other_streams() {
         for other in others.iter() {
@@ -477,13 +508,14 @@ pub fn finish(
         chained,
         entry,
         device,
+        quiet,
     }) {
-        pool().give_back(error.into_inner().events);
-        entry.stop_sampling();
-        return;
+        return give_up(Some(error.into_inner().events));
     }
     if !HARVESTER_RUNNING.load(Ordering::Acquire) {
         start_harvester();
+    } else if quiet.is_some() {
+        wake_harvester();
     }
 }
 
@@ -495,16 +527,38 @@ fn start_harvester() {
     let spawned = std::thread::Builder::new()
         .name("dilu-sampler".into())
         .spawn(harvest);
-    if spawned.is_err() {
-        HARVESTER_RUNNING.store(false, Ordering::Release);
+    match spawned {
+        // Leaked: one per harvester started (once per process, and once
+        // in each forked child that samples).
+        Ok(handle) => HARVESTER.store(
+            Box::into_raw(Box::new(handle.thread().clone())),
+            Ordering::Release,
+        ),
+        Err(_) => HARVESTER_RUNNING.store(false, Ordering::Release),
     }
     crate::sm_time::usage_feedback::ensure_running();
+}
+
+/// The harvester thread, to wake when a sample holds other processes
+/// (see [`quiet_samples`]): it may be idling for up to [`IDLE_POLL_MAX`],
+/// and they wait until it reads the sample. A pointer, not a lock: a
+/// forked child must be able to forget it whatever its parent's threads
+/// were doing.
+static HARVESTER: AtomicPtr<std::thread::Thread> = AtomicPtr::new(std::ptr::null_mut());
+
+fn wake_harvester() {
+    let thread = HARVESTER.load(Ordering::Acquire);
+    if !thread.is_null() {
+        // SAFETY: a leaked Box, never freed.
+        unsafe { &*thread }.unpark();
+    }
 }
 
 /// A forked child has no harvester thread (and its parent's events belong
 /// to the parent's contexts).
 pub fn forget_parent_state_in_child() {
     HARVESTER_RUNNING.store(false, Ordering::Relaxed);
+    HARVESTER.store(std::ptr::null_mut(), Ordering::Relaxed);
 }
 
 /// The last [`WINDOW`] samples of one kind.
@@ -602,7 +656,7 @@ fn harvest() {
             if sample.events.epoch != pool().epoch() {
                 // Its context may be gone: never touch these events again.
                 pool().retire();
-                sample.entry.stop_sampling();
+                sample.done();
                 return false;
             }
             if sample.events.ctx != current_ctx {
@@ -619,7 +673,7 @@ fn harvest() {
                     // Unusable events: dropped, so a new set may be
                     // created in their place.
                     pool().retire();
-                    sample.entry.stop_sampling();
+                    sample.done();
                     return false;
                 }
             }
@@ -649,12 +703,12 @@ fn harvest() {
                 );
                 settle(sample, estimate, measured);
             }
-            sample.entry.stop_sampling();
+            sample.done();
             pool().give_back(sample.events);
             false
         });
         if pending.is_empty() {
-            std::thread::sleep(idle_sleep);
+            std::thread::park_timeout(idle_sleep);
             idle_sleep = (idle_sleep * 2).min(IDLE_POLL_MAX);
         } else {
             idle_sleep = IDLE_POLL_MIN;
@@ -678,7 +732,10 @@ fn elapsed_ns(fns: &EventFns, from: usize, to: usize) -> Option<u64> {
 }
 
 fn settle(sample: &Sample, estimate_ns: u64, measured_ns: u64) {
-    let delta = sample.entry.settle(estimate_ns, measured_ns);
+    let trusted = sample.quiet.is_none_or(|hold| hold.drained());
+    let delta = sample
+        .entry
+        .settle_sample(estimate_ns, measured_ns, trusted);
     tracing::trace!(delta, estimate_ns, "settled");
     let Some(sm) = tenant_sm::get() else { return };
     let device = sm.device(sample.device);

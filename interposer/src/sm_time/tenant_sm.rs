@@ -88,6 +88,7 @@ fn register_fork_handlers() {
         crate::sm_time::sampler::forget_parent_state_in_child();
         crate::sm_time::usage_feedback::forget_parent_state_in_child();
         crate::sm_time::colocation::forget_parent_state_in_child();
+        crate::sm_time::quiet_samples::forget_parent_state_in_child();
     }
     fork::register(
         Part::SmTime,

@@ -11,7 +11,9 @@
 //!   `cuStreamWaitEvent`);
 //! - a kernel preempted at the end of a time slice has events spanning the
 //!   other process's slice (a 30% tenant with kernels longer than a slice
-//!   got 19%).
+//!   got 19%; such kernels are now timed under quiet holds, see
+//!   [`quiet_samples`](crate::sm_time::quiet_samples), where the other
+//!   process is under dilu too).
 //!
 //! The driver itself counts how long each process had kernels executing:
 //! NVML's `nvmlDeviceGetProcessUtilization` reports, per sample period

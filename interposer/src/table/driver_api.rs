@@ -17,7 +17,7 @@ use dilu_abi::cuda::sys::{
     CUcontext, CUdevice, CUdeviceptr, CUevent, CUexternalSemaphore, CUfunction, CUgraph,
     CUgraphEdgeData, CUgraphExec, CUgraphNode, CUgraphNodeParams, CUhostFn, CUlaunchConfig,
     CUmemAllocationProp, CUmemGenericAllocationHandle, CUmemoryPool, CUmipmappedArray, CUstream,
-    CUstreamBatchMemOpParams, cuuint32_t, cuuint64_t,
+    CUstreamBatchMemOpParams, CUuuid, cuuint32_t, cuuint64_t,
 };
 
 use super::real::RealFn;
@@ -478,6 +478,12 @@ pub type PFN_cuEventQuery = unsafe extern "C" fn(hEvent: CUevent) -> CUresult;
 /// `PFN_cuEventElapsedTime_v2000` of cudaTypedefs.h.
 pub type PFN_cuEventElapsedTime =
     unsafe extern "C" fn(pMilliseconds: *mut f32, hStart: CUevent, hEnd: CUevent) -> CUresult;
+/// `PFN_cuStreamQuery_v2000` of cudaTypedefs.h.
+pub type PFN_cuStreamQuery = unsafe extern "C" fn(hStream: CUstream) -> CUresult;
+/// `PFN_cuStreamQuery_v7000_ptsz` of cudaTypedefs.h.
+pub type PFN_cuStreamQuery_ptsz = unsafe extern "C" fn(hStream: CUstream) -> CUresult;
+/// `PFN_cuDeviceGetUuid_v9020` of cudaTypedefs.h.
+pub type PFN_cuDeviceGetUuid = unsafe extern "C" fn(uuid: *mut CUuuid, dev: CUdevice) -> CUresult;
 /// `PFN_cuLaunchHostFunc_v10000` of cudaTypedefs.h.
 pub type PFN_cuLaunchHostFunc =
     unsafe extern "C" fn(hStream: CUstream, fn_: CUhostFn, userData: *mut c_void) -> CUresult;
@@ -586,6 +592,9 @@ pub struct RealDriver {
     pub cuStreamWaitEvent_ptsz: RealFn<PFN_cuStreamWaitEvent_ptsz>,
     pub cuEventQuery: RealFn<PFN_cuEventQuery>,
     pub cuEventElapsedTime: RealFn<PFN_cuEventElapsedTime>,
+    pub cuStreamQuery: RealFn<PFN_cuStreamQuery>,
+    pub cuStreamQuery_ptsz: RealFn<PFN_cuStreamQuery_ptsz>,
+    pub cuDeviceGetUuid: RealFn<PFN_cuDeviceGetUuid>,
     pub cuLaunchHostFunc: RealFn<PFN_cuLaunchHostFunc>,
     pub cuLaunchHostFunc_ptsz: RealFn<PFN_cuLaunchHostFunc_ptsz>,
 }
@@ -690,6 +699,9 @@ pub static REAL: RealDriver = RealDriver {
     cuStreamWaitEvent_ptsz: RealFn::new(),
     cuEventQuery: RealFn::new(),
     cuEventElapsedTime: RealFn::new(),
+    cuStreamQuery: RealFn::new(),
+    cuStreamQuery_ptsz: RealFn::new(),
+    cuDeviceGetUuid: RealFn::new(),
     cuLaunchHostFunc: RealFn::new(),
     cuLaunchHostFunc_ptsz: RealFn::new(),
 };
@@ -846,6 +858,9 @@ impl RealDriver {
                     .set(lookup(c"cuStreamWaitEvent_ptsz")),
                 self.cuEventQuery.set(lookup(c"cuEventQuery")),
                 self.cuEventElapsedTime.set(lookup(c"cuEventElapsedTime")),
+                self.cuStreamQuery.set(lookup(c"cuStreamQuery")),
+                self.cuStreamQuery_ptsz.set(lookup(c"cuStreamQuery_ptsz")),
+                self.cuDeviceGetUuid.set(lookup(c"cuDeviceGetUuid")),
                 self.cuLaunchHostFunc.set(lookup(c"cuLaunchHostFunc")),
                 self.cuLaunchHostFunc_ptsz
                     .set(lookup(c"cuLaunchHostFunc_ptsz")),

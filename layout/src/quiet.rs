@@ -1,0 +1,369 @@
+//! The quiet board: how a process times a kernel longer than a time slice
+//! without another process's slice inside the sample.
+//!
+//! A GPU shared by time slicing preempts a kernel at the end of its slice
+//! (2.08 ms on an H100) whenever another process has work queued. A sample
+//! of a longer kernel then spans the other process's slice too, every time
+//! the other process is busy, so the smallest samples are no cleaner than
+//! the rest and the kind is charged about twice its time: a 30% tenant of
+//! 3 ms kernels beside a busy 70% one got 17-21% of the device.
+//!
+//! So before timing a long kind, a process *posts a hold* for its device:
+//! the board's other members (every process under SM-time control on that
+//! device, same user) hold their next launches until the hold ends, and
+//! each *acknowledges* it once its own queued work is done. The holder times
+//! its launch once the active members acknowledged (or a drain limit
+//! passed) and *releases* the hold when the sample is read. Holds are rare
+//! (a steady kind is timed one launch in thousands) and short (a queue's
+//! drain and one kernel).
+//!
+//! The board is advisory: every member maps it writable. A member only ever
+//! delays its own launches for it, for at most [`MAX_HOLD_NS`] per hold and
+//! within a budget of its own (see the interposer's `quiet_samples`), so a
+//! process that posts holds without end slows the others by that budget at
+//! most and cannot stop them.
+
+use crate::shm::SharedLayout;
+use std::sync::atomic::{AtomicU64, Ordering::*};
+
+/// Processes per device that can take part.
+pub const MAX_MEMBERS: usize = 32;
+/// Longest hold a member honours: a hold posted longer (or a word written
+/// by anything else) is ignored.
+pub const MAX_HOLD_NS: u64 = 100_000_000;
+/// A member that launched within this long is active: a holder waits for
+/// its acknowledgement. A member idle longer has no queue to drain (or is
+/// gone); its slot may be taken over after [`STALE_NS`] if its process is.
+pub const ACTIVE_WITHIN_NS: u64 = 100_000_000;
+/// A member idle this long whose process is gone leaves its slot free.
+pub const STALE_NS: u64 = 10_000_000_000;
+/// A member notes its launches at most this often (a write to its slot).
+const SEEN_EVERY_NS: u64 = 1_000_000;
+
+/// The hold of one device: one cache line every launch of every member
+/// reads (`until_ns`, zero when no hold is posted) and only a holder writes.
+#[repr(C, align(64))]
+struct Hold {
+    /// CLOCK_MONOTONIC instant the hold ends; 0: none.
+    until_ns: AtomicU64,
+    /// The holder's pid.
+    holder: AtomicU64,
+    /// Counts holds: a member acknowledges a hold by its number.
+    seq: AtomicU64,
+}
+
+/// One member's slot (its own cache line: written by that member only).
+#[repr(C, align(64))]
+struct Member {
+    /// The member's pid; 0: free.
+    pid: AtomicU64,
+    /// When it last launched (at most [`SEEN_EVERY_NS`] stale).
+    seen_ns: AtomicU64,
+    /// The last hold it found its queued work done for.
+    drained_seq: AtomicU64,
+}
+
+#[repr(C)]
+pub struct DeviceQuiet {
+    hold: Hold,
+    members: [Member; MAX_MEMBERS],
+}
+
+/// The quiet board of one GPU, shared by one user's processes.
+#[repr(C)]
+pub struct QuietBoard {
+    magic: AtomicU64,
+    device: DeviceQuiet,
+}
+
+// SAFETY: repr(C), atomics and padding only; all-zero is "no hold, no
+// members", a valid state.
+unsafe impl SharedLayout for QuietBoard {
+    const MAGIC: u64 = 0x6469_6c75_5155_0002; // "diluQU" v2 (one GPU per file)
+    fn magic(&self) -> &AtomicU64 {
+        &self.magic
+    }
+}
+
+impl std::ops::Deref for QuietBoard {
+    type Target = DeviceQuiet;
+    fn deref(&self) -> &DeviceQuiet {
+        &self.device
+    }
+}
+
+/// Where a user's quiet board of the GPU with `uuid` lives:
+/// `/dev/shm/dilu-<uid>/quiet-<uuid in hex>.board`. By the GPU's identity,
+/// not the ordinal a process sees: two processes with different visible
+/// devices agree on it (and two simulated GPUs never share one).
+pub fn board_path(uid: u32, uuid: &[u8; 16]) -> std::path::PathBuf {
+    let hex: String = uuid.iter().map(|b| format!("{b:02x}")).collect();
+    crate::user_region_dir(uid).join(format!("quiet-{hex}.board"))
+}
+
+/// A hold a member found posted by another process.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PostedHold {
+    pub until_ns: u64,
+    pub seq: u64,
+}
+
+impl DeviceQuiet {
+    /// Takes (or finds) `pid`'s slot; `alive` says whether a pid is a
+    /// running process (asked only of slots idle for [`STALE_NS`]).
+    /// `None` when every slot is in use.
+    pub fn join(&self, pid: u32, now_ns: u64, alive: impl Fn(u32) -> bool) -> Option<usize> {
+        let pid = u64::from(pid);
+        if let Some(slot) = self.members.iter().position(|m| m.pid.load(Acquire) == pid) {
+            return Some(slot);
+        }
+        for (slot, member) in self.members.iter().enumerate() {
+            let current = member.pid.load(Acquire);
+            let free = current == 0
+                || (member.seen_ns.load(Relaxed).saturating_add(STALE_NS) < now_ns
+                    && !alive(current as u32));
+            if free
+                && member
+                    .pid
+                    .compare_exchange(current, pid, AcqRel, Acquire)
+                    .is_ok()
+            {
+                member.seen_ns.store(now_ns, Relaxed);
+                member.drained_seq.store(0, Relaxed);
+                return Some(slot);
+            }
+        }
+        None
+    }
+
+    /// `pid` gives its slot up (at exit).
+    pub fn leave(&self, slot: usize, pid: u32) {
+        if let Some(member) = self.members.get(slot) {
+            let _ = member
+                .pid
+                .compare_exchange(u64::from(pid), 0, AcqRel, Relaxed);
+        }
+    }
+
+    /// Notes a launch of the member in `slot`.
+    #[inline]
+    pub fn seen(&self, slot: usize, now_ns: u64) {
+        let seen = &self.members[slot].seen_ns;
+        if seen.load(Relaxed).saturating_add(SEEN_EVERY_NS) <= now_ns {
+            seen.store(now_ns, Relaxed);
+        }
+    }
+
+    /// Whether any hold may be posted (one load: the launch path's test).
+    #[inline]
+    pub fn hold_posted(&self) -> bool {
+        self.hold.until_ns.load(Relaxed) != 0
+    }
+
+    /// The hold a launch of `pid` must wait for, if any: posted by another
+    /// process, not over, and no longer than [`MAX_HOLD_NS`] from now. An
+    /// ended hold is cleared here.
+    pub fn posted_for(&self, pid: u32, now_ns: u64) -> Option<PostedHold> {
+        let until_ns = self.hold.until_ns.load(Acquire);
+        if until_ns == 0 {
+            return None;
+        }
+        if until_ns <= now_ns {
+            let _ = self
+                .hold
+                .until_ns
+                .compare_exchange(until_ns, 0, AcqRel, Relaxed);
+            return None;
+        }
+        if self.hold.holder.load(Acquire) == u64::from(pid) || until_ns - now_ns > MAX_HOLD_NS {
+            return None;
+        }
+        Some(PostedHold {
+            until_ns,
+            seq: self.hold.seq.load(Acquire),
+        })
+    }
+
+    /// Posts a hold of `pid` until `until_ns` (at most [`MAX_HOLD_NS`] from
+    /// now); its number, or `None` while another hold is in force.
+    pub fn post(&self, pid: u32, now_ns: u64, until_ns: u64) -> Option<u64> {
+        let current = self.hold.until_ns.load(Acquire);
+        if current > now_ns {
+            return None;
+        }
+        let until_ns = until_ns.clamp(now_ns + 1, now_ns + MAX_HOLD_NS);
+        self.hold
+            .until_ns
+            .compare_exchange(current, until_ns, AcqRel, Acquire)
+            .ok()?;
+        // A member reading the number before this increment acknowledges
+        // the previous hold and reads again on its next look.
+        let seq = self.hold.seq.fetch_add(1, AcqRel) + 1;
+        self.hold.holder.store(u64::from(pid), Release);
+        Some(seq)
+    }
+
+    /// Moves the end of hold `seq` (if it is still the one in force) to
+    /// `until_ns`, at most [`MAX_HOLD_NS`] after `now_ns`.
+    pub fn extend(&self, seq: u64, now_ns: u64, until_ns: u64) {
+        let current = self.hold.until_ns.load(Acquire);
+        if current > now_ns && self.hold.seq.load(Acquire) == seq {
+            let until_ns = until_ns.clamp(now_ns + 1, now_ns + MAX_HOLD_NS);
+            let _ = self
+                .hold
+                .until_ns
+                .compare_exchange(current, until_ns, AcqRel, Relaxed);
+        }
+    }
+
+    /// Ends the hold numbered `seq` (if it is still the one in force).
+    pub fn release(&self, seq: u64) {
+        let until_ns = self.hold.until_ns.load(Acquire);
+        if until_ns != 0 && self.hold.seq.load(Acquire) == seq {
+            let _ = self
+                .hold
+                .until_ns
+                .compare_exchange(until_ns, 0, AcqRel, Relaxed);
+        }
+    }
+
+    /// The member in `slot` found its queued work done during hold `seq`.
+    pub fn acknowledge(&self, slot: usize, seq: u64) {
+        self.members[slot].drained_seq.store(seq, Release);
+    }
+
+    /// The members other than `slot` active at `now_ns`.
+    fn active_others(&self, slot: usize, now_ns: u64) -> impl Iterator<Item = &Member> {
+        self.members.iter().enumerate().filter_map(move |(i, m)| {
+            (i != slot
+                && m.pid.load(Acquire) != 0
+                && m.seen_ns.load(Relaxed).saturating_add(ACTIVE_WITHIN_NS) > now_ns)
+                .then_some(m)
+        })
+    }
+
+    /// Whether another member launched lately (a hold then has something
+    /// to keep off the device).
+    pub fn others_active(&self, slot: usize, now_ns: u64) -> bool {
+        self.active_others(slot, now_ns).next().is_some()
+    }
+
+    /// Whether every active member other than `slot` acknowledged hold `seq`.
+    pub fn all_drained(&self, slot: usize, seq: u64, now_ns: u64) -> bool {
+        self.active_others(slot, now_ns)
+            .all(|m| m.drained_seq.load(Acquire) == seq)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::shm::Region;
+
+    fn board() -> Region<QuietBoard> {
+        Region::<QuietBoard>::anonymous(|_| {}).unwrap()
+    }
+
+    #[test]
+    fn the_hold_word_every_launch_reads_has_a_cache_line_of_its_own() {
+        let path = board_path(1000, &[0xab; 16]);
+        assert!(path.ends_with(format!("quiet-{}.board", "ab".repeat(16))));
+        assert_eq!(std::mem::size_of::<Hold>(), 64);
+        assert_eq!(std::mem::offset_of!(DeviceQuiet, members) % 64, 0);
+        assert_eq!(std::mem::size_of::<Member>(), 64);
+    }
+
+    #[test]
+    fn a_hold_keeps_the_others_until_it_ends_or_is_released() {
+        let board = board();
+        let device: &DeviceQuiet = &board;
+        let t = 1_000_000_000;
+        let holder = device.join(100, t, |_| true).unwrap();
+        let other = device.join(200, t, |_| true).unwrap();
+        assert_ne!(holder, other);
+        assert!(!device.hold_posted());
+        let seq = device.post(100, t, t + 5_000_000).unwrap();
+        assert!(device.hold_posted());
+        // The holder itself is not held; the other member is, until the end.
+        assert_eq!(device.posted_for(100, t + 1), None);
+        let held = device.posted_for(200, t + 1).unwrap();
+        assert_eq!(
+            held,
+            PostedHold {
+                until_ns: t + 5_000_000,
+                seq
+            }
+        );
+        // A second hold waits for the first.
+        assert_eq!(device.post(200, t + 2, t + 3_000_000), None);
+        // Drained: acknowledged by the only other active member.
+        assert!(!device.all_drained(holder, seq, t + 3));
+        device.acknowledge(other, seq);
+        assert!(device.all_drained(holder, seq, t + 3));
+        device.release(seq);
+        assert_eq!(device.posted_for(200, t + 4), None);
+        assert!(!device.hold_posted());
+        // A hold nobody released ends at its time and is cleared then.
+        let seq2 = device.post(200, t + 10, t + 1_000).unwrap();
+        assert_eq!(seq2, seq + 1);
+        assert!(device.posted_for(100, t + 500).is_some());
+        assert_eq!(device.posted_for(100, t + 1_000), None);
+        assert!(!device.hold_posted());
+        // The holder moves its end once it knows when its kernel starts.
+        let seq_e = device.post(100, t + 1_100, t + 1_500).unwrap();
+        device.extend(seq_e, t + 1_200, t + 1_900);
+        assert_eq!(
+            device.posted_for(200, t + 1_600).unwrap().until_ns,
+            t + 1_900
+        );
+        device.release(seq_e);
+        // Releasing an old hold does not end a newer one.
+        let seq3 = device.post(100, t + 2_000, t + 9_000).unwrap();
+        device.release(seq2);
+        assert!(device.posted_for(200, t + 2_001).is_some());
+        device.release(seq3);
+        assert!(device.posted_for(200, t + 2_002).is_none());
+    }
+
+    #[test]
+    fn a_hold_is_never_longer_than_the_limit() {
+        let board = board();
+        let device: &DeviceQuiet = &board;
+        let t = 5_000_000_000;
+        let seq = device.post(1, t, u64::MAX).unwrap();
+        let held = device.posted_for(2, t).unwrap();
+        assert_eq!((held.until_ns, held.seq), (t + MAX_HOLD_NS, seq));
+        // A word no holder could have written (anything sharing the file
+        // may write it) holds nobody.
+        device.hold.until_ns.store(t + 10 * MAX_HOLD_NS, Relaxed);
+        assert_eq!(device.posted_for(2, t), None);
+    }
+
+    #[test]
+    fn only_active_members_are_waited_for_and_dead_ones_give_their_slot_up() {
+        let board = board();
+        let device: &DeviceQuiet = &board;
+        let t = 100_000_000_000;
+        let me = device.join(1, t, |_| true).unwrap();
+        assert!(!device.others_active(me, t), "alone");
+        let idle = device.join(2, t, |_| true).unwrap();
+        assert!(device.others_active(me, t + 1));
+        let seq = device.post(1, t + 1, t + 2_000_000).unwrap();
+        assert!(!device.all_drained(me, seq, t + 2));
+        // Idle for longer than ACTIVE_WITHIN_NS: nothing queued to wait for.
+        assert!(device.all_drained(me, seq, t + ACTIVE_WITHIN_NS + 1));
+        device.seen(idle, t + ACTIVE_WITHIN_NS);
+        assert!(!device.all_drained(me, seq, t + ACTIVE_WITHIN_NS + 1));
+        // Every slot taken: a newcomer gets none, unless a slot's process
+        // is gone and it has been idle for STALE_NS.
+        for pid in 3..=MAX_MEMBERS as u32 {
+            device.join(pid, t, |_| true).unwrap();
+        }
+        assert_eq!(device.join(99, t + 1, |_| false), None);
+        let later = t + ACTIVE_WITHIN_NS + STALE_NS + 1;
+        assert_eq!(device.join(99, later, |pid| pid != 3), Some(2));
+        assert_eq!(device.join(99, later, |_| true), Some(2), "found again");
+        device.leave(2, 99);
+        assert_eq!(device.join(100, later, |_| true), Some(2), "left free");
+    }
+}
