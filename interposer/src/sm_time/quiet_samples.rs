@@ -77,7 +77,8 @@ static SLOT: [AtomicU32; MAX_DEVICES] = [const { AtomicU32::new(NO_SLOT) }; MAX_
 /// This process's pid (refreshed in a forked child).
 static MY_PID: AtomicU32 = AtomicU32::new(0);
 /// Hold time honoured per device: GCRA's theoretical arrival time at
-/// [`HONOURED_PPM`].
+/// [`HONOURED_PPM`]. Not a `dilu_layout::bucket::TokenBucket`: its `admit`
+/// charges before it answers, and an ignored hold must cost nothing.
 static HONOURED_TAT: [AtomicU64; MAX_DEVICES] = [const { AtomicU64::new(0) }; MAX_DEVICES];
 
 /// Whether `device`'s budget for holds has room at `now_ns`.
