@@ -13,7 +13,10 @@
 //! 4` for a quicker, noisier run: the fillers' start is a larger part of
 //! it); needs the
 //! release build (`cargo build --release --workspace`).
-//! Writes `bench/results/colocation.md`.
+//! Writes `bench/results/colocation.md`. To look into one case (prints, writes
+//! no result): `-- --shape N` (the Nth shape, from 0), `--config NAME` (that
+//! configuration and `alone`), `--keep-traces DIR` (copies each run's simgpu
+//! trace there, named by shape, configuration and the primary's pid).
 
 use dilu_abi::simtrace::{KernelRecord, busy_ns_by_pid};
 use dilu_bench::report::{Table, machine, write_result};
@@ -174,7 +177,12 @@ fn summary(child: Child, what: &str) -> serde_json::Value {
         .unwrap_or_else(|| panic!("{what} printed no JSON: {stdout}"))
 }
 
-fn run(shape: &Shape, config: &str, seconds: u64) -> Run {
+/// The value after `flag` on the command line.
+fn arg_after(flag: &str) -> Option<String> {
+    std::env::args().skip_while(|a| a != flag).nth(1)
+}
+
+fn run(shape: &Shape, shape_index: usize, config: &str, seconds: u64) -> Run {
     let scratch = Scratch::new("colo-bench");
     let instance = unique_name("colo-bench");
     let trace = scratch.path("trace.jsonl");
@@ -291,6 +299,15 @@ fn run(shape: &Shape, config: &str, seconds: u64) -> Run {
         let _ = daemon.kill();
         let _ = daemon.wait();
     }
+    if let Some(dir) = arg_after("--keep-traces") {
+        let kept = std::path::Path::new(&dir).join(format!(
+            "shape{}-{}-primary{primary_pid}.jsonl",
+            shape_index,
+            config.replace(' ', "-")
+        ));
+        std::fs::copy(&trace, &kept)
+            .unwrap_or_else(|e| panic!("cannot keep the trace as {}: {e}", kept.display()));
+    }
     let records: Vec<KernelRecord> = read_trace(&trace);
     let mine: Vec<&KernelRecord> = records.iter().filter(|r| r.pid == primary_pid).collect();
     let from = mine.iter().map(|r| r.start_ns).min().unwrap_or(0);
@@ -333,7 +350,15 @@ fn main() {
         return;
     }
     let seconds = seconds_arg();
-    let only: Option<String> = std::env::args().skip_while(|a| a != "--shape").nth(1);
+    let only: Option<String> = arg_after("--shape");
+    let only_config = arg_after("--config");
+    if let Some(c) = only_config.as_deref() {
+        assert!(
+            CONFIGS.contains(&c),
+            "--config {c:?}: one of {}",
+            CONFIGS.join(", ")
+        );
+    }
     let mut sections = String::new();
     for (index, shape) in shapes().iter().enumerate() {
         if only.as_deref().is_some_and(|o| o != index.to_string()) {
@@ -358,7 +383,13 @@ fn main() {
         ]);
         let mut alone_rate = 0.0;
         for config in CONFIGS {
-            let r = run(shape, config, seconds);
+            if only_config
+                .as_deref()
+                .is_some_and(|c| c != config && config != "alone")
+            {
+                continue;
+            }
+            let r = run(shape, index, config, seconds);
             let (third, fourth) = if inference {
                 (
                     format!("{:.1}", r.primary["p99_ms"].as_f64().unwrap_or(0.0)),
@@ -414,12 +445,14 @@ fn main() {
          for training loss); `no limiter`: no node manager; `static`, `dilu-rckm`, `dilu`: the node\n\
          manager's controllers; `dilu-colo`: fillers launch only into the primary's gaps (gap\n\
          board, `dilu run --colo`), the inference primary tolerating one filler kernel of delay\n\
-         (`DILU_COLO_TOLERANCE=2ms`, withdrawn per request when its latency nears the SLO), the\n\
-         training primary none, and the `dilu-colo` controller lends the primary's guarantee\n\
-         (while all of it is lent, each busy batch tenant may use the device but the others'\n\
-         requests). Fillers keep the gaps in turns of {turn_ms} ms (a hand-off between processes costs\n\
+         (`DILU_COLO_TOLERANCE=2ms`, cut per request to the slack, SLO minus latency, of the worst\n\
+         of its last 8 requests), the training primary none, and the `dilu-colo` controller lends\n\
+         the primary's guarantee (while all of it is lent, each busy batch tenant may use the\n\
+         device but the others' requests) and takes its request back in the control period a\n\
+         request nears the SLO. Fillers keep the gaps in turns of {turn_ms} ms (a hand-off between processes costs\n\
          {handoff_us} µs on simgpu, as measured on an H100), and a filler about to wait for its own SM-time\n\
-         tokens ends its turn; one whose kernels fit no gap goes at its guarantee (10%).\n\
+         tokens ends its turn; a filler keeps its guarantee (10%): behind it, its kernels go into\n\
+         gaps they do not fit where the gaps are random or all shorter than its kernels.\n\
          Gap prediction: per phase when the primary's gaps repeat (a period of up to 8 gaps,\n\
          believed after 3 iterations agree within 25%; chosen on the unit tests and the tuned\n\
          two-gap training shape), else the shortest of the last 8 gaps; a filler kernel fits when it\n\
@@ -433,7 +466,7 @@ fn main() {
         handoff_us = dilu_layout::colocation::HANDOFF_NS / 1_000,
     );
     print!("{doc}");
-    if only.is_none() {
+    if only.is_none() && only_config.is_none() {
         write_result("colocation.md", &doc);
     }
 }

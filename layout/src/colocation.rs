@@ -216,8 +216,8 @@ impl GapBoard {
 pub enum FillerGate {
     /// Go now; the launch was reserved on the board.
     Go,
-    /// Go now, but this filler's kernels fit no gap: pace it at its
-    /// guaranteed share.
+    /// Go now although this kernel fits no gap the board can vouch for:
+    /// the filler said it is owed its guaranteed share (it paces itself).
     Fallback,
     /// Ask again at this instant.
     WaitUntil(u64),
@@ -407,10 +407,41 @@ impl DeviceBoard {
     /// Filler side: may a kernel of `est_ns` go at `now`? `online`: the
     /// filler has an SLO (it goes before offline fillers); `filler`: its id
     /// (the process id: the device hands over between processes). On
-    /// [`FillerGate::Go`] or [`FillerGate::Fallback`] the launch has been
-    /// reserved: the board counts it as queued filler work.
+    /// [`FillerGate::Go`] the launch has been reserved: the board counts it
+    /// as queued filler work. A filler behind its guaranteed share asks
+    /// with [`DeviceBoard::filler_admit_owed`].
     #[inline]
     pub fn filler_admit(&self, now: u64, est_ns: u64, online: bool, filler: u32) -> FillerGate {
+        self.admit_filler(now, est_ns, online, filler, false)
+    }
+
+    /// [`DeviceBoard::filler_admit`] for a filler that has had less than its
+    /// guaranteed share: where waiting would bring no gap its kernel fits
+    /// (the primary's gaps are random and it tolerates no kernel this long,
+    /// or every recent gap is shorter than the kernel), it may still go in
+    /// the gap as [`FillerGate::Fallback`], delaying a returning primary by
+    /// at most this one kernel. A guarantee is kept whatever the gaps look
+    /// like.
+    #[inline]
+    pub fn filler_admit_owed(
+        &self,
+        now: u64,
+        est_ns: u64,
+        online: bool,
+        filler: u32,
+    ) -> FillerGate {
+        self.admit_filler(now, est_ns, online, filler, true)
+    }
+
+    #[inline]
+    fn admit_filler(
+        &self,
+        now: u64,
+        est_ns: u64,
+        online: bool,
+        filler: u32,
+        owed: bool,
+    ) -> FillerGate {
         let present = self.params.primary_present.load(Acquire) != 0;
         if !online && self.online_waiting.0.load(Relaxed) > 0 {
             return FillerGate::WaitUntil(now + POLL_NS);
@@ -449,10 +480,14 @@ impl DeviceBoard {
                 && elapsed.saturating_add(est_ns).saturating_add(HANDOFF_NS) <= predicted;
             let tolerated = est_ns <= self.params.tolerance_ns.load(Relaxed);
             let longest = self.predictor.longest_ns.load(Relaxed);
-            let full_history = self.predictor.known.load(Relaxed) >= RING as u64;
             let idle = elapsed >= longest.max(IDLE_AFTER_NS);
             if !fits && !tolerated && !idle {
-                if full_history && est_ns > longest {
+                // Owed its guarantee, a filler goes anyway where waiting
+                // would not bring a gap it fits: the gaps are random, or
+                // all shorter than its kernel. Where they repeat and one
+                // fits, it waits for that one.
+                let random = self.predictor.period.load(Relaxed) == 0;
+                if owed && (random || est_ns > longest) {
                     gate = FillerGate::Fallback;
                 } else {
                     // This gap is about to end: wait for the next one.
@@ -733,12 +768,23 @@ mod tests {
             b.filler_admit(at + 2 * MS, MS, false, FILLER),
             FillerGate::WaitUntil(_)
         ));
-        // A filler whose 5 ms kernels fit no gap falls back.
-        assert_eq!(
+        // A filler whose 5 ms kernels fit no gap waits, until it is owed
+        // its guarantee: then it goes.
+        assert!(matches!(
             b.filler_admit(at + 2 * MS, 5 * MS, false, FILLER),
+            FillerGate::WaitUntil(_)
+        ));
+        assert_eq!(
+            b.filler_admit_owed(at + 2 * MS, 5 * MS, false, FILLER),
             FillerGate::Fallback
         );
         assert_eq!(b.snapshot().fallbacks, 1);
+        // Owed or not, never while the primary is busy.
+        b.primary_launch(at + 8 * MS, MS);
+        assert!(matches!(
+            b.filler_admit_owed(at + 8 * MS, 5 * MS, false, FILLER),
+            FillerGate::WaitUntil(_)
+        ));
     }
 
     #[test]
@@ -1132,6 +1178,41 @@ mod tests {
             b.filler_admit(at, MS, false, FILLER),
             FillerGate::WaitUntil(_)
         ));
+        // Owed its guarantee, it still waits: a gap it fits comes every
+        // iteration.
+        assert!(matches!(
+            b.filler_admit_owed(at, MS, false, FILLER),
+            FillerGate::WaitUntil(_)
+        ));
+    }
+
+    #[test]
+    fn an_owed_filler_goes_into_random_gaps_but_waits_for_repeating_ones() {
+        let board = board();
+        let b = board.device(0);
+        b.attach_primary(1, 0, DEFAULT_HOLDOFF_NS);
+        // Gaps of 1 to 13 ms in no order: no period; shortest 1 ms.
+        let mut t = 1_000 * MS;
+        for gap in [7, 1, 13, 3, 9, 2, 11, 5, 8, 1, 12, 4].map(|g| g * MS) {
+            b.primary_launch(t, MS);
+            b.primary_sync_begin();
+            b.primary_sync_end(t + MS);
+            t += MS + gap;
+        }
+        b.primary_launch(t, MS);
+        b.primary_sync_begin();
+        let gap = t + MS;
+        b.primary_sync_end(gap);
+        assert_eq!(b.snapshot().gap_period, 0);
+        let at = gap + DEFAULT_HOLDOFF_NS;
+        assert!(matches!(
+            b.filler_admit(at, 2 * MS, false, FILLER),
+            FillerGate::WaitUntil(_)
+        ));
+        assert_eq!(
+            b.filler_admit_owed(at, 2 * MS, false, FILLER),
+            FillerGate::Fallback
+        );
     }
 
     proptest! {

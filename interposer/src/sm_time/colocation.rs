@@ -8,27 +8,29 @@
 //!   (default `gpu`): `/dev/shm/dilu-<uid>/colo-<group>.board`.
 //! - primary: `DILU_COLO_TOLERANCE` (a duration, default 0): the delay of
 //!   one filler kernel its requests can absorb, letting fillers into gaps
-//!   no history predicts; `DILU_COLO_SLO` (a duration): when a reported
-//!   request latency reaches 80% of it the tolerance is withdrawn before
-//!   the next launch, and given back after 8 requests in a row under 50%;
+//!   no history predicts; `DILU_COLO_SLO` (a duration): the tolerance in
+//!   force is at most the slack (SLO minus latency) of the worst of the
+//!   last 8 reported requests, so it shrinks before the next launch when a
+//!   request nears the SLO and comes back as such requests age out;
 //!   `DILU_COLO_HOLDOFF` (default 150us): idle time shorter than this is the
 //!   program between dependent launches, not a gap (except after a request
 //!   whose latency the program reported: that gap opens at once).
 //! - filler: `DILU_COLO_GUARANTEE` (percent, default 10): the share a filler
-//!   whose kernels fit no gap falls back to (paced in this process).
+//!   keeps whatever the gaps look like: while it has had less (its kernels
+//!   fit no gap, or the primary's gaps are random and too short to
+//!   tolerate), its kernels still go into gaps at that pace.
 //!
 //! Co-location acts on launches that go through SM-time control, so the
 //! process needs a tenant (`DILU_TENANT`, `dilu run --tenant`).
 
 use crate::sm_time::launch_control::sleep_until;
 use dilu_abi::units;
-use dilu_layout::bucket::{Admission, TokenBucket};
 use dilu_layout::colocation::{DEFAULT_HOLDOFF_NS, DeviceBoard, FillerGate, GapBoard};
 use dilu_layout::ledger::MAX_DEVICES;
 use dilu_layout::monotonic_ns;
 use dilu_layout::shm::Region;
 use std::sync::OnceLock;
-use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Role {
@@ -103,8 +105,8 @@ pub fn from_env(
 struct Colo {
     config: ColoConfig,
     board: Region<GapBoard>,
-    /// Requests in a row with latency under half the SLO (primary).
-    calm_requests: AtomicU32,
+    /// The primary's last reported request latencies.
+    recent_latencies: RecentLatencies,
 }
 
 static STATE: OnceLock<Option<Colo>> = OnceLock::new();
@@ -123,13 +125,78 @@ pub(crate) fn forget_parent_state_in_child() {
     refresh_pid();
 }
 
-/// Paces a filler that fits no gap at its guarantee (per process).
-static FALLBACK: [TokenBucket; MAX_DEVICES] = [const { TokenBucket::new() }; MAX_DEVICES];
-const FALLBACK_DEPTH_NS: u64 = 1_000_000;
+/// Per device, this filler's launches at its guaranteed share (per
+/// process).
+static GUARANTEE: [GuaranteeClock; MAX_DEVICES] = [const { GuaranteeClock::new() }; MAX_DEVICES];
+/// GPU time a filler held back longer may catch up on at once.
+const GUARANTEE_DEPTH_NS: u64 = 1_000_000;
+/// How far ahead of its guarantee a filler's record can run: time it had
+/// beyond its share longer ago than this gives no lasting lead.
+const GUARANTEE_MEMORY_NS: u64 = 100_000_000;
+
+/// When this filler's launches so far would have run at its guaranteed
+/// share: behind `now`, it is owed that share (a virtual clock, like a
+/// token bucket's, that every launch moves, gap-filling ones included).
+struct GuaranteeClock(AtomicU64);
+
+impl GuaranteeClock {
+    const fn new() -> Self {
+        Self(AtomicU64::new(0))
+    }
+
+    fn owed(&self, now: u64) -> bool {
+        self.0.load(Ordering::Relaxed) <= now
+    }
+
+    fn charge(&self, now: u64, est_ns: u64, guarantee_ppm: u32) {
+        let wall = |gpu_ns: u64| gpu_ns.saturating_mul(1_000_000) / u64::from(guarantee_ppm.max(1));
+        let floor = now.saturating_sub(wall(GUARANTEE_DEPTH_NS));
+        let ceiling = now.saturating_add(GUARANTEE_MEMORY_NS);
+        let _ = self
+            .0
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |at| {
+                Some(at.max(floor).saturating_add(wall(est_ns)).min(ceiling))
+            });
+    }
+}
 /// Longest single sleep of a held filler: the board is looked at again.
 const MAX_HOLD_NS: u64 = 2_000_000;
-/// Calm requests before a withdrawn tolerance is given back.
-const CALM_TO_RESTORE: u32 = 8;
+/// Requests whose latency bounds the tolerance in force.
+const SLACK_WINDOW: usize = 8;
+
+/// The last [`SLACK_WINDOW`] request latencies (threads of a server may
+/// report at once; a lost race overwrites one slot, never tears one).
+struct RecentLatencies {
+    next: AtomicU32,
+    ns: [AtomicU64; SLACK_WINDOW],
+}
+
+impl RecentLatencies {
+    const fn new() -> Self {
+        Self {
+            next: AtomicU32::new(0),
+            ns: [const { AtomicU64::new(0) }; SLACK_WINDOW],
+        }
+    }
+
+    /// Records one latency; returns the worst of the window.
+    fn record(&self, latency_ns: u64) -> u64 {
+        let at = self.next.fetch_add(1, Ordering::Relaxed) as usize % SLACK_WINDOW;
+        self.ns[at].store(latency_ns, Ordering::Relaxed);
+        self.ns
+            .iter()
+            .map(|n| n.load(Ordering::Relaxed))
+            .max()
+            .unwrap_or(latency_ns)
+    }
+}
+
+/// The tolerance in force: a filler kernel delays a request by at most the
+/// tolerance, so it may be at most the slack the worst recent request left
+/// (a request like it then still meets the SLO).
+fn tolerance_within_slack(configured_ns: u64, slo_ns: u64, worst_recent_ns: u64) -> u64 {
+    configured_ns.min(slo_ns.saturating_sub(worst_recent_ns))
+}
 
 #[inline]
 fn get() -> Option<&'static Colo> {
@@ -168,7 +235,7 @@ fn init() -> Option<Colo> {
     Some(Colo {
         config,
         board,
-        calm_requests: AtomicU32::new(0),
+        recent_latencies: RecentLatencies::new(),
     })
 }
 
@@ -193,10 +260,12 @@ pub fn before_launch(device: usize, est_ns: u64) -> u64 {
         }
         Role::Filler { online } => {
             let now = monotonic_ns();
-            match board.filler_admit(now, est_ns, online, MY_PID.load(Ordering::Relaxed)) {
-                FillerGate::Go => 0,
-                gate => hold(colo, board, device, est_ns, online, now, gate),
-            }
+            let waited = match admit(board, device, now, est_ns, online) {
+                FillerGate::WaitUntil(at) => hold(board, device, est_ns, online, now, at),
+                FillerGate::Go | FillerGate::Fallback => 0,
+            };
+            GUARANTEE[device].charge(now + waited, est_ns, colo.config.guarantee_ppm);
+            waited
         }
     }
 }
@@ -213,58 +282,49 @@ pub fn before_token_wait(device: usize) {
     }
 }
 
+/// Asks the board, saying whether this filler is owed its guarantee.
+#[inline]
+fn admit(board: &DeviceBoard, device: usize, now: u64, est_ns: u64, online: bool) -> FillerGate {
+    let me = MY_PID.load(Ordering::Relaxed);
+    if GUARANTEE[device].owed(now) {
+        board.filler_admit_owed(now, est_ns, online, me)
+    } else {
+        board.filler_admit(now, est_ns, online, me)
+    }
+}
+
+/// Waits until the board lets the launch go; returns the time waited.
 #[cold]
 fn hold(
-    colo: &Colo,
     board: &DeviceBoard,
     device: usize,
     est_ns: u64,
     online: bool,
     began: u64,
-    mut gate: FillerGate,
+    first_look: u64,
 ) -> u64 {
-    let held = matches!(gate, FillerGate::WaitUntil(_));
     let mut checked_primary = began;
-    let me = MY_PID.load(Ordering::Relaxed);
-    if held {
-        board.record_held();
-        if online {
-            board.online_waiting(true);
-        }
+    board.record_held();
+    if online {
+        board.online_waiting(true);
     }
-    loop {
-        match gate {
-            FillerGate::Go => break,
-            FillerGate::Fallback => {
-                let now = monotonic_ns();
-                if let Admission::At(deadline) = FALLBACK[device].admit(
-                    now,
-                    est_ns,
-                    colo.config.guarantee_ppm,
-                    FALLBACK_DEPTH_NS,
-                ) {
-                    sleep_until(deadline);
-                }
-                break;
-            }
-            FillerGate::WaitUntil(at) => {
-                let now = monotonic_ns();
-                if at > now {
-                    sleep_until(at.min(now + MAX_HOLD_NS));
-                }
-                let now = monotonic_ns();
-                if now >= checked_primary + PRIMARY_CHECK_NS {
-                    checked_primary = now;
-                    forget_a_gone_primary(board);
-                }
-                gate = board.filler_admit(now, est_ns, online, me);
-            }
+    let mut now = began;
+    let mut gate = FillerGate::WaitUntil(first_look);
+    while let FillerGate::WaitUntil(at) = gate {
+        if at > now {
+            sleep_until(at.min(now + MAX_HOLD_NS));
         }
+        now = monotonic_ns();
+        if now >= checked_primary + PRIMARY_CHECK_NS {
+            checked_primary = now;
+            forget_a_gone_primary(board);
+        }
+        gate = admit(board, device, now, est_ns, online);
     }
-    if held && online {
+    if online {
         board.online_waiting(false);
     }
-    monotonic_ns() - began
+    now - began
 }
 
 /// How often a held filler checks that the primary it waits for still
@@ -312,8 +372,8 @@ fn current_device() -> usize {
 }
 
 /// A request latency the primary reported: the request is over (its gap
-/// opens to fillers at once); withdraw its tolerance at once when it has
-/// no slack left, give it back after calm requests.
+/// opens to fillers at once), and the tolerance in force is cut to the
+/// slack of the worst recent request.
 pub fn latency_reported(latency_ns: u64) {
     let Some(colo) = get() else { return };
     if colo.config.role != Role::Primary {
@@ -323,19 +383,10 @@ pub fn latency_reported(latency_ns: u64) {
     let Some(slo) = colo.config.slo_ns else {
         return;
     };
-    let tolerance = if latency_ns * 5 >= slo * 4 {
-        colo.calm_requests.store(0, Ordering::Relaxed);
-        Some(0)
-    } else if latency_ns * 2 < slo {
-        let calm = colo.calm_requests.fetch_add(1, Ordering::Relaxed) + 1;
-        (calm >= CALM_TO_RESTORE).then_some(colo.config.tolerance_ns)
-    } else {
-        None
-    };
-    if let Some(tolerance) = tolerance {
-        for device in 0..MAX_DEVICES {
-            colo.board.device(device).set_tolerance(tolerance);
-        }
+    let worst = colo.recent_latencies.record(latency_ns);
+    let tolerance = tolerance_within_slack(colo.config.tolerance_ns, slo, worst);
+    for device in 0..MAX_DEVICES {
+        colo.board.device(device).set_tolerance(tolerance);
     }
 }
 
@@ -343,6 +394,49 @@ pub fn latency_reported(latency_ns: u64) {
 mod tests {
     use super::*;
     use crate::config::test_env;
+
+    #[test]
+    fn the_tolerance_shrinks_to_the_worst_recent_slack_and_comes_back() {
+        const MS: u64 = 1_000_000;
+        let recent = RecentLatencies::new();
+        let tolerance = |latency| tolerance_within_slack(2 * MS, 15 * MS, recent.record(latency));
+        assert_eq!(tolerance(4 * MS), 2 * MS, "ample slack: all of it");
+        assert_eq!(tolerance(14 * MS), MS, "1 ms of slack left");
+        assert_eq!(tolerance(16 * MS), 0, "a violation: none");
+        for _ in 0..SLACK_WINDOW - 1 {
+            assert_eq!(tolerance(4 * MS), 0, "the violation is still recent");
+        }
+        assert_eq!(tolerance(4 * MS), 2 * MS, "aged out");
+    }
+
+    #[test]
+    fn a_filler_is_owed_its_guarantee_only_while_it_had_less() {
+        const MS: u64 = 1_000_000;
+        const TEN_PERCENT: u32 = 100_000;
+        let clock = GuaranteeClock::new();
+        let t = 1_000 * MS;
+        assert!(clock.owed(t), "nothing launched yet");
+        // The first 1 ms is its depth; the next 1 ms at 10% is 10 ms of its
+        // guarantee.
+        clock.charge(t, MS, TEN_PERCENT);
+        assert!(clock.owed(t));
+        clock.charge(t, MS, TEN_PERCENT);
+        assert!(!clock.owed(t + 9 * MS));
+        assert!(clock.owed(t + 10 * MS));
+        // Held back for a second, it catches up by one depth, not a second.
+        let later = t + 1_000 * MS;
+        clock.charge(later, MS, TEN_PERCENT);
+        assert!(clock.owed(later), "one depth of catching up");
+        clock.charge(later, MS, TEN_PERCENT);
+        assert!(!clock.owed(later + 9 * MS));
+        // Far beyond its share (gaps it filled): the lead is bounded, so a
+        // filler whose gaps vanish is owed again within the memory.
+        for _ in 0..1_000 {
+            clock.charge(later, MS, TEN_PERCENT);
+        }
+        assert!(!clock.owed(later + GUARANTEE_MEMORY_NS - 1));
+        assert!(clock.owed(later + GUARANTEE_MEMORY_NS));
+    }
 
     #[test]
     fn configuration_forms() {
