@@ -52,7 +52,10 @@ def device_use(trace_path, pid):
 
 
 def device_split(trace_path, pids):
-    """Each pid's share of device time (percent) while both were running."""
+    """Each pid's share of device time (percent) while both were running.
+    A pid's device time is the union of its kernels' spans: its kernels on
+    several streams can run at once, and summing them would count that time
+    once per stream (as `sm-accuracy.md` does not)."""
     recs = []
     with open(trace_path) as f:
         for line in f:
@@ -65,8 +68,13 @@ def device_split(trace_path, pids):
     last = {p: max(r["end_ns"] for r in recs if r["pid"] == p) for p in pids}
     lo, hi = max(first.values()), min(last.values())
     busy = {p: 0 for p in pids}
-    for r in recs:
-        busy[r["pid"]] += max(0, min(r["end_ns"], hi) - max(r["start_ns"], lo))
+    reach = {p: lo for p in pids}
+    for r in sorted(recs, key=lambda r: r["start_ns"]):
+        p = r["pid"]
+        start, end = max(r["start_ns"], reach[p]), min(r["end_ns"], hi)
+        if end > start:
+            busy[p] += end - start
+        reach[p] = max(reach[p], min(r["end_ns"], hi))
     total = sum(busy.values()) or 1
     return [100.0 * busy[p] / total for p in pids]
 

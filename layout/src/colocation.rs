@@ -407,8 +407,9 @@ impl DeviceBoard {
     /// Filler side: may a kernel of `est_ns` go at `now`? `online`: the
     /// filler has an SLO (it goes before offline fillers); `filler`: its id
     /// (the process id: the device hands over between processes). On
-    /// [`FillerGate::Go`] the launch has been reserved: the board counts it
-    /// as queued filler work. A filler behind its guaranteed share asks
+    /// [`FillerGate::Go`] (or [`FillerGate::Fallback`]) the launch has been
+    /// reserved: the board counts it as queued filler work. A filler behind
+    /// its guaranteed share asks
     /// with [`DeviceBoard::filler_admit_owed`].
     #[inline]
     pub fn filler_admit(&self, now: u64, est_ns: u64, online: bool, filler: u32) -> FillerGate {
@@ -1237,7 +1238,7 @@ mod tests {
         #[test]
         fn a_returning_primary_finds_at_most_one_filler_kernel(
             kernels in proptest::collection::vec(10u64..3_000, 1..4),
-            asks in proptest::collection::vec((0usize..4, 0u64..20_000), 1..300),
+            asks in proptest::collection::vec((0usize..4, 0u64..20_000, any::<bool>()), 1..300),
             returns in proptest::collection::vec(0u64..20_000, 1..20),
             tolerance in 0u64..4_000,
         ) {
@@ -1245,10 +1246,10 @@ mod tests {
             let b = board.device(0);
             b.attach_primary(1, tolerance * US, DEFAULT_HOLDOFF_NS);
             let longest = kernels.iter().max().unwrap() * US;
-            let mut events: Vec<(u64, Option<(u32, u64)>)> =
-                asks.iter().map(|&(k, t)| {
+            let mut events: Vec<(u64, Option<(u32, u64, bool)>)> =
+                asks.iter().map(|&(k, t, owed)| {
                     let k = k % kernels.len();
-                    (t * US, Some((k as u32 + 1, kernels[k] * US)))
+                    (t * US, Some((k as u32 + 1, kernels[k] * US, owed)))
                 }).collect();
             events.extend(returns.iter().map(|&t| (t * US, None)));
             events.sort();
@@ -1256,7 +1257,10 @@ mod tests {
             for (t, ask) in events {
                 let now = base + t;
                 match ask {
-                    Some((filler, est)) => { let _ = b.filler_admit(now, est, false, filler); }
+                    // Fillers owed their guarantee too: they skip the fit,
+                    // never the queue.
+                    Some((filler, est, false)) => { let _ = b.filler_admit(now, est, false, filler); }
+                    Some((filler, est, true)) => { let _ = b.filler_admit_owed(now, est, false, filler); }
                     None => {
                         let queued = b.fillers_busy_until.0.load(Relaxed).saturating_sub(now);
                         prop_assert!(queued <= longest + QUEUE_LEAD_NS, "{queued} queued");
