@@ -305,7 +305,8 @@ fn run(shape: &Shape, shape_index: usize, config: &str, seconds: u64) -> Run {
             shape_index,
             config.replace(' ', "-")
         ));
-        std::fs::copy(&trace, &kept)
+        std::fs::create_dir_all(&dir)
+            .and_then(|()| std::fs::copy(&trace, &kept))
             .unwrap_or_else(|e| panic!("cannot keep the trace as {}: {e}", kept.display()));
     }
     let records: Vec<KernelRecord> = read_trace(&trace);
@@ -451,7 +452,7 @@ fn main() {
          device but the others' requests) and takes its request back in the control period a\n\
          request nears the SLO. Fillers keep the gaps in turns of {turn_ms} ms (a hand-off between processes costs\n\
          {handoff_us} µs on simgpu, as measured on an H100), and a filler about to wait for its own SM-time\n\
-         tokens ends its turn; a filler keeps its guarantee (10%): behind it, its kernels go into\n\
+         tokens ends its turn; a filler keeps its guarantee (its SM request, 20%): behind it, its kernels go into\n\
          gaps they do not fit where the gaps are random or all shorter than its kernels.\n\
          Gap prediction: per phase when the primary's gaps repeat (a period of up to 8 gaps,\n\
          believed after 3 iterations agree within 25%; chosen on the unit tests and the tuned\n\

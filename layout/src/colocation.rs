@@ -1246,7 +1246,10 @@ mod tests {
             let b = board.device(0);
             b.attach_primary(1, tolerance * US, DEFAULT_HOLDOFF_NS);
             let longest = kernels.iter().max().unwrap() * US;
-            let mut events: Vec<(u64, Option<(u32, u64, bool)>)> =
+            // (time, a filler's ask: (filler, kernel, owed its guarantee),
+            // or the primary returning)
+            type Ask = (u32, u64, bool);
+            let mut events: Vec<(u64, Option<Ask>)> =
                 asks.iter().map(|&(k, t, owed)| {
                     let k = k % kernels.len();
                     (t * US, Some((k as u32 + 1, kernels[k] * US, owed)))

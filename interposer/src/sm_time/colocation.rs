@@ -15,9 +15,10 @@
 //!   `DILU_COLO_HOLDOFF` (default 150us): idle time shorter than this is the
 //!   program between dependent launches, not a gap (except after a request
 //!   whose latency the program reported: that gap opens at once).
-//! - filler: `DILU_COLO_GUARANTEE` (percent, default 10): the share a filler
-//!   keeps whatever the gaps look like: while it has had less (its kernels
-//!   fit no gap, or the primary's gaps are random and too short to
+//! - filler: `DILU_COLO_GUARANTEE` (percent; default its SM request,
+//!   `DILU_SPEC_SM_REQUEST`, or 10 where that is unset or 0): the share a
+//!   filler keeps whatever the gaps look like: while it has had less (its
+//!   kernels fit no gap, or the primary's gaps are random and too short to
 //!   tolerate), its kernels still go into gaps at that pace.
 //!
 //! Co-location acts on launches that go through SM-time control, so the
@@ -80,7 +81,7 @@ pub fn from_env(
             .transpose()
     };
     let guarantee_ppm = match env("DILU_COLO_GUARANTEE") {
-        None => 100_000,
+        None => default_guarantee_ppm(env("DILU_SPEC_SM_REQUEST")),
         Some(v) => match v.trim_end_matches('%').parse::<f64>() {
             Ok(p) if p > 0.0 && p <= 100.0 => (p * 10_000.0).round() as u32,
             _ => {
@@ -100,6 +101,17 @@ pub fn from_env(
         slo_ns: duration("DILU_COLO_SLO")?,
         guarantee_ppm,
     }))
+}
+
+/// A filler's guarantee when none is set: its SM request (the spec it gives
+/// the node manager, `--sm-request`), which is what it was promised; with
+/// no request, or a request of 0, 10% (so that a filler whose kernels fit
+/// no gap still moves).
+fn default_guarantee_ppm(sm_request: Option<String>) -> u32 {
+    sm_request
+        .and_then(|r| r.trim().parse::<f64>().ok())
+        .filter(|r| *r > 0.0 && *r <= 100.0)
+        .map_or(100_000, |r| (r * 10_000.0).round() as u32)
 }
 
 struct Colo {
@@ -459,6 +471,20 @@ mod tests {
         .unwrap();
         assert_eq!(f.role, Role::Filler { online: true });
         assert_eq!(f.guarantee_ppm, 250_000);
+        // Without one, a filler is guaranteed its SM request; the setting
+        // wins over the request.
+        let guarantee = |vars: &[(&str, &str)]| {
+            let mut all = vec![("DILU_COLO", "filler")];
+            all.extend_from_slice(vars);
+            from_env(test_env(&all)).unwrap().unwrap().guarantee_ppm
+        };
+        assert_eq!(guarantee(&[("DILU_SPEC_SM_REQUEST", "20")]), 200_000);
+        assert_eq!(guarantee(&[("DILU_SPEC_SM_REQUEST", "0")]), 100_000);
+        assert_eq!(guarantee(&[]), 100_000);
+        assert_eq!(
+            guarantee(&[("DILU_SPEC_SM_REQUEST", "20"), ("DILU_COLO_GUARANTEE", "5")]),
+            50_000
+        );
         let e = from_env(test_env(&[("DILU_COLO", "boss")])).unwrap_err();
         assert_eq!(e.0, "DILU_COLO");
         assert!(e.2.contains("online-filler"));
