@@ -167,7 +167,8 @@ struct SpecArgs {
     /// Latency SLO in milliseconds (latency tenants).
     #[arg(long, value_name = "MS")]
     slo_ms: Option<f64>,
-    /// Guaranteed SM-time share, percent.
+    /// Guaranteed SM-time share, percent (for a co-location filler also
+    /// the share it keeps when its kernels fit none of the primary's gaps).
     #[arg(long, value_name = "PCT")]
     sm_request: Option<f64>,
     /// Most SM-time share the tenant may use when others idle, percent.
