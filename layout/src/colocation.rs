@@ -1187,8 +1187,10 @@ mod tests {
         ));
     }
 
+    /// (Where gaps repeat and one fits, an owed filler waits for it: the
+    /// test of per-phase prediction above.)
     #[test]
-    fn an_owed_filler_goes_into_random_gaps_but_waits_for_repeating_ones() {
+    fn an_owed_filler_goes_into_random_gaps_it_does_not_fit() {
         let board = board();
         let b = board.device(0);
         b.attach_primary(1, 0, DEFAULT_HOLDOFF_NS);
