@@ -15,7 +15,8 @@
 //! - [`colocation`]: the gap board a primary tenant and its fillers share
 //!   on one GPU (work-conserving co-location, decided per launch).
 //! - [`quiet`]: the quiet board on which a process timing a kernel longer
-//!   than a time slice holds the device's other processes' launches.
+//!   than a time slice holds the device's other processes' launches, and
+//!   on which they take fair turns by their shares.
 //! - [`histogram`]: the lock-free log₂ histogram the telemetry is made of.
 //! - [`memfd`]: regions in sealed memfds (budgets only their creator writes).
 //!

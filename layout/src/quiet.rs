@@ -22,6 +22,18 @@
 //! within a budget of its own (see the interposer's `quiet_samples`), so a
 //! process that posts holds without end slows the others by that budget at
 //! most and cannot stop them.
+//!
+//! The same members take **fair turns** at the device while each has an SM
+//! share: a member's *vtime* is the GPU time it was charged divided by its
+//! share, and a member whose vtime is ahead of another's by more than a lag
+//! holds its next launch while that other one *waits on the device* (its
+//! queued work, a synchronisation, the moment after one). So two tenants
+//! that both keep the device busy split the time they use by their shares,
+//! not by who switches less; a tenant busy on its host holds nobody. The
+//! member with the least vtime never waits, and an engagement lasts at most
+//! [`MAX_ENGAGED_NS`] from when it was written, so turns cannot deadlock.
+//! Turns are advisory too: a member waits for them at most a bounded time
+//! per launch (see the interposer's `fair_turns`).
 
 use crate::shm::SharedLayout;
 use std::sync::atomic::{AtomicU64, Ordering::*};
@@ -37,6 +49,10 @@ pub const MAX_HOLD_NS: u64 = 100_000_000;
 pub const ACTIVE_WITHIN_NS: u64 = 100_000_000;
 /// A member idle this long whose process is gone leaves its slot free.
 pub const STALE_NS: u64 = 10_000_000_000;
+/// Longest a member may say it waits on the device, from the moment a
+/// reader looks: a word further out (or written by anything else) engages
+/// nobody.
+pub const MAX_ENGAGED_NS: u64 = 100_000_000;
 /// A member notes its launches at most this often (a write to its slot).
 const SEEN_EVERY_NS: u64 = 1_000_000;
 
@@ -50,6 +66,9 @@ struct Hold {
     holder: AtomicU64,
     /// Counts holds: a member acknowledges a hold by its number.
     seq: AtomicU64,
+    /// Slots ever taken are all below this (a scan of the members stops
+    /// there: on a device shared by two processes, two cache lines).
+    slots_used: AtomicU64,
 }
 
 /// One member's slot (its own cache line: written by that member only).
@@ -61,6 +80,12 @@ struct Member {
     seen_ns: AtomicU64,
     /// The last hold it found its queued work done for.
     drained_seq: AtomicU64,
+    /// Its place in the fair turns: GPU time charged over its share
+    /// (see [`DeviceQuiet::owed_turn`]).
+    vtime_ns: AtomicU64,
+    /// Until when it waits on the device (its queued work, a
+    /// synchronisation and the moment after it); 0: not.
+    engaged_until_ns: AtomicU64,
 }
 
 #[repr(C)]
@@ -79,7 +104,7 @@ pub struct QuietBoard {
 // SAFETY: repr(C), atomics and padding only; all-zero is "no hold, no
 // members", a valid state.
 unsafe impl SharedLayout for QuietBoard {
-    const MAGIC: u64 = 0x6469_6c75_5155_0002; // "diluQU" v2 (one GPU per file)
+    const MAGIC: u64 = 0x6469_6c75_5155_0003; // "diluQU" v3 (fair turns)
     fn magic(&self) -> &AtomicU64 {
         &self.magic
     }
@@ -130,6 +155,9 @@ impl DeviceQuiet {
             {
                 member.seen_ns.store(now_ns, Relaxed);
                 member.drained_seq.store(0, Relaxed);
+                member.vtime_ns.store(0, Relaxed);
+                member.engaged_until_ns.store(0, Relaxed);
+                self.hold.slots_used.fetch_max(slot as u64 + 1, AcqRel);
                 return Some(slot);
             }
         }
@@ -232,9 +260,54 @@ impl DeviceQuiet {
         self.members[slot].drained_seq.store(seq, Release);
     }
 
+    /// The member in `slot` publishes its vtime and until when it waits on
+    /// the device.
+    #[inline]
+    pub fn publish_turn(&self, slot: usize, vtime_ns: u64, engaged_until_ns: u64) {
+        let member = &self.members[slot];
+        member.vtime_ns.store(vtime_ns, Relaxed);
+        member.engaged_until_ns.store(engaged_until_ns, Release);
+    }
+
+    /// The member in `slot` waits on the device until `until_ns` (0: no
+    /// longer), its vtime unchanged.
+    #[inline]
+    pub fn engage_until(&self, slot: usize, until_ns: u64) {
+        self.members[slot].engaged_until_ns.store(until_ns, Release);
+    }
+
+    /// The largest vtime of the active members other than `slot` (a member
+    /// back from idling starts no further behind it than its credit).
+    pub fn leading_vtime(&self, slot: usize, now_ns: u64) -> Option<u64> {
+        self.active_others(slot, now_ns)
+            .map(|m| m.vtime_ns.load(Relaxed))
+            .max()
+    }
+
+    /// Whether the member in `slot`, at `vtime_ns`, owes another its turn:
+    /// another member waits on the device now and is more than `lag_ns`
+    /// behind it. Then until when the first such member waits.
+    pub fn owed_turn(&self, slot: usize, vtime_ns: u64, lag_ns: u64, now_ns: u64) -> Option<u64> {
+        self.used().iter().enumerate().find_map(|(i, m)| {
+            if i == slot || m.pid.load(Relaxed) == 0 {
+                return None;
+            }
+            let until = m.engaged_until_ns.load(Acquire);
+            let waiting = until > now_ns && until - now_ns <= MAX_ENGAGED_NS;
+            (waiting && m.vtime_ns.load(Relaxed).saturating_add(lag_ns) < vtime_ns).then_some(until)
+        })
+    }
+
+    /// The slots ever taken (a word anything sharing the file may write:
+    /// never more than there are).
+    fn used(&self) -> &[Member] {
+        let used = self.hold.slots_used.load(Acquire).min(MAX_MEMBERS as u64);
+        &self.members[..used as usize]
+    }
+
     /// The members other than `slot` active at `now_ns`.
     fn active_others(&self, slot: usize, now_ns: u64) -> impl Iterator<Item = &Member> {
-        self.members.iter().enumerate().filter_map(move |(i, m)| {
+        self.used().iter().enumerate().filter_map(move |(i, m)| {
             (i != slot
                 && m.pid.load(Acquire) != 0
                 && m.seen_ns.load(Relaxed).saturating_add(ACTIVE_WITHIN_NS) > now_ns)
@@ -337,6 +410,53 @@ mod tests {
         // may write it) holds nobody.
         device.hold.until_ns.store(t + 10 * MAX_HOLD_NS, Relaxed);
         assert_eq!(device.posted_for(2, t), None);
+    }
+
+    #[test]
+    fn a_member_ahead_by_more_than_the_lag_owes_a_turn_only_to_one_waiting_on_the_device() {
+        let board = board();
+        let device: &DeviceQuiet = &board;
+        let t = 7_000_000_000;
+        let lag = 2_000_000;
+        let ahead = device.join(1, t, |_| true).unwrap();
+        let behind = device.join(2, t, |_| true).unwrap();
+        device.publish_turn(ahead, 10_000_000, t + 500_000);
+        device.publish_turn(behind, 7_000_000, t + 1_000_000);
+        assert_eq!(
+            device.owed_turn(ahead, 10_000_000, lag, t),
+            Some(t + 1_000_000)
+        );
+        assert_eq!(device.leading_vtime(behind, t), Some(10_000_000));
+        // The one behind never waits for the one ahead, waiting or not.
+        assert_eq!(device.owed_turn(behind, 7_000_000, lag, t), None);
+        // Within the lag, nobody waits.
+        assert_eq!(device.owed_turn(ahead, 8_900_000, lag, t), None);
+        // Once its work ran out it waits on the device no longer: busy on
+        // its host, it holds nobody.
+        assert_eq!(
+            device.owed_turn(ahead, 10_000_000, lag, t + 1_000_000),
+            None
+        );
+        device.engage_until(behind, 0);
+        assert_eq!(device.owed_turn(ahead, 10_000_000, lag, t), None);
+        // An engagement further out than a member may say holds nobody
+        // (nor does a member that left).
+        device.engage_until(behind, t + MAX_ENGAGED_NS + 1);
+        assert_eq!(device.owed_turn(ahead, 10_000_000, lag, t), None);
+        device.engage_until(behind, t + MAX_ENGAGED_NS);
+        assert!(device.owed_turn(ahead, 10_000_000, lag, t).is_some());
+        device.leave(behind, 2);
+        assert_eq!(device.owed_turn(ahead, 10_000_000, lag, t), None);
+        // A newcomer in the slot does not inherit the engagement.
+        let newcomer = device.join(3, t, |_| true).unwrap();
+        assert_eq!(newcomer, behind);
+        assert_eq!(device.owed_turn(ahead, 10_000_000, lag, t), None);
+        // Scans stop at the slots ever taken, however that word was written.
+        device.publish_turn(newcomer, 1_000_000, t + 1_000_000);
+        device.hold.slots_used.store(1, Relaxed);
+        assert_eq!(device.owed_turn(ahead, 10_000_000, lag, t), None);
+        device.hold.slots_used.store(u64::MAX, Relaxed);
+        assert!(device.owed_turn(ahead, 10_000_000, lag, t).is_some());
     }
 
     #[test]

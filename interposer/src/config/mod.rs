@@ -14,6 +14,7 @@
 //! | `DILU_CONTEXT_MEMORY` | memory charged per process and device for the CUDA context itself; default 256MiB |
 //! | `DILU_USAGE_FEEDBACK` | `on` (default) or `off`: settle SM-time charges against NVML's per-process busy time (see [`crate::sm_time::usage_feedback`]) |
 //! | `DILU_SM_QUIET` | `on` (default) or `off`: time kernels of 1 ms or more while the device's other dilu processes of this user hold their launches (see [`crate::sm_time::quiet_samples`]) |
+//! | `DILU_SM_TURNS` | `on` (default) or `off`: dilu processes of this user sharing a device take turns by their shares while each waits on it (see [`crate::sm_time::fair_turns`]) |
 //! | `DILU_SM_SAMPLE_APART` | `on` (default) or `off`: run a timed launch apart from the process's other streams (see [`crate::sm_time::sampler`]) |
 //!
 //! A variable that is set but unusable stops the process with one line naming
@@ -42,6 +43,7 @@ pub struct Config {
     pub usage_feedback: bool,
     pub sample_apart: bool,
     pub quiet_samples: bool,
+    pub fair_turns: bool,
 }
 
 /// What a CUDA context occupies on the device before the program allocates
@@ -101,6 +103,7 @@ fn read() -> Config {
         usage_feedback: on_unless_off("DILU_USAGE_FEEDBACK"),
         sample_apart: on_unless_off("DILU_SM_SAMPLE_APART"),
         quiet_samples: on_unless_off("DILU_SM_QUIET"),
+        fair_turns: on_unless_off("DILU_SM_TURNS"),
     }
 }
 

@@ -23,7 +23,7 @@ use dilu_abi::cuda::sys::{
 use dilu_abi::cuda::{CUDA_SUCCESS, CUresult};
 
 use crate::sm_time::kernel_estimates::LaunchKey;
-use crate::sm_time::{colocation, launch_control, recent_streams, sampler};
+use crate::sm_time::{colocation, fair_turns, launch_control, recent_streams, sampler};
 use crate::table::Cx;
 use crate::telemetry::sync;
 
@@ -366,16 +366,20 @@ pub fn stream_synchronize(
     stream: CUstream,
 ) -> CUresult {
     colocation::sync_begin();
+    fair_turns::sync_begin();
     let result = next(stream);
     colocation::sync_end();
+    fair_turns::sync_end();
     sync::synchronised();
     result
 }
 
 pub fn ctx_synchronize(_cx: Cx, next: impl FnOnce() -> CUresult) -> CUresult {
     colocation::sync_begin();
+    fair_turns::sync_begin();
     let result = next();
     colocation::sync_end();
+    fair_turns::sync_end();
     sync::synchronised();
     result
 }
@@ -386,8 +390,10 @@ pub fn event_synchronize(
     event: CUevent,
 ) -> CUresult {
     colocation::sync_begin();
+    fair_turns::sync_begin();
     let result = next(event);
     colocation::sync_end();
+    fair_turns::sync_end();
     sync::synchronised();
     result
 }

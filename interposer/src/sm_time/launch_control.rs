@@ -184,7 +184,12 @@ fn admit_through_bucket(
         telemetry.count_launches(uncounted);
         charged = Some((charge_bucket(sm, device, charge, share), charge));
     }
-    let held = crate::sm_time::colocation::before_launch(device, cost);
+    let mut held = crate::sm_time::colocation::before_launch(device, cost);
+    if let Some((now, paid)) = charged
+        && is_limited(share)
+    {
+        held += crate::sm_time::fair_turns::before_launch(device, now, paid, cost, share);
+    }
     if held > 0 {
         telemetry.record_throttle(held);
     }

@@ -7,12 +7,15 @@
 //! - [`sampler`], [`recent_streams`]: timing sampled launches with events.
 //! - [`quiet_samples`]: timing kernels longer than a time slice while the
 //!   device's other processes hold their launches.
+//! - [`fair_turns`]: tenants sharing a device split the time they use by
+//!   their shares.
 //! - [`usage_feedback`]: charges against the device time the driver counted.
 //! - [`tenant_sm`]: the tenant's shares, telemetry and buckets as this
 //!   process maps them.
 //! - [`colocation`]: the gap board of a primary and its fillers.
 
 pub mod colocation;
+pub mod fair_turns;
 pub mod kernel_estimates;
 pub mod launch_control;
 pub mod launch_lease;

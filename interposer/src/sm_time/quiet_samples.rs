@@ -105,12 +105,15 @@ fn charge_honoured(device: usize, now_ns: u64, idle_ns: u64) {
 }
 
 /// `device`'s board (by the GPU's UUID), mapping it on first use; `None`
-/// when quiet samples are off, in co-location, or the GPU has no UUID.
+/// when quiet samples and fair turns are both off, in co-location, or the
+/// GPU has no UUID.
 fn board(device: usize) -> Option<&'static DeviceQuiet> {
     BOARDS
         .get(device)?
         .get_or_init(|| {
-            if !crate::config::get().quiet_samples || crate::sm_time::colocation::active() {
+            let config = crate::config::get();
+            if !(config.quiet_samples || config.fair_turns) || crate::sm_time::colocation::active()
+            {
                 return None;
             }
             MY_PID.store(std::process::id(), Ordering::Relaxed);
@@ -172,6 +175,13 @@ fn mapped(device: usize) -> Option<&'static DeviceQuiet> {
     (!board.is_null()).then(|| unsafe { &**board })
 }
 
+/// `device`'s board and this process's slot on it (joining it if new), for
+/// the fair turns; `None` without a board or a free slot.
+pub(crate) fn member(device: usize, now_ns: u64) -> Option<(&'static DeviceQuiet, usize)> {
+    let board = board(device)?;
+    Some((board, slot(device, board, now_ns)?))
+}
+
 /// This process's slot on `device`'s board, joining it if new.
 fn slot(device: usize, board: &DeviceQuiet, now_ns: u64) -> Option<usize> {
     let slot = SLOT[device].load(Ordering::Relaxed);
@@ -200,7 +210,9 @@ pub fn launched(device: usize, now_ns: u64) {
 #[inline]
 pub fn before_launch(device: usize, stream: sys::CUstream, per_thread: bool) -> u64 {
     match mapped(device) {
-        Some(board) if board.hold_posted() => held(device, board, stream, per_thread),
+        Some(board) if board.hold_posted() && crate::config::get().quiet_samples => {
+            held(device, board, stream, per_thread)
+        }
         _ => 0,
     }
 }
@@ -319,6 +331,9 @@ pub fn clear_the_device(
     let Some(estimate_ns) = estimate_ns.filter(|&ns| ns >= LONG_KIND_NS) else {
         return Clearing::NotNeeded;
     };
+    if !crate::config::get().quiet_samples {
+        return Clearing::NotNeeded;
+    }
     let Some(board) = board(device) else {
         return Clearing::NotNeeded;
     };

@@ -1,0 +1,229 @@
+//! Fair turns: dilu processes sharing a device split the device time they
+//! use by their shares, this process's side of the turns on the quiet board
+//! ([`dilu_layout::quiet`] says what the board holds).
+//!
+//! Token buckets cap each tenant's share of *wall-clock* time. Two tenants
+//! that synchronise often (request-style work) lose that time to each
+//! other instead: every time the device goes from one to the other it idles
+//! a hand-off (about 140 µs on an H100), and a tenant whose queue is empty
+//! for a moment hands the device over. In a 30/70 pair of loops of four
+//! 100 µs kernels, the 30% tenant took its whole 30% of the device while
+//! the 70% tenant, waiting behind it at every synchronisation, got 45%: a
+//! split of the used time of 39/61.
+//!
+//! So while this process's share is limited, each launch that goes through
+//! the bucket also advances its *vtime* (GPU time charged over its share)
+//! and, before it goes, waits while another member that waits on the device
+//! is more than [`LAG_NS`] of vtime behind. A member waits on the device
+//! while the work it queued, by its launches' estimates, is at least a
+//! hand-off deep (it launched faster than its work runs) and not yet run;
+//! a synchronisation on such work and the [`RETURN_NS`] after it returns
+//! count too (a request loop's next launches come that soon). A host-bound
+//! tenant never has that much queued and holds nobody, so it keeps
+//! overlapping its host time with the other's kernels; and a
+//! synchronisation that outlasts its work's estimate by more than
+//! [`RETURN_NS`] is waiting for something else and holds nobody either.
+//!
+//! Bounds: a launch waits at most [`MAX_WAIT_NS`] for turns; a member back
+//! from idling takes its vtime up to [`CREDIT_NS`] behind the leader, so
+//! it cannot claim the time it did not want. Not part of it: co-located
+//! tenants (the gap board decides), unlimited shares (no vtime), and
+//! `DILU_SM_TURNS=off`.
+
+use crate::sm_time::launch_control::sleep_until;
+use crate::sm_time::quiet_samples;
+use dilu_layout::budget::is_limited;
+use dilu_layout::colocation::HANDOFF_NS;
+use dilu_layout::ledger::MAX_DEVICES;
+use dilu_layout::monotonic_ns;
+use dilu_layout::quiet::MAX_ENGAGED_NS;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+
+/// How far ahead (vtime) a member may get of one waiting on the device
+/// before it holds: about a time slice (2.08 ms on an H100). Much less
+/// would hand the device back and forth more often; much more lets the
+/// split drift further within a second.
+pub const LAG_NS: u64 = 2_000_000;
+/// How far behind the leader (vtime) a member may fall: what it can claim
+/// back at once after it wanted less (idled, or was host-bound) and then
+/// wants the device. Far more than one launch's step (a 1 ms kernel at 30%
+/// is 3.3 ms), which must never be taken from a member that kept up.
+pub const CREDIT_NS: u64 = 50_000_000;
+/// After a synchronisation on deep work returns, how long the member still
+/// counts as waiting on the device: two hand-offs. Coming back sooner, it
+/// would lose more to a switch away and back than the other member gains.
+pub const RETURN_NS: u64 = 2 * HANDOFF_NS;
+/// The longest a single launch waits for turns.
+pub const MAX_WAIT_NS: u64 = 20_000_000;
+/// How often a held launch looks at the board again.
+const POLL_NS: u64 = 50_000;
+
+/// This process's state per device.
+struct DeviceTurn {
+    /// GPU time charged over the share, in ns.
+    vtime_ns: AtomicU64,
+    /// When the work this process queued is expected to have run, by its
+    /// launches' estimates.
+    queue_end_ns: AtomicU64,
+    /// Until when it told the board it waits on the device.
+    engaged_until_ns: AtomicU64,
+    /// A synchronisation began with at least a hand-off of work queued.
+    deep_sync: AtomicBool,
+}
+
+static TURNS: [DeviceTurn; MAX_DEVICES] = [const {
+    DeviceTurn {
+        vtime_ns: AtomicU64::new(0),
+        queue_end_ns: AtomicU64::new(0),
+        engaged_until_ns: AtomicU64::new(0),
+        deep_sync: AtomicBool::new(false),
+    }
+}; MAX_DEVICES];
+
+/// Whether fair turns act in this process.
+fn enabled() -> bool {
+    crate::config::get().fair_turns && !crate::sm_time::colocation::active()
+}
+
+/// Before a launch estimated at `cost_ns` on `device` at `now_ns`, charged
+/// `charge_ns` to the bucket (its cost, or a lease's worth of short launches)
+/// at `share_ppm` (limited): waits for the turns it owes, then counts the
+/// charge. Returns the time waited. (Launches a lease paid for are not seen
+/// here: they are short, and the lease's charge stands for them.)
+pub fn before_launch(
+    device: usize,
+    now_ns: u64,
+    charge_ns: u64,
+    cost_ns: u64,
+    share_ppm: u32,
+) -> u64 {
+    if !enabled() || !crate::sm_time::usage_feedback::may_be_shared(device) {
+        return 0;
+    }
+    let began = now_ns;
+    let Some((board, slot)) = quiet_samples::member(device, began) else {
+        return 0;
+    };
+    // Alone on the board, nothing to write: the launch path's threads then
+    // share no written cache line here (a process back among others starts
+    // at most CREDIT_NS behind them).
+    if !board.others_active(slot, began) {
+        return 0;
+    }
+    let turn = &TURNS[device];
+    let mut vtime = turn.vtime_ns.load(Ordering::Relaxed);
+    if let Some(leader) = board.leading_vtime(slot, began) {
+        vtime = vtime.max(leader.saturating_sub(CREDIT_NS));
+    }
+    let mut now = began;
+    while let Some(until) = board.owed_turn(slot, vtime, LAG_NS, now) {
+        let give_up = began + MAX_WAIT_NS;
+        if now >= give_up {
+            break;
+        }
+        sleep_until(until.min(now + POLL_NS).min(give_up));
+        now = monotonic_ns();
+    }
+    let step = charge_ns.saturating_mul(1_000_000) / u64::from(share_ppm.max(1));
+    let vtime = vtime.saturating_add(step);
+    turn.vtime_ns.store(vtime, Ordering::Relaxed);
+    let queue_end = turn.queue_end_ns.load(Ordering::Relaxed).max(now) + cost_ns.max(charge_ns);
+    turn.queue_end_ns.store(queue_end, Ordering::Relaxed);
+    let engaged = engaged_until(
+        turn.engaged_until_ns.load(Ordering::Relaxed),
+        queue_end,
+        now,
+    );
+    turn.engaged_until_ns.store(engaged, Ordering::Relaxed);
+    // Seconds of queued work still say "waiting" as far as a reader takes
+    // it; each later launch says it again.
+    board.publish_turn(slot, vtime, engaged.min(now + MAX_ENGAGED_NS));
+    now - began
+}
+
+/// Until when a member whose queued work ends at `queue_end` waits on the
+/// device, having said `engaged` before: while that work is at least a
+/// hand-off deep (it launched faster than its work runs), never cutting
+/// short what it said before.
+fn engaged_until(engaged: u64, queue_end: u64, now: u64) -> u64 {
+    if queue_end.saturating_sub(now) >= HANDOFF_NS {
+        queue_end.max(engaged)
+    } else {
+        engaged
+    }
+}
+
+/// The device the calling thread synchronises on, where this process takes
+/// turns there (its share is limited).
+fn limited_device() -> Option<usize> {
+    let sm = crate::sm_time::tenant_sm::get()?;
+    let device = sm.current_device();
+    (enabled() && is_limited(sm.budget().share_ppm(device))).then_some(device)
+}
+
+/// A synchronisation begins: on deep work, this process waits on the
+/// device until that work's estimated end and [`RETURN_NS`] more (it may
+/// run a little late, behind the other member's last kernel).
+#[inline]
+pub fn sync_begin() {
+    let Some(device) = limited_device() else {
+        return;
+    };
+    let turn = &TURNS[device];
+    let now = monotonic_ns();
+    let queue_end = turn.queue_end_ns.load(Ordering::Relaxed);
+    let deep = queue_end.saturating_sub(now) >= HANDOFF_NS;
+    turn.deep_sync.store(deep, Ordering::Relaxed);
+    if deep && let Some((board, slot)) = quiet_samples::member(device, now) {
+        let until = queue_end + RETURN_NS;
+        let until = until.max(turn.engaged_until_ns.load(Ordering::Relaxed));
+        turn.engaged_until_ns.store(until, Ordering::Relaxed);
+        board.engage_until(slot, until);
+    }
+}
+
+/// The synchronisation returned. After waiting for deep work (a
+/// device-bound loop), this process still waits on the device for
+/// [`RETURN_NS`]: its next launches come about that soon. A host-bound
+/// loop finds its work nearly done when it synchronises and holds nobody
+/// while its host works.
+#[inline]
+pub fn sync_end() {
+    let Some(device) = limited_device() else {
+        return;
+    };
+    let turn = &TURNS[device];
+    if !turn.deep_sync.swap(false, Ordering::Relaxed) {
+        return;
+    }
+    let now = monotonic_ns();
+    if let Some((board, slot)) = quiet_samples::member(device, now) {
+        let until = now + RETURN_NS;
+        turn.engaged_until_ns.store(until, Ordering::Relaxed);
+        board.engage_until(slot, until);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_work_a_hand_off_deep_waits_on_the_device() {
+        let now = 1_000_000_000;
+        // Four 100 µs kernels queued: waiting until they ran.
+        assert_eq!(engaged_until(0, now + 400_000, now), now + 400_000);
+        // A host-bound loop: one short kernel queued at a time.
+        assert_eq!(engaged_until(0, now + 20_000, now), 0);
+        // Once waiting, a short addition keeps it waiting to its end, and
+        // the moment after a synchronisation is not cut short.
+        assert_eq!(
+            engaged_until(now + 50_000, now + 200_000, now),
+            now + 200_000
+        );
+        assert_eq!(
+            engaged_until(now + RETURN_NS, now + 20_000, now),
+            now + RETURN_NS
+        );
+    }
+}
