@@ -178,7 +178,7 @@ pub fn sync_begin() {
         let until = queue_end + RETURN_NS;
         let until = until.max(turn.engaged_until_ns.load(Ordering::Relaxed));
         turn.engaged_until_ns.store(until, Ordering::Relaxed);
-        board.engage_until(slot, until);
+        board.engage_until(slot, until.min(now + MAX_ENGAGED_NS));
     }
 }
 
@@ -198,9 +198,11 @@ pub fn sync_end() {
     }
     let now = monotonic_ns();
     if let Some((board, slot)) = quiet_samples::member(device, now) {
-        let until = now + RETURN_NS;
+        // Work still queued on other streams keeps it waiting longer.
+        let queue_end = turn.queue_end_ns.load(Ordering::Relaxed);
+        let until = engaged_until(now + RETURN_NS, queue_end, now);
         turn.engaged_until_ns.store(until, Ordering::Relaxed);
-        board.engage_until(slot, until);
+        board.engage_until(slot, until.min(now + MAX_ENGAGED_NS));
     }
 }
 
