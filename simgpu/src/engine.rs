@@ -15,6 +15,14 @@
 //! follows the wall clock with it: it sleeps until the next event (a kernel
 //! ends, the slice ends, a queued kernel becomes ready) or until a stream
 //! hands it a new kernel.
+//!
+//! Streams hand kernels over ahead of time (`submit`, then `wait`), as a
+//! driver fills a hardware queue: each hardware queue runs its kernels in
+//! the order they were handed over, one at a time, and the next one
+//! becomes ready the kernel gap after the one before it ends. So the
+//! engine starts a stream's next kernel on the simulated timeline without
+//! waiting for the stream's thread to wake, and a slow host (a loaded
+//! 2-core machine) costs wall-clock lag, not device time.
 
 use crate::config::{Config, Preempt};
 use crate::shm::Shm;
@@ -41,6 +49,8 @@ pub(crate) struct Submit {
 
 struct Job {
     id: u64,
+    /// Hardware queue (`CUDA_DEVICE_MAX_CONNECTIONS`) the stream maps to.
+    queue: usize,
     sub: Submit,
     /// Work in all and work left, in ns of running alone.
     work: f64,
@@ -112,6 +122,24 @@ impl Engine {
         trace: Option<&'static Trace>,
         sub: Submit,
     ) -> u64 {
+        match self.submit(cfg, shm, trace, sub) {
+            Ok(ticket) => self.wait(ticket),
+            Err(end) => end,
+        }
+    }
+
+    /// Hands a kernel (or an event record) to the engine without waiting
+    /// for it: `Ok(ticket)` for [`Engine::wait`]. It runs after everything
+    /// handed over before it on its hardware queue. `Err(end)` when no
+    /// engine thread could be started: it then ran alone, unshared, and
+    /// completed at `end` (never expected).
+    pub(crate) fn submit(
+        self: &Arc<Self>,
+        cfg: &'static Config,
+        shm: &'static Shm,
+        trace: Option<&'static Trace>,
+        sub: Submit,
+    ) -> Result<u64, u64> {
         let mut st = self.lock();
         if !st.started {
             let me = self.clone();
@@ -119,24 +147,13 @@ impl Engine {
                 .name(format!("simgpu-dev{}", self.phys))
                 .spawn(move || me.main(cfg, shm, trace));
             if spawned.is_err() {
-                // No engine: run alone, unshared (never expected).
                 drop(st);
                 let end = sub.ready.max(now_ns()) + sub.dur_ns;
                 sleep_until(end);
                 uncount(shm, self.phys);
-                return end;
+                return Err(end);
             }
             st.started = true;
-        }
-        // A stream's hardware queue runs one of its kernels at a time: wait
-        // while a kernel of another stream on the same queue is in flight.
-        let queue = sub.stream % cfg.connections;
-        while st
-            .jobs
-            .iter()
-            .any(|j| j.sub.stream != sub.stream && j.sub.stream % cfg.connections == queue)
-        {
-            st = self.cv.wait(st).unwrap_or_else(|e| e.into_inner());
         }
         let id = st.next_id;
         st.next_id += 1;
@@ -145,6 +162,7 @@ impl Engine {
         let waves = sub.blocks.div_ceil(cfg.sms).max(1) as f64;
         st.jobs.push(Job {
             id,
+            queue: (sub.stream % cfg.connections) as usize,
             work,
             left: work,
             wave: work / waves,
@@ -154,8 +172,15 @@ impl Engine {
             segments: 0,
         });
         self.cv.notify_all();
+        Ok(id)
+    }
+
+    /// Blocks until the job `ticket` has completed; returns its completion
+    /// time on the device timeline.
+    pub(crate) fn wait(&self, ticket: u64) -> u64 {
+        let mut st = self.lock();
         loop {
-            if let Some(end) = st.done.remove(&id) {
+            if let Some(end) = st.done.remove(&ticket) {
                 return end;
             }
             st = self.cv.wait(st).unwrap_or_else(|e| e.into_inner());
@@ -193,7 +218,14 @@ impl Engine {
                 continue;
             }
             let Some(slice_start) = st.slice else {
-                let ready = st.jobs.iter().map(|j| j.sub.ready).min().unwrap_or(0);
+                let heads = queue_heads(&st.jobs);
+                let ready = st
+                    .jobs
+                    .iter()
+                    .filter(|j| heads[j.queue] == j.id)
+                    .map(|j| j.sub.ready)
+                    .min()
+                    .unwrap_or(0);
                 drop(st);
                 let start =
                     timeslice::acquire(shm, self.phys, ready, cfg.timeslice_ns, cfg.switch_ns);
@@ -208,9 +240,11 @@ impl Engine {
                 self.give_up(shm, &mut st, slice_start, t);
                 continue;
             }
-            // Start (or resume) every kernel that is ready.
+            // Start (or resume) every kernel at the head of its queue that
+            // is ready.
+            let heads = queue_heads(&st.jobs);
             for j in st.jobs.iter_mut() {
-                if j.seg_start.is_none() && j.sub.ready <= t {
+                if j.seg_start.is_none() && heads[j.queue] == j.id && j.sub.ready <= t {
                     j.seg_start = Some(t);
                 }
             }
@@ -225,7 +259,7 @@ impl Engine {
             let next_ready = st
                 .jobs
                 .iter()
-                .filter(|j| j.seg_start.is_none())
+                .filter(|j| j.seg_start.is_none() && heads[j.queue] == j.id)
                 .map(|j| j.sub.ready)
                 .min();
             // With no slice length, check for waiting processes now and then.
@@ -258,7 +292,7 @@ impl Engine {
             }
             let busy = advance(&mut st, target, rate);
             shm.add_busy(self.phys, busy);
-            let finished = self.finish_done(shm, trace, &mut st);
+            let finished = self.finish_done(cfg, shm, trace, &mut st);
             let t = st.t;
             let expired = slice_end.is_some_and(|e| t >= e);
             if !(expired || (cfg.timeslice_ns == 0 && (finished || fallback == Some(t)))) {
@@ -271,7 +305,7 @@ impl Engine {
                 } else {
                     cfg.preempt
                 };
-                let at = self.preempt(mode, cfg.sms as f64, shm, trace, &mut st);
+                let at = self.preempt(mode, cfg, shm, trace, &mut st);
                 self.give_up(shm, &mut st, slice_start, at);
             } else if expired {
                 if timeslice::renew(shm, self.phys, slice_start, t) {
@@ -295,7 +329,7 @@ impl Engine {
     }
 
     /// Completes every job with no work left at the engine's time.
-    fn finish_done(&self, shm: &Shm, trace: Option<&Trace>, st: &mut State) -> bool {
+    fn finish_done(&self, cfg: &Config, shm: &Shm, trace: Option<&Trace>, st: &mut State) -> bool {
         let t = st.t;
         let mut i = 0;
         let mut any = false;
@@ -303,6 +337,7 @@ impl Engine {
             if st.jobs[i].seg_start.is_some() && st.jobs[i].left <= 0.5 {
                 let mut j = st.jobs.swap_remove(i);
                 close_segment(trace, &mut j, t, true);
+                next_in_queue_ready(&mut st.jobs, j.queue, t + cfg.gap_ns);
                 st.done.insert(j.id, t);
                 uncount(shm, self.phys);
                 shm.dev(self.phys).busy_until.fetch_max(t, AcqRel);
@@ -322,13 +357,13 @@ impl Engine {
     fn preempt(
         &self,
         mode: Preempt,
-        sms: f64,
+        cfg: &Config,
         shm: &Shm,
         trace: Option<&Trace>,
         st: &mut State,
     ) -> u64 {
         let t = st.t;
-        let rate = rate(&st.jobs, sms);
+        let rate = rate(&st.jobs, cfg.sms as f64);
         let mut release = t;
         for j in st.jobs.iter_mut().filter(|j| j.seg_start.is_some()) {
             // Work a running kernel still does before it can stop.
@@ -361,6 +396,7 @@ impl Engine {
             if st.jobs[i].left <= 0.5 && st.jobs[i].seg_start.is_some() {
                 let j = st.jobs.swap_remove(i);
                 let end = j.seg_start.unwrap_or(t);
+                next_in_queue_ready(&mut st.jobs, j.queue, end + cfg.gap_ns);
                 st.done.insert(j.id, end);
                 uncount(shm, self.phys);
             } else {
@@ -371,6 +407,31 @@ impl Engine {
         shm.add_busy(self.phys, release - t);
         shm.dev(self.phys).busy_until.fetch_max(release, AcqRel);
         release
+    }
+}
+
+/// Maximum hardware queues (`CUDA_DEVICE_MAX_CONNECTIONS` is 1 to 32).
+const MAX_QUEUES: usize = 32;
+
+/// The id of the first job handed over on each hardware queue (`u64::MAX`
+/// for an empty queue): only it may run.
+fn queue_heads(jobs: &[Job]) -> [u64; MAX_QUEUES] {
+    let mut heads = [u64::MAX; MAX_QUEUES];
+    for j in jobs {
+        heads[j.queue] = heads[j.queue].min(j.id);
+    }
+    heads
+}
+
+/// The job that follows one that completed on `queue` becomes ready no
+/// earlier than `at` (the completion plus the kernel gap).
+fn next_in_queue_ready(jobs: &mut [Job], queue: usize, at: u64) {
+    if let Some(next) = jobs
+        .iter_mut()
+        .filter(|j| j.queue == queue)
+        .min_by_key(|j| j.id)
+    {
+        next.sub.ready = next.sub.ready.max(at);
     }
 }
 

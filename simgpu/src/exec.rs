@@ -20,6 +20,12 @@ use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 /// number (the time-sliced engine numbers its own).
 static SERIAL_KERNELS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
 
+/// Kernels a stream hands to the engine before the first of them has
+/// completed. A real driver's queue holds thousands of commands; a bound
+/// keeps the engine's scans short, and 32 is far more than a stream's next
+/// kernel needs to be there when the one before it ends.
+const KERNELS_AHEAD: usize = 32;
+
 pub(crate) type HostFn = unsafe extern "C" fn(*mut c_void);
 pub(crate) type StreamCallback = unsafe extern "C" fn(sys::CUstream, u32, *mut c_void);
 
@@ -214,15 +220,43 @@ impl Stream {
         Ok(seq)
     }
 
+    /// Runs the stream's operations in order. Kernels go to the device's
+    /// engine ahead of time, up to [`KERNELS_AHEAD`] of them, as a driver
+    /// fills a hardware queue; any other operation first waits for them all
+    /// (it needs the stream's completion time, and copies or host functions
+    /// must see the kernels' effects).
     fn worker(self: Arc<Self>) {
+        let mut ahead: VecDeque<(u64, u64)> = VecDeque::new();
         loop {
             let mut st = self.lock();
+            let next_is_kernel = matches!(st.q.front(), Some((_, _, Op::Kernel(_))));
+            if next_is_kernel && ahead.len() < KERNELS_AHEAD {
+                let Some((seq, enq, Op::Kernel(k))) = st.q.pop_front() else {
+                    continue;
+                };
+                let ready = enq.max(st.last_end);
+                drop(st);
+                match self.hand_over_kernel(ready, &k) {
+                    Ok(ticket) => ahead.push_back((seq, ticket)),
+                    Err(end) => self.completed(seq, end),
+                }
+                continue;
+            }
+            if let Some((seq, ticket)) = ahead.pop_front() {
+                drop(st);
+                let end = drv().map_or(ticket, |d| d.engines[self.dev].wait(ticket));
+                self.completed(seq, end);
+                continue;
+            }
             while st.q.is_empty() {
                 if st.closed {
                     st.worker = false;
                     return;
                 }
                 st = self.wait(st);
+            }
+            if matches!(st.q.front(), Some((_, _, Op::Kernel(_)))) {
+                continue;
             }
             let Some((seq, enq, op)) = st.q.pop_front() else {
                 continue;
@@ -233,18 +267,39 @@ impl Stream {
                 self.execute(enq.max(last_end), op)
             }))
             .unwrap_or_else(|_| now_ns());
-            let mut st = self.lock();
-            st.completed = seq;
-            st.last_end = st.last_end.max(end);
-            self.cv.notify_all();
+            self.completed(seq, end);
         }
+    }
+
+    /// Marks operation `seq` done at device time `end`.
+    fn completed(&self, seq: u64, end: u64) {
+        let mut st = self.lock();
+        st.completed = seq;
+        st.last_end = st.last_end.max(end);
+        self.cv.notify_all();
+    }
+
+    /// Hands a kernel that became ready at `ready` to the device:
+    /// `Ok(ticket)` when the time-sliced engine took it without waiting,
+    /// `Err(end)` when it already ran (serial model, or no engine).
+    fn hand_over_kernel(&self, ready: u64, k: &KernelOp) -> Result<u64, u64> {
+        let Ok(d) = drv() else { return Err(ready) };
+        let Some(shm) = &d.shm else { return Err(ready) };
+        if d.cfg.sharing == Sharing::Serial {
+            return Err(self.run_kernel_serially(d, shm, ready, k));
+        }
+        let ready = ready + d.cfg.gap_ns;
+        d.engines[self.dev].submit(&d.cfg, shm, d.trace.as_ref(), self.submit(ready, Some(k)))
     }
 
     /// Runs one operation that became ready at `ready`; returns its
     /// simulated completion time.
     fn execute(&self, ready: u64, op: Op) -> u64 {
         match op {
-            Op::Kernel(k) => self.run_kernel(ready, &k),
+            Op::Kernel(k) => match self.hand_over_kernel(ready, &k) {
+                Ok(ticket) => drv().map_or(ready, |d| d.engines[self.dev].wait(ticket)),
+                Err(end) => end,
+            },
             Op::Copy { dst, src, n } => {
                 // SAFETY: both ranges were validated at enqueue time as device
                 // memory or caller-provided host memory that the CUDA contract
@@ -333,19 +388,6 @@ impl Stream {
             record: k.is_none(),
             ready,
         }
-    }
-
-    /// Hands the kernel to this process's engine for the device and waits
-    /// for it to complete; it starts no earlier than the device gap after
-    /// it became ready.
-    fn run_kernel(&self, ready: u64, k: &KernelOp) -> u64 {
-        let Ok(d) = drv() else { return ready };
-        let Some(shm) = &d.shm else { return ready };
-        if d.cfg.sharing == Sharing::Serial {
-            return self.run_kernel_serially(d, shm, ready, k);
-        }
-        let ready = ready + d.cfg.gap_ns;
-        d.engines[self.dev].run(&d.cfg, shm, d.trace.as_ref(), self.submit(ready, Some(k)))
     }
 
     /// The serial model: reserves the kernel's stretch of the device
