@@ -79,6 +79,9 @@ struct State {
     drift_at: u64,
     rng: u64,
     started: bool,
+    /// Per hardware queue: when the kernel gap after its last completed job
+    /// ends (a job handed over later is ready no earlier).
+    queue_free_at: [u64; MAX_QUEUES],
 }
 
 pub(crate) struct Engine {
@@ -103,6 +106,7 @@ impl Engine {
                 drift_at: 0,
                 rng: seed ^ 0x9e37_79b9_7f4a_7c15,
                 started: false,
+                queue_free_at: [0; MAX_QUEUES],
             }),
             cv: Condvar::new(),
         }
@@ -157,12 +161,17 @@ impl Engine {
         }
         let id = st.next_id;
         st.next_id += 1;
+        let queue = (sub.stream % cfg.connections) as usize;
+        let mut sub = sub;
+        // The stream's thread may not have seen its previous kernel
+        // complete yet: the queue knows when it did.
+        sub.ready = sub.ready.max(st.queue_free_at[queue]);
         let factor = jitter(cfg, &mut st, sub.ready);
         let work = sub.dur_ns as f64 * factor;
         let waves = sub.blocks.div_ceil(cfg.sms).max(1) as f64;
         st.jobs.push(Job {
             id,
-            queue: (sub.stream % cfg.connections) as usize,
+            queue,
             work,
             left: work,
             wave: work / waves,
@@ -337,7 +346,7 @@ impl Engine {
             if st.jobs[i].seg_start.is_some() && st.jobs[i].left <= 0.5 {
                 let mut j = st.jobs.swap_remove(i);
                 close_segment(trace, &mut j, t, true);
-                next_in_queue_ready(&mut st.jobs, j.queue, t + cfg.gap_ns);
+                queue_freed(st, j.queue, t + cfg.gap_ns);
                 st.done.insert(j.id, t);
                 uncount(shm, self.phys);
                 shm.dev(self.phys).busy_until.fetch_max(t, AcqRel);
@@ -396,7 +405,7 @@ impl Engine {
             if st.jobs[i].left <= 0.5 && st.jobs[i].seg_start.is_some() {
                 let j = st.jobs.swap_remove(i);
                 let end = j.seg_start.unwrap_or(t);
-                next_in_queue_ready(&mut st.jobs, j.queue, end + cfg.gap_ns);
+                queue_freed(st, j.queue, end + cfg.gap_ns);
                 st.done.insert(j.id, end);
                 uncount(shm, self.phys);
             } else {
@@ -423,10 +432,12 @@ fn queue_heads(jobs: &[Job]) -> [u64; MAX_QUEUES] {
     heads
 }
 
-/// The job that follows one that completed on `queue` becomes ready no
+/// A job completed on `queue`: what follows it there becomes ready no
 /// earlier than `at` (the completion plus the kernel gap).
-fn next_in_queue_ready(jobs: &mut [Job], queue: usize, at: u64) {
-    if let Some(next) = jobs
+fn queue_freed(st: &mut State, queue: usize, at: u64) {
+    st.queue_free_at[queue] = st.queue_free_at[queue].max(at);
+    if let Some(next) = st
+        .jobs
         .iter_mut()
         .filter(|j| j.queue == queue)
         .min_by_key(|j| j.id)
