@@ -34,6 +34,13 @@
 //! [`MAX_ENGAGED_NS`] from when it was written, so turns cannot deadlock.
 //! Turns are advisory too: a member waits for them at most a bounded time
 //! per launch (see the interposer's `fair_turns`).
+//!
+//! The same slots say whether a member's token bucket holds it back and
+//! when its queued work ends, with its share: when every active member is
+//! held back by its bucket, none has work queued and their shares add up
+//! to the whole device, the device idles only because the charges stand
+//! for more time than the work took, and a member far enough behind in
+//! vtime may go ([`DeviceQuiet::idle_by_buckets`]).
 
 use crate::budget::FULL_SHARE_PPM;
 use crate::shm::SharedLayout;

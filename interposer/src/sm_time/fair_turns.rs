@@ -158,7 +158,11 @@ pub fn before_launch(
 /// only because every member's bucket holds it back (their charges stand
 /// for more device time than their work took: a sample holds the device's
 /// gap before its kernel, which a tenant's other streams hide) and this
-/// process is the one to take it ([`dilu_layout::quiet::DeviceQuiet::idle_by_buckets`]). Then
+/// process is more than [`LAG_NS`] of vtime behind every one of them, the
+/// turn fair turns would owe it
+/// ([`dilu_layout::quiet::DeviceQuiet::idle_by_buckets`]). (Lent to
+/// whichever member was behind at all, a never-draining 3-stream pair of
+/// 1 ms kernels split its used time 34.1/65.9.) Then
 /// it returns true at once: the caller forgives its bucket's debt and lets
 /// a run of work go. Shares that add up to less than the device keep the
 /// rest free, and a member alone on the board is never lent anything.
@@ -180,7 +184,7 @@ pub fn bucket_wait(device: usize, share_ppm: u32, wake_at: u64, now: u64) -> boo
         }
         let vtime = turn.vtime_ns.load(Ordering::Relaxed);
         if turn.queue_end_ns.load(Ordering::Relaxed) <= now
-            && board.idle_by_buckets(slot, vtime, share_ppm, now)
+            && board.idle_by_buckets(slot, vtime.saturating_add(LAG_NS), share_ppm, now)
         {
             break true;
         }
