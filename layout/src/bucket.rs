@@ -156,14 +156,6 @@ impl TokenBucket {
         0
     }
 
-    /// Forgives the debt the bucket holds beyond `now` (it then stands as
-    /// if everything charged so far were paid): for a tenant lent a device
-    /// that idled only because every tenant's bucket held it back, whose
-    /// charges were more than the device time they stood for.
-    pub fn forgive_debt(&self, now: u64) {
-        self.tat_ns.0.fetch_min(now, Ordering::AcqRel);
-    }
-
     /// Takes everything the tenant owes from a zero-share period.
     #[inline]
     fn take_owed(&self) -> u64 {
@@ -316,28 +308,6 @@ mod tests {
         );
         assert_eq!(
             bucket.admit(now, 0, half, depth),
-            Admission::At(now + 200_000)
-        );
-    }
-
-    #[test]
-    fn forgiven_debt_lets_launches_go_and_accrues_no_credit() {
-        let bucket = TokenBucket::new();
-        let (now, half, depth) = (2_000_000_000, FULL_SHARE_PPM / 2, 1_000_000);
-        bucket.admit(now, 5_000_000, half, depth);
-        assert_eq!(
-            bucket.admit(now, 100_000, half, depth),
-            Admission::At(now + 9_000_000)
-        );
-        bucket.forgive_debt(now);
-        assert_eq!(bucket.admit(now, 100_000, half, depth), Admission::Now);
-        // Forgiving never moves the bucket forward, nor gives credit.
-        bucket.forgive_debt(now + 50_000_000);
-        for _ in 0..5 {
-            assert_eq!(bucket.admit(now, 100_000, half, depth), Admission::Now);
-        }
-        assert_eq!(
-            bucket.admit(now, 100_000, half, depth),
             Admission::At(now + 200_000)
         );
     }

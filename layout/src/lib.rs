@@ -16,8 +16,7 @@
 //!   on one GPU (work-conserving co-location, decided per launch).
 //! - [`quiet`]: the quiet board on which a process timing a kernel longer
 //!   than a time slice holds the device's other processes' launches, and
-//!   on which they take fair turns by their shares (and lend the device
-//!   when it idles only because every one's bucket holds it back).
+//!   on which they take fair turns by their shares.
 //! - [`histogram`]: the lock-free log₂ histogram the telemetry is made of.
 //! - [`memfd`]: regions in sealed memfds (budgets only their creator writes).
 //!

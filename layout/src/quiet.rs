@@ -34,15 +34,7 @@
 //! [`MAX_ENGAGED_NS`] from when it was written, so turns cannot deadlock.
 //! Turns are advisory too: a member waits for them at most a bounded time
 //! per launch (see the interposer's `fair_turns`).
-//!
-//! The same slots say whether a member's token bucket holds it back and
-//! when its queued work ends, with its share: when every active member is
-//! held back by its bucket, none has work queued and their shares add up
-//! to the whole device, the device idles only because the charges stand
-//! for more time than the work took, and a member far enough behind in
-//! vtime may go ([`DeviceQuiet::idle_by_buckets`]).
 
-use crate::budget::FULL_SHARE_PPM;
 use crate::shm::SharedLayout;
 use std::sync::atomic::{AtomicU64, Ordering::*};
 
@@ -94,13 +86,6 @@ struct Member {
     /// Until when it waits on the device (its queued work, a
     /// synchronisation and the moment after it); 0: not.
     engaged_until_ns: AtomicU64,
-    /// When the work it queued is expected to have run, by its launches'
-    /// estimates.
-    queue_end_ns: AtomicU64,
-    /// Until when its token bucket holds its next launch back; 0: not.
-    throttled_until_ns: AtomicU64,
-    /// Its SM share (ppm).
-    share_ppm: AtomicU64,
 }
 
 #[repr(C)]
@@ -119,7 +104,7 @@ pub struct QuietBoard {
 // SAFETY: repr(C), atomics and padding only; all-zero is "no hold, no
 // members", a valid state.
 unsafe impl SharedLayout for QuietBoard {
-    const MAGIC: u64 = 0x6469_6c75_5155_0004; // "diluQU" v4 (idle device lent)
+    const MAGIC: u64 = 0x6469_6c75_5155_0003; // "diluQU" v3 (fair turns)
     fn magic(&self) -> &AtomicU64 {
         &self.magic
     }
@@ -139,19 +124,6 @@ impl std::ops::Deref for QuietBoard {
 pub fn board_path(uid: u32, uuid: &[u8; 16]) -> std::path::PathBuf {
     let hex: String = uuid.iter().map(|b| format!("{b:02x}")).collect();
     crate::user_region_dir(uid).join(format!("quiet-{hex}.board"))
-}
-
-/// What a member publishes of its fair turn at a launch.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub struct Turn {
-    /// GPU time charged over its share.
-    pub vtime_ns: u64,
-    /// Until when it waits on the device (0: not).
-    pub engaged_until_ns: u64,
-    /// When its queued work is expected to have run.
-    pub queue_end_ns: u64,
-    /// Its SM share.
-    pub share_ppm: u32,
 }
 
 /// A hold a member found posted by another process.
@@ -185,9 +157,6 @@ impl DeviceQuiet {
                 member.drained_seq.store(0, Relaxed);
                 member.vtime_ns.store(0, Relaxed);
                 member.engaged_until_ns.store(0, Relaxed);
-                member.queue_end_ns.store(0, Relaxed);
-                member.throttled_until_ns.store(0, Relaxed);
-                member.share_ppm.store(0, Relaxed);
                 self.hold.slots_used.fetch_max(slot as u64 + 1, AcqRel);
                 return Some(slot);
             }
@@ -291,60 +260,13 @@ impl DeviceQuiet {
         self.members[slot].drained_seq.store(seq, Release);
     }
 
-    /// The member in `slot` publishes its turn: its vtime, until when it
-    /// waits on the device, when its queued work ends and its share.
+    /// The member in `slot` publishes its vtime and until when it waits on
+    /// the device.
     #[inline]
-    pub fn publish_turn(&self, slot: usize, turn: Turn) {
+    pub fn publish_turn(&self, slot: usize, vtime_ns: u64, engaged_until_ns: u64) {
         let member = &self.members[slot];
-        member.vtime_ns.store(turn.vtime_ns, Relaxed);
-        member.queue_end_ns.store(turn.queue_end_ns, Relaxed);
-        member.share_ppm.store(u64::from(turn.share_ppm), Relaxed);
-        member
-            .engaged_until_ns
-            .store(turn.engaged_until_ns, Release);
-    }
-
-    /// The member in `slot` is held back by its token bucket until
-    /// `until_ns` (0: no longer).
-    #[inline]
-    pub fn throttle_until(&self, slot: usize, until_ns: u64) {
-        self.members[slot]
-            .throttled_until_ns
-            .store(until_ns, Release);
-    }
-
-    /// Whether the device idles only because every member's token bucket
-    /// holds it back, so that the member in `slot` (at `vtime_ns`, share
-    /// `share_ppm`, its own queue empty) may go now: another member is
-    /// active; every active other member is held back by its bucket (for
-    /// at most [`MAX_ENGAGED_NS`] more) with its queued work run; their
-    /// shares and this one add up to the whole device (else the idle time
-    /// is what the shares leave free); and no held member is behind this
-    /// one in vtime (ties: the lower slot), so they take the idle device
-    /// in turns.
-    pub fn idle_by_buckets(&self, slot: usize, vtime_ns: u64, share_ppm: u32, now_ns: u64) -> bool {
-        let mut shares = u64::from(share_ppm).min(FULL_SHARE_PPM as u64);
-        let mut others = 0;
-        for (i, m) in self.used().iter().enumerate() {
-            if i == slot
-                || m.pid.load(Acquire) == 0
-                || m.seen_ns.load(Relaxed).saturating_add(ACTIVE_WITHIN_NS) <= now_ns
-            {
-                continue;
-            }
-            let held_until = m.throttled_until_ns.load(Acquire);
-            let held = held_until > now_ns && held_until - now_ns <= MAX_ENGAGED_NS;
-            if !held || m.queue_end_ns.load(Relaxed) > now_ns {
-                return false;
-            }
-            let vtime = m.vtime_ns.load(Relaxed);
-            if vtime < vtime_ns || (vtime == vtime_ns && i < slot) {
-                return false;
-            }
-            shares += m.share_ppm.load(Relaxed).min(FULL_SHARE_PPM as u64);
-            others += 1;
-        }
-        others > 0 && shares >= FULL_SHARE_PPM as u64
+        member.vtime_ns.store(vtime_ns, Relaxed);
+        member.engaged_until_ns.store(engaged_until_ns, Release);
     }
 
     /// The member in `slot` waits on the device until `until_ns` (0: no
@@ -413,62 +335,6 @@ mod tests {
 
     fn board() -> Region<QuietBoard> {
         Region::<QuietBoard>::anonymous(|_| {}).unwrap()
-    }
-
-    fn turn(vtime_ns: u64, engaged_until_ns: u64) -> Turn {
-        Turn {
-            vtime_ns,
-            engaged_until_ns,
-            ..Turn::default()
-        }
-    }
-
-    #[test]
-    fn the_idle_device_is_lent_only_when_every_bucket_holds_its_member_back() {
-        let board = board();
-        let device: &DeviceQuiet = &board;
-        let t = 9_000_000_000;
-        let half = FULL_SHARE_PPM / 2;
-        let a = device.join(1, t, |_| true).unwrap();
-        let b = device.join(2, t, |_| true).unwrap();
-        let publish = |slot, vtime, queue_end, share| {
-            device.publish_turn(
-                slot,
-                Turn {
-                    vtime_ns: vtime,
-                    engaged_until_ns: 0,
-                    queue_end_ns: queue_end,
-                    share_ppm: share,
-                },
-            )
-        };
-        publish(a, 5_000_000, t - 1, half);
-        publish(b, 6_000_000, t - 1, half);
-        // b runs freely: nothing idles because of the buckets.
-        assert!(!device.idle_by_buckets(a, 5_000_000, half, t));
-        // Both held back, both queues run, shares adding up to the device:
-        // the one behind in vtime may go, the other not.
-        device.throttle_until(b, t + 1_000_000);
-        assert!(device.idle_by_buckets(a, 5_000_000, half, t));
-        device.throttle_until(a, t + 1_000_000);
-        assert!(!device.idle_by_buckets(b, 6_000_000, half, t));
-        // b's work still queued: the device is not idle.
-        publish(b, 6_000_000, t + 10_000, half);
-        assert!(!device.idle_by_buckets(a, 5_000_000, half, t));
-        publish(b, 6_000_000, t - 1, half);
-        // Shares that leave part of the device free keep it free.
-        publish(b, 6_000_000, t - 1, half - 1);
-        assert!(!device.idle_by_buckets(a, 5_000_000, half, t));
-        publish(b, 6_000_000, t - 1, half);
-        // A hold word further out than a member may say, or past, holds
-        // nobody back; nor is a member alone on the board lent anything.
-        device.throttle_until(b, t + MAX_ENGAGED_NS + 1);
-        assert!(!device.idle_by_buckets(a, 5_000_000, half, t));
-        device.throttle_until(b, t);
-        assert!(!device.idle_by_buckets(a, 5_000_000, half, t));
-        device.throttle_until(b, t + 1_000_000);
-        device.leave(b, 2);
-        assert!(!device.idle_by_buckets(a, 5_000_000, half, t));
     }
 
     #[test]
@@ -554,8 +420,8 @@ mod tests {
         let lag = 2_000_000;
         let ahead = device.join(1, t, |_| true).unwrap();
         let behind = device.join(2, t, |_| true).unwrap();
-        device.publish_turn(ahead, turn(10_000_000, t + 500_000));
-        device.publish_turn(behind, turn(7_000_000, t + 1_000_000));
+        device.publish_turn(ahead, 10_000_000, t + 500_000);
+        device.publish_turn(behind, 7_000_000, t + 1_000_000);
         assert_eq!(
             device.owed_turn(ahead, 10_000_000, lag, t),
             Some(t + 1_000_000)
@@ -586,7 +452,7 @@ mod tests {
         assert_eq!(newcomer, behind);
         assert_eq!(device.owed_turn(ahead, 10_000_000, lag, t), None);
         // Scans stop at the slots ever taken, however that word was written.
-        device.publish_turn(newcomer, turn(1_000_000, t + 1_000_000));
+        device.publish_turn(newcomer, 1_000_000, t + 1_000_000);
         device.hold.slots_used.store(1, Relaxed);
         assert_eq!(device.owed_turn(ahead, 10_000_000, lag, t), None);
         device.hold.slots_used.store(u64::MAX, Relaxed);

@@ -36,7 +36,7 @@ use dilu_layout::budget::is_limited;
 use dilu_layout::colocation::HANDOFF_NS;
 use dilu_layout::ledger::MAX_DEVICES;
 use dilu_layout::monotonic_ns;
-use dilu_layout::quiet::{MAX_ENGAGED_NS, Turn};
+use dilu_layout::quiet::MAX_ENGAGED_NS;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 /// How far ahead (vtime) a member may get of one waiting on the device
@@ -57,10 +57,6 @@ pub const RETURN_NS: u64 = 2 * HANDOFF_NS;
 pub const MAX_WAIT_NS: u64 = 20_000_000;
 /// How often a held launch looks at the board again.
 const POLL_NS: u64 = 50_000;
-/// How often a launch its bucket holds back looks whether the device idles
-/// for every member's bucket (under a hand-off: lending it sooner would
-/// not save a switch).
-const IDLE_POLL_NS: u64 = 100_000;
 
 /// This process's state per device.
 struct DeviceTurn {
@@ -141,58 +137,8 @@ pub fn before_launch(
     turn.engaged_until_ns.store(engaged, Ordering::Relaxed);
     // Seconds of queued work still say "waiting" as far as a reader takes
     // it; each later launch says it again.
-    board.publish_turn(
-        slot,
-        Turn {
-            vtime_ns: vtime,
-            engaged_until_ns: engaged.min(now + MAX_ENGAGED_NS),
-            queue_end_ns: queue_end,
-            share_ppm,
-        },
-    );
+    board.publish_turn(slot, vtime, engaged.min(now + MAX_ENGAGED_NS));
     now - began
-}
-
-/// A launch on `device` (share `share_ppm`, limited) that its token bucket
-/// holds back until `wake_at`: sleeps until then, unless the device idles
-/// only because every member's bucket holds it back (their charges stand
-/// for more device time than their work took: a sample holds the device's
-/// gap before its kernel, which a tenant's other streams hide) and this
-/// process is more than [`LAG_NS`] of vtime behind every one of them, the
-/// turn fair turns would owe it
-/// ([`dilu_layout::quiet::DeviceQuiet::idle_by_buckets`]). (Lent to
-/// whichever member was behind at all, a never-draining 3-stream pair of
-/// 1 ms kernels split its used time 34.1/65.9.) Then
-/// it returns true at once: the caller forgives its bucket's debt and lets
-/// a run of work go. Shares that add up to less than the device keep the
-/// rest free, and a member alone on the board is never lent anything.
-pub fn bucket_wait(device: usize, share_ppm: u32, wake_at: u64, now: u64) -> bool {
-    let board = (enabled() && crate::sm_time::usage_feedback::may_be_shared(device))
-        .then(|| quiet_samples::member(device, now))
-        .flatten()
-        .filter(|(board, slot)| board.others_active(*slot, now));
-    let Some((board, slot)) = board else {
-        sleep_until(wake_at);
-        return false;
-    };
-    board.throttle_until(slot, wake_at);
-    let turn = &TURNS[device];
-    let mut now = now;
-    let lent = loop {
-        if now >= wake_at {
-            break false;
-        }
-        let vtime = turn.vtime_ns.load(Ordering::Relaxed);
-        if turn.queue_end_ns.load(Ordering::Relaxed) <= now
-            && board.idle_by_buckets(slot, vtime.saturating_add(LAG_NS), share_ppm, now)
-        {
-            break true;
-        }
-        sleep_until(wake_at.min(now + IDLE_POLL_NS));
-        now = monotonic_ns();
-    };
-    board.throttle_until(slot, 0);
-    lent
 }
 
 /// Until when a member whose queued work ends at `queue_end` waits on the

@@ -221,10 +221,7 @@ fn charge_bucket(sm: &TenantSm, device: usize, gpu_ns: u64, mut share: u32) -> u
                 } else {
                     0
                 };
-                let wake_at = deadline + burst_wait_ns(burst_ns, share, sm.budget().depth_ns());
-                if crate::sm_time::fair_turns::bucket_wait(device, share, wake_at, now) {
-                    bucket.forgive_debt(monotonic_ns());
-                }
+                sleep_until(deadline + burst_wait_ns(burst_ns, share, sm.budget().depth_ns()));
                 let woke = monotonic_ns();
                 telemetry.record_throttle(woke - now);
                 now = woke;
