@@ -236,7 +236,12 @@ impl Stream {
                 };
                 let ready = enq.max(st.last_end);
                 drop(st);
-                match self.hand_over_kernel(ready, &k) {
+                // As for any operation: a panic must not kill the stream.
+                let handed = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                    self.hand_over_kernel(ready, &k)
+                }))
+                .unwrap_or_else(|_| Err(now_ns()));
+                match handed {
                     Ok(ticket) => ahead.push_back((seq, ticket)),
                     Err(end) => self.completed(seq, end),
                 }
@@ -244,7 +249,7 @@ impl Stream {
             }
             if let Some((seq, ticket)) = ahead.pop_front() {
                 drop(st);
-                let end = drv().map_or(ticket, |d| d.engines[self.dev].wait(ticket));
+                let end = drv().map_or_else(|_| now_ns(), |d| d.engines[self.dev].wait(ticket));
                 self.completed(seq, end);
                 continue;
             }
