@@ -61,7 +61,7 @@ pub struct TenantActivity {
 
 // SAFETY: repr(C), atomics only; all-zero is "nothing recorded".
 unsafe impl SharedLayout for TenantActivity {
-    const MAGIC: u64 = 0x6469_6c75_5445_4c02; // "diluTEL" v2 (v2: buckets apart)
+    const MAGIC: u64 = 0x6469_6c75_5445_4c03; // "diluTEL" v3 (v2: buckets apart; v3: skips, tenant key)
     fn magic(&self) -> &AtomicU64 {
         &self.magic
     }

@@ -48,6 +48,13 @@ pub struct TokenBucket {
     /// then): it cannot be turned into wall-clock time at share 0, so the
     /// next admitted launch pays it. Read by every launch.
     owed_ns: CacheLine,
+    /// The quiet board's skipped idle time (see [`crate::quiet`]) this
+    /// bucket has taken: a skip moves the bucket once, however many of the
+    /// tenant's processes see it. Only held launches touch it.
+    skips_taken_ns: CacheLine,
+    /// A number naming the tenant on quiet boards, where its shares count
+    /// once whatever its processes; 0 until first asked for.
+    tenant_key: CacheLine,
 }
 
 /// A refund pays at most this part (1/2) of each later launch. Paid out
@@ -91,6 +98,8 @@ impl TokenBucket {
             tat_ns: CacheLine::zero(),
             refund_ns: CacheLine::zero(),
             owed_ns: CacheLine::zero(),
+            skips_taken_ns: CacheLine::zero(),
+            tenant_key: CacheLine::zero(),
         }
     }
 
@@ -165,6 +174,59 @@ impl TokenBucket {
         self.owed_ns.0.swap(0, Ordering::AcqRel)
     }
 
+    /// Marks the quiet board's skipped total `board_skipped_ns` as taken
+    /// without taking it: skips made before a launch was held are not its.
+    pub fn note_skips(&self, board_skipped_ns: u64) {
+        self.skips_taken_ns
+            .0
+            .fetch_max(board_skipped_ns, Ordering::AcqRel);
+    }
+
+    /// Takes the quiet board's skips up to its total `board_skipped_ns`
+    /// that this bucket has not taken yet: the bucket's debt shrinks by that
+    /// much wall-clock time, as if the idle time every member waited through
+    /// had passed, but never below `now` (a skip pays debts; it earns no
+    /// credit). Returns the skip taken (0: another process of the tenant
+    /// took it already).
+    pub fn take_skips(&self, board_skipped_ns: u64, now: u64) -> u64 {
+        let before = self
+            .skips_taken_ns
+            .0
+            .fetch_max(board_skipped_ns, Ordering::AcqRel);
+        let Some(skip) = board_skipped_ns
+            .checked_sub(before)
+            .filter(|&skip| skip > 0)
+        else {
+            return 0;
+        };
+        // A bucket already paid up (`tat ≤ now`) is left as it is.
+        let _ = self
+            .tat_ns
+            .0
+            .fetch_update(Ordering::AcqRel, Ordering::Relaxed, |tat| {
+                (tat > now).then(|| tat.saturating_sub(skip).max(now))
+            });
+        skip
+    }
+
+    /// The tenant's key on quiet boards (never 0; the first process to ask
+    /// draws it, from its pid and the clock).
+    pub fn tenant_key(&self) -> u64 {
+        let key = self.tenant_key.0.load(Ordering::Relaxed);
+        if key != 0 {
+            return key;
+        }
+        let drawn = (u64::from(std::process::id()) << 32 ^ crate::monotonic_ns()) | 1;
+        match self
+            .tenant_key
+            .0
+            .compare_exchange(0, drawn, Ordering::AcqRel, Ordering::Acquire)
+        {
+            Ok(_) => drawn,
+            Err(other) => other,
+        }
+    }
+
     /// Charges (positive) or refunds (negative) GPU time after the fact, when
     /// a measurement shows that earlier launches cost more or less than they
     /// were charged. A charge moves the bucket at once (at share 0 the next
@@ -205,7 +267,7 @@ mod tests {
 
     #[test]
     fn hot_words_have_cache_lines_of_their_own() {
-        assert_eq!(std::mem::size_of::<TokenBucket>(), 3 * 64);
+        assert_eq!(std::mem::size_of::<TokenBucket>(), 5 * 64);
         assert_eq!(std::mem::align_of::<TokenBucket>(), 64);
     }
 
@@ -310,6 +372,43 @@ mod tests {
             bucket.admit(now, 0, half, depth),
             Admission::At(now + 200_000)
         );
+    }
+
+    #[test]
+    fn a_skip_pays_a_debt_once_and_earns_no_credit() {
+        let bucket = TokenBucket::new();
+        let (now, half, depth) = (2_000_000_000, FULL_SHARE_PPM / 2, 1_000_000);
+        bucket.admit(now, 5_000_000, half, depth);
+        assert_eq!(
+            bucket.admit(now, 100_000, half, depth),
+            Admission::At(now + 9_000_000)
+        );
+        // Skips the board made before this tenant was held are not its.
+        bucket.note_skips(40_000_000);
+        assert_eq!(bucket.take_skips(40_000_000, now), 0);
+        // A skip of 4 ms takes 4 ms of wall time off the debt, once: a
+        // second process of the tenant seeing the same total takes nothing.
+        assert_eq!(bucket.take_skips(44_000_000, now), 4_000_000);
+        assert_eq!(bucket.take_skips(44_000_000, now), 0);
+        assert_eq!(
+            bucket.admit(now, 100_000, half, depth),
+            Admission::At(now + 5_200_000)
+        );
+        // A skip longer than the debt leaves the bucket paid up, not in credit.
+        assert_eq!(bucket.take_skips(1_044_000_000, now), 1_000_000_000);
+        let going = (0..10)
+            .take_while(|_| bucket.admit(now, 100_000, half, depth) == Admission::Now)
+            .count();
+        assert_eq!(going, 6, "only the depth goes at once");
+    }
+
+    #[test]
+    fn every_process_of_a_tenant_draws_the_same_key() {
+        let bucket = TokenBucket::new();
+        let key = bucket.tenant_key();
+        assert_ne!(key, 0);
+        assert_eq!(bucket.tenant_key(), key);
+        assert_ne!(TokenBucket::new().tenant_key(), 0);
     }
 
     #[test]

@@ -16,7 +16,8 @@
 //!   on one GPU (work-conserving co-location, decided per launch).
 //! - [`quiet`]: the quiet board on which a process timing a kernel longer
 //!   than a time slice holds the device's other processes' launches, and
-//!   on which they take fair turns by their shares.
+//!   on which they take fair turns by their shares (and skip the idle time
+//!   their token buckets cause together).
 //! - [`histogram`]: the lock-free log₂ histogram the telemetry is made of.
 //! - [`memfd`]: regions in sealed memfds (budgets only their creator writes).
 //!

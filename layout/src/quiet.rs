@@ -34,7 +34,23 @@
 //! [`MAX_ENGAGED_NS`] from when it was written, so turns cannot deadlock.
 //! Turns are advisory too: a member waits for them at most a bounded time
 //! per launch (see the interposer's `fair_turns`).
+//!
+//! Members **skip idle time** together: each says until when its token
+//! bucket holds it back once the driver says its work ran, and its share
+//! (counted once per tenant). When every active member is held back so,
+//! and their shares add up to the whole device, the device
+//! idles only because the charges stood for more time than the work took
+//! (a sample holds the device's gap before its kernel, which a tenant's
+//! other streams hide). Then the board's *skipped* total grows by the time
+//! until the first member would wake ([`DeviceQuiet::skip_idle`]), and
+//! every held member takes that much off its bucket's debt: each gains its
+//! share of the skipped time, so the split of the device stays that of the
+//! shares, and nobody gains anything while anyone has work to run or the
+//! shares leave part of the device free. Hold times are written on the
+//! board's clock (wall clock plus the skipped total when written), so one
+//! skip moves every held member's wake at once without a write of theirs.
 
+use crate::budget::FULL_SHARE_PPM;
 use crate::shm::SharedLayout;
 use std::sync::atomic::{AtomicU64, Ordering::*};
 
@@ -69,6 +85,8 @@ struct Hold {
     /// Slots ever taken are all below this (a scan of the members stops
     /// there: on a device shared by two processes, two cache lines).
     slots_used: AtomicU64,
+    /// Idle time skipped so far (see [`DeviceQuiet::skip_idle`]); only grows.
+    skipped_ns: AtomicU64,
 }
 
 /// One member's slot (its own cache line: written by that member only).
@@ -86,6 +104,13 @@ struct Member {
     /// Until when it waits on the device (its queued work, a
     /// synchronisation and the moment after it); 0: not.
     engaged_until_ns: AtomicU64,
+    /// Until when its token bucket holds it back, with its work run, on the
+    /// board's clock (wall clock plus the skipped total); 0: not held.
+    held_until_ns: AtomicU64,
+    /// Its SM share (ppm) and its tenant's key (see
+    /// [`crate::bucket::TokenBucket::tenant_key`]).
+    share_ppm: AtomicU64,
+    tenant_key: AtomicU64,
 }
 
 #[repr(C)]
@@ -104,7 +129,7 @@ pub struct QuietBoard {
 // SAFETY: repr(C), atomics and padding only; all-zero is "no hold, no
 // members", a valid state.
 unsafe impl SharedLayout for QuietBoard {
-    const MAGIC: u64 = 0x6469_6c75_5155_0003; // "diluQU" v3 (fair turns)
+    const MAGIC: u64 = 0x6469_6c75_5155_0004; // "diluQU" v4 (v3: fair turns; v4: idle skips)
     fn magic(&self) -> &AtomicU64 {
         &self.magic
     }
@@ -124,6 +149,18 @@ impl std::ops::Deref for QuietBoard {
 pub fn board_path(uid: u32, uuid: &[u8; 16]) -> std::path::PathBuf {
     let hex: String = uuid.iter().map(|b| format!("{b:02x}")).collect();
     crate::user_region_dir(uid).join(format!("quiet-{hex}.board"))
+}
+
+/// What a member publishes of its fair turn at a launch.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Turn {
+    /// GPU time charged over its share.
+    pub vtime_ns: u64,
+    /// Until when it waits on the device (0: not).
+    pub engaged_until_ns: u64,
+    /// Its SM share and its tenant's key.
+    pub share_ppm: u32,
+    pub tenant_key: u64,
 }
 
 /// A hold a member found posted by another process.
@@ -157,6 +194,9 @@ impl DeviceQuiet {
                 member.drained_seq.store(0, Relaxed);
                 member.vtime_ns.store(0, Relaxed);
                 member.engaged_until_ns.store(0, Relaxed);
+                member.held_until_ns.store(0, Relaxed);
+                member.share_ppm.store(0, Relaxed);
+                member.tenant_key.store(0, Relaxed);
                 self.hold.slots_used.fetch_max(slot as u64 + 1, AcqRel);
                 return Some(slot);
             }
@@ -260,13 +300,84 @@ impl DeviceQuiet {
         self.members[slot].drained_seq.store(seq, Release);
     }
 
-    /// The member in `slot` publishes its vtime and until when it waits on
-    /// the device.
+    /// The member in `slot` publishes its turn: its vtime, until when it
+    /// waits on the device, its share and its tenant.
     #[inline]
-    pub fn publish_turn(&self, slot: usize, vtime_ns: u64, engaged_until_ns: u64) {
+    pub fn publish_turn(&self, slot: usize, turn: Turn) {
         let member = &self.members[slot];
-        member.vtime_ns.store(vtime_ns, Relaxed);
-        member.engaged_until_ns.store(engaged_until_ns, Release);
+        member.vtime_ns.store(turn.vtime_ns, Relaxed);
+        member.share_ppm.store(u64::from(turn.share_ppm), Relaxed);
+        member.tenant_key.store(turn.tenant_key, Relaxed);
+        member
+            .engaged_until_ns
+            .store(turn.engaged_until_ns, Release);
+    }
+
+    /// The idle time skipped so far on this board.
+    #[inline]
+    pub fn skipped_ns(&self) -> u64 {
+        self.hold.skipped_ns.load(Acquire)
+    }
+
+    /// The member in `slot`, its queued work run, is held back by its token
+    /// bucket until `until_ns` on the board's clock (wall clock plus
+    /// [`Self::skipped_ns`] as the member last took it); 0: no longer.
+    #[inline]
+    pub fn hold_by_bucket(&self, slot: usize, until_ns: u64) {
+        self.members[slot].held_until_ns.store(until_ns, Release);
+    }
+
+    /// Skips the device's idle time when it idles only because every
+    /// member's token bucket holds it back: the member in `slot` (held, its
+    /// own work run) finds every other active member held back by its
+    /// bucket (for at most [`MAX_ENGAGED_NS`] more) with its work run, at
+    /// least one such member, and their shares, once per tenant,
+    /// adding up to the whole device. Then the skipped total grows by the
+    /// time until the first of them wakes, and that time is returned (it
+    /// may be taken off every held bucket's debt; `None`: no skip, or
+    /// another member's skip came first).
+    pub fn skip_idle(&self, slot: usize, now_ns: u64) -> Option<u64> {
+        let skipped = self.skipped_ns();
+        let mut tenants = [(0u64, 0u64); MAX_MEMBERS];
+        let mut counted = 0;
+        let mut others = 0;
+        let mut first_wake = u64::MAX;
+        for (i, m) in self.used().iter().enumerate() {
+            if i != slot
+                && (m.pid.load(Acquire) == 0
+                    || m.seen_ns.load(Relaxed).saturating_add(ACTIVE_WITHIN_NS) <= now_ns)
+            {
+                continue;
+            }
+            let wake = m.held_until_ns.load(Acquire).saturating_sub(skipped);
+            let held = wake > now_ns && wake - now_ns <= MAX_ENGAGED_NS;
+            if !held {
+                return None;
+            }
+            first_wake = first_wake.min(wake);
+            others += usize::from(i != slot);
+            let (key, share) = (
+                m.tenant_key.load(Relaxed),
+                m.share_ppm.load(Relaxed).min(FULL_SHARE_PPM as u64),
+            );
+            match tenants[..counted].iter_mut().find(|t| t.0 == key) {
+                Some(tenant) => tenant.1 = tenant.1.max(share),
+                None => {
+                    tenants[counted] = (key, share);
+                    counted += 1;
+                }
+            }
+        }
+        let shares: u64 = tenants[..counted].iter().map(|t| t.1).sum();
+        if others == 0 || shares < FULL_SHARE_PPM as u64 {
+            return None;
+        }
+        let skip = first_wake - now_ns;
+        self.hold
+            .skipped_ns
+            .compare_exchange(skipped, skipped.saturating_add(skip), AcqRel, Relaxed)
+            .ok()
+            .map(|_| skip)
     }
 
     /// The member in `slot` waits on the device until `until_ns` (0: no
@@ -337,13 +448,88 @@ mod tests {
         Region::<QuietBoard>::anonymous(|_| {}).unwrap()
     }
 
+    fn turn(vtime_ns: u64, engaged_until_ns: u64) -> Turn {
+        Turn {
+            vtime_ns,
+            engaged_until_ns,
+            ..Turn::default()
+        }
+    }
+
+    #[test]
+    fn idle_time_is_skipped_only_when_every_bucket_holds_its_member_back() {
+        let board = board();
+        let device: &DeviceQuiet = &board;
+        let t = 9_000_000_000;
+        let (thirty, seventy) = (FULL_SHARE_PPM * 3 / 10, FULL_SHARE_PPM * 7 / 10);
+        let a = device.join(1, t, |_| true).unwrap();
+        let b = device.join(2, t, |_| true).unwrap();
+        let publish = |slot, share_ppm, tenant_key| {
+            device.publish_turn(
+                slot,
+                Turn {
+                    share_ppm,
+                    tenant_key,
+                    ..Turn::default()
+                },
+            )
+        };
+        publish(a, thirty, 10);
+        publish(b, seventy, 20);
+        // a held for 3 ms, b not held (it runs, or its work does):
+        // nothing idles because of buckets.
+        device.hold_by_bucket(a, t + 3_000_000);
+        assert_eq!(device.skip_idle(a, t), None);
+        // Both held, both queues run, shares adding up to the device: the
+        // time until the first wakes (b, in 1 ms) is skipped, once.
+        device.hold_by_bucket(b, t + 1_000_000);
+        assert_eq!(device.skip_idle(a, t), Some(1_000_000));
+        assert_eq!(device.skipped_ns(), 1_000_000);
+        // b now wakes at once on the board's clock: nothing more to skip.
+        assert_eq!(device.skip_idle(a, t), None);
+        // A hold written before the skip moved with it: a, held to 3 ms,
+        // now wakes at 2 ms. Holds written later are on the board's clock.
+        device.hold_by_bucket(b, t + 2_500_000 + device.skipped_ns());
+        assert_eq!(device.skip_idle(b, t), Some(2_000_000));
+        assert_eq!(device.skipped_ns(), 3_000_000);
+        let hold = |slot, wake| device.hold_by_bucket(slot, wake + device.skipped_ns());
+        hold(a, t + 1_000_000);
+        hold(b, t + 500_000);
+        // b no longer held (its work not run, or launching): no skip.
+        device.hold_by_bucket(b, 0);
+        assert_eq!(device.skip_idle(a, t), None);
+        hold(b, t + 500_000);
+        // Shares that leave part of the device free keep it free, also when
+        // two processes of one tenant would add up to more.
+        publish(b, seventy - 1, 20);
+        assert_eq!(device.skip_idle(a, t), None);
+        let c = device.join(3, t, |_| true).unwrap();
+        publish(c, seventy - 1, 20);
+        hold(c, t + 500_000);
+        assert_eq!(device.skip_idle(a, t), None);
+        device.leave(c, 3);
+        publish(b, seventy, 20);
+        // A hold further out than a member may say, or past, holds nobody
+        // back; nor is a member alone on the board given any skip.
+        hold(b, t + MAX_ENGAGED_NS + 1);
+        assert_eq!(device.skip_idle(a, t), None);
+        hold(b, t);
+        assert_eq!(device.skip_idle(a, t), None);
+        hold(b, t + 500_000);
+        assert_eq!(device.skip_idle(a, t), Some(500_000));
+        hold(a, t + 1_000_000);
+        hold(b, t + 500_000);
+        device.leave(b, 2);
+        assert_eq!(device.skip_idle(a, t), None);
+    }
+
     #[test]
     fn the_hold_word_every_launch_reads_has_a_cache_line_of_its_own() {
         let path = board_path(1000, &[0xab; 16]);
         assert!(path.ends_with(format!("quiet-{}.board", "ab".repeat(16))));
         assert_eq!(std::mem::size_of::<Hold>(), 64);
         assert_eq!(std::mem::offset_of!(DeviceQuiet, members) % 64, 0);
-        assert_eq!(std::mem::size_of::<Member>(), 64);
+        assert_eq!(std::mem::size_of::<Member>() % 64, 0);
     }
 
     #[test]
@@ -420,8 +606,8 @@ mod tests {
         let lag = 2_000_000;
         let ahead = device.join(1, t, |_| true).unwrap();
         let behind = device.join(2, t, |_| true).unwrap();
-        device.publish_turn(ahead, 10_000_000, t + 500_000);
-        device.publish_turn(behind, 7_000_000, t + 1_000_000);
+        device.publish_turn(ahead, turn(10_000_000, t + 500_000));
+        device.publish_turn(behind, turn(7_000_000, t + 1_000_000));
         assert_eq!(
             device.owed_turn(ahead, 10_000_000, lag, t),
             Some(t + 1_000_000)
@@ -452,7 +638,7 @@ mod tests {
         assert_eq!(newcomer, behind);
         assert_eq!(device.owed_turn(ahead, 10_000_000, lag, t), None);
         // Scans stop at the slots ever taken, however that word was written.
-        device.publish_turn(newcomer, 1_000_000, t + 1_000_000);
+        device.publish_turn(newcomer, turn(1_000_000, t + 1_000_000));
         device.hold.slots_used.store(1, Relaxed);
         assert_eq!(device.owed_turn(ahead, 10_000_000, lag, t), None);
         device.hold.slots_used.store(u64::MAX, Relaxed);

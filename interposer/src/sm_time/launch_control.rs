@@ -15,7 +15,7 @@ use crate::driver;
 use crate::sm_time::kernel_estimates::{EstimateTable, FIRST_GUESS_NS, LaunchKey};
 use crate::sm_time::launch_lease;
 use crate::sm_time::quiet_samples;
-use crate::sm_time::recent_streams;
+use crate::sm_time::recent_streams::{self, StreamRef};
 use crate::sm_time::sampler;
 use crate::sm_time::tenant_sm::{self, TenantSm};
 use crate::table::REAL;
@@ -138,6 +138,7 @@ fn admit(
     sm: &TenantSm,
     key: LaunchKey,
     device: usize,
+    stream: Option<StreamRef>,
 ) -> (&'static crate::sm_time::kernel_estimates::Entry, bool) {
     let (entry, placed) = ESTIMATES.entry(key);
     if placed
@@ -150,7 +151,7 @@ fn admit(
         let sample = entry.due_for_sample(launches_before) && entry.start_sampling();
         return (entry, sample);
     }
-    admit_through_bucket(sm, entry, placed, device)
+    admit_through_bucket(sm, entry, placed, device, stream)
 }
 
 /// [`admit`] for every launch its lease does not already cover.
@@ -160,6 +161,7 @@ fn admit_through_bucket(
     entry: &'static crate::sm_time::kernel_estimates::Entry,
     placed: bool,
     device: usize,
+    stream: Option<StreamRef>,
 ) -> (&'static crate::sm_time::kernel_estimates::Entry, bool) {
     let mut estimate = entry.estimate_ns();
     // Only wait when a measurement is actually on its way.
@@ -182,7 +184,7 @@ fn admit_through_bucket(
     } else if !launch_lease::spend(device, cost) {
         let (charge, uncounted) = launch_lease::renew(device, cost);
         telemetry.count_launches(uncounted);
-        charged = Some((charge_bucket(sm, device, charge, share), charge));
+        charged = Some((charge_bucket(sm, device, stream, charge, share), charge));
     }
     let mut held = crate::sm_time::colocation::before_launch(device, cost);
     if let Some((now, paid)) = charged
@@ -204,9 +206,16 @@ fn admit_through_bucket(
 }
 
 /// Charges `gpu_ns` to `device`'s bucket at `share` (limited), waiting while
-/// the bucket is in debt or the share is 0; returns when the launch may go.
+/// the bucket is in debt or the share is 0; returns when the launch may go
+/// (on `stream`, where there is one).
 #[inline]
-fn charge_bucket(sm: &TenantSm, device: usize, gpu_ns: u64, mut share: u32) -> u64 {
+fn charge_bucket(
+    sm: &TenantSm,
+    device: usize,
+    stream: Option<StreamRef>,
+    gpu_ns: u64,
+    mut share: u32,
+) -> u64 {
     let telemetry = sm.device(device);
     let bucket = sm.bucket(device);
     let mut now = monotonic_ns();
@@ -221,7 +230,8 @@ fn charge_bucket(sm: &TenantSm, device: usize, gpu_ns: u64, mut share: u32) -> u
                 } else {
                     0
                 };
-                sleep_until(deadline + burst_wait_ns(burst_ns, share, sm.budget().depth_ns()));
+                let wake_at = deadline + burst_wait_ns(burst_ns, share, sm.budget().depth_ns());
+                crate::sm_time::fair_turns::bucket_wait(device, bucket, stream, wake_at, now);
                 let woke = monotonic_ns();
                 telemetry.record_throttle(woke - now);
                 now = woke;
@@ -314,7 +324,7 @@ pub fn controlled(
         return launch();
     }
     let device = sm.current_device();
-    let (entry, sample) = admit(sm, key, device);
+    let (entry, sample) = admit(sm, key, device, Some(StreamRef { stream, per_thread }));
     let held = quiet_samples::before_launch(device, stream, per_thread);
     if held > 0 {
         sm.device(device).record_throttle(held);
@@ -389,7 +399,7 @@ fn other_streams(
 /// to record events on: multi-device cooperative launches).
 pub fn charge_untimed(key: LaunchKey, device: usize) {
     if let Some(sm) = tenant_sm::get() {
-        let (entry, sample) = admit(sm, key, device);
+        let (entry, sample) = admit(sm, key, device, None);
         if sample {
             entry.stop_sampling();
         }

@@ -261,7 +261,7 @@ fn held(device: usize, board: &DeviceQuiet, stream: sys::CUstream, per_thread: b
 /// Whether every stream this process launched on lately on `device`
 /// (and `stream`) has finished its work. Never while a capture is in
 /// progress (a query could invalidate it).
-fn own_work_done(device: usize, stream: sys::CUstream, per_thread: bool) -> bool {
+pub(crate) fn own_work_done(device: usize, stream: sys::CUstream, per_thread: bool) -> bool {
     if crate::sm_time::launch_control::capturing_anywhere() {
         return false;
     }
