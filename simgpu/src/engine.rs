@@ -219,6 +219,7 @@ impl Engine {
         shm: &'static Shm,
         trace: Option<&'static Trace>,
     ) {
+        crate::exact_timers_for_this_thread();
         let me_queued = shm.queued(shm.slot, self.phys);
         let mut st = self.lock();
         loop {

@@ -226,6 +226,7 @@ impl Stream {
     /// (it needs the stream's completion time, and copies or host functions
     /// must see the kernels' effects).
     fn worker(self: Arc<Self>) {
+        crate::exact_timers_for_this_thread();
         let mut ahead: VecDeque<(u64, u64)> = VecDeque::new();
         loop {
             let mut st = self.lock();

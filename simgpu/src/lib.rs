@@ -78,6 +78,17 @@ pub(crate) fn now_ns() -> u64 {
     ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
 }
 
+/// Makes the calling thread's timed sleeps end when asked: Linux lets a
+/// normal thread's timer fire up to 50 µs late (its timer slack), which on a
+/// simulated device would add up to 50 µs of idle time after every kernel
+/// a synchronising program waits for. A GPU ends a kernel at its end time.
+/// Only simgpu's own threads (device engines and stream workers) call this.
+pub(crate) fn exact_timers_for_this_thread() {
+    // SAFETY: PR_SET_TIMERSLACK takes an integer and changes only the
+    // calling thread's timer slack; failure leaves the default.
+    unsafe { libc::prctl(libc::PR_SET_TIMERSLACK, 1 as libc::c_ulong, 0, 0, 0) };
+}
+
 /// Sleeps until the absolute CLOCK_MONOTONIC time `deadline_ns`.
 pub(crate) fn sleep_until(deadline_ns: u64) {
     let ts = libc::timespec {
