@@ -26,10 +26,10 @@
 //! would overlap the other member's kernels; but on a time-sliced device
 //! each of their kernels costs a hand-off away from the other member and
 //! one back, and two loops of 20 µs kernels at 30/70 kept the device busy
-//! 12.4% of the time between them, split 50/50, as without dilu. Counted
+//! 12.5% of the time between them, split 50/50, as without dilu. Counted
 //! as waiting, the member ahead holds while the other runs about a
-//! [`LAG_NS`] of vtime of kernels in a row: 16.7% busy, split 30/70 (and
-//! 4 × 20 µs loops 17.5% -> 20.5%, 50/50 -> 30/70; `scripts/bench.sh sm`).
+//! [`LAG_NS`] of vtime of kernels in a row: 16.6% busy, split 30/70 (and
+//! loops of 4 × 20 µs 34.8% -> 40.0%, 50/50 -> 30/70; `scripts/bench.sh sm`).
 //!
 //! A launch its token bucket holds back waits in [`bucket_wait`], where the
 //! members skip idle time together when every one of them is held back by
