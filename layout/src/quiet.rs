@@ -396,16 +396,33 @@ impl DeviceQuiet {
     }
 
     /// Whether the member in `slot`, at `vtime_ns`, owes another its turn:
-    /// another member waits on the device now and is more than `lag_ns`
-    /// behind it. Then until when the first such member waits.
-    pub fn owed_turn(&self, slot: usize, vtime_ns: u64, lag_ns: u64, now_ns: u64) -> Option<u64> {
+    /// another member is more than `lag_ns` behind it and waits on the
+    /// device now, or its token bucket lets it go within `horizon_ns` (the
+    /// work the member in `slot` is about to launch would still run then,
+    /// and a kernel running when the other's comes holds the device up to
+    /// a time slice). Then until when the first such member waits.
+    pub fn owed_turn(
+        &self,
+        slot: usize,
+        vtime_ns: u64,
+        lag_ns: u64,
+        now_ns: u64,
+        horizon_ns: u64,
+    ) -> Option<u64> {
+        let skipped = self.skipped_ns();
         self.used().iter().enumerate().find_map(|(i, m)| {
             if i == slot || m.pid.load(Relaxed) == 0 {
                 return None;
             }
+            if m.vtime_ns.load(Relaxed).saturating_add(lag_ns) >= vtime_ns {
+                return None;
+            }
             let until = m.engaged_until_ns.load(Acquire);
-            let waiting = until > now_ns && until - now_ns <= MAX_ENGAGED_NS;
-            (waiting && m.vtime_ns.load(Relaxed).saturating_add(lag_ns) < vtime_ns).then_some(until)
+            if until > now_ns && until - now_ns <= MAX_ENGAGED_NS {
+                return Some(until);
+            }
+            let wake = m.held_until_ns.load(Acquire).saturating_sub(skipped);
+            (wake > now_ns && wake - now_ns <= horizon_ns.min(MAX_ENGAGED_NS)).then_some(wake)
         })
     }
 
@@ -609,40 +626,81 @@ mod tests {
         device.publish_turn(ahead, turn(10_000_000, t + 500_000));
         device.publish_turn(behind, turn(7_000_000, t + 1_000_000));
         assert_eq!(
-            device.owed_turn(ahead, 10_000_000, lag, t),
+            device.owed_turn(ahead, 10_000_000, lag, t, 0),
             Some(t + 1_000_000)
         );
         assert_eq!(device.leading_vtime(behind, t), Some(10_000_000));
         // The one behind never waits for the one ahead, waiting or not.
-        assert_eq!(device.owed_turn(behind, 7_000_000, lag, t), None);
+        assert_eq!(device.owed_turn(behind, 7_000_000, lag, t, 0), None);
         // Within the lag, nobody waits.
-        assert_eq!(device.owed_turn(ahead, 8_900_000, lag, t), None);
+        assert_eq!(device.owed_turn(ahead, 8_900_000, lag, t, 0), None);
         // Once its work ran out it waits on the device no longer: busy on
         // its host, it holds nobody.
         assert_eq!(
-            device.owed_turn(ahead, 10_000_000, lag, t + 1_000_000),
+            device.owed_turn(ahead, 10_000_000, lag, t + 1_000_000, 0),
             None
         );
         device.engage_until(behind, 0);
-        assert_eq!(device.owed_turn(ahead, 10_000_000, lag, t), None);
+        assert_eq!(device.owed_turn(ahead, 10_000_000, lag, t, 0), None);
         // An engagement further out than a member may say holds nobody
         // (nor does a member that left).
         device.engage_until(behind, t + MAX_ENGAGED_NS + 1);
-        assert_eq!(device.owed_turn(ahead, 10_000_000, lag, t), None);
+        assert_eq!(device.owed_turn(ahead, 10_000_000, lag, t, 0), None);
         device.engage_until(behind, t + MAX_ENGAGED_NS);
-        assert!(device.owed_turn(ahead, 10_000_000, lag, t).is_some());
+        assert!(device.owed_turn(ahead, 10_000_000, lag, t, 0).is_some());
         device.leave(behind, 2);
-        assert_eq!(device.owed_turn(ahead, 10_000_000, lag, t), None);
+        assert_eq!(device.owed_turn(ahead, 10_000_000, lag, t, 0), None);
         // A newcomer in the slot does not inherit the engagement.
         let newcomer = device.join(3, t, |_| true).unwrap();
         assert_eq!(newcomer, behind);
-        assert_eq!(device.owed_turn(ahead, 10_000_000, lag, t), None);
+        assert_eq!(device.owed_turn(ahead, 10_000_000, lag, t, 0), None);
         // Scans stop at the slots ever taken, however that word was written.
         device.publish_turn(newcomer, turn(1_000_000, t + 1_000_000));
         device.hold.slots_used.store(1, Relaxed);
-        assert_eq!(device.owed_turn(ahead, 10_000_000, lag, t), None);
+        assert_eq!(device.owed_turn(ahead, 10_000_000, lag, t, 0), None);
         device.hold.slots_used.store(u64::MAX, Relaxed);
-        assert!(device.owed_turn(ahead, 10_000_000, lag, t).is_some());
+        assert!(device.owed_turn(ahead, 10_000_000, lag, t, 0).is_some());
+    }
+
+    #[test]
+    fn a_member_its_bucket_lets_go_before_the_launch_would_end_is_owed_its_turn() {
+        let board = board();
+        let device: &DeviceQuiet = &board;
+        let t = 9_000_000_000;
+        let lag = 2_000_000;
+        let ahead = device.join(1, t, |_| true).unwrap();
+        let behind = device.join(2, t, |_| true).unwrap();
+        device.publish_turn(ahead, turn(10_000_000, 0));
+        // Behind, its work run, held by its bucket for 1.3 ms more: not
+        // waiting on the device now.
+        device.publish_turn(behind, turn(7_000_000, 0));
+        device.hold_by_bucket(behind, t + 1_300_000);
+        // A 3 ms kernel launched now would still run when the other's
+        // next one comes: the one ahead waits until then.
+        assert_eq!(
+            device.owed_turn(ahead, 10_000_000, lag, t, 3_000_000),
+            Some(t + 1_300_000)
+        );
+        // A 20 µs kernel ends before: it goes.
+        assert_eq!(device.owed_turn(ahead, 10_000_000, lag, t, 20_000), None);
+        // Within the lag, nobody waits either way.
+        assert_eq!(device.owed_turn(ahead, 8_900_000, lag, t, 3_000_000), None);
+        // The hold is on the board's clock: once idle time was skipped,
+        // the member wakes that much sooner in wall-clock time.
+        device.hold.skipped_ns.store(1_000_000, Relaxed);
+        device.hold_by_bucket(behind, t + 1_000_000 + 1_300_000);
+        assert_eq!(
+            device.owed_turn(ahead, 10_000_000, lag, t, 3_000_000),
+            Some(t + 1_300_000)
+        );
+        // A hold word further out than a member may say holds nobody, nor
+        // does one already past or taken back.
+        device.hold_by_bucket(behind, t + 1_000_000 + MAX_ENGAGED_NS + 1);
+        assert_eq!(device.owed_turn(ahead, 10_000_000, lag, t, u64::MAX), None);
+        device.hold_by_bucket(behind, t);
+        assert_eq!(device.owed_turn(ahead, 10_000_000, lag, t, 3_000_000), None);
+        device.hold_by_bucket(behind, 0);
+        assert_eq!(device.owed_turn(ahead, 10_000_000, lag, t, 3_000_000), None);
     }
 
     #[test]
