@@ -75,8 +75,8 @@ pub struct TokenBucket {
 /// 67.7% of the device. Spent only while the bucket holds launches back, a
 /// refund shortens waits and never outruns the device.
 ///
-/// A refunded launch may lower the bucket into its depth, never below it
-/// (see [`TokenBucket::admit`]). Limited to the launch's own wait instead,
+/// A refunded launch may lower the bucket into its depth, never below its
+/// own cost from now (see [`TokenBucket::admit`]). Limited to the launch's own wait instead,
 /// a tenant whose demand is just above its share, which waits a few µs per
 /// launch, could not spend its refunds: a request loop of one 20 µs kernel
 /// per synchronisation, charged 23 µs a kernel (the launch's gap before

@@ -48,7 +48,8 @@
 //! as its share, lost 940 ms of vtime in 4 s that way, and the 30% tenant
 //! took 33.7–36.7% of the time the two used; with both changes, 31.1 and
 //! 31.6 in two runs of that cell (`scripts/bench.sh sm -- --only "k=1,
-//! graphs of 10 × 20 µs"`). Not part of it: co-located
+//! graphs of 10 × 20 µs"`), but 34.1 in the full matrix and 35.1 in the
+//! peers benchmark, so that cell is not fixed. Not part of it: co-located
 //! tenants (the gap board decides), unlimited shares (no vtime), and
 //! `DILU_SM_TURNS=off`.
 
