@@ -27,7 +27,8 @@
 //! share: a member's *vtime* is the GPU time it was charged divided by its
 //! share, and a member whose vtime is ahead of another's by more than a lag
 //! holds its next launch while that other one *waits on the device* (its
-//! queued work, a synchronisation, the moment after one). So two tenants
+//! queued work, a synchronisation, the moment after one), or is let go by
+//! its bucket or expected back before that launch would end. So two tenants
 //! that both keep the device busy split the time they use by their shares,
 //! not by who switches less; a tenant busy on its host holds nobody. The
 //! member with the least vtime never waits, and an engagement lasts at most
@@ -111,6 +112,9 @@ struct Member {
     /// [`crate::bucket::TokenBucket::tenant_key`]).
     share_ppm: AtomicU64,
     tenant_key: AtomicU64,
+    /// When it is expected to launch again, its work run and its
+    /// synchronisation on it returning (0: not expected).
+    back_at_ns: AtomicU64,
 }
 
 #[repr(C)]
@@ -129,7 +133,7 @@ pub struct QuietBoard {
 // SAFETY: repr(C), atomics and padding only; all-zero is "no hold, no
 // members", a valid state.
 unsafe impl SharedLayout for QuietBoard {
-    const MAGIC: u64 = 0x6469_6c75_5155_0004; // "diluQU" v4 (v3: fair turns; v4: idle skips)
+    const MAGIC: u64 = 0x6469_6c75_5155_0005; // "diluQU" v5 (v3: fair turns; v4: idle skips; v5: expected returns)
     fn magic(&self) -> &AtomicU64 {
         &self.magic
     }
@@ -197,6 +201,7 @@ impl DeviceQuiet {
                 member.held_until_ns.store(0, Relaxed);
                 member.share_ppm.store(0, Relaxed);
                 member.tenant_key.store(0, Relaxed);
+                member.back_at_ns.store(0, Relaxed);
                 self.hold.slots_used.fetch_max(slot as u64 + 1, AcqRel);
                 return Some(slot);
             }
@@ -387,6 +392,13 @@ impl DeviceQuiet {
         self.members[slot].engaged_until_ns.store(until_ns, Release);
     }
 
+    /// The member in `slot`, its work run, is expected to launch again at
+    /// `at_ns` (0: no longer expected, e.g. it launched).
+    #[inline]
+    pub fn expect_back(&self, slot: usize, at_ns: u64) {
+        self.members[slot].back_at_ns.store(at_ns, Release);
+    }
+
     /// The largest vtime of the active members other than `slot` (a member
     /// back from idling starts no further behind it than its credit).
     pub fn leading_vtime(&self, slot: usize, now_ns: u64) -> Option<u64> {
@@ -397,10 +409,11 @@ impl DeviceQuiet {
 
     /// Whether the member in `slot`, at `vtime_ns`, owes another its turn:
     /// another member is more than `lag_ns` behind it and waits on the
-    /// device now, or its token bucket lets it go within `horizon_ns` (the
-    /// work the member in `slot` is about to launch would still run then,
-    /// and a kernel running when the other's comes holds the device up to
-    /// a time slice). Then until when the first such member waits.
+    /// device now, or is expected back or let go by its token bucket within
+    /// `horizon_ns` (the work the member in `slot` is about to launch would
+    /// still run then, and a kernel running when the other's comes holds the
+    /// device up to a time slice). Then until when the first such member
+    /// waits.
     pub fn owed_turn(
         &self,
         slot: usize,
@@ -421,8 +434,13 @@ impl DeviceQuiet {
             if until > now_ns && until - now_ns <= MAX_ENGAGED_NS {
                 return Some(until);
             }
+            let within = |at: u64| at > now_ns && at - now_ns <= horizon_ns.min(MAX_ENGAGED_NS);
+            let back = m.back_at_ns.load(Acquire);
+            if within(back) {
+                return Some(back);
+            }
             let wake = m.held_until_ns.load(Acquire).saturating_sub(skipped);
-            (wake > now_ns && wake - now_ns <= horizon_ns.min(MAX_ENGAGED_NS)).then_some(wake)
+            within(wake).then_some(wake)
         })
     }
 
@@ -701,6 +719,50 @@ mod tests {
         assert_eq!(device.owed_turn(ahead, 10_000_000, lag, t, 3_000_000), None);
         device.hold_by_bucket(behind, 0);
         assert_eq!(device.owed_turn(ahead, 10_000_000, lag, t, 3_000_000), None);
+    }
+
+    #[test]
+    fn a_member_expected_back_before_the_launch_would_end_is_owed_its_turn() {
+        let board = board();
+        let device: &DeviceQuiet = &board;
+        let t = 11_000_000_000;
+        let lag = 2_000_000;
+        let ahead = device.join(1, t, |_| true).unwrap();
+        let behind = device.join(2, t, |_| true).unwrap();
+        device.publish_turn(ahead, turn(10_000_000, 0));
+        // Behind, its work run and its synchronisation returning: expected
+        // to launch again in 300 µs.
+        device.publish_turn(behind, turn(7_000_000, 0));
+        device.expect_back(behind, t + 300_000);
+        // A 230 µs graph launched 100 µs before then would still run: the
+        // one ahead waits until the other is back.
+        let soon = t + 200_000;
+        assert_eq!(
+            device.owed_turn(ahead, 10_000_000, lag, soon, 230_000),
+            Some(t + 300_000)
+        );
+        // A 20 µs kernel ends before; so does the graph launched now (the
+        // device is the other's while it is busy on its host).
+        assert_eq!(device.owed_turn(ahead, 10_000_000, lag, soon, 20_000), None);
+        assert_eq!(device.owed_turn(ahead, 10_000_000, lag, t, 230_000), None);
+        assert_eq!(device.owed_turn(ahead, 8_900_000, lag, soon, 230_000), None);
+        // Past the time, nobody waits for it.
+        assert_eq!(
+            device.owed_turn(ahead, 10_000_000, lag, t + 300_000, 230_000),
+            None
+        );
+        device.expect_back(behind, 0);
+        assert_eq!(device.owed_turn(ahead, 10_000_000, lag, t, u64::MAX), None);
+        // A word further out than a member may say holds nobody, and a
+        // newcomer in the slot inherits nothing.
+        device.expect_back(behind, t + MAX_ENGAGED_NS + 1);
+        assert_eq!(device.owed_turn(ahead, 10_000_000, lag, t, u64::MAX), None);
+        device.expect_back(behind, t + 300_000);
+        device.leave(behind, 2);
+        let newcomer = device.join(3, t, |_| true).unwrap();
+        assert_eq!(newcomer, behind);
+        device.publish_turn(newcomer, turn(7_000_000, 0));
+        assert_eq!(device.owed_turn(ahead, 10_000_000, lag, t, u64::MAX), None);
     }
 
     #[test]
