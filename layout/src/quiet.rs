@@ -90,7 +90,7 @@ struct Hold {
     skipped_ns: AtomicU64,
 }
 
-/// One member's slot (its own cache line: written by that member only).
+/// One member's slot (cache lines of its own: written by that member only).
 #[repr(C, align(64))]
 struct Member {
     /// The member's pid; 0: free.

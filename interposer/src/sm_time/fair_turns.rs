@@ -242,6 +242,7 @@ pub fn bucket_wait(
     bucket.note_skips(taken);
     let (mut wake_at, mut now) = (wake_at, now);
     let mut work_run = false;
+    let mut said_waiting = false;
     while now < wake_at {
         let skipped = board.skipped_ns();
         if skipped > taken {
@@ -254,11 +255,17 @@ pub fn bucket_wait(
             work_run = true;
             // On the board's clock: wall clock plus the skips taken.
             board.hold_by_bucket(slot, wake_at.saturating_add(taken));
+            if said_waiting {
+                // Its work ran: it waits on the device no longer (its
+                // bucket's hold says the rest).
+                no_longer_waiting_on_the_device(device, board, slot, now);
+            }
         }
         if !work_run {
             // The driver says its work has not run: later than estimated
             // (the device is shared), it still waits on the device.
             still_waiting_on_the_device(device, board, slot, now);
+            said_waiting = true;
         }
         if work_run && board.skip_idle(slot, now).is_some() {
             continue;
@@ -286,6 +293,15 @@ fn still_waiting_on_the_device(device: usize, board: &DeviceQuiet, slot: usize, 
     let until = engaged_until(said, now + 2 * IDLE_POLL_NS);
     turn.engaged_until_ns.store(until, Ordering::Relaxed);
     board.engage_until(slot, until.min(now + MAX_ENGAGED_NS));
+}
+
+/// This process, its launch held by its bucket, said it still waited on
+/// the device, and the driver now says its work ran: the others need not
+/// wait for it until that engagement would have run out (up to two looks,
+/// 200 µs of idle device each time in pairs of 1 ms kernels on 3 streams).
+fn no_longer_waiting_on_the_device(device: usize, board: &DeviceQuiet, slot: usize, now: u64) {
+    TURNS[device].engaged_until_ns.store(now, Ordering::Relaxed);
+    board.engage_until(slot, now);
 }
 
 /// Whether this process comes back from idling on the device: for the
