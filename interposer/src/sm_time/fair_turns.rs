@@ -338,7 +338,7 @@ fn idle_since(last_turn: u64, engaged_until: u64, now: u64) -> bool {
 /// a member as waiting on the device until it is back, whatever the launch
 /// ahead, split that pair as well but idled the device in every gap of
 /// loops of 20 µs kernels on 3 streams: 92–93% of the device time the pair
-/// used without dilu, against 101–102% this way.
+/// used without dilu, against 100–101% this way.
 fn expected_back_after(learned: u64, waited: u64) -> Option<u64> {
     (learned > RETURN_NS && learned <= RETURN_NS + waited).then_some(learned)
 }
@@ -515,6 +515,13 @@ mod tests {
         // Unless it looks again (its work still not run), that ends.
         let later = now + 2 * IDLE_POLL_NS;
         assert_eq!(board.owed_turn(ahead, 10 * LAG_NS, LAG_NS, later, 0), None);
+        // Once the driver says its work ran, it takes that back at once.
+        still_waiting_on_the_device(device, &board, behind, now);
+        no_longer_waiting_on_the_device(device, &board, behind, now + 1);
+        assert_eq!(
+            board.owed_turn(ahead, 10 * LAG_NS, LAG_NS, now + 1, 0),
+            None
+        );
         // A longer wait it said before (queued work) is never cut short,
         // and the board is told at most its limit ahead.
         TURNS[device]
