@@ -483,6 +483,16 @@ mod tests {
         Region::<QuietBoard>::anonymous(|_| {}).unwrap()
     }
 
+    /// Two members at `t`: one at 10 ms of vtime and one 3 ms behind it,
+    /// neither waiting on the device.
+    fn ahead_and_behind(device: &DeviceQuiet, t: u64) -> (usize, usize) {
+        let ahead = device.join(1, t, |_| true).unwrap();
+        let behind = device.join(2, t, |_| true).unwrap();
+        device.publish_turn(ahead, turn(10_000_000, 0));
+        device.publish_turn(behind, turn(7_000_000, 0));
+        (ahead, behind)
+    }
+
     fn turn(vtime_ns: u64, engaged_until_ns: u64) -> Turn {
         Turn {
             vtime_ns,
@@ -686,12 +696,9 @@ mod tests {
         let device: &DeviceQuiet = &board;
         let t = 9_000_000_000;
         let lag = 2_000_000;
-        let ahead = device.join(1, t, |_| true).unwrap();
-        let behind = device.join(2, t, |_| true).unwrap();
-        device.publish_turn(ahead, turn(10_000_000, 0));
         // Behind, its work run, held by its bucket for 1.3 ms more: not
         // waiting on the device now.
-        device.publish_turn(behind, turn(7_000_000, 0));
+        let (ahead, behind) = ahead_and_behind(device, t);
         device.hold_by_bucket(behind, t + 1_300_000);
         // A 3 ms kernel launched now would still run when the other's
         // next one comes: the one ahead waits until then.
@@ -727,12 +734,9 @@ mod tests {
         let device: &DeviceQuiet = &board;
         let t = 11_000_000_000;
         let lag = 2_000_000;
-        let ahead = device.join(1, t, |_| true).unwrap();
-        let behind = device.join(2, t, |_| true).unwrap();
-        device.publish_turn(ahead, turn(10_000_000, 0));
         // Behind, its work run and its synchronisation returning: expected
         // to launch again in 300 µs.
-        device.publish_turn(behind, turn(7_000_000, 0));
+        let (ahead, behind) = ahead_and_behind(device, t);
         device.expect_back(behind, t + 300_000);
         // A 230 µs graph launched 100 µs before then would still run: the
         // one ahead waits until the other is back.

@@ -161,7 +161,12 @@ pub fn before_launch(
         return 0;
     }
     let turn = &TURNS[device];
-    let work_end = turn.sync_work_end_ns.swap(0, Ordering::Relaxed);
+    // A load first: only the first launch after a synchronisation writes
+    // (and of two threads, only the one whose swap took it learns).
+    let work_end = match turn.sync_work_end_ns.load(Ordering::Relaxed) {
+        0 => 0,
+        _ => turn.sync_work_end_ns.swap(0, Ordering::Relaxed),
+    };
     if work_end != 0 {
         let gap = began.saturating_sub(work_end);
         let learned = learn_return_gap(turn.return_gap_ns.load(Ordering::Relaxed), gap);
