@@ -26,7 +26,7 @@
 
 use crate::sm_time::launch_control::sleep_until;
 use dilu_abi::units;
-use dilu_layout::colocation::{DEFAULT_HOLDOFF_NS, DeviceBoard, FillerGate, GapBoard};
+use dilu_layout::colocation::{DEFAULT_HOLDOFF_NS, DeviceBoard, FillerGate, GapBoard, Owed};
 use dilu_layout::ledger::MAX_DEVICES;
 use dilu_layout::monotonic_ns;
 use dilu_layout::shm::Region;
@@ -156,12 +156,23 @@ impl GuaranteeClock {
         Self(AtomicU64::new(0))
     }
 
-    fn owed(&self, now: u64) -> bool {
-        self.0.load(Ordering::Relaxed) <= now
+    /// Where this filler stands at `now` before a kernel of `est_ns`:
+    /// owed once its launches so far would have run at its share; overdue
+    /// once that was as long ago as this kernel takes at its share (it
+    /// waited a whole kernel's pace for a good moment).
+    fn standing(&self, now: u64, est_ns: u64, guarantee_ppm: u32) -> Owed {
+        let at = self.0.load(Ordering::Relaxed);
+        if at > now {
+            Owed::No
+        } else if at.saturating_add(at_share(est_ns, guarantee_ppm)) <= now {
+            Owed::Overdue
+        } else {
+            Owed::Yes
+        }
     }
 
     fn charge(&self, now: u64, est_ns: u64, guarantee_ppm: u32) {
-        let wall = |gpu_ns: u64| gpu_ns.saturating_mul(1_000_000) / u64::from(guarantee_ppm.max(1));
+        let wall = |gpu_ns: u64| at_share(gpu_ns, guarantee_ppm);
         let floor = now.saturating_sub(wall(GUARANTEE_DEPTH_NS));
         let ceiling = now.saturating_add(GUARANTEE_MEMORY_NS);
         let _ = self
@@ -171,6 +182,12 @@ impl GuaranteeClock {
             });
     }
 }
+/// The wall time `gpu_ns` of device time takes at a share of
+/// `guarantee_ppm`.
+fn at_share(gpu_ns: u64, guarantee_ppm: u32) -> u64 {
+    gpu_ns.saturating_mul(1_000_000) / u64::from(guarantee_ppm.max(1))
+}
+
 /// Longest single sleep of a held filler: the board is looked at again.
 const MAX_HOLD_NS: u64 = 2_000_000;
 /// Requests whose latency bounds the tolerance in force.
@@ -272,11 +289,14 @@ pub fn before_launch(device: usize, est_ns: u64) -> u64 {
         }
         Role::Filler { online } => {
             let now = monotonic_ns();
-            let waited = match admit(board, device, now, est_ns, online) {
-                FillerGate::WaitUntil(at) => hold(board, device, est_ns, online, now, at),
+            let guarantee = colo.config.guarantee_ppm;
+            let waited = match admit(board, device, now, est_ns, online, guarantee) {
+                FillerGate::WaitUntil(at) => {
+                    hold(board, device, est_ns, online, guarantee, now, at)
+                }
                 FillerGate::Go | FillerGate::Fallback => 0,
             };
-            GUARANTEE[device].charge(now + waited, est_ns, colo.config.guarantee_ppm);
+            GUARANTEE[device].charge(now + waited, est_ns, guarantee);
             waited
         }
     }
@@ -294,14 +314,20 @@ pub fn before_token_wait(device: usize) {
     }
 }
 
-/// Asks the board, saying whether this filler is owed its guarantee.
+/// Asks the board, saying how this filler stands against its guarantee.
 #[inline]
-fn admit(board: &DeviceBoard, device: usize, now: u64, est_ns: u64, online: bool) -> FillerGate {
+fn admit(
+    board: &DeviceBoard,
+    device: usize,
+    now: u64,
+    est_ns: u64,
+    online: bool,
+    guarantee_ppm: u32,
+) -> FillerGate {
     let me = MY_PID.load(Ordering::Relaxed);
-    if GUARANTEE[device].owed(now) {
-        board.filler_admit_owed(now, est_ns, online, me)
-    } else {
-        board.filler_admit(now, est_ns, online, me)
+    match GUARANTEE[device].standing(now, est_ns, guarantee_ppm) {
+        Owed::No => board.filler_admit(now, est_ns, online, me),
+        owed => board.filler_admit_owed(now, est_ns, online, me, owed),
     }
 }
 
@@ -312,6 +338,7 @@ fn hold(
     device: usize,
     est_ns: u64,
     online: bool,
+    guarantee_ppm: u32,
     began: u64,
     first_look: u64,
 ) -> u64 {
@@ -331,7 +358,7 @@ fn hold(
             checked_primary = now;
             forget_a_gone_primary(board);
         }
-        gate = admit(board, device, now, est_ns, online);
+        gate = admit(board, device, now, est_ns, online, guarantee_ppm);
     }
     if online {
         board.online_waiting(false);
@@ -426,28 +453,32 @@ mod tests {
         const MS: u64 = 1_000_000;
         const TEN_PERCENT: u32 = 100_000;
         let clock = GuaranteeClock::new();
+        let owed = |at: u64| clock.standing(at, MS, TEN_PERCENT) != Owed::No;
         let t = 1_000 * MS;
-        assert!(clock.owed(t), "nothing launched yet");
+        assert!(owed(t), "nothing launched yet");
         // The first 1 ms is its depth; the next 1 ms at 10% is 10 ms of its
         // guarantee.
         clock.charge(t, MS, TEN_PERCENT);
-        assert!(clock.owed(t));
+        assert!(owed(t));
         clock.charge(t, MS, TEN_PERCENT);
-        assert!(!clock.owed(t + 9 * MS));
-        assert!(clock.owed(t + 10 * MS));
+        assert!(!owed(t + 9 * MS));
+        assert!(owed(t + 10 * MS));
+        // Owed for as long as a kernel takes at its share: overdue.
+        assert_eq!(clock.standing(t + 19 * MS, MS, TEN_PERCENT), Owed::Yes);
+        assert_eq!(clock.standing(t + 20 * MS, MS, TEN_PERCENT), Owed::Overdue);
         // Held back for a second, it catches up by one depth, not a second.
         let later = t + 1_000 * MS;
         clock.charge(later, MS, TEN_PERCENT);
-        assert!(clock.owed(later), "one depth of catching up");
+        assert!(owed(later), "one depth of catching up");
         clock.charge(later, MS, TEN_PERCENT);
-        assert!(!clock.owed(later + 9 * MS));
+        assert!(!owed(later + 9 * MS));
         // Far beyond its share (gaps it filled): the lead is bounded, so a
         // filler whose gaps vanish is owed again within the memory.
         for _ in 0..1_000 {
             clock.charge(later, MS, TEN_PERCENT);
         }
-        assert!(!clock.owed(later + GUARANTEE_MEMORY_NS - 1));
-        assert!(clock.owed(later + GUARANTEE_MEMORY_NS));
+        assert!(!owed(later + GUARANTEE_MEMORY_NS - 1));
+        assert!(owed(later + GUARANTEE_MEMORY_NS));
     }
 
     #[test]
