@@ -502,9 +502,10 @@ fn main() {
          device but the others' requests) and takes its request back in the control period a\n\
          request nears the SLO. Fillers keep the gaps in turns of {turn_ms} ms (a hand-off between processes costs\n\
          {handoff_us} µs on simgpu, as measured on an H100), and a filler about to wait for its own SM-time\n\
-         tokens ends its turn; a filler keeps its guarantee (its SM request, 20%): behind it, its kernels go into\n\
-         gaps they do not fit where the gaps are random or all shorter than its kernels (where they repeat\n\
-         or are alike, as one of the longest opens: there a kernel overruns the gap least).\n\
+         tokens ends its turn; a filler keeps its guarantee (its SM request, 20%): behind it, it goes ahead of\n\
+         the turn and claims the next opening of a gap it can use, and its kernels go into gaps they do\n\
+         not fit where the gaps are random or all shorter than its kernels (where they repeat or are\n\
+         alike, as one of the longest opens: there a kernel overruns the gap least).\n\
          Gap prediction: per phase when the primary's gaps repeat (a period of up to 8 gaps,\n\
          believed after 3 iterations agree within 25%; chosen on the unit tests and the tuned\n\
          two-gap training shape), else the shortest of the last 8 gaps; a filler kernel fits when it\n\

@@ -674,10 +674,17 @@ impl DeviceBoard {
     /// Filler side: `filler` is about to wait for its own SM-time tokens.
     /// If it holds the turn, the turn ends now: the others would otherwise
     /// wait for it (a grace, or its turn's end) while it sleeps and the
-    /// device idles.
+    /// device idles. So does its claim on an opening, for the same reason.
     pub fn end_turn_of(&self, filler: u32) {
         if self.turn.owner.load(Acquire) == u64::from(filler) {
             self.turn.began_ns.store(0, Release);
+        }
+        let claim = self.opening_claim.word.load(Acquire);
+        if (claim >> 32) as u32 == filler {
+            let _ = self
+                .opening_claim
+                .word
+                .compare_exchange(claim, 0, AcqRel, Relaxed);
         }
     }
 
@@ -1005,6 +1012,22 @@ mod tests {
         assert_eq!(b.turn.owner.load(Relaxed), u64::from(short));
         // Served, long's claim is spent: short is left no opening for it.
         assert!(claimant(b.opening_claim.word.load(Relaxed), opens).is_none());
+    }
+
+    #[test]
+    fn a_filler_waiting_for_its_tokens_gives_up_its_claim() {
+        let board = board();
+        let b = board.device(0);
+        let t = 1_000 * MS;
+        b.claim_next_opening(FILLER, MS, t);
+        b.end_turn_of(FILLER + 1);
+        assert_eq!(
+            claimant(b.opening_claim.word.load(Relaxed), t),
+            Some(FILLER),
+            "only the claimant gives it up"
+        );
+        b.end_turn_of(FILLER);
+        assert_eq!(claimant(b.opening_claim.word.load(Relaxed), t), None);
     }
 
     #[test]
