@@ -26,9 +26,11 @@
 //! shortest of the last [`RING`], a cautious value. A filler whose kernels
 //! are longer than every recent gap falls back to its guaranteed share (the
 //! caller paces it). Where the gaps repeat or are alike, such a kernel goes
-//! as one of the longest gaps opens, where it overruns the gap least, and a
-//! filler owed its share claims the next such opening ahead of the others
-//! ([`OPENING_NS`]); where they are random no moment is better than another.
+//! as one of the longest gaps opens, where it overruns the gap least; where
+//! they are random no moment is better than another. A filler owed its
+//! share goes ahead of the filler whose turn it is, and claims the next
+//! opening of a gap it can use, which the others leave to it for
+//! [`OPENING_NS`].
 //!
 //! Filler turns ([`FILLER_TURN_NS`]): the device hands over between
 //! processes at a cost (138 µs on an H100), so the filler that ran last
@@ -250,7 +252,7 @@ pub enum Owed {
     /// go in one it does not fit, at the least harmful moment.
     Yes,
     /// It has been owed for as long as one of its kernels takes at its
-    /// share: it goes in the gap it is in.
+    /// share: where no gap it fits is coming, it goes in the gap it is in.
     Overdue,
 }
 
@@ -478,10 +480,12 @@ impl DeviceBoard {
     /// or every recent gap is shorter than the kernel), it may still go in
     /// the gap as [`FillerGate::Fallback`], delaying a returning primary by
     /// at most this one kernel. A guarantee is kept whatever the gaps look
-    /// like. Where the gaps repeat, such a kernel goes as one of the
-    /// longest gaps opens (a later start overruns the gap by more) and
-    /// claims the next such opening until then; `Owed::Overdue` goes in
-    /// the gap it is in.
+    /// like. Where the gaps repeat or are alike, such a kernel goes as one
+    /// of the longest gaps opens (a later start overruns the gap by more);
+    /// `Owed::Overdue` goes in the gap it is in. Owed, a filler goes ahead
+    /// of the turn, and while it waits it claims the next opening of a gap
+    /// it can use (one it fits, or for a kernel longer than every gap, a
+    /// long one).
     #[inline]
     pub fn filler_admit_owed(
         &self,
@@ -955,8 +959,7 @@ mod tests {
             b.filler_admit_owed(opens + POLL_NS, 5 * MS, false, long, Owed::Yes),
             FillerGate::Fallback
         );
-        // The claim is spent and the turn still the short filler's: it
-        // queues behind (its kernel no longer fits this gap).
+        // The claim is spent and the turn is still the short filler's.
         assert!(claimant(b.opening_claim.word.load(Relaxed), opens).is_none());
         assert_eq!(b.turn.owner.load(Relaxed), u64::from(short));
     }

@@ -17,9 +17,10 @@
 //!   whose latency the program reported: that gap opens at once).
 //! - filler: `DILU_COLO_GUARANTEE` (percent; default its SM request,
 //!   `DILU_SPEC_SM_REQUEST`, or 10 where that is unset or 0): the share a
-//!   filler keeps whatever the gaps look like: while it has had less (its
-//!   kernels fit no gap, or the primary's gaps are random and too short to
-//!   tolerate), its kernels still go into gaps at that pace.
+//!   filler keeps whatever the gaps look like: while it has had less, it
+//!   goes before the other fillers' turns, and where its kernels fit no
+//!   gap, or the primary's gaps are random and too short to tolerate, they
+//!   still go into gaps at that pace.
 //!
 //! Co-location acts on launches that go through SM-time control, so the
 //! process needs a tenant (`DILU_TENANT`, `dilu run --tenant`).
