@@ -67,13 +67,14 @@ pub struct TokenBucket {
 /// launch, 65% over a 3 s run, 69% over its NVML periods after the first
 /// second.
 ///
-/// Nor is a refund spent by a launch the bucket would let go at once (see
-/// [`TokenBucket::admit`]). At half price every launch after an NVML
-/// settlement, a 70% tenant launched faster than the device ran its
-/// 20 µs kernels, filled its own queue, waited on it, and the bucket's
-/// accrual in those waits (0.8 ms at a time, 20 ms a second) was lost:
-/// 67.7% of the device. Spent only while the bucket holds launches back, a
-/// refund shortens waits and never outruns the device.
+/// A launch the bucket lets go at once pays a refund only at the rate it
+/// arrives ([`REFUND_SPREAD_WALL_NS`]), never at half price: at half price
+/// every launch after an NVML settlement, a 70% tenant launched faster than
+/// the device ran its 20 µs kernels, filled its own queue, waited on it,
+/// and the bucket's accrual in those waits (0.8 ms at a time, 20 ms a
+/// second) was lost: 67.7% of the device. A launch the bucket holds back
+/// may pay half: there a refund shortens a wait and never outruns the
+/// device.
 ///
 /// A refunded launch may lower the bucket into its depth, never below its
 /// own cost from now (see [`TokenBucket::admit`]). Limited to the launch's own wait instead,
@@ -83,6 +84,20 @@ pub struct TokenBucket {
 /// the kernel is in every sample), used 26.4% of the device at a cap of 30
 /// (29.4–29.6% with the depth; `scripts/bench.sh sm`).
 pub const REFUND_DIVISOR: u64 = 2;
+
+/// Wall-clock time over which launches that do not wait pay back a
+/// refund: each such launch is charged less by the fraction of its cost
+/// that the refund owed is of the GPU time the bucket accrues in this time
+/// at the share (at most [`REFUND_DIVISOR`]th). It is NVML's sample period on NVIDIA's driver (about 200 ms), the
+/// interval at which usage feedback finds refunds, so a steady
+/// over-charge is paid back about as fast as it is found, spread over the
+/// launches instead of in a burst. Spent only on waits, refunds fell
+/// behind where a tenant just above its share rarely waits: the 20 µs
+/// request loop above waited at about one launch in five (a wait of a few
+/// µs oversleeps by tens), held 27.3–27.6% at a cap of 30 on this host,
+/// and left 52–56 ms of device time used against 60–63 ms charged in each
+/// NVML period.
+pub const REFUND_SPREAD_WALL_NS: u64 = 200_000_000;
 
 /// When a launch may go, as decided by [`TokenBucket::admit`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -116,19 +131,19 @@ impl TokenBucket {
     /// debt is what it waits for. At share 0 it charges nothing and answers
     /// [`Admission::Paused`]: a zero share is a state to wait out, not a
     /// debt that could never be paid. A refund owed to the tenant lowers
-    /// the charge only of a launch that has to wait, by at most its wait
-    /// and the bucket's depth: the bucket stays at least this launch's full
-    /// cost ahead of now, so no refund is lost to a full bucket (see
-    /// [`REFUND_DIVISOR`]).
+    /// the charge only of a launch that finds the bucket ahead of now (a
+    /// full bucket would lose it), by at most that lead: a launch that has
+    /// to wait by up to [`REFUND_DIVISOR`]th of its cost, one that goes at
+    /// once by the refund's rate (see [`REFUND_SPREAD_WALL_NS`]).
     #[inline]
     pub fn admit(&self, now: u64, cost_ns: u64, share_ppm: u32, depth_ns: u64) -> Admission {
         if share_ppm == 0 {
             return Admission::Paused;
         }
         let mut tat = self.tat_ns.0.load(Ordering::Relaxed);
-        let wait = tat.saturating_sub(depth_ns).saturating_sub(now);
-        let refund = if wait > 0 {
-            self.take_refund(cost_ns, gpu_time_of_wall(wait + depth_ns, share_ppm))
+        let lead = tat.saturating_sub(now);
+        let refund = if lead > 0 {
+            self.take_refund(cost_ns, share_ppm, lead > depth_ns, lead)
         } else {
             0
         };
@@ -155,13 +170,28 @@ impl TokenBucket {
         }
     }
 
-    /// Takes from the refund owed to the tenant up to a
-    /// [`REFUND_DIVISOR`]th of `cost_ns`, and at most `limit_ns`.
+    /// Takes from the refund owed to the tenant for a launch of `cost_ns`
+    /// that finds the bucket `lead_ns` ahead of now: at most that lead's
+    /// GPU time, and at most a [`REFUND_DIVISOR`]th of the cost if the
+    /// launch `waits`, else the part of it the refund is of a
+    /// [`REFUND_SPREAD_WALL_NS`]'s accrual.
     #[inline]
-    fn take_refund(&self, cost_ns: u64, limit_ns: u64) -> u64 {
+    fn take_refund(&self, cost_ns: u64, share_ppm: u32, waits: bool, lead_ns: u64) -> u64 {
         let mut owed = self.refund_ns.0.load(Ordering::Relaxed);
         while owed > 0 {
-            let take = owed.min(cost_ns / REFUND_DIVISOR).min(limit_ns);
+            let half = cost_ns / REFUND_DIVISOR;
+            let per_launch = if waits {
+                half
+            } else {
+                let spread = gpu_time_of_wall(REFUND_SPREAD_WALL_NS, share_ppm).max(1);
+                ((cost_ns as u128 * owed as u128 / spread as u128) as u64).min(half)
+            };
+            let take = owed
+                .min(per_launch)
+                .min(gpu_time_of_wall(lead_ns, share_ppm));
+            if take == 0 {
+                return 0;
+            }
             match self.refund_ns.0.compare_exchange_weak(
                 owed,
                 owed - take,
@@ -345,29 +375,27 @@ mod tests {
     }
 
     #[test]
-    fn a_refund_is_spent_only_on_waits_and_never_past_a_full_bucket() {
+    fn a_refund_is_spent_at_half_on_waits_and_never_on_a_full_bucket() {
         let bucket = TokenBucket::new();
         let now = 1_000_000_000;
         let half = FULL_SHARE_PPM / 2;
-        let depth = 1_000_000;
         bucket.charge_back(-1_000_000, half, now);
-        // A fresh bucket lets 1 ms of launches go at once: they pay in
-        // full (100 µs of GPU time = 200 µs of bucket each), the refund
-        // stays owed.
-        for _ in 0..5 {
-            assert_eq!(bucket.admit(now, 100_000, half, depth), Admission::Now);
-        }
-        assert_eq!(bucket.admit(now, 100_000, half, depth), Admission::Now);
-        // Now each launch waits; one that would wait 200 µs is refunded
-        // half its cost (50 µs = 100 µs of bucket), the next likewise.
+        // A full bucket (idle before): the launch pays in full (100 µs of
+        // GPU time = 200 µs of bucket), the refund stays owed, since a
+        // lower charge there would only be lost.
+        assert_eq!(bucket.admit(now, 100_000, half, 0), Admission::Now);
+        assert_eq!(bucket.refund_ns.0.load(Ordering::Relaxed), 1_000_000);
+        // Now each launch waits (no depth); each is refunded half its cost
+        // (50 µs = 100 µs of bucket).
         assert_eq!(
-            bucket.admit(now, 100_000, half, depth),
+            bucket.admit(now, 100_000, half, 0),
             Admission::At(now + 200_000)
         );
         assert_eq!(
-            bucket.admit(now, 100_000, half, depth),
+            bucket.admit(now, 100_000, half, 0),
             Admission::At(now + 300_000)
         );
+        assert_eq!(bucket.refund_ns.0.load(Ordering::Relaxed), 900_000);
         // A launch that waits only 40 µs is still refunded half its cost:
         // the refund may take the bucket into its depth (a tenant just
         // above its share waits a little per launch and must still get
@@ -399,6 +427,45 @@ mod tests {
             );
             assert_eq!(bucket.admit(now, 0, half, depth), Admission::At(next_goes));
         }
+    }
+
+    #[test]
+    fn a_launch_that_goes_at_once_pays_a_refund_back_at_the_rate_it_came() {
+        let bucket = TokenBucket::new();
+        let now = 3_000_000_000;
+        let share = 300_000; // 30%: 60 ms of GPU time accrue in the spread
+        let depth = 2_000_000;
+        // Found 6 ms over-charged (a tenth of the spread's accrual): launches
+        // the depth lets go at once pay a tenth of it back each, while it
+        // lasts, instead of nothing (or half, which would outrun the device).
+        bucket.charge_back(-6_000_000, share, now);
+        assert_eq!(bucket.admit(now, 23_000, share, depth), Admission::Now);
+        let owed = || bucket.refund_ns.0.load(Ordering::Relaxed);
+        assert_eq!(owed(), 6_000_000, "a full bucket takes no refund");
+        assert_eq!(bucket.admit(now, 23_000, share, depth), Admission::Now);
+        assert_eq!(owed(), 6_000_000 - 2_300);
+        let mut ahead = wall_cost_ns(23_000, share) + wall_cost_ns(23_000 - 2_300, share);
+        let mut last = 2_300;
+        for _ in 0..20 {
+            let before = owed();
+            assert_eq!(bucket.admit(now, 23_000, share, depth), Admission::Now);
+            let took = before - owed();
+            // A tenth of what is still owed: a little less each time.
+            assert!(took <= last && took > 2_270, "took {took} after {last}");
+            last = took;
+            ahead += wall_cost_ns(23_000 - took, share);
+        }
+        // The lower charges moved the bucket: it stands that far ahead.
+        assert_eq!(bucket.admit(now, 0, share, 0), Admission::At(now + ahead));
+        // A refund as large as the whole spread pays at most half of a launch.
+        let bucket = TokenBucket::new();
+        bucket.charge_back(-1_000_000_000, share, now);
+        bucket.admit(now, 23_000, share, depth);
+        bucket.admit(now, 23_000, share, depth);
+        assert_eq!(
+            bucket.refund_ns.0.load(Ordering::Relaxed),
+            1_000_000_000 - 11_500
+        );
     }
 
     #[test]
