@@ -432,14 +432,20 @@ impl Shm {
         self.remove_if_last();
     }
 
-    /// Removes the instance file when no slot is taken and no other process
-    /// holds the file (ours is the last use).
+    /// Removes the instance file when no live process has a slot and no
+    /// other open of the file holds it (ours is the last use); otherwise
+    /// drops this open's shared lock, so that whoever leaves last can tell.
+    /// Called only as the process exits: a process that opened the file
+    /// twice (its driver and its NVML, each with its own lock) left it
+    /// behind when each of its two leavers saw the other's lock.
     fn remove_if_last(&self) {
-        if self.layout.slots.iter().any(|s| s.pid.load(Acquire) != 0) {
-            return;
-        }
-        // SAFETY: flock on our own descriptor; non-blocking.
-        if unsafe { libc::flock(self.held, libc::LOCK_EX | libc::LOCK_NB) } != 0 {
+        self.reclaim_dead();
+        let last = !self.layout.slots.iter().any(|s| s.pid.load(Acquire) != 0)
+            // SAFETY: flock on our own descriptor; non-blocking.
+            && unsafe { libc::flock(self.held, libc::LOCK_EX | libc::LOCK_NB) } == 0;
+        if !last {
+            // SAFETY: flock on our own descriptor.
+            unsafe { libc::flock(self.held, libc::LOCK_UN) };
             return;
         }
         // SAFETY: zeroed stat is a valid out-parameter for lstat.
@@ -477,6 +483,12 @@ impl Shm {
     /// process and must not appear as one.
     pub(crate) fn observe(instance: &str, ndev: usize, capacity: u64) -> Result<Shm, String> {
         Self::open(instance, ndev, capacity, None)
+    }
+
+    /// An observer's exit: removes the instance file if it is the last
+    /// use, else lets go of it.
+    pub(crate) fn leave(&self) {
+        self.remove_if_last();
     }
 
     /// Device time reserved for kernels of all processes on `phys`, ever.

@@ -247,6 +247,24 @@ fn nvml_devices_match_the_driver() {
     assert!(out.contains("OK count=3"), "{out}");
 }
 
+/// A process's last use of an instance removes its file, also where the
+/// process opened it through the driver and NVML both (each with a lock of
+/// its own): such files piled up in /dev/shm by the hundred, one per
+/// `dilu run --sim`, since the interposer reads NVML.
+#[test]
+fn the_last_process_out_removes_the_instance_file() {
+    for (role, tag) in [("ids", "nvml-leave-both"), ("errors", "nvml-leave-nvml")] {
+        let inst = Instance::new(tag);
+        let out = run_child_nvml(role, &[("SIMGPU_INSTANCE", &inst.0)]);
+        assert!(out.contains("OK"), "{out}");
+        assert!(
+            !std::path::Path::new(&inst.shm_path()).exists(),
+            "{role}: {} left behind",
+            inst.shm_path()
+        );
+    }
+}
+
 fn run_child_nvml(role: &str, env: &[(&str, &str)]) -> String {
     nvml_path();
     run_child(role, env)

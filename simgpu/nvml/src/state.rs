@@ -34,6 +34,9 @@ pub(crate) fn init() -> Res {
         let cfg = Config::from_env()?;
         let shm = Shm::observe(&cfg.instance, cfg.devices, cfg.memory)?;
         let sampler = Sampler::new(&shm);
+        OPENED_BY.store(std::process::id(), Relaxed);
+        // SAFETY: registers a plain extern "C" fn that never unwinds.
+        unsafe { libc::atexit(leave_at_exit) };
         Ok(State {
             instance: cfg.instance,
             shm,
@@ -49,6 +52,22 @@ pub(crate) fn init() -> Res {
             eprintln!("{msg}");
             Err(NVML_ERROR_DRIVER_NOT_LOADED)
         }
+    }
+}
+
+/// The process that opened the shared state: a child forked from it shares
+/// the parent's open file (and its lock) and must not let go of it.
+static OPENED_BY: AtomicU32 = AtomicU32::new(0);
+
+/// At exit: the shared device state is removed if this was its last use
+/// (the driver's instance files piled up in /dev/shm while every process
+/// that also opened NVML kept its own lock on them to the end).
+extern "C" fn leave_at_exit() {
+    if OPENED_BY.load(Relaxed) != std::process::id() {
+        return;
+    }
+    if let Some(Ok(state)) = STATE.get() {
+        state.shm.leave();
     }
 }
 
