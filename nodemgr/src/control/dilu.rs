@@ -110,6 +110,28 @@ impl Dilu {
         }
     }
 
+    /// Lending: whether latency tenant `i` completed requests without slack
+    /// (their mean in a period at `high` of the SLO or more) within the
+    /// last [`CONTROL_WINDOW_NS`]. Judged on the exact latencies of each
+    /// period, not on the window's p99: that comes from power-of-two
+    /// buckets over the dozen requests a 60 req/s tenant completes in the
+    /// window, where one request of 8.4 ms reads as a p99 of up to
+    /// 16.8 ms (on simgpu, a 60 req/s primary with a 15 ms SLO whose
+    /// requests took 4–14 ms had its guarantee taken back most of the
+    /// time, and left the device 73–75% busy; judged on the periods'
+    /// means, 85–87%, with violations 0.05–0.6 points above alone's, in
+    /// five runs).
+    fn late_within_window(&mut self, i: usize, now_ns: u64, o: &Observation) -> bool {
+        let late_now = match (o.latency.period_mean_ns, o.slo_ns) {
+            (Some(mean), Some(slo)) => mean as f64 >= self.params.high * slo as f64,
+            _ => false,
+        };
+        if late_now {
+            self.late_at[i] = Some(now_ns);
+        }
+        self.late_at[i].is_some_and(|at| now_ns.saturating_sub(at) < CONTROL_WINDOW_NS)
+    }
+
     fn update_reserve(&mut self, i: usize, now_ns: u64, o: &Observation) {
         if self.params.lend {
             let late = self.late_within_window(i, now_ns, o);
@@ -140,29 +162,6 @@ impl Dilu {
         } else if active {
             *r = floor; // rising demand below the SLO: follow it up
         }
-    }
-}
-
-impl Dilu {
-    /// Lending: whether latency tenant `i` completed requests without slack
-    /// (their mean in a period at `high` of the SLO or more) within the
-    /// last [`CONTROL_WINDOW_NS`]. Judged on the exact latencies of each
-    /// period, not on the window's p99: that comes from power-of-two
-    /// buckets over the dozen requests a 60 req/s tenant completes in the
-    /// window, where one request of 8.4 ms reads as a p99 of up to
-    /// 16.8 ms (on simgpu, a 60 req/s primary with a 15 ms SLO whose
-    /// requests took 4–14 ms had its guarantee taken back most of the
-    /// time, and left the device 73–75% busy; judged on the periods'
-    /// means, 85–87% with violations as alone, in ad hoc runs).
-    fn late_within_window(&mut self, i: usize, now_ns: u64, o: &Observation) -> bool {
-        let late_now = match (o.latency.period_mean_ns, o.slo_ns) {
-            (Some(mean), Some(slo)) => mean as f64 >= self.params.high * slo as f64,
-            _ => false,
-        };
-        if late_now {
-            self.late_at[i] = Some(now_ns);
-        }
-        self.late_at[i].is_some_and(|at| now_ns.saturating_sub(at) < CONTROL_WINDOW_NS)
     }
 }
 
