@@ -68,7 +68,8 @@ pub struct TokenBucket {
 /// second.
 ///
 /// A launch the bucket lets go at once pays a refund only at the rate it
-/// arrives ([`REFUND_SPREAD_WALL_NS`]), never at half price: at half price
+/// arrives ([`REFUND_SPREAD_WALL_NS`]; half price only while half a
+/// period's accrual or more is owed), not at half price whatever is owed: at half price
 /// every launch after an NVML settlement, a 70% tenant launched faster than
 /// the device ran its 20 µs kernels, filled its own queue, waited on it,
 /// and the bucket's accrual in those waits (0.8 ms at a time, 20 ms a
