@@ -69,35 +69,36 @@ pub struct TokenBucket {
 ///
 /// A launch the bucket lets go at once pays a refund only at the rate it
 /// arrives ([`REFUND_SPREAD_WALL_NS`]; half price only while half a
-/// period's accrual or more is owed), not at half price whatever is owed: at half price
-/// every launch after an NVML settlement, a 70% tenant launched faster than
-/// the device ran its 20 µs kernels, filled its own queue, waited on it,
-/// and the bucket's accrual in those waits (0.8 ms at a time, 20 ms a
-/// second) was lost: 67.7% of the device. A launch the bucket holds back
-/// may pay half: there a refund shortens a wait and never outruns the
-/// device.
+/// period's accrual or more is owed), not at half price whatever is owed:
+/// at half price every launch after an NVML settlement, a 70% tenant
+/// launched faster than the device ran its 20 µs kernels, filled its own
+/// queue, waited on it, and the bucket's accrual in those waits (0.8 ms at
+/// a time, 20 ms a second) was lost: 67.7% of the device. A launch the
+/// bucket holds back may pay half: there a refund shortens a wait and never
+/// outruns the device.
 ///
 /// A refunded launch may lower the bucket into its depth, never below its
-/// own cost from now (see [`TokenBucket::admit`]). Limited to the launch's own wait instead,
-/// a tenant whose demand is just above its share, which waits a few µs per
-/// launch, could not spend its refunds: a request loop of one 20 µs kernel
-/// per synchronisation, charged 23 µs a kernel (the launch's gap before
-/// the kernel is in every sample), used 26.4% of the device at a cap of 30
-/// (29.4–29.6% with the depth; `scripts/bench.sh sm`).
+/// own cost from now (see [`TokenBucket::admit`]). Limited to the launch's
+/// own wait instead, a tenant whose demand is just above its share, which
+/// waits a few µs per launch, could not spend its refunds: a request loop
+/// of one 20 µs kernel per synchronisation, charged 23 µs a kernel (the
+/// launch's gap before the kernel is in every sample), used 26.4% of the
+/// device at a cap of 30 (29.4–29.6% with the depth;
+/// `scripts/bench.sh sm`).
 pub const REFUND_DIVISOR: u64 = 2;
 
-/// Wall-clock time over which launches that do not wait pay back a
-/// refund: each such launch is charged less by the fraction of its cost
-/// that the refund owed is of the GPU time the bucket accrues in this time
-/// at the share (at most [`REFUND_DIVISOR`]th). It is NVML's sample period on NVIDIA's driver (about 200 ms), the
-/// interval at which usage feedback finds refunds, so a steady
-/// over-charge is paid back about as fast as it is found, spread over the
-/// launches instead of in a burst. Spent only on waits, refunds fell
-/// behind where a tenant just above its share rarely waits: the 20 µs
-/// request loop above waited at about one launch in five (a wait of a few
-/// µs oversleeps by tens), held 27.3–27.6% at a cap of 30 on this host,
-/// and left 52–56 ms of device time used against 60–63 ms charged in each
-/// NVML period.
+/// Wall-clock time over which launches that do not wait pay back a refund:
+/// each such launch is charged less by the fraction of its cost that the
+/// refund owed is of the GPU time the bucket accrues in this time at the
+/// share (at most [`REFUND_DIVISOR`]th). It is NVML's sample period on
+/// NVIDIA's driver (about 200 ms), the interval at which usage feedback
+/// finds refunds, so a steady over-charge is paid back about as fast as it
+/// is found, spread over the launches instead of in a burst. Spent only on
+/// waits, refunds fell behind where a tenant just above its share rarely
+/// waits: the 20 µs request loop above waited at about one launch in five
+/// (a wait of a few µs oversleeps by tens), held 27.3–27.6% at a cap of 30
+/// on this host, and left 52–56 ms of device time used against 60–63 ms
+/// charged in each NVML period.
 pub const REFUND_SPREAD_WALL_NS: u64 = 200_000_000;
 
 /// When a launch may go, as decided by [`TokenBucket::admit`].
