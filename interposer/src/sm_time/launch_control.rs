@@ -176,6 +176,9 @@ fn admit_through_bucket(
     let launches_before = entry.charge();
     let telemetry = sm.device(device);
     let share = sm.budget().share_ppm(device);
+    if launches_before == 0 {
+        crate::sm_time::usage_feedback::first_launch(device, is_limited(share));
+    }
     // (when, GPU time charged) for telemetry: none for a launch already
     // paid for by its thread's lease (no clock read, no shared write).
     let mut charged = None;

@@ -12,8 +12,12 @@
 //! new one only once per sample period (`SIMGPU_NVML_SAMPLE_PERIOD`, default
 //! 200 ms: the median spacing of `nvmlDeviceGetProcessUtilization` samples
 //! on an H100 with driver 580, `bench/results/gpu-sm.md`), time-stamped at
-//! the period's boundary; a query between two boundaries finds nothing new
-//! (`NVML_ERROR_NOT_FOUND`), as on the real driver.
+//! the period's end and covering that period; a query between two
+//! boundaries finds nothing new (`NVML_ERROR_NOT_FOUND`), as on the real
+//! driver. The counters at a boundary are interpolated between the
+//! snapshots around it, so they are as exact as the caller queries often
+//! (a caller polling every 50 ms, as dilu's usage feedback does, has one
+//! within 50 ms of every boundary).
 
 use crate::config::MAX_DEVICES;
 use crate::shm::{ProcessUsage, Shm};
@@ -33,9 +37,6 @@ pub(crate) const RATE_WINDOW_NS: u64 = 1_000_000_000;
 struct Snapshot {
     mono_ns: u64,
     real_us: u64,
-    /// The time stamp a caller knows this snapshot by: `real_us`, or the
-    /// sample-period boundary a process sample taken from it reported.
-    stamp_us: u64,
     device_busy_ns: Vec<u64>,
     processes: Vec<Vec<ProcessUsage>>,
 }
@@ -76,7 +77,6 @@ fn take(shm: &Shm) -> Snapshot {
     Snapshot {
         mono_ns: now_ns(),
         real_us,
-        stamp_us: real_us,
         device_busy_ns: (0..ndev).map(|d| shm.device_busy_ns(d)).collect(),
         processes: (0..ndev).map(|d| shm.processes(d)).collect(),
     }
@@ -132,52 +132,109 @@ impl Sampler {
         percent(busy, cur.mono_ns - base.mono_ns)
     }
 
-    /// One sample per process that ran kernels on `phys` since
-    /// `last_seen_us` (CLOCK_REALTIME µs; 0 = since the oldest snapshot),
-    /// time-stamped at the newest sample-period boundary; none until a
-    /// boundary newer than `last_seen_us` has passed.
+    /// One sample per process that ran kernels on `phys` in the driver's
+    /// newest sample period, if that period ended after `last_seen_us`
+    /// (CLOCK_REALTIME µs): time-stamped at the period's end, its
+    /// percentage the part of that period in which a kernel of the process
+    /// ran. The driver samples on its own schedule, so the sample says
+    /// nothing about the time since the caller's previous query (counting
+    /// from there read a process's first sample over a period that began
+    /// before its first kernel, at the boundary before it). Older periods a
+    /// caller did not ask in time for are not returned: NVML documents one
+    /// sample per process.
     pub(crate) fn process_samples(
         &self,
         shm: &Shm,
         phys: usize,
         last_seen_us: u64,
     ) -> Vec<ProcessSample> {
-        let (cur, history) = self.now(shm);
-        let boundary_us = cur.real_us / self.sample_period_us * self.sample_period_us;
-        if boundary_us <= last_seen_us {
+        let (cur, mut snapshots) = self.now(shm);
+        let period_us = self.sample_period_us;
+        let end_us = cur.real_us / period_us * period_us;
+        if end_us <= last_seen_us {
             return Vec::new();
         }
-        // The snapshot the caller's time stamp names (the one a previous
-        // sample was taken from), else the newest before it, else the oldest.
-        let base = history
-            .iter()
-            .filter(|s| s.stamp_us <= last_seen_us)
-            .max_by_key(|s| (s.stamp_us, s.mono_ns))
-            .or(history.first())
-            .unwrap_or(&cur);
-        let window = cur.mono_ns - base.mono_ns;
-        let samples: Vec<ProcessSample> = cur.processes[phys]
+        let start_us = end_us - period_us;
+        snapshots.push(cur);
+        let Some(processes) = snapshots.last().map(|c| c.processes[phys].clone()) else {
+            return Vec::new();
+        };
+        processes
             .iter()
             .filter_map(|p| {
-                let before = base.processes[phys]
+                // The process's busy counter at each snapshot (0 before it
+                // was listed), by wall-clock time.
+                let counter: Vec<(u64, u64)> = snapshots
                     .iter()
-                    .find(|b| b.slot == p.slot && b.pid == p.pid)
-                    .map_or(0, |b| b.busy_ns);
-                let busy = p.busy_ns.saturating_sub(before);
+                    .map(|s| {
+                        let busy = s.processes[phys]
+                            .iter()
+                            .find(|b| b.slot == p.slot && b.pid == p.pid)
+                            .map_or(0, |b| b.busy_ns);
+                        (s.real_us, busy)
+                    })
+                    .collect();
+                let busy = busy_at(&counter, end_us).saturating_sub(busy_at(&counter, start_us));
                 (busy > 0).then(|| ProcessSample {
                     pid: p.pid,
-                    time_stamp_us: boundary_us,
-                    sm_percent: percent(busy, window),
+                    time_stamp_us: end_us,
+                    sm_percent: percent(busy, period_us * 1_000),
                 })
             })
-            .collect();
-        // A caller that asks again from this boundary starts where this
-        // sample ended, so no stretch is counted twice.
-        let mut kept = self.history.lock().unwrap_or_else(|e| e.into_inner());
-        kept.push_back(Snapshot {
-            stamp_us: boundary_us,
-            ..cur
-        });
-        samples
+            .collect()
+    }
+}
+
+/// A busy-time counter at `at_us`, from its values at snapshot times
+/// (oldest first): interpolated between the snapshots around it (kernel
+/// time accrues between two snapshots at a rate taken as even), the newest
+/// value after the last. Before the first (the caller opened NVML after the
+/// process began its work, as dilu's usage feedback does), the counter is
+/// taken back at the rate of the first two snapshots, down to 0: taking the
+/// first value there left out all the work done before it from the period.
+fn busy_at(counter: &[(u64, u64)], at_us: u64) -> u64 {
+    let after = counter.partition_point(|&(t, _)| t <= at_us);
+    match (after.checked_sub(1).map(|i| counter[i]), counter.get(after)) {
+        (None, None) => 0,
+        (None, Some(&(t0, b0))) => match counter.get(1) {
+            Some(&(t1, b1)) if t1 > t0 => {
+                let rise = b1.saturating_sub(b0) as u128;
+                let back = rise * u128::from(t0 - at_us) / u128::from(t1 - t0);
+                b0.saturating_sub(back.min(u128::from(u64::MAX)) as u64)
+            }
+            _ => b0,
+        },
+        (Some(before), None) => before.1,
+        (Some((t0, b0)), Some(&(t1, b1))) => {
+            let rise = b1.saturating_sub(b0) as u128;
+            b0 + (rise * u128::from(at_us - t0) / u128::from(t1 - t0)) as u64
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::busy_at;
+
+    const MS: u64 = 1_000;
+
+    #[test]
+    fn a_counter_between_snapshots_is_interpolated() {
+        // Busy 0 until 100 ms, then busy all the time up to 300 ms.
+        let counter = [(0, 0), (100 * MS, 0), (300 * MS, 200 * MS * 1_000)];
+        assert_eq!(busy_at(&counter, 50 * MS), 0);
+        assert_eq!(busy_at(&counter, 200 * MS), 100 * MS * 1_000);
+        // The period [200, 400] ms after the last snapshot is counted up to it.
+        assert_eq!(busy_at(&counter, 400 * MS), 200 * MS * 1_000);
+    }
+
+    #[test]
+    fn before_the_first_snapshot_the_counter_goes_back_at_its_first_rate() {
+        // Busy half the time from 100 ms on; NVML first looked at 200 ms.
+        let counter = [(200 * MS, 50 * MS * 1_000), (300 * MS, 100 * MS * 1_000)];
+        assert_eq!(busy_at(&counter, 150 * MS), 25 * MS * 1_000);
+        assert_eq!(busy_at(&counter, 0), 0);
+        assert_eq!(busy_at(&counter[..1], 0), 50 * MS * 1_000);
+        assert_eq!(busy_at(&[], 0), 0);
     }
 }
