@@ -155,10 +155,8 @@ impl Sampler {
             return Vec::new();
         }
         let start_us = end_us - period_us;
+        let processes = cur.processes[phys].clone();
         snapshots.push(cur);
-        let Some(processes) = snapshots.last().map(|c| c.processes[phys].clone()) else {
-            return Vec::new();
-        };
         processes
             .iter()
             .filter_map(|p| {
