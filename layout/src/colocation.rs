@@ -13,7 +13,9 @@
 //!
 //! The board is advisory, like telemetry: every co-located tenant maps it
 //! writable, and a filler that ignores it is still held to its token
-//! bucket share by the node manager. It can only make fillers wait.
+//! bucket share by the node manager. It makes fillers wait, and a primary
+//! only for a sample hold: at most [`MAX_SAMPLE_HOLD_NS`] per launch, and
+//! within a budget of its time its interposer keeps.
 //!
 //! Gap prediction ([`predict_gap`]): gaps shorter than the hold-off (the
 //! primary's own host time between dependent launches, e.g. between the
@@ -38,6 +40,16 @@
 //! fillers alternating kernel by kernel. A filler about to wait for its own
 //! SM-time tokens ends its turn ([`DeviceBoard::end_turn_of`]): the others
 //! would otherwise wait for a holder that is asleep.
+//!
+//! Sample holds ([`DeviceBoard::post_sample_hold`]): a filler kernel
+//! longer than a time slice is preempted by the primary's next launch, so a
+//! sample of it timed by events also holds the primary's slice (a 3 ms
+//! kernel beside 2 ms gaps read 5.4 ms). A filler's guarantee is counted
+//! in those estimates, so such a filler got about half of it. A filler
+//! timing one kernel of that length in a gap asks the primary to hold its
+//! launches until the kernel ran: it costs the primary about what the
+//! kernel's overrun of the gap costs it anyway, and holds are spaced
+//! ([`SAMPLE_HOLD_SPACING`]).
 
 use crate::MAX_DEVICES;
 use crate::bucket::CacheLine;
@@ -103,6 +115,22 @@ pub const OPENING_NS: u64 = 2 * POLL_NS;
 /// How long a filler's claim on the next gap's opening lasts without being
 /// renewed (a claimant that died, or took another gap, frees it).
 const CLAIM_LIFE_NS: u64 = 50_000_000;
+/// After a sample hold for a kernel of K, the next may be posted only this
+/// many K later: holds then cost a primary at most about 1/this of its
+/// time whatever the fillers' samplers ask (a stable kind is timed one
+/// launch in thousands anyway).
+pub const SAMPLE_HOLD_SPACING: u64 = 32;
+/// A sample hold lasts until the kernel's estimated end, an eighth of the
+/// kernel (a sample longer than that is left out of the estimate anyway)
+/// and this later, unless the filler's harvester read the sample and
+/// released it before: the hold word's unit (65.5 µs) and a little. The
+/// harvester looks every 200 µs while a sample is out, so a hold ends
+/// about then either way; a longer margin only makes the primary wait.
+pub const SAMPLE_HOLD_MARGIN_NS: u64 = 100_000;
+/// The longest sample hold: a hold word further off than this holds
+/// nobody, so a filler that writes one cannot stop its primary; kernels
+/// that long are timed without a hold.
+pub const MAX_SAMPLE_HOLD_NS: u64 = 50_000_000;
 
 /// The co-location state of one device.
 #[repr(C)]
@@ -125,6 +153,8 @@ pub struct DeviceBoard {
     /// A filler owed its guarantee waiting for the opening of a gap it can
     /// use: the others leave that opening to it.
     opening_claim: OpeningClaim,
+    /// A filler timing a long kernel holds the primary's launches.
+    sample_hold: SampleHold,
     /// Which filler has the device's filler work, and since when.
     turn: FillerTurn,
     /// Written by the primary's configuration (and its latency reports).
@@ -176,6 +206,18 @@ struct OpeningClaim {
     word: AtomicU64,
     /// The claimant's kernel estimate.
     est_ns: AtomicU64,
+}
+
+/// A filler's hold on the primary's launches while one of its long
+/// kernels is timed ([`DeviceBoard::post_sample_hold`]).
+#[repr(C, align(64))]
+struct SampleHold {
+    /// The holder's id in the high half and when the hold lapses in the
+    /// low ([`hold_word`]); 0: none. One word, so that a primary never
+    /// sees a holder without its deadline.
+    word: AtomicU64,
+    /// The earliest instant the next hold may be posted.
+    next_at_ns: AtomicU64,
 }
 
 /// What fillers read: written by the primary once per fillable gap.
@@ -231,7 +273,7 @@ pub struct GapBoard {
 // SAFETY: repr(C), atomics and padding only; all-zero is "no primary, no
 // history", a valid state.
 unsafe impl SharedLayout for GapBoard {
-    const MAGIC: u64 = 0x6469_6c75_4741_0005; // "diluGA" v5 (v5: opening claims)
+    const MAGIC: u64 = 0x6469_6c75_4741_0006; // "diluGA" v6 (v6: sample holds)
     fn magic(&self) -> &AtomicU64 {
         &self.magic
     }
@@ -267,6 +309,37 @@ fn claimant(word: u64, now: u64) -> Option<u32> {
     let filler = (word >> 32) as u32;
     let age = (((now >> 16) as u32).wrapping_sub(word as u32) as u64) << 16;
     (filler != 0 && age <= CLAIM_LIFE_NS).then_some(filler)
+}
+
+/// The sample-hold word of `filler` lasting until `until_ns` (65.5 µs
+/// units, wrapping, rounded up).
+fn hold_word(filler: u32, until_ns: u64) -> u64 {
+    (u64::from(filler) << 32) | (until_ns.div_ceil(1 << 16) & 0xFFFF_FFFF)
+}
+
+/// How long the hold in `word` still lasts at `now`; `None` when there is
+/// none or it lapsed.
+fn hold_left(word: u64, now: u64) -> Option<u64> {
+    if word >> 32 == 0 {
+        return None;
+    }
+    let left = (word as u32).wrapping_sub((now >> 16) as u32) as i32;
+    (left > 0).then_some((left as u64) << 16)
+}
+
+/// What [`DeviceBoard::post_sample_hold`] did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SampleHoldPost {
+    /// Not posted, and not needed or not possible: no primary is attached
+    /// (nothing preempts the kernel), or the kernel is too long to hold one
+    /// for ([`MAX_SAMPLE_HOLD_NS`]). Time the launch as it is.
+    TimeAsIs,
+    /// Posted: the primary's launches wait until it is released or lapses.
+    Posted,
+    /// Not posted (the primary has work in flight, another filler holds it,
+    /// or a hold was posted too lately): a sample now would hold the
+    /// primary's slice.
+    Refused,
 }
 
 /// What the board says to a filler's launch.
@@ -391,10 +464,12 @@ impl DeviceBoard {
         let mut current = busy_until;
         loop {
             let next = current.max(starts).saturating_add(est_ns);
+            // SeqCst: ordered against a filler's sample hold (see
+            // `post_sample_hold`).
             match self
                 .primary_busy_until
                 .0
-                .compare_exchange_weak(current, next, AcqRel, Relaxed)
+                .compare_exchange_weak(current, next, SeqCst, Relaxed)
             {
                 Ok(_) => return,
                 Err(actual) => current = actual,
@@ -692,6 +767,83 @@ impl DeviceBoard {
         }
     }
 
+    /// Filler side, before a timed launch of its kernel of `est_ns` (already
+    /// reserved on the board): the primary holds its launches until the
+    /// kernel ran, at most the kernel's estimate, an eighth and
+    /// [`SAMPLE_HOLD_MARGIN_NS`] after the fillers' queued work ends. Only
+    /// while the primary is idle (a kernel of it in flight would be in the
+    /// sample anyway), and at most once per [`SAMPLE_HOLD_SPACING`] kernels.
+    pub fn post_sample_hold(&self, filler: u32, now: u64, est_ns: u64) -> SampleHoldPost {
+        if self.params.primary_present.load(Acquire) == 0 {
+            return SampleHoldPost::TimeAsIs;
+        }
+        let hold = &self.sample_hold;
+        if hold.next_at_ns.load(Relaxed) > now {
+            return SampleHoldPost::Refused;
+        }
+        let ends = self.fillers_busy_until.0.load(Acquire).max(now + est_ns);
+        let until = ends
+            .saturating_add(est_ns / 8)
+            .saturating_add(SAMPLE_HOLD_MARGIN_NS);
+        // The word rounds up by less than its unit.
+        if until - now + (1 << 16) > MAX_SAMPLE_HOLD_NS {
+            return SampleHoldPost::TimeAsIs;
+        }
+        let word = hold_word(filler, until);
+        let current = hold.word.load(Acquire);
+        if hold_left(current, now).is_some()
+            || hold
+                .word
+                .compare_exchange(current, word, SeqCst, Relaxed)
+                .is_err()
+        {
+            return SampleHoldPost::Refused;
+        }
+        // All SeqCst, as the primary's publishing of a launch and its look
+        // at the hold: either it sees this hold at its next launch, or this
+        // sees that launch.
+        let idle = self.primary_syncing.0.load(SeqCst) == 0
+            && self.primary_busy_until.0.load(SeqCst) <= now;
+        if !idle {
+            let _ = hold.word.compare_exchange(word, 0, AcqRel, Relaxed);
+            return SampleHoldPost::Refused;
+        }
+        hold.next_at_ns.store(
+            now.saturating_add(SAMPLE_HOLD_SPACING.saturating_mul(est_ns)),
+            Relaxed,
+        );
+        SampleHoldPost::Posted
+    }
+
+    /// Filler side: `filler`'s sample was read (or will not be): the
+    /// primary may launch.
+    pub fn release_sample_hold(&self, filler: u32) {
+        let word = self.sample_hold.word.load(Acquire);
+        if (word >> 32) as u32 == filler {
+            let _ = self
+                .sample_hold
+                .word
+                .compare_exchange(word, 0, AcqRel, Relaxed);
+        }
+    }
+
+    /// Primary side, after [`DeviceBoard::primary_launch`] published the
+    /// launch: until when a filler's sample holds it (`None`: go).
+    #[inline]
+    pub fn sample_hold_until(&self, now: u64) -> Option<u64> {
+        hold_left(self.sample_hold.word.load(SeqCst), now)
+            .filter(|&left| left <= MAX_SAMPLE_HOLD_NS)
+            .map(|left| now + left)
+    }
+
+    /// Primary side: its launch of `est_ns` waited for a sample hold until
+    /// `now`: its work ends no earlier than `now + est_ns`.
+    pub fn primary_held(&self, now: u64, est_ns: u64) {
+        self.primary_busy_until
+            .0
+            .fetch_max(now.saturating_add(est_ns), AcqRel);
+    }
+
     /// Filler side: a launch was held at least once.
     pub fn record_held(&self) {
         self.filler_stats.filler_held.fetch_add(1, Relaxed);
@@ -832,6 +984,130 @@ mod tests {
         let gap = t + 4 * MS;
         b.primary_sync_end(gap);
         gap
+    }
+
+    #[test]
+    fn a_filler_timing_a_long_kernel_holds_the_primary_until_it_ran() {
+        let board = board();
+        let b = board.device(0);
+        let kernel = 3 * MS;
+        assert_eq!(
+            b.post_sample_hold(FILLER, 1_000 * MS, kernel),
+            SampleHoldPost::TimeAsIs
+        );
+        b.attach_primary(1, 0, DEFAULT_HOLDOFF_NS);
+        let gap = in_a_learned_gap(b);
+        let t = gap + DEFAULT_HOLDOFF_NS;
+        assert_eq!(
+            b.filler_admit_owed(t, kernel, false, FILLER, Owed::Overdue),
+            FillerGate::Fallback
+        );
+        assert_eq!(
+            b.post_sample_hold(FILLER, t, kernel),
+            SampleHoldPost::Posted
+        );
+        // Another filler cannot hold it too.
+        assert_eq!(
+            b.post_sample_hold(ONLINE_FILLER, t, kernel),
+            SampleHoldPost::Refused
+        );
+        // The primary's return 1 ms later waits for the kernel, at most its
+        // estimate, an eighth and the margin (give or take the word's two
+        // roundings).
+        let back = t + MS;
+        b.primary_launch(back, 500 * US);
+        let until = b.sample_hold_until(back).expect("held");
+        let ends = t + kernel;
+        assert!(
+            until >= ends + kernel / 8 + SAMPLE_HOLD_MARGIN_NS,
+            "{until}"
+        );
+        assert!(until <= ends + kernel / 8 + SAMPLE_HOLD_MARGIN_NS + (2 << 16));
+        assert_eq!(b.sample_hold_until(until), None, "lapsed");
+        // Read 300 µs after the kernel's end, the sample lets the primary go.
+        let released = ends + 300 * US;
+        b.release_sample_hold(ONLINE_FILLER);
+        assert!(
+            b.sample_hold_until(back).is_some(),
+            "only its holder releases it"
+        );
+        b.release_sample_hold(FILLER);
+        assert_eq!(b.sample_hold_until(back), None);
+        // Fillers see the held launch's work end after the hold.
+        b.primary_held(released, 500 * US);
+        assert_eq!(
+            b.filler_admit(released, 100 * US, false, FILLER),
+            FillerGate::WaitUntil(released + 500 * US)
+        );
+        // The next hold only after the spacing.
+        b.primary_sync_begin();
+        let next_gap = released + 500 * US;
+        b.primary_sync_end(next_gap);
+        let spaced = t + SAMPLE_HOLD_SPACING * kernel;
+        assert_eq!(
+            b.post_sample_hold(FILLER, next_gap + DEFAULT_HOLDOFF_NS, kernel),
+            SampleHoldPost::Refused
+        );
+        let later = spaced.max(next_gap + DEFAULT_HOLDOFF_NS);
+        assert_eq!(
+            b.post_sample_hold(FILLER, later, kernel),
+            SampleHoldPost::Posted
+        );
+    }
+
+    #[test]
+    fn a_sample_hold_never_lasts_longer_than_the_limit() {
+        let board = board();
+        let b = board.device(0);
+        b.attach_primary(1, 0, DEFAULT_HOLDOFF_NS);
+        let gap = in_a_learned_gap(b);
+        let t = gap + DEFAULT_HOLDOFF_NS;
+        // A kernel too long to hold the primary for is timed as it is.
+        assert_eq!(
+            b.post_sample_hold(FILLER, t, MAX_SAMPLE_HOLD_NS),
+            SampleHoldPost::TimeAsIs
+        );
+        assert_eq!(b.sample_hold_until(t), None);
+        // A hold word written by hand, further off than the limit (a
+        // filler ignoring the protocol), holds nobody.
+        for far in [MAX_SAMPLE_HOLD_NS + MS, 3_600_000 * MS] {
+            b.sample_hold
+                .word
+                .store(hold_word(FILLER, t + far), Relaxed);
+            assert_eq!(b.sample_hold_until(t), None, "{far} ns off");
+        }
+        b.sample_hold
+            .word
+            .store(hold_word(FILLER, t + 10 * MS), Relaxed);
+        assert!(b.sample_hold_until(t).is_some());
+    }
+
+    #[test]
+    fn no_sample_hold_while_the_primary_has_work_in_flight() {
+        let board = board();
+        let b = board.device(0);
+        b.attach_primary(1, 0, DEFAULT_HOLDOFF_NS);
+        let gap = in_a_learned_gap(b);
+        // The primary launched (after the filler was let in): the sample
+        // would hold its kernel, so no hold, and the primary is not held.
+        let t = gap + DEFAULT_HOLDOFF_NS;
+        b.primary_launch(t, 500 * US);
+        assert_eq!(
+            b.post_sample_hold(FILLER, t, 3 * MS),
+            SampleHoldPost::Refused
+        );
+        assert_eq!(b.sample_hold_until(t), None);
+        // Inside a synchronisation its work is in flight whatever the estimate.
+        b.primary_sync_begin();
+        assert_eq!(
+            b.post_sample_hold(FILLER, t + 5 * MS, 3 * MS),
+            SampleHoldPost::Refused
+        );
+        b.primary_sync_end(t + 6 * MS);
+        assert_eq!(
+            b.post_sample_hold(FILLER, t + 6 * MS, 3 * MS),
+            SampleHoldPost::Posted
+        );
     }
 
     #[test]

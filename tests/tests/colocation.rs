@@ -208,6 +208,44 @@ const GATED_ATTEMPTS: u32 = 3;
 /// Primary launches in the first 500 ms both programs run are not judged.
 const WARM_UP_NS: u64 = 500_000_000;
 
+/// Runs `filler`, then `primary` beside it, both tracing to `trace` and
+/// with no node manager at `no_daemon`, until the primary ends (and the
+/// filler, which ends by itself: its trace is written at exit); returns
+/// their process ids.
+fn run_beside(
+    mut primary: Command,
+    mut filler: Command,
+    trace: &std::path::Path,
+    no_daemon: &std::path::Path,
+) -> (u32, u32) {
+    for command in [&mut filler, &mut primary] {
+        command
+            .env("SIMGPU_TRACE", trace)
+            .env(dilu_abi::node_wire::SOCKET_ENV, no_daemon);
+    }
+    let mut processes = Processes(vec![filler.spawn().expect("start the filler")]);
+    let mut primary = primary.spawn().expect("start the primary");
+    let ids = (primary.id(), processes.0[0].id());
+    let deadline = Instant::now() + Duration::from_secs(120);
+    let status = loop {
+        if let Some(status) = primary.try_wait().unwrap() {
+            break status;
+        }
+        if Instant::now() > deadline {
+            let _ = primary.kill();
+            panic!("the primary ran past 120 s");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    assert!(status.success(), "the primary failed: {status}");
+    let filler_status = processes.0[0].wait().unwrap();
+    assert!(
+        filler_status.success(),
+        "the filler failed: {filler_status}"
+    );
+    ids
+}
+
 /// For each primary kernel launched while filler work was on the device:
 /// how much filler device time ran between its launch and its start.
 struct Waits {
@@ -229,7 +267,7 @@ fn primary_waits_beside_a_deep_filler(gated: bool) -> Waits {
     let launches = scratch.path("launches.txt");
     let no_daemon = scratch.path("no-nodemgr.sock");
     let filler_colo: &[&str] = if gated { &["--colo", "filler"] } else { &[] };
-    let mut filler = colo_run(
+    let filler = colo_run(
         &group,
         &[&["--tenant", &format!("{group}-filler")][..], filler_colo].concat(),
         "cudarc-loop",
@@ -260,33 +298,7 @@ fn primary_waits_beside_a_deep_filler(gated: bool) -> Waits {
         ],
     );
     primary.env("DILU_COLO_TOLERANCE", "1ms");
-    for command in [&mut filler, &mut primary] {
-        command
-            .env("SIMGPU_TRACE", &trace)
-            .env(dilu_abi::node_wire::SOCKET_ENV, &no_daemon);
-    }
-    let mut processes = Processes(vec![filler.spawn().expect("start the filler")]);
-    let mut primary = primary.spawn().expect("start the primary");
-    let primary_pid = primary.id();
-    let filler_pid = processes.0[0].id();
-    let deadline = Instant::now() + Duration::from_secs(120);
-    let status = loop {
-        if let Some(status) = primary.try_wait().unwrap() {
-            break status;
-        }
-        if Instant::now() > deadline {
-            let _ = primary.kill();
-            panic!("the primary ran past 120 s");
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    };
-    assert!(status.success(), "the primary failed: {status}");
-    // The filler ends by itself (its trace is written at exit).
-    let filler_status = processes.0[0].wait().unwrap();
-    assert!(
-        filler_status.success(),
-        "the filler failed: {filler_status}"
-    );
+    let (primary_pid, filler_pid) = run_beside(primary, filler, &trace, &no_daemon);
 
     let records = dilu_harness::workspace::read_trace(&trace);
     // Whole kernels (start of the first segment, end of the last).
@@ -439,5 +451,80 @@ fn a_filler_delays_the_primary_by_at_most_one_filler_kernel() {
         judge_gated(&ungated).is_err(),
         "without gating the same judgement should fail: {}",
         summary(&ungated)
+    );
+}
+
+/// A filler whose kernels fit no gap of the primary (3 ms kernels, 2 ms
+/// gaps) keeps its guaranteed share, measured as device time in simgpu's
+/// trace. Its kernels overrun the gaps, so the primary's next launch
+/// preempts them, and a sample timed by events alone held the primary's
+/// slice too (a 3 ms kernel read about 5.4 ms): counted in those
+/// estimates, the guarantee came to about half (10.5% of 20% in the
+/// colocation bench before sample holds; this run reads 11.3% with
+/// `DILU_SM_QUIET=off`, which times such kernels without a hold).
+/// Returns the filler's share.
+fn long_kernel_filler_share() -> f64 {
+    let scratch = Scratch::new("colo-guarantee");
+    let group = unique_name("colo-guarantee");
+    let _board = Board::of(&group);
+    let trace = scratch.path("trace.jsonl");
+    let no_daemon = scratch.path("no-nodemgr.sock");
+    let mut filler = colo_run(
+        &group,
+        &["--tenant", &format!("{group}-filler"), "--colo", "filler"],
+        "cudarc-loop",
+        &["--seconds", "7", "--blocks", "39600", "--depth", "32"],
+    );
+    filler.env("DILU_COLO_GUARANTEE", "20");
+    let primary = colo_run(
+        &group,
+        &["--tenant", &format!("{group}-primary"), "--colo", "primary"],
+        "demo-tenant",
+        &[
+            "train",
+            "--load-ms",
+            "2",
+            "--kernels",
+            "12",
+            "--blocks",
+            "3960",
+            "--seconds",
+            "5",
+            "--on-ms",
+            "1000",
+            "--off-ms",
+            "0",
+            "--slo-ms",
+            "1000",
+        ],
+    );
+    let (primary_pid, filler_pid) = run_beside(primary, filler, &trace, &no_daemon);
+
+    let records = dilu_harness::workspace::read_trace(&trace);
+    let primary_records = records.iter().filter(|r| r.pid == primary_pid);
+    let from = primary_records.clone().map(|r| r.start_ns).min().unwrap();
+    let to = primary_records.map(|r| r.end_ns).max().unwrap();
+    // Judged after the first second: the filler's first kernels are
+    // charged a guessed length until they were timed.
+    let from = from + 1_000_000_000;
+    assert!(to > from + 2_000_000_000, "the primary ran too briefly");
+    let busy = dilu_abi::simtrace::busy_ns_by_pid(&records, from, to);
+    busy.get(&filler_pid).copied().unwrap_or(0) as f64 / (to - from) as f64
+}
+
+#[test]
+fn a_filler_whose_kernels_fit_no_gap_keeps_its_guaranteed_share() {
+    let _serial = serial();
+    let share = long_kernel_filler_share();
+    eprintln!(
+        "filler of 3 ms kernels beside 2 ms gaps: {:.1}% of the device",
+        share * 100.0
+    );
+    // Its guarantee is 20%; it goes into gaps it does not fit only at that
+    // pace, so it takes about that much, not the device.
+    assert!(
+        (0.16..0.26).contains(&share),
+        "the filler had {:.1}% of the device against a 20% guarantee",
+        share * 100.0
     );
 }

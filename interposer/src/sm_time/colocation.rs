@@ -22,12 +22,21 @@
 //!   gap, or the primary's gaps are random and too short to tolerate, they
 //!   still go into gaps at that pace.
 //!
+//! A filler's sampled launch of a kind longer than a time slice holds the
+//! primary's launches until it was timed ([`hold_primary_for_sample`]):
+//! otherwise the sample holds the primary's slice, and the guarantee,
+//! counted in those estimates, comes to about half. The primary honours
+//! such holds for at most [`HONOURED_SAMPLE_HOLD_PPM`] of its time.
+//!
 //! Co-location acts on launches that go through SM-time control, so the
 //! process needs a tenant (`DILU_TENANT`, `dilu run --tenant`).
 
 use crate::sm_time::launch_control::sleep_until;
+use crate::sm_time::quiet_samples::HonouredHolds;
 use dilu_abi::units;
-use dilu_layout::colocation::{DEFAULT_HOLDOFF_NS, DeviceBoard, FillerGate, GapBoard, Owed};
+use dilu_layout::colocation::{
+    DEFAULT_HOLDOFF_NS, DeviceBoard, FillerGate, GapBoard, MAX_SAMPLE_HOLD_NS, Owed, SampleHoldPost,
+};
 use dilu_layout::ledger::MAX_DEVICES;
 use dilu_layout::monotonic_ns;
 use dilu_layout::shm::Region;
@@ -141,7 +150,8 @@ pub(crate) fn forget_parent_state_in_child() {
 /// Per device, this filler's launches at its guaranteed share (per
 /// process).
 static GUARANTEE: [GuaranteeClock; MAX_DEVICES] = [const { GuaranteeClock::new() }; MAX_DEVICES];
-/// GPU time a filler held back longer may catch up on at once.
+/// GPU time a filler held back longer may catch up on at once (or one of
+/// its kernels, where that is longer).
 const GUARANTEE_DEPTH_NS: u64 = 1_000_000;
 /// How far ahead of its guarantee a filler's record can run: time it had
 /// beyond its share longer ago than this gives no lasting lead.
@@ -174,7 +184,9 @@ impl GuaranteeClock {
 
     fn charge(&self, now: u64, est_ns: u64, guarantee_ppm: u32) {
         let wall = |gpu_ns: u64| at_share(gpu_ns, guarantee_ppm);
-        let floor = now.saturating_sub(wall(GUARANTEE_DEPTH_NS));
+        // At least one kernel of catching up: a depth shorter than the
+        // kernel would forfeit part of its share at every late launch.
+        let floor = now.saturating_sub(wall(GUARANTEE_DEPTH_NS.max(est_ns)));
         let ceiling = now.saturating_add(GUARANTEE_MEMORY_NS);
         let _ = self
             .0
@@ -285,8 +297,12 @@ pub fn before_launch(device: usize, est_ns: u64) -> u64 {
     let board = colo.board.device(device);
     match colo.config.role {
         Role::Primary => {
-            board.primary_launch(monotonic_ns(), est_ns);
-            0
+            let now = monotonic_ns();
+            board.primary_launch(now, est_ns);
+            match board.sample_hold_until(now) {
+                None => 0,
+                Some(_) => honour_sample_hold(board, device, now, est_ns),
+            }
         }
         Role::Filler { online } => {
             let now = monotonic_ns();
@@ -300,6 +316,91 @@ pub fn before_launch(device: usize, est_ns: u64) -> u64 {
             GUARANTEE[device].charge(now + waited, est_ns, guarantee);
             waited
         }
+    }
+}
+
+/// The share of its time a primary waits for fillers' sample holds at
+/// most (and [`HONOURED_SAMPLE_HOLD_DEPTH_NS`] more at once): the board
+/// spaces holds to about a third of this, so only a filler that ignores
+/// the spacing meets it.
+pub const HONOURED_SAMPLE_HOLD_PPM: u32 = 100_000;
+const HONOURED_SAMPLE_HOLD_DEPTH_NS: u64 = 20_000_000;
+static SAMPLE_HOLDS_HONOURED: HonouredHolds =
+    HonouredHolds::new(HONOURED_SAMPLE_HOLD_PPM, HONOURED_SAMPLE_HOLD_DEPTH_NS);
+/// How often a held primary looks whether the hold was released.
+const SAMPLE_HOLD_POLL_NS: u64 = 50_000;
+
+/// The primary's launch of `est_ns`, published at `began`, waits while a
+/// filler's sample holds it (within its budget); returns the time waited.
+#[cold]
+#[inline(never)]
+fn honour_sample_hold(board: &DeviceBoard, device: usize, began: u64, est_ns: u64) -> u64 {
+    if !SAMPLE_HOLDS_HONOURED.may_honour(device, began) {
+        tracing::debug!("sample hold ignored: the primary's budget for holds is spent");
+        return 0;
+    }
+    // One launch waits at most one hold's length, however often holds are
+    // posted anew.
+    let give_up = began + MAX_SAMPLE_HOLD_NS;
+    let mut now = began;
+    while let Some(until) = board.sample_hold_until(now)
+        && now < give_up
+    {
+        sleep_until(until.min(give_up).min(now + SAMPLE_HOLD_POLL_NS));
+        now = monotonic_ns();
+    }
+    SAMPLE_HOLDS_HONOURED.charge(device, now, now - began);
+    board.primary_held(now, est_ns);
+    now - began
+}
+
+/// What [`hold_primary_for_sample`] did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SampleHolding {
+    /// Time the launch as it is.
+    NotNeeded,
+    /// The primary holds its launches: release with
+    /// [`release_sample_hold`] once the sample was read.
+    Held,
+    /// A sample now would hold the primary's slice: leave it untimed.
+    Refused,
+}
+
+/// Before a filler's sampled launch of a kind of `estimate_ns`, at least a
+/// time slice long (the caller's rule, as for quiet samples): the
+/// primary's next launch would preempt the kernel and sit in its sample,
+/// so the primary is asked to hold its launches until the sample was read
+/// (see [`DeviceBoard::post_sample_hold`]). The launch was let in by the
+/// board, so the primary is in a gap; a kernel that fits it costs the
+/// primary nothing, one that overruns it costs about what the overrun does
+/// anyway. Only fillers hold; the primary's own samples are taken as they
+/// are.
+pub fn hold_primary_for_sample(device: usize, estimate_ns: u64) -> SampleHolding {
+    let Some(colo) = get() else {
+        return SampleHolding::NotNeeded;
+    };
+    if colo.config.role == Role::Primary {
+        return SampleHolding::NotNeeded;
+    }
+    let me = MY_PID.load(Ordering::Relaxed);
+    match colo
+        .board
+        .device(device)
+        .post_sample_hold(me, monotonic_ns(), estimate_ns)
+    {
+        SampleHoldPost::TimeAsIs => SampleHolding::NotNeeded,
+        SampleHoldPost::Posted => SampleHolding::Held,
+        SampleHoldPost::Refused => SampleHolding::Refused,
+    }
+}
+
+/// The sample a filler's hold on `device` was for was read (or will not
+/// be).
+pub fn release_sample_hold(device: usize) {
+    if let Some(colo) = get() {
+        colo.board
+            .device(device)
+            .release_sample_hold(MY_PID.load(Ordering::Relaxed));
     }
 }
 

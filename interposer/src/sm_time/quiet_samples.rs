@@ -24,8 +24,10 @@
 //!
 //! There is one board per GPU and user, named by the GPU's UUID.
 //!
-//! Not part of it: co-located tenants (a primary must never wait for a
-//! filler's sample; the gap board already decides when fillers run),
+//! Not part of it: co-located tenants (the gap board decides when fillers
+//! run; a filler's long kind is timed under the gap board's own hold,
+//! which only its primary honours, see
+//! [`colocation::hold_primary_for_sample`](crate::sm_time::colocation::hold_primary_for_sample)),
 //! processes of other users (the board is per user, like the tenant
 //! regions), and `DILU_SM_QUIET=off`. Without the board, samples are taken
 //! as before.
@@ -76,33 +78,52 @@ const NO_SLOT: u32 = u32::MAX;
 static SLOT: [AtomicU32; MAX_DEVICES] = [const { AtomicU32::new(NO_SLOT) }; MAX_DEVICES];
 /// This process's pid (refreshed in a forked child).
 static MY_PID: AtomicU32 = AtomicU32::new(0);
-/// Hold time honoured per device: GCRA's theoretical arrival time at
-/// [`HONOURED_PPM`]. Not a `dilu_layout::bucket::TokenBucket`: its `admit`
-/// charges before it answers, and an ignored hold must cost nothing.
-static HONOURED_TAT: [AtomicU64; MAX_DEVICES] = [const { AtomicU64::new(0) }; MAX_DEVICES];
-
-/// Whether `device`'s budget for holds has room at `now_ns`.
-fn may_honour(device: usize, now_ns: u64) -> bool {
-    HONOURED_TAT[device]
-        .load(Ordering::Relaxed)
-        .saturating_sub(HONOURED_DEPTH_NS)
-        <= now_ns
+/// Hold time honoured per device, at most `ppm` of the time and
+/// `depth_ns` more at once: GCRA's theoretical arrival time. Not a
+/// `dilu_layout::bucket::TokenBucket`: its `admit` charges before it
+/// answers, and an ignored hold must cost nothing.
+pub(crate) struct HonouredHolds {
+    tat: [AtomicU64; MAX_DEVICES],
+    ppm: u32,
+    depth_ns: u64,
 }
 
-/// Charges `idle_ns` of honoured hold to `device`'s budget.
-fn charge_honoured(device: usize, now_ns: u64, idle_ns: u64) {
-    let cost = idle_ns.saturating_mul(1_000_000) / u64::from(HONOURED_PPM);
-    let tat = &HONOURED_TAT[device];
-    let mut current = tat.load(Ordering::Relaxed);
-    while let Err(actual) = tat.compare_exchange_weak(
-        current,
-        current.max(now_ns - idle_ns).saturating_add(cost),
-        Ordering::AcqRel,
-        Ordering::Relaxed,
-    ) {
-        current = actual;
+impl HonouredHolds {
+    pub(crate) const fn new(ppm: u32, depth_ns: u64) -> Self {
+        Self {
+            tat: [const { AtomicU64::new(0) }; MAX_DEVICES],
+            ppm,
+            depth_ns,
+        }
+    }
+
+    /// Whether `device`'s budget for holds has room at `now_ns`.
+    pub(crate) fn may_honour(&self, device: usize, now_ns: u64) -> bool {
+        self.tat[device]
+            .load(Ordering::Relaxed)
+            .saturating_sub(self.depth_ns)
+            <= now_ns
+    }
+
+    /// Charges `idle_ns` of honoured hold, ending at `now_ns`, to
+    /// `device`'s budget.
+    pub(crate) fn charge(&self, device: usize, now_ns: u64, idle_ns: u64) {
+        let cost = idle_ns.saturating_mul(1_000_000) / u64::from(self.ppm.max(1));
+        let tat = &self.tat[device];
+        let mut current = tat.load(Ordering::Relaxed);
+        while let Err(actual) = tat.compare_exchange_weak(
+            current,
+            current.max(now_ns - idle_ns).saturating_add(cost),
+            Ordering::AcqRel,
+            Ordering::Relaxed,
+        ) {
+            current = actual;
+        }
     }
 }
+
+/// The quiet board's holds this process honoured.
+static HONOURED: HonouredHolds = HonouredHolds::new(HONOURED_PPM, HONOURED_DEPTH_NS);
 
 /// `device`'s board (by the GPU's UUID), mapping it on first use; `None`
 /// when quiet samples and fair turns are both off, in co-location, or the
@@ -225,7 +246,7 @@ fn held(device: usize, board: &DeviceQuiet, stream: sys::CUstream, per_thread: b
     let Some(first) = board.posted_for(me, began) else {
         return 0;
     };
-    if !may_honour(device, began) {
+    if !HONOURED.may_honour(device, began) {
         tracing::debug!("quiet hold ignored: this process's budget for holds is spent");
         return 0;
     }
@@ -248,7 +269,7 @@ fn held(device: usize, board: &DeviceQuiet, stream: sys::CUstream, per_thread: b
         now = monotonic_ns();
     }
     let acknowledged = drained_at.is_some();
-    charge_honoured(device, now, now - drained_at.unwrap_or(now));
+    HONOURED.charge(device, now, now - drained_at.unwrap_or(now));
     tracing::trace!(
         seq = first.seq,
         held_ns = now - began,
@@ -295,6 +316,9 @@ pub struct QuietHold {
     device: usize,
     seq: u64,
     drained: bool,
+    /// Posted on the co-location gap board (a filler holding its primary),
+    /// not on the quiet board.
+    on_gap_board: bool,
 }
 
 impl QuietHold {
@@ -334,6 +358,19 @@ pub fn clear_the_device(
     if !crate::config::get().quiet_samples {
         return Clearing::NotNeeded;
     }
+    if crate::sm_time::colocation::active() {
+        use crate::sm_time::colocation::{SampleHolding, hold_primary_for_sample};
+        return match hold_primary_for_sample(device, estimate_ns) {
+            SampleHolding::NotNeeded => Clearing::NotNeeded,
+            SampleHolding::Held => Clearing::Held(QuietHold {
+                device,
+                seq: 0,
+                drained: true,
+                on_gap_board: true,
+            }),
+            SampleHolding::Refused => Clearing::Busy,
+        };
+    }
     let Some(board) = board(device) else {
         return Clearing::NotNeeded;
     };
@@ -368,12 +405,15 @@ pub fn clear_the_device(
         device,
         seq,
         drained,
+        on_gap_board: false,
     })
 }
 
 /// Ends a hold (its sample was read, or is not taken).
 pub fn release(hold: QuietHold) {
-    if let Some(board) = mapped(hold.device) {
+    if hold.on_gap_board {
+        crate::sm_time::colocation::release_sample_hold(hold.device);
+    } else if let Some(board) = mapped(hold.device) {
         board.release(hold.seq);
     }
 }
@@ -400,8 +440,8 @@ mod tests {
         let mut idle = 0;
         let start = now;
         while now < start + 1_000_000_000 {
-            if may_honour(device, now) {
-                charge_honoured(device, now + 20_000_000, 20_000_000);
+            if HONOURED.may_honour(device, now) {
+                HONOURED.charge(device, now + 20_000_000, 20_000_000);
                 idle += 20_000_000;
             }
             now += 20_000_000;
@@ -410,6 +450,6 @@ mod tests {
         assert!(idle <= allowed + 20_000_000, "idled {idle} ns");
         assert!(idle >= 200_000_000, "honoured too little: {idle} ns");
         // Refused holds cost nothing: after a quiet spell it honours again.
-        assert!(may_honour(device, now + 2_000_000_000));
+        assert!(HONOURED.may_honour(device, now + 2_000_000_000));
     }
 }
