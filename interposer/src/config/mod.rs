@@ -13,7 +13,7 @@
 //! | `DILU_SM_BURST` | GPU time a throttled tenant releases at once (see [`crate::config::sm`]); default 2ms, `0` paces each launch |
 //! | `DILU_CONTEXT_MEMORY` | memory charged per process and device for the CUDA context itself; default 256MiB |
 //! | `DILU_USAGE_FEEDBACK` | `on` (default) or `off`: settle SM-time charges against NVML's per-process busy time (see [`crate::sm_time::usage_feedback`]) |
-//! | `DILU_SM_QUIET` | `on` (default) or `off`: time kernels of 1 ms or more while the device's other dilu processes of this user hold their launches (see [`crate::sm_time::quiet_samples`]) |
+//! | `DILU_SM_QUIET` | `on` (default) or `off`: time kernels of 1 ms or more while the device's other dilu processes of this user hold their launches (see [`crate::sm_time::quiet_samples`]; a co-located filler's, while its primary holds them) |
 //! | `DILU_SM_TURNS` | `on` (default) or `off`: dilu processes of this user sharing a device take turns by their shares while each waits on it (see [`crate::sm_time::fair_turns`]) |
 //! | `DILU_SM_SAMPLE_APART` | `on` (default) or `off`: run a timed launch apart from the process's other streams (see [`crate::sm_time::sampler`]) |
 //!

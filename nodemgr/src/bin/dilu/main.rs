@@ -168,7 +168,9 @@ struct SpecArgs {
     #[arg(long, value_name = "MS")]
     slo_ms: Option<f64>,
     /// Guaranteed SM-time share, percent (for a co-location filler also
-    /// the share it keeps when its kernels fit none of the primary's gaps).
+    /// the share it keeps when its kernels fit none of the primary's gaps,
+    /// which the primary pays for by their overrun; DILU_COLO_GUARANTEE
+    /// sets another).
     #[arg(long, value_name = "PCT")]
     sm_request: Option<f64>,
     /// Most SM-time share the tenant may use when others idle, percent.
