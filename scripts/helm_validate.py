@@ -1,5 +1,8 @@
 """Renders the Helm chart with Helm's own template engine and validates every
-rendered object against the Kubernetes OpenAPI schemas.
+rendered object against the Kubernetes OpenAPI schemas, with the defaults
+and with every optional object on; checks that the metrics Service,
+annotations and ServiceMonitor reach the node manager's /metrics port, and
+that values the chart must refuse are refused.
 
 Helm's engine comes from PyPI's `helm-python-sdk` (it bundles Helm v4's
 library, so no `helm` binary is needed; none is packaged for Linux on PyPI
@@ -14,6 +17,96 @@ import kubernetes_validate
 import yaml
 
 
+# Values CI renders besides the defaults: every optional object on.
+ALL_ON = {
+    "scheduler": {"replicas": 2},
+    "node": {"runtimeClassName": ""},
+    "metrics": {"serviceMonitor": {"enabled": True, "labels": {"release": "prometheus"}}},
+}
+# Values the chart must refuse to render.
+REFUSED = {
+    "several schedulers without leader election": {
+        "scheduler": {"replicas": 2, "leaderElection": False}
+    },
+}
+# Kinds of CRDs, which Kubernetes' schemas do not know: checked by
+# metrics_wiring below instead.
+CRD_KINDS = {"ServiceMonitor"}
+
+
+def render(chart_dir: str, values: dict) -> list:
+    with helm.Chart.load(chart_dir) as chart:
+        rendered = chart.render(values, name="dilu", namespace="dilu-system")
+    documents = []
+    for name, text in sorted(rendered.items()):
+        if name.endswith((".yaml", ".yml")):
+            documents += [(name, d) for d in yaml.safe_load_all(text) if d]
+    return documents
+
+
+def find(documents: list, kind: str, name: str):
+    for _, d in documents:
+        if d["kind"] == kind and d["metadata"]["name"] == name:
+            return d
+    return None
+
+
+def metrics_wiring(documents: list) -> list:
+    """What would leave /metrics unscraped: the Service selecting no node
+    pod, a port that is not the one the node manager listens on, a
+    ServiceMonitor selecting no Service."""
+    problems = []
+    daemonset = find(documents, "DaemonSet", "dilu-node")
+    service = find(documents, "Service", "dilu-node-metrics")
+    config = find(documents, "ConfigMap", "dilu-node-config")
+    if not (daemonset and service and config):
+        return ["the node DaemonSet, its metrics Service or its ConfigMap is missing"]
+    pod = daemonset["spec"]["template"]
+    labels = pod["metadata"]["labels"]
+    if any(labels.get(k) != v for k, v in service["spec"]["selector"].items()):
+        problems.append(f"Service selector {service['spec']['selector']} matches no node pod {labels}")
+    nodemgr = next(c for c in pod["spec"]["containers"] if c["name"] == "nodemgr")
+    ports = {p["name"]: p["containerPort"] for p in nodemgr.get("ports", [])}
+    port = service["spec"]["ports"][0]
+    if ports.get(port["targetPort"]) != port["port"]:
+        problems.append(f"Service port {port} is not the nodemgr container's {ports}")
+    listen = [l for l in config["data"]["nodemgr.toml"].splitlines() if l.startswith("metrics")]
+    if not listen or not listen[0].rstrip('"').endswith(f":{port['port']}") or "127.0.0.1" in listen[0]:
+        problems.append(f"the node manager listens on {listen}, not on all addresses at port {port['port']}")
+    annotations = pod["metadata"].get("annotations", {})
+    if annotations and annotations.get("prometheus.io/port") != str(port["port"]):
+        problems.append(f"scrape annotations name port {annotations.get('prometheus.io/port')}")
+    monitor = find(documents, "ServiceMonitor", "dilu-node")
+    if monitor:
+        selector = monitor["spec"]["selector"]["matchLabels"]
+        service_labels = service["metadata"]["labels"]
+        if any(service_labels.get(k) != v for k, v in selector.items()):
+            problems.append(f"ServiceMonitor selector {selector} does not match the Service's labels")
+        if any(e["port"] != port["name"] for e in monitor["spec"]["endpoints"]):
+            problems.append("a ServiceMonitor endpoint names a port the Service does not have")
+    return problems
+
+
+def validate(documents: list, version: str, label: str) -> tuple:
+    objects, failures = 0, 0
+    for name, document in documents:
+        objects += 1
+        what = f"{label}: {name}: {document.get('kind')}/{document.get('metadata', {}).get('name')}"
+        if document.get("kind") in CRD_KINDS:
+            print(f"crd     {what} (checked by the metrics wiring)")
+            continue
+        try:
+            kubernetes_validate.validate(document, version, strict=True)
+            print(f"valid   {what}")
+        except kubernetes_validate.ValidationError as error:
+            failures += 1
+            print(f"INVALID {what}: {error.message} at {list(error.path)}")
+    for problem in metrics_wiring(documents):
+        failures += 1
+        print(f"WIRING  {label}: {problem}")
+    return objects, failures
+
+
 def main(chart_dir: str, version: str) -> int:
     failures = 0
     lint = helm.lint(chart_dir)
@@ -23,22 +116,17 @@ def main(chart_dir: str, version: str) -> int:
         print(f"LINT ERROR: {error}")
         failures += 1
     objects = 0
-    with helm.Chart.load(chart_dir) as chart:
-        rendered = chart.render({}, name="dilu", namespace="dilu-system")
-    for name, text in sorted(rendered.items()):
-        if not name.endswith((".yaml", ".yml")):
-            continue
-        for document in yaml.safe_load_all(text):
-            if not document:
-                continue
-            objects += 1
-            label = f"{name}: {document.get('kind')}/{document.get('metadata', {}).get('name')}"
-            try:
-                kubernetes_validate.validate(document, version, strict=True)
-                print(f"valid   {label}")
-            except kubernetes_validate.ValidationError as error:
-                failures += 1
-                print(f"INVALID {label}: {error.message} at {list(error.path)}")
+    for label, values in [("defaults", {}), ("all options on", ALL_ON)]:
+        counted, failed = validate(render(chart_dir, values), version, label)
+        objects += counted
+        failures += failed
+    for why, values in REFUSED.items():
+        try:
+            render(chart_dir, values)
+            failures += 1
+            print(f"RENDERED {why}: the chart must refuse it")
+        except Exception as error:  # Helm's engine reports a template failure as an exception
+            print(f"refused {why}: {str(error).splitlines()[0][:160]}")
     print(f"{max(objects - failures, 0)} passed, {failures} failed")
     return 1 if failures or objects == 0 else 0
 
