@@ -385,3 +385,7 @@ mod tests {
         }
     }
 }
+
+#[cfg(test)]
+#[path = "config_example_tests.rs"]
+mod example_tests;
