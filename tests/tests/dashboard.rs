@@ -73,7 +73,7 @@ fn label_names(matchers: &str) -> Vec<String> {
 }
 
 /// What one panel query names: its metrics and, per metric, the labels its
-/// selector matches on; and the labels it groups by.
+/// selector matches on; and the labels it groups or matches by.
 struct Query {
     metrics: Vec<(String, Vec<String>)>,
     grouped_by: Vec<String>,
@@ -101,7 +101,12 @@ fn parse_query(expr: &str) -> Query {
     }
     let mut grouped_by = Vec::new();
     let mut rest = expr;
-    while let Some(at) = rest.find(" by (") {
+    // `sum by (...)` and `and on (...)`.
+    while let Some(at) = [" by (", " on ("]
+        .iter()
+        .filter_map(|clause| rest.find(clause))
+        .min()
+    {
         let (inner, after) = rest[at + 5..].split_once(')').expect("by (...) is closed");
         grouped_by.extend(inner.split(',').map(|l| l.trim().to_string()));
         rest = after;
