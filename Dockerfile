@@ -7,7 +7,9 @@
 #   docker build -t dilu/dilu:0.1.0 .        (or: podman build, buildah bud)
 #   docker run --rm dilu/dilu:0.1.0 dilu demo
 
-FROM docker.io/library/rust:1.88-slim-bookworm AS build
+# The Rust release CI builds and tests with (Cargo.toml's rust-version is the
+# oldest the code declares, not one CI checks).
+FROM docker.io/library/rust:1.95-slim-bookworm AS build
 WORKDIR /src
 COPY . .
 # With the example /etc/dilu/nodemgr.toml (the chart mounts its own /etc/dilu).
