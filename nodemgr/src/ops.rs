@@ -99,7 +99,11 @@ pub fn format_status(status: &NodeStatus) -> String {
             memory,
             pct(t.spec.sm_request_pct),
             pct(t.spec.sm_limit_pct),
-            pct(t.sm_current_pct),
+            if t.waiting {
+                "0% wait".to_string()
+            } else {
+                pct(t.sm_current_pct)
+            },
             format!("{:.1}%", t.sm_achieved_pct),
             t.throttled_seconds_total,
             latency,
@@ -116,6 +120,18 @@ pub fn format_status(status: &NodeStatus) -> String {
         .collect();
     if !placed.is_empty() {
         let _ = writeln!(out, "placed by dilu run: {}", placed.join(", "));
+    }
+    for t in status.tenants.iter().filter(|t| t.waiting) {
+        let why = if t.spec.sm_limit_pct == 0.0 {
+            "its SM limit is 0"
+        } else {
+            "other tenants' requests reserve the whole device"
+        };
+        let _ = writeln!(
+            out,
+            "waiting: {} has SM share 0 ({why}); `dilu set {} --sm-limit PCT` (or lower requests) lets it run",
+            t.name, t.name
+        );
     }
     for c in &status.colocation {
         let _ = writeln!(out, "{}", format_colocation(c));
