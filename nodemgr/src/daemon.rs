@@ -474,3 +474,19 @@ pub fn run(config: Config, foreground: bool) -> Result<(), String> {
     daemon.stop();
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_permission_error_at_start_names_the_flags_for_a_private_daemon() {
+        let denied = std::io::Error::from(std::io::ErrorKind::PermissionDenied);
+        let message = with_hint("/run/dilu: Permission denied".into(), &denied);
+        for needed in ["root", "--socket", "--run-dir", "DILU_NODEMGR_SOCKET"] {
+            assert!(message.contains(needed), "{needed}: {message}");
+        }
+        let other = std::io::Error::from(std::io::ErrorKind::NotFound);
+        assert_eq!(with_hint("x".into(), &other), "x");
+    }
+}

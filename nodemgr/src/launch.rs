@@ -194,11 +194,14 @@ pub fn default_tenant(program: &str, pid: u32) -> String {
     name + &suffix
 }
 
-/// Flags that only a node manager reads, by name, where given.
+/// Flags that only a node manager reads, by name, where given (a
+/// co-location primary's class comes with its role, and its SLO is its
+/// tolerance's bound without a node manager too).
 fn node_manager_flags(spec: &LaunchSpec) -> Vec<&'static str> {
+    let primary = spec.colo.as_deref() == Some("primary");
     [
-        ("--class", spec.class.is_some()),
-        ("--slo-ms", spec.slo_ms.is_some()),
+        ("--class", spec.class.is_some() && !primary),
+        ("--slo-ms", spec.slo_ms.is_some() && !primary),
         ("--sm-request", spec.sm_request.is_some()),
         ("--sm-limit", spec.sm_limit.is_some()),
     ]

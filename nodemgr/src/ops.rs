@@ -122,15 +122,21 @@ pub fn format_status(status: &NodeStatus) -> String {
         let _ = writeln!(out, "placed by dilu run: {}", placed.join(", "));
     }
     for t in status.tenants.iter().filter(|t| t.waiting) {
-        let why = if t.spec.sm_limit_pct == 0.0 {
-            "its SM limit is 0"
+        let (why, fix) = if t.spec.sm_limit_pct == 0.0 {
+            (
+                "its SM limit is 0",
+                format!("`dilu set {} --sm-limit PCT`", t.name),
+            )
         } else {
-            "other tenants' requests reserve the whole device"
+            (
+                "other tenants' requests reserve the whole device",
+                "lowering one with `dilu set NAME --sm-request PCT`".to_string(),
+            )
         };
         let _ = writeln!(
             out,
-            "waiting: {} has SM share 0 ({why}); `dilu set {} --sm-limit PCT` (or lower requests) lets it run",
-            t.name, t.name
+            "waiting: {} has SM share 0 ({why}); {fix} lets it run",
+            t.name
         );
     }
     for c in &status.colocation {

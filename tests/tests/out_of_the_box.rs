@@ -320,6 +320,31 @@ fn flags_only_a_node_manager_reads_are_said_to_do_nothing_without_one() {
         stderr.contains("--sm-request take effect only under a node manager"),
         "{stderr}"
     );
+    // A primary's class comes with its role, and its SLO bounds its
+    // tolerance without a node manager too: nothing to say.
+    let output = Command::new(dilu())
+        .args([
+            "run", "--sim", "--colo", "primary", "--slo-ms", "8", "--", "true",
+        ])
+        .env("DILU_NODEMGR_SOCKET", "/nonexistent/dilu.sock")
+        .output()
+        .unwrap();
+    assert!(output.status.success());
+    assert!(output.stderr.is_empty(), "{}", text(&output.stderr));
+    // `dilu set` takes no role: refused, not dropped.
+    let output = Command::new(dilu())
+        .args([
+            "set",
+            "x",
+            "--colo",
+            "filler",
+            "--socket",
+            "/nonexistent/dilu.sock",
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(output.status.code(), Some(2));
+    assert!(text(&output.stderr).contains("--colo and --profile are given to `dilu run`"));
 }
 
 #[test]

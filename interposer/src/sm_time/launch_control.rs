@@ -318,8 +318,9 @@ fn zero_share_notice(device: usize) {
             .unwrap_or("(this process)");
         eprintln!(
             "dilu-interposer: tenant {tenant} has an SM-time share of 0 on device {device}, \
-             so its kernel launches wait until it is raised (the node manager's `dilu status` \
-             shows it waiting; `dilu set {tenant} --sm-limit PCT` raises its limit)"
+             so its kernel launches wait until it is raised: `dilu status` says why (a limit \
+             of 0: `dilu set {tenant} --sm-limit PCT`; other tenants' requests reserving the \
+             whole device: lower them with `dilu set NAME --sm-request PCT`)"
         );
     });
 }

@@ -417,6 +417,13 @@ fn main() -> ExitCode {
             .and_then(|interval| ops::top(&args.socket.path(), interval, args.count))
             .map(|()| ExitCode::SUCCESS),
         Command::Set(args) => (|| {
+            if args.spec.colo.is_some() || args.spec.profile.is_some() {
+                return Err(
+                    "--colo and --profile are given to `dilu run` when a tenant starts; \
+                     `dilu set` changes --class, --slo-ms, --sm-request, --sm-limit and --mem"
+                        .to_string(),
+                );
+            }
             let update = SpecUpdate {
                 class: parse_class(args.spec.class.as_deref())?,
                 slo_ms: args.spec.slo_ms,
