@@ -1,4 +1,4 @@
-/* Asks NVML for GPU 0's memory before touching CUDA, forks, and uses CUDA
+/* Asks NVML for every GPU's memory before touching CUDA, forks, and uses CUDA
  * in the child (initialise, retain the primary context, allocate, set and
  * synchronise), as vLLM does when it forks its engine process after asking
  * NVML how big the GPU is. A driver initialised in the parent cannot be used
@@ -61,17 +61,22 @@ int main(int argc, char **argv) {
         return 1;
     }
     nvmlReturn_t (*nvml_init)(void) = must(h, "nvmlInit_v2");
+    nvmlReturn_t (*count)(unsigned int *) = must(h, "nvmlDeviceGetCount_v2");
     nvmlReturn_t (*handle)(unsigned int, nvmlDevice_t *) = must(h, "nvmlDeviceGetHandleByIndex_v2");
     nvmlReturn_t (*info)(nvmlDevice_t, nvmlMemory_t *) = must(h, "nvmlDeviceGetMemoryInfo");
-    nvmlDevice_t device;
-    nvmlMemory_t memory = {0};
+    unsigned int gpus = 0;
     int r = nvml_init();
-    if (!r) r = handle(0, &device);
-    if (!r) r = info(device, &memory);
-    printf("{\"step\":\"nvml\",\"result\":%d,\"total\":%llu,\"free\":%llu}\n", r, memory.total,
-           memory.free);
+    if (!r) r = count(&gpus);
+    for (unsigned int i = 0; !r && i < gpus; i++) {
+        nvmlDevice_t device;
+        nvmlMemory_t memory = {0};
+        r = handle(i, &device);
+        if (!r) r = info(device, &memory);
+        printf("{\"step\":\"nvml\",\"index\":%u,\"result\":%d,\"total\":%llu,\"free\":%llu}\n", i,
+               r, memory.total, memory.free);
+    }
     fflush(stdout);
-    if (r) return 1;
+    if (r || gpus == 0) return 1;
     pid_t child = fork();
     if (child < 0) {
         perror("nvml-fork: fork");

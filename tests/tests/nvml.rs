@@ -271,9 +271,9 @@ fn simulated_nvml_passes_through_devices_without_a_budget() {
 }
 
 /// Runs `nvml-fork` (NVML asked, then a fork, then CUDA in the child and in
-/// the parent) under `dilu run --sim FLAGS` on simgpu's NVML; returns its
-/// JSON lines, having asserted that every step succeeded.
-fn nvml_then_fork(flags: &[&str]) -> Vec<Value> {
+/// the parent) under `dilu run --sim FLAGS` on simgpu's NVML with `env`;
+/// returns its JSON lines, having asserted that every step succeeded.
+fn nvml_then_fork(flags: &[&str], env: &[(&str, &str)]) -> Vec<Value> {
     let instance = unique_name("nvml-fork");
     let mut command = Command::new(dilu());
     command
@@ -287,6 +287,9 @@ fn nvml_then_fork(flags: &[&str]) -> Vec<Value> {
         .env_remove("DILU_MEM_LIMIT")
         .env_remove("DILU_TENANT")
         .env_remove("DILU_SM_LIMIT");
+    for (key, value) in env {
+        command.env(key, value);
+    }
     let output = output_within(command, Duration::from_secs(120));
     // SAFETY: getuid has no preconditions.
     let uid = unsafe { libc::getuid() };
@@ -317,11 +320,12 @@ fn nvml_then_fork(flags: &[&str]) -> Vec<Value> {
     lines
 }
 
-fn nvml_total(lines: &[Value]) -> u64 {
+/// What NVML reported as GPU `index`'s total memory before CUDA started.
+fn nvml_total(lines: &[Value], index: u64) -> u64 {
     let nvml = lines
         .iter()
-        .find(|l| l["step"] == "nvml")
-        .unwrap_or_else(|| panic!("no NVML line: {lines:?}"));
+        .find(|l| l["step"] == "nvml" && l["index"] == index)
+        .unwrap_or_else(|| panic!("no NVML line for GPU {index}: {lines:?}"));
     assert_eq!(nvml["result"], 0, "{nvml}");
     nvml["total"].as_u64().expect("total")
 }
@@ -330,14 +334,27 @@ fn nvml_total(lines: &[Value]) -> u64 {
 fn a_program_that_asks_nvml_then_forks_can_use_cuda_in_the_child_under_mem() {
     // vLLM's shape: NVML first, then the engine process is forked. The
     // budget must already show in NVML's answer, before CUDA is initialised.
-    let lines = nvml_then_fork(&["--mem", "1GiB"]);
-    assert_eq!(nvml_total(&lines), GIB);
+    let lines = nvml_then_fork(&["--mem", "1GiB"], &[]);
+    assert_eq!(nvml_total(&lines, 0), GIB);
+}
+
+#[test]
+fn before_cuda_starts_nvml_finds_the_budgeted_gpu_through_cuda_visible_devices() {
+    // CUDA device 0 is simgpu's device 1 (NVML's GPU 1). Without the driver
+    // the interposer must still put the budget on NVML's GPU 1 and leave
+    // GPU 0, which the program cannot use, as it is.
+    let lines = nvml_then_fork(
+        &["--mem", "1GiB"],
+        &[("SIMGPU_DEVICES", "2"), ("CUDA_VISIBLE_DEVICES", "1")],
+    );
+    assert_eq!(nvml_total(&lines, 1), GIB);
+    assert_eq!(nvml_total(&lines, 0), 80 * GIB);
 }
 
 #[test]
 fn a_program_that_asks_nvml_then_forks_can_use_cuda_in_the_child_under_sm() {
     // A named tenant: its (standalone) ledger is set up at the NVML query.
     let tenant = unique_name("nvml-fork-sm");
-    let lines = nvml_then_fork(&["--sm", "50", "--tenant", &tenant]);
-    assert_eq!(nvml_total(&lines), 80 * GIB);
+    let lines = nvml_then_fork(&["--sm", "50", "--tenant", &tenant], &[]);
+    assert_eq!(nvml_total(&lines, 0), 80 * GIB);
 }
