@@ -176,7 +176,7 @@ impl TenantSm {
     #[inline]
     pub fn current_device(&self) -> usize {
         self.current_device
-            .get_or_init(|| CurrentDevice::new(devices::real_device_count()))
+            .get_or_init(|| CurrentDevice::new(devices::cuda_device_count()))
             .get()
     }
 
