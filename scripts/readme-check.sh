@@ -1,0 +1,64 @@
+#!/usr/bin/env bash
+# Checks README.md and docs/*.md: README.md at most 400 lines, no commit
+# hashes and no "ad hoc" in it (history belongs to git, mechanisms to docs/),
+# and every relative link in README.md and docs/*.md names a file that
+# exists. Prints one line per problem; exits 1 if there is any.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+max_lines=400
+problems=0
+problem() {
+  echo "readme-check: $*" >&2
+  problems=$((problems + 1))
+}
+
+lines=$(wc -l < README.md)
+if (( lines > max_lines )); then
+  problem "README.md has $lines lines (at most $max_lines)"
+fi
+
+# A commit hash: 7 to 40 lowercase hex digits standing alone, with at least
+# one digit and one letter (so plain numbers and words are not taken for one).
+while IFS= read -r hit; do
+  line=${hit%%:*}
+  word=${hit#*:}
+  if [[ $word =~ [0-9] && $word =~ [a-f] ]]; then
+    problem "README.md:$line: looks like a commit hash: $word"
+  fi
+done < <(grep -noE '\b[0-9a-f]{7,40}\b' README.md || true)
+
+ad_hoc='\bad[[:space:]-]+hoc\b'
+while IFS= read -r hit; do
+  problem "README.md:${hit%%:*}: says \"ad hoc\""
+done < <(grep -niE "$ad_hoc" README.md || true)
+if ! grep -qiE "$ad_hoc" README.md && tr '\n' ' ' < README.md | grep -qiE "$ad_hoc"; then
+  problem "README.md: says \"ad hoc\" across a line break"
+fi
+
+# Relative links: [text](target), target without a scheme; the part after
+# '#' is an anchor and is not checked.
+for file in README.md docs/*.md; do
+  [[ -e $file ]] || continue
+  dir=$(dirname "$file")
+  while IFS= read -r hit; do
+    line=${hit%%:*}
+    link=${hit#*:}
+    target=${link#*](}
+    target=${target%)}
+    target=${target%%#*}
+    target=${target%% *}
+    case $target in
+      '' | http://* | https://* | mailto:*) continue ;;
+    esac
+    if [[ ! -e $dir/$target ]]; then
+      problem "$file:$line: link to $target: no such file"
+    fi
+  done < <(grep -noE '\]\([^)]+\)' "$file" || true)
+done
+
+if (( problems > 0 )); then
+  echo "readme-check: $problems problem(s)" >&2
+  exit 1
+fi
+echo "readme-check: README.md ($lines lines) and docs/*.md pass"
