@@ -2,7 +2,8 @@
 # Checks README.md and docs/*.md: README.md at most 400 lines, no commit
 # hashes and no "ad hoc" in it (history belongs to git, mechanisms to docs/),
 # and every relative link in README.md and docs/*.md names a file that
-# exists. Prints one line per problem; exits 1 if there is any.
+# exists; and docs/configuration.md names every DILU_* variable the code
+# reads. Prints one line per problem; exits 1 if there is any.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -56,6 +57,11 @@ for file in README.md docs/*.md; do
     fi
   done < <(grep -noE '\]\([^)]+\)' "$file" || true)
 done
+
+# Every DILU_* variable the code names is in the configuration reference.
+while IFS= read -r var; do
+  grep -q "\b$var\b" docs/configuration.md || problem "docs/configuration.md: $var is read by the code but not documented"
+done < <(grep -rhoE --include='*.rs' --exclude-dir=target '"DILU_[A-Z0-9_]*[A-Z0-9]"' . | tr -d '"' | sort -u)
 
 if (( problems > 0 )); then
   echo "readme-check: $problems problem(s)" >&2
