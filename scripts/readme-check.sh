@@ -1,9 +1,8 @@
 #!/usr/bin/env bash
-# Checks README.md and docs/*.md: README.md at most 400 lines, no commit
-# hashes and no "ad hoc" in it (history belongs to git, mechanisms to docs/),
-# and every relative link in README.md and docs/*.md names a file that
-# exists; and docs/configuration.md names every DILU_* variable the code
-# reads. Prints one line per problem; exits 1 if there is any.
+# Checks README.md and docs/*.md: README.md has at most 400 lines; neither
+# names a commit or says "ad hoc" (history belongs to git); every relative
+# link names a file that exists; docs/configuration.md names every DILU_*
+# variable the code reads. One line per problem; exit 1 if there is any.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -20,22 +19,25 @@ if (( lines > max_lines )); then
 fi
 
 # A commit hash: 7 to 40 lowercase hex digits standing alone, with at least
-# one digit and one letter (so plain numbers and words are not taken for one).
-while IFS= read -r hit; do
-  line=${hit%%:*}
-  word=${hit#*:}
-  if [[ $word =~ [0-9] && $word =~ [a-f] ]]; then
-    problem "README.md:$line: looks like a commit hash: $word"
-  fi
-done < <(grep -noE '\b[0-9a-f]{7,40}\b' README.md || true)
-
+# one digit and one letter (so plain numbers and words are not taken for
+# one). History belongs to git: neither README.md nor docs/ names commits.
 ad_hoc='\bad[[:space:]-]+hoc\b'
-while IFS= read -r hit; do
-  problem "README.md:${hit%%:*}: says \"ad hoc\""
-done < <(grep -niE "$ad_hoc" README.md || true)
-if ! grep -qiE "$ad_hoc" README.md && tr '\n' ' ' < README.md | grep -qiE "$ad_hoc"; then
-  problem "README.md: says \"ad hoc\" across a line break"
-fi
+for file in README.md docs/*.md; do
+  [[ -e $file ]] || continue
+  while IFS= read -r hit; do
+    line=${hit%%:*}
+    word=${hit#*:}
+    if [[ $word =~ [0-9] && $word =~ [a-f] ]]; then
+      problem "$file:$line: looks like a commit hash: $word"
+    fi
+  done < <(grep -noE '\b[0-9a-f]{7,40}\b' "$file" || true)
+  while IFS= read -r hit; do
+    problem "$file:${hit%%:*}: says \"ad hoc\""
+  done < <(grep -niE "$ad_hoc" "$file" || true)
+  if ! grep -qiE "$ad_hoc" "$file" && tr '\n' ' ' < "$file" | grep -qiE "$ad_hoc"; then
+    problem "$file: says \"ad hoc\" across a line break"
+  fi
+done
 
 # Relative links: [text](target), target without a scheme; the part after
 # '#' is an anchor and is not checked.
