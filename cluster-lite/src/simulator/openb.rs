@@ -156,7 +156,7 @@ impl PodList {
              pods at random and never lets them leave",
             self.absent
                 .iter()
-                .filter(|name| name.ends_with("_time"))
+                .filter(|name| ["creation_time", "deletion_time"].contains(name))
                 .map(|name| format!("{name:?}"))
                 .collect::<Vec<_>>()
                 .join(" or "),
