@@ -27,6 +27,18 @@
 #              FGD's protocol, the GPU-hours/risk curve, generated traces;
 #              every policy, fgd included
 #                                             -> bench/results/cluster-sim.md, cluster-sim-*.svg
+#   placement-latency
+#              one placement decision as the cluster grows to 10,000 GPUs: dilu
+#              with its idle-node index and scanning every node, dilu-paper
+#                                             -> bench/results/placement-latency.md
+#   openb-lists `dilu-cluster simulate --pods --nodes` on every openb pod list in
+#              $OPENB_DIR (default bench/data/alibaba-openb): replayed in time
+#              where the list has times, under FGD's protocol always
+#                                             -> bench/results/openb-lists.md
+#   scaling    request-level 2D scaling on Dilu's three arrival patterns: dilu's
+#              scaler on the node manager's signals, Dilu's published rule, a
+#              Knative-KPA-style and an HPA-style autoscaler
+#                                             -> bench/results/scaling.md, scaling-*.svg
 #   profile    `dilu profile`'s search against Dilu's published HGSS and an
 #              exhaustive search, on Dilu's measured tables (no GPU, no run)
 #                                             -> bench/results/profile.md
@@ -34,7 +46,7 @@
 #              (needs HAMI_CORE_SRC=<HAMi-core checkout>; see scripts/peers.sh --help)
 #                                             -> bench/results/peers.md
 #
-# usage: scripts/bench.sh [all | overhead | startup | sm | syscalls | placement | demo | colocation | cluster | profile ...] [-- ARGS]
+# usage: scripts/bench.sh [all | overhead | startup | sm | syscalls | placement | demo | colocation | cluster | placement-latency | openb-lists | scaling | profile ...] [-- ARGS]
 #   ARGS go to the one benchmark named, e.g. `scripts/bench.sh startup -- --runs 50`
 #   or `scripts/bench.sh overhead -- cuLaunchKernel` (a criterion filter)
 #   or `scripts/bench.sh demo -- --seconds 10` (per controller; default 5)
@@ -46,10 +58,10 @@ cd "$(dirname "$0")/.."
 targets=()
 while [ $# -gt 0 ] && [ "$1" != "--" ]; do
   case $1 in
-    all) targets+=(overhead startup sm syscalls placement demo colocation cluster profile) ;;
-    overhead | startup | sm | syscalls | placement | demo | colocation | cluster | profile | peers) targets+=("$1") ;;
+    all) targets+=(overhead startup sm syscalls placement demo colocation cluster placement-latency openb-lists scaling profile) ;;
+    overhead | startup | sm | syscalls | placement | demo | colocation | cluster | placement-latency | openb-lists | scaling | profile | peers) targets+=("$1") ;;
     -h | --help) awk 'NR > 1 && !/^#/ { exit } NR > 1 { sub(/^# ?/, ""); print }' "$0"; exit 0 ;;
-    *) echo "bench: unknown benchmark '$1' (all, overhead, startup, sm, syscalls, placement, demo, colocation, cluster, profile, peers)" >&2; exit 2 ;;
+    *) echo "bench: unknown benchmark '$1' (all, overhead, startup, sm, syscalls, placement, demo, colocation, cluster, placement-latency, openb-lists, scaling, profile, peers)" >&2; exit 2 ;;
   esac
   shift
 done
@@ -61,8 +73,15 @@ if [ ${#extra[@]} -gt 0 ] && [ ${#targets[@]} -ne 1 ]; then
   exit 2
 fi
 
-# `profile` and `cluster` run nothing on the GPU side and build only what they use.
-if [ "${targets[*]}" != profile ] && [ "${targets[*]}" != cluster ]; then
+# These run nothing on the GPU side and build only what they use.
+needs_gpu_side=
+for target in "${targets[@]}"; do
+  case $target in
+    profile | cluster | placement-latency | openb-lists | scaling) ;;
+    *) needs_gpu_side=yes ;;
+  esac
+done
+if [ -n "$needs_gpu_side" ]; then
   echo "== building (release): simgpu, the interposer, the benchmark clients" >&2
   cargo build --release -p simgpu -p simgpu-nvml -p dilu-interposer -p dilu-bench -p dilu-nodemgr -p dilu-tests --lib --bins
 fi
@@ -102,6 +121,42 @@ for target in "${targets[@]}"; do
       rm -f bench/results/cluster-sim*.svg
       cargo run --release -q -p dilu-cluster --bin cluster-sim-report -- "${extra[@]}" || failed+=(cluster)
       results+=("bench/results/cluster-sim.md, cluster-sim-*.svg") ;;
+    placement-latency)
+      cargo run --release -q -p dilu-cluster --bin placement-latency -- "${extra[@]}" || failed+=(placement-latency)
+      results+=(bench/results/placement-latency.md) ;;
+    openb-lists)
+      dir=${OPENB_DIR:-bench/data/alibaba-openb}
+      cargo build --release -q -p dilu-cluster --bin dilu-cluster || failed+=(openb-lists)
+      {
+        echo "# \`dilu-cluster simulate --pods --nodes\` on every openb pod list"
+        echo
+        echo "Written by \`OPENB_DIR=<folder> scripts/bench.sh openb-lists\` (the lists of Alibaba's"
+        echo "cluster-trace-gpu-v2023, \`csv/\`; this repository carries the default list and the node list)."
+        echo "Policy \`dilu\`, nodes \`openb_node_list_gpu_node.csv\`, 80 GiB per GPU. For each list: what its"
+        echo "header lacks, the replay in time where it has times, FGD's protocol (seed 1, to 130%) always."
+        err=$(mktemp)
+        for pods in "$dir"/openb_pod_list_*.csv; do
+          name=$(basename "$pods")
+          echo
+          echo "## $name"
+          echo
+          run=(target/release/dilu-cluster simulate --policy dilu --pods "$pods" --nodes "$dir/openb_node_list_gpu_node.csv")
+          if replay=$("${run[@]}" 2>"$err"); then
+            echo "$replay"
+          else
+            echo "Replay: $(sed -n 's/^dilu-cluster: //p' "$err" | tail -n 1)"
+          fi
+          sed -n 's/^dilu-cluster: pod list [^:]*: columns/Columns/p' "$err" | head -n 1
+          echo
+          "${run[@]}" --protocol fgd 2>/dev/null || echo "FGD protocol: failed"
+        done
+        rm -f "$err"
+      } >bench/results/openb-lists.md.new && mv bench/results/openb-lists.md.new bench/results/openb-lists.md || failed+=(openb-lists)
+      results+=(bench/results/openb-lists.md) ;;
+    scaling)
+      rm -f bench/results/scaling-*.svg
+      cargo run --release -q -p dilu-cluster --bin scaling-report -- "${extra[@]}" || failed+=(scaling)
+      results+=("bench/results/scaling.md, scaling-*.svg") ;;
     profile)
       {
         echo "# \`dilu profile\`: search methods on measured tables"

@@ -2,7 +2,9 @@
 //!
 //! - `cuda` (feature `cuda`): CUDA driver ABI aliases (handles, structs,
 //!   result codes), from cudarc's generated bindings.
-//! - [`units`]: unit parsing used by every configuration surface.
+//! - [`units`]: unit parsing used by every configuration surface;
+//!   [`tenant_flags`]: the rules for a tenant's name, memory budget and SM
+//!   share, shared by `dilu run`, the interposer and the node manager.
 //! - [`simtrace`]: simgpu's kernel-trace format.
 //! - [`node_wire`]: the node manager's socket protocol (messages);
 //!   [`seqpacket`] and [`node_client`]: the tenant's end of that socket
@@ -24,4 +26,5 @@ pub mod node_wire;
 pub mod pod_assignment;
 pub mod seqpacket;
 pub mod simtrace;
+pub mod tenant_flags;
 pub mod units;

@@ -65,6 +65,9 @@ impl TenantSpec {
                 self.sm_request_pct, self.sm_limit_pct
             ));
         }
+        if self.mem_bytes == Some(0) {
+            return Err("a memory budget of 0 bytes leaves no room for the CUDA context".into());
+        }
         match (self.class, self.slo_ms) {
             (_, Some(slo)) if !(slo > 0.0 && slo.is_finite()) => {
                 Err(format!("SLO must be a positive number of ms, not {slo}"))
@@ -76,8 +79,11 @@ impl TenantSpec {
     /// The spec a tenant process asks for, from the variables `dilu run`
     /// sets: `DILU_SPEC_CLASS` (`latency`/`batch`), `DILU_SPEC_SLO_MS`,
     /// `DILU_SPEC_SM_REQUEST`, `DILU_SPEC_SM_LIMIT` (percent), `DILU_SPEC_MEM` (bytes
-    /// per device). `Ok(None)` when none is set (the daemon's configuration
-    /// or defaults apply); a bad value is an error naming the variable.
+    /// per device), and `DILU_SM_LIMIT` (`dilu run --sm`: one share for
+    /// every device, which becomes the request and the limit where those
+    /// are not given; a per-device value is an error). `Ok(None)` when none
+    /// is set (the daemon's configuration or defaults apply); a bad value is
+    /// an error naming the variable.
     pub fn from_env() -> Result<Option<TenantSpec>, String> {
         Self::from_vars(|name| std::env::var(name).ok())
     }
@@ -94,6 +100,7 @@ impl TenantSpec {
             "DILU_SPEC_SM_REQUEST",
             "DILU_SPEC_SM_LIMIT",
             "DILU_SPEC_MEM",
+            "DILU_SM_LIMIT",
         ];
         if names.iter().all(|n| var(n).is_none()) {
             return Ok(None);
@@ -114,10 +121,15 @@ impl TenantSpec {
             })?;
         }
         spec.slo_ms = number("DILU_SPEC_SLO_MS")?;
-        if let Some(v) = number("DILU_SPEC_SM_REQUEST")? {
+        let fixed = var("DILU_SM_LIMIT")
+            .map(|v| crate::tenant_flags::uniform_sm_limit(&v))
+            .transpose()?;
+        let request = number("DILU_SPEC_SM_REQUEST")?;
+        let limit = number("DILU_SPEC_SM_LIMIT")?;
+        if let Some(v) = request.or(fixed) {
             spec.sm_request_pct = v;
         }
-        if let Some(v) = number("DILU_SPEC_SM_LIMIT")? {
+        if let Some(v) = limit.or(fixed) {
             spec.sm_limit_pct = v;
         }
         if let Some(v) = var("DILU_SPEC_MEM") {
@@ -269,6 +281,9 @@ pub struct TenantStatus {
     /// The GPU the node manager placed the tenant on (`dilu run` on a
     /// multi-GPU node), as an NVML index; `None`: not placed by it.
     pub gpu: Option<u32>,
+    /// Its launches wait at a share of 0 (a limit of 0, or a device fully
+    /// reserved by other tenants' requests).
+    pub waiting: bool,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -362,6 +377,31 @@ mod tests {
         assert!(bad.validate().unwrap_err().contains("above the limit"));
         assert_eq!(parse_class("Latency"), Some(WorkClass::Latency));
         assert_eq!(parse_class("gpu"), None);
+    }
+
+    fn spec_of(pairs: &[(&str, &str)]) -> Result<Option<TenantSpec>, String> {
+        TenantSpec::from_vars(|name| {
+            pairs
+                .iter()
+                .find(|(k, _)| *k == name)
+                .map(|(_, v)| v.to_string())
+        })
+    }
+
+    #[test]
+    fn an_sm_limit_becomes_the_request_and_limit_under_the_node_manager() {
+        let spec = spec_of(&[("DILU_SM_LIMIT", "50")]).unwrap().unwrap();
+        assert_eq!((spec.sm_request_pct, spec.sm_limit_pct), (50.0, 50.0));
+        // The spec's own flags win.
+        let spec = spec_of(&[("DILU_SM_LIMIT", "50"), ("DILU_SPEC_SM_LIMIT", "80")])
+            .unwrap()
+            .unwrap();
+        assert_eq!((spec.sm_request_pct, spec.sm_limit_pct), (50.0, 80.0));
+        let error = spec_of(&[("DILU_SM_LIMIT", "0:30,1:50")]).unwrap_err();
+        assert!(error.contains("--sm-request"), "{error}");
+        assert_eq!(spec_of(&[]), Ok(None));
+        let error = spec_of(&[("DILU_SPEC_MEM", "0")]).unwrap_err();
+        assert!(error.contains("0 bytes"), "{error}");
     }
 
     /// A valid registration, as bytes (the seed the fuzzing below mutates).

@@ -15,8 +15,10 @@
 //! release build (`cargo build --release --workspace`).
 //! Writes `bench/results/colocation.md`. To look into one case (prints, writes
 //! no result): `-- --shape N` (the Nth shape, from 0), `--config NAME` (that
-//! configuration and `alone`), `--keep-traces DIR` (copies each run's simgpu
-//! trace there, named by shape, configuration and the primary's pid).
+//! configuration and `alone`), `--class-only` (only the shapes drawn from
+//! the class, `--class-shapes N` of them, default 10), `--keep-traces DIR`
+//! (copies each run's simgpu trace there, named by shape, configuration and
+//! the primary's pid).
 
 use dilu_abi::simtrace::{KernelRecord, busy_ns_by_pid};
 use dilu_bench::report::{Table, machine, write_result};
@@ -26,8 +28,9 @@ use dilu_harness::workspace::{
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
-const CONFIGS: [&str; 7] = [
+const CONFIGS: [&str; 8] = [
     "alone",
+    DEFAULTS,
     "no limiter",
     "static",
     "dilu-rckm",
@@ -35,6 +38,11 @@ const CONFIGS: [&str; 7] = [
     "dilu-colo",
     LOW_GUARANTEE,
 ];
+/// What a user gets with the documented flags and nothing else: the node
+/// manager's default controller, `--colo primary` (and `--slo-ms` for an
+/// inference primary) and `--colo filler`, no SM request and no `DILU_*`
+/// tuning variable.
+const DEFAULTS: &str = "defaults, with roles";
 /// `dilu-colo` with the guarantee of a filler whose kernels fit no gap
 /// lowered to 5% (`DILU_COLO_GUARANTEE=5`): what a primary loses to that
 /// guarantee. Only in shapes with such a filler.
@@ -42,25 +50,31 @@ const LOW_GUARANTEE: &str = "dilu-colo, long filler at 5%";
 
 /// One shape: the primary's program and spec, the fillers' kernel lengths.
 struct Shape {
-    name: &'static str,
+    name: String,
     tuned: bool,
     /// demo-tenant arguments (serve or train).
-    primary: Vec<&'static str>,
+    primary: Vec<String>,
     slo_ms: Option<f64>,
     primary_request: f64,
-    /// A filler kernel the primary's requests absorb (inference only).
+    /// A filler kernel the primary's requests absorb (inference only), for
+    /// the tuned rows.
     tolerance: &'static str,
-    filler_blocks: [&'static str; 2],
+    /// Each filler's kernel, in blocks (one to three fillers).
+    filler_blocks: Vec<String>,
     /// The filler whose kernels are longer than every gap, if one is.
     long_filler: Option<usize>,
+}
+
+fn words(list: &[&str]) -> Vec<String> {
+    list.iter().map(|w| w.to_string()).collect()
 }
 
 fn shapes() -> Vec<Shape> {
     vec![
         Shape {
-            name: "inference: 120 req/s, 4 × 200 µs, SLO 10 ms; fillers 1 ms + 0.5 ms",
+            name: "inference: 120 req/s, 4 × 200 µs, SLO 10 ms; fillers 1 ms + 0.5 ms".into(),
             tuned: true,
-            primary: vec![
+            primary: words(&[
                 "serve",
                 "--rate",
                 "120",
@@ -68,17 +82,17 @@ fn shapes() -> Vec<Shape> {
                 "4",
                 "--blocks",
                 "2640",
-            ],
+            ]),
             slo_ms: Some(10.0),
             primary_request: 40.0,
             tolerance: "2ms",
-            filler_blocks: ["13200", "6600"],
+            filler_blocks: words(&["13200", "6600"]),
             long_filler: None,
         },
         Shape {
-            name: "training: 4 ms gaps, 8 × 500 µs; fillers 1 ms + 0.5 ms",
+            name: "training: 4 ms gaps, 8 × 500 µs; fillers 1 ms + 0.5 ms".into(),
             tuned: true,
-            primary: vec![
+            primary: words(&[
                 "train",
                 "--load-ms",
                 "4",
@@ -86,17 +100,17 @@ fn shapes() -> Vec<Shape> {
                 "8",
                 "--blocks",
                 "6600",
-            ],
+            ]),
             slo_ms: None,
             primary_request: 40.0,
             tolerance: "0",
-            filler_blocks: ["13200", "6600"],
+            filler_blocks: words(&["13200", "6600"]),
             long_filler: None,
         },
         Shape {
-            name: "training: 2 gaps per iteration (4 ms + 1 ms), 2 × 6 × 500 µs; fillers 1 ms + 0.5 ms",
+            name: "training: 2 gaps per iteration (4 ms + 1 ms), 2 × 6 × 500 µs; fillers 1 ms + 0.5 ms".into(),
             tuned: true,
-            primary: vec![
+            primary: words(&[
                 "train",
                 "--load-ms",
                 "4,1",
@@ -104,17 +118,17 @@ fn shapes() -> Vec<Shape> {
                 "6",
                 "--blocks",
                 "6600",
-            ],
+            ]),
             slo_ms: None,
             primary_request: 40.0,
             tolerance: "0",
-            filler_blocks: ["13200", "6600"],
+            filler_blocks: words(&["13200", "6600"]),
             long_filler: None,
         },
         Shape {
-            name: "inference: 60 req/s, 8 × 500 µs, SLO 15 ms; fillers 2 ms + 0.3 ms",
+            name: "inference: 60 req/s, 8 × 500 µs, SLO 15 ms; fillers 2 ms + 0.3 ms".into(),
             tuned: false,
-            primary: vec![
+            primary: words(&[
                 "serve",
                 "--rate",
                 "60",
@@ -122,17 +136,17 @@ fn shapes() -> Vec<Shape> {
                 "8",
                 "--blocks",
                 "6600",
-            ],
+            ]),
             slo_ms: Some(15.0),
             primary_request: 50.0,
             tolerance: "2ms",
-            filler_blocks: ["26400", "3960"],
+            filler_blocks: words(&["26400", "3960"]),
             long_filler: None,
         },
         Shape {
-            name: "training: 2 ms gaps, 12 × 300 µs; fillers 0.7 ms + 3 ms",
+            name: "training: 2 ms gaps, 12 × 300 µs; fillers 0.7 ms + 3 ms".into(),
             tuned: false,
-            primary: vec![
+            primary: words(&[
                 "train",
                 "--load-ms",
                 "2",
@@ -140,17 +154,17 @@ fn shapes() -> Vec<Shape> {
                 "12",
                 "--blocks",
                 "3960",
-            ],
+            ]),
             slo_ms: None,
             primary_request: 40.0,
             tolerance: "0",
-            filler_blocks: ["9240", "39600"],
+            filler_blocks: words(&["9240", "39600"]),
             long_filler: Some(1),
         },
         Shape {
-            name: "training: 3 gaps per iteration (1 ms + 5 ms + 2 ms), 3 × 4 × 400 µs; fillers 1.5 ms + 0.6 ms",
+            name: "training: 3 gaps per iteration (1 ms + 5 ms + 2 ms), 3 × 4 × 400 µs; fillers 1.5 ms + 0.6 ms".into(),
             tuned: false,
-            primary: vec![
+            primary: words(&[
                 "train",
                 "--load-ms",
                 "1,5,2",
@@ -158,17 +172,17 @@ fn shapes() -> Vec<Shape> {
                 "4",
                 "--blocks",
                 "5280",
-            ],
+            ]),
             slo_ms: None,
             primary_request: 40.0,
             tolerance: "0",
-            filler_blocks: ["19800", "7920"],
+            filler_blocks: words(&["19800", "7920"]),
             long_filler: None,
         },
         Shape {
-            name: "inference: 200 req/s, 2 × 300 µs, SLO 8 ms; fillers 0.8 ms + 1.5 ms",
+            name: "inference: 200 req/s, 2 × 300 µs, SLO 8 ms; fillers 0.8 ms + 1.5 ms".into(),
             tuned: false,
-            primary: vec![
+            primary: words(&[
                 "serve",
                 "--rate",
                 "200",
@@ -176,17 +190,17 @@ fn shapes() -> Vec<Shape> {
                 "2",
                 "--blocks",
                 "3960",
-            ],
+            ]),
             slo_ms: Some(8.0),
             primary_request: 40.0,
             tolerance: "2ms",
-            filler_blocks: ["10560", "19800"],
+            filler_blocks: words(&["10560", "19800"]),
             long_filler: None,
         },
         Shape {
-            name: "training: 2 gaps per iteration (3 ms + 0.5 ms), 2 × 5 × 400 µs; fillers 4 ms + 1 ms",
+            name: "training: 2 gaps per iteration (3 ms + 0.5 ms), 2 × 5 × 400 µs; fillers 4 ms + 1 ms".into(),
             tuned: false,
-            primary: vec![
+            primary: words(&[
                 "train",
                 "--load-ms",
                 "3,0.5",
@@ -194,14 +208,127 @@ fn shapes() -> Vec<Shape> {
                 "5",
                 "--blocks",
                 "5280",
-            ],
+            ]),
             slo_ms: None,
             primary_request: 40.0,
             tolerance: "0",
-            filler_blocks: ["52800", "13200"],
+            filler_blocks: words(&["52800", "13200"]),
             long_filler: Some(0),
         },
     ]
+}
+
+/// Inference primaries drawn from the class co-location must work for at
+/// its defaults: Poisson or bursty (300 ms on, 300 ms off) arrivals, 1 to 8
+/// kernels of 0.1 to 1 ms per request, an SLO of 5 to 20 ms that the request
+/// meets alone with room (at least three times its kernel time), the
+/// primary busy 5 to 50% of the time, and one to three deep-queue fillers
+/// with kernels of 0.1 to 3 ms. Drawn from a fixed seed, so every run
+/// measures the same shapes.
+fn class_shapes(count: usize) -> Vec<Shape> {
+    const BLOCKS_PER_MS: f64 = 13_200.0; // simgpu's default model: 1320 blocks = 100 µs
+    let mut state: u64 = 0x2545_f491_4f6c_dd1d;
+    let mut uniform = move |low: f64, high: f64| {
+        // xorshift64*
+        state ^= state >> 12;
+        state ^= state << 25;
+        state ^= state >> 27;
+        let unit = (state.wrapping_mul(0x2545_f491_4f6c_dd1d) >> 11) as f64 / (1u64 << 53) as f64;
+        low + (high - low) * unit
+    };
+    let mut shapes = Vec::new();
+    while shapes.len() < count {
+        let kernels = uniform(1.0, 9.0).floor() as u32;
+        let kernel_ms = uniform(0.1, 1.0);
+        let request_ms = f64::from(kernels) * kernel_ms;
+        let lowest_slo = (3.0 * request_ms).max(5.0);
+        if lowest_slo > 20.0 {
+            continue;
+        }
+        let slo_ms = uniform(lowest_slo, 20.0).round();
+        let load = uniform(0.05, 0.5);
+        let rate = (load * 1000.0 / request_ms).round().max(1.0);
+        let bursty = uniform(0.0, 1.0) < 0.5;
+        let fillers: Vec<f64> = (0..uniform(1.0, 4.0).floor() as usize)
+            .map(|_| uniform(0.1, 3.0))
+            .collect();
+        let blocks = |ms: f64| ((ms * BLOCKS_PER_MS).round() as u64).to_string();
+        let mut primary = words(&[
+            "serve",
+            "--rate",
+            &rate.to_string(),
+            "--kernels",
+            &kernels.to_string(),
+            "--blocks",
+            &blocks(kernel_ms),
+        ]);
+        if bursty {
+            primary.extend(words(&["--on-ms", "300", "--off-ms", "300"]));
+        }
+        let filler_names: Vec<String> = fillers.iter().map(|ms| format!("{ms:.1} ms")).collect();
+        shapes.push(Shape {
+            name: format!(
+                "{} {rate} req/s, {kernels} × {:.0} µs, SLO {slo_ms} ms; fillers {}",
+                if bursty { "bursty" } else { "Poisson" },
+                kernel_ms * 1000.0,
+                filler_names.join(" + ")
+            ),
+            tuned: false,
+            primary,
+            slo_ms: Some(slo_ms),
+            primary_request: 0.0,
+            tolerance: "0",
+            filler_blocks: fillers.iter().map(|&ms| blocks(ms)).collect(),
+            long_filler: None,
+        });
+    }
+    shapes
+}
+
+/// The class at defaults, beside the primary alone: one table row per
+/// drawn shape.
+fn class_section(count: usize, seconds: u64) -> String {
+    let mut table = Table::new(&[
+        "primary and fillers",
+        "alone p99 (ms) / violations",
+        "device busy",
+        "filler share",
+        "primary p99 (ms)",
+        "SLO violations",
+    ]);
+    let (mut busy_sum, mut worst_busy, mut worst_extra) = (0.0, f64::MAX, 0.0_f64);
+    let shapes = class_shapes(count);
+    for (index, shape) in shapes.iter().enumerate() {
+        eprintln!("colocation, class {index}: {}", shape.name);
+        let alone = run(shape, 100 + index, "alone", seconds);
+        let shared = run(shape, 100 + index, DEFAULTS, seconds);
+        let violations = |r: &Run| 100.0 * r.primary["slo_violation_rate"].as_f64().unwrap_or(1.0);
+        let p99 = |r: &Run| r.primary["p99_ms"].as_f64().unwrap_or(0.0);
+        eprintln!(
+            "  busy {:.1}% violations {:.2}% (alone {:.2}%)",
+            shared.device_busy * 100.0,
+            violations(&shared),
+            violations(&alone)
+        );
+        busy_sum += shared.device_busy;
+        worst_busy = f64::min(worst_busy, shared.device_busy);
+        worst_extra = worst_extra.max(violations(&shared) - violations(&alone));
+        table.row(vec![
+            shape.name.clone(),
+            format!("{:.1} / {:.2}%", p99(&alone), violations(&alone)),
+            format!("{:.1}%", shared.device_busy * 100.0),
+            format!("{:.1}%", shared.filler_share * 100.0),
+            format!("{:.1}", p99(&shared)),
+            format!("{:.2}%", violations(&shared)),
+        ]);
+    }
+    format!(
+        "## The class at defaults ({count} shapes drawn from a fixed seed)\n\n         Inference primaries with Poisson or bursty (300 ms on, 300 ms off) arrivals, 1-8 kernels of\n         0.1-1 ms per request, SLOs of 5-20 ms (at least three times the request's kernel time), busy\n         5-50% of the time alone, beside one to three deep-queue fillers with kernels of 0.1-3 ms; each\n         run with the documented flags only (`{DEFAULTS}`), beside the primary alone.\n         Mean device busy {:.1}%, lowest {:.1}%; most SLO violations above alone: {:.2} points.\n\n{}\n",
+        100.0 * busy_sum / shapes.len().max(1) as f64,
+        100.0 * worst_busy,
+        worst_extra,
+        table.markdown()
+    )
 }
 
 struct Run {
@@ -239,8 +366,13 @@ fn run(shape: &Shape, shape_index: usize, config: &str, seconds: u64) -> Run {
     let trace = scratch.path("trace.jsonl");
     let socket = scratch.path("nodemgr.sock");
     let managed = !matches!(config, "alone" | "no limiter");
-    let colo = config == "dilu-colo" || config == LOW_GUARANTEE;
-    let controller = if colo { "dilu-colo" } else { config };
+    let defaults = config == DEFAULTS;
+    let colo = matches!(config, "dilu-colo" | LOW_GUARANTEE | DEFAULTS);
+    let controller = match config {
+        DEFAULTS => None,
+        "dilu-colo" | LOW_GUARANTEE => Some("dilu-colo"),
+        other => Some(other),
+    };
     let mut daemon = managed.then(|| {
         std::fs::write(scratch.path("none.toml"), "").expect("write an empty configuration");
         let mut daemon = Command::new(dilu())
@@ -250,7 +382,8 @@ fn run(shape: &Shape, shape_index: usize, config: &str, seconds: u64) -> Run {
             .arg(&socket)
             .arg("--run-dir")
             .arg(scratch.path("run"))
-            .args(["--metrics", "", "--controller", controller])
+            .args(["--metrics", ""])
+            .args(controller.map(|c| ["--controller", c]).iter().flatten())
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()
@@ -269,56 +402,65 @@ fn run(shape: &Shape, shape_index: usize, config: &str, seconds: u64) -> Run {
         if let (true, Some(role)) = (colo, colo_role) {
             command.args(["--colo", role]);
         }
+        if colo && !defaults {
+            command.env("DILU_COLO_TOLERANCE", shape.tolerance);
+        }
         command
             .arg("--")
             .arg(artifact(program))
             .env(dilu_abi::node_wire::SOCKET_ENV, &socket)
             .env("SIMGPU_INSTANCE", &instance)
             .env("SIMGPU_TRACE", &trace)
+            // The board's group and simgpu's instance keep runs apart.
             .env("DILU_COLO_GROUP", &instance)
-            .env("DILU_COLO_TOLERANCE", shape.tolerance)
+            .env_remove("DILU_COLO_TOLERANCE")
             .env_remove("DILU_SM_LIMIT")
             .stdout(Stdio::piped())
             .stderr(Stdio::piped());
         command
     };
-    let s = |v: &[&str]| v.iter().map(|x| x.to_string()).collect::<Vec<_>>();
-    let mut primary_spec = s(&[
-        "--sm-request",
-        &shape.primary_request.to_string(),
-        "--sm-limit",
-        "100",
-    ]);
-    match shape.slo_ms {
-        Some(slo) => primary_spec.extend(s(&["--class", "latency", "--slo-ms", &slo.to_string()])),
-        None => primary_spec.extend(s(&["--class", "latency"])),
+    let s = words;
+    let mut primary_spec = if defaults {
+        Vec::new()
+    } else {
+        s(&[
+            "--sm-request",
+            &shape.primary_request.to_string(),
+            "--sm-limit",
+            "100",
+            "--class",
+            "latency",
+        ])
+    };
+    if let Some(slo) = shape.slo_ms {
+        primary_spec.extend(s(&["--slo-ms", &slo.to_string()]));
     }
     let seconds_arg = seconds.to_string();
     let mut primary_args = shape.primary.clone();
-    primary_args.extend([
-        "--seconds",
-        &seconds_arg,
-        "--on-ms",
-        "1000",
-        "--off-ms",
-        "0",
-    ]);
+    primary_args.extend(s(&["--seconds", &seconds_arg]));
+    if !primary_args.iter().any(|a| a == "--on-ms") {
+        primary_args.extend(s(&["--on-ms", "1000", "--off-ms", "0"]));
+    }
     let slo_arg = shape.slo_ms.unwrap_or(1000.0).to_string();
-    primary_args.extend(["--slo-ms", &slo_arg]);
+    primary_args.extend(s(&["--slo-ms", &slo_arg]));
     let primary = tenant("primary", &primary_spec, Some("primary"), "demo-tenant")
         .args(&primary_args)
         .spawn()
         .expect("start the primary");
     let mut fillers = Vec::new();
     if config != "alone" {
-        let filler_spec = s(&[
-            "--class",
-            "batch",
-            "--sm-request",
-            "20",
-            "--sm-limit",
-            "100",
-        ]);
+        let filler_spec = if defaults {
+            Vec::new()
+        } else {
+            s(&[
+                "--class",
+                "batch",
+                "--sm-request",
+                "20",
+                "--sm-limit",
+                "100",
+            ])
+        };
         for (i, blocks) in shape.filler_blocks.iter().enumerate() {
             let filler_seconds = (seconds + 1).to_string();
             let mut filler = tenant(
@@ -421,9 +563,10 @@ fn main() {
             CONFIGS.join(", ")
         );
     }
+    let class_only = std::env::args().any(|a| a == "--class-only");
     let mut sections = String::new();
     for (index, shape) in shapes().iter().enumerate() {
-        if only.as_deref().is_some_and(|o| o != index.to_string()) {
+        if class_only || only.as_deref().is_some_and(|o| o != index.to_string()) {
             continue;
         }
         eprintln!("colocation: {}", shape.name);
@@ -507,9 +650,21 @@ fn main() {
             table.markdown()
         ));
     }
+    let class_count: usize = arg_after("--class-shapes")
+        .map(|v| v.parse().expect("--class-shapes: a whole number"))
+        .unwrap_or(10);
+    if only.is_none() && only_config.is_none() && class_count > 0 {
+        sections.push_str(&class_section(class_count, seconds));
+    }
     let doc = format!(
         "# Work-conserving co-location\n\n\
          Command: `scripts/bench.sh colocation -- --seconds {seconds}`.\n\n\
+         `{DEFAULTS}` is what a user gets with the documented flags and nothing else: `dilu nodemgr`\n\
+         with its default controller, the primary under `dilu run --colo primary` (and `--slo-ms` for an\n\
+         inference primary), each filler under `dilu run --colo filler`, no SM request and no `DILU_*`\n\
+         tuning variable (a primary's tolerance is then a quarter of its SLO; a filler's guarantee 10%).\n\
+         The rows below it set requests and, for `dilu-colo`, a tolerance, as named. The last section\n\
+         runs the defaults over shapes drawn from the class co-location is meant for.\n\n\
          A primary and two batch fillers with deep queues (cudarc-loop, a synchronisation every\n\
          32 launches; SM request 20%, limit 100% each) share one simulated GPU, {seconds} s per\n\
          configuration, one configuration after another in one run. The primary's SM request is\n\
@@ -547,7 +702,7 @@ fn main() {
         spacing = dilu_layout::colocation::SAMPLE_HOLD_SPACING,
     );
     print!("{doc}");
-    if only.is_none() && only_config.is_none() {
+    if only.is_none() && only_config.is_none() && !class_only {
         write_result("colocation.md", &doc);
     }
 }

@@ -11,6 +11,7 @@
 pub mod consolidation;
 pub mod extender;
 pub mod rng;
+pub mod scaling;
 pub mod simulator;
 
 // The placement rules live in `dilu-placement` so that the node manager

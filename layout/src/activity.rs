@@ -57,11 +57,16 @@ pub struct TenantActivity {
     pub latencies: Log2Histogram,
     latency_count: AtomicU64,
     latency_sum_ns: AtomicU64,
+    /// Non-zero once a process of the tenant is a co-location primary (its
+    /// launches are protected per launch by the gap board, so the node
+    /// manager may lend its guarantee while its latency has slack). A
+    /// tenant's own claim, which can only lend away its own guarantee.
+    colo_primary: AtomicU64,
 }
 
 // SAFETY: repr(C), atomics only; all-zero is "nothing recorded".
 unsafe impl SharedLayout for TenantActivity {
-    const MAGIC: u64 = 0x6469_6c75_5445_4c03; // "diluTEL" v3 (v2: buckets apart; v3: skips, tenant key)
+    const MAGIC: u64 = 0x6469_6c75_5445_4c04; // "diluTEL" v4 (v2: buckets apart; v3: skips, tenant key; v4: co-location primary)
     fn magic(&self) -> &AtomicU64 {
         &self.magic
     }
@@ -110,6 +115,13 @@ impl DeviceTelemetry {
         self.throttled_ns.fetch_add(waited_ns, Ordering::Relaxed);
     }
 
+    /// Adds time a launch has waited so far, while it still waits (its
+    /// [`record_throttle`](Self::record_throttle) comes when it goes): the
+    /// node manager sees the demand of a launch that may wait long.
+    pub fn record_waiting(&self, waited_ns: u64) {
+        self.throttled_ns.fetch_add(waited_ns, Ordering::Relaxed);
+    }
+
     pub fn record_sample(&self) {
         self.sampled_launches.fetch_add(1, Ordering::Relaxed);
     }
@@ -149,6 +161,15 @@ impl TenantActivity {
         self.latency_sum_ns.fetch_add(ns, Ordering::Relaxed);
         self.last_reporter
             .store(std::process::id() as u64, Ordering::Relaxed);
+    }
+
+    /// A process of the tenant is its GPU's co-location primary.
+    pub fn mark_colo_primary(&self) {
+        self.colo_primary.store(1, Ordering::Relaxed);
+    }
+
+    pub fn is_colo_primary(&self) -> bool {
+        self.colo_primary.load(Ordering::Relaxed) != 0
     }
 
     /// (count, sum in ns) of reported latencies.

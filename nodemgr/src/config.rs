@@ -5,7 +5,7 @@
 //! run_dir = "/run/dilu"               # persisted state (re-adoption)
 //! metrics = "127.0.0.1:9400"          # Prometheus /metrics; "" turns it off
 //! period_ms = 5                       # control period
-//! controller = "dilu"                 # dilu | dilu-rckm | static
+//! controller = "dilu"                 # dilu | dilu-colo | dilu-rckm | static
 //! gpu_memory = "80GiB"                # device memory for admission when NVML is absent
 //! scale_out_after_s = 10              # latency tenant at its limit and over its SLO this long
 //! scale_in_after_s = 300              # tenant without a kernel launch this long
@@ -184,6 +184,8 @@ impl Config {
             config.placement = v;
         }
         for (name, t) in file.tenants {
+            dilu_abi::tenant_flags::check_tenant_name(&name)
+                .map_err(|e| format!("[tenants.{name}]: {e}"))?;
             let mut spec = match &t.profile {
                 Some(path) => {
                     crate::profile_run::load_spec(path)

@@ -106,15 +106,30 @@ fn save_state(config: &Config, saved: &[SavedTenant]) {
     }
 }
 
+/// A start-up error, with the way out where it is a permission error (a
+/// user who is not root cannot write the default `/run/dilu`).
+fn with_hint(message: String, error: &std::io::Error) -> String {
+    if error.kind() == std::io::ErrorKind::PermissionDenied {
+        format!(
+            "{message}: run it as root, or give --socket and --run-dir in a directory you own \
+             (e.g. --socket $XDG_RUNTIME_DIR/dilu.sock --run-dir $XDG_RUNTIME_DIR/dilu) and \
+             point tenants at it with DILU_NODEMGR_SOCKET"
+        )
+    } else {
+        message
+    }
+}
+
 impl Daemon {
     /// Starts the daemon's threads. Tenants of a previous daemon (from the
     /// state file) are waited for.
     pub fn start(config: Config) -> Result<Daemon, String> {
         let controller = control::by_name(&config.controller)?;
         std::fs::create_dir_all(&config.run_dir)
-            .map_err(|e| format!("{}: {e}", config.run_dir.display()))?;
+            .map_err(|e| with_hint(format!("{}: {e}", config.run_dir.display()), &e))?;
         if let Some(dir) = config.socket.parent() {
-            std::fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+            std::fs::create_dir_all(dir)
+                .map_err(|e| with_hint(format!("{}: {e}", dir.display()), &e))?;
         }
         let mut registry = Registry::new(config.tenants.clone(), config.gpu_memory);
         let gpus = nvml::probe();
@@ -130,10 +145,12 @@ impl Daemon {
         }
         registry.restore(saved);
         // Tenants of any user connect; admission and SO_PEERCRED decide.
-        let listener = Arc::new(
-            seqpacket::listen(&config.socket, 0o666)
-                .map_err(|e| format!("cannot listen on {}: {e}", config.socket.display()))?,
-        );
+        let listener = Arc::new(seqpacket::listen(&config.socket, 0o666).map_err(|e| {
+            with_hint(
+                format!("cannot listen on {}: {e}", config.socket.display()),
+                &e,
+            )
+        })?);
         let shared = Arc::new(Shared {
             config,
             registry: Mutex::new(registry),
@@ -456,4 +473,20 @@ pub fn run(config: Config, foreground: bool) -> Result<(), String> {
     tracing::info!(?signal, "stopping; tenants keep their budgets");
     daemon.stop();
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_permission_error_at_start_names_the_flags_for_a_private_daemon() {
+        let denied = std::io::Error::from(std::io::ErrorKind::PermissionDenied);
+        let message = with_hint("/run/dilu: Permission denied".into(), &denied);
+        for needed in ["root", "--socket", "--run-dir", "DILU_NODEMGR_SOCKET"] {
+            assert!(message.contains(needed), "{needed}: {message}");
+        }
+        let other = std::io::Error::from(std::io::ErrorKind::NotFound);
+        assert_eq!(with_hint("x".into(), &other), "x");
+    }
 }

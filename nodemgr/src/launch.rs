@@ -1,23 +1,38 @@
 //! `dilu run`: start a program with the interposer preloaded.
 //!
-//! On a node with several GPUs, a named tenant (`--tenant` or `DILU_TENANT`)
-//! whose user set no `CUDA_VISIBLE_DEVICES` is placed by the node manager:
-//! `dilu run` sends it the tenant's spec ([`ToDaemon::Place`]), the daemon
-//! picks a GPU with the cluster layer's placement policy and holds it for
-//! the tenant, and the program sees only that GPU. With no node manager
-//! answering, or one GPU, nothing changes.
+//! Everything the user gave is checked here, before the program starts, by
+//! the rules the interposer and the node manager apply
+//! ([`dilu_abi::tenant_flags`], [`TenantSpec::validate`]).
+//!
+//! Where a node manager answers on its socket, the program always runs as
+//! one of its tenants: the one `--tenant` (or `DILU_TENANT`) names, else
+//! `<program>-<pid>` (said on stderr), so that the daemon counts it and
+//! shares the device with it. Flags that only the node manager reads, given
+//! where none answers, are said to do nothing.
+//!
+//! On a node with several GPUs, a tenant whose user set no
+//! `CUDA_VISIBLE_DEVICES` is placed by the node manager: `dilu run` sends it
+//! the tenant's spec ([`ToDaemon::Place`]), the daemon picks a GPU with the
+//! cluster layer's placement policy and holds it for the tenant, and the
+//! program sees only that GPU. With one GPU nothing changes.
 
 use crate::artifacts;
-use dilu_abi::node_wire::{FromDaemon, TenantSpec, ToDaemon};
+use dilu_abi::node_wire::{self, FromDaemon, TenantSpec, ToDaemon};
+use dilu_abi::tenant_flags;
 use std::ffi::OsString;
 use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode};
+use std::time::Duration;
 
 pub struct LaunchSpec {
     pub sim: bool,
     pub mem: Option<String>,
     pub sm: Option<String>,
     pub tenant: Option<String>,
+    /// The node manager's socket (default `DILU_NODEMGR_SOCKET`, else
+    /// `/run/dilu/nodemgr.sock`).
+    pub socket: Option<PathBuf>,
     /// The tenant's spec for the node manager (ignored without one).
     pub class: Option<dilu_abi::node_wire::WorkClass>,
     pub slo_ms: Option<f64>,
@@ -110,6 +125,116 @@ fn prepend(first: OsString, rest: Option<OsString>, separator: &str) -> OsString
     value
 }
 
+/// Checks every value the user gave by the rules the interposer and the
+/// node manager apply, so a mistake stops here with one line, not after
+/// the program loaded its framework.
+fn validate(spec: &LaunchSpec) -> Result<(), String> {
+    if let Some(name) = &spec.tenant {
+        tenant_flags::check_tenant_name(name).map_err(|e| format!("--tenant: {e}"))?;
+    }
+    if let Some(mem) = &spec.mem
+        && tenant_flags::parse_mem_limits(mem).is_none()
+    {
+        return Err(format!(
+            "--mem {mem:?} is invalid: expected {}",
+            tenant_flags::MEM_LIMIT_FORMS
+        ));
+    }
+    if let Some(sm) = &spec.sm
+        && tenant_flags::parse_sm_limits(sm).is_none()
+    {
+        return Err(format!(
+            "--sm {sm:?} is invalid: expected {}",
+            tenant_flags::SM_LIMIT_FORMS
+        ));
+    }
+    Ok(())
+}
+
+/// Whether a node manager answers on `socket`: `Ok(false)` where there is
+/// no socket, `Err` (what to tell the user) where one is there but nothing
+/// answers.
+fn node_manager_answers(socket: &Path) -> Result<bool, String> {
+    if !socket.exists() {
+        return Ok(false);
+    }
+    match dilu_abi::seqpacket::connect(socket, Some(Duration::from_secs(2))) {
+        Ok(_) => Ok(true),
+        Err(e) => Err(format!(
+            "the node manager's socket {} does not answer ({e})",
+            socket.display()
+        )),
+    }
+}
+
+/// The tenant a program started without `--tenant` runs as under the node
+/// manager: its program's file name and its pid (the pid `dilu run` execs
+/// into), in the characters tenant names take.
+pub fn default_tenant(program: &str, pid: u32) -> String {
+    let base = Path::new(program)
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let mut name: String = base
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-') {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect();
+    name = name.trim_start_matches('.').to_string();
+    if name.is_empty() {
+        name = "program".into();
+    }
+    let suffix = format!("-{pid}");
+    name.truncate(64 - suffix.len());
+    name + &suffix
+}
+
+/// Flags that only a node manager reads, by name, where given (a
+/// co-location primary's class comes with its role, and its SLO is its
+/// tolerance's bound without a node manager too).
+fn node_manager_flags(spec: &LaunchSpec) -> Vec<&'static str> {
+    let primary = spec.colo.as_deref() == Some("primary");
+    [
+        ("--class", spec.class.is_some() && !primary),
+        ("--slo-ms", spec.slo_ms.is_some() && !primary),
+        ("--sm-request", spec.sm_request.is_some()),
+        ("--sm-limit", spec.sm_limit.is_some()),
+    ]
+    .into_iter()
+    .filter_map(|(flag, given)| given.then_some(flag))
+    .collect()
+}
+
+/// Says where no CUDA driver can be loaded (the program would fail with
+/// only its own dlopen error).
+fn warn_without_driver() {
+    let name = std::env::var("DILU_REAL_LIBCUDA").unwrap_or_else(|_| "libcuda.so.1".into());
+    let Ok(c_name) = std::ffi::CString::new(name.clone()) else {
+        return;
+    };
+    // SAFETY: dlopen with a NUL-terminated name; the handle, if any, is
+    // closed at once. Loading a driver runs no CUDA call (no cuInit), and
+    // this process is replaced by the program right after.
+    let found = unsafe {
+        let handle = libc::dlopen(c_name.as_ptr(), libc::RTLD_LAZY | libc::RTLD_LOCAL);
+        if !handle.is_null() {
+            libc::dlclose(handle);
+        }
+        !handle.is_null()
+    };
+    if !found {
+        eprintln!(
+            "dilu: no CUDA driver found ({name} does not load): install NVIDIA's driver, \
+             or add --sim to run on the simulated GPU"
+        );
+    }
+}
+
 /// Replaces this process with the command (so signals and the exit status
 /// are the program's own). Returns only on failure.
 pub fn run(spec: &LaunchSpec) -> Result<ExitCode, String> {
@@ -117,13 +242,57 @@ pub fn run(spec: &LaunchSpec) -> Result<ExitCode, String> {
         .command
         .split_first()
         .ok_or("nothing to run: give a command after `--`")?;
+    validate(spec)?;
     let mut command = Command::new(program);
     command.args(args);
     let mut env = environment(spec)?;
-    if let Some(gpu) = placed_gpu(&env)? {
-        // NVML numbers GPUs in PCI bus order; CUDA does too with this order.
-        env.push(("CUDA_DEVICE_ORDER".to_string(), "PCI_BUS_ID".into()));
-        env.push(("CUDA_VISIBLE_DEVICES".to_string(), gpu.to_string().into()));
+    let socket = spec
+        .socket
+        .clone()
+        .unwrap_or_else(dilu_abi::node_client::socket_path);
+    if spec.socket.is_some() {
+        env.push((node_wire::SOCKET_ENV.to_string(), socket.clone().into()));
+    }
+    let managed = match node_manager_answers(&socket) {
+        Ok(managed) => managed,
+        Err(why) => {
+            eprintln!("dilu: {why}; the program runs without a node manager");
+            false
+        }
+    };
+    let named =
+        spec.tenant.is_some() || std::env::var_os("DILU_TENANT").is_some_and(|t| !t.is_empty());
+    let default_name = (managed && !named).then(|| default_tenant(program, std::process::id()));
+    if let Some(tenant) = &default_name {
+        env.push(("DILU_TENANT".to_string(), tenant.into()));
+    }
+    let unread = node_manager_flags(spec);
+    if !managed && !unread.is_empty() {
+        eprintln!(
+            "dilu: {} take effect only under a node manager, and none answers at {}: \
+             the program runs without them (--sm and --mem limit it without one)",
+            unread.join(", "),
+            socket.display()
+        );
+    }
+    if managed {
+        // The spec the interposer will register with, checked now.
+        let child_view = child_lookup(&env);
+        TenantSpec::from_vars(child_view)?;
+        if let Some(tenant) = &default_name {
+            eprintln!(
+                "dilu: running as tenant {tenant} of the node manager (--tenant names one; \
+                 `dilu status` shows it)"
+            );
+        }
+        if let Some(gpu) = placed_gpu(&env, &socket)? {
+            // NVML numbers GPUs in PCI bus order; CUDA does too with this order.
+            env.push(("CUDA_DEVICE_ORDER".to_string(), "PCI_BUS_ID".into()));
+            env.push(("CUDA_VISIBLE_DEVICES".to_string(), gpu.to_string().into()));
+        }
+    }
+    if !spec.sim {
+        warn_without_driver();
     }
     for (key, value) in env {
         command.env(key, value);
@@ -132,35 +301,36 @@ pub fn run(spec: &LaunchSpec) -> Result<ExitCode, String> {
     Err(format!("cannot start {program}: {error}"))
 }
 
-/// The GPU the node manager chose for this tenant, when it has a choice to
-/// make (see the module docs); `env` is what the child gets beside this
-/// process's environment. A refusal stops the launch (the daemon would
-/// refuse the tenant's registration too).
-fn placed_gpu(env: &[(String, OsString)]) -> Result<Option<u32>, String> {
-    if std::env::var_os("CUDA_VISIBLE_DEVICES").is_some() {
-        return Ok(None);
-    }
-    // The child's view: what this launch sets, else what it inherits.
-    let lookup = |name: &str| {
+/// A variable as the child will see it: what this launch sets, else what
+/// it inherits.
+fn child_lookup(env: &[(String, OsString)]) -> impl Fn(&str) -> Option<String> + '_ {
+    move |name: &str| {
         env.iter()
             .rev()
             .find(|(key, _)| key == name)
             .map(|(_, value)| value.to_string_lossy().into_owned())
             .or_else(|| std::env::var(name).ok())
-    };
+    }
+}
+
+/// The GPU the node manager chose for this tenant, when it has a choice to
+/// make (see the module docs); `env` is what the child gets beside this
+/// process's environment. A refusal stops the launch (the daemon would
+/// refuse the tenant's registration too).
+fn placed_gpu(env: &[(String, OsString)], socket: &Path) -> Result<Option<u32>, String> {
+    if std::env::var_os("CUDA_VISIBLE_DEVICES").is_some() {
+        return Ok(None);
+    }
+    let lookup = child_lookup(env);
     let Some(tenant) = lookup("DILU_TENANT").filter(|t| !t.is_empty()) else {
         return Ok(None);
     };
     let spec = TenantSpec::from_vars(lookup)?;
-    let socket = dilu_abi::node_client::socket_path();
-    if !socket.exists() {
-        return Ok(None);
-    }
     let request = ToDaemon::Place {
         tenant: tenant.clone(),
         spec,
     };
-    match crate::ops::ask(&socket, &request) {
+    match crate::ops::ask(socket, &request) {
         // No daemon behind the socket: the tenant runs standalone.
         Err(_) => Ok(None),
         Ok(FromDaemon::Placed { gpu, .. }) => Ok(gpu),

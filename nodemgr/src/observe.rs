@@ -19,6 +19,8 @@ use std::collections::VecDeque;
 
 /// Window over which the controller judges latency.
 pub const CONTROL_WINDOW_NS: u64 = 200_000_000;
+/// How recently a tenant at share 0 must have waited to show as waiting.
+pub const WAITING_WINDOW_NS: u64 = 100_000_000;
 /// Window of the operator figures (status, metrics).
 pub const STATUS_WINDOW_NS: u64 = 1_000_000_000;
 
@@ -58,6 +60,8 @@ fn read(telemetry: &TenantActivity) -> Reading {
 pub struct Sampler {
     previous: Option<(u64, Reading)>,
     last_launch_ns: Option<u64>,
+    /// When a period last saw the tenant's launches wait for tokens.
+    last_wait_ns: Option<u64>,
     ring: VecDeque<Slice>,
     reports_latency: bool,
 }
@@ -151,6 +155,9 @@ impl Sampler {
         if launches > 0 {
             self.last_launch_ns = Some(now_ns);
         }
+        if throttled_ns > 0 {
+            self.last_wait_ns = Some(now_ns);
+        }
         self.reports_latency |= reading.latency_count > 0;
         let (latencies, period_mean_ns) = if self.reports_latency {
             let count = reading.latency_count.saturating_sub(before.latency_count);
@@ -201,6 +208,7 @@ impl Sampler {
                 p99_ns: quantile_ns(&window, 0.99),
                 period_mean_ns,
             },
+            colo_primary: telemetry.is_colo_primary(),
         }
     }
 
@@ -237,6 +245,17 @@ impl Sampler {
             latency_reports_total: reports.0,
             latency_sum_total_ns: reports.1,
         }
+    }
+
+    /// Whether the tenant's launches wait at a share of 0: they waited in
+    /// the last [`WAITING_WINDOW_NS`] and the share is still 0.
+    pub fn waiting_at_zero(&self, share_ppm: u32) -> bool {
+        let latest = self.previous.map(|(at, _)| at);
+        share_ppm == 0
+            && self
+                .last_wait_ns
+                .zip(latest)
+                .is_some_and(|(wait, at)| at.saturating_sub(wait) < WAITING_WINDOW_NS)
     }
 
     /// Whether the tenant launched anything in the last `ns`.

@@ -99,7 +99,11 @@ pub fn format_status(status: &NodeStatus) -> String {
             memory,
             pct(t.spec.sm_request_pct),
             pct(t.spec.sm_limit_pct),
-            pct(t.sm_current_pct),
+            if t.waiting {
+                "0% wait".to_string()
+            } else {
+                pct(t.sm_current_pct)
+            },
             format!("{:.1}%", t.sm_achieved_pct),
             t.throttled_seconds_total,
             latency,
@@ -116,6 +120,24 @@ pub fn format_status(status: &NodeStatus) -> String {
         .collect();
     if !placed.is_empty() {
         let _ = writeln!(out, "placed by dilu run: {}", placed.join(", "));
+    }
+    for t in status.tenants.iter().filter(|t| t.waiting) {
+        let (why, fix) = if t.spec.sm_limit_pct == 0.0 {
+            (
+                "its SM limit is 0",
+                format!("`dilu set {} --sm-limit PCT`", t.name),
+            )
+        } else {
+            (
+                "other tenants' requests reserve the whole device",
+                "lowering one with `dilu set NAME --sm-request PCT`".to_string(),
+            )
+        };
+        let _ = writeln!(
+            out,
+            "waiting: {} has SM share 0 ({why}); {fix} lets it run",
+            t.name
+        );
     }
     for c in &status.colocation {
         let _ = writeln!(out, "{}", format_colocation(c));

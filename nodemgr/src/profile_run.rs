@@ -238,6 +238,7 @@ impl ProgramTrials {
             mem: None,
             sm: None,
             tenant: Some(tenant.to_string()),
+            socket: None,
             class: Some(self.class),
             slo_ms: None,
             sm_request: Some(share),

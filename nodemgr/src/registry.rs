@@ -18,6 +18,7 @@
 
 use crate::observe::Sampler;
 use dilu_abi::node_wire::{SpecUpdate, TenantSpec, TenantStatus};
+use dilu_abi::tenant_flags::check_tenant_name;
 use dilu_layout::activity::TenantActivity;
 use dilu_layout::budget::{self, DEFAULT_DEPTH_NS, FULL_SHARE_PPM, TenantBudget, UNLIMITED_SHARE};
 use dilu_layout::ledger::{self, TenantLedger};
@@ -129,15 +130,6 @@ pub struct Registry {
     /// Bumped when the tenant set changes (controllers reset).
     pub epoch: u64,
     next_member: u64,
-}
-
-/// Tenant names: what `DILU_TENANT` and `/dev/shm` file names accept.
-pub fn valid_name(name: &str) -> bool {
-    !name.is_empty()
-        && name.len() <= 64
-        && name
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || b"._-".contains(&b))
 }
 
 fn ppm(pct: f64) -> u32 {
@@ -296,11 +288,7 @@ impl Registry {
         asked: Option<TenantSpec>,
         fresh: Regions,
     ) -> Result<(u64, TenantSpec, [Arc<OwnedFd>; 2]), String> {
-        if !valid_name(name) {
-            return Err(format!(
-                "tenant name {name:?} is invalid: use 1-64 of A-Z a-z 0-9 . _ -"
-            ));
-        }
+        check_tenant_name(name)?;
         let mut fresh = Some(fresh);
         if let Some(tenant) = self.tenants.get_mut(name)
             && tenant.uid == peer.uid
@@ -453,11 +441,7 @@ impl Registry {
         capacities: &[u64],
         policy: &dyn dilu_placement::policy::PlacementPolicy,
     ) -> Result<Option<u32>, String> {
-        if !valid_name(name) {
-            return Err(format!(
-                "tenant name {name:?} is invalid: use 1-64 of A-Z a-z 0-9 . _ -"
-            ));
-        }
+        check_tenant_name(name)?;
         if capacities.len() <= 1 {
             return Ok(None);
         }
@@ -591,6 +575,7 @@ impl Registry {
                     latency_seconds_total: recent.latency_sum_total_ns as f64 / 1e9,
                     bubble_ratio: recent.bubble_ratio,
                     gpu: t.gpu,
+                    waiting: t.sampler.waiting_at_zero(t.share_ppm),
                 }
             })
             .collect()
@@ -614,7 +599,7 @@ impl Registry {
     /// re-register: they keep their requests admitted meanwhile.
     pub fn restore(&mut self, saved: Vec<SavedTenant>) {
         for s in saved {
-            if !valid_name(&s.name) || self.tenants.contains_key(&s.name) {
+            if check_tenant_name(&s.name).is_err() || self.tenants.contains_key(&s.name) {
                 continue;
             }
             let Ok(regions) = create_regions(&s.name, None) else {

@@ -167,6 +167,23 @@ pub struct ClusterState {
     /// GPUs with work on them, kept by [`apply`](Self::apply) and
     /// [`release`](Self::release) (see [`busy_share`](Self::busy_share)).
     busy: usize,
+    /// The same per node (same indices as `nodes`): a node with none is
+    /// idle, and idle nodes of one [`IdleNodeKind`] are interchangeable.
+    busy_per_node: Vec<u32>,
+}
+
+/// What makes two idle nodes interchangeable for every policy: GPU count
+/// and memory, host resources (capacity and use) and GPU model. A search
+/// scores one idle node of each kind, not every idle node.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct IdleNodeKind {
+    pub gpus: usize,
+    pub gpu_memory: u64,
+    pub cpu_milli: u64,
+    pub cpu_used: u64,
+    pub memory_mib: u64,
+    pub memory_used: u64,
+    pub model: GpuModel,
 }
 
 impl ClusterState {
@@ -192,6 +209,7 @@ impl ClusterState {
             .extend((0..gpus).map(|_| GpuState::new(node, gpu_memory)));
         self.nodes.push(start..self.gpus.len());
         self.hosts.push(host);
+        self.busy_per_node.push(0);
         node
     }
 
@@ -231,7 +249,10 @@ impl ClusterState {
             if let Some(state) = self.gpus.get_mut(gpu) {
                 let was_active = state.is_active();
                 state.add(demand);
-                self.busy += usize::from(!was_active && state.is_active());
+                if !was_active && state.is_active() {
+                    self.busy += 1;
+                    self.busy_per_node[state.node] += 1;
+                }
             }
         }
     }
@@ -242,11 +263,40 @@ impl ClusterState {
             if let Some(state) = self.gpus.get_mut(gpu) {
                 let was_active = state.is_active();
                 state.remove(demand);
-                self.busy = self
-                    .busy
-                    .saturating_sub(usize::from(was_active && !state.is_active()));
+                if was_active && !state.is_active() {
+                    self.busy = self.busy.saturating_sub(1);
+                    let node = &mut self.busy_per_node[state.node];
+                    *node = node.saturating_sub(1);
+                }
             }
         }
+    }
+
+    /// The kind of node `node` if none of its GPUs has work (in O(1), from
+    /// what [`apply`](Self::apply) and [`release`](Self::release) did), else
+    /// `None`. Idle GPUs are pristine: a GPU's last release zeroes it.
+    pub fn idle_node_kind(&self, node: usize) -> Option<IdleNodeKind> {
+        if self.busy_per_node.get(node).is_none_or(|&busy| busy > 0) {
+            return None;
+        }
+        let range = self.nodes[node].clone();
+        let host = self
+            .hosts
+            .get(node)
+            .cloned()
+            .unwrap_or(HostState::unlimited());
+        Some(IdleNodeKind {
+            gpus: range.len(),
+            gpu_memory: self
+                .gpus
+                .get(range.start)
+                .map_or(0, |gpu| gpu.memory_capacity),
+            cpu_milli: host.cpu_milli,
+            cpu_used: host.cpu_used,
+            memory_mib: host.memory_mib,
+            memory_used: host.memory_used,
+            model: host.model,
+        })
     }
 
     pub fn active_gpus(&self) -> usize {

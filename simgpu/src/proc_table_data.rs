@@ -184,7 +184,7 @@ proc_table! {
     cuGraphExternalSemaphoresWaitNodeGetParams: [11020 stub cuGraphExternalSemaphoresWaitNodeGetParams];
     cuGraphExternalSemaphoresWaitNodeSetParams: [11020 stub cuGraphExternalSemaphoresWaitNodeSetParams];
     cuGraphGetEdges: [10000 stub cuGraphGetEdges, 12030 stub cuGraphGetEdges_v2];
-    cuGraphGetNodes: [10000 stub cuGraphGetNodes];
+    cuGraphGetNodes: [10000 imp cuGraphGetNodes];
     cuGraphGetRootNodes: [10000 stub cuGraphGetRootNodes];
     cuGraphHostNodeGetParams: [10000 stub cuGraphHostNodeGetParams];
     cuGraphHostNodeSetParams: [10000 stub cuGraphHostNodeSetParams];
@@ -298,10 +298,10 @@ proc_table! {
     cuMemGetHandleForAddressRange: [11070 stub cuMemGetHandleForAddressRange];
     cuMemGetInfo: [2000 stub cuMemGetInfo, 3020 imp cuMemGetInfo_v2];
     cuMemHostAlloc: [2020 imp cuMemHostAlloc];
-    cuMemHostGetDevicePointer: [2020 stub cuMemHostGetDevicePointer, 3020 stub cuMemHostGetDevicePointer_v2];
+    cuMemHostGetDevicePointer: [2020 stub cuMemHostGetDevicePointer, 3020 imp cuMemHostGetDevicePointer_v2];
     cuMemHostGetFlags: [2030 stub cuMemHostGetFlags];
-    cuMemHostRegister: [4000 stub cuMemHostRegister, 6050 stub cuMemHostRegister_v2];
-    cuMemHostUnregister: [4000 stub cuMemHostUnregister];
+    cuMemHostRegister: [4000 stub cuMemHostRegister, 6050 imp cuMemHostRegister_v2];
+    cuMemHostUnregister: [4000 imp cuMemHostUnregister];
     cuMemImportFromShareableHandle: [10020 stub cuMemImportFromShareableHandle];
     cuMemMap: [10020 imp cuMemMap];
     cuMemMapArrayAsync: [11010 stub cuMemMapArrayAsync / 11010 stub cuMemMapArrayAsync_ptsz];
@@ -396,8 +396,8 @@ proc_table! {
     cuParamSetf: [2000 stub cuParamSetf];
     cuParamSeti: [2000 stub cuParamSeti];
     cuParamSetv: [2000 stub cuParamSetv];
-    cuPointerGetAttribute: [4000 stub cuPointerGetAttribute];
-    cuPointerGetAttributes: [7000 stub cuPointerGetAttributes];
+    cuPointerGetAttribute: [4000 imp cuPointerGetAttribute];
+    cuPointerGetAttributes: [7000 imp cuPointerGetAttributes];
     cuPointerSetAttribute: [6000 stub cuPointerSetAttribute];
     cuProfilerInitialize: [4000 stub cuProfilerInitialize];
     cuProfilerStart: [4000 stub cuProfilerStart];
@@ -438,7 +438,7 @@ proc_table! {
     cuSurfRefSetArray: [3000 stub cuSurfRefSetArray];
     cuTensorMapEncodeIm2col: [12000 stub cuTensorMapEncodeIm2col];
     cuTensorMapEncodeIm2colWide: [12080 stub cuTensorMapEncodeIm2colWide];
-    cuTensorMapEncodeTiled: [12000 stub cuTensorMapEncodeTiled];
+    cuTensorMapEncodeTiled: [12000 imp cuTensorMapEncodeTiled];
     cuTensorMapReplaceAddress: [12000 stub cuTensorMapReplaceAddress];
     cuTexObjectCreate: [5000 stub cuTexObjectCreate];
     cuTexObjectDestroy: [5000 stub cuTexObjectDestroy];
@@ -472,7 +472,7 @@ proc_table! {
     cuTexRefSetMipmapLevelBias: [5000 stub cuTexRefSetMipmapLevelBias];
     cuTexRefSetMipmapLevelClamp: [5000 stub cuTexRefSetMipmapLevelClamp];
     cuTexRefSetMipmappedArray: [5000 stub cuTexRefSetMipmappedArray];
-    cuThreadExchangeStreamCaptureMode: [10010 stub cuThreadExchangeStreamCaptureMode];
+    cuThreadExchangeStreamCaptureMode: [10010 imp cuThreadExchangeStreamCaptureMode];
     cuUserObjectCreate: [11030 stub cuUserObjectCreate];
     cuUserObjectRelease: [11030 stub cuUserObjectRelease];
     cuUserObjectRetain: [11030 stub cuUserObjectRetain];

@@ -267,15 +267,16 @@ fn primary_waits_beside_a_deep_filler(gated: bool) -> Waits {
     let launches = scratch.path("launches.txt");
     let no_daemon = scratch.path("no-nodemgr.sock");
     let filler_colo: &[&str] = if gated { &["--colo", "filler"] } else { &[] };
+    // No --tenant: co-location needs nothing but the role.
     let filler = colo_run(
         &group,
-        &[&["--tenant", &format!("{group}-filler")][..], filler_colo].concat(),
+        filler_colo,
         "cudarc-loop",
         &["--seconds", "8", "--blocks", FILLER_BLOCKS, "--depth", "32"],
     );
     let mut primary = colo_run(
         &group,
-        &["--tenant", &format!("{group}-primary"), "--colo", "primary"],
+        &["--colo", "primary"],
         "demo-tenant",
         &[
             "serve",

@@ -10,7 +10,7 @@
 //! tenant's. The stand-in clients carry a `DT_RPATH` to it, which the loader
 //! searches before `LD_LIBRARY_PATH`. Needs `cc`.
 
-use dilu_harness::workspace::{dilu_run, output_within, unique_name};
+use dilu_harness::workspace::{dilu, dilu_run, output_within, unique_name};
 use serde_json::Value;
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -91,6 +91,7 @@ fn fixture() -> &'static PathBuf {
             "nvml_client.c",
             &[],
         );
+        cc(&[], "nvml-fork", "nvml_fork.c", &[]);
         dir
     })
 }
@@ -267,4 +268,93 @@ fn simulated_nvml_passes_through_devices_without_a_budget() {
         let used = if answer["index"] == 0 { 64 * MIB } else { 0 };
         assert_simulated(&answer, used);
     }
+}
+
+/// Runs `nvml-fork` (NVML asked, then a fork, then CUDA in the child and in
+/// the parent) under `dilu run --sim FLAGS` on simgpu's NVML with `env`;
+/// returns its JSON lines, having asserted that every step succeeded.
+fn nvml_then_fork(flags: &[&str], env: &[(&str, &str)]) -> Vec<Value> {
+    let instance = unique_name("nvml-fork");
+    let mut command = Command::new(dilu());
+    command
+        .args(["run", "--sim"])
+        .args(flags)
+        .arg("--")
+        .arg(fixture().join("nvml-fork"))
+        .arg((64 * MIB).to_string())
+        .env("SIMGPU_INSTANCE", &instance)
+        .env_remove("CUDA_VISIBLE_DEVICES")
+        .env_remove("DILU_MEM_LIMIT")
+        .env_remove("DILU_TENANT")
+        .env_remove("DILU_SM_LIMIT");
+    for (key, value) in env {
+        command.env(key, value);
+    }
+    let output = output_within(command, Duration::from_secs(120));
+    // SAFETY: getuid has no preconditions.
+    let uid = unsafe { libc::getuid() };
+    let _ = std::fs::remove_file(format!("/dev/shm/simgpu-{uid}-{instance}"));
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let lines: Vec<Value> = stdout
+        .lines()
+        .filter_map(|l| serde_json::from_str(l).ok())
+        .collect();
+    let cuda = |who: &str| {
+        lines
+            .iter()
+            .find(|l| l["step"] == "cuda" && l["who"] == who)
+            .cloned()
+            .unwrap_or_else(|| panic!("no CUDA line from the {who}: {stdout}"))
+    };
+    // The child is where a driver initialised behind the program's back
+    // shows: simgpu, like NVIDIA's driver, refuses a child of a parent
+    // that had initialised it.
+    assert_eq!(
+        cuda("child")["result"],
+        0,
+        "CUDA in the forked child failed: {stdout}{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    assert_eq!(cuda("parent")["result"], 0, "{stdout}");
+    assert!(output.status.success(), "{stdout}");
+    lines
+}
+
+/// What NVML reported as GPU `index`'s total memory before CUDA started.
+fn nvml_total(lines: &[Value], index: u64) -> u64 {
+    let nvml = lines
+        .iter()
+        .find(|l| l["step"] == "nvml" && l["index"] == index)
+        .unwrap_or_else(|| panic!("no NVML line for GPU {index}: {lines:?}"));
+    assert_eq!(nvml["result"], 0, "{nvml}");
+    nvml["total"].as_u64().expect("total")
+}
+
+#[test]
+fn a_program_that_asks_nvml_then_forks_can_use_cuda_in_the_child_under_mem() {
+    // vLLM's shape: NVML first, then the engine process is forked. The
+    // budget must already show in NVML's answer, before CUDA is initialised.
+    let lines = nvml_then_fork(&["--mem", "1GiB"], &[]);
+    assert_eq!(nvml_total(&lines, 0), GIB);
+}
+
+#[test]
+fn before_cuda_starts_nvml_finds_the_budgeted_gpu_through_cuda_visible_devices() {
+    // CUDA device 0 is simgpu's device 1 (NVML's GPU 1). Without the driver
+    // the interposer must still put the budget on NVML's GPU 1 and leave
+    // GPU 0, which the program cannot use, as it is.
+    let lines = nvml_then_fork(
+        &["--mem", "1GiB"],
+        &[("SIMGPU_DEVICES", "2"), ("CUDA_VISIBLE_DEVICES", "1")],
+    );
+    assert_eq!(nvml_total(&lines, 1), GIB);
+    assert_eq!(nvml_total(&lines, 0), 80 * GIB);
+}
+
+#[test]
+fn a_program_that_asks_nvml_then_forks_can_use_cuda_in_the_child_under_sm() {
+    // A named tenant: its (standalone) ledger is set up at the NVML query.
+    let tenant = unique_name("nvml-fork-sm");
+    let lines = nvml_then_fork(&["--sm", "50", "--tenant", &tenant], &[]);
+    assert_eq!(nvml_total(&lines, 0), 80 * GIB);
 }

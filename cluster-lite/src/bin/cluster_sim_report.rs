@@ -113,6 +113,7 @@ fn read_openb(args: &Args, limits: LimitRule) -> Result<(ClusterShape, Vec<Trace
         limits,
         OPENB_GPU_MEMORY,
     )?;
+    let pods = pods.replayable()?.to_vec();
     Ok((ClusterShape { nodes }, pods))
 }
 

@@ -203,8 +203,19 @@ pub fn run(args: SimulateArgs) -> Result<(), String> {
         batch_factor: args.limit_factors.1,
     };
     let mut trace = match (&args.trace, &args.pods) {
-        (_, Some(path)) => openb::read_pods(open(path)?, limits, args.gpu_memory)
-            .map_err(|error| format!("pod list {}: {error}", path.display()))?,
+        (_, Some(path)) => {
+            let list = openb::read_pods(open(path)?, limits, args.gpu_memory)
+                .map_err(|error| format!("pod list {}: {error}", path.display()))?;
+            if let Some(note) = list.absent_note() {
+                eprintln!("dilu-cluster: pod list {}: {note}", path.display());
+            }
+            if args.protocol != "fgd" {
+                list.replayable().map_err(|error| {
+                    format!("pod list {} cannot be replayed: {error}", path.display())
+                })?;
+            }
+            list.records
+        }
         (Some(path), None) => {
             let file = std::fs::File::open(path)
                 .map_err(|error| format!("cannot open trace {}: {error}", path.display()))?;

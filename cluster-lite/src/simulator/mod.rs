@@ -744,7 +744,7 @@ pub fn simulate(
 }
 
 /// Nearest-rank percentile of sorted values.
-pub(crate) fn percentile(sorted: &[u64], quantile: f64) -> f64 {
+pub fn percentile(sorted: &[u64], quantile: f64) -> f64 {
     if sorted.is_empty() {
         return 0.0;
     }

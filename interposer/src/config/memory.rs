@@ -10,26 +10,12 @@
 //!
 //! A device with no limit from any source is unlimited.
 
+use dilu_abi::tenant_flags;
 use dilu_abi::units::{self, SIZE_FORMS};
 use dilu_layout::ledger::MAX_DEVICES;
 
 /// A limit before the device's size is known.
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub enum Limit {
-    Bytes(u64),
-    /// Fraction of the device's total memory, in (0, 1].
-    Fraction(f64),
-}
-
-impl Limit {
-    /// The limit in bytes on a device with `total` bytes.
-    pub fn resolve(self, total: u64) -> u64 {
-        match self {
-            Limit::Bytes(bytes) => bytes,
-            Limit::Fraction(fraction) => (total as f64 * fraction) as u64,
-        }
-    }
-}
+pub use dilu_abi::tenant_flags::MemLimit as Limit;
 
 /// Per-device limits, indexed by the device ordinal the program sees.
 #[derive(Debug, Clone, PartialEq, Default)]
@@ -55,40 +41,16 @@ impl std::fmt::Display for ConfigError {
     }
 }
 
-const DILU_FORMS: &str = "a size for every device (8GiB, 8192MiB), a share of each device (50%), \
-     or per-device entries (0:8GiB,1:4GiB or 0:50%) with indices below 16";
-
-fn parse_limit(text: &str) -> Option<Limit> {
-    let text = text.trim();
-    if let Some(percent) = text.strip_suffix('%') {
-        let value: f64 = percent.trim().parse().ok()?;
-        return (value > 0.0 && value <= 100.0).then_some(Limit::Fraction(value / 100.0));
-    }
-    units::parse_size(text).ok().map(Limit::Bytes)
-}
-
-/// Parses the value of `DILU_MEM_LIMIT`.
+/// Parses the value of `DILU_MEM_LIMIT` (the rules `dilu run --mem` checks
+/// too).
 pub fn parse_dilu(value: &str) -> Result<MemoryLimits, ConfigError> {
-    let error = || ConfigError {
-        variable: "DILU_MEM_LIMIT".into(),
-        value: value.into(),
-        expected: DILU_FORMS.into(),
-    };
-    let mut limits = MemoryLimits::default();
-    if !value.contains(':') {
-        let limit = parse_limit(value).ok_or_else(error)?;
-        limits.per_device = [Some(limit); MAX_DEVICES];
-        return Ok(limits);
-    }
-    for entry in value.split(',') {
-        let (index, limit) = entry.split_once(':').ok_or_else(error)?;
-        let index: usize = index.trim().parse().map_err(|_| error())?;
-        if index >= MAX_DEVICES || limits.per_device[index].is_some() {
-            return Err(error());
-        }
-        limits.per_device[index] = Some(parse_limit(limit).ok_or_else(error)?);
-    }
-    Ok(limits)
+    tenant_flags::parse_mem_limits(value)
+        .map(|per_device| MemoryLimits { per_device })
+        .ok_or_else(|| ConfigError {
+            variable: "DILU_MEM_LIMIT".into(),
+            value: value.into(),
+            expected: tenant_flags::MEM_LIMIT_FORMS.into(),
+        })
 }
 
 /// Reads the limits from an environment lookup (injected for tests).

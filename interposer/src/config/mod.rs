@@ -24,6 +24,7 @@
 pub mod memory;
 pub mod sm;
 
+use dilu_abi::tenant_flags::{TENANT_NAME_FORMS, check_tenant_name};
 use dilu_abi::units;
 use memory::MemoryLimits;
 use sm::SmLimits;
@@ -52,16 +53,6 @@ pub struct Config {
 /// few hundred MiB; override with `DILU_CONTEXT_MEMORY`.
 pub const DEFAULT_CONTEXT_MEMORY: u64 = 256 << 20;
 
-const TENANT_FORMS: &str = "1 to 64 characters from A-Z a-z 0-9 . _ -";
-
-fn valid_tenant(name: &str) -> bool {
-    (1..=64).contains(&name.len())
-        && name
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-'))
-        && !name.starts_with('.')
-}
-
 static CONFIG: OnceLock<Config> = OnceLock::new();
 
 /// The process configuration (read on first use).
@@ -82,10 +73,10 @@ fn read() -> Config {
             Ok(s) => s,
             Err(v) => fail("DILU_LOG", &v, "a UTF-8 tracing filter such as `debug`"),
         }),
-        tenant: nonempty("DILU_TENANT", TENANT_FORMS).map(|v| match v.into_string() {
-            Ok(name) if valid_tenant(&name) => name,
-            Ok(name) => fail("DILU_TENANT", &name.into(), TENANT_FORMS),
-            Err(v) => fail("DILU_TENANT", &v, TENANT_FORMS),
+        tenant: nonempty("DILU_TENANT", TENANT_NAME_FORMS).map(|v| match v.into_string() {
+            Ok(name) if check_tenant_name(&name).is_ok() => name,
+            Ok(name) => fail("DILU_TENANT", &name.into(), TENANT_NAME_FORMS),
+            Err(v) => fail("DILU_TENANT", &v, TENANT_NAME_FORMS),
         }),
         memory: match memory::from_env(|name| std::env::var(name).ok()) {
             Ok(limits) => limits,

@@ -26,7 +26,7 @@
 //! `launch_control::releases_in_runs`).
 
 use crate::config::memory::ConfigError;
-use dilu_abi::units;
+use dilu_abi::{tenant_flags, units};
 use dilu_layout::budget::{DEFAULT_DEPTH_NS, FULL_SHARE_PPM};
 use dilu_layout::ledger::MAX_DEVICES;
 
@@ -55,8 +55,6 @@ impl Default for SmLimits {
     }
 }
 
-const DILU_FORMS: &str = "a percentage of every device's time from 1 to 100 (30 or 30%), \
-     or per-device entries (0:30,1:50) with indices below 16";
 const HAMI_FORMS: &str = "an integer percentage from 0 to 100 (0 = no limit)";
 const DEPTH_FORMS: &str = "a duration from 100us to 1s, such as 5ms";
 const BURST_FORMS: &str = "0 or a duration up to 100ms, such as 2ms";
@@ -64,40 +62,18 @@ const BURST_FORMS: &str = "0 or a duration up to 100ms, such as 2ms";
 /// of 2077–2085 µs over three runs), rounded.
 pub const DEFAULT_BURST_NS: u64 = 2_000_000;
 
-/// A percentage as a share in ppm, `None` for 100 (the whole device).
-fn percent_share(text: &str) -> Option<Option<u32>> {
-    let text = text.trim();
-    let number = text.strip_suffix('%').unwrap_or(text).trim();
-    let percent: f64 = number.parse().ok()?;
-    if !(1.0..=100.0).contains(&percent) {
-        return None;
-    }
-    let ppm = (percent * 10_000.0).round() as u32;
-    Some((ppm < FULL_SHARE_PPM).then_some(ppm))
-}
-
+/// `DILU_SM_LIMIT` as shares in ppm, `None` for 100 (the whole device) and
+/// for devices it leaves out (the rules `dilu run --sm` checks too).
 fn parse_dilu(value: &str) -> Result<[Option<u32>; MAX_DEVICES], ConfigError> {
-    let error = || ConfigError {
+    let percents = tenant_flags::parse_sm_limits(value).ok_or_else(|| ConfigError {
         variable: "DILU_SM_LIMIT".into(),
         value: value.into(),
-        expected: DILU_FORMS.into(),
-    };
-    if !value.contains(':') {
-        let share = percent_share(value).ok_or_else(error)?;
-        return Ok([share; MAX_DEVICES]);
-    }
-    let mut shares = [None; MAX_DEVICES];
-    let mut seen = [false; MAX_DEVICES];
-    for entry in value.split(',') {
-        let (index, share) = entry.split_once(':').ok_or_else(error)?;
-        let index: usize = index.trim().parse().map_err(|_| error())?;
-        if index >= MAX_DEVICES || seen[index] {
-            return Err(error());
-        }
-        seen[index] = true;
-        shares[index] = percent_share(share).ok_or_else(error)?;
-    }
-    Ok(shares)
+        expected: tenant_flags::SM_LIMIT_FORMS.into(),
+    })?;
+    Ok(percents.map(|percent| {
+        let ppm = (percent? * 10_000.0).round() as u32;
+        (ppm < FULL_SHARE_PPM).then_some(ppm)
+    }))
 }
 
 fn parse_hami(variable: String, value: String) -> Result<Option<u32>, ConfigError> {

@@ -102,6 +102,68 @@ pub(crate) fn nvml_device_at(location: (u32, u32, u32)) -> Option<NvmlDevice> {
     }
 }
 
+/// NVML's GPUs that the program's CUDA can see, in CUDA's order, found
+/// without the CUDA driver (which must not be initialised on the program's
+/// behalf: a process forked after that cannot use CUDA). NVML numbers GPUs
+/// in PCI bus order; CUDA does too with `CUDA_DEVICE_ORDER=PCI_BUS_ID`, and
+/// by default (fastest first) on a node of identical GPUs. `None` when NVML
+/// cannot answer or `CUDA_VISIBLE_DEVICES` names GPUs by UUID or MIG
+/// instance: then only the initialised driver can tell.
+pub(crate) fn cuda_visible_nvml_devices() -> Option<Vec<NvmlDevice>> {
+    let nvml = real_nvml();
+    let init = nvml.nvmlInit_v2()?;
+    let count = nvml.nvmlDeviceGetCount_v2()?;
+    let handle = nvml.nvmlDeviceGetHandleByIndex_v2()?;
+    let mut n: c_uint = 0;
+    // SAFETY: the real NVML's functions; the out parameter is a live local.
+    if unsafe { init() } != NVML_SUCCESS || unsafe { count(&mut n) } != NVML_SUCCESS {
+        return None;
+    }
+    let visible = std::env::var("CUDA_VISIBLE_DEVICES").ok();
+    visible_indices(visible.as_deref(), n as usize)?
+        .into_iter()
+        .map(|index| {
+            let mut device: NvmlDevice = core::ptr::null_mut();
+            // SAFETY: the real NVML's function; `device` is a live local.
+            (unsafe { handle(index as c_uint, &mut device) } == NVML_SUCCESS).then_some(device)
+        })
+        .collect()
+}
+
+/// The indices of `count` GPUs that `CUDA_VISIBLE_DEVICES` (`list`) selects,
+/// in its order. As CUDA reads it, the list ends at its first entry that is
+/// not a GPU (out of range, repeated, not a number). `None` when an entry
+/// names a GPU by UUID (`GPU-…`) or MIG instance (`MIG-…`).
+fn visible_indices(list: Option<&str>, count: usize) -> Option<Vec<usize>> {
+    let Some(list) = list else {
+        return Some((0..count).collect());
+    };
+    let mut chosen = Vec::new();
+    for entry in list.split(',').map(str::trim) {
+        if entry.starts_with("GPU-") || entry.starts_with("MIG-") {
+            return None;
+        }
+        match entry.parse::<usize>() {
+            Ok(index) if index < count && !chosen.contains(&index) => chosen.push(index),
+            _ => break,
+        }
+    }
+    Some(chosen)
+}
+
+/// Total memory of an NVML device, as the real NVML reports it.
+pub(crate) fn nvml_total_memory(device: NvmlDevice) -> Option<u64> {
+    let get = real_nvml().nvmlDeviceGetMemoryInfo()?;
+    let mut memory = NvmlMemory {
+        total: 0,
+        free: 0,
+        used: 0,
+    };
+    // SAFETY: `device` is a handle the real NVML gave; `memory` is a live
+    // out-parameter of the right layout.
+    (unsafe { get(device, &mut memory) } == NVML_SUCCESS).then_some(memory.total)
+}
+
 /// PCI (domain, bus, device) of an NVML device.
 pub(crate) fn nvml_pci_location(device: NvmlDevice) -> Option<(u32, u32, u32)> {
     let get = real_nvml().nvmlDeviceGetPciInfo()?;
@@ -241,6 +303,19 @@ impl RealNvml {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn cuda_visible_devices_selects_nvml_indices_as_cuda_reads_it() {
+        assert_eq!(visible_indices(None, 3), Some(vec![0, 1, 2]));
+        assert_eq!(visible_indices(Some("2, 0"), 3), Some(vec![2, 0]));
+        // The list ends at the first entry that is not a GPU.
+        assert_eq!(visible_indices(Some("1,7,0"), 3), Some(vec![1]));
+        assert_eq!(visible_indices(Some("1,1,0"), 3), Some(vec![1]));
+        assert_eq!(visible_indices(Some(""), 3), Some(vec![]));
+        assert_eq!(visible_indices(Some("-1"), 3), Some(vec![]));
+        // UUIDs need the driver.
+        assert_eq!(visible_indices(Some("GPU-8f2a,0"), 3), None);
+    }
 
     #[test]
     fn pci_info_layout_matches_nvml_h() {

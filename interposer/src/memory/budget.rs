@@ -45,7 +45,7 @@ use crate::driver;
 use crate::driver::devices::{self, CurrentDevice};
 use crate::memory::alloc_table::{AllocTable, Charge};
 use crate::table::REAL;
-use dilu_abi::cuda::{CUDA_ERROR_OUT_OF_MEMORY, CUDA_SUCCESS, CUresult, sys};
+use dilu_abi::cuda::{CUDA_ERROR_OUT_OF_MEMORY, CUDA_SUCCESS, CUresult};
 use dilu_abi::node_client::Attached;
 use dilu_layout::ledger::{self, MAX_DEVICES, SlotId, TenantLedger, UNLIMITED};
 use dilu_layout::shm::Region;
@@ -108,22 +108,13 @@ pub fn charged(bytes: u64) -> u64 {
     bytes.max(1).div_ceil(CHARGE_GRANULE) * CHARGE_GRANULE
 }
 
-fn real_total_memory(device: usize) -> Option<u64> {
-    let total_fn = driver::resolved(&REAL.cuDeviceTotalMem_v2)?;
-    let mut bytes = 0usize;
-    // SAFETY: the real cuDeviceTotalMem_v2; writes one size_t to a live
-    // local.
-    (unsafe { total_fn(&mut bytes, device as sys::CUdevice) } == CUDA_SUCCESS)
-        .then_some(bytes as u64)
-}
-
 fn init() -> Option<MemoryBudget> {
     let cfg = config::get();
     let limited = cfg.memory.per_device.iter().any(Option::is_some);
     if !limited && cfg.tenant.is_none() {
         return None;
     }
-    let device_count = devices::real_device_count();
+    let device_count = devices::cuda_device_count();
     let managed = crate::node::attached();
     // The daemon's budget binds; this process's own limit goes in the ledger
     // only when the tenant did not ask the daemon for one.
@@ -131,7 +122,7 @@ fn init() -> Option<MemoryBudget> {
     let budgets: Vec<u64> = (0..MAX_DEVICES)
         .map(|device| match cfg.memory.per_device[device] {
             Some(limit) if device < device_count && !daemon_decides => {
-                limit.resolve(real_total_memory(device).unwrap_or(u64::MAX))
+                limit.resolve(devices::total_memory(device).unwrap_or(u64::MAX))
             }
             _ => UNLIMITED,
         })

@@ -33,7 +33,7 @@
 //! back the charge is given back at the next reconciliation (never leaked).
 //! Allocations recorded by stream capture are ordinary stream-ordered
 //! allocations to the budget (charged at the captured `cuMemAllocAsync`,
-//! returned at the captured free); see the README.
+//! returned at the captured free); see `docs/memory-budgets.md`.
 //!
 //! Bookkeeping is a mutex-guarded registry, touched only when graphs with
 //! allocation nodes are built, instantiated or destroyed. With none in the

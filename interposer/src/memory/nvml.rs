@@ -26,6 +26,11 @@
 //! `CU_DEVICE_ATTRIBUTE_PCI_{DOMAIN,BUS,DEVICE}_ID`). A GPU the program
 //! cannot see through CUDA, or one whose CUDA device has no budget, is
 //! reported unchanged, as is every answer when no budget is configured.
+//! Before the program has initialised CUDA (vLLM asks NVML, then forks its
+//! engine), the driver is not asked (initialising it would make CUDA
+//! unusable in the program's children): the CUDA device is then the NVML
+//! GPU's place among those `CUDA_VISIBLE_DEVICES` selects
+//! ([`crate::driver::nvml::cuda_visible_nvml_devices`]).
 //!
 //! # What is reported
 //! `total` = min(budget, real total); `free` = min(budget − tenant's usage,
@@ -40,9 +45,10 @@ use std::sync::OnceLock;
 
 use dilu_abi::cuda::sys::CUdevice;
 
+use crate::driver::devices;
 use crate::driver::nvml::{
     NVML_ERROR_FUNCTION_NOT_FOUND, NVML_SUCCESS, NvmlDevice, NvmlMemory, NvmlMemoryV2, NvmlReturn,
-    cuda_pci_location, nvml_pci_location, real_nvml,
+    cuda_pci_location, cuda_visible_nvml_devices, nvml_pci_location, real_nvml,
 };
 use crate::memory::budget::{self, MemoryBudget};
 use crate::table::Row;
@@ -118,7 +124,8 @@ pub fn wrapper_for_name(name: &[u8]) -> Option<usize> {
         .map(Row::wrapper_addr)
 }
 
-/// PCI (domain, bus, device) of every CUDA device, by ordinal.
+/// PCI (domain, bus, device) of every CUDA device, by ordinal, from the
+/// driver; asked only once the program has initialised it.
 fn cuda_pci_locations(budget: &MemoryBudget) -> &'static [(u32, u32, u32)] {
     static LOCATIONS: OnceLock<Vec<(u32, u32, u32)>> = OnceLock::new();
     LOCATIONS.get_or_init(|| {
@@ -128,12 +135,27 @@ fn cuda_pci_locations(budget: &MemoryBudget) -> &'static [(u32, u32, u32)] {
     })
 }
 
+/// The CUDA ordinal of NVML `device`, never initialising the driver (see
+/// [`crate::driver::devices`]): by PCI location against the driver's devices
+/// once the program has initialised it, before that by its place among the
+/// GPUs CUDA will see, as NVML lists them.
+fn cuda_ordinal(budget: &MemoryBudget, device: NvmlDevice) -> Option<usize> {
+    let location = nvml_pci_location(device)?;
+    if devices::initialised_device_count().is_some() {
+        return cuda_pci_locations(budget)
+            .iter()
+            .position(|&l| l == location);
+    }
+    cuda_visible_nvml_devices()?
+        .into_iter()
+        .position(|d| nvml_pci_location(d) == Some(location))
+}
+
 /// What a budgeted device reports instead of (real total, real free):
 /// `None` when NVML `device` is not a CUDA device with a budget.
 fn budget_view(device: NvmlDevice, total: u64, free: u64) -> Option<(u64, u64)> {
     let b = budget::get()?;
-    let location = nvml_pci_location(device)?;
-    let cuda = cuda_pci_locations(b).iter().position(|&l| l == location)?;
+    let cuda = cuda_ordinal(b, device)?;
     crate::memory::graph_memory::reconcile_all();
     b.view(cuda, total, free)
 }

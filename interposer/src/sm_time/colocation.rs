@@ -6,12 +6,14 @@
 //!   with an SLO: it goes before offline fillers). Unset: no co-location.
 //! - `DILU_COLO_GROUP`: the board shared by a primary and its fillers
 //!   (default `gpu`): `/dev/shm/dilu-<uid>/colo-<group>.board`.
-//! - primary: `DILU_COLO_TOLERANCE` (a duration, default 0): the delay of
-//!   one filler kernel its requests can absorb, letting fillers into gaps
-//!   no history predicts; `DILU_COLO_SLO` (a duration): the tolerance in
-//!   force is at most the slack (SLO minus latency) of the worst of the
-//!   last 8 reported requests, so it shrinks before the next launch when a
-//!   request nears the SLO and comes back as such requests age out;
+//! - primary: `DILU_COLO_TOLERANCE` (a duration; default a quarter of
+//!   `DILU_COLO_SLO`, 0 without one): the delay of one filler kernel its
+//!   requests can absorb, letting fillers into gaps no history predicts;
+//!   `DILU_COLO_SLO` (a duration, `dilu run --slo-ms` of a primary): the
+//!   tolerance in force is at most the slack (SLO minus latency) of the
+//!   worst of the last 8 reported requests, so it shrinks before the next
+//!   launch when a request nears the SLO and comes back as such requests
+//!   age out;
 //!   `DILU_COLO_HOLDOFF` (default 150us): idle time shorter than this is the
 //!   program between dependent launches, not a gap (except after a request
 //!   whose latency the program reported: that gap opens at once).
@@ -28,8 +30,9 @@
 //! counted in those estimates, comes to about half. The primary honours
 //! such holds for at most [`HONOURED_SAMPLE_HOLD_PPM`] of its time.
 //!
-//! Co-location acts on launches that go through SM-time control, so the
-//! process needs a tenant (`DILU_TENANT`, `dilu run --tenant`).
+//! Co-location acts on launches that go through SM-time control, which a
+//! process with a role always has (with no tenant and no SM limit, an
+//! unlimited share of its own, see [`crate::sm_time::tenant_sm`]).
 
 use crate::sm_time::launch_control::sleep_until;
 use crate::sm_time::quiet_samples::HonouredHolds;
@@ -103,14 +106,24 @@ pub fn from_env(
             }
         },
     };
+    let slo_ns = duration("DILU_COLO_SLO")?;
     Ok(Some(ColoConfig {
         role,
         group,
-        tolerance_ns: duration("DILU_COLO_TOLERANCE")?.unwrap_or(0),
+        tolerance_ns: duration("DILU_COLO_TOLERANCE")?
+            .unwrap_or_else(|| slo_ns.map_or(0, default_tolerance_ns)),
         holdoff_ns: duration("DILU_COLO_HOLDOFF")?.unwrap_or(DEFAULT_HOLDOFF_NS),
-        slo_ns: duration("DILU_COLO_SLO")?,
+        slo_ns,
         guarantee_ppm,
     }))
+}
+
+/// A primary's tolerance when none is set: a quarter of its SLO (2 ms of an
+/// 8 ms SLO), cut per request to the slack its recent requests left (see
+/// [`tolerance_within_slack`]). Without an SLO, none: a primary with no
+/// latency target (a training loop) is never knowingly delayed.
+fn default_tolerance_ns(slo_ns: u64) -> u64 {
+    slo_ns / 4
 }
 
 /// A filler's guarantee when none is set: its SM request (the spec it gives
@@ -265,6 +278,10 @@ fn init() -> Option<Colo> {
     });
     refresh_pid();
     if config.role == Role::Primary {
+        // The node manager's default controller lends a primary's guarantee.
+        if let Some(sm) = crate::sm_time::tenant_sm::get() {
+            sm.activity().mark_colo_primary();
+        }
         for device in 0..MAX_DEVICES {
             board.device(device).attach_primary(
                 std::process::id(),
@@ -596,6 +613,15 @@ mod tests {
         assert_eq!(c.role, Role::Primary);
         assert_eq!((c.tolerance_ns, c.slo_ns), (2_000_000, Some(10_000_000)));
         assert_eq!(c.group, "gpu");
+        // Unset, the tolerance follows the SLO; without one it is 0.
+        let tolerance = |vars: &[(&str, &str)]| {
+            let mut all = vec![("DILU_COLO", "primary")];
+            all.extend_from_slice(vars);
+            from_env(test_env(&all)).unwrap().unwrap().tolerance_ns
+        };
+        assert_eq!(tolerance(&[("DILU_COLO_SLO", "8ms")]), 2_000_000);
+        assert_eq!(tolerance(&[("DILU_COLO_SLO", "20ms")]), 5_000_000);
+        assert_eq!(tolerance(&[]), 0);
         let f = from_env(test_env(&[
             ("DILU_COLO", "online-filler"),
             ("DILU_COLO_GUARANTEE", "25%"),

@@ -243,7 +243,7 @@ fn charge_bucket(
             Admission::Paused => {
                 share = wait_for_share(sm, device);
                 let woke = monotonic_ns();
-                telemetry.record_throttle(woke - now);
+                telemetry.record_throttle(0); // its time was recorded as it waited
                 now = woke;
                 if !is_limited(share) {
                     break;
@@ -277,19 +277,52 @@ fn burst_wait_ns(burst_ns: u64, share_ppm: u32, depth_ns: u64) -> u64 {
 
 /// How often a launch held at share 0 looks at its share again.
 const ZERO_SHARE_POLL_NS: u64 = 1_000_000;
+/// How long a launch waits at share 0 before the process says why, once.
+const ZERO_SHARE_NOTICE_NS: u64 = 2_000_000_000;
 
 /// Waits while `device`'s share is 0 (a valid state: the node manager gives
-/// a tenant nothing until it raises the share), re-reading it; returns the
-/// first non-zero share seen.
+/// a tenant without a request nothing while it shows no demand, and an
+/// operator may set a limit of 0), re-reading it; returns the first
+/// non-zero share seen. The wait is recorded as it goes, so the node
+/// manager sees the demand of a tenant that launches nothing; a long one is
+/// explained once on stderr.
 #[cold]
 fn wait_for_share(sm: &TenantSm, device: usize) -> u32 {
+    let telemetry = sm.device(device);
+    let since = monotonic_ns();
+    let mut last = since;
     loop {
         let share = sm.budget().share_ppm(device);
         if share != 0 {
             return share;
         }
-        sleep_until(monotonic_ns() + ZERO_SHARE_POLL_NS);
+        sleep_until(last + ZERO_SHARE_POLL_NS);
+        let now = monotonic_ns();
+        telemetry.record_waiting(now - last);
+        last = now;
+        if now - since >= ZERO_SHARE_NOTICE_NS {
+            zero_share_notice(device);
+        }
     }
+}
+
+/// Says once per process why its launches wait at share 0, and how to
+/// release them.
+#[cold]
+fn zero_share_notice(device: usize) {
+    static SAID: std::sync::Once = std::sync::Once::new();
+    SAID.call_once(|| {
+        let tenant = crate::config::get()
+            .tenant
+            .as_deref()
+            .unwrap_or("(this process)");
+        eprintln!(
+            "dilu-interposer: tenant {tenant} has an SM-time share of 0 on device {device}, \
+             so its kernel launches wait until it is raised: `dilu status` says why (a limit \
+             of 0: `dilu set {tenant} --sm-limit PCT`; other tenants' requests reserving the \
+             whole device: lower them with `dilu set NAME --sm-request PCT`)"
+        );
+    });
 }
 
 #[cold]

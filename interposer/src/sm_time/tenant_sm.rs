@@ -14,12 +14,13 @@
 //!
 //! Under the node manager (its socket exists, see [`crate::node`]), a named
 //! tenant registers instead: the daemon hands it a read-only, sealed budget
-//! it writes itself and the activity region it reads; `DILU_SM_LIMIT` is
-//! then ignored (the daemon decides). A refused registration stops the
-//! process with the daemon's reason.
+//! it writes itself and the activity region it reads; `DILU_SM_LIMIT` then
+//! becomes the spec's request and limit (the daemon decides the shares). A
+//! refused registration stops the process with the daemon's reason.
 //!
-//! Without a tenant and without an SM limit this process has no SM state
-//! and every launch passes straight through.
+//! Without a tenant, an SM limit or a co-location role (`DILU_COLO`, which
+//! acts on launches under SM-time control) this process has no SM state and
+//! every launch passes straight through.
 
 use crate::config;
 use crate::driver::devices::{self, CurrentDevice};
@@ -110,7 +111,7 @@ fn init() -> Option<TenantSm> {
         });
     }
     let (budget, activity) = match &cfg.tenant {
-        None if !cfg.sm.any() => return None,
+        None if !cfg.sm.any() && std::env::var_os("DILU_COLO").is_none() => return None,
         None => (
             Region::<TenantBudget>::anonymous(write_shares)
                 .unwrap_or_else(|e| fail("SM budget", e)),
@@ -175,7 +176,7 @@ impl TenantSm {
     #[inline]
     pub fn current_device(&self) -> usize {
         self.current_device
-            .get_or_init(|| CurrentDevice::new(devices::real_device_count()))
+            .get_or_init(|| CurrentDevice::new(devices::cuda_device_count()))
             .get()
     }
 

@@ -20,8 +20,10 @@
 //! 4. Between `low` and `high` nothing changes (hysteresis).
 //!
 //! Batch tenants then share `FULL − Σ r_L` by water-filling: each gets at
-//! least its request, those with demand split the rest up to their limits
-//! (work-conserving: an idle latency tenant leaves batch tenants everything).
+//! least its request, those with demand split the rest, idle ones'
+//! requests included, up to their limits (work-conserving: an idle latency
+//! tenant leaves batch tenants everything, and a tenant without a request
+//! runs on what no busy tenant uses).
 //! Lending (`dilu-colo`) with every reserve at 0 caps them differently
 //! (see `lend_all_but_guarantees`).
 //!
@@ -132,10 +134,20 @@ impl Dilu {
         self.late_at[i].is_some_and(|at| now_ns.saturating_sub(at) < CONTROL_WINDOW_NS)
     }
 
+    /// What a lent guarantee is when it is taken back: the request, or
+    /// for a primary without one (best effort, as `dilu run --colo primary`
+    /// alone gives) what it uses with head-room, so that a late primary
+    /// is protected by caps too; never beyond its limit.
+    fn taken_back(&self, o: &Observation) -> u32 {
+        let used = (o.utilisation() * self.params.headroom * FULL as f64) as u32;
+        let floor = if o.request_ppm == 0 { used } else { 0 };
+        o.request_ppm.max(floor).min(o.limit_ppm)
+    }
+
     fn update_reserve(&mut self, i: usize, now_ns: u64, o: &Observation) {
-        if self.params.lend {
+        if self.params.lend || o.colo_primary {
             let late = self.late_within_window(i, now_ns, o);
-            self.reserve[i] = if late { o.request_ppm } else { 0 };
+            self.reserve[i] = if late { self.taken_back(o) } else { 0 };
             return;
         }
         let p = &self.params;
@@ -199,7 +211,8 @@ impl Controller for Dilu {
                 WorkClass::Batch => batch.push(i),
             }
         }
-        if self.params.lend && reserved == 0 {
+        let lending = self.params.lend || tenants.iter().any(|o| o.colo_primary);
+        if lending && reserved == 0 {
             lend_all_but_guarantees(tenants, &batch, self.params.hold_ns, &mut out);
         } else {
             let available = (FULL as u64).saturating_sub(reserved) as u32;
@@ -375,15 +388,38 @@ mod tests {
         t[1].launches = 0;
         t[1].idle_ns = 10_000_000;
         assert_eq!(&c.step(2_500_000, &t)[1..], &[300_000, 600_000, 200_000]);
-        // A batch tenant asleep (idle beyond the hold): water-filling, its
-        // request kept free.
+        // A batch tenant asleep (idle beyond the hold): water-filling among
+        // the busy ones, which borrow its request (it keeps it as its cap,
+        // to start at once, and has it back in the period after it wakes).
+        t[1] = busy(t[1].clone(), 90);
         t[3] = tenant(WorkClass::Batch, 10, 30);
         let shares = c.step(5_000_000, &t);
-        assert_eq!(shares[1..].iter().sum::<u32>(), FULL);
+        assert_eq!(shares[1] + shares[2], FULL);
+        assert_eq!(shares[3], 100_000);
         // The primary late: water-filling under its reserve again.
         t[0] = with_latency(t[0].clone(), 45, 45);
         let shares = c.step(10_000_000, &t);
         assert_eq!(shares[1..].iter().sum::<u32>(), 200_000 + 500_000 + 100_000);
+    }
+
+    #[test]
+    fn the_default_law_lends_a_co_location_primary_s_guarantee_only() {
+        let mut c = Dilu::default();
+        let mut t = pair();
+        t[1].request_ppm = 200_000;
+        t[0] = with_latency(busy(t[0].clone(), 10), 2, 2);
+        c.step(0, &t);
+        // An ordinary latency tenant's reserve is released step by step.
+        assert_eq!(c.step(5_000_000, &t)[1], 220_000);
+        // A co-location primary with slack lends it all.
+        t[0].colo_primary = true;
+        assert_eq!(c.step(10_000_000, &t)[1], FULL, "guarantee lent");
+        t[0].latency.period_mean_ns = Some(45_000_000);
+        assert_eq!(c.step(15_000_000, &t)[1], 700_000, "taken back when late");
+        // A primary without a request has what it uses (10%) with
+        // head-room (× 1.5) taken back.
+        t[0].request_ppm = 0;
+        assert_eq!(c.step(20_000_000, &t)[1], 850_000);
     }
 
     #[test]

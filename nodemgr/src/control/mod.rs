@@ -7,11 +7,12 @@
 //! the tenants' budgets. Controllers never touch processes or memory, so
 //! they are tested with made-up observations.
 //!
-//! - [`dilu::Dilu`]: dilu's controller (work-conserving, SLO-protecting).
-//! - `dilu-colo`: [`dilu::Dilu`] lending a latency tenant's whole guarantee
-//!   while its latency has slack (co-location protects it per launch), with
-//!   no dead band; while all is lent, busy batch tenants may each use the
-//!   device but the others' requests.
+//! - [`dilu::Dilu`]: dilu's controller (work-conserving, SLO-protecting);
+//!   a co-location primary's guarantee is lent as `dilu-colo` lends it.
+//! - `dilu-colo`: [`dilu::Dilu`] lending every latency tenant's whole
+//!   guarantee while its latency has slack (co-location protects it per
+//!   launch), with no dead band; while all is lent, busy batch tenants may
+//!   each use the device but the others' requests.
 //! - [`rckm::Rckm`]: the law of Dilu's published code, as a baseline.
 //! - [`fixed::Static`]: fixed requests (what HAMi-core or MPS limits give).
 
@@ -23,6 +24,9 @@ use dilu_abi::node_wire::WorkClass;
 
 /// Parts per million of the device: all of it.
 pub const FULL: u32 = 1_000_000;
+/// A tenant that launched this recently still wants the device (a deep
+/// queue of 1 ms kernels synchronises for 32 ms between bursts of launches).
+pub const RECENT_NS: u64 = 50_000_000;
 
 /// What one tenant did during the last period, and what it is allowed.
 #[derive(Debug, Clone, PartialEq)]
@@ -47,6 +51,8 @@ pub struct Observation {
     /// Latency over a recent window (reported request latency, else the
     /// sync-to-sync proxy).
     pub latency: Latency,
+    /// A co-location primary (protected per launch by its GPU's gap board).
+    pub colo_primary: bool,
 }
 
 /// Recent latency of a tenant.
@@ -68,6 +74,14 @@ impl Observation {
     /// used nearly all of its share.
     pub fn saturated(&self) -> bool {
         self.throttled_ns > 0 || self.utilisation() * FULL as f64 >= 0.9 * self.share_ppm as f64
+    }
+
+    /// Whether the tenant wants the device now: it launched within
+    /// [`RECENT_NS`] (a program waiting on its queue between launches is
+    /// still at work), or its launches waited for tokens (a tenant held at
+    /// share 0 launches nothing, and waiting is the only demand it can show).
+    pub fn wants_device(&self) -> bool {
+        self.launches > 0 || self.idle_ns < RECENT_NS || self.throttled_ns > 0
     }
 
     /// Recent p99 as a fraction of the SLO (0 when unknown).
@@ -110,19 +124,22 @@ pub fn by_name(name: &str) -> Result<Box<dyn Controller>, String> {
 }
 
 /// Splits `available` ppm among batch tenants (indices) by water-filling:
-/// each gets at least its request, tenants with demand share what is left
-/// equally up to their limits, tenants without demand keep their request.
+/// each keeps at least its request, and tenants with demand share what is
+/// left equally up to their limits. The requests of tenants without demand
+/// are lent too: a tenant without a request (best effort) gets the device's
+/// idle time, and a guaranteed tenant that wakes up has its request back in
+/// the next period (it keeps its request as its cap meanwhile, so its first
+/// launches go at once).
 pub fn share_out_batch(tenants: &[Observation], batch: &[usize], available: u32, out: &mut [u32]) {
     let mut left = available as i64;
+    let mut hungry = Vec::with_capacity(batch.len());
     for &i in batch {
         out[i] = tenants[i].request_ppm;
-        left -= tenants[i].request_ppm as i64;
+        if tenants[i].wants_device() {
+            left -= tenants[i].request_ppm as i64;
+            hungry.push(i);
+        }
     }
-    let mut hungry: Vec<usize> = batch
-        .iter()
-        .copied()
-        .filter(|&i| tenants[i].launches > 0 || tenants[i].idle_ns == 0)
-        .collect();
     while left > 0 && !hungry.is_empty() {
         let each = (left / hungry.len() as i64).max(1);
         let mut next = Vec::new();
@@ -160,6 +177,7 @@ pub(crate) mod testing {
             throttled_ns: 0,
             idle_ns: u64::MAX,
             latency: Latency::default(),
+            colo_primary: false,
         }
     }
 
@@ -190,13 +208,50 @@ mod tests {
         let tenants = vec![
             busy(tenant(WorkClass::Batch, 10, 30), 50),
             busy(tenant(WorkClass::Batch, 20, 100), 50),
-            tenant(WorkClass::Batch, 5, 100), // idle: keeps its request
+            tenant(WorkClass::Batch, 5, 100), // idle: keeps its request as its cap
         ];
         let mut out = vec![0; 3];
         share_out_batch(&tenants, &[0, 1, 2], 900_000, &mut out);
         assert_eq!(out[0], 300_000, "capped at its limit");
         assert_eq!(out[2], 50_000);
-        assert_eq!(out.iter().sum::<u32>(), 900_000, "nothing left unused");
+        assert_eq!(
+            out[0] + out[1],
+            900_000,
+            "the idle tenant's request is lent: nothing left unused"
+        );
         assert!(by_name("nope").err().unwrap().contains("dilu-rckm"));
+    }
+
+    /// Every controller, a tenant without a request held at share 0 whose
+    /// launches wait, and the device otherwise idle or partly reserved.
+    #[test]
+    fn a_waiting_tenant_without_a_request_gets_the_idle_device_under_every_controller() {
+        let mut waiting = tenant(WorkClass::Batch, 0, 100);
+        waiting.share_ppm = 0;
+        waiting.throttled_ns = 1_000_000; // waited, launched nothing
+        let idle_guaranteed = tenant(WorkClass::Batch, 60, 100);
+        for name in NAMES {
+            let mut c = by_name(name).unwrap();
+            let alone = c.step(0, std::slice::from_ref(&waiting));
+            assert_eq!(alone, vec![FULL], "{name}: alone on the device");
+            c.reset();
+            let shares = c.step(0, &[waiting.clone(), idle_guaranteed.clone()]);
+            assert!(shares[0] >= 400_000, "{name}: {shares:?}");
+            assert_eq!(shares[1], 600_000, "{name}: the request stays a cap");
+            // Without demand it waits for nothing and keeps nothing.
+            c.reset();
+            let quiet = tenant(WorkClass::Batch, 0, 100);
+            assert_eq!(c.step(0, &[quiet])[0], 0, "{name}");
+        }
+    }
+
+    #[test]
+    fn a_share_of_zero_set_on_purpose_stays_zero() {
+        let mut waiting = tenant(WorkClass::Batch, 0, 0);
+        waiting.throttled_ns = 1_000_000;
+        for name in NAMES {
+            let mut c = by_name(name).unwrap();
+            assert_eq!(c.step(0, std::slice::from_ref(&waiting)), vec![0], "{name}");
+        }
     }
 }

@@ -19,9 +19,10 @@ mod baselines;
 mod dilu;
 mod fgd;
 
+use std::collections::HashMap;
 use std::sync::Arc;
 
-use crate::model::{ClusterState, GpuState, InstanceDemand, PodNeeds};
+use crate::model::{ClusterState, GpuState, IdleNodeKind, InstanceDemand, PodNeeds};
 
 pub use baselines::{DiluPaper, Exclusive, InflessLimits, InflessRequests};
 pub use dilu::{
@@ -173,23 +174,69 @@ pub fn place_pod(
     demand: &InstanceDemand,
     needs: &PodNeeds,
 ) -> Option<Placement> {
-    search(policy, cluster, demand, needs).or_else(|| {
+    search(policy, cluster, demand, needs, true).or_else(|| {
         let looser = policy.fallback()?;
-        search(looser.as_ref(), cluster, demand, needs)
+        search(looser.as_ref(), cluster, demand, needs, true)
     })
 }
 
-fn search(
+/// [`place_pod`] scoring every node, idle ones included: the scan the
+/// idle-node index replaces, kept for the benchmark that compares them
+/// (`placement-latency`) and the test that they agree.
+pub fn place_pod_scanning_every_node(
     policy: &dyn PlacementPolicy,
     cluster: &ClusterState,
     demand: &InstanceDemand,
     needs: &PodNeeds,
 ) -> Option<Placement> {
+    search(policy, cluster, demand, needs, false).or_else(|| {
+        let looser = policy.fallback()?;
+        search(looser.as_ref(), cluster, demand, needs, false)
+    })
+}
+
+/// The search behind [`place_pod`]. Busy nodes are scored one by one; of
+/// the idle nodes only the first of each [`IdleNodeKind`] that could supply
+/// the placement's GPUs is scored (interchangeable nodes score alike, and
+/// ties go to the lower GPU index, so the result is the full scan's). The
+/// cost thus grows with the busy nodes and the kinds of idle node, and
+/// only by a counter check with the idle nodes (see
+/// `bench/results/placement-latency.md`).
+fn search(
+    policy: &dyn PlacementPolicy,
+    cluster: &ClusterState,
+    demand: &InstanceDemand,
+    needs: &PodNeeds,
+    indexed: bool,
+) -> Option<Placement> {
     let wanted = demand.gpus.max(1) as usize;
     let mut costs = Vec::new();
     let mut candidates = Vec::new();
-    if wanted == 1 || (!needs.one_node && !policy.gang_on_one_node()) {
+    // GPUs each idle kind has offered so far.
+    let mut offered: HashMap<IdleNodeKind, usize> = HashMap::new();
+    let spans_nodes = wanted > 1 && !needs.one_node && !policy.gang_on_one_node();
+    // Whether an idle node adds nothing its kind has not already offered:
+    // `enough` GPUs of that kind are in.
+    let mut redundant = |node: usize, enough: usize| match indexed
+        .then(|| cluster.idle_node_kind(node))
+        .flatten()
+    {
+        None => false,
+        Some(kind) => {
+            let seen = offered.entry(kind).or_default();
+            let done = *seen >= enough;
+            if !done {
+                // A node without GPUs counts as one, so its kind is scored once.
+                *seen += kind.gpus.max(1);
+            }
+            done
+        }
+    };
+    if wanted == 1 || spans_nodes {
         for node in 0..cluster.nodes.len() {
+            if redundant(node, wanted) {
+                continue;
+            }
             if cluster.host_fits(node, needs) {
                 node_costs(
                     policy,
@@ -206,7 +253,7 @@ fn search(
     }
     let mut best: Option<Placement> = None;
     for node in 0..cluster.nodes.len() {
-        if !cluster.host_fits(node, needs) {
+        if redundant(node, 1) || !cluster.host_fits(node, needs) {
             continue;
         }
         costs.clear();

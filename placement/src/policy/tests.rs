@@ -450,3 +450,88 @@ fn dilus_price_on_limit_excess_fades_as_idle_gpus_run_out() {
     let fgd = FragmentationGradient::new(mix);
     assert_eq!(place(&fgd, &full, &pod).unwrap().gpus, vec![0]);
 }
+
+/// A small deterministic generator for the agreement test.
+struct Lcg(u64);
+
+impl Lcg {
+    fn next(&mut self, bound: u64) -> u64 {
+        self.0 = self
+            .0
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        (self.0 >> 33) % bound
+    }
+}
+
+#[test]
+fn the_idle_node_index_places_exactly_as_scanning_every_node() {
+    // Nodes of three kinds (8 GPUs of model 0, 4 of model 1 with few
+    // cores, 2 of model 0), interleaved, filled by every policy with
+    // single pods and gangs; after each placement both searches must agree.
+    let mut random = Lcg(7);
+    let workload = Arc::new(WorkloadMix {
+        types: vec![
+            TaskType {
+                cpu_milli: 4000,
+                share: 0.5,
+                gpus: 1,
+                models: Vec::new(),
+                weight: 0.7,
+            },
+            TaskType {
+                cpu_milli: 16000,
+                share: 1.0,
+                gpus: 4,
+                models: Vec::new(),
+                weight: 0.3,
+            },
+        ],
+    });
+    for name in POLICY_NAMES {
+        for mix in [Arc::new(WorkloadMix::default()), workload.clone()] {
+            let policy = policy_for_workload(name, mix).unwrap();
+            let mut cluster = ClusterState::default();
+            for node in 0..24 {
+                let (gpus, cpu, model) = [(8, 96_000, 0), (4, 8_000, 1), (2, 32_000, 0)][node % 3];
+                let host = HostState {
+                    cpu_milli: cpu,
+                    cpu_used: 0,
+                    memory_mib: 1 << 20,
+                    memory_used: 0,
+                    model,
+                };
+                cluster.add_host(gpus, 80 * GIB, host);
+            }
+            for _ in 0..60 {
+                let gpus = [1, 1, 1, 2, 4][random.next(5) as usize];
+                let request = 0.1 * (1 + random.next(10)) as f64;
+                let pod = demand(
+                    WorkClass::Latency,
+                    request,
+                    (request * 1.4).min(1.0),
+                    8,
+                    gpus,
+                );
+                let needs = PodNeeds {
+                    cpu_milli: 1000 * random.next(12),
+                    memory_mib: 1024,
+                    models: if random.next(4) == 0 {
+                        vec![1]
+                    } else {
+                        Vec::new()
+                    },
+                    one_node: random.next(2) == 0,
+                };
+                let indexed = place_pod(policy.as_ref(), &cluster, &pod, &needs);
+                let scanned =
+                    place_pod_scanning_every_node(policy.as_ref(), &cluster, &pod, &needs);
+                assert_eq!(indexed, scanned, "{name}: {pod:?} {needs:?}");
+                if let Some(placement) = indexed {
+                    cluster.apply(&pod, &placement.gpus);
+                    cluster.apply_host(cluster.gpus[placement.gpus[0]].node, &needs);
+                }
+            }
+        }
+    }
+}

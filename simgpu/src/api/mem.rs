@@ -26,6 +26,9 @@ export! {
     fn cuMemAllocHost_v2(p: *mut *mut c_void, size: usize) => mem_alloc_host;
     fn cuMemHostAlloc(p: *mut *mut c_void, size: usize, flags: c_uint) => mem_host_alloc;
     fn cuMemFreeHost(p: *mut c_void) => mem_free_host;
+    fn cuMemHostRegister_v2(p: *mut c_void, size: usize, flags: c_uint) => mem_host_register;
+    fn cuMemHostUnregister(p: *mut c_void) => mem_host_unregister;
+    fn cuMemHostGetDevicePointer_v2(d: *mut CUdeviceptr, p: *mut c_void, flags: c_uint) => mem_host_device_pointer;
     fn cuMemAllocAsync(p: *mut CUdeviceptr, size: usize, s: CUstream) | cuMemAllocAsync_ptsz => mem_alloc_async;
     fn cuMemFreeAsync(p: CUdeviceptr, s: CUstream) | cuMemFreeAsync_ptsz => mem_free_async;
     fn cuMemAllocFromPoolAsync(p: *mut CUdeviceptr, size: usize, pool: Pool, s: CUstream) | cuMemAllocFromPoolAsync_ptsz => mem_alloc_from_pool;
@@ -142,13 +145,29 @@ fn host_set() -> std::sync::MutexGuard<'static, BTreeMap<usize, usize>> {
     H.lock().unwrap_or_else(|e| e.into_inner())
 }
 
+/// Host ranges the program page-locked with `cuMemHostRegister`: base ->
+/// length. The memory is the program's; unregistering never frees it.
+fn registered_set() -> std::sync::MutexGuard<'static, BTreeMap<usize, usize>> {
+    static R: Mutex<BTreeMap<usize, usize>> = Mutex::new(BTreeMap::new());
+    R.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// The range of `set` holding `p`, as (base, length).
+fn range_holding(set: &BTreeMap<usize, usize>, p: usize) -> Option<(usize, usize)> {
+    let (&b, &l) = set.range(..=p).next_back()?;
+    (p < b + l).then_some((b, l))
+}
+
+/// The page-locked host range (allocated or registered) holding `p`.
+pub(crate) fn host_range_of(p: usize) -> Option<(usize, usize)> {
+    range_holding(&host_set(), p).or_else(|| range_holding(&registered_set(), p))
+}
+
 /// Whether `[p, p+n)` lies in page-locked memory from cuMemAllocHost /
-/// cuMemHostAlloc (async copies with pageable memory behave synchronously).
+/// cuMemHostAlloc / cuMemHostRegister (async copies with pageable memory
+/// behave synchronously).
 pub(crate) fn is_pinned(p: usize, n: usize) -> bool {
-    host_set()
-        .range(..=p)
-        .next_back()
-        .is_some_and(|(&b, &l)| p + n <= b + l)
+    host_range_of(p).is_some_and(|(b, l)| p.saturating_add(n) <= b + l)
 }
 
 fn mem_alloc_host(_: bool, p: *mut *mut c_void, size: usize) -> Res {
@@ -177,6 +196,58 @@ fn mem_free_host(_: bool, p: *mut c_void) -> Res {
     // SAFETY: p came from posix_memalign in mem_alloc_host and is freed once.
     unsafe { libc::free(p) };
     Ok(())
+}
+
+/// `CU_MEMHOSTREGISTER_{PORTABLE, DEVICEMAP, IOMEMORY, READ_ONLY}` (cuda.h).
+const HOST_REGISTER_FLAGS: c_uint = 0x0f;
+const HOST_REGISTER_IOMEMORY: c_uint = 0x04;
+
+/// `cuMemHostRegister`: page-locks the program's `[p, p+size)`. A range
+/// overlapping one already page-locked is refused, as by the driver.
+fn mem_host_register(_: bool, p: *mut c_void, size: usize, flags: c_uint) -> Res {
+    current()?;
+    let base = p as usize;
+    if p.is_null() || size == 0 || flags & !HOST_REGISTER_FLAGS != 0 {
+        return Err(CUDA_ERROR_INVALID_VALUE);
+    }
+    if flags & HOST_REGISTER_IOMEMORY != 0 {
+        return Err(CUDA_ERROR_NOT_SUPPORTED); // no device's I/O space here
+    }
+    let end = base.checked_add(size).ok_or(CUDA_ERROR_INVALID_VALUE)?;
+    let overlaps = |set: &BTreeMap<usize, usize>| {
+        set.range(..end)
+            .next_back()
+            .is_some_and(|(&b, &l)| b + l > base)
+    };
+    let mut registered = registered_set();
+    if overlaps(&registered) || overlaps(&host_set()) {
+        return Err(CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED);
+    }
+    registered.insert(base, size);
+    Ok(())
+}
+
+/// `cuMemHostUnregister`: `p` must be the base of a registered range.
+fn mem_host_unregister(_: bool, p: *mut c_void) -> Res {
+    drv()?;
+    if p.is_null() {
+        return Err(CUDA_ERROR_INVALID_VALUE);
+    }
+    registered_set()
+        .remove(&(p as usize))
+        .map(|_| ())
+        .ok_or(CUDA_ERROR_HOST_MEMORY_NOT_REGISTERED)
+}
+
+/// `cuMemHostGetDevicePointer_v2`: under unified addressing page-locked
+/// host memory is reached from the device at its host address (and
+/// simgpu's device memory is host memory too).
+fn mem_host_device_pointer(_: bool, d: *mut CUdeviceptr, p: *mut c_void, flags: c_uint) -> Res {
+    current()?;
+    if flags != 0 || host_range_of(p as usize).is_none() {
+        return Err(CUDA_ERROR_INVALID_VALUE);
+    }
+    out(d, p as CUdeviceptr)
 }
 
 pub(crate) struct PoolObj {

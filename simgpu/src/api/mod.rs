@@ -25,7 +25,9 @@ pub mod library;
 pub mod mem;
 pub mod misc;
 pub mod module;
+pub mod pointer;
 pub mod stream;
+pub mod tensor_map;
 
 pub use device::*;
 pub use graph_mem::*;
@@ -33,7 +35,9 @@ pub use library::*;
 pub use mem::*;
 pub use misc::*;
 pub use module::*;
+pub use pointer::*;
 pub use stream::*;
+pub use tensor_map::*;
 
 use crate::Res;
 use dilu_abi::cuda::*;

@@ -40,6 +40,7 @@ export! {
     fn cuGraphInstantiateWithParams(e: *mut sys::CUgraphExec, g: sys::CUgraph, p: *mut c_void) | cuGraphInstantiateWithParams_ptsz => graph_instantiate_params;
     fn cuGraphLaunch(e: sys::CUgraphExec, s: CUstream) | cuGraphLaunch_ptsz => graph_launch;
     fn cuGraphExecDestroy(e: sys::CUgraphExec) => graph_exec_destroy;
+    fn cuGraphGetNodes(g: sys::CUgraph, nodes: *mut sys::CUgraphNode, n: *mut usize) => graph_get_nodes;
 }
 
 pub(crate) struct Func {
@@ -407,6 +408,26 @@ fn graph_destroy(_: bool, g: sys::CUgraph) -> Res {
     drv()?;
     GRAPHS.remove(g as usize).ok_or(CUDA_ERROR_INVALID_VALUE)?;
     Ok(())
+}
+
+/// `cuGraphGetNodes`: a graph's nodes are numbered from 1 in the order they
+/// were added or captured. With `nodes` null only the count is written;
+/// otherwise up to `*n` nodes, the rest of `*n` entries null, and `*n`
+/// becomes the number written.
+fn graph_get_nodes(_: bool, g: sys::CUgraph, nodes: *mut sys::CUgraphNode, n: *mut usize) -> Res {
+    drv()?;
+    let graph = GRAPHS.get(g as usize).ok_or(CUDA_ERROR_INVALID_VALUE)?;
+    let count = graph.ops.lock().unwrap_or_else(|e| e.into_inner()).len();
+    if nodes.is_null() {
+        return out(n, count);
+    }
+    let room = read(n)?;
+    for i in 0..room {
+        let node = if i < count { i + 1 } else { 0 };
+        // SAFETY: the caller passes room for `*n` nodes.
+        unsafe { nodes.add(i).write(node as sys::CUgraphNode) };
+    }
+    out(n, room.min(count))
 }
 
 /// Nodes run in insertion order (dependencies are not modelled).

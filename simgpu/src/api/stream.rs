@@ -1,6 +1,6 @@
 //! Streams, events, copies and memsets.
 
-use super::out;
+use super::{out, read};
 use crate::Res;
 use crate::driver::{CTXS, current, drv};
 use crate::exec::{
@@ -54,6 +54,7 @@ export! {
     fn cuStreamBeginCapture(s: CUstream) | cuStreamBeginCapture_ptsz => begin_capture_v1;
     fn cuStreamBeginCapture_v2(s: CUstream, mode: c_int) | cuStreamBeginCapture_v2_ptsz => begin_capture;
     fn cuStreamEndCapture(s: CUstream, g: *mut sys::CUgraph) | cuStreamEndCapture_ptsz => end_capture;
+    fn cuThreadExchangeStreamCaptureMode(mode: *mut c_int) => exchange_capture_mode;
     fn cuStreamIsCapturing(s: CUstream, st: *mut c_int) | cuStreamIsCapturing_ptsz => is_capturing;
     fn cuStreamGetCaptureInfo(s: CUstream, st: *mut c_int, id: *mut u64) | cuStreamGetCaptureInfo_ptsz => capture_info_v1;
     fn cuStreamGetCaptureInfo_v2(s: CUstream, st: *mut c_int, id: *mut u64, g: *mut sys::CUgraph, deps: *mut *const c_void, n: *mut usize) | cuStreamGetCaptureInfo_v2_ptsz => capture_info_v2;
@@ -392,6 +393,24 @@ fn begin_capture(pt: bool, s: CUstream, mode: c_int) -> Res {
         return Err(CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED);
     }
     st.begin_capture()
+}
+
+thread_local! {
+    /// The calling thread's `CUstreamCaptureMode` (GLOBAL = 0 by default).
+    static CAPTURE_MODE: std::cell::Cell<c_int> = const { std::cell::Cell::new(0) };
+}
+
+/// `cuThreadExchangeStreamCaptureMode`: sets the thread's capture mode
+/// (GLOBAL 0, THREAD_LOCAL 1, RELAXED 2) and returns the one it replaces.
+/// simgpu refuses no call during a capture, so the mode changes nothing
+/// else.
+fn exchange_capture_mode(_: bool, mode: *mut c_int) -> Res {
+    drv()?;
+    let new = read(mode)?;
+    if !(0..=2).contains(&new) {
+        return Err(CUDA_ERROR_INVALID_VALUE);
+    }
+    out(mode, CAPTURE_MODE.with(|m| m.replace(new)))
 }
 
 fn end_capture(pt: bool, s: CUstream, g: *mut sys::CUgraph) -> Res {

@@ -30,6 +30,14 @@ struct Cli {
 enum Command {
     /// Run a CUDA program with the dilu interposer preloaded.
     ///
+    /// Without a node manager, --mem and --sm limit the program (and the
+    /// processes it starts). Where a node manager answers on its socket,
+    /// the program is one of its tenants: the one --tenant names, else
+    /// `<program>-<pid>`; it then gets the node manager's budgets (--sm
+    /// becomes its SM request and limit, --mem its memory budget), and a
+    /// tenant without an SM request is best effort: it runs on the time
+    /// the guaranteed tenants leave idle.
+    ///
     /// On a node with several GPUs and a node manager, a named tenant
     /// (--tenant or DILU_TENANT) started without CUDA_VISIBLE_DEVICES runs on
     /// the GPU the node manager chooses for its spec, with the placement
@@ -107,7 +115,7 @@ pub struct ProfileArgs {
     #[arg(long)]
     json: bool,
     /// The program to profile and its arguments (after `--`).
-    #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+    #[arg(trailing_var_arg = true)]
     command: Vec<String>,
 }
 
@@ -139,16 +147,23 @@ pub struct RunArgs {
     #[arg(long, value_name = "SIZE")]
     mem: Option<String>,
     /// SM-time share: 30 (% of every device's time) or per device 0:30,1:50
-    /// (sets DILU_SM_LIMIT).
+    /// (sets DILU_SM_LIMIT). Under a node manager one share for every
+    /// device, which becomes the tenant's SM request and limit
+    /// (--sm-request and --sm-limit win).
     #[arg(long, value_name = "PERCENT")]
     sm: Option<String>,
-    /// Tenant name: processes with the same name share one budget (sets DILU_TENANT).
+    /// Tenant name: processes with the same name share one budget (sets
+    /// DILU_TENANT). Under a node manager the default is `<program>-<pid>`.
     #[arg(long, value_name = "NAME")]
     tenant: Option<String>,
+    /// The node manager's socket (default $DILU_NODEMGR_SOCKET or /run/dilu/nodemgr.sock).
+    #[arg(long, value_name = "PATH")]
+    socket: Option<PathBuf>,
     #[command(flatten)]
     spec: SpecArgs,
-    /// The program to run and its arguments (after `--`).
-    #[arg(required = true, trailing_var_arg = true, allow_hyphen_values = true)]
+    /// The program to run and its arguments (after `--`; a flag before the
+    /// program that dilu does not know is an error, not the program).
+    #[arg(required = true, trailing_var_arg = true)]
     command: Vec<String>,
 }
 
@@ -183,8 +198,14 @@ struct SpecArgs {
 }
 
 #[derive(Args)]
+#[command(after_help = concat!(
+    "Flags win over the configuration file, which wins over the defaults. ",
+    "A non-root user runs its own with --socket and --run-dir under a directory it owns ",
+    "(e.g. --socket $XDG_RUNTIME_DIR/dilu.sock --run-dir $XDG_RUNTIME_DIR/dilu), ",
+    "and points tenants and tools at it with DILU_NODEMGR_SOCKET or --socket."
+))]
 struct NodemgrArgs {
-    /// Configuration file.
+    /// Configuration file (TOML; a missing default file is fine).
     #[arg(long, default_value = config::DEFAULT_CONFIG)]
     config: PathBuf,
     /// Log for a person at a terminal (timestamps, a start-up banner)
@@ -197,23 +218,27 @@ struct NodemgrArgs {
     /// the log (default info).
     #[arg(long)]
     foreground: bool,
-    /// Unix socket tenants and tools connect to.
-    #[arg(long)]
+    /// Unix socket tenants and tools connect to [default: $DILU_NODEMGR_SOCKET, else /run/dilu/nodemgr.sock].
+    #[arg(long, value_name = "PATH")]
     socket: Option<PathBuf>,
-    /// Directory for the persisted state (re-adoption after a restart).
-    #[arg(long)]
+    /// Directory for the persisted state (re-adoption after a restart) [default: /run/dilu].
+    #[arg(long, value_name = "DIR")]
     run_dir: Option<PathBuf>,
-    /// Prometheus endpoint address (host:port; empty turns it off).
-    #[arg(long)]
+    /// Prometheus endpoint address (host:port; empty turns it off) [default: 127.0.0.1:9400].
+    #[arg(long, value_name = "ADDR")]
     metrics: Option<String>,
-    /// Control period in milliseconds.
-    #[arg(long)]
+    /// Control period in milliseconds [default: 5].
+    #[arg(long, value_name = "MS")]
     period_ms: Option<f64>,
-    /// Control law: dilu, dilu-rckm or static.
-    #[arg(long)]
+    /// Control law [default: dilu]: dilu (elastic, protects latency
+    /// tenants' SLOs; co-location primaries lend their guarantee while their
+    /// latency has slack), dilu-colo (lends every latency tenant's
+    /// guarantee), dilu-rckm (the law of Dilu's published code) or static
+    /// (fixed requests; tenants without one share the rest).
+    #[arg(long, value_name = "NAME")]
     controller: Option<String>,
-    /// Device memory for admission when NVML is absent (e.g. 80GiB).
-    #[arg(long)]
+    /// Device memory for admission when NVML is absent (e.g. 80GiB) [default: NVML's, else no memory admission].
+    #[arg(long, value_name = "SIZE")]
     gpu_memory: Option<String>,
 }
 
@@ -278,7 +303,9 @@ fn parse_class(text: Option<&str>) -> Result<Option<node_wire::WorkClass>, Strin
 }
 
 fn run(args: RunArgs) -> Result<ExitCode, String> {
-    let primary = args.spec.class.as_deref() == Some("primary");
+    // A co-location primary is a latency tenant, whichever flag says so.
+    let primary = args.spec.class.as_deref() == Some("primary")
+        || (args.spec.class.is_none() && args.spec.colo.as_deref() == Some("primary"));
     let class = if primary {
         Some(node_wire::WorkClass::Latency)
     } else {
@@ -303,6 +330,7 @@ fn run(args: RunArgs) -> Result<ExitCode, String> {
         mem: args.mem,
         sm: args.sm,
         tenant: args.tenant,
+        socket: args.socket,
         class: class.or(profiled.as_ref().map(|(spec, _)| spec.class)),
         slo_ms: args.spec.slo_ms.or(from_profile(|s| s.slo_ms)),
         sm_request: args
@@ -350,7 +378,13 @@ fn profile(args: ProfileArgs) -> Result<ExitCode, String> {
 fn nodemgr(args: NodemgrArgs) -> Result<ExitCode, String> {
     dilu_nodemgr::logging::init(args.foreground);
     let overrides = config::Overrides {
-        socket: args.socket,
+        // The variable tenants and tools read names the daemon's socket too
+        // (below the flag, above the file).
+        socket: args.socket.or_else(|| {
+            std::env::var_os(node_wire::SOCKET_ENV)
+                .filter(|v| !v.is_empty())
+                .map(PathBuf::from)
+        }),
         run_dir: args.run_dir,
         metrics: args.metrics,
         period_ms: args.period_ms,
@@ -383,6 +417,13 @@ fn main() -> ExitCode {
             .and_then(|interval| ops::top(&args.socket.path(), interval, args.count))
             .map(|()| ExitCode::SUCCESS),
         Command::Set(args) => (|| {
+            if args.spec.colo.is_some() || args.spec.profile.is_some() {
+                return Err(
+                    "--colo and --profile are given to `dilu run` when a tenant starts; \
+                     `dilu set` changes --class, --slo-ms, --sm-request, --sm-limit and --mem"
+                        .to_string(),
+                );
+            }
             let update = SpecUpdate {
                 class: parse_class(args.spec.class.as_deref())?,
                 slo_ms: args.spec.slo_ms,

@@ -1,0 +1,295 @@
+//! `placement-latency`: how long one placement decision takes as the
+//! cluster grows, for `dilu` (with the idle-node index and scanning every
+//! node, side by side) and `dilu-paper`; writes
+//! `bench/results/placement-latency.md` (run by `scripts/bench.sh
+//! placement-latency`).
+//!
+//! Two shapes per size and two fills: uniform 8-GPU nodes filled by the built-in
+//! generator's instances (no workload known: `dilu`'s slack fit), and
+//! Alibaba's openb node list repeated until it has the size, filled by
+//! openb pods drawn at random (the workload known: `dilu`'s fragmentation
+//! fit). Each is filled to a share of its GPU capacity requested (pods
+//! arriving and never leaving, as in FGD's protocol; 10% is about where
+//! openb's own replay runs, 50% a busy cluster), then the next 500
+//! pods of the same source are each placed (not applied) `REPEATS` times;
+//! a decision's time is the least of its repeats, so that a preemption of
+//! this process (a loaded 2-core machine) does not count as placement time.
+//!
+//! usage: placement-latency [--out DIR] [--data DIR]
+
+use std::fmt::Write as _;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Instant;
+
+use dilu_cluster::model::ClusterState;
+use dilu_cluster::policy::{
+    PlacementPolicy, place_pod, place_pod_scanning_every_node, policy_for_workload,
+};
+use dilu_cluster::simulator::inflation::{self, requested_share};
+use dilu_cluster::simulator::openb::{self, LimitRule};
+use dilu_cluster::simulator::trace::{ArrivalPattern, TraceRecord, TraceSpec, generate};
+use dilu_cluster::simulator::{ClusterShape, NodeSpec, percentile};
+
+const GIB: u64 = 1 << 30;
+const SIZES: [usize; 4] = [1_250, 2_500, 5_000, 10_000];
+const MEASURED: usize = 500;
+const REPEATS: usize = 5;
+/// Shares of the GPU capacity requested before measuring.
+const FILLS: [f64; 2] = [0.1, 0.5];
+
+struct Args {
+    out: PathBuf,
+    data: PathBuf,
+}
+
+fn parse_args() -> Result<Args, String> {
+    let mut args = Args {
+        out: PathBuf::from("bench/results"),
+        data: PathBuf::from("bench/data/alibaba-openb"),
+    };
+    let mut words = std::env::args().skip(1);
+    while let Some(word) = words.next() {
+        let mut value = || words.next().ok_or(format!("{word} needs a value"));
+        match word.as_str() {
+            "--out" => args.out = value()?.into(),
+            "--data" => args.data = value()?.into(),
+            "-h" | "--help" => {
+                println!("usage: placement-latency [--out DIR] [--data DIR]");
+                std::process::exit(0);
+            }
+            other => return Err(format!("unknown argument {other:?}")),
+        }
+    }
+    Ok(args)
+}
+
+/// One row: a shape and size, one search, its decision times.
+struct Row {
+    fill: f64,
+    shape: &'static str,
+    gpus: usize,
+    busy_gpus: usize,
+    policy: String,
+    search: &'static str,
+    p50_us: f64,
+    p99_us: f64,
+}
+
+type Search = fn(
+    &dyn PlacementPolicy,
+    &ClusterState,
+    &dilu_cluster::model::InstanceDemand,
+    &dilu_cluster::model::PodNeeds,
+) -> Option<dilu_cluster::policy::Placement>;
+
+/// Fills a cluster of `shape` with `pods` (in order, never leaving) until
+/// `fill` of its capacity is requested; the rest are the pods to measure.
+fn filled(
+    policy: &dyn PlacementPolicy,
+    shape: &ClusterShape,
+    pods: &[TraceRecord],
+    fill: f64,
+) -> (ClusterState, usize) {
+    let mut cluster = shape.build();
+    let goal = fill * shape.gpus() as f64;
+    let mut requested = 0.0;
+    let mut used = 0;
+    for pod in pods {
+        if requested >= goal {
+            break;
+        }
+        used += 1;
+        requested += requested_share(pod);
+        let (demand, needs) = (pod.demand(), pod.needs(&cluster));
+        if let Some(placement) = place_pod(policy, &cluster, &demand, &needs) {
+            cluster.apply(&demand, &placement.gpus);
+            cluster.apply_host(cluster.gpus[placement.gpus[0]].node, &needs);
+        }
+    }
+    (cluster, used)
+}
+
+fn time_decisions(
+    policy: &dyn PlacementPolicy,
+    cluster: &ClusterState,
+    pods: &[TraceRecord],
+    search: Search,
+) -> (f64, f64) {
+    let mut times: Vec<u64> = pods
+        .iter()
+        .map(|pod| {
+            let (demand, needs) = (pod.demand(), pod.needs(cluster));
+            (0..REPEATS)
+                .map(|_| {
+                    let started = Instant::now();
+                    std::hint::black_box(search(policy, cluster, &demand, &needs));
+                    started.elapsed().as_nanos() as u64
+                })
+                .min()
+                .unwrap_or(0)
+        })
+        .collect();
+    times.sort_unstable();
+    (
+        percentile(&times, 0.5) / 1000.0,
+        percentile(&times, 0.99) / 1000.0,
+    )
+}
+
+fn measure(
+    rows: &mut Vec<Row>,
+    shape_name: &'static str,
+    shape: &ClusterShape,
+    pods: &[TraceRecord],
+    mix: Arc<dilu_cluster::policy::WorkloadMix>,
+    fill: f64,
+) {
+    for name in ["dilu", "dilu-paper"] {
+        let policy = policy_for_workload(name, mix.clone()).expect("known policy");
+        let (cluster, used) = filled(policy.as_ref(), shape, pods, fill);
+        let sample = &pods[used..(used + MEASURED).min(pods.len())];
+        let searches: &[(&'static str, Search)] = if name == "dilu" {
+            &[
+                ("indexed", place_pod),
+                ("every node", place_pod_scanning_every_node),
+            ]
+        } else {
+            &[("indexed", place_pod)]
+        };
+        for &(search_name, search) in searches {
+            let (p50_us, p99_us) = time_decisions(policy.as_ref(), &cluster, sample, search);
+            eprintln!(
+                "{shape_name} {} GPUs {name} {search_name}: p50 {p50_us:.1} µs p99 {p99_us:.1} µs",
+                shape.gpus()
+            );
+            rows.push(Row {
+                fill,
+                shape: shape_name,
+                gpus: shape.gpus(),
+                busy_gpus: cluster.active_gpus(),
+                policy: name.to_string(),
+                search: search_name,
+                p50_us,
+                p99_us,
+            });
+        }
+    }
+}
+
+/// openb's nodes repeated (in order) until they hold at least `gpus` GPUs.
+fn tiled(nodes: &[NodeSpec], gpus: usize) -> ClusterShape {
+    let mut out = Vec::new();
+    let mut total = 0;
+    for node in nodes.iter().filter(|node| node.gpus > 0).cycle() {
+        if total >= gpus {
+            break;
+        }
+        total += node.gpus;
+        out.push(node.clone());
+    }
+    ClusterShape { nodes: out }
+}
+
+fn run() -> Result<(), String> {
+    let args = parse_args()?;
+    let open = |name: &str| {
+        let path = args.data.join(name);
+        std::fs::File::open(&path)
+            .map(std::io::BufReader::new)
+            .map_err(|error| format!("cannot open {}: {error}", path.display()))
+    };
+    let nodes = openb::read_nodes(open("openb_node_list_gpu_node.csv")?, 80 * GIB)?;
+    let openb_pods = openb::read_pods(
+        open("openb_pod_list_default.csv")?,
+        LimitRule::default(),
+        80 * GIB,
+    )?
+    .records;
+    let started = Instant::now();
+    let mut rows = Vec::new();
+    for (fill, gpus) in FILLS
+        .iter()
+        .flat_map(|&fill| SIZES.iter().map(move |&gpus| (fill, gpus)))
+    {
+        let uniform = ClusterShape::uniform(gpus, 8, 80 * GIB);
+        let generated = generate(&TraceSpec {
+            instances: 2 * gpus,
+            cluster_gpus: gpus,
+            arrival: ArrivalPattern::Poisson,
+            seed: 5,
+        });
+        measure(
+            &mut rows,
+            "uniform, generated",
+            &uniform,
+            &generated,
+            Arc::default(),
+            fill,
+        );
+        let shape = tiled(&nodes, gpus);
+        let drawn = inflation::inflate(&openb_pods, shape.gpus(), fill + 0.3, 1);
+        let mix = Arc::new(inflation::workload_mix(&drawn, &shape));
+        measure(
+            &mut rows,
+            "openb nodes, openb pods",
+            &shape,
+            &drawn,
+            mix,
+            fill,
+        );
+    }
+    let mut md = String::new();
+    let _ = writeln!(
+        md,
+        "# Placement latency as the cluster grows\n\n\
+         Written by `scripts/bench.sh placement-latency` (`placement-latency`,\n\
+         `cluster-lite/src/bin/placement_latency.rs`); nothing here is edited by hand. Release build,\n\
+         this machine's load when it started: {load}; {seconds:.0} s in all.\n\n\
+         Each cluster is filled until 10% or 50% of its GPU capacity is requested (pods arriving in\n\
+         order, never leaving; openb's own replay keeps about 1% of its GPUs in use); then each of the next {MEASURED} pods is placed (not applied) {REPEATS} times and a\n\
+         decision's time is the least of its repeats (a preemption of the process is not placement\n\
+         time). *uniform, generated*: 8-GPU nodes and the built-in generator's instances (no workload\n\
+         known: `dilu` fits by slack). *openb nodes, openb pods*: Alibaba's openb node list repeated to\n\
+         the size and its default pod list drawn at random (workload known: `dilu` fits by FGD's\n\
+         fragmentation, its costliest score). `indexed`: the search scores busy nodes one by one and\n\
+         one idle node of each kind (`placement/src/policy/mod.rs`, `search`); `every node`: the scan\n\
+         it replaced, on the same cluster.\n\n\
+         | requested | shape | GPUs | GPUs in use | policy | search | p50 µs | p99 µs |\n|---:|---|---:|---:|---|---|---:|---:|",
+        load = std::fs::read_to_string("/proc/loadavg")
+            .unwrap_or_default()
+            .split_whitespace()
+            .take(3)
+            .collect::<Vec<_>>()
+            .join(" "),
+        seconds = started.elapsed().as_secs_f64(),
+    );
+    for row in &rows {
+        let _ = writeln!(
+            md,
+            "| {:.0}% | {} | {} | {} | {} | {} | {:.1} | {:.1} |",
+            row.fill * 100.0,
+            row.shape,
+            row.gpus,
+            row.busy_gpus,
+            row.policy,
+            row.search,
+            row.p50_us,
+            row.p99_us
+        );
+    }
+    std::fs::create_dir_all(&args.out)
+        .map_err(|error| format!("cannot create {}: {error}", args.out.display()))?;
+    let path = args.out.join("placement-latency.md");
+    std::fs::write(&path, md)
+        .map_err(|error| format!("cannot write {}: {error}", path.display()))?;
+    eprintln!("wrote {}", path.display());
+    Ok(())
+}
+
+fn main() {
+    if let Err(error) = run() {
+        eprintln!("placement-latency: {error}");
+        std::process::exit(1);
+    }
+}
