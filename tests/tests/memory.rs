@@ -298,20 +298,32 @@ fn hami_variables_work_as_aliases() {
 
 #[test]
 fn a_bad_memory_limit_stops_the_program_with_one_line() {
-    let mut command = Command::new(artifact("dilu"));
-    command
-        .args(["run", "--sim", "--mem", "lots", "--"])
-        .arg(artifact("cudart-client"));
-    sim(&mut command, &unique_name("badmem"));
-    let output = output_within(command, LIMIT);
-    assert_eq!(output.status.code(), Some(2));
-    let stderr = text(&output.stderr);
-    assert_eq!(stderr.lines().count(), 1, "{stderr}");
-    assert!(
-        stderr.contains("DILU_MEM_LIMIT") && stderr.contains("0:8GiB"),
-        "{stderr}"
-    );
-    assert!(output.stdout.is_empty(), "the program must not have run");
+    // Given as `--mem`, `dilu run` refuses it before the program starts;
+    // set by hand as DILU_MEM_LIMIT, the interposer does, by the same rules.
+    for (flag, variable, names) in [
+        (Some("lots"), None, "--mem"),
+        (None, Some("lots"), "DILU_MEM_LIMIT"),
+    ] {
+        let mut command = Command::new(artifact("dilu"));
+        command.args(["run", "--sim"]);
+        if let Some(value) = flag {
+            command.args(["--mem", value]);
+        }
+        command.arg("--").arg(artifact("cudart-client"));
+        sim(&mut command, &unique_name("badmem"));
+        if let Some(value) = variable {
+            command.env("DILU_MEM_LIMIT", value);
+        }
+        let output = output_within(command, LIMIT);
+        assert_eq!(output.status.code(), Some(2), "{names}");
+        let stderr = text(&output.stderr);
+        assert_eq!(stderr.lines().count(), 1, "{stderr}");
+        assert!(
+            stderr.contains(names) && stderr.contains("0:8GiB"),
+            "{stderr}"
+        );
+        assert!(output.stdout.is_empty(), "the program must not have run");
+    }
 }
 
 #[test]

@@ -349,6 +349,24 @@ fn a_bad_share_is_one_clear_line() {
     let output = dilu_harness::workspace::output_within(command, LIMIT);
     assert_eq!(output.status.code(), Some(2));
     let stderr = String::from_utf8_lossy(&output.stderr);
+    // `dilu run` refuses it before the program starts, naming its flag.
+    let lines: Vec<&str> = stderr.lines().filter(|l| l.contains("--sm")).collect();
+    assert_eq!(lines.len(), 1, "{stderr}");
+    assert!(lines[0].contains("0:30,1:50"), "{stderr}");
+    // Set by hand, the interposer refuses it by the same rules.
+    let mut command = std::process::Command::new(dilu_harness::workspace::dilu());
+    command
+        .args(["run", "--sim", "--"])
+        .arg(dilu_harness::workspace::artifact("cudarc-loop"))
+        .args(["--kernels", "1"])
+        .env("DILU_SM_LIMIT", "0")
+        .env(
+            "SIMGPU_INSTANCE",
+            dilu_harness::workspace::unique_name("badsm"),
+        );
+    let output = dilu_harness::workspace::output_within(command, LIMIT);
+    assert_eq!(output.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&output.stderr);
     let lines: Vec<&str> = stderr
         .lines()
         .filter(|l| l.contains("DILU_SM_LIMIT"))
@@ -447,6 +465,10 @@ fn a_zero_share_holds_the_tenant_until_the_share_is_raised() {
     );
 }
 
+/// Under `static`, a tenant without a request (the default spec) runs on
+/// the part of the device no request reserves: beside a tenant that
+/// requests all of it, it waits (shown as waiting), and it runs once that
+/// request is lowered.
 #[test]
 fn a_default_spec_tenant_under_the_static_controller_waits_then_runs() {
     use dilu_harness::workspace::{Scratch, artifact, dilu, unique_name};
@@ -454,7 +476,12 @@ fn a_default_spec_tenant_under_the_static_controller_waits_then_runs() {
     let _serial = serial();
     let scratch = Scratch::new("zero-static");
     let config = scratch.path("nodemgr.toml");
-    std::fs::write(&config, "controller = \"static\"\n").unwrap();
+    let big = unique_name("all-reserved");
+    std::fs::write(
+        &config,
+        format!("controller = \"static\"\n[tenants.{big}]\nsm_request = 100\n"),
+    )
+    .unwrap();
     let socket = scratch.path("nodemgr.sock");
     let mut daemon = Command::new(dilu())
         .arg("nodemgr")
@@ -471,6 +498,18 @@ fn a_default_spec_tenant_under_the_static_controller_waits_then_runs() {
         .expect("start dilu nodemgr");
     // Started before the daemon answers, `dilu run` would run unmanaged.
     dilu_harness::workspace::wait_until_serving(&mut daemon, &socket, LIMIT);
+    let instance = unique_name("zero-default");
+    let mut reserving = Command::new(dilu())
+        .args(["run", "--sim", "--tenant", &big, "--"])
+        .arg(artifact("cudarc-loop"))
+        .args(["--seconds", "120", "--depth", "4"])
+        .env(dilu_abi::node_wire::SOCKET_ENV, &socket)
+        .env("SIMGPU_INSTANCE", &instance)
+        .env_remove("DILU_SM_LIMIT")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("start the tenant that reserves the device");
     let tenant = unique_name("zero-default");
     // No spec: the default one asks for 0% (and may use up to 100%).
     let mut workload = Command::new(dilu())
@@ -478,7 +517,7 @@ fn a_default_spec_tenant_under_the_static_controller_waits_then_runs() {
         .arg(artifact("cudarc-loop"))
         .args(["--kernels", "20000", "--seconds", "120", "--depth", "4"])
         .env(dilu_abi::node_wire::SOCKET_ENV, &socket)
-        .env("SIMGPU_INSTANCE", unique_name("zero-default"))
+        .env("SIMGPU_INSTANCE", &instance)
         .env_remove("DILU_SM_LIMIT")
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
@@ -497,12 +536,12 @@ fn a_default_spec_tenant_under_the_static_controller_waits_then_runs() {
             .find(|t| t["name"] == tenant.as_str())
             .map(|t| t[field].clone())
     };
-    // The static controller gives the request, 0%: the tenant waits.
+    // The other tenant's request reserves the whole device: it waits.
     let deadline = std::time::Instant::now() + LIMIT;
-    while status("sm_current_pct") != Some(serde_json::json!(0.0)) {
+    while status("waiting") != Some(serde_json::json!(true)) {
         assert!(
             std::time::Instant::now() < deadline,
-            "the tenant never got its 0% request: {:?}",
+            "the tenant was never shown waiting at share 0: {:?}",
             status("sm_current_pct")
         );
         if workload.try_wait().unwrap().is_some() {
@@ -523,7 +562,7 @@ fn a_default_spec_tenant_under_the_static_controller_waits_then_runs() {
     let set = Command::new(dilu())
         .args(["set", "--socket"])
         .arg(&socket)
-        .args([&tenant, "--sm-request", "50"])
+        .args([&big, "--sm-request", "50"])
         .output()
         .expect("dilu set");
     assert!(
@@ -531,8 +570,8 @@ fn a_default_spec_tenant_under_the_static_controller_waits_then_runs() {
         "{}",
         String::from_utf8_lossy(&set.stderr)
     );
-    // Raised: it runs at once and finishes its kernels (at most 2 s of
-    // device time at 50%).
+    // Half the device freed: it runs and finishes its kernels (2 s of
+    // device time at up to 50%).
     let deadline = std::time::Instant::now() + Duration::from_secs(30);
     let finished = loop {
         if let Some(exit) = workload.try_wait().unwrap() {
@@ -544,8 +583,10 @@ fn a_default_spec_tenant_under_the_static_controller_waits_then_runs() {
         std::thread::sleep(Duration::from_millis(50));
     };
     let _ = workload.kill();
+    let _ = reserving.kill();
+    let _ = reserving.wait();
     let _ = daemon.kill();
     let _ = daemon.wait();
-    let exit = finished.expect("the tenant stayed stuck after its share was raised");
+    let exit = finished.expect("the tenant stayed stuck after the device was freed");
     assert!(exit.success(), "the tenant failed: {exit}");
 }
