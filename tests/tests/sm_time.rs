@@ -337,42 +337,36 @@ fn throttling_loses_and_reorders_no_launch() {
 
 #[test]
 fn a_bad_share_is_one_clear_line() {
-    let mut command = std::process::Command::new(dilu_harness::workspace::dilu());
-    command
-        .args(["run", "--sim", "--sm", "0", "--"])
-        .arg(dilu_harness::workspace::artifact("cudarc-loop"))
-        .args(["--kernels", "1"])
-        .env(
-            "SIMGPU_INSTANCE",
-            dilu_harness::workspace::unique_name("badsm"),
-        );
-    let output = dilu_harness::workspace::output_within(command, LIMIT);
-    assert_eq!(output.status.code(), Some(2));
-    let stderr = String::from_utf8_lossy(&output.stderr);
-    // `dilu run` refuses it before the program starts, naming its flag.
-    let lines: Vec<&str> = stderr.lines().filter(|l| l.contains("--sm")).collect();
-    assert_eq!(lines.len(), 1, "{stderr}");
-    assert!(lines[0].contains("0:30,1:50"), "{stderr}");
-    // Set by hand, the interposer refuses it by the same rules.
-    let mut command = std::process::Command::new(dilu_harness::workspace::dilu());
-    command
-        .args(["run", "--sim", "--"])
-        .arg(dilu_harness::workspace::artifact("cudarc-loop"))
-        .args(["--kernels", "1"])
-        .env("DILU_SM_LIMIT", "0")
-        .env(
-            "SIMGPU_INSTANCE",
-            dilu_harness::workspace::unique_name("badsm"),
-        );
-    let output = dilu_harness::workspace::output_within(command, LIMIT);
-    assert_eq!(output.status.code(), Some(2));
-    let stderr = String::from_utf8_lossy(&output.stderr);
-    let lines: Vec<&str> = stderr
-        .lines()
-        .filter(|l| l.contains("DILU_SM_LIMIT"))
-        .collect();
-    assert_eq!(lines.len(), 1, "{stderr}");
-    assert!(lines[0].contains("0:30,1:50"), "{stderr}");
+    // Given as `--sm`, `dilu run` refuses it before the program starts;
+    // set by hand as DILU_SM_LIMIT, the interposer does, by the same rules.
+    for (flag, variable, names) in [
+        (Some("0"), None, "--sm"),
+        (None, Some("0"), "DILU_SM_LIMIT"),
+    ] {
+        let mut command = std::process::Command::new(dilu_harness::workspace::dilu());
+        command.args(["run", "--sim"]);
+        if let Some(value) = flag {
+            command.args(["--sm", value]);
+        }
+        command
+            .arg("--")
+            .arg(dilu_harness::workspace::artifact("cudarc-loop"))
+            .args(["--kernels", "1"])
+            .env_remove("DILU_SM_LIMIT")
+            .env(
+                "SIMGPU_INSTANCE",
+                dilu_harness::workspace::unique_name("badsm"),
+            );
+        if let Some(value) = variable {
+            command.env("DILU_SM_LIMIT", value);
+        }
+        let output = dilu_harness::workspace::output_within(command, LIMIT);
+        assert_eq!(output.status.code(), Some(2), "{names}");
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        let lines: Vec<&str> = stderr.lines().filter(|l| l.contains(names)).collect();
+        assert_eq!(lines.len(), 1, "{stderr}");
+        assert!(lines[0].contains("0:30,1:50"), "{stderr}");
+    }
 }
 
 #[test]
