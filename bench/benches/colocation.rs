@@ -16,7 +16,8 @@
 //! Writes `bench/results/colocation.md`. To look into one case (prints, writes
 //! no result): `-- --shape N` (the Nth shape, from 0), `--config NAME` (that
 //! configuration and `alone`), `--class-only` (only the shapes drawn from
-//! the class, `--class-shapes N` of them, default 10), `--keep-traces DIR`
+//! the class, `--class-shapes N` of them, default 10; `--class-shape K`: only
+//! the Kth of them, from 0), `--keep-traces DIR`
 //! (copies each run's simgpu trace there, named by shape, configuration and
 //! the primary's pid).
 
@@ -297,8 +298,14 @@ fn class_section(count: usize, seconds: u64) -> String {
         "SLO violations",
     ]);
     let (mut busy_sum, mut worst_busy, mut worst_extra) = (0.0, f64::MAX, 0.0_f64);
+    let mut measured = 0usize;
     let shapes = class_shapes(count);
+    let only: Option<usize> =
+        arg_after("--class-shape").map(|v| v.parse().expect("--class-shape: a whole number"));
     for (index, shape) in shapes.iter().enumerate() {
+        if only.is_some_and(|o| o != index) {
+            continue;
+        }
         eprintln!("colocation, class {index}: {}", shape.name);
         let alone = run(shape, 100 + index, "alone", seconds);
         let shared = run(shape, 100 + index, DEFAULTS, seconds);
@@ -311,6 +318,7 @@ fn class_section(count: usize, seconds: u64) -> String {
             violations(&alone)
         );
         busy_sum += shared.device_busy;
+        measured += 1;
         worst_busy = f64::min(worst_busy, shared.device_busy);
         worst_extra = worst_extra.max(violations(&shared) - violations(&alone));
         table.row(vec![
@@ -323,8 +331,13 @@ fn class_section(count: usize, seconds: u64) -> String {
         ]);
     }
     format!(
-        "## The class at defaults ({count} shapes drawn from a fixed seed)\n\n         Inference primaries with Poisson or bursty (300 ms on, 300 ms off) arrivals, 1-8 kernels of\n         0.1-1 ms per request, SLOs of 5-20 ms (at least three times the request's kernel time), busy\n         5-50% of the time alone, beside one to three deep-queue fillers with kernels of 0.1-3 ms; each\n         run with the documented flags only (`{DEFAULTS}`), beside the primary alone.\n         Mean device busy {:.1}%, lowest {:.1}%; most SLO violations above alone: {:.2} points.\n\n{}\n",
-        100.0 * busy_sum / shapes.len().max(1) as f64,
+        "## The class at defaults ({count} shapes drawn from a fixed seed)\n\n\
+         Inference primaries with Poisson or bursty (300 ms on, 300 ms off) arrivals, 1-8 kernels of\n\
+         0.1-1 ms per request, SLOs of 5-20 ms (at least three times the request's kernel time), busy\n\
+         5-50% of the time alone, beside one to three deep-queue fillers with kernels of 0.1-3 ms; each\n\
+         run with the documented flags only (`{DEFAULTS}`), beside the primary alone.\n\
+         Mean device busy {:.1}%, lowest {:.1}%; most SLO violations above alone: {:.2} points.\n\n{}\n",
+        100.0 * busy_sum / measured.max(1) as f64,
         100.0 * worst_busy,
         worst_extra,
         table.markdown()
@@ -393,6 +406,11 @@ fn run(shape: &Shape, shape_index: usize, config: &str, seconds: u64) -> Run {
     });
     let tenant = |name: &str, spec: &[String], colo_role: Option<&str>, program: &str| {
         let mut command = Command::new(dilu());
+        // What the caller's environment sets is not the shape's: cleared
+        // first, so the shape's own tuning (below) stays.
+        command
+            .env_remove("DILU_COLO_TOLERANCE")
+            .env_remove("DILU_SM_LIMIT");
         command.args(["run", "--sim"]);
         if managed {
             command
@@ -413,8 +431,6 @@ fn run(shape: &Shape, shape_index: usize, config: &str, seconds: u64) -> Run {
             .env("SIMGPU_TRACE", &trace)
             // The board's group and simgpu's instance keep runs apart.
             .env("DILU_COLO_GROUP", &instance)
-            .env_remove("DILU_COLO_TOLERANCE")
-            .env_remove("DILU_SM_LIMIT")
             .stdout(Stdio::piped())
             .stderr(Stdio::piped());
         command
@@ -702,7 +718,8 @@ fn main() {
         spacing = dilu_layout::colocation::SAMPLE_HOLD_SPACING,
     );
     print!("{doc}");
-    if only.is_none() && only_config.is_none() && !class_only {
+    let one_class_shape = arg_after("--class-shape").is_some();
+    if only.is_none() && only_config.is_none() && !class_only && !one_class_shape {
         write_result("colocation.md", &doc);
     }
 }

@@ -86,8 +86,27 @@ pub fn machine() -> String {
         .map(|k| k.trim().to_string())
         .unwrap_or_default();
     format!(
-        "{cpu}, {cores} cores online, load average {load} (1/5/15 min) when measured, Linux {kernel}"
+        "{cpu}, {cores} cores online, load average {load} (1/5/15 min) when measured, Linux {kernel}{}",
+        scheduling()
     )
+}
+
+/// How the benchmark process is scheduled, where not as usual: a run at
+/// real-time priority (`chrt`) is not delayed by the host's other work.
+fn scheduling() -> String {
+    // Field 41 of /proc/self/stat, counted after the command name (which
+    // may hold spaces) ends at the last ')': 0 normal, 1 FIFO, 2 round-robin.
+    let policy = std::fs::read_to_string("/proc/self/stat")
+        .ok()
+        .and_then(|stat| {
+            let rest = &stat[stat.rfind(')')? + 1..];
+            rest.split_whitespace().nth(38).map(str::to_string)
+        });
+    match policy.as_deref() {
+        Some("1") => ", at real-time priority (SCHED_FIFO)".into(),
+        Some("2") => ", at real-time priority (SCHED_RR, `chrt -r`)".into(),
+        _ => String::new(),
+    }
 }
 
 /// A nanosecond figure for a table cell.

@@ -148,6 +148,13 @@ pub struct DeviceBoard {
     request_over: CacheLine,
     /// Estimated end of the fillers' queued work: one reservation at a time.
     fillers_busy_until: CacheLine,
+    /// The filler that reserved last (its id; 0: none yet): a reservation
+    /// by another one costs the device a hand-off between processes.
+    last_reserver: CacheLine,
+    /// Device time the primary's launches since its last synchronisation
+    /// added to the fillers' queue, until that synchronisation tells
+    /// whether they went ahead of it.
+    provisional_push: CacheLine,
     /// Online fillers (with an SLO) waiting for a gap: offline ones yield.
     online_waiting: CacheLine,
     /// A filler owed its guarantee waiting for the opening of a gap it can
@@ -273,7 +280,7 @@ pub struct GapBoard {
 // SAFETY: repr(C), atomics and padding only; all-zero is "no primary, no
 // history", a valid state.
 unsafe impl SharedLayout for GapBoard {
-    const MAGIC: u64 = 0x6469_6c75_4741_0006; // "diluGA" v6 (v6: sample holds)
+    const MAGIC: u64 = 0x6469_6c75_4741_0007; // "diluGA" v7 (v7: the last reserver)
     fn magic(&self) -> &AtomicU64 {
         &self.magic
     }
@@ -457,6 +464,18 @@ impl DeviceBoard {
         // synchronisation on a loaded host let a filler queue more behind
         // which the primary's kernel then waited).
         let starts = if queued > now {
+            // The device time-slices between processes: where the fillers'
+            // slice ends before their queued work does, the primary's
+            // kernel goes between and the fillers' work ends that much
+            // (and two hand-offs) later. Counted until the primary's
+            // synchronisation tells which happened (see
+            // `primary_sync_end`). Not counting it let the fillers'
+            // estimate of their queue run behind the device, until their
+            // kernels waited tens of ms on it and each kernel of a request
+            // waited behind them.
+            let push = est_ns.saturating_add(2 * HANDOFF_NS);
+            self.fillers_busy_until.0.fetch_add(push, AcqRel);
+            self.provisional_push.0.fetch_add(push, AcqRel);
             queued.saturating_add(HANDOFF_NS)
         } else {
             now
@@ -489,7 +508,14 @@ impl DeviceBoard {
     pub fn primary_sync_end(&self, now: u64) {
         let before = self.primary_syncing.0.fetch_sub(1, AcqRel);
         if before <= 1 {
-            self.primary_busy_until.0.fetch_min(now, AcqRel);
+            let predicted = self.primary_busy_until.0.fetch_min(now, AcqRel);
+            let push = self.provisional_push.0.swap(0, AcqRel);
+            // The primary's work ended when predicted for it behind the
+            // fillers' queue: it ran after that queue, which it did not
+            // push back. (Ending earlier, it went ahead of part of it.)
+            if now.saturating_add(HANDOFF_NS) >= predicted {
+                self.take_back_push(push, now);
+            }
             self.gap_start.0.store(now, Release);
         }
     }
@@ -606,7 +632,9 @@ impl DeviceBoard {
             }
             let synced = self.gap_start.0.load(Acquire);
             let start = if synced != 0 { synced } else { busy_until };
-            let holdoff = if synced != 0 && self.request_over.0.load(Acquire) == synced {
+            let request_over = self.request_over.0.load(Acquire);
+            let between_requests = synced != 0 && request_over == synced;
+            let holdoff = if between_requests {
                 0
             } else {
                 self.params.holdoff_ns.load(Relaxed)
@@ -621,7 +649,11 @@ impl DeviceBoard {
             let predicted = self.predictor.predicted_ns.load(Relaxed);
             let fits = predicted > 0
                 && elapsed.saturating_add(est_ns).saturating_add(HANDOFF_NS) <= predicted;
-            let tolerated = est_ns <= self.params.tolerance_ns.load(Relaxed);
+            // A primary that reports its requests accepts the delay between
+            // them only: inside a request every gap it waits could recur
+            // once per kernel.
+            let tolerated = est_ns <= self.params.tolerance_ns.load(Relaxed)
+                && (between_requests || request_over == 0);
             let longest = self.predictor.longest_ns.load(Relaxed);
             let idle = elapsed >= longest.max(IDLE_AFTER_NS);
             // This gap is expected to be as long as the longest recent one
@@ -692,7 +724,24 @@ impl DeviceBoard {
                 grace_ends
             });
         }
-        let next = now.max(queued).saturating_add(est_ns);
+        // A kernel of another filler than the last reserver's, queued
+        // behind that one's work, costs the device hand-offs between
+        // processes (uncounted, the estimate ran behind the device by them:
+        // on simgpu, three fillers taking turns left kernels waiting
+        // 20-35 ms behind what the board believed was queued).
+        let last = self.last_reserver.0.load(Acquire);
+        // Behind another filler's queued work: a hand-off to this one, and
+        // where the other's slice ends first, it is preempted and resumes
+        // after this kernel, a second hand-off.
+        let switch = if last != me && queued > now {
+            2 * HANDOFF_NS
+        } else {
+            0
+        };
+        let next = now
+            .max(queued)
+            .saturating_add(switch)
+            .saturating_add(est_ns);
         if self
             .fillers_busy_until
             .0
@@ -701,6 +750,9 @@ impl DeviceBoard {
         {
             // Another filler reserved first: look again at once.
             return FillerGate::WaitUntil(now);
+        }
+        if last != me {
+            self.last_reserver.0.store(me, Release);
         }
         if owed_now {
             // Served: the claim (if it was this filler's) is spent.
@@ -842,6 +894,25 @@ impl DeviceBoard {
         self.primary_busy_until
             .0
             .fetch_max(now.saturating_add(est_ns), AcqRel);
+        // Held, it launches after the fillers' work: it pushes none back.
+        let push = est_ns.saturating_add(2 * HANDOFF_NS);
+        let taken = self
+            .provisional_push
+            .0
+            .fetch_update(AcqRel, Acquire, |p| Some(p.saturating_sub(push)))
+            .unwrap_or(0)
+            .min(push);
+        self.take_back_push(taken, now);
+    }
+
+    /// Undoes `push` of the fillers' queue end (not before `now`).
+    fn take_back_push(&self, push: u64, now: u64) {
+        if push > 0 {
+            let _ = self
+                .fillers_busy_until
+                .0
+                .fetch_update(AcqRel, Acquire, |at| Some(at.saturating_sub(push).max(now)));
+        }
     }
 
     /// Filler side: a launch was held at least once.
@@ -1380,13 +1451,16 @@ mod tests {
         b.primary_launch(t + 100 * US, 200 * US);
         // The primary's kernel runs after the filler's and a hand-off: the
         // filler may not queue more until then (and the hold-off after).
+        // Until the primary's synchronisation tells whether its kernel went
+        // ahead of the filler's at a slice's end instead, the fillers' queue
+        // counts it so, and two hand-offs.
         let primary_ends = t + MS + HANDOFF_NS + 200 * US;
         assert_eq!(
             b.filler_admit(t + MS - QUEUE_LEAD_NS, MS, false, FILLER),
-            FillerGate::WaitUntil(primary_ends)
+            FillerGate::WaitUntil(primary_ends + HANDOFF_NS - QUEUE_LEAD_NS)
         );
         assert!(matches!(
-            b.filler_admit(primary_ends, MS, false, FILLER),
+            b.filler_admit(primary_ends + HANDOFF_NS, MS, false, FILLER),
             FillerGate::WaitUntil(at) if at >= primary_ends + DEFAULT_HOLDOFF_NS
         ));
     }
@@ -1454,6 +1528,102 @@ mod tests {
             ),
             "taken back: the next launch already waits"
         );
+    }
+
+    #[test]
+    fn inside_a_request_a_reporting_primary_tolerates_no_filler_kernel() {
+        let board = board();
+        let b = board.device(0);
+        b.attach_primary(1, 2 * MS, DEFAULT_HOLDOFF_NS);
+        let t = 5_000 * MS;
+        // One request ended and was reported: this primary says where its
+        // requests end.
+        b.primary_launch(t, 200 * US);
+        b.primary_sync_begin();
+        b.primary_sync_end(t + 200 * US);
+        b.primary_request_over();
+        // The next request's first kernel, then a gap inside it (longer
+        // than the hold-off: a slow host between two dependent kernels).
+        let next = t + 3 * MS;
+        b.primary_launch(next, 200 * US);
+        b.primary_sync_begin();
+        b.primary_sync_end(next + 200 * US);
+        let inside = next + 200 * US + 2 * DEFAULT_HOLDOFF_NS;
+        assert!(
+            matches!(
+                b.filler_admit(inside, MS, false, FILLER),
+                FillerGate::WaitUntil(_)
+            ),
+            "each kernel of a request could wait a filler kernel"
+        );
+        b.primary_request_over();
+        assert_eq!(
+            b.filler_admit(inside, MS, false, FILLER),
+            FillerGate::Go,
+            "between requests, within the tolerance"
+        );
+    }
+
+    #[test]
+    fn a_switch_between_fillers_is_counted_in_their_queue() {
+        let board = board();
+        let b = board.device(0);
+        let (a, other) = (FILLER, FILLER + 1);
+        let t = 5_000 * MS;
+        assert_eq!(b.filler_admit(t, MS, false, a), FillerGate::Go);
+        let queued = t + MS;
+        // Its own next kernel follows without a hand-off.
+        let at = queued - QUEUE_LEAD_NS;
+        assert_eq!(b.filler_admit(at, MS, false, a), FillerGate::Go);
+        let queued = queued + MS;
+        // Another filler's kernel behind that work: a hand-off to it, and
+        // one back where it preempts the first at its slice's end.
+        let at = queued - QUEUE_LEAD_NS;
+        assert_eq!(
+            b.filler_admit_owed(at, MS, false, other, Owed::Yes),
+            FillerGate::Go
+        );
+        let queued = queued + 2 * HANDOFF_NS + MS;
+        assert_eq!(
+            b.filler_admit(at, MS, false, a),
+            FillerGate::WaitUntil(queued - QUEUE_LEAD_NS),
+            "the queue ends after both kernels and the hand-offs"
+        );
+    }
+
+    #[test]
+    fn a_primary_that_went_ahead_of_queued_filler_work_pushes_it_back() {
+        for went_ahead in [false, true] {
+            let board = board();
+            let b = board.device(0);
+            // Tolerating a filler kernel: the gap (unknown yet) is open.
+            b.attach_primary(1, 2 * MS, DEFAULT_HOLDOFF_NS);
+            let t = 5_000 * MS;
+            // 2 ms of filler work is queued (no gap learned yet: the
+            // primary has not launched) when the primary launches 500 µs.
+            assert_eq!(b.filler_admit(t, 2 * MS, false, FILLER), FillerGate::Go);
+            let queued = t + 2 * MS;
+            let launch = t + 100 * US;
+            b.primary_launch(launch, 500 * US);
+            b.primary_sync_begin();
+            // Behind the fillers' work, its kernel ends a hand-off and its
+            // own length after that work; ahead of it, at once.
+            let ended = if went_ahead {
+                launch + HANDOFF_NS + 500 * US
+            } else {
+                queued + HANDOFF_NS + 500 * US
+            };
+            b.primary_sync_end(ended);
+            let gate = b.filler_admit(ended + DEFAULT_HOLDOFF_NS, MS, false, FILLER);
+            if went_ahead {
+                // The fillers' rest runs after it: their queue ends the
+                // primary's kernel and two hand-offs later than booked.
+                let pushed = queued + 500 * US + 2 * HANDOFF_NS;
+                assert_eq!(gate, FillerGate::WaitUntil(pushed - QUEUE_LEAD_NS));
+            } else {
+                assert_eq!(gate, FillerGate::Go, "their work ran before it: no push");
+            }
+        }
     }
 
     #[test]
@@ -1769,7 +1939,8 @@ mod tests {
 
         /// Whatever fillers of whatever kernel lengths ask, whenever: when
         /// the primary comes back, the filler work queued ahead of it is at
-        /// most one filler kernel plus the queue lead.
+        /// most one filler kernel plus the queue lead (and the primary's
+        /// own kernels it went ahead of that work with).
         #[test]
         fn a_returning_primary_finds_at_most_one_filler_kernel(
             kernels in proptest::collection::vec(10u64..3_000, 1..4),
@@ -1792,6 +1963,10 @@ mod tests {
             events.extend(returns.iter().map(|&t| (t * US, None)));
             events.sort();
             let base = 1_000 * MS;
+            // Returns into queued filler work, each of which pushed that
+            // work back by its kernel and two hand-offs (it went ahead:
+            // its synchronisation came at once).
+            let mut pushes = 0;
             for (t, ask) in events {
                 let now = base + t;
                 match ask {
@@ -1802,7 +1977,20 @@ mod tests {
                     Some((filler, est, _)) => { let _ = b.filler_admit_owed(now, est, false, filler, Owed::Overdue); }
                     None => {
                         let queued = b.fillers_busy_until.0.load(Relaxed).saturating_sub(now);
-                        prop_assert!(queued <= longest + QUEUE_LEAD_NS, "{queued} queued");
+                        if queued == 0 {
+                            pushes = 0;
+                        }
+                        let pushed = pushes * (200 * US + 2 * HANDOFF_NS);
+                        // Hand-offs between fillers are counted in their
+                        // queue (two where one's kernel may preempt
+                        // another's).
+                        prop_assert!(
+                            queued <= longest + QUEUE_LEAD_NS + 2 * HANDOFF_NS + pushed,
+                            "{queued} queued"
+                        );
+                        if queued > 0 {
+                            pushes += 1;
+                        }
                         b.primary_launch(now, 200 * US);
                         b.primary_sync_begin();
                         b.primary_sync_end(now + 200 * US);
