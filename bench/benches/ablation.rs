@@ -6,7 +6,9 @@
 //! simgpu's default model. Writes `bench/results/ablation.md`.
 //!
 //! Run: `scripts/bench.sh ablation` (`-- --seconds S` per SM run, default
-//! 2; `--colo-seconds S` per co-location run, default 3). Needs the release
+//! 3; `--colo-seconds S` per co-location run, default 3; `--output NAME`
+//! another results file; `--only TEXT` the defaults and the configurations
+//! whose name contains TEXT, printed, no file written). Needs the release
 //! build.
 
 #[allow(dead_code)]
@@ -47,14 +49,18 @@ fn switches() -> Vec<&'static str> {
 }
 
 /// The SM-time cells: the sweep's shapes (one of each difficulty) plus the
-/// matrix's kernels longer than a time slice and its shortest never-drained
-/// kernels.
+/// matrix's kernels longer than a time slice, its shortest never-drained
+/// kernels and one short kernel per synchronisation.
 fn sm_shapes() -> Vec<RequestShape> {
     let mut shapes = sm_accuracy::sweep_shapes();
     shapes.extend(sm_accuracy::shapes().into_iter().filter(|shape| {
         (shape.kernel == KernelSize::Ms3 && shape.sync == SyncEvery::Launches(16))
             || (shape.kernel == KernelSize::Us20
                 && shape.sync == SyncEvery::Never
+                && shape.streams == 1
+                && shape.graph.is_none())
+            || (shape.kernel == KernelSize::Us100
+                && shape.sync == SyncEvery::Launches(1)
                 && shape.streams == 1
                 && shape.graph.is_none())
     }));
@@ -213,7 +219,7 @@ fn main() {
         launch_cost_child();
         return;
     }
-    let seconds: f64 = value_of("--seconds").map_or(2.0, |v| v.parse().expect("--seconds S"));
+    let seconds: f64 = value_of("--seconds").map_or(3.0, |v| v.parse().expect("--seconds S"));
     let colo_seconds: u64 =
         value_of("--colo-seconds").map_or(3, |v| v.parse().expect("--colo-seconds S"));
     let started = std::time::Instant::now();
@@ -259,6 +265,11 @@ fn main() {
             vec![(*variable, *value)],
         ));
     }
+    let only = value_of("--only");
+    configs.retain(|(name, _)| {
+        name.starts_with("everything on (") || only.as_deref().is_none_or(|o| name.contains(o))
+    });
+    let output = value_of("--output").unwrap_or_else(|| "ablation.md".into());
     let mut measured = Vec::new();
     for (index, (name, env)) in configs.iter().enumerate() {
         eprintln!(
@@ -279,6 +290,7 @@ fn main() {
         measured.push(m);
     }
     let doc = document(
+        &output,
         &shapes,
         &colo_shapes,
         &configs,
@@ -289,7 +301,11 @@ fn main() {
         started.elapsed().as_secs_f64(),
     );
     print!("{doc}");
-    report::write_result("ablation.md", &doc);
+    if only.is_some() {
+        eprintln!("ablation: --only given; results file not written");
+        return;
+    }
+    report::write_result(&output, &doc);
 }
 
 fn summary_line(m: &Measured) -> String {
@@ -335,6 +351,7 @@ fn worst_cost(on: &Measured, off: &Measured) -> (f64, String) {
 
 #[allow(clippy::too_many_arguments)]
 fn document(
+    output: &str,
     shapes: &[RequestShape],
     colo_shapes: &[colocation::Shape],
     configs: &[(String, Vec<(&str, &str)>)],
@@ -347,10 +364,15 @@ fn document(
     let mut doc = String::from("# Ablation: what each SM-time mechanism buys\n\n");
     let _ = writeln!(
         doc,
-        "Command: `scripts/bench.sh ablation` (`cargo bench -p dilu-bench --bench ablation -- \
+        "Command: `scripts/bench.sh ablation{}` (`cargo bench -p dilu-bench --bench ablation -- \
          --seconds {seconds} --colo-seconds {colo_seconds}`), release build, simgpu's default \
          model, no GPU, {elapsed_s:.0} s in all.\nMachine at the start: {machine_before}. At \
          the end: {}.\n",
+        if output == "ablation.md" {
+            String::new()
+        } else {
+            format!(" -- --output {output}")
+        },
         report::machine()
     );
     doc.push_str(
