@@ -15,7 +15,7 @@
 //! | `DILU_USAGE_FEEDBACK` | `on` (default) or `off`: settle SM-time charges against NVML's per-process busy time (see [`crate::sm_time::usage_feedback`]) |
 //! | `DILU_SM_QUIET` | `on` (default) or `off`: time kernels of 1 ms or more while the device's other dilu processes of this user hold their launches (see [`crate::sm_time::quiet_samples`]; a co-located filler's, while its primary holds them) |
 //! | `DILU_SM_TURNS` | `on` (default) or `off`: dilu processes of this user sharing a device take turns by their shares while each waits on it (see [`crate::sm_time::fair_turns`]) |
-//! | `DILU_SM_ABLATE` | ablation benchmark only: `leases`, `gate` (comma list) turn those mechanisms off |
+//! | `DILU_SM_ABLATE` | ablation benchmark only: `leases` turns the launch leases off |
 //! | `DILU_SM_SAMPLE_APART` | `on` (default) or `off`: run a timed launch apart from the process's other streams (see [`crate::sm_time::sampler`]) |
 //!
 //! A variable that is set but unusable stops the process with one line naming
@@ -51,16 +51,14 @@ pub struct Config {
     pub ablate: Ablate,
 }
 
-/// `DILU_SM_ABLATE`: a comma list of `leases` (every launch goes to the
-/// bucket) and `gate` (no host function holds a timed launch's stream).
-/// Read by `scripts/bench.sh ablation`; not a tuning knob.
+/// `DILU_SM_ABLATE`: `leases` (every launch goes to the bucket). Read by
+/// `scripts/bench.sh ablation`; not a tuning knob.
 #[derive(Default, Clone, Copy)]
 pub struct Ablate {
     pub leases: bool,
-    pub gate: bool,
 }
 
-const ABLATE_FORMS: &str = "a comma list of `leases`, `gate`";
+const ABLATE_FORMS: &str = "`leases`";
 
 fn ablate_from_env() -> Ablate {
     let mut ablate = Ablate::default();
@@ -73,7 +71,6 @@ fn ablate_from_env() -> Ablate {
     for word in text.split(',').map(str::trim).filter(|w| !w.is_empty()) {
         match word {
             "leases" => ablate.leases = true,
-            "gate" => ablate.gate = true,
             _ => fail("DILU_SM_ABLATE", &value, ABLATE_FORMS),
         }
     }
