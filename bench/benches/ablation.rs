@@ -173,9 +173,7 @@ fn colo_cells(shapes: &[colocation::Shape], alone_rate: &[f64], seconds: u64) ->
             let second = if shape.slo_ms.is_some() {
                 100.0 * run.primary["slo_violation_rate"].as_f64().unwrap_or(1.0)
             } else {
-                let rate = run.primary["iterations_per_second"]
-                    .as_f64()
-                    .unwrap_or(0.0);
+                let rate = run.primary["iterations_per_second"].as_f64().unwrap_or(0.0);
                 100.0 * (1.0 - rate / alone.max(f64::MIN_POSITIVE))
             };
             (100.0 * run.device_busy, second)
@@ -289,9 +287,7 @@ fn main() {
             }
             eprintln!("ablation: reference, {}", shape.name);
             let run = colocation::run(shape, index, "alone", colo_seconds);
-            run.primary["iterations_per_second"]
-                .as_f64()
-                .unwrap_or(0.0)
+            run.primary["iterations_per_second"].as_f64().unwrap_or(0.0)
         })
         .collect();
 
@@ -349,11 +345,10 @@ fn main() {
 }
 
 fn summary_line(m: &Measured) -> String {
-    let sm: Vec<String> = m
-        .sm
-        .iter()
-        .map(|(c, s, k)| format!("{c:.1}/{s:.1}/{k:.0}%"))
-        .collect();
+    let sm: Vec<String> =
+        m.sm.iter()
+            .map(|(c, s, k)| format!("{c:.1}/{s:.1}/{k:.0}%"))
+            .collect();
     let colo: Vec<String> = m
         .colo
         .iter()

@@ -67,7 +67,8 @@ use crate::sm_time::recent_streams::{self, REMEMBERED};
 use crate::sm_time::tenant_sm;
 use crate::table::{
     PFN_cuCtxGetCurrent, PFN_cuCtxSetCurrent, PFN_cuEventCreate, PFN_cuEventElapsedTime,
-    PFN_cuEventQuery, PFN_cuEventRecord, PFN_cuEventRecord_ptsz, PFN_cuStreamWaitEvent, PFN_cuStreamWaitEvent_ptsz, REAL,
+    PFN_cuEventQuery, PFN_cuEventRecord, PFN_cuEventRecord_ptsz, PFN_cuStreamWaitEvent,
+    PFN_cuStreamWaitEvent_ptsz, REAL,
 };
 use crossbeam_channel::{Receiver, Sender, TryRecvError};
 use dilu_abi::cuda::{CUDA_SUCCESS, sys};
