@@ -23,6 +23,10 @@
 #              two deep-queue fillers: no limiter, static, dilu-rckm, dilu and
 #              dilu-colo (gap filling per launch) side by side
 #                                             -> bench/results/colocation.md
+#   ablation   what each SM-time mechanism buys: a reduced SM-time matrix, two
+#              co-location shapes and the added ns per launch, with everything
+#              on and with each mechanism off in turn (about 10 minutes)
+#                                             -> bench/results/ablation.md
 #   cluster    the cluster simulator: Alibaba's openb trace in time and under
 #              FGD's protocol, the GPU-hours/risk curve, generated traces;
 #              every policy, fgd included
@@ -46,7 +50,7 @@
 #              (needs HAMI_CORE_SRC=<HAMi-core checkout>; see scripts/peers.sh --help)
 #                                             -> bench/results/peers.md
 #
-# usage: scripts/bench.sh [all | overhead | startup | sm | syscalls | placement | demo | colocation | cluster | placement-latency | openb-lists | scaling | profile ...] [-- ARGS]
+# usage: scripts/bench.sh [all | overhead | startup | sm | syscalls | placement | demo | colocation | ablation | cluster | placement-latency | openb-lists | scaling | profile ...] [-- ARGS]
 #   ARGS go to the one benchmark named, e.g. `scripts/bench.sh startup -- --runs 50`
 #   or `scripts/bench.sh overhead -- cuLaunchKernel` (a criterion filter)
 #   or `scripts/bench.sh demo -- --seconds 10` (per controller; default 5)
@@ -59,9 +63,9 @@ targets=()
 while [ $# -gt 0 ] && [ "$1" != "--" ]; do
   case $1 in
     all) targets+=(overhead startup sm syscalls placement demo colocation cluster placement-latency openb-lists scaling profile) ;;
-    overhead | startup | sm | syscalls | placement | demo | colocation | cluster | placement-latency | openb-lists | scaling | profile | peers) targets+=("$1") ;;
+    overhead | startup | sm | syscalls | placement | demo | colocation | ablation | cluster | placement-latency | openb-lists | scaling | profile | peers) targets+=("$1") ;;
     -h | --help) awk 'NR > 1 && !/^#/ { exit } NR > 1 { sub(/^# ?/, ""); print }' "$0"; exit 0 ;;
-    *) echo "bench: unknown benchmark '$1' (all, overhead, startup, sm, syscalls, placement, demo, colocation, cluster, placement-latency, openb-lists, scaling, profile, peers)" >&2; exit 2 ;;
+    *) echo "bench: unknown benchmark '$1' (all, overhead, startup, sm, syscalls, placement, demo, colocation, ablation, cluster, placement-latency, openb-lists, scaling, profile, peers)" >&2; exit 2 ;;
   esac
   shift
 done
@@ -126,6 +130,9 @@ for target in "${targets[@]}"; do
       fi
       "${realtime[@]}" cargo bench -p dilu-bench --bench colocation -- "${extra[@]}" || failed+=(colocation)
       results+=(bench/results/colocation.md) ;;
+    ablation)
+      cargo bench -p dilu-bench --bench ablation -- "${extra[@]}" || failed+=(ablation)
+      results+=(bench/results/ablation.md) ;;
     cluster)
       # Old figures go first: every figure the file links is written anew.
       rm -f bench/results/cluster-sim*.svg

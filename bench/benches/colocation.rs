@@ -43,19 +43,19 @@ const CONFIGS: [&str; 8] = [
 /// manager's default controller, `--colo primary` (and `--slo-ms` for an
 /// inference primary) and `--colo filler`, no SM request and no `DILU_*`
 /// tuning variable.
-const DEFAULTS: &str = "defaults, with roles";
+pub(crate) const DEFAULTS: &str = "defaults, with roles";
 /// `dilu-colo` with the guarantee of a filler whose kernels fit no gap
 /// lowered to 5% (`DILU_COLO_GUARANTEE=5`): what a primary loses to that
 /// guarantee. Only in shapes with such a filler.
 const LOW_GUARANTEE: &str = "dilu-colo, long filler at 5%";
 
 /// One shape: the primary's program and spec, the fillers' kernel lengths.
-struct Shape {
-    name: String,
+pub(crate) struct Shape {
+    pub(crate) name: String,
     tuned: bool,
     /// demo-tenant arguments (serve or train).
     primary: Vec<String>,
-    slo_ms: Option<f64>,
+    pub(crate) slo_ms: Option<f64>,
     primary_request: f64,
     /// A filler kernel the primary's requests absorb (inference only), for
     /// the tuned rows.
@@ -70,7 +70,7 @@ fn words(list: &[&str]) -> Vec<String> {
     list.iter().map(|w| w.to_string()).collect()
 }
 
-fn shapes() -> Vec<Shape> {
+pub(crate) fn shapes() -> Vec<Shape> {
     vec![
         Shape {
             name: "inference: 120 req/s, 4 × 200 µs, SLO 10 ms; fillers 1 ms + 0.5 ms".into(),
@@ -344,12 +344,12 @@ fn class_section(count: usize, seconds: u64) -> String {
     )
 }
 
-struct Run {
-    device_busy: f64,
-    filler_share: f64,
+pub(crate) struct Run {
+    pub(crate) device_busy: f64,
+    pub(crate) filler_share: f64,
     /// Each filler's share, in the shape's order.
     filler_shares: Vec<f64>,
-    primary: serde_json::Value,
+    pub(crate) primary: serde_json::Value,
 }
 
 fn summary(child: Child, what: &str) -> serde_json::Value {
@@ -373,7 +373,7 @@ fn arg_after(flag: &str) -> Option<String> {
     std::env::args().skip_while(|a| a != flag).nth(1)
 }
 
-fn run(shape: &Shape, shape_index: usize, config: &str, seconds: u64) -> Run {
+pub(crate) fn run(shape: &Shape, shape_index: usize, config: &str, seconds: u64) -> Run {
     let scratch = Scratch::new("colo-bench");
     let instance = unique_name("colo-bench");
     let trace = scratch.path("trace.jsonl");

@@ -94,12 +94,12 @@ fn timed_threads(threads: usize, iters: u64, op: impl Fn() + Sync) -> Duration {
     total / threads as u32
 }
 
-struct Paths {
-    libraries: [Library; 2],
-    function: usize,
+pub(crate) struct Paths {
+    pub(crate) libraries: [Library; 2],
+    pub(crate) function: usize,
 }
 
-fn open_paths() -> Paths {
+pub(crate) fn open_paths() -> Paths {
     let simgpu = driver::artifact("libsimgpu.so");
     let interposer = driver::artifact("libdilu_interposer.so");
     // SAFETY: single-threaded at this point; the libraries read these once.
@@ -249,7 +249,7 @@ fn bench_all(c: &mut Criterion, paths: &Paths, samples: &Samples) {
 /// GPU time as it takes wall-clock time and, at any share, would soon wait
 /// for tokens. With the deep bucket every launch stays within budget and
 /// the rows measure the cost of control, not of waiting.
-fn deepen_the_bucket() {
+pub(crate) fn deepen_the_bucket() {
     let Some(tenant) = std::env::var("DILU_TENANT").ok().filter(|t| !t.is_empty()) else {
         panic!("the SM-time run needs DILU_TENANT (scripts/bench.sh overhead sets it)");
     };

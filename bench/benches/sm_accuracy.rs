@@ -24,9 +24,9 @@ const TOLERANCE_PTS: f64 = 2.0;
 /// Work conservation: a pair under dilu uses at least this part of the
 /// device time the same pair uses without dilu.
 const CONSERVATION: f64 = 0.95;
-const CAPS: [f64; 2] = [30.0, 70.0];
+pub(crate) const CAPS: [f64; 2] = [30.0, 70.0];
 
-fn shapes() -> Vec<RequestShape> {
+pub(crate) fn shapes() -> Vec<RequestShape> {
     let mut shapes = Vec::new();
     for streams in [1, 3] {
         for kernel in [KernelSize::Us20, KernelSize::Us100, KernelSize::Ms1] {
@@ -66,7 +66,7 @@ fn run(shape: &RequestShape, seconds: f64, caps: &[Option<f64>]) -> (Vec<f64>, O
 }
 
 /// [`run`] with simgpu settings in the environment.
-fn run_with(
+pub(crate) fn run_with(
     shape: &RequestShape,
     seconds: f64,
     caps: &[Option<f64>],
@@ -190,7 +190,7 @@ fn measure(shape: &RequestShape, seconds: f64, plot: Option<&std::path::Path>) -
 /// The shapes the sweep of simgpu's settings runs: one of each kind of
 /// difficulty (short synchronised kernels, a deep pipeline of kernels as
 /// long as a slice, concurrent streams, graphs).
-fn sweep_shapes() -> Vec<RequestShape> {
+pub(crate) fn sweep_shapes() -> Vec<RequestShape> {
     shapes()
         .into_iter()
         .filter(|shape| {

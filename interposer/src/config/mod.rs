@@ -15,6 +15,7 @@
 //! | `DILU_USAGE_FEEDBACK` | `on` (default) or `off`: settle SM-time charges against NVML's per-process busy time (see [`crate::sm_time::usage_feedback`]) |
 //! | `DILU_SM_QUIET` | `on` (default) or `off`: time kernels of 1 ms or more while the device's other dilu processes of this user hold their launches (see [`crate::sm_time::quiet_samples`]; a co-located filler's, while its primary holds them) |
 //! | `DILU_SM_TURNS` | `on` (default) or `off`: dilu processes of this user sharing a device take turns by their shares while each waits on it (see [`crate::sm_time::fair_turns`]) |
+//! | `DILU_SM_ABLATE` | ablation benchmark only: `leases` turns the launch leases off |
 //! | `DILU_SM_SAMPLE_APART` | `on` (default) or `off`: run a timed launch apart from the process's other streams (see [`crate::sm_time::sampler`]) |
 //!
 //! A variable that is set but unusable stops the process with one line naming
@@ -45,6 +46,35 @@ pub struct Config {
     pub sample_apart: bool,
     pub quiet_samples: bool,
     pub fair_turns: bool,
+    /// Mechanisms without a switch of their own, turned off for the
+    /// ablation benchmark only (`DILU_SM_ABLATE`).
+    pub ablate: Ablate,
+}
+
+/// `DILU_SM_ABLATE`: `leases` (every launch goes to the bucket). Read by
+/// `scripts/bench.sh ablation`; not a tuning knob.
+#[derive(Default, Clone, Copy)]
+pub struct Ablate {
+    pub leases: bool,
+}
+
+const ABLATE_FORMS: &str = "`leases`";
+
+fn ablate_from_env() -> Ablate {
+    let mut ablate = Ablate::default();
+    let Some(value) = std::env::var_os("DILU_SM_ABLATE") else {
+        return ablate;
+    };
+    let Some(text) = value.to_str() else {
+        fail("DILU_SM_ABLATE", &value, ABLATE_FORMS)
+    };
+    for word in text.split(',').map(str::trim).filter(|w| !w.is_empty()) {
+        match word {
+            "leases" => ablate.leases = true,
+            _ => fail("DILU_SM_ABLATE", &value, ABLATE_FORMS),
+        }
+    }
+    ablate
 }
 
 /// What a CUDA context occupies on the device before the program allocates
@@ -95,6 +125,7 @@ fn read() -> Config {
         sample_apart: on_unless_off("DILU_SM_SAMPLE_APART"),
         quiet_samples: on_unless_off("DILU_SM_QUIET"),
         fair_turns: on_unless_off("DILU_SM_TURNS"),
+        ablate: ablate_from_env(),
     }
 }
 

@@ -48,19 +48,13 @@
 //! driver's own count by [`usage_feedback`](crate::sm_time::usage_feedback)
 //! where that count means device time.
 //!
-//! When the launch's stream was idle, a start event recorded just before
-//! the launch would complete at once, and the kernel would start only once
-//! its launch reached the device: the sample would also contain that host
-//! time (the rest of the record call, the launch's submission), several µs,
-//! which matters for short kernels launched one request at a time. So the
-//! stream is first held by a gate (a host function, `cuLaunchHostFunc`, that
-//! waits until the launch call has returned, at most [`GATE_LIMIT_NS`], and
-//! not at all when the driver runs it inline in the launching thread):
-//! the start event completes only after the kernel is queued right behind
-//! it, and the sample is the kernel's own time. (Subtracting the host time
-//! measured around the launch instead, as before, over-subtracts: the
-//! kernel starts before the launch call returns. That under-charged short
-//! synchronised kernels by several percent: 75.6% taken at a 70% cap.)
+//! When the launch's stream was idle, the start event completes at once
+//! and the sample also holds the host time until the kernel reaches the
+//! device (a few µs): a short kernel launched one request at a time is
+//! over-charged by that much, and [`usage_feedback`](crate::sm_time::usage_feedback)
+//! settles it where the driver's count means device time (holding the
+//! stream until the launch was queued bought nothing beyond run-to-run
+//! noise: `bench/results/ablation-before-removals.md`, "sample gate off").
 //!
 //! Event sets belong to a context. When a context is destroyed (or may
 //! be: the primary context released or reset) every set made so far is
@@ -73,8 +67,8 @@ use crate::sm_time::recent_streams::{self, REMEMBERED};
 use crate::sm_time::tenant_sm;
 use crate::table::{
     PFN_cuCtxGetCurrent, PFN_cuCtxSetCurrent, PFN_cuEventCreate, PFN_cuEventElapsedTime,
-    PFN_cuEventQuery, PFN_cuEventRecord, PFN_cuEventRecord_ptsz, PFN_cuLaunchHostFunc,
-    PFN_cuLaunchHostFunc_ptsz, PFN_cuStreamWaitEvent, PFN_cuStreamWaitEvent_ptsz, REAL,
+    PFN_cuEventQuery, PFN_cuEventRecord, PFN_cuEventRecord_ptsz, PFN_cuStreamWaitEvent,
+    PFN_cuStreamWaitEvent_ptsz, REAL,
 };
 use crossbeam_channel::{Receiver, Sender, TryRecvError};
 use dilu_abi::cuda::{CUDA_SUCCESS, sys};
@@ -94,10 +88,6 @@ const CLEAN_FRACTION_SHIFT: u32 = 3;
 
 /// Event sets a process keeps at most (= samples in flight).
 const MAX_SETS: usize = 64;
-/// Longest a gate holds a stream (a launch that never returns, or blocks
-/// on the stream itself, must not stall it for good: the sample is then
-/// just an over-estimate, which the window's minimum discards).
-const GATE_LIMIT_NS: u64 = 2_000_000;
 
 struct EventFns {
     create: PFN_cuEventCreate,
@@ -107,9 +97,6 @@ struct EventFns {
     elapsed: PFN_cuEventElapsedTime,
     get_current: PFN_cuCtxGetCurrent,
     set_current: PFN_cuCtxSetCurrent,
-    /// Plain and per-thread-stream `cuLaunchHostFunc`, for the gate.
-    host_func: Option<PFN_cuLaunchHostFunc>,
-    host_func_ptsz: Option<PFN_cuLaunchHostFunc_ptsz>,
     /// Plain and per-thread-stream `cuStreamWaitEvent`, to run a timed
     /// launch apart from our other streams' work.
     wait: Option<PFN_cuStreamWaitEvent>,
@@ -127,8 +114,6 @@ fn fns() -> Option<&'static EventFns> {
             elapsed: driver::resolved(&REAL.cuEventElapsedTime)?,
             get_current: driver::resolved(&REAL.cuCtxGetCurrent)?,
             set_current: driver::resolved(&REAL.cuCtxSetCurrent)?,
-            host_func: driver::resolved(&REAL.cuLaunchHostFunc),
-            host_func_ptsz: driver::resolved(&REAL.cuLaunchHostFunc_ptsz),
             wait: driver::resolved(&REAL.cuStreamWaitEvent),
             wait_ptsz: driver::resolved(&REAL.cuStreamWaitEvent_ptsz),
         })
@@ -140,7 +125,7 @@ fn fns() -> Option<&'static EventFns> {
 /// integers: they are plain driver handles, usable from any thread).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 struct EventSet {
-    /// Recorded on the launch's stream before the launch, behind the gate.
+    /// Recorded on the launch's stream before the launch.
     start: usize,
     /// Recorded on other streams launched on recently.
     after_others: [usize; REMEMBERED],
@@ -149,75 +134,6 @@ struct EventSet {
     ctx: usize,
     /// The pool's epoch when the set was made.
     epoch: u64,
-    /// The set's gate (a leaked `Gate`, as an address).
-    gate: usize,
-}
-
-/// Holds a stream until the sampled launch is queued (see the module doc).
-struct Gate {
-    open: AtomicBool,
-    /// The thread that closed it (see [`this_thread`]).
-    closer: AtomicUsize,
-}
-
-thread_local! {
-    static THREAD_MARK: u8 = const { 0 };
-}
-
-/// A number that tells this thread from every other running one.
-fn this_thread() -> usize {
-    THREAD_MARK.with(|mark| mark as *const u8 as usize)
-}
-
-impl Gate {
-    fn of(set: &EventSet) -> &'static Gate {
-        // SAFETY: `gate` is the address of a leaked (never freed) Gate.
-        unsafe { &*(set.gate as *const Gate) }
-    }
-}
-
-/// The gate's host function, run by the driver on the stream: waits until
-/// the gate opens, or [`GATE_LIMIT_NS`] passed.
-unsafe extern "C" fn wait_at_gate(data: *mut std::ffi::c_void) {
-    let _ = std::panic::catch_unwind(|| {
-        // SAFETY: `data` is the address of a leaked Gate (see `begin`).
-        let gate = unsafe { &*(data as *const Gate) };
-        // A driver may run a host function inline, in the launching thread
-        // (simgpu's null mode does): waiting there would only stall it.
-        if gate.closer.load(Ordering::Acquire) == this_thread() {
-            return;
-        }
-        let limit = dilu_layout::monotonic_ns() + GATE_LIMIT_NS;
-        while !gate.open.load(Ordering::Acquire) && dilu_layout::monotonic_ns() < limit {
-            std::thread::yield_now();
-        }
-    });
-}
-
-/// Closes `set`'s gate on `stream`; whether it was placed.
-fn close_gate(fns: &EventFns, set: &EventSet, stream: sys::CUstream, per_thread: bool) -> bool {
-    let host_func = match (per_thread, fns.host_func_ptsz) {
-        (true, Some(ptsz)) => ptsz,
-        _ => match fns.host_func {
-            Some(plain) => plain,
-            None => return false,
-        },
-    };
-    let gate = Gate::of(set);
-    gate.closer.store(this_thread(), Ordering::Release);
-    gate.open.store(false, Ordering::Release);
-    // SAFETY: the real cuLaunchHostFunc; the function and its argument (a
-    // leaked Gate) live as long as the process.
-    let placed =
-        unsafe { host_func(stream, Some(wait_at_gate), set.gate as *mut _) } == CUDA_SUCCESS;
-    if !placed {
-        gate.open.store(true, Ordering::Release);
-    }
-    placed
-}
-
-fn open_gate(set: &EventSet) {
-    Gate::of(set).open.store(true, Ordering::Release);
 }
 
 struct Sample {
@@ -402,17 +318,12 @@ fn create_set(fns: &EventFns, ctx: usize, epoch: u64) -> Option<EventSet> {
             return None;
         }
     }
-    let gate = Box::leak(Box::new(Gate {
-        open: AtomicBool::new(true),
-        closer: AtomicUsize::new(0),
-    }));
     Some(EventSet {
         start: events[0] as usize,
         end: events[1] as usize,
         after_others: std::array::from_fn(|i| events[2 + i] as usize),
         ctx,
         epoch,
-        gate: gate as *const Gate as usize,
     })
 }
 
@@ -450,13 +361,10 @@ pub fn begin(
             wait_for(fns, stream, per_thread, event);
         }
     }
-    // The own stream last, right before the launch: the gate, then the
-    // start event behind it (see the module doc).
-    close_gate(fns, &events, stream, per_thread);
+    // The own stream last, right before the launch.
     if record(fns, events.start, stream, per_thread) {
         Some(Timing { events, chained })
     } else {
-        open_gate(&events);
         pool.give_back(events);
         None
     }
@@ -493,8 +401,6 @@ pub fn finish(
     let Some(fns) = fns() else {
         return give_up(None);
     };
-    // The launch is queued (or failed): let the stream go on.
-    open_gate(&events);
     if !launched || !record(fns, events.end, stream, per_thread) {
         return give_up(Some(events));
     }
@@ -836,7 +742,6 @@ mod tests {
             end: n,
             ctx,
             epoch,
-            gate: 0,
         }
     }
 
