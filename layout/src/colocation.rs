@@ -155,6 +155,8 @@ pub struct DeviceBoard {
     /// added to the fillers' queue, until that synchronisation tells
     /// whether they went ahead of it.
     provisional_push: CacheLine,
+    /// The fillers' queued work when the first of those launches came.
+    pushed_backlog: CacheLine,
     /// Online fillers (with an SLO) waiting for a gap: offline ones yield.
     online_waiting: CacheLine,
     /// A filler owed its guarantee waiting for the opening of a gap it can
@@ -463,6 +465,10 @@ impl DeviceBoard {
         // (a primary thread preempted between its launch and its
         // synchronisation on a loaded host let a filler queue more behind
         // which the primary's kernel then waited).
+        // The fillers' own work, without what this primary's launches
+        // since its synchronisation pushed it by (that is no filler work to
+        // wait behind, nor to push again).
+        let queued = queued.saturating_sub(self.provisional_push.0.load(Acquire));
         let starts = if queued > now {
             // The device time-slices between processes: where the fillers'
             // slice ends before their queued work does, the primary's
@@ -476,6 +482,7 @@ impl DeviceBoard {
             let push = est_ns.saturating_add(2 * HANDOFF_NS);
             self.fillers_busy_until.0.fetch_add(push, AcqRel);
             self.provisional_push.0.fetch_add(push, AcqRel);
+            self.pushed_backlog.0.fetch_max(queued - now, AcqRel);
             queued.saturating_add(HANDOFF_NS)
         } else {
             now
@@ -510,11 +517,17 @@ impl DeviceBoard {
         if before <= 1 {
             let predicted = self.primary_busy_until.0.fetch_min(now, AcqRel);
             let push = self.provisional_push.0.swap(0, AcqRel);
+            let backlog = self.pushed_backlog.0.swap(0, AcqRel);
             // The primary's work ended when predicted for it behind the
             // fillers' queue: it ran after that queue, which it did not
-            // push back. (Ending earlier, it went ahead of part of it.)
+            // push back. Ending earlier, it went ahead of part of it: what
+            // is left of that queue, at most what was queued when it
+            // launched, runs from now on.
             if now.saturating_add(HANDOFF_NS) >= predicted {
                 self.take_back_push(push, now);
+            } else if push > 0 {
+                let most = now.saturating_add(backlog).saturating_add(2 * HANDOFF_NS);
+                self.fillers_busy_until.0.fetch_min(most, AcqRel);
             }
             self.gap_start.0.store(now, Release);
         }
@@ -1623,6 +1636,33 @@ mod tests {
             } else {
                 assert_eq!(gate, FillerGate::Go, "their work ran before it: no push");
             }
+        }
+    }
+
+    #[test]
+    fn pushes_never_make_the_fillers_queue_longer_than_their_work_and_two_hand_offs() {
+        let board = board();
+        let b = board.device(0);
+        b.attach_primary(1, 0, DEFAULT_HOLDOFF_NS);
+        let mut now = 5_000 * MS;
+        // A filler's 3 ms kernel is queued; the primary then runs 12
+        // kernels of 300 µs, each ahead of it (at the slices' ends), 1 ms
+        // apart.
+        assert_eq!(
+            b.filler_admit_owed(now, 3 * MS, false, FILLER, Owed::Overdue),
+            FillerGate::Go
+        );
+        for _ in 0..12 {
+            b.primary_launch(now, 300 * US);
+            b.primary_sync_begin();
+            now += HANDOFF_NS + 300 * US;
+            b.primary_sync_end(now);
+            let queued = b.fillers_busy_until.0.load(Relaxed).saturating_sub(now);
+            assert!(
+                queued <= 3 * MS + 2 * HANDOFF_NS,
+                "{queued} ns queued behind 3 ms of filler work"
+            );
+            now += MS;
         }
     }
 
