@@ -22,6 +22,7 @@ ALL_ON = {
     "scheduler": {"replicas": 2},
     "node": {"runtimeClassName": ""},
     "metrics": {"serviceMonitor": {"enabled": True, "labels": {"release": "prometheus"}}},
+    "autoscaler": {"namespace": "serving"},
 }
 # Values the chart must refuse to render.
 REFUSED = {

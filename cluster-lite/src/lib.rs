@@ -6,8 +6,11 @@
 //! (`simulator`) that measures the policies side by side. While load falls,
 //! `consolidation` moves replicas left alone on a GPU onto busy GPUs (in the
 //! simulator). On one machine without Kubernetes, the node manager places
-//! `dilu run` tenants with the same policies.
+//! `dilu run` tenants with the same policies. `autoscaler` scales the
+//! Deployments of annotated functions from the node managers' signals with
+//! the rule `scaling` simulates.
 
+pub mod autoscaler;
 pub mod consolidation;
 pub mod extender;
 pub mod rng;

@@ -24,6 +24,10 @@ enum Command {
     Simulate(commands::simulate::SimulateArgs),
     /// Kubernetes mode: serve the kube-scheduler extender protocol over HTTP.
     Extender(commands::extender::ExtenderArgs),
+    /// Kubernetes mode: scale Deployments annotated dilu.io/autoscale="true"
+    /// from the node managers' signals (the rule `scripts/bench.sh scaling`
+    /// simulates as `dilu`).
+    Autoscaler(commands::autoscaler::AutoscalerArgs),
 }
 
 /// The variable that filters the log (`info` by default), as for `dilu`.
@@ -47,6 +51,7 @@ fn main() {
     let outcome = match cli.command {
         Command::Simulate(args) => commands::simulate::run(args),
         Command::Extender(args) => commands::extender::run(args),
+        Command::Autoscaler(args) => commands::autoscaler::run(args),
     };
     if let Err(message) = outcome {
         eprintln!("dilu-cluster: {message}");

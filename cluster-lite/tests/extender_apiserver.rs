@@ -4,12 +4,15 @@
 //! pod deletion seen on the watch frees its share, and bind annotates the
 //! pod and creates its Binding.
 
+mod common;
+
 use std::collections::BTreeMap;
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use common::{Request, read_request, respond};
 use dilu_cluster::extender::{self, ExtenderConfig, ExtenderHandle};
 use serde_json::{Value, json};
 
@@ -104,40 +107,16 @@ impl MockApiServer {
     }
 }
 
-fn respond(stream: &mut TcpStream, status: u16, body: &Value) {
-    let text = body.to_string();
-    let _ = write!(
-        stream,
-        "HTTP/1.1 {status} X\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{text}",
-        text.len()
-    );
-}
-
 fn serve_connection(mut stream: TcpStream, cluster: &Mutex<Cluster>) {
-    let mut reader = BufReader::new(stream.try_clone().unwrap());
-    let mut request_line = String::new();
-    if reader.read_line(&mut request_line).unwrap_or(0) == 0 {
+    let Some(Request {
+        method,
+        path,
+        query,
+        body,
+    }) = read_request(&stream)
+    else {
         return;
-    }
-    let mut length = 0;
-    loop {
-        let mut header = String::new();
-        if reader.read_line(&mut header).unwrap_or(0) == 0 || header.trim().is_empty() {
-            break;
-        }
-        if let Some((name, value)) = header.split_once(':')
-            && name.eq_ignore_ascii_case("content-length")
-        {
-            length = value.trim().parse().unwrap_or(0);
-        }
-    }
-    let mut body = vec![0; length];
-    let _ = reader.read_exact(&mut body);
-    let body = String::from_utf8_lossy(&body).to_string();
-    let mut parts = request_line.split_whitespace();
-    let method = parts.next().unwrap_or("").to_string();
-    let target = parts.next().unwrap_or("").to_string();
-    let (path, query) = target.split_once('?').unwrap_or((&target, ""));
+    };
     let watch = query
         .split('&')
         .any(|p| p == "watch=true" || p == "watch=1");

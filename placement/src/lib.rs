@@ -10,5 +10,6 @@
 //! (simulator, Kubernetes extender) and the node manager (`dilu run` on a
 //! multi-GPU node) place with the same code.
 
+mod fast_hash;
 pub mod model;
 pub mod policy;

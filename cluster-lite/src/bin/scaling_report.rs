@@ -177,6 +177,66 @@ fn verdict(outcomes: &[Outcome]) -> String {
     )
 }
 
+/// `dilu`'s SLO attainment minus the best baseline's (negative: below it).
+fn attainment_gap(outcomes: &[Outcome]) -> f64 {
+    let best = outcomes[1..]
+        .iter()
+        .map(Outcome::attainment)
+        .fold(f64::MIN, f64::max);
+    outcomes[0].attainment() - best
+}
+
+/// A line for a pattern where `dilu` stays below the best baseline's
+/// attainment: by how much at each cold start, and how many instances it
+/// ran beside that baseline; empty where it matches.
+fn shortfall(name: &str, outcomes: &[Outcome], gaps: &[(f64, f64)]) -> String {
+    if attainment_gap(outcomes) + 1e-4 >= 0.0 {
+        return String::new();
+    }
+    let best = outcomes[1..]
+        .iter()
+        .max_by(|a, b| a.attainment().total_cmp(&b.attainment()))
+        .expect("three baselines");
+    let by_cold_start: Vec<String> = gaps
+        .iter()
+        .map(|(cold, gap)| format!("{:+.2} points at {cold} s", 100.0 * gap))
+        .collect();
+    format!(
+        "- **{name}**: `dilu`'s attainment minus the best baseline's (`{}` at the default cold \
+         start), by cold start: {}; `dilu` ran {:.1} instances on average, `{}` {:.1}.\n",
+        best.scaler,
+        by_cold_start.join(", "),
+        outcomes[0].mean_instances(),
+        best.scaler,
+        best.mean_instances()
+    )
+}
+
+/// The honest summary the issue asks for.
+fn where_not(shortfalls: &str) -> String {
+    let mut text = String::from("\n## Where `dilu` does not match the best baseline, and why\n\n");
+    if shortfalls.is_empty() {
+        text.push_str("It matches it on every pattern.\n");
+    } else {
+        text.push_str(shortfalls);
+        text.push_str(
+            "\nWhere it falls short it runs fewer instances: it counts an instance at its SM limit, \
+             so the headroom it keeps is the limits' alone, and load beyond them waits for a cold \
+             start; the baselines cover such rises with standing instances, which their GPU-hours \
+             show. Where a shorter cold start narrows the gap above, the misses are those waits. \
+             No run here gives `dilu` the baselines' GPU-hours to see whether it would then \
+             match.\n",
+        );
+    }
+    text.push_str(
+        "\nIn-sample: `dilu`'s thresholds (out at 70% of its instances' throughput at their limits, \
+         to 50%; in below 50%) were chosen after a first run on these same three patterns, and \
+         there is no held-out pattern, so even where it matches, that is not evidence it would on \
+         other load.\n",
+    );
+    text
+}
+
 fn table(outcomes: &[Outcome]) -> String {
     let mut text = String::from(
         "| scaler | SLO attainment | GPU-hours | vs dilu-paper | instance starts | mean instances | starts refused |\n\
@@ -246,6 +306,7 @@ fn run_report() -> Result<(), String> {
         "\n## Other cold starts\n\nSLO attainment / GPU-hours per scaler.\n\n\
          | pattern | cold start s | dilu | dilu-paper | kpa | hpa |\n|---|---:|---|---|---|---|\n",
     );
+    let mut shortfalls = String::new();
     for name in PATTERNS {
         let path = args.data.join("dilu-workloads").join(format!("{name}.txt"));
         let pattern = Pattern::parse(name, &read(&path)?)?;
@@ -289,8 +350,10 @@ fn run_report() -> Result<(), String> {
             .map_err(|error| format!("cannot create {}: {error}", args.out.display()))?;
         std::fs::write(&svg_path, svg)
             .map_err(|error| format!("cannot write {}: {error}", svg_path.display()))?;
+        let mut gaps = vec![(COLD_START_S, attainment_gap(&outcomes))];
         for cold_start_s in OTHER_COLD_STARTS_S {
             let outcomes = run_all(&functions, seconds, args.seeds, cold_start_s)?;
+            gaps.push((cold_start_s, attainment_gap(&outcomes)));
             let cells: Vec<String> = outcomes
                 .iter()
                 .map(|o| format!("{:.2}% / {:.2}", 100.0 * o.attainment(), o.gpu_hours))
@@ -301,7 +364,10 @@ fn run_report() -> Result<(), String> {
                 cells.join(" | ")
             );
         }
+        gaps.sort_by(|a, b| a.0.total_cmp(&b.0));
+        shortfalls.push_str(&shortfall(name, &outcomes, &gaps));
     }
+    md.push_str(&where_not(&shortfalls));
     md.push_str(&sensitivity);
     let _ = writeln!(
         md,

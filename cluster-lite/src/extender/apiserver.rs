@@ -33,8 +33,8 @@ pub enum ClusterEvent {
 
 /// An API server client with the runtime that drives it.
 pub struct ApiServer {
-    runtime: tokio::runtime::Runtime,
-    client: kube::Client,
+    pub(crate) runtime: tokio::runtime::Runtime,
+    pub(crate) client: kube::Client,
 }
 
 impl ApiServer {

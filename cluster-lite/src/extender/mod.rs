@@ -21,7 +21,7 @@
 //! get HTTP 400 with a JSON body carrying `Error`; nothing in a request can
 //! crash the server.
 
-mod apiserver;
+pub(crate) mod apiserver;
 pub mod pod_demand;
 pub mod wire;
 

@@ -9,12 +9,13 @@
 //!   vertical scaling has left), and whether it is *saturated* (wanted
 //!   more SM than it got, or load left over at its limits) and over its
 //!   SLO. Out when, in at least 3 of the last 6 seconds, the load used more
-//!   than 80% of that throughput or the function was saturated and over
+//!   than 70% of that throughput or the function was saturated and over
 //!   its SLO: vertical scaling is about to run out, or has; it adds as
-//!   many instances as bring the recent peak to 65% of it. In after a long
+//!   many instances as bring the recent peak to 50% of it. In after a long
 //!   quiet spell (30 of 40 seconds, Dilu's counts) in which one instance
-//!   fewer would have served the load at 60% of its throughput at the
-//!   limits. Requests are what an instance is guaranteed; the limits carry
+//!   fewer would have served the load at 50% of its throughput at the
+//!   limits. The rule is [`DiluRule`], which the Kubernetes autoscaler
+//!   runs too. Requests are what an instance is guaranteed; the limits carry
 //!   bursts, so instances are counted at their limits, not their requests.
 //! * `dilu-paper`: Dilu's published scaler (`scheduling/scaler.py`): a
 //!   40-second history of requests per second; out by one when at least
@@ -116,24 +117,12 @@ impl Scaler for DiluPaper {
     }
 }
 
-/// dilu's rule on the node manager's signals (module docs).
+/// dilu's rule on the node manager's signals (module docs), as the
+/// simulation feeds it: the load in instances' throughput at their limits.
 #[derive(Debug, Default)]
 pub struct DiluSignals {
-    pressure: VecDeque<bool>,
-    requests: VecDeque<f64>,
-    quiet: VecDeque<f64>,
+    rule: DiluRule,
 }
-
-const OUT_WINDOW_S: usize = 6;
-const OUT_SECONDS: usize = 3;
-/// Share of the instances' throughput at their limits the load may use
-/// before vertical scaling is about to run out (scale out), and what it
-/// should use after scaling out.
-const OUT_AT: f64 = 0.7;
-const OUT_TO: f64 = 0.5;
-/// Share of one instance fewer's throughput at their limits below which a
-/// quiet second counts towards scaling in (the rest is kept for bursts).
-const IN_BELOW: f64 = 0.5;
 
 impl Scaler for DiluSignals {
     fn name(&self) -> &'static str {
@@ -142,24 +131,61 @@ impl Scaler for DiluSignals {
 
     fn desired(&mut self, signals: &Signals, service: &Service) -> usize {
         let instances = signals.ready + signals.starting;
-        let at_limits = service.throughput(service.limit);
-        let exhausted = signals.saturated && signals.over_slo;
-        let near_limits = signals.requests > OUT_AT * instances as f64 * at_limits;
-        push(&mut self.pressure, exhausted || near_limits, OUT_WINDOW_S);
-        push(&mut self.requests, signals.requests, OUT_WINDOW_S);
-        push(&mut self.quiet, signals.requests, PAPER_HISTORY_S);
-        if self.pressure.iter().filter(|&&p| p).count() >= OUT_SECONDS {
-            let load = self.requests.iter().copied().fold(0.0, f64::max);
-            let needed = (load / (OUT_TO * at_limits)).ceil() as usize;
+        let load = signals.requests / service.throughput(service.limit);
+        self.rule
+            .desired(instances, load, signals.saturated && signals.over_slo)
+    }
+}
+
+/// dilu's scaling rule itself, asked once a period (a second) by the
+/// simulation's `dilu` scaler and by the Kubernetes autoscaler
+/// (`crate::autoscaler`), so both decide alike. `load` is how many
+/// instances' throughput at their SM limits the period's load used (the
+/// simulation: requests over one instance's throughput at its limit; a
+/// cluster: the sum of its instances' SM time over their limits);
+/// `exhausted`: the node manager saw an instance saturated at its limit and
+/// over its SLO.
+#[derive(Debug, Default)]
+pub struct DiluRule {
+    pressure: VecDeque<bool>,
+    load: VecDeque<f64>,
+    quiet: VecDeque<f64>,
+}
+
+/// Periods in the scale-out window, and how many of them must show pressure.
+pub const OUT_WINDOW: usize = 6;
+pub const OUT_PERIODS: usize = 3;
+/// Share of the instances' throughput at their limits the load may use
+/// before vertical scaling is about to run out (scale out), and what it
+/// should use after scaling out.
+const OUT_AT: f64 = 0.7;
+const OUT_TO: f64 = 0.5;
+/// Share of one instance fewer's throughput at their limits below which a
+/// quiet period counts towards scaling in (the rest is kept for bursts).
+const IN_BELOW: f64 = 0.5;
+/// The scale-in window and its quiet periods (Dilu's 40 and 30 seconds).
+pub const IN_WINDOW: usize = PAPER_HISTORY_S;
+pub const IN_PERIODS: usize = PAPER_IN_SECONDS;
+
+impl DiluRule {
+    /// Instances to run (at least 1), given how many run or start now.
+    pub fn desired(&mut self, instances: usize, load: f64, exhausted: bool) -> usize {
+        let near_limits = load > OUT_AT * instances as f64;
+        push(&mut self.pressure, exhausted || near_limits, OUT_WINDOW);
+        push(&mut self.load, load, OUT_WINDOW);
+        push(&mut self.quiet, load, IN_WINDOW);
+        if self.pressure.iter().filter(|&&p| p).count() >= OUT_PERIODS {
+            let peak = self.load.iter().copied().fold(0.0, f64::max);
+            let needed = (peak / OUT_TO).ceil() as usize;
             if needed > instances {
                 self.pressure.clear();
                 self.quiet.clear();
                 return needed;
             }
         }
-        let fewer = instances.saturating_sub(1) as f64 * at_limits * IN_BELOW;
+        let fewer = instances.saturating_sub(1) as f64 * IN_BELOW;
         let quiet = self.quiet.iter().filter(|&&x| x < fewer).count();
-        if quiet >= PAPER_IN_SECONDS && instances > 1 {
+        if quiet >= IN_PERIODS && instances > 1 {
             self.quiet.clear();
             return instances - 1;
         }

@@ -277,7 +277,16 @@ impl PlacementPolicy for Complementary {
             FragmentationScope::ByScarcity => {
                 let scarcity = cluster.busy_share();
                 fragmentation.busy_increases(cluster, node, demand, needs, candidates, out);
-                if scarcity > 0.0 {
+                // On a node whose GPUs are all in use both measures count
+                // the same shares: the node-wide one is not measured again.
+                let all_busy = cluster.gpus[cluster.nodes[node].clone()]
+                    .iter()
+                    .all(GpuState::is_active);
+                if scarcity > 0.0 && all_busy {
+                    for entry in &mut out[first..] {
+                        entry.0 = (1.0 - scarcity) * entry.0 + scarcity * entry.0;
+                    }
+                } else if scarcity > 0.0 {
                     let mut whole = Vec::with_capacity(candidates.len());
                     fragmentation.increases(cluster, node, demand, needs, candidates, &mut whole);
                     for (entry, node_wide) in out[first..].iter_mut().zip(&whole) {

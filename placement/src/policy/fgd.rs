@@ -25,8 +25,9 @@
 //! at random; here ties go to the lower GPU index), and host memory is
 //! checked on admission as every policy here does.
 
-use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use crate::fast_hash::FastMap;
 
 use super::PlacementPolicy;
 use crate::model::{ClusterState, GpuModel, GpuState, InstanceDemand, PodNeeds, SHARE_EPSILON};
@@ -94,7 +95,7 @@ impl WorkloadMix {
 /// its GPU model, free CPU and the multiset of its GPUs' free shares, and
 /// most nodes of a large cluster are in a few such states (idle, full).
 /// Keyed by those packed in 128 bits (`memo_key`).
-type Memo = Mutex<HashMap<u128, f64>>;
+type Memo = Mutex<FastMap<u128, f64>>;
 
 /// Packs a node state as 16 bits of model, 32 of free CPU (milli-cores)
 /// and 10 per GPU of free share in thousandths, sorted; `None` (measure
@@ -105,7 +106,9 @@ fn memo_key(free: &[f64], cpu_free: u64, model: GpuModel) -> Option<u128> {
     }
     let mut shares = [0u16; 8];
     for (slot, share) in shares.iter_mut().zip(free) {
-        *slot = (share * 1000.0).round().clamp(0.0, 1000.0) as u16 + 1;
+        // Rounds to the nearest thousandth (the cast truncates a
+        // non-negative value; `round` is a libm call in this hot loop).
+        *slot = (share.clamp(0.0, 1.0) * 1000.0 + 0.5) as u16 + 1;
     }
     shares[..free.len()].sort_unstable();
     let mut key = (u128::from(model) << 112) | (u128::from(cpu_free) << 80);
@@ -123,6 +126,9 @@ enum Scope {
     /// GPUs in use only.
     Busy,
 }
+
+/// Nodes of up to this many GPUs are scored without allocating.
+const STACK_GPUS: usize = 16;
 
 /// Measured states kept before the memo starts over.
 const MEMO_LIMIT: usize = 200_000;
@@ -149,26 +155,43 @@ impl FragmentationGradient {
         !self.mix.types.is_empty()
     }
 
-    fn memoised(&self, free: &[f64], cpu_free: u64, model: GpuModel, fallback: &TaskType) -> f64 {
-        if !self.knows_workload() {
-            return self.node_fragmentation(free, cpu_free, model, fallback);
-        }
-        let Some(key) = memo_key(free, cpu_free, model) else {
+    /// The fragmentation of a node state, from the memo when it was
+    /// measured before (`memo`: the locked memo, held for one node's
+    /// lookups; `None` when the workload is unknown).
+    fn memoised(
+        &self,
+        memo: &mut Option<MutexGuard<'_, FastMap<u128, f64>>>,
+        free: &[f64],
+        cpu_free: u64,
+        model: GpuModel,
+        fallback: &TaskType,
+    ) -> f64 {
+        let (Some(memo), Some(key)) = (memo.as_mut(), memo_key(free, cpu_free, model)) else {
             return self.node_fragmentation(free, cpu_free, model, fallback);
         };
-        if let Ok(memo) = self.memo.lock()
-            && let Some(&value) = memo.get(&key)
-        {
+        if let Some(&value) = memo.get(&key) {
             return value;
         }
+
         let value = self.node_fragmentation(free, cpu_free, model, fallback);
-        if let Ok(mut memo) = self.memo.lock() {
-            if memo.len() >= MEMO_LIMIT {
-                memo.clear();
-            }
-            memo.insert(key, value);
+        if memo.len() >= MEMO_LIMIT {
+            memo.clear();
         }
+        memo.insert(key, value);
         value
+    }
+
+    /// The memo, locked, if the workload is known (else states are
+    /// measured against each pod and not kept).
+    fn lock_memo(&self) -> Option<MutexGuard<'_, FastMap<u128, f64>>> {
+        if !self.knows_workload() {
+            return None;
+        }
+        Some(
+            self.memo
+                .lock()
+                .unwrap_or_else(|poisoned| poisoned.into_inner()),
+        )
     }
 
     /// How much placing one share of `demand` on each of `candidates`
@@ -216,13 +239,22 @@ impl FragmentationGradient {
     ) {
         let range = cluster.nodes[node].clone();
         let start = range.start;
-        let mut free: Vec<f64> = cluster.gpus[range]
-            .iter()
-            .map(|gpu| match scope {
+        // On the stack for nodes of up to STACK_GPUS GPUs (this runs for
+        // every busy node of every search).
+        let mut on_stack = [0.0f64; STACK_GPUS];
+        let mut on_heap = Vec::new();
+        let free: &mut [f64] = if range.len() <= STACK_GPUS {
+            &mut on_stack[..range.len()]
+        } else {
+            on_heap.resize(range.len(), 0.0);
+            &mut on_heap
+        };
+        for (slot, gpu) in free.iter_mut().zip(&cluster.gpus[range]) {
+            *slot = match scope {
                 Scope::Busy if !gpu.is_active() => 0.0,
                 _ => free_share(gpu),
-            })
-            .collect();
+            };
+        }
         // What a GPU has free once work lands on it (an idle GPU all of it).
         let opened = |index: usize, free: &[f64]| {
             if matches!(scope, Scope::Busy) && !cluster.gpus[index].is_active() {
@@ -242,7 +274,8 @@ impl FragmentationGradient {
             models: needs.models.clone(),
             weight: 1.0,
         };
-        let before = self.memoised(&free, cpu_free, model, &fallback);
+        let mut memo = self.lock_memo();
+        let before = self.memoised(&mut memo, free, cpu_free, model, &fallback);
         let cpu_after = cpu_free.saturating_sub(needs.cpu_milli);
         let wanted = demand.gpus.max(1) as usize;
         if wanted > 1 {
@@ -250,27 +283,31 @@ impl FragmentationGradient {
                 return;
             }
             for &index in &candidates[..wanted] {
-                free[index - start] = opened(index, &free) - demand.sm_request;
+                free[index - start] = opened(index, free) - demand.sm_request;
             }
-            let after = self.memoised(&free, cpu_after, model, &fallback);
+            let after = self.memoised(&mut memo, free, cpu_after, model, &fallback);
             out.extend(candidates.iter().map(|&index| (after - before, index)));
             return;
         }
         // GPUs with the same free share give the same outcome: score each
         // distinct free share once.
-        let mut scored: Vec<(f64, f64, f64)> = Vec::new();
+        let mut scored = [(0.0f64, 0.0f64, 0.0f64); STACK_GPUS];
+        let mut distinct = 0;
         for &index in candidates {
             let original = free[index - start];
-            let usable = opened(index, &free);
-            let increase = match scored.iter().find(|(share, was, _)| {
+            let usable = opened(index, free);
+            let increase = match scored[..distinct].iter().find(|(share, was, _)| {
                 (share - usable).abs() < 1e-12 && (was - original).abs() < 1e-12
             }) {
                 Some(&(_, _, increase)) => increase,
                 None => {
                     free[index - start] = usable - demand.sm_request;
-                    let after = self.memoised(&free, cpu_after, model, &fallback);
+                    let after = self.memoised(&mut memo, free, cpu_after, model, &fallback);
                     free[index - start] = original;
-                    scored.push((usable, original, after - before));
+                    if distinct < STACK_GPUS {
+                        scored[distinct] = (usable, original, after - before);
+                        distinct += 1;
+                    }
                     after - before
                 }
             };

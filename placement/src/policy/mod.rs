@@ -19,9 +19,9 @@ mod baselines;
 mod dilu;
 mod fgd;
 
-use std::collections::HashMap;
 use std::sync::Arc;
 
+use crate::fast_hash::FastMap;
 use crate::model::{ClusterState, GpuState, IdleNodeKind, InstanceDemand, PodNeeds};
 
 pub use baselines::{DiluPaper, Exclusive, InflessLimits, InflessRequests};
@@ -213,7 +213,7 @@ fn search(
     let mut costs = Vec::new();
     let mut candidates = Vec::new();
     // GPUs each idle kind has offered so far.
-    let mut offered: HashMap<IdleNodeKind, usize> = HashMap::new();
+    let mut offered: FastMap<IdleNodeKind, usize> = FastMap::default();
     let spans_nodes = wanted > 1 && !needs.one_node && !policy.gang_on_one_node();
     // Whether an idle node adds nothing its kind has not already offered:
     // `enough` GPUs of that kind are in.
