@@ -130,6 +130,8 @@ pub struct Registry {
     /// Bumped when the tenant set changes (controllers reset).
     pub epoch: u64,
     next_member: u64,
+    /// Tenants one uid may have registered (`max_tenants_per_uid`).
+    pub max_tenants_per_uid: usize,
 }
 
 fn ppm(pct: f64) -> u32 {
@@ -215,6 +217,7 @@ impl Registry {
             held: BTreeMap::new(),
             epoch: 0,
             next_member: 1,
+            max_tenants_per_uid: crate::config::DEFAULT_MAX_TENANTS_PER_UID,
         }
     }
 
@@ -319,6 +322,7 @@ impl Registry {
                 }
                 held => held.map(|h| h.gpu),
             };
+            self.check_tenant_cap(peer.uid)?;
             self.admit(name, &spec, gpu)?;
             self.held.remove(name);
             let share = initial_share(&spec);
@@ -364,6 +368,19 @@ impl Registry {
             tenant.regions.activity_fd.clone(),
         ];
         Ok((id, tenant.spec.clone(), fds))
+    }
+
+    /// Refuses a new tenant of `uid` when that user already has
+    /// `max_tenants_per_uid` (other users' tenants do not count).
+    fn check_tenant_cap(&self, uid: u32) -> Result<(), String> {
+        let held = self.tenants.values().filter(|t| t.uid == uid).count();
+        if held >= self.max_tenants_per_uid {
+            return Err(format!(
+                "uid {uid} already has {held} tenants registered (max_tenants_per_uid = {})",
+                self.max_tenants_per_uid
+            ));
+        }
+        Ok(())
     }
 
     /// A member's connection closed. A tenant with no member left is gone:
@@ -717,6 +734,32 @@ mod tests {
             registry.saved().iter().filter(|s| s.gpu.is_some()).count(),
             2
         );
+    }
+
+    #[test]
+    fn a_user_at_its_tenant_cap_does_not_stop_another_users_registration() {
+        let mut registry = Registry::new(BTreeMap::new(), None);
+        registry.max_tenants_per_uid = 3;
+        let register = |registry: &mut Registry, name: &str, uid: u32| {
+            let fresh = create_regions("test", None).unwrap();
+            registry
+                .register(name, peer(uid), 0, None, fresh)
+                .map(|_| ())
+        };
+        for i in 0..3 {
+            register(&mut registry, &format!("hog{i}"), 1000).unwrap();
+        }
+        let refused = register(&mut registry, "hog3", 1000).unwrap_err();
+        assert!(refused.contains("max_tenants_per_uid = 3"), "{refused}");
+        // More processes of a tenant it has are not more tenants.
+        register(&mut registry, "hog0", 1000).unwrap();
+        // Another user registers as if the first had none.
+        register(&mut registry, "victim", 1001).unwrap();
+        assert_eq!(registry.tenants["victim"].uid, 1001);
+        // A tenant that leaves frees its place.
+        let member = *registry.tenants["hog1"].members.keys().next().unwrap();
+        registry.leave(member);
+        register(&mut registry, "hog3", 1000).unwrap();
     }
 
     #[test]

@@ -73,6 +73,19 @@ fn handle(shared: Arc<Shared>, connection: Arc<OwnedFd>) {
         tracing::warn!("cannot bound a connection's reads: {e}");
         return;
     }
+    // Counted for as long as this thread serves it.
+    let _slot = match shared.connections.enter(peer.uid) {
+        Ok(slot) => slot,
+        Err(reason) => {
+            tracing::debug!("{reason}");
+            // The request is read (and dropped) first: closing on an unread
+            // message would reset the connection before the peer reads why.
+            let mut discard = [0u8; 64];
+            let _ = seqpacket::recv(&connection, &mut discard);
+            reply(&connection, &FromDaemon::Refused { reason }, &[]);
+            return;
+        }
+    };
     let mut buffer = vec![0u8; seqpacket::MAX_MESSAGE];
     let Ok((n, mut fds)) = seqpacket::recv(&connection, &mut buffer) else {
         return;

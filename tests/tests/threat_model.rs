@@ -27,10 +27,26 @@ impl Drop for Daemon {
 
 impl Daemon {
     fn start(scratch: &Scratch, config: &str) -> Daemon {
+        Daemon::start_with_descriptors(scratch, config, None)
+    }
+
+    /// A daemon whose soft and hard descriptor limits are `limit` (as
+    /// under `ulimit -n`), when given.
+    fn start_with_descriptors(scratch: &Scratch, config: &str, limit: Option<u32>) -> Daemon {
         let path = scratch.path("nodemgr.toml");
         std::fs::write(&path, config).unwrap();
         let socket = scratch.path("nodemgr.sock");
-        let child = Command::new(dilu())
+        let mut command = match limit {
+            Some(n) => {
+                let mut sh = Command::new("sh");
+                sh.arg("-c")
+                    .arg(format!("ulimit -n {n} && exec \"$0\" \"$@\""))
+                    .arg(dilu());
+                sh
+            }
+            None => Command::new(dilu()),
+        };
+        let child = command
             .arg("nodemgr")
             .arg("--config")
             .arg(&path)
@@ -483,4 +499,115 @@ fn the_audit_catches_a_tenant_that_zeroes_its_ledger() {
         Some(libc::SIGKILL),
         "the audit kills the tenant ({status:?})"
     );
+}
+
+/// Registers as the hostile user of the test below when it runs this test
+/// binary as another uid (`DILU_TEST_HOG_SOCKET` set); otherwise nothing.
+/// Asks for `DILU_TEST_HOG_COUNT` registrations: first as many tenants,
+/// then (past half) as more processes of one tenant; prints what it got and
+/// holds every admitted connection until its stdin closes.
+#[test]
+fn hog_registrations_as_another_user_when_asked() {
+    let Some(socket) = std::env::var_os("DILU_TEST_HOG_SOCKET") else {
+        return;
+    };
+    let count: usize = std::env::var("DILU_TEST_HOG_COUNT")
+        .unwrap()
+        .parse()
+        .unwrap();
+    let mut held = Vec::new();
+    let mut refusals = Vec::new();
+    for i in 0..count {
+        let tenant = if i < count / 2 {
+            format!("hog-{i}")
+        } else {
+            "hog-0".to_string()
+        };
+        let (connection, answer, fds) = register_at(Path::new(&socket), &tenant, &[]);
+        match answer {
+            FromDaemon::Registered { .. } => held.push((connection, fds)),
+            FromDaemon::Refused { reason } => refusals.push(reason),
+            other => panic!("unexpected answer {other:?}"),
+        }
+    }
+    let tenant_cap = refusals
+        .iter()
+        .filter(|r| r.contains("max_tenants_per_uid"))
+        .count();
+    let connection_cap = refusals
+        .iter()
+        .filter(|r| r.contains("max_connections_per_uid"))
+        .count();
+    println!(
+        "HOG held={} refused={} tenant_cap={tenant_cap} connection_cap={connection_cap} other={:?}",
+        held.len(),
+        refusals.len(),
+        refusals.iter().find(|r| !r.contains("_per_uid"))
+    );
+    use std::io::Read;
+    let _ = std::io::stdin().read_to_end(&mut Vec::new());
+}
+
+/// Issue 50: any local user could lock every tenant out. Under the unit
+/// file's old descriptor limit (1024), one user holding about 1,100
+/// registrations made every new registration fail ("Too many open
+/// files"). Now each user is held to `max_connections_per_uid` and
+/// `max_tenants_per_uid`, and another user's tenant registers and gets its
+/// budget beside 1,100 hostile registrations.
+#[test]
+fn one_user_holding_1100_registrations_does_not_lock_another_user_out() {
+    use std::io::BufRead;
+    use std::os::unix::process::CommandExt;
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        eprintln!("needs root to play two users; skipped");
+        return;
+    }
+    let hostile = 62_000 + std::process::id() % 1000;
+    let scratch = Scratch::new("threat-hog");
+    let mut daemon = Daemon::start_with_descriptors(&scratch, "period_ms = 5\n", Some(1024));
+    let mut hog = Command::new(std::env::current_exe().unwrap())
+        .args([
+            "--exact",
+            "hog_registrations_as_another_user_when_asked",
+            "--nocapture",
+        ])
+        .env("DILU_TEST_HOG_SOCKET", &daemon.socket)
+        .env("DILU_TEST_HOG_COUNT", "1100")
+        .uid(hostile)
+        .gid(hostile)
+        .current_dir("/")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .expect("start the hostile user's process");
+    let stdout = std::io::BufReader::new(hog.stdout.take().unwrap());
+    let report = stdout
+        .lines()
+        .map_while(Result::ok)
+        .find(|l| l.starts_with("HOG "))
+        .expect("the hostile process reports what it got");
+    eprintln!("{report}");
+    // While the hostile user holds everything it was given:
+    let tenant = unique_name("victim");
+    let (_connection, answer, fds) = daemon.register(&tenant, &[]);
+    let status = daemon.status();
+    let alive = daemon.alive();
+    drop(hog.stdin.take());
+    let _ = hog.wait();
+    assert!(
+        matches!(answer, FromDaemon::Registered { .. }) && fds.len() == 2,
+        "the other user's tenant was not admitted: {answer:?}"
+    );
+    assert!(alive, "the daemon died");
+    let status = status.expect("status answers beside the hostile user");
+    assert!(status.tenants.iter().any(|t| t.name == tenant));
+    let hostile_tenants = status.tenants.iter().filter(|t| t.uid == hostile).count();
+    assert_eq!(hostile_tenants, 128, "max_tenants_per_uid's default");
+    assert!(
+        report.contains("held=512 "),
+        "max_connections_per_uid's default: {report}"
+    );
+    assert!(report.contains("other=None"), "{report}");
 }
