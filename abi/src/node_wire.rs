@@ -191,6 +191,9 @@ pub enum ToDaemon {
         tenant: String,
         spec: Option<TenantSpec>,
     },
+    /// The whole [`NodeStatus`], however many tenants: answered with one
+    /// or more [`FromDaemon::StatusPart`] (see [`crate::status_parts`]).
+    StatusParts,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -219,6 +222,11 @@ pub enum FromDaemon {
     Placed {
         tenant: String,
         gpu: Option<u32>,
+    },
+    /// One part of a status; `last` on the final one.
+    StatusPart {
+        status: Box<NodeStatus>,
+        last: bool,
     },
 }
 

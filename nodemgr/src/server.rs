@@ -52,6 +52,15 @@ pub fn serve(shared: Arc<Shared>, listener: Arc<OwnedFd>) {
 
 fn reply(connection: &OwnedFd, message: &FromDaemon, fds: &[i32]) {
     match node_wire::encode(message) {
+        Ok(bytes) if bytes.len() > seqpacket::MAX_MESSAGE => {
+            let reason = format!(
+                "the answer takes {} bytes, more than one message ({}); a status of many tenants \
+                 comes in parts (StatusParts, as `dilu status` asks)",
+                bytes.len(),
+                seqpacket::MAX_MESSAGE
+            );
+            reply(connection, &FromDaemon::Error { reason }, &[]);
+        }
         Ok(bytes) => {
             if let Err(e) = seqpacket::send(connection, &bytes, fds) {
                 tracing::debug!("reply: {e}");
@@ -180,6 +189,21 @@ fn handle(shared: Arc<Shared>, connection: Arc<OwnedFd>) {
         ToDaemon::Status => {
             let status = shared.status();
             reply(&connection, &FromDaemon::Status(Box::new(status)), &[]);
+        }
+        ToDaemon::StatusParts => {
+            match dilu_abi::status_parts::split(shared.status(), seqpacket::MAX_MESSAGE) {
+                Ok(parts) => {
+                    let count = parts.len();
+                    for (i, part) in parts.into_iter().enumerate() {
+                        let message = FromDaemon::StatusPart {
+                            status: Box::new(part),
+                            last: i + 1 == count,
+                        };
+                        reply(&connection, &message, &[]);
+                    }
+                }
+                Err(reason) => reply(&connection, &FromDaemon::Error { reason }, &[]),
+            }
         }
         ToDaemon::Set { tenant, update } => {
             // SAFETY: geteuid has no preconditions.

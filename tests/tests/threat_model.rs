@@ -83,15 +83,7 @@ impl Daemon {
 
 /// One status request over the socket (None if it failed).
 fn status_at(socket: &Path) -> Option<NodeStatus> {
-    let connection = seqpacket::connect(socket, Some(Duration::from_secs(30))).ok()?;
-    let request = node_wire::encode(&ToDaemon::Status).unwrap();
-    seqpacket::send(&connection, &request, &[]).ok()?;
-    let mut buffer = vec![0u8; seqpacket::MAX_MESSAGE];
-    let (n, _) = seqpacket::recv(&connection, &mut buffer).ok()?;
-    match node_wire::decode::<FromDaemon>(&buffer[..n]).ok()? {
-        FromDaemon::Status(status) => Some(*status),
-        _ => None,
-    }
+    dilu_abi::status_parts::fetch(socket, Duration::from_secs(30)).ok()
 }
 
 /// Registers a hand-made "process" of `tenant`, handing `fds` back as a
@@ -610,4 +602,77 @@ fn one_user_holding_1100_registrations_does_not_lock_another_user_out() {
         "max_connections_per_uid's default: {report}"
     );
     assert!(report.contains("other=None"), "{report}");
+}
+
+/// Issue 50: from about 740 registered tenants the status reply was larger
+/// than a message, and `dilu status` and `top` failed. Now it comes in
+/// parts and `dilu status` lists every tenant beside 1,000 idle ones.
+#[test]
+fn dilu_status_lists_every_tenant_beside_1000_idle_ones() {
+    raise_own_descriptor_limit();
+    let scratch = Scratch::new("threat-many");
+    let daemon = Daemon::start(
+        &scratch,
+        "period_ms = 5\nmax_tenants_per_uid = 2000\nmax_connections_per_uid = 2000\n",
+    );
+    let prefix = unique_name("idle");
+    let started = Instant::now();
+    let mut held = Vec::new();
+    for i in 0..1000 {
+        let (connection, answer, _fds) = daemon.register(&format!("{prefix}-{i:04}"), &[]);
+        assert!(
+            matches!(answer, FromDaemon::Registered { .. }),
+            "tenant {i}: {answer:?}"
+        );
+        held.push(connection);
+    }
+    eprintln!("registered 1000 in {:?}", started.elapsed());
+    let asked = Instant::now();
+    let output = dilu_harness::workspace::output_within(
+        {
+            let mut command = Command::new(dilu());
+            command.arg("status").arg("--socket").arg(&daemon.socket);
+            command
+        },
+        Duration::from_secs(60),
+    );
+    eprintln!("dilu status answered in {:?}", asked.elapsed());
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        output.status.success(),
+        "dilu status failed: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let listed = stdout.lines().filter(|l| l.starts_with(&prefix)).count();
+    assert_eq!(listed, 1000, "tenants listed by dilu status");
+    // The one-message request says why it cannot answer, rather than closing.
+    let connection = seqpacket::connect(&daemon.socket, Some(Duration::from_secs(30))).unwrap();
+    seqpacket::send(
+        &connection,
+        &node_wire::encode(&ToDaemon::Status).unwrap(),
+        &[],
+    )
+    .unwrap();
+    let mut buffer = vec![0u8; seqpacket::MAX_MESSAGE];
+    let (n, _) = seqpacket::recv(&connection, &mut buffer).unwrap();
+    match node_wire::decode::<FromDaemon>(&buffer[..n]).unwrap() {
+        FromDaemon::Error { reason } => assert!(reason.contains("in parts"), "{reason}"),
+        other => panic!("expected an error naming the parts, got {other:?}"),
+    }
+}
+
+/// This test process's soft descriptor limit to its hard one (a test that
+/// holds a thousand connections).
+fn raise_own_descriptor_limit() {
+    let mut limit = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit/setrlimit on an rlimit we own.
+    unsafe {
+        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) == 0 {
+            limit.rlim_cur = limit.rlim_max;
+            libc::setrlimit(libc::RLIMIT_NOFILE, &limit);
+        }
+    }
 }
