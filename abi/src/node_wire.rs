@@ -292,6 +292,10 @@ pub struct TenantStatus {
     /// Its launches wait at a share of 0 (a limit of 0, or a device fully
     /// reserved by other tenants' requests).
     pub waiting: bool,
+    /// Why it did not fit when it registered: a process that started while
+    /// the daemon was away and could not be admitted, registered anyway and
+    /// held to the room left (None: admitted normally).
+    pub over_admitted: Option<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

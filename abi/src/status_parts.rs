@@ -181,6 +181,7 @@ mod tests {
             bubble_ratio: 1.0,
             gpu: None,
             waiting: false,
+            over_admitted: None,
         }
     }
 

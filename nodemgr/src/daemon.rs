@@ -215,7 +215,9 @@ impl Daemon {
         for thread in self.threads.drain(..) {
             let _ = thread.join();
         }
-        let _ = std::fs::remove_file(&self.shared.config.socket);
+        // The socket file stays: a tenant that starts before the next
+        // daemon finds it, is refused a connection, and registers when that
+        // daemon answers (a missing socket means "no node manager here").
     }
 }
 

@@ -131,6 +131,18 @@ pub fn format_status(status: &NodeStatus) -> String {
             t.name
         );
     }
+    for t in &status.tenants {
+        if let Some(reason) = &t.over_admitted {
+            let _ = writeln!(
+                out,
+                "over-admitted: {} started while the node manager was away and did not fit ({reason}); \
+                 held to SM request {}% and memory {}",
+                t.name,
+                t.spec.sm_request_pct,
+                t.spec.mem_bytes.map_or("unlimited".into(), format_size)
+            );
+        }
+    }
     for c in &status.colocation {
         let _ = writeln!(out, "{}", format_colocation(c));
     }
