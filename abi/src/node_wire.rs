@@ -354,9 +354,18 @@ pub fn encode<T: Serialize>(message: &T) -> Result<Vec<u8>, String> {
     postcard::to_allocvec(message).map_err(|e| format!("cannot encode a message: {e}"))
 }
 
-/// Decodes a message read from the socket.
+/// Decodes a message read from the socket: exactly one message, so bytes
+/// after a valid one are an error too (a packet carries one message).
 pub fn decode<'a, T: Deserialize<'a>>(bytes: &'a [u8]) -> Result<T, String> {
-    postcard::from_bytes(bytes).map_err(|e| format!("malformed message: {e}"))
+    let (message, rest) =
+        postcard::take_from_bytes(bytes).map_err(|e| format!("malformed message: {e}"))?;
+    if !rest.is_empty() {
+        return Err(format!(
+            "malformed message: {} bytes after the end of a valid message",
+            rest.len()
+        ));
+    }
+    Ok(message)
 }
 
 #[cfg(test)]
@@ -380,6 +389,10 @@ mod tests {
         let bytes = encode(&message).unwrap();
         assert_eq!(decode::<ToDaemon>(&bytes).unwrap(), message);
         assert!(decode::<ToDaemon>(&[0xff, 0xff]).is_err());
+        let mut longer = bytes.clone();
+        longer.extend_from_slice(b"extra");
+        let error = decode::<ToDaemon>(&longer).unwrap_err();
+        assert!(error.contains("5 bytes after the end"), "{error}");
 
         let bad = TenantSpec {
             sm_request_pct: 90.0,

@@ -96,8 +96,19 @@ fn handle(shared: Arc<Shared>, connection: Arc<OwnedFd>) {
         }
     };
     let mut buffer = vec![0u8; seqpacket::MAX_MESSAGE];
-    let Ok((n, mut fds)) = seqpacket::recv(&connection, &mut buffer) else {
-        return;
+    let (n, mut fds) = match seqpacket::recv(&connection, &mut buffer) {
+        Ok(received) => received,
+        // Too large, or too many descriptors: the peer learns why.
+        Err(e) if e.kind() == std::io::ErrorKind::InvalidData => {
+            let reason = format!(
+                "request refused: {e} (at most {} bytes and {} descriptors)",
+                seqpacket::MAX_MESSAGE,
+                seqpacket::MAX_FDS
+            );
+            reply(&connection, &FromDaemon::Error { reason }, &[]);
+            return;
+        }
+        Err(_) => return,
     };
     if n == 0 {
         return;

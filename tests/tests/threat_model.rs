@@ -676,3 +676,33 @@ fn raise_own_descriptor_limit() {
         }
     }
 }
+
+/// Issue 50, strict wire: a packet over the message size was closed without
+/// a word, and bytes after a valid message were accepted. Both now get an
+/// error reply that says why, and the daemon keeps serving.
+#[test]
+fn oversize_and_trailing_bytes_get_an_error_reply() {
+    let scratch = Scratch::new("threat-wire");
+    let mut daemon = Daemon::start(&scratch, "period_ms = 5\n");
+    let ask = |bytes: &[u8]| -> FromDaemon {
+        let connection = seqpacket::connect(&daemon.socket, Some(Duration::from_secs(30))).unwrap();
+        seqpacket::send(&connection, bytes, &[]).expect("the packet is sent");
+        let mut buffer = vec![0u8; seqpacket::MAX_MESSAGE];
+        let (n, _) = seqpacket::recv(&connection, &mut buffer).expect("an answer, not a reset");
+        assert!(n > 0, "the daemon closed without a reply");
+        node_wire::decode::<FromDaemon>(&buffer[..n]).expect("a valid answer")
+    };
+    let oversize = vec![0u8; seqpacket::MAX_MESSAGE + 4096];
+    match ask(&oversize) {
+        FromDaemon::Error { reason } => assert!(reason.contains("larger than"), "{reason}"),
+        other => panic!("oversize: {other:?}"),
+    }
+    let mut trailing = node_wire::encode(&ToDaemon::Status).unwrap();
+    trailing.extend_from_slice(b"and more");
+    match ask(&trailing) {
+        FromDaemon::Error { reason } => assert!(reason.contains("after the end"), "{reason}"),
+        other => panic!("trailing bytes: {other:?}"),
+    }
+    assert!(daemon.alive());
+    assert!(daemon.status().is_some(), "the daemon still answers");
+}
