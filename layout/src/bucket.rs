@@ -596,4 +596,42 @@ mod tests {
             Admission::At(later + 600_000)
         );
     }
+
+    proptest::proptest! {
+        /// Whatever a tenant writes into its bucket (any words) and
+        /// whatever a launch costs, admission answers, and never with a
+        /// wait longer than [`MAX_LEAD_NS`]; settling and skips never panic.
+        #[test]
+        fn any_bucket_a_tenant_writes_admits_within_the_lead_bound(
+            words in proptest::array::uniform5(proptest::num::u64::ANY),
+            now in 0u64..(1 << 62),
+            cost in proptest::num::u64::ANY,
+            share in proptest::num::u32::ANY,
+            depth in 0u64..10_000_000_000,
+            delta in proptest::num::i64::ANY,
+        ) {
+            let bucket = TokenBucket::new();
+            for (cell, word) in [
+                &bucket.tat_ns,
+                &bucket.refund_ns,
+                &bucket.owed_ns,
+                &bucket.skips_taken_ns,
+                &bucket.tenant_key,
+            ]
+            .into_iter()
+            .zip(words)
+            {
+                cell.0.store(word, Ordering::Relaxed);
+            }
+            for step in 0..4u64 {
+                let at = now + step;
+                if let Admission::At(go) = bucket.admit(at, cost, share, depth) {
+                    proptest::prop_assert!(go - at <= MAX_LEAD_NS, "waits {} ns", go - at);
+                }
+                bucket.charge_back(delta, share, at);
+                let _ = bucket.take_skips(words[3].wrapping_add(step), at);
+                let _ = bucket.tenant_key();
+            }
+        }
+    }
 }
