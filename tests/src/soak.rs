@@ -382,8 +382,7 @@ impl Soak {
         {
             r.max_rss_bytes = r.max_rss_bytes.max(rss);
             if rss > self.config.max_rss_bytes {
-                r.violations
-                    .push(format!("daemon RSS {} MiB", rss / MIB));
+                r.violations.push(format!("daemon RSS {} MiB", rss / MIB));
             }
         }
         match self.last_periods {
@@ -400,9 +399,7 @@ impl Soak {
                 self.last_periods = Some((now, status.control_periods, status.uptime_seconds));
             }
             Some(_) => {}
-            None => {
-                self.last_periods = Some((now, status.control_periods, status.uptime_seconds))
-            }
+            None => self.last_periods = Some((now, status.control_periods, status.uptime_seconds)),
         }
     }
 
@@ -416,7 +413,12 @@ impl Soak {
         self.slots.clear();
         let mut command = Command::new(dilu());
         command
-            .args(["run", "--sim", "--tenant", &format!("{}-sweep", self.prefix)])
+            .args([
+                "run",
+                "--sim",
+                "--tenant",
+                &format!("{}-sweep", self.prefix),
+            ])
             .arg("--")
             .arg(artifact("mem-probe"))
             .env(node_wire::SOCKET_ENV, self.socket())
@@ -509,7 +511,10 @@ pub fn run(config: SoakConfig, mut progress: impl FnMut(&str)) -> SoakReport {
     let scratch = Scratch::new("soak");
     std::fs::write(
         scratch.path("nodemgr.toml"),
-        format!("period_ms = {NOMINAL_PERIOD_MS}\ngpu_memory = \"{}MiB\"\n", GPU_MEMORY / MIB),
+        format!(
+            "period_ms = {NOMINAL_PERIOD_MS}\ngpu_memory = \"{}MiB\"\n",
+            GPU_MEMORY / MIB
+        ),
     )
     .expect("write the soak's configuration");
     let tag = dilu_harness::workspace::unique_name("soak");
@@ -578,7 +583,9 @@ pub fn run(config: SoakConfig, mut progress: impl FnMut(&str)) -> SoakReport {
 pub fn markdown(config: &SoakConfig, report: &SoakReport, command: &str) -> String {
     let mut out = String::new();
     out.push_str("# Soak: tenants, daemon restarts and hostile clients\n\n");
-    out.push_str(&format!("Written by `{command}` (`tests/src/soak.rs`).\n\n"));
+    out.push_str(&format!(
+        "Written by `{command}` (`tests/src/soak.rs`).\n\n"
+    ));
     out.push_str(&format!(
         "Duration {:.0} s, {} tenant slots, seed {}, one simulated GPU ({} MiB admitted against), \
          control period {NOMINAL_PERIOD_MS} ms, debug or release as built.\n\n",

@@ -19,7 +19,10 @@ fn a_short_soak_holds_every_invariant() {
     println!("{text}");
     let events = |name: &str| report.events.get(name).copied().unwrap_or(0);
     assert!(events("tenant started") >= 4, "tenants ran: {text}");
-    assert!(events("status checked") >= 10, "invariants were checked: {text}");
+    assert!(
+        events("status checked") >= 10,
+        "invariants were checked: {text}"
+    );
     assert!(
         report.violations.is_empty(),
         "broken invariants: {:#?}",

@@ -706,3 +706,30 @@ fn oversize_and_trailing_bytes_get_an_error_reply() {
     assert!(daemon.alive());
     assert!(daemon.status().is_some(), "the daemon still answers");
 }
+
+/// Issue 50: instance files of simulated GPUs whose processes were all
+/// killed stayed in /dev/shm for good. A simgpu process's start now removes
+/// this user's instance files no process holds, and only those.
+#[test]
+fn instance_files_of_killed_runs_are_removed_at_the_next_start() {
+    // SAFETY: getuid has no preconditions.
+    let uid = unsafe { libc::getuid() };
+    let stale = simgpu_instance_file(uid, &unique_name("killed"));
+    std::fs::write(&stale, vec![0u8; 4096]).unwrap();
+    let in_use = simgpu_instance_file(uid, &unique_name("in-use"));
+    std::fs::write(&in_use, vec![0u8; 4096]).unwrap();
+    let holder = std::fs::File::open(&in_use).unwrap();
+    // SAFETY: flock on a descriptor we own (as every user of an instance holds it).
+    assert_eq!(unsafe { libc::flock(holder.as_raw_fd(), libc::LOCK_SH) }, 0);
+    let output = run_tenant(&unique_name("sweeper"), &unique_name("sweeper"), None);
+    let (stale_left, in_use_left) = (stale.exists(), in_use.exists());
+    let _ = std::fs::remove_file(&stale);
+    let _ = std::fs::remove_file(&in_use);
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    assert!(!stale_left, "the unheld instance file was left");
+    assert!(in_use_left, "an instance file in use was removed");
+}
