@@ -494,16 +494,16 @@ fn the_audit_catches_a_tenant_that_zeroes_its_ledger() {
 }
 
 /// Registers as the hostile user of the test below when it runs this test
-/// binary as another uid (`DILU_TEST_HOG_SOCKET` set); otherwise nothing.
-/// Asks for `DILU_TEST_HOG_COUNT` registrations: first as many tenants,
+/// binary as another uid (`THREAT_MODEL_HOG_SOCKET` set); otherwise nothing.
+/// Asks for `THREAT_MODEL_HOG_COUNT` registrations: first as many tenants,
 /// then (past half) as more processes of one tenant; prints what it got and
 /// holds every admitted connection until its stdin closes.
 #[test]
 fn hog_registrations_as_another_user_when_asked() {
-    let Some(socket) = std::env::var_os("DILU_TEST_HOG_SOCKET") else {
+    let Some(socket) = std::env::var_os("THREAT_MODEL_HOG_SOCKET") else {
         return;
     };
-    let count: usize = std::env::var("DILU_TEST_HOG_COUNT")
+    let count: usize = std::env::var("THREAT_MODEL_HOG_COUNT")
         .unwrap()
         .parse()
         .unwrap();
@@ -564,8 +564,8 @@ fn one_user_holding_1100_registrations_does_not_lock_another_user_out() {
             "hog_registrations_as_another_user_when_asked",
             "--nocapture",
         ])
-        .env("DILU_TEST_HOG_SOCKET", &daemon.socket)
-        .env("DILU_TEST_HOG_COUNT", "1100")
+        .env("THREAT_MODEL_HOG_SOCKET", &daemon.socket)
+        .env("THREAT_MODEL_HOG_COUNT", "1100")
         .uid(hostile)
         .gid(hostile)
         .current_dir("/")
