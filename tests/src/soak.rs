@@ -152,16 +152,13 @@ impl Soak {
         dilu_abi::status_parts::fetch(&self.socket(), Duration::from_secs(10)).ok()
     }
 
-    fn start_tenant(&mut self, slot: usize) {
-        self.generation += 1;
-        let name = format!("{}-{slot}-{}", self.prefix, self.generation);
-        let mem = (32 + self.rng.below(8) * 32) * MIB;
-        let request = self.rng.below(5) * 10;
+    /// `dilu run --sim --tenant NAME FLAGS -- mem-probe` on the soak's
+    /// daemon and simulated GPU, its input piped, its output dropped.
+    fn tenant_command(&self, name: &str, flags: &[&str]) -> Command {
         let mut command = Command::new(dilu());
         command
-            .args(["run", "--sim", "--tenant", &name])
-            .args(["--mem", &format!("{}MiB", mem / MIB)])
-            .args(["--sm-request", &request.to_string()])
+            .args(["run", "--sim", "--tenant", name])
+            .args(flags)
             .arg("--")
             .arg(artifact("mem-probe"))
             .env(node_wire::SOCKET_ENV, self.socket())
@@ -170,6 +167,23 @@ impl Soak {
             .stdin(Stdio::piped())
             .stdout(Stdio::null())
             .stderr(Stdio::null());
+        command
+    }
+
+    fn start_tenant(&mut self, slot: usize) {
+        self.generation += 1;
+        let name = format!("{}-{slot}-{}", self.prefix, self.generation);
+        let mem = (32 + self.rng.below(8) * 32) * MIB;
+        let request = self.rng.below(5) * 10;
+        let mut command = self.tenant_command(
+            &name,
+            &[
+                "--mem",
+                &format!("{}MiB", mem / MIB),
+                "--sm-request",
+                &request.to_string(),
+            ],
+        );
         let Ok(mut child) = command.spawn() else {
             self.count("tenant failed to start");
             return;
@@ -411,22 +425,7 @@ impl Soak {
             let _ = t.child.wait();
         }
         self.slots.clear();
-        let mut command = Command::new(dilu());
-        command
-            .args([
-                "run",
-                "--sim",
-                "--tenant",
-                &format!("{}-sweep", self.prefix),
-            ])
-            .arg("--")
-            .arg(artifact("mem-probe"))
-            .env(node_wire::SOCKET_ENV, self.socket())
-            .env("SIMGPU_INSTANCE", &self.instance)
-            .env("DILU_CONTEXT_MEMORY", "0")
-            .stdin(Stdio::piped())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null());
+        let mut command = self.tenant_command(&format!("{}-sweep", self.prefix), &[]);
         // Its first allocation sets up its ledger, sweeping what no
         // process holds; then it ends cleanly.
         let clean = command.spawn().ok().and_then(|mut child| {
