@@ -363,7 +363,9 @@ impl Soak {
             ));
         }
         if status.tenants.iter().any(|t| t.over_admitted.is_some()) {
-            *r.events.entry("over-admitted tenant listed").or_default() += 1;
+            *r.events
+                .entry("status checks listing an over-admitted tenant")
+                .or_default() += 1;
         }
         let listed: Vec<i32> = status.tenants.iter().flat_map(|t| t.pids.clone()).collect();
         for t in self.slots.iter_mut().flatten() {
@@ -587,11 +589,19 @@ pub fn markdown(config: &SoakConfig, report: &SoakReport, command: &str) -> Stri
     ));
     out.push_str(&format!(
         "Duration {:.0} s, {} tenant slots, seed {}, one simulated GPU ({} MiB admitted against), \
-         control period {NOMINAL_PERIOD_MS} ms, debug or release as built.\n\n",
+         control period {NOMINAL_PERIOD_MS} ms, {} build, default per-user caps (the hostile \
+         clients run as the tenants' own uid, so their floods meet `max_tenants_per_uid`). \
+         Each tenant asks for 32 to 256 MiB and an SM request of 0 to 40%; many are refused \
+         admission by design.\n\n",
         report.elapsed.as_secs_f64(),
         config.tenants,
         config.seed,
-        GPU_MEMORY / MIB
+        GPU_MEMORY / MIB,
+        if cfg!(debug_assertions) {
+            "debug"
+        } else {
+            "release"
+        }
     ));
     out.push_str("## Events\n\n| event | count |\n|---|---:|\n");
     for (event, count) in &report.events {

@@ -12,6 +12,10 @@ fn a_short_soak_holds_every_invariant() {
         duration: Duration::from_secs(30),
         tenants: 4,
         seed: 50,
+        // Above the bench's 15 s: a restarted daemon keeps a flood's
+        // tenants for their 10 s re-adoption grace, and this runs on a
+        // loaded CI machine.
+        unmanaged_limit: Duration::from_secs(20),
         ..SoakConfig::default()
     };
     let report = soak::run(config.clone(), |line| eprintln!("{line}"));
