@@ -46,14 +46,19 @@
 #   profile    `dilu profile`'s search against Dilu's published HGSS and an
 #              exhaustive search, on Dilu's measured tables (no GPU, no run)
 #                                             -> bench/results/profile.md
+#   soak       the node manager under churn: tenants SIGKILLed, the daemon
+#              SIGKILLed and restarted, budget changes, hostile clients;
+#              invariants checked throughout (default 300 s, 6 tenants)
+#                                             -> bench/results/soak.md
 #   peers      dilu and HAMi-core's libvgpu.so side by side on simgpu + its NVML
 #              (needs HAMI_CORE_SRC=<HAMi-core checkout>; see scripts/peers.sh --help)
 #                                             -> bench/results/peers.md
 #
-# usage: scripts/bench.sh [all | overhead | startup | sm | syscalls | placement | demo | colocation | ablation | cluster | placement-latency | openb-lists | scaling | profile ...] [-- ARGS]
+# usage: scripts/bench.sh [all | overhead | startup | sm | syscalls | placement | demo | colocation | ablation | cluster | placement-latency | openb-lists | scaling | profile | soak ...] [-- ARGS]
 #   ARGS go to the one benchmark named, e.g. `scripts/bench.sh startup -- --runs 50`
 #   or `scripts/bench.sh overhead -- cuLaunchKernel` (a criterion filter)
 #   or `scripts/bench.sh demo -- --seconds 10` (per controller; default 5)
+#   or `scripts/bench.sh soak -- --seconds 180 --tenants 6 --seed 1`
 #   or `scripts/bench.sh cluster -- --seeds 10` (FGD-protocol seeds; default 5; --tune-seeds: the harness, default 8).
 # The real-driver overhead needs a GPU: scripts/gpu-check.sh (-> bench/results/real-overhead.md).
 set -euo pipefail
@@ -63,9 +68,9 @@ targets=()
 while [ $# -gt 0 ] && [ "$1" != "--" ]; do
   case $1 in
     all) targets+=(overhead startup sm syscalls placement demo colocation cluster placement-latency openb-lists scaling profile) ;;
-    overhead | startup | sm | syscalls | placement | demo | colocation | ablation | cluster | placement-latency | openb-lists | scaling | profile | peers) targets+=("$1") ;;
+    overhead | startup | sm | syscalls | placement | demo | colocation | ablation | cluster | placement-latency | openb-lists | scaling | profile | soak | peers) targets+=("$1") ;;
     -h | --help) awk 'NR > 1 && !/^#/ { exit } NR > 1 { sub(/^# ?/, ""); print }' "$0"; exit 0 ;;
-    *) echo "bench: unknown benchmark '$1' (all, overhead, startup, sm, syscalls, placement, demo, colocation, ablation, cluster, placement-latency, openb-lists, scaling, profile, peers)" >&2; exit 2 ;;
+    *) echo "bench: unknown benchmark '$1' (all, overhead, startup, sm, syscalls, placement, demo, colocation, ablation, cluster, placement-latency, openb-lists, scaling, profile, soak, peers)" >&2; exit 2 ;;
   esac
   shift
 done
@@ -186,6 +191,10 @@ for target in "${targets[@]}"; do
           bench/data/dilu-profiles/*.csv --held-out bench/data/dilu-profiles-heldout/*.csv
       } >bench/results/profile.md.new && mv bench/results/profile.md.new bench/results/profile.md || failed+=(profile)
       results+=(bench/results/profile.md) ;;
+    soak)
+      target/release/soak --report bench/results/soak.md.new "${extra[@]}" \
+        && mv bench/results/soak.md.new bench/results/soak.md || failed+=(soak)
+      results+=(bench/results/soak.md) ;;
     peers)
       scripts/peers.sh "${extra[@]}" || failed+=(peers)
       results+=(bench/results/peers.md) ;;

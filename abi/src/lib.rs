@@ -26,5 +26,6 @@ pub mod node_wire;
 pub mod pod_assignment;
 pub mod seqpacket;
 pub mod simtrace;
+pub mod status_parts;
 pub mod tenant_flags;
 pub mod units;

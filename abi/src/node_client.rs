@@ -32,32 +32,48 @@
 //! re-adopts the tenant with the same budget and counters; the budget
 //! pointer is swapped atomically (old mappings are never unmapped, so a
 //! launch racing the swap reads valid memory).
+//!
+//! A process that finds the socket but no daemon behind it (`ECONNREFUSED`:
+//! the daemon crashed, or is between a stop and a start) is not left
+//! unmanaged: it starts on budgets of its own, made from its own spec (its
+//! SM limit as its share, its memory budget; no spec: unlimited), says so
+//! once on stderr, and the same thread registers it as soon as the daemon
+//! answers, handing over its activity region like a re-attaching process.
+//! Where there is no socket at all it runs standalone.
 
 use crate::node_wire::{self, FromDaemon, PROTOCOL_VERSION, SOCKET_ENV, TenantSpec, ToDaemon};
 use crate::seqpacket;
 use dilu_layout::activity::TenantActivity;
-use dilu_layout::budget::TenantBudget;
+use dilu_layout::budget::{DEFAULT_DEPTH_NS, TenantBudget, UNLIMITED_SHARE};
+use dilu_layout::memfd;
 use dilu_layout::shm::Region;
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
-use std::sync::atomic::{AtomicPtr, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU64, Ordering};
 use std::time::Duration;
 
 /// How long registration may take before the tenant gives up on the daemon.
 pub const REGISTER_TIMEOUT: Duration = Duration::from_secs(2);
-/// How often a tenant whose daemon went away tries to reconnect.
+/// How often a tenant whose daemon went away tries to reconnect at first
+/// (doubling while it stays away, up to [`RECONNECT_MAX`]).
 pub const RECONNECT_PERIOD: Duration = Duration::from_millis(50);
+/// The longest wait between two reconnection attempts.
+pub const RECONNECT_MAX: Duration = Duration::from_secs(1);
 
 /// A tenant process's view of its node-manager regions.
 pub struct Attached {
     tenant: String,
     spec: TenantSpec,
     budget: AtomicPtr<Region<TenantBudget>>,
-    activity: Region<TenantActivity>,
+    /// Swapped (never unmapped) when a process that started without its
+    /// daemon joins a tenant whose region the daemon already has.
+    activity: AtomicPtr<Region<TenantActivity>>,
     /// Descriptors handed back on re-registration: (budget, activity).
     fds: Mutex<(OwnedFd, OwnedFd)>,
     reattached: AtomicU64,
+    /// Registered with the daemon now (false while it is away).
+    registered: AtomicBool,
 }
 
 impl Attached {
@@ -74,7 +90,15 @@ impl Attached {
     /// daemon).
     #[inline]
     pub fn activity(&self) -> &TenantActivity {
-        &self.activity
+        // SAFETY: as for the budget: leaked, never freed, Acquire pairs
+        // with the swap's Release.
+        unsafe { &*self.activity.load(Ordering::Acquire) }
+    }
+
+    /// Whether the daemon has this process registered now (false while it
+    /// is away: the process runs on its last, or its own, budgets).
+    pub fn registered(&self) -> bool {
+        self.registered.load(Ordering::Acquire)
     }
 
     pub fn tenant(&self) -> &str {
@@ -103,8 +127,11 @@ pub fn socket_path() -> PathBuf {
 
 /// Registers this process as a member of `tenant` with the node manager.
 ///
-/// - `Ok(None)`: no daemon (its socket does not exist or nobody listens):
-///   the caller runs standalone.
+/// - `Ok(None)`: no daemon (its socket does not exist): the caller runs
+///   standalone.
+/// - `Ok(Some(_))` unregistered: the socket exists but nobody answers; the
+///   process runs on budgets made from its own spec and registers when the
+///   daemon answers (see the module docs).
 /// - `Ok(Some(_))`: admitted; budgets now come from the daemon.
 /// - `Err(reason)`: the daemon refused the spec, or answered garbage.
 pub fn attach(tenant: &str, spec: Option<TenantSpec>) -> Result<Option<&'static Attached>, String> {
@@ -119,13 +146,9 @@ pub fn attach_at(
 ) -> Result<Option<&'static Attached>, String> {
     let connection = match seqpacket::connect(socket, Some(REGISTER_TIMEOUT)) {
         Ok(fd) => fd,
-        Err(e)
-            if matches!(
-                e.raw_os_error(),
-                Some(libc::ENOENT) | Some(libc::ECONNREFUSED)
-            ) =>
-        {
-            return Ok(None);
+        Err(e) if e.raw_os_error() == Some(libc::ENOENT) => return Ok(None),
+        Err(e) if e.raw_os_error() == Some(libc::ECONNREFUSED) => {
+            return attach_later(socket, tenant, spec).map(Some);
         }
         Err(e) => {
             return Err(format!(
@@ -138,22 +161,111 @@ pub fn attach_at(
     let budget = map_budget(&budget_fd)?;
     let activity = Region::<TenantActivity>::from_fd(activity_fd.as_raw_fd(), true)
         .map_err(|e| format!("cannot map the activity region: {e}"))?;
-    let attached: &'static Attached = Box::leak(Box::new(Attached {
+    let attached = leak(
+        tenant,
+        spec,
+        budget,
+        activity,
+        (budget_fd, activity_fd),
+        true,
+    );
+    start_keeper(attached, socket, Some(connection))?;
+    Ok(Some(attached))
+}
+
+fn leak(
+    tenant: &str,
+    spec: TenantSpec,
+    budget: Region<TenantBudget>,
+    activity: Region<TenantActivity>,
+    fds: (OwnedFd, OwnedFd),
+    registered: bool,
+) -> &'static Attached {
+    Box::leak(Box::new(Attached {
         tenant: tenant.to_string(),
         spec,
         budget: AtomicPtr::new(Box::into_raw(Box::new(budget))),
-        activity,
-        fds: Mutex::new((budget_fd, activity_fd)),
+        activity: AtomicPtr::new(Box::into_raw(Box::new(activity))),
+        fds: Mutex::new(fds),
         reattached: AtomicU64::new(0),
-    }));
+        registered: AtomicBool::new(registered),
+    }))
+}
+
+/// Starts the thread that keeps the registration (`connection`: the one
+/// just made; None: not registered yet).
+fn start_keeper(
+    attached: &'static Attached,
+    socket: &Path,
+    connection: Option<OwnedFd>,
+) -> Result<(), String> {
     let socket = socket.to_path_buf();
-    let spawned = std::thread::Builder::new()
+    std::thread::Builder::new()
         .name("dilu-nodemgr".into())
-        .spawn(move || keep_attached(attached, socket, connection));
-    if let Err(e) = spawned {
-        return Err(format!("cannot start the node-manager thread: {e}"));
+        .spawn(move || keep_attached(attached, socket, connection))
+        .map(|_| ())
+        .map_err(|e| format!("cannot start the node-manager thread: {e}"))
+}
+
+/// The budget a process runs on until its daemon answers: its own spec's
+/// SM limit as its share on every device and its memory budget (no spec:
+/// unlimited, as standalone).
+pub fn own_budget(budget: &TenantBudget, spec: Option<&TenantSpec>) {
+    budget.set_depth_ns(DEFAULT_DEPTH_NS);
+    let share = spec
+        .map(|s| (s.sm_limit_pct * 10_000.0).round())
+        .filter(|&ppm| ppm < 1_000_000.0)
+        .map_or(UNLIMITED_SHARE, |ppm| ppm as u32);
+    for device in 0..dilu_layout::ledger::MAX_DEVICES {
+        budget.set_share_ppm(device, share);
     }
-    Ok(Some(attached))
+    budget.set_mem_budget_all(spec.and_then(|s| s.mem_bytes));
+}
+
+/// The socket is there but no daemon answers: run on budgets of our own and
+/// register in the background when it returns.
+fn attach_later(
+    socket: &Path,
+    tenant: &str,
+    spec: Option<TenantSpec>,
+) -> Result<&'static Attached, String> {
+    let (budget, budget_fd) =
+        memfd::create::<TenantBudget>(c"dilu-own-budget", |b| own_budget(b, spec.as_ref()))
+            .map_err(|e| format!("cannot create the tenant's own budget: {e}"))?;
+    let (activity, activity_fd) = memfd::create::<TenantActivity>(c"dilu-own-activity", |_| {})
+        .map_err(|e| format!("cannot create the tenant's activity region: {e}"))?;
+    // The daemon adopts only a size-sealed region.
+    memfd::seal_size(&activity_fd)
+        .map_err(|e| format!("cannot seal the tenant's activity region: {e}"))?;
+    eprintln!(
+        "dilu-interposer: the node manager at {} does not answer; tenant {tenant} runs on its \
+         own limits ({}) and registers when the node manager is back",
+        socket.display(),
+        describe_own(spec.as_ref())
+    );
+    let spec = spec.unwrap_or_default();
+    let attached = leak(
+        tenant,
+        spec,
+        budget,
+        activity,
+        (budget_fd, activity_fd),
+        false,
+    );
+    start_keeper(attached, socket, None)?;
+    Ok(attached)
+}
+
+fn describe_own(spec: Option<&TenantSpec>) -> String {
+    let Some(spec) = spec else {
+        return "no SM or memory budget from the node manager; DILU_SM_LIMIT and \
+                DILU_MEM_LIMIT still apply"
+            .into();
+    };
+    let memory = spec.mem_bytes.map_or("no memory budget".to_string(), |b| {
+        format!("memory budget {}", crate::units::format_size(b))
+    });
+    format!("SM share {}%, {memory}", spec.sm_limit_pct)
 }
 
 fn map_budget(fd: &OwnedFd) -> Result<Region<TenantBudget>, String> {
@@ -200,43 +312,70 @@ fn register(
     }
 }
 
-/// Waits for the daemon to go away, then re-registers until it is back.
+/// Waits for the daemon to go away, then re-registers until it is back
+/// (`connection` None: not registered yet, register first).
 /// Never panics (it runs inside the tenant's program).
-fn keep_attached(attached: &'static Attached, socket: PathBuf, mut connection: OwnedFd) {
+fn keep_attached(attached: &'static Attached, socket: PathBuf, connection: Option<OwnedFd>) {
+    let mut connection = connection;
     loop {
-        let _ = seqpacket::set_timeout(&connection, None);
-        // The daemon never writes after registration: this returns when
-        // the connection closes (daemon gone).
-        seqpacket::wait_closed(&connection);
+        if let Some(connection) = &connection {
+            let _ = seqpacket::set_timeout(connection, None);
+            // The daemon never writes after registration: this returns when
+            // the connection closes (daemon gone).
+            seqpacket::wait_closed(connection);
+            attached.registered.store(false, Ordering::Release);
+        }
         // Fail static: the last budget stays in force while we retry.
-        connection = loop {
-            std::thread::sleep(RECONNECT_PERIOD);
-            let Ok(fd) = seqpacket::connect(&socket, Some(REGISTER_TIMEOUT)) else {
-                continue;
-            };
-            let Ok(mut fds) = attached.fds.lock() else {
-                return;
-            };
-            let result = register(
-                &fd,
-                &attached.tenant,
-                Some(attached.spec.clone()),
-                Some((&fds.0, &fds.1)),
-            );
-            let Ok((_, budget_fd, activity_fd)) = result else {
-                continue;
-            };
-            let Ok(budget) = map_budget(&budget_fd) else {
-                continue;
-            };
-            attached
-                .budget
-                .store(Box::into_raw(Box::new(budget)), Ordering::Release);
-            // The telemetry stays the mapping we have (the daemon adopted the
-            // fd we handed back); keep the fds for the next restart.
-            *fds = (budget_fd, activity_fd);
-            attached.reattached.fetch_add(1, Ordering::Relaxed);
-            break fd;
-        };
+        let mut wait = RECONNECT_PERIOD;
+        connection = Some(loop {
+            std::thread::sleep(wait);
+            wait = (wait * 2).min(RECONNECT_MAX);
+            if let Some(fd) = reregister(attached, &socket) {
+                break fd;
+            }
+        });
     }
+}
+
+/// One attempt to register again, handing back our regions; the budget
+/// (and, where the daemon kept another region for the tenant, the activity
+/// region) is swapped in on success.
+fn reregister(attached: &'static Attached, socket: &Path) -> Option<OwnedFd> {
+    let fd = seqpacket::connect(socket, Some(REGISTER_TIMEOUT)).ok()?;
+    let mut fds = attached.fds.lock().ok()?;
+    let (_, budget_fd, activity_fd) = register(
+        &fd,
+        &attached.tenant,
+        Some(attached.spec.clone()),
+        Some((&fds.0, &fds.1)),
+    )
+    .ok()?;
+    let budget = map_budget(&budget_fd).ok()?;
+    if !same_file(&activity_fd, &fds.1) {
+        // The daemon has this tenant's region from another process.
+        let activity = Region::<TenantActivity>::from_fd(activity_fd.as_raw_fd(), true).ok()?;
+        attached
+            .activity
+            .store(Box::into_raw(Box::new(activity)), Ordering::Release);
+    }
+    attached
+        .budget
+        .store(Box::into_raw(Box::new(budget)), Ordering::Release);
+    // Keep the fds for the next restart.
+    *fds = (budget_fd, activity_fd);
+    attached.reattached.fetch_add(1, Ordering::Relaxed);
+    attached.registered.store(true, Ordering::Release);
+    Some(fd)
+}
+
+/// Whether two descriptors name the same file.
+fn same_file(a: &OwnedFd, b: &OwnedFd) -> bool {
+    let id = |fd: &OwnedFd| {
+        // SAFETY: stat is plain data; fstat fills it for a descriptor we own.
+        let mut stat: libc::stat = unsafe { std::mem::zeroed() };
+        // SAFETY: as above.
+        (unsafe { libc::fstat(fd.as_raw_fd(), &mut stat) } == 0)
+            .then_some((stat.st_dev, stat.st_ino))
+    };
+    id(a).is_some_and(|a| Some(a) == id(b))
 }

@@ -191,6 +191,9 @@ pub enum ToDaemon {
         tenant: String,
         spec: Option<TenantSpec>,
     },
+    /// The whole [`NodeStatus`], however many tenants: answered with one
+    /// or more [`FromDaemon::StatusPart`] (see [`crate::status_parts`]).
+    StatusParts,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -219,6 +222,11 @@ pub enum FromDaemon {
     Placed {
         tenant: String,
         gpu: Option<u32>,
+    },
+    /// One part of a status; `last` on the final one.
+    StatusPart {
+        status: Box<NodeStatus>,
+        last: bool,
     },
 }
 
@@ -284,6 +292,10 @@ pub struct TenantStatus {
     /// Its launches wait at a share of 0 (a limit of 0, or a device fully
     /// reserved by other tenants' requests).
     pub waiting: bool,
+    /// Why it did not fit when it registered: a process that started while
+    /// the daemon was away and could not be admitted, registered anyway and
+    /// held to the room left (None: admitted normally).
+    pub over_admitted: Option<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -342,9 +354,18 @@ pub fn encode<T: Serialize>(message: &T) -> Result<Vec<u8>, String> {
     postcard::to_allocvec(message).map_err(|e| format!("cannot encode a message: {e}"))
 }
 
-/// Decodes a message read from the socket.
+/// Decodes a message read from the socket: exactly one message, so bytes
+/// after a valid one are an error too (a packet carries one message).
 pub fn decode<'a, T: Deserialize<'a>>(bytes: &'a [u8]) -> Result<T, String> {
-    postcard::from_bytes(bytes).map_err(|e| format!("malformed message: {e}"))
+    let (message, rest) =
+        postcard::take_from_bytes(bytes).map_err(|e| format!("malformed message: {e}"))?;
+    if !rest.is_empty() {
+        return Err(format!(
+            "malformed message: {} bytes after the end of a valid message",
+            rest.len()
+        ));
+    }
+    Ok(message)
 }
 
 #[cfg(test)]
@@ -368,6 +389,10 @@ mod tests {
         let bytes = encode(&message).unwrap();
         assert_eq!(decode::<ToDaemon>(&bytes).unwrap(), message);
         assert!(decode::<ToDaemon>(&[0xff, 0xff]).is_err());
+        let mut longer = bytes.clone();
+        longer.extend_from_slice(b"extra");
+        let error = decode::<ToDaemon>(&longer).unwrap_err();
+        assert!(error.contains("5 bytes after the end"), "{error}");
 
         let bad = TenantSpec {
             sm_request_pct: 90.0,

@@ -54,30 +54,51 @@ pub fn unique_name(tag: &str) -> String {
 }
 
 /// Runs a command to completion, killing it if it outlives `limit` (a hung
-/// child must fail the test, not the CI run). Stdout and stderr are captured.
+/// child must fail the test, not the CI run). Stdout and stderr are captured
+/// (read while it runs, so a long output cannot fill the pipe and stall it).
 pub fn output_within(mut command: Command, limit: std::time::Duration) -> std::process::Output {
+    use std::io::Read;
     use std::process::Stdio;
     let mut child = command
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
         .expect("spawn");
+    fn drain(pipe: Option<impl Read + Send + 'static>) -> std::thread::JoinHandle<Vec<u8>> {
+        std::thread::spawn(move || {
+            let mut bytes = Vec::new();
+            if let Some(mut pipe) = pipe {
+                let _ = pipe.read_to_end(&mut bytes);
+            }
+            bytes
+        })
+    }
+    let (stdout, stderr) = (drain(child.stdout.take()), drain(child.stderr.take()));
     let started = std::time::Instant::now();
-    loop {
-        if child.try_wait().expect("try_wait").is_some() {
-            return child.wait_with_output().expect("collect output");
+    let mut killed = false;
+    let status = loop {
+        if let Some(status) = child.try_wait().expect("try_wait") {
+            break status;
         }
-        if started.elapsed() > limit {
+        if started.elapsed() > limit && !killed {
             let _ = child.kill();
-            let output = child.wait_with_output().expect("collect output");
-            panic!(
-                "command ran past {limit:?} and was killed\nstdout: {}\nstderr: {}",
-                String::from_utf8_lossy(&output.stdout),
-                String::from_utf8_lossy(&output.stderr)
-            );
+            killed = true;
         }
         std::thread::sleep(std::time::Duration::from_millis(20));
+    };
+    let output = std::process::Output {
+        status,
+        stdout: stdout.join().unwrap_or_default(),
+        stderr: stderr.join().unwrap_or_default(),
+    };
+    if killed {
+        panic!(
+            "command ran past {limit:?} and was killed\nstdout: {}\nstderr: {}",
+            String::from_utf8_lossy(&output.stdout),
+            String::from_utf8_lossy(&output.stderr)
+        );
     }
+    output
 }
 
 /// Waits until the node manager `daemon` at `socket` answers `dilu status`

@@ -101,6 +101,21 @@ pub const REFUND_DIVISOR: u64 = 2;
 /// charged in each NVML period.
 pub const REFUND_SPREAD_WALL_NS: u64 = 200_000_000;
 
+/// A bucket further ahead of now than this was garbled (a tenant wrote its
+/// own activity region): no honest charge puts it there (a launch of 60 ms
+/// of GPU time at a 0.1% share would). [`TokenBucket::admit`] takes such a
+/// bucket back to now instead of waiting for it, so a tenant that garbles
+/// its region never hangs in a wait that will not end.
+pub const MAX_LEAD_NS: u64 = 60_000_000_000;
+
+/// Buckets this process found garbled and took back to now.
+static GARBLED_RESETS: AtomicU64 = AtomicU64::new(0);
+
+/// How many buckets this process found garbled (see [`MAX_LEAD_NS`]).
+pub fn garbled_resets() -> u64 {
+    GARBLED_RESETS.load(Ordering::Relaxed)
+}
+
 /// When a launch may go, as decided by [`TokenBucket::admit`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Admission {
@@ -143,13 +158,16 @@ impl TokenBucket {
             return Admission::Paused;
         }
         let mut tat = self.tat_ns.0.load(Ordering::Relaxed);
+        if tat.saturating_sub(now) > MAX_LEAD_NS {
+            tat = self.take_back_garbled(tat, now);
+        }
         let lead = tat.saturating_sub(now);
         let refund = if lead > 0 {
             self.take_refund(cost_ns, share_ppm, lead > depth_ns, lead)
         } else {
             0
         };
-        let gpu_ns = cost_ns - refund + self.take_owed();
+        let gpu_ns = (cost_ns - refund).saturating_add(self.take_owed().min(MAX_LEAD_NS));
         let cost = wall_cost_ns(gpu_ns, share_ppm);
         loop {
             let next = tat.max(now).saturating_add(cost);
@@ -170,6 +188,24 @@ impl TokenBucket {
                 Err(actual) => tat = actual,
             }
         }
+    }
+
+    /// A garbled bucket (`tat` more than [`MAX_LEAD_NS`] ahead of `now`)
+    /// taken back to `now`, with the refund and debt words beside it
+    /// cleared; returns the bucket's `tat` now.
+    #[cold]
+    fn take_back_garbled(&self, tat: u64, now: u64) -> u64 {
+        if self
+            .tat_ns
+            .0
+            .compare_exchange(tat, now, Ordering::AcqRel, Ordering::Relaxed)
+            .is_ok()
+        {
+            self.refund_ns.0.store(0, Ordering::Relaxed);
+            self.owed_ns.0.store(0, Ordering::Relaxed);
+            GARBLED_RESETS.fetch_add(1, Ordering::Relaxed);
+        }
+        self.tat_ns.0.load(Ordering::Relaxed)
     }
 
     /// Takes from the refund owed to the tenant for a launch of `cost_ns`
@@ -306,6 +342,40 @@ impl TokenBucket {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_garbled_bucket_is_taken_back_to_now_instead_of_waited_for() {
+        let (share, depth, now) = (250_000, 1_000_000, 10_000_000_000u64);
+        for (tat, refund, owed) in [
+            (u64::MAX, 0, 0),
+            (now + MAX_LEAD_NS + 1, u64::MAX, u64::MAX),
+            (u64::MAX / 3, 7, u64::MAX / 2),
+        ] {
+            let bucket = TokenBucket::new();
+            bucket.tat_ns.0.store(tat, Ordering::Relaxed);
+            bucket.refund_ns.0.store(refund, Ordering::Relaxed);
+            bucket.owed_ns.0.store(owed, Ordering::Relaxed);
+            let before = garbled_resets();
+            assert_eq!(bucket.admit(now, 100_000, share, depth), Admission::Now);
+            assert!(garbled_resets() > before, "the garbling is counted");
+            // From there it paces as a fresh bucket does: never a wait
+            // longer than the launches' own cost.
+            for _ in 0..10 {
+                if let Admission::At(at) = bucket.admit(now, 100_000, share, depth) {
+                    assert!(at - now <= 10 * 400_000, "waits {} ns", at - now);
+                }
+            }
+        }
+        // Owed time alone is bounded too: a huge debt cannot push the
+        // bucket out of reach.
+        let bucket = TokenBucket::new();
+        bucket.owed_ns.0.store(u64::MAX, Ordering::Relaxed);
+        for _ in 0..10 {
+            if let Admission::At(at) = bucket.admit(now, 100_000, share, depth) {
+                assert!(at - now <= MAX_LEAD_NS, "waits {} ns", at - now);
+            }
+        }
+    }
 
     #[test]
     fn hot_words_have_cache_lines_of_their_own() {
@@ -525,5 +595,43 @@ mod tests {
             bucket.admit(later, 0, half, 0),
             Admission::At(later + 600_000)
         );
+    }
+
+    proptest::proptest! {
+        /// Whatever a tenant writes into its bucket (any words) and
+        /// whatever a launch costs, admission answers, and never with a
+        /// wait longer than [`MAX_LEAD_NS`]; settling and skips never panic.
+        #[test]
+        fn any_bucket_a_tenant_writes_admits_within_the_lead_bound(
+            words in proptest::array::uniform5(proptest::num::u64::ANY),
+            now in 0u64..(1 << 62),
+            cost in proptest::num::u64::ANY,
+            share in proptest::num::u32::ANY,
+            depth in 0u64..10_000_000_000,
+            delta in proptest::num::i64::ANY,
+        ) {
+            let bucket = TokenBucket::new();
+            for (cell, word) in [
+                &bucket.tat_ns,
+                &bucket.refund_ns,
+                &bucket.owed_ns,
+                &bucket.skips_taken_ns,
+                &bucket.tenant_key,
+            ]
+            .into_iter()
+            .zip(words)
+            {
+                cell.0.store(word, Ordering::Relaxed);
+            }
+            for step in 0..4u64 {
+                let at = now + step;
+                if let Admission::At(go) = bucket.admit(at, cost, share, depth) {
+                    proptest::prop_assert!(go - at <= MAX_LEAD_NS, "waits {} ns", go - at);
+                }
+                bucket.charge_back(delta, share, at);
+                let _ = bucket.take_skips(words[3].wrapping_add(step), at);
+                let _ = bucket.tenant_key();
+            }
+        }
     }
 }

@@ -428,4 +428,40 @@ mod tests {
         assert_eq!(again.budget(0), 12345);
         let _ = std::fs::remove_file(path);
     }
+
+    proptest::proptest! {
+        /// Whatever a tenant writes into its ledger file (any bytes, any
+        /// length, with the magic or without), the daemon's copy of it is
+        /// a region or an error, and every figure the daemon reads from a
+        /// copy answers (no panic: it runs under the daemon's lock).
+        #[test]
+        fn any_ledger_file_is_copied_or_refused_and_read_without_panic(
+            bytes in proptest::collection::vec(proptest::num::u8::ANY, 0..(std::mem::size_of::<TenantLedger>() + 64)),
+            keep_magic in proptest::bool::ANY,
+            fill in proptest::num::u8::ANY,
+        ) {
+            let dir = std::env::temp_dir().join(format!("dilu-ledger-fuzz-{}", std::process::id()));
+            std::fs::create_dir_all(&dir).unwrap();
+            let path = dir.join("fuzz.ledger");
+            let mut bytes = bytes;
+            if keep_magic {
+                // Long enough to be a region, magic in place, the rest noise.
+                bytes.resize(std::mem::size_of::<TenantLedger>(), fill);
+                bytes[..8].copy_from_slice(&<TenantLedger as crate::shm::SharedLayout>::MAGIC.to_ne_bytes());
+            }
+            std::fs::write(&path, &bytes).unwrap();
+            // SAFETY: getuid has no preconditions.
+            let uid = unsafe { libc::getuid() };
+            if let Ok(copy) = Region::<TenantLedger>::copy_of_file(&path, uid) {
+                for device in 0..MAX_DEVICES {
+                    let _ = (copy.used(device), copy.budget(device), copy.peak(device));
+                    let _ = copy.member_used(1, device);
+                }
+                let _ = (copy.refusals(), copy.members());
+            } else {
+                proptest::prop_assert!(!keep_magic || bytes.len() < std::mem::size_of::<TenantLedger>());
+            }
+            let _ = std::fs::remove_file(&path);
+        }
+    }
 }

@@ -12,6 +12,9 @@
 //! audit = "log"                       # a tenant over its memory budget (NVML): off | log | signal | kill
 //! audit_slack = "64MiB"               # what a tenant may hold beyond its budget before the audit acts
 //! placement = "dilu"                  # GPU choice for `dilu run` on a multi-GPU node (the extender's policies)
+//! max_connections_per_uid = 512       # open connections one user may hold (tenant processes and tools)
+//! max_tenants_per_uid = 128           # tenants one user may have registered
+//! open_files_limit = 65536            # raise the daemon's descriptor limit to this (unset: soft to hard)
 //!
 //! [tenants.infer]                     # specs the operator owns (win over the tenant's own)
 //! class = "latency"
@@ -58,7 +61,23 @@ pub struct Config {
     /// The placement policy `dilu run` tenants are placed on GPUs with
     /// (a `dilu-cluster` policy name).
     pub placement: String,
+    /// Connections one uid may hold open at once (each tenant process
+    /// holds one for its life): one user cannot use up the daemon's
+    /// descriptors and threads.
+    pub max_connections_per_uid: usize,
+    /// Tenants one uid may have registered at once.
+    pub max_tenants_per_uid: usize,
+    /// The descriptor limit the daemon raises itself to at start (None:
+    /// its soft limit to its hard one).
+    pub open_files_limit: Option<u64>,
 }
+
+/// Default of `max_connections_per_uid`: with `max_tenants_per_uid` (two
+/// descriptors per tenant), one user stays under systemd's default
+/// descriptor limit of 1024 on its own.
+pub const DEFAULT_MAX_CONNECTIONS_PER_UID: usize = 512;
+/// Default of `max_tenants_per_uid`.
+pub const DEFAULT_MAX_TENANTS_PER_UID: usize = 128;
 
 impl Default for Config {
     fn default() -> Self {
@@ -75,6 +94,9 @@ impl Default for Config {
             audit: AuditAction::Log,
             audit_slack: 64 << 20,
             placement: "dilu".into(),
+            max_connections_per_uid: DEFAULT_MAX_CONNECTIONS_PER_UID,
+            max_tenants_per_uid: DEFAULT_MAX_TENANTS_PER_UID,
+            open_files_limit: None,
         }
     }
 }
@@ -93,6 +115,9 @@ struct FileConfig {
     audit: Option<String>,
     audit_slack: Option<String>,
     placement: Option<String>,
+    max_connections_per_uid: Option<usize>,
+    max_tenants_per_uid: Option<usize>,
+    open_files_limit: Option<u64>,
     #[serde(default)]
     tenants: BTreeMap<String, FileTenant>,
 }
@@ -183,6 +208,13 @@ impl Config {
             }
             config.placement = v;
         }
+        if let Some(v) = file.max_connections_per_uid {
+            config.max_connections_per_uid = at_least_one("max_connections_per_uid", v)?;
+        }
+        if let Some(v) = file.max_tenants_per_uid {
+            config.max_tenants_per_uid = at_least_one("max_tenants_per_uid", v)?;
+        }
+        config.open_files_limit = file.open_files_limit;
         for (name, t) in file.tenants {
             dilu_abi::tenant_flags::check_tenant_name(&name)
                 .map_err(|e| format!("[tenants.{name}]: {e}"))?;
@@ -235,6 +267,15 @@ impl Config {
         }
         Ok(())
     }
+}
+
+fn at_least_one(key: &str, value: usize) -> Result<usize, String> {
+    if value == 0 {
+        return Err(format!(
+            "{key} = 0 would refuse everyone: expected 1 or more"
+        ));
+    }
+    Ok(value)
 }
 
 fn period(ms: f64) -> Result<Duration, String> {

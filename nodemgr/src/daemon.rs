@@ -44,6 +44,8 @@ pub struct Shared {
     pub started: Instant,
     /// Control periods run so far (status shows whether the loop keeps time).
     pub periods: AtomicU64,
+    /// Open connections per uid (`max_connections_per_uid`).
+    pub connections: Arc<crate::peer_limits::ConnectionCounts>,
 }
 
 impl Shared {
@@ -132,6 +134,7 @@ impl Daemon {
                 .map_err(|e| with_hint(format!("{}: {e}", dir.display()), &e))?;
         }
         let mut registry = Registry::new(config.tenants.clone(), config.gpu_memory);
+        registry.max_tenants_per_uid = config.max_tenants_per_uid;
         let gpus = nvml::probe();
         if registry.gpu_memory.is_none() {
             registry.gpu_memory = gpus.first().and_then(|g| g.memory_total_bytes);
@@ -152,6 +155,7 @@ impl Daemon {
             )
         })?);
         let shared = Arc::new(Shared {
+            connections: crate::peer_limits::ConnectionCounts::new(config.max_connections_per_uid),
             config,
             registry: Mutex::new(registry),
             controller: Mutex::new(controller),
@@ -211,7 +215,9 @@ impl Daemon {
         for thread in self.threads.drain(..) {
             let _ = thread.join();
         }
-        let _ = std::fs::remove_file(&self.shared.config.socket);
+        // The socket file stays: a tenant that starts before the next
+        // daemon finds it, is refused a connection, and registers when that
+        // daemon answers (a missing socket means "no node manager here").
     }
 }
 
@@ -452,6 +458,10 @@ pub fn run(config: Config, foreground: bool) -> Result<(), String> {
     set.add(Signal::SIGTERM);
     set.add(Signal::SIGINT);
     set.thread_block().map_err(|e| e.to_string())?;
+    match crate::peer_limits::raise_descriptor_limit(config.open_files_limit) {
+        Ok(limit) => tracing::info!(limit, "descriptor limit"),
+        Err(e) => tracing::warn!("cannot raise the descriptor limit: {e}"),
+    }
     let daemon = Daemon::start(config)?;
     tracing::info!(
         socket = %daemon.shared.config.socket.display(),

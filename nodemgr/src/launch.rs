@@ -7,8 +7,10 @@
 //! Where a node manager answers on its socket, the program always runs as
 //! one of its tenants: the one `--tenant` (or `DILU_TENANT`) names, else
 //! `<program>-<pid>` (said on stderr), so that the daemon counts it and
-//! shares the device with it. Flags that only the node manager reads, given
-//! where none answers, are said to do nothing.
+//! shares the device with it. Where its socket is there but nothing answers
+//! (the daemon is restarting), the same holds: the program starts on its own
+//! limits and registers when the daemon is back. Flags that only the node
+//! manager reads, given where there is no socket, are said to do nothing.
 //!
 //! On a node with several GPUs, a tenant whose user set no
 //! `CUDA_VISIBLE_DEVICES` is placed by the node manager: `dilu run` sends it
@@ -253,21 +255,26 @@ pub fn run(spec: &LaunchSpec) -> Result<ExitCode, String> {
     if spec.socket.is_some() {
         env.push((node_wire::SOCKET_ENV.to_string(), socket.clone().into()));
     }
-    let managed = match node_manager_answers(&socket) {
-        Ok(managed) => managed,
+    // `expected`: a socket is there, so the tenant registers (now, or when
+    // the daemon answers again).
+    let (managed, expected) = match node_manager_answers(&socket) {
+        Ok(managed) => (managed, managed),
         Err(why) => {
-            eprintln!("dilu: {why}; the program runs without a node manager");
-            false
+            eprintln!(
+                "dilu: {why}; the program starts on its own limits and registers when the \
+                 node manager answers"
+            );
+            (false, true)
         }
     };
     let named =
         spec.tenant.is_some() || std::env::var_os("DILU_TENANT").is_some_and(|t| !t.is_empty());
-    let default_name = (managed && !named).then(|| default_tenant(program, std::process::id()));
+    let default_name = (expected && !named).then(|| default_tenant(program, std::process::id()));
     if let Some(tenant) = &default_name {
         env.push(("DILU_TENANT".to_string(), tenant.into()));
     }
     let unread = node_manager_flags(spec);
-    if !managed && !unread.is_empty() {
+    if !expected && !unread.is_empty() {
         eprintln!(
             "dilu: {} take effect only under a node manager, and none answers at {}: \
              the program runs without them (--sm and --mem limit it without one)",
@@ -275,10 +282,12 @@ pub fn run(spec: &LaunchSpec) -> Result<ExitCode, String> {
             socket.display()
         );
     }
-    if managed {
+    if expected {
         // The spec the interposer will register with, checked now.
         let child_view = child_lookup(&env);
         TenantSpec::from_vars(child_view)?;
+    }
+    if managed {
         if let Some(tenant) = &default_name {
             eprintln!(
                 "dilu: running as tenant {tenant} of the node manager (--tenant names one; \

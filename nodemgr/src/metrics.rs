@@ -26,7 +26,7 @@ pub const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; cha
 type TenantValue = fn(&TenantStatus) -> Option<f64>;
 
 /// Per-tenant gauges: name, help, value (None: no sample).
-const TENANT_GAUGES: [(&str, &str, TenantValue); 12] = [
+const TENANT_GAUGES: [(&str, &str, TenantValue); 13] = [
     (
         "dilu_tenant_sm_request_ratio",
         "Guaranteed SM-time share (0-1).",
@@ -46,6 +46,11 @@ const TENANT_GAUGES: [(&str, &str, TenantValue); 12] = [
         "dilu_tenant_waiting",
         "1 while the tenant's launches wait at an SM-time share of 0.",
         |t| Some(f64::from(u8::from(t.waiting))),
+    ),
+    (
+        "dilu_tenant_over_admitted",
+        "1 for a tenant registered beyond admission (it started while the node manager was away and did not fit).",
+        |t| Some(f64::from(u8::from(t.over_admitted.is_some()))),
     ),
     (
         "dilu_tenant_sm_achieved_ratio",

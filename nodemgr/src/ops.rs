@@ -11,13 +11,8 @@ use std::time::Duration;
 
 /// One request to the daemon, one answer.
 pub fn ask(socket: &Path, request: &ToDaemon) -> Result<FromDaemon, String> {
-    let connection = seqpacket::connect(socket, Some(Duration::from_secs(5))).map_err(|e| {
-        format!(
-            "cannot reach the node manager at {} ({e}); is `dilu nodemgr` running? (set {} or --socket)",
-            socket.display(),
-            node_wire::SOCKET_ENV
-        )
-    })?;
+    let connection = seqpacket::connect(socket, Some(Duration::from_secs(5)))
+        .map_err(|e| dilu_abi::status_parts::cannot_reach(socket, &e))?;
     seqpacket::send(&connection, &node_wire::encode(request)?, &[]).map_err(|e| e.to_string())?;
     let mut buffer = vec![0u8; seqpacket::MAX_MESSAGE];
     let (n, _) = seqpacket::recv(&connection, &mut buffer).map_err(|e| e.to_string())?;
@@ -27,12 +22,9 @@ pub fn ask(socket: &Path, request: &ToDaemon) -> Result<FromDaemon, String> {
     node_wire::decode(&buffer[..n])
 }
 
+/// The daemon's whole status, in as many parts as its tenants need.
 pub fn fetch_status(socket: &Path) -> Result<NodeStatus, String> {
-    match ask(socket, &ToDaemon::Status)? {
-        FromDaemon::Status(status) => Ok(*status),
-        FromDaemon::Error { reason } => Err(reason),
-        other => Err(format!("unexpected answer: {other:?}")),
-    }
+    dilu_abi::status_parts::fetch(socket, Duration::from_secs(5))
 }
 
 fn pct(v: f64) -> String {
@@ -138,6 +130,18 @@ pub fn format_status(status: &NodeStatus) -> String {
             "waiting: {} has SM share 0 ({why}); {fix} lets it run",
             t.name
         );
+    }
+    for t in &status.tenants {
+        if let Some(reason) = &t.over_admitted {
+            let _ = writeln!(
+                out,
+                "over-admitted: {} started while the node manager was away and did not fit ({reason}); \
+                 held to SM request {}% and memory {}",
+                t.name,
+                t.spec.sm_request_pct,
+                t.spec.mem_bytes.map_or("unlimited".into(), format_size)
+            );
+        }
     }
     for c in &status.colocation {
         let _ = writeln!(out, "{}", format_colocation(c));

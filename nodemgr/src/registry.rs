@@ -78,6 +78,10 @@ pub struct Tenant {
     /// The GPU the daemon placed it on (NVML index); `None`: not placed.
     /// Admission counts a tenant only against tenants of the same GPU.
     pub gpu: Option<u32>,
+    /// Why it did not fit when it registered, for a process that was
+    /// already running (it started while the daemon was away): it was
+    /// registered anyway, held to the room that was left.
+    pub over_admitted: Option<String>,
 }
 
 impl Tenant {
@@ -102,6 +106,8 @@ pub struct SavedTenant {
     pub share_ppm: u32,
     #[serde(default)]
     pub gpu: Option<u32>,
+    #[serde(default)]
+    pub over_admitted: Option<String>,
 }
 
 /// A GPU chosen for a tenant whose first process has not registered yet.
@@ -130,6 +136,8 @@ pub struct Registry {
     /// Bumped when the tenant set changes (controllers reset).
     pub epoch: u64,
     next_member: u64,
+    /// Tenants one uid may have registered (`max_tenants_per_uid`).
+    pub max_tenants_per_uid: usize,
 }
 
 fn ppm(pct: f64) -> u32 {
@@ -215,6 +223,7 @@ impl Registry {
             held: BTreeMap::new(),
             epoch: 0,
             next_member: 1,
+            max_tenants_per_uid: crate::config::DEFAULT_MAX_TENANTS_PER_UID,
         }
     }
 
@@ -319,7 +328,28 @@ impl Registry {
                 }
                 held => held.map(|h| h.gpu),
             };
-            self.admit(name, &spec, gpu)?;
+            self.check_tenant_cap(peer.uid)?;
+            // A process handing back its regions is already running (it
+            // started while the daemon was away, or outlived a previous
+            // one): refusing it would leave it unmanaged, so it is held to
+            // the room left and named as over-admitted.
+            let running = fresh.as_ref().is_some_and(|r| r.adopted);
+            let (spec, over_admitted) = match self.admit(name, &spec, gpu) {
+                Ok(()) => (spec, None),
+                Err(reason) if running => {
+                    let held = self.room_left(name, &spec, gpu);
+                    tracing::warn!(
+                        tenant = name,
+                        uid = peer.uid,
+                        "over-admitted: {reason}; held to SM request {}% and memory {}",
+                        held.sm_request_pct,
+                        held.mem_bytes
+                            .map_or("unlimited".into(), dilu_abi::units::format_size)
+                    );
+                    (held, Some(reason))
+                }
+                Err(reason) => return Err(reason),
+            };
             self.held.remove(name);
             let share = initial_share(&spec);
             let regions = fresh.take().expect("not used above for a new tenant");
@@ -338,6 +368,7 @@ impl Registry {
                     awaiting_since: None,
                     audited_bytes: None,
                     gpu,
+                    over_admitted,
                 },
             );
             self.epoch += 1;
@@ -364,6 +395,42 @@ impl Registry {
             tenant.regions.activity_fd.clone(),
         ];
         Ok((id, tenant.spec.clone(), fds))
+    }
+
+    /// `spec` cut down to what is left beside the other tenants of `gpu`:
+    /// the SM request to the unrequested share, the memory budget to the
+    /// unbudgeted memory. What an over-admitted tenant is held to, so the
+    /// admitted tenants keep their guarantees.
+    fn room_left(&self, name: &str, spec: &TenantSpec, gpu: Option<u32>) -> TenantSpec {
+        let others = || {
+            self.tenants
+                .iter()
+                .filter(move |(n, t)| t.gpu == gpu && n.as_str() != name)
+                .map(|(_, t)| &t.spec)
+        };
+        let requested: u32 = others().map(|s| ppm(s.sm_request_pct)).sum();
+        let free_pct = FULL_SHARE_PPM.saturating_sub(requested) as f64 / 10_000.0;
+        let mut held = spec.clone();
+        held.sm_request_pct = spec.sm_request_pct.clamp(0.0, 100.0).min(free_pct);
+        held.sm_limit_pct = spec.sm_limit_pct.clamp(held.sm_request_pct, 100.0);
+        if let (Some(capacity), Some(mem)) = (self.gpu_memory, spec.mem_bytes) {
+            let budgeted: u64 = others().filter_map(|s| s.mem_bytes).sum();
+            held.mem_bytes = Some(mem.min(capacity.saturating_sub(budgeted)));
+        }
+        held
+    }
+
+    /// Refuses a new tenant of `uid` when that user already has
+    /// `max_tenants_per_uid` (other users' tenants do not count).
+    fn check_tenant_cap(&self, uid: u32) -> Result<(), String> {
+        let held = self.tenants.values().filter(|t| t.uid == uid).count();
+        if held >= self.max_tenants_per_uid {
+            return Err(format!(
+                "uid {uid} already has {held} tenants registered (max_tenants_per_uid = {})",
+                self.max_tenants_per_uid
+            ));
+        }
+        Ok(())
     }
 
     /// A member's connection closed. A tenant with no member left is gone:
@@ -576,6 +643,7 @@ impl Registry {
                     bubble_ratio: recent.bubble_ratio,
                     gpu: t.gpu,
                     waiting: t.sampler.waiting_at_zero(t.share_ppm),
+                    over_admitted: t.over_admitted.clone(),
                 }
             })
             .collect()
@@ -591,6 +659,7 @@ impl Registry {
                 spec: t.spec.clone(),
                 share_ppm: t.share_ppm,
                 gpu: t.gpu,
+                over_admitted: t.over_admitted.clone(),
             })
             .collect()
     }
@@ -620,6 +689,7 @@ impl Registry {
                     awaiting_since: Some(Instant::now()),
                     audited_bytes: None,
                     gpu: s.gpu,
+                    over_admitted: s.over_admitted,
                 },
             );
             self.epoch += 1;
@@ -716,6 +786,84 @@ mod tests {
         assert_eq!(
             registry.saved().iter().filter(|s| s.gpu.is_some()).count(),
             2
+        );
+    }
+
+    #[test]
+    fn a_user_at_its_tenant_cap_does_not_stop_another_users_registration() {
+        let mut registry = Registry::new(BTreeMap::new(), None);
+        registry.max_tenants_per_uid = 3;
+        let register = |registry: &mut Registry, name: &str, uid: u32| {
+            let fresh = create_regions("test", None).unwrap();
+            registry
+                .register(name, peer(uid), 0, None, fresh)
+                .map(|_| ())
+        };
+        for i in 0..3 {
+            register(&mut registry, &format!("hog{i}"), 1000).unwrap();
+        }
+        let refused = register(&mut registry, "hog3", 1000).unwrap_err();
+        assert!(refused.contains("max_tenants_per_uid = 3"), "{refused}");
+        // More processes of a tenant it has are not more tenants.
+        register(&mut registry, "hog0", 1000).unwrap();
+        // Another user registers as if the first had none.
+        register(&mut registry, "victim", 1001).unwrap();
+        assert_eq!(registry.tenants["victim"].uid, 1001);
+        // A tenant that leaves frees its place.
+        let member = *registry.tenants["hog1"].members.keys().next().unwrap();
+        registry.leave(member);
+        register(&mut registry, "hog3", 1000).unwrap();
+    }
+
+    #[test]
+    fn a_running_process_that_does_not_fit_is_over_admitted_within_the_room_left() {
+        let gib = 1u64 << 30;
+        let mut registry = Registry::new(BTreeMap::new(), Some(8 * gib));
+        let big = TenantSpec {
+            mem_bytes: Some(6 * gib),
+            ..shares(70.0, 100.0)
+        };
+        let fresh = create_regions("test", None).unwrap();
+        registry
+            .register("first", peer(1), 0, Some(big.clone()), fresh)
+            .unwrap();
+        // A new process asking for the same is refused...
+        let fresh = create_regions("test", None).unwrap();
+        let refused = registry.register("second", peer(1), 0, Some(big.clone()), fresh);
+        assert!(refused.is_err());
+        // ...but one that hands back its activity region is already running.
+        let (_, handed_back) =
+            memfd::create::<TenantActivity>(c"dilu-test-activity", |_| {}).unwrap();
+        memfd::seal_size(&handed_back).unwrap();
+        let fresh = create_regions("test", Some(handed_back)).unwrap();
+        let (_, spec, _) = registry
+            .register("second", peer(1), 0, Some(big.clone()), fresh)
+            .unwrap();
+        assert_eq!(spec.sm_request_pct, 30.0, "the unrequested share");
+        assert_eq!(spec.mem_bytes, Some(2 * gib), "the unbudgeted memory");
+        let reason = registry.tenants["second"].over_admitted.clone().unwrap();
+        assert!(reason.contains("SM requests would sum"), "{reason}");
+        let status = registry.status();
+        assert!(
+            status
+                .iter()
+                .any(|t| t.name == "second" && t.over_admitted.is_some())
+        );
+        assert!(
+            status
+                .iter()
+                .any(|t| t.name == "first" && t.over_admitted.is_none())
+        );
+        // Admission holds with it counted: nothing more fits.
+        let fresh = create_regions("test", None).unwrap();
+        let small = TenantSpec {
+            mem_bytes: Some(gib),
+            ..shares(1.0, 100.0)
+        };
+        assert!(
+            registry
+                .register("third", peer(1), 0, Some(small), fresh)
+                .is_err()
         );
     }
 

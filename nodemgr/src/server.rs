@@ -52,6 +52,15 @@ pub fn serve(shared: Arc<Shared>, listener: Arc<OwnedFd>) {
 
 fn reply(connection: &OwnedFd, message: &FromDaemon, fds: &[i32]) {
     match node_wire::encode(message) {
+        Ok(bytes) if bytes.len() > seqpacket::MAX_MESSAGE => {
+            let reason = format!(
+                "the answer takes {} bytes, more than one message ({}); a status of many tenants \
+                 comes in parts (StatusParts, as `dilu status` asks)",
+                bytes.len(),
+                seqpacket::MAX_MESSAGE
+            );
+            reply(connection, &FromDaemon::Error { reason }, &[]);
+        }
         Ok(bytes) => {
             if let Err(e) = seqpacket::send(connection, &bytes, fds) {
                 tracing::debug!("reply: {e}");
@@ -73,9 +82,33 @@ fn handle(shared: Arc<Shared>, connection: Arc<OwnedFd>) {
         tracing::warn!("cannot bound a connection's reads: {e}");
         return;
     }
+    // Counted for as long as this thread serves it.
+    let _slot = match shared.connections.enter(peer.uid) {
+        Ok(slot) => slot,
+        Err(reason) => {
+            tracing::debug!("{reason}");
+            // The request is read (and dropped) first: closing on an unread
+            // message would reset the connection before the peer reads why.
+            let mut discard = [0u8; 64];
+            let _ = seqpacket::recv(&connection, &mut discard);
+            reply(&connection, &FromDaemon::Refused { reason }, &[]);
+            return;
+        }
+    };
     let mut buffer = vec![0u8; seqpacket::MAX_MESSAGE];
-    let Ok((n, mut fds)) = seqpacket::recv(&connection, &mut buffer) else {
-        return;
+    let (n, mut fds) = match seqpacket::recv(&connection, &mut buffer) {
+        Ok(received) => received,
+        // Too large, or too many descriptors: the peer learns why.
+        Err(e) if e.kind() == std::io::ErrorKind::InvalidData => {
+            let reason = format!(
+                "request refused: {e} (at most {} bytes and {} descriptors)",
+                seqpacket::MAX_MESSAGE,
+                seqpacket::MAX_FDS
+            );
+            reply(&connection, &FromDaemon::Error { reason }, &[]);
+            return;
+        }
+        Err(_) => return,
     };
     if n == 0 {
         return;
@@ -167,6 +200,21 @@ fn handle(shared: Arc<Shared>, connection: Arc<OwnedFd>) {
         ToDaemon::Status => {
             let status = shared.status();
             reply(&connection, &FromDaemon::Status(Box::new(status)), &[]);
+        }
+        ToDaemon::StatusParts => {
+            match dilu_abi::status_parts::split(shared.status(), seqpacket::MAX_MESSAGE) {
+                Ok(parts) => {
+                    let count = parts.len();
+                    for (i, part) in parts.into_iter().enumerate() {
+                        let message = FromDaemon::StatusPart {
+                            status: Box::new(part),
+                            last: i + 1 == count,
+                        };
+                        reply(&connection, &message, &[]);
+                    }
+                }
+                Err(reason) => reply(&connection, &FromDaemon::Error { reason }, &[]),
+            }
         }
         ToDaemon::Set { tenant, update } => {
             // SAFETY: geteuid has no preconditions.

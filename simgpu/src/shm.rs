@@ -96,6 +96,61 @@ fn identity(fd: libc::c_int) -> Option<(u64, u64, u64)> {
     ))
 }
 
+/// Removes this user's instance files in `/dev/shm` that no process holds
+/// (every user of an instance holds a shared `flock` on it for its life):
+/// what runs whose processes were all killed left behind. `own` (the
+/// instance being opened) is left to the opener. An opener that races the
+/// removal sees the file unlinked after its lock and starts a fresh one.
+fn sweep_stale_instances(own: &str) {
+    // SAFETY: getuid has no preconditions.
+    let uid = unsafe { libc::getuid() };
+    let prefix = format!("simgpu-{uid}-");
+    let Ok(entries) = std::fs::read_dir("/dev/shm") else {
+        return;
+    };
+    for entry in entries.flatten() {
+        let path = entry.path();
+        let name = entry.file_name();
+        if !name.to_string_lossy().starts_with(&prefix) || path.to_str() == Some(own) {
+            continue;
+        }
+        let Ok(cpath) = CString::new(path.as_os_str().as_encoded_bytes()) else {
+            continue;
+        };
+        // SAFETY: cpath is NUL-terminated; the flags open no terminal and
+        // follow no link.
+        let fd = unsafe {
+            libc::open(
+                cpath.as_ptr(),
+                libc::O_RDONLY | libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_CLOEXEC,
+            )
+        };
+        if fd < 0 {
+            continue;
+        }
+        // SAFETY: zeroed stat is a valid out-parameter for fstat/lstat.
+        let mut held: libc::stat = unsafe { std::mem::zeroed() };
+        // SAFETY: as above.
+        let mut named: libc::stat = unsafe { std::mem::zeroed() };
+        // SAFETY: fd is open and ours; the stats are writable; flock does
+        // not wait (LOCK_NB).
+        let stale = unsafe {
+            libc::fstat(fd, &mut held) == 0
+                && held.st_mode & libc::S_IFMT == libc::S_IFREG
+                && held.st_uid == uid
+                && libc::flock(fd, libc::LOCK_EX | libc::LOCK_NB) == 0
+                && libc::lstat(cpath.as_ptr(), &mut named) == 0
+                && (named.st_dev, named.st_ino) == (held.st_dev, held.st_ino)
+        };
+        if stale {
+            // SAFETY: cpath names the file we hold locked, which no process uses.
+            unsafe { libc::unlink(cpath.as_ptr()) };
+        }
+        // SAFETY: fd is ours.
+        unsafe { libc::close(fd) };
+    }
+}
+
 /// Process start time (field 22 of /proc/<pid>/stat), or None if the
 /// process does not exist.
 pub(crate) fn start_time(pid: u64) -> Option<u64> {
@@ -140,6 +195,8 @@ impl Shm {
         sharing: Option<u64>,
     ) -> Result<Shm, String> {
         let path = Self::path_for(instance);
+        static SWEPT: std::sync::Once = std::sync::Once::new();
+        SWEPT.call_once(|| sweep_stale_instances(&path));
         let cpath = CString::new(path.clone()).map_err(|_| "simgpu: bad path".to_string())?;
         let size = std::mem::size_of::<ShmLayout>();
         let mut attempts = 0;

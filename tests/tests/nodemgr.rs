@@ -537,3 +537,102 @@ fn scale_signals_reach_the_api_metrics_and_top() {
     daemon.kill().unwrap();
     daemon.wait().unwrap();
 }
+
+/// Issue 50: a tenant started while the daemon was down read the refused
+/// connection as "no node manager" and was never managed: invisible to
+/// `dilu status` and to admission, it took memory admitted tenants had been
+/// promised. Now it runs on its own limits meanwhile, registers within
+/// seconds of the daemon's return, and, as it no longer fits, is listed as
+/// over-admitted and held to the memory that is left.
+#[test]
+fn a_tenant_started_while_the_daemon_is_down_is_managed_when_it_returns() {
+    let scratch = Scratch::new("nodemgr-late");
+    let config = scratch.path("nodemgr.toml");
+    std::fs::write(
+        &config,
+        "controller = \"static\"\ngpu_memory = \"256MiB\"\n",
+    )
+    .unwrap();
+    let socket = scratch.path("nodemgr.sock");
+    let mut daemon = start_daemon(&scratch, &config);
+    let early = unique_name("early");
+    let mut admitted = start_probe(
+        &socket,
+        &unique_name("early"),
+        &["--tenant", &early, "--mem", "192MiB"],
+    );
+    assert_eq!(admitted.alloc(MIB), "alloc 0");
+    wait_for_tenant(&scratch, &early);
+    daemon.kill().unwrap();
+    daemon.wait().unwrap();
+
+    // The socket is there, nobody answers: the tenant starts on its own
+    // 128 MiB and says so.
+    let late = unique_name("late");
+    let mut command = Command::new(dilu());
+    command
+        .args(["run", "--sim", "--tenant", &late, "--mem", "128MiB", "--"])
+        .arg(artifact("mem-probe"))
+        .env(dilu_abi::node_wire::SOCKET_ENV, &socket)
+        .env("SIMGPU_INSTANCE", unique_name("late"))
+        .env("DILU_CONTEXT_MEMORY", "0")
+        .stderr(Stdio::piped());
+    let mut probe = Probe::spawn(command);
+    let stderr = probe.child.stderr.take().unwrap();
+    let said = std::thread::spawn(move || {
+        let mut text = String::new();
+        let _ = std::io::Read::read_to_string(&mut BufReader::new(stderr), &mut text);
+        text
+    });
+    assert_eq!(
+        probe.alloc(96 * MIB),
+        "alloc 0",
+        "its own 128 MiB meanwhile"
+    );
+
+    let mut daemon = start_daemon(&scratch, &config);
+    let back = Instant::now();
+    let listed = wait_for_status(&scratch, &late, "the late tenant registered", |t| {
+        !t["over_admitted"].is_null()
+    });
+    let after = back.elapsed();
+    println!("late tenant listed {after:?} after the daemon answered: {listed}");
+    assert!(
+        after < Duration::from_secs(20),
+        "listed only after {after:?}"
+    );
+    assert_eq!(
+        listed["mem_budget_bytes"],
+        64 * MIB,
+        "held to what the admitted tenant left"
+    );
+    let reason = listed["over_admitted"].as_str().unwrap();
+    assert!(reason.contains("memory budgets would sum"), "{reason}");
+    let table = Command::new(dilu())
+        .args(["status", "--socket"])
+        .arg(&socket)
+        .output()
+        .unwrap();
+    let table = String::from_utf8_lossy(&table.stdout);
+    assert!(
+        table.contains(&format!("over-admitted: {late}")),
+        "dilu status names it: {table}"
+    );
+    assert_eq!(
+        probe.alloc(MIB),
+        format!("alloc {}", dilu_abi::cuda::CUDA_ERROR_OUT_OF_MEMORY),
+        "96 MiB held, 64 MiB left to it: nothing more"
+    );
+    // The admitted tenant keeps its promise.
+    assert_eq!(admitted.alloc(128 * MIB), "alloc 0");
+
+    probe.finish();
+    admitted.finish();
+    let stderr = said.join().unwrap();
+    assert!(
+        stderr.contains("registers when the node manager is back"),
+        "it said what it runs under: {stderr}"
+    );
+    daemon.kill().unwrap();
+    daemon.wait().unwrap();
+}

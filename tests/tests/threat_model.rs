@@ -27,10 +27,26 @@ impl Drop for Daemon {
 
 impl Daemon {
     fn start(scratch: &Scratch, config: &str) -> Daemon {
+        Daemon::start_with_descriptors(scratch, config, None)
+    }
+
+    /// A daemon whose soft and hard descriptor limits are `limit` (as
+    /// under `ulimit -n`), when given.
+    fn start_with_descriptors(scratch: &Scratch, config: &str, limit: Option<u32>) -> Daemon {
         let path = scratch.path("nodemgr.toml");
         std::fs::write(&path, config).unwrap();
         let socket = scratch.path("nodemgr.sock");
-        let child = Command::new(dilu())
+        let mut command = match limit {
+            Some(n) => {
+                let mut sh = Command::new("sh");
+                sh.arg("-c")
+                    .arg(format!("ulimit -n {n} && exec \"$0\" \"$@\""))
+                    .arg(dilu());
+                sh
+            }
+            None => Command::new(dilu()),
+        };
+        let child = command
             .arg("nodemgr")
             .arg("--config")
             .arg(&path)
@@ -67,15 +83,7 @@ impl Daemon {
 
 /// One status request over the socket (None if it failed).
 fn status_at(socket: &Path) -> Option<NodeStatus> {
-    let connection = seqpacket::connect(socket, Some(Duration::from_secs(30))).ok()?;
-    let request = node_wire::encode(&ToDaemon::Status).unwrap();
-    seqpacket::send(&connection, &request, &[]).ok()?;
-    let mut buffer = vec![0u8; seqpacket::MAX_MESSAGE];
-    let (n, _) = seqpacket::recv(&connection, &mut buffer).ok()?;
-    match node_wire::decode::<FromDaemon>(&buffer[..n]).ok()? {
-        FromDaemon::Status(status) => Some(*status),
-        _ => None,
-    }
+    dilu_abi::status_parts::fetch(socket, Duration::from_secs(30)).ok()
 }
 
 /// Registers a hand-made "process" of `tenant`, handing `fds` back as a
@@ -483,4 +491,245 @@ fn the_audit_catches_a_tenant_that_zeroes_its_ledger() {
         Some(libc::SIGKILL),
         "the audit kills the tenant ({status:?})"
     );
+}
+
+/// Registers as the hostile user of the test below when it runs this test
+/// binary as another uid (`THREAT_MODEL_HOG_SOCKET` set); otherwise nothing.
+/// Asks for `THREAT_MODEL_HOG_COUNT` registrations: first as many tenants,
+/// then (past half) as more processes of one tenant; prints what it got and
+/// holds every admitted connection until its stdin closes.
+#[test]
+fn hog_registrations_as_another_user_when_asked() {
+    let Some(socket) = std::env::var_os("THREAT_MODEL_HOG_SOCKET") else {
+        return;
+    };
+    let count: usize = std::env::var("THREAT_MODEL_HOG_COUNT")
+        .unwrap()
+        .parse()
+        .unwrap();
+    let mut held = Vec::new();
+    let mut refusals = Vec::new();
+    for i in 0..count {
+        let tenant = if i < count / 2 {
+            format!("hog-{i}")
+        } else {
+            "hog-0".to_string()
+        };
+        let (connection, answer, fds) = register_at(Path::new(&socket), &tenant, &[]);
+        match answer {
+            FromDaemon::Registered { .. } => held.push((connection, fds)),
+            FromDaemon::Refused { reason } => refusals.push(reason),
+            other => panic!("unexpected answer {other:?}"),
+        }
+    }
+    let tenant_cap = refusals
+        .iter()
+        .filter(|r| r.contains("max_tenants_per_uid"))
+        .count();
+    let connection_cap = refusals
+        .iter()
+        .filter(|r| r.contains("max_connections_per_uid"))
+        .count();
+    println!(
+        "HOG held={} refused={} tenant_cap={tenant_cap} connection_cap={connection_cap} other={:?}",
+        held.len(),
+        refusals.len(),
+        refusals.iter().find(|r| !r.contains("_per_uid"))
+    );
+    use std::io::Read;
+    let _ = std::io::stdin().read_to_end(&mut Vec::new());
+}
+
+/// Issue 50: any local user could lock every tenant out. Under the unit
+/// file's old descriptor limit (1024), one user holding about 1,100
+/// registrations made every new registration fail ("Too many open
+/// files"). Now each user is held to `max_connections_per_uid` and
+/// `max_tenants_per_uid`, and another user's tenant registers and gets its
+/// budget beside 1,100 hostile registrations.
+#[test]
+fn one_user_holding_1100_registrations_does_not_lock_another_user_out() {
+    use std::io::BufRead;
+    use std::os::unix::process::CommandExt;
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        eprintln!("needs root to play two users; skipped");
+        return;
+    }
+    let hostile = 62_000 + std::process::id() % 1000;
+    let scratch = Scratch::new("threat-hog");
+    let mut daemon = Daemon::start_with_descriptors(&scratch, "period_ms = 5\n", Some(1024));
+    let mut hog = Command::new(std::env::current_exe().unwrap())
+        .args([
+            "--exact",
+            "hog_registrations_as_another_user_when_asked",
+            "--nocapture",
+        ])
+        .env("THREAT_MODEL_HOG_SOCKET", &daemon.socket)
+        .env("THREAT_MODEL_HOG_COUNT", "1100")
+        .uid(hostile)
+        .gid(hostile)
+        .current_dir("/")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .expect("start the hostile user's process");
+    let stdout = std::io::BufReader::new(hog.stdout.take().unwrap());
+    let report = stdout
+        .lines()
+        .map_while(Result::ok)
+        .find(|l| l.starts_with("HOG "))
+        .expect("the hostile process reports what it got");
+    eprintln!("{report}");
+    // While the hostile user holds everything it was given:
+    let tenant = unique_name("victim");
+    let (_connection, answer, fds) = daemon.register(&tenant, &[]);
+    let status = daemon.status();
+    let alive = daemon.alive();
+    drop(hog.stdin.take());
+    let _ = hog.wait();
+    assert!(
+        matches!(answer, FromDaemon::Registered { .. }) && fds.len() == 2,
+        "the other user's tenant was not admitted: {answer:?}"
+    );
+    assert!(alive, "the daemon died");
+    let status = status.expect("status answers beside the hostile user");
+    assert!(status.tenants.iter().any(|t| t.name == tenant));
+    let hostile_tenants = status.tenants.iter().filter(|t| t.uid == hostile).count();
+    assert_eq!(hostile_tenants, 128, "max_tenants_per_uid's default");
+    assert!(
+        report.contains("held=512 "),
+        "max_connections_per_uid's default: {report}"
+    );
+    assert!(report.contains("other=None"), "{report}");
+}
+
+/// Issue 50: from about 740 registered tenants the status reply was larger
+/// than a message, and `dilu status` and `top` failed. Now it comes in
+/// parts and `dilu status` lists every tenant beside 1,000 idle ones.
+#[test]
+fn dilu_status_lists_every_tenant_beside_1000_idle_ones() {
+    raise_own_descriptor_limit();
+    let scratch = Scratch::new("threat-many");
+    let daemon = Daemon::start(
+        &scratch,
+        "period_ms = 5\nmax_tenants_per_uid = 2000\nmax_connections_per_uid = 2000\n",
+    );
+    let prefix = unique_name("idle");
+    let started = Instant::now();
+    let mut held = Vec::new();
+    for i in 0..1000 {
+        let (connection, answer, _fds) = daemon.register(&format!("{prefix}-{i:04}"), &[]);
+        assert!(
+            matches!(answer, FromDaemon::Registered { .. }),
+            "tenant {i}: {answer:?}"
+        );
+        held.push(connection);
+    }
+    eprintln!("registered 1000 in {:?}", started.elapsed());
+    let asked = Instant::now();
+    let output = dilu_harness::workspace::output_within(
+        {
+            let mut command = Command::new(dilu());
+            command.arg("status").arg("--socket").arg(&daemon.socket);
+            command
+        },
+        Duration::from_secs(60),
+    );
+    eprintln!("dilu status answered in {:?}", asked.elapsed());
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        output.status.success(),
+        "dilu status failed: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let listed = stdout.lines().filter(|l| l.starts_with(&prefix)).count();
+    assert_eq!(listed, 1000, "tenants listed by dilu status");
+    // The one-message request says why it cannot answer, rather than closing.
+    let connection = seqpacket::connect(&daemon.socket, Some(Duration::from_secs(30))).unwrap();
+    seqpacket::send(
+        &connection,
+        &node_wire::encode(&ToDaemon::Status).unwrap(),
+        &[],
+    )
+    .unwrap();
+    let mut buffer = vec![0u8; seqpacket::MAX_MESSAGE];
+    let (n, _) = seqpacket::recv(&connection, &mut buffer).unwrap();
+    match node_wire::decode::<FromDaemon>(&buffer[..n]).unwrap() {
+        FromDaemon::Error { reason } => assert!(reason.contains("in parts"), "{reason}"),
+        other => panic!("expected an error naming the parts, got {other:?}"),
+    }
+}
+
+/// This test process's soft descriptor limit to its hard one (a test that
+/// holds a thousand connections).
+fn raise_own_descriptor_limit() {
+    let mut limit = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit/setrlimit on an rlimit we own.
+    unsafe {
+        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) == 0 {
+            limit.rlim_cur = limit.rlim_max;
+            libc::setrlimit(libc::RLIMIT_NOFILE, &limit);
+        }
+    }
+}
+
+/// Issue 50, strict wire: a packet over the message size was closed without
+/// a word, and bytes after a valid message were accepted. Both now get an
+/// error reply that says why, and the daemon keeps serving.
+#[test]
+fn oversize_and_trailing_bytes_get_an_error_reply() {
+    let scratch = Scratch::new("threat-wire");
+    let mut daemon = Daemon::start(&scratch, "period_ms = 5\n");
+    let ask = |bytes: &[u8]| -> FromDaemon {
+        let connection = seqpacket::connect(&daemon.socket, Some(Duration::from_secs(30))).unwrap();
+        seqpacket::send(&connection, bytes, &[]).expect("the packet is sent");
+        let mut buffer = vec![0u8; seqpacket::MAX_MESSAGE];
+        let (n, _) = seqpacket::recv(&connection, &mut buffer).expect("an answer, not a reset");
+        assert!(n > 0, "the daemon closed without a reply");
+        node_wire::decode::<FromDaemon>(&buffer[..n]).expect("a valid answer")
+    };
+    let oversize = vec![0u8; seqpacket::MAX_MESSAGE + 4096];
+    match ask(&oversize) {
+        FromDaemon::Error { reason } => assert!(reason.contains("larger than"), "{reason}"),
+        other => panic!("oversize: {other:?}"),
+    }
+    let mut trailing = node_wire::encode(&ToDaemon::Status).unwrap();
+    trailing.extend_from_slice(b"and more");
+    match ask(&trailing) {
+        FromDaemon::Error { reason } => assert!(reason.contains("after the end"), "{reason}"),
+        other => panic!("trailing bytes: {other:?}"),
+    }
+    assert!(daemon.alive());
+    assert!(daemon.status().is_some(), "the daemon still answers");
+}
+
+/// Issue 50: instance files of simulated GPUs whose processes were all
+/// killed stayed in /dev/shm for good. A simgpu process's start now removes
+/// this user's instance files no process holds, and only those.
+#[test]
+fn instance_files_of_killed_runs_are_removed_at_the_next_start() {
+    // SAFETY: getuid has no preconditions.
+    let uid = unsafe { libc::getuid() };
+    let stale = simgpu_instance_file(uid, &unique_name("killed"));
+    std::fs::write(&stale, vec![0u8; 4096]).unwrap();
+    let in_use = simgpu_instance_file(uid, &unique_name("in-use"));
+    std::fs::write(&in_use, vec![0u8; 4096]).unwrap();
+    let holder = std::fs::File::open(&in_use).unwrap();
+    // SAFETY: flock on a descriptor we own (as every user of an instance holds it).
+    assert_eq!(unsafe { libc::flock(holder.as_raw_fd(), libc::LOCK_SH) }, 0);
+    let output = run_tenant(&unique_name("sweeper"), &unique_name("sweeper"), None);
+    let (stale_left, in_use_left) = (stale.exists(), in_use.exists());
+    let _ = std::fs::remove_file(&stale);
+    let _ = std::fs::remove_file(&in_use);
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    assert!(!stale_left, "the unheld instance file was left");
+    assert!(in_use_left, "an instance file in use was removed");
 }
