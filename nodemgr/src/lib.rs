@@ -31,6 +31,7 @@ pub mod metrics;
 pub mod nvml;
 pub mod observe;
 pub mod ops;
+pub mod period;
 pub mod placement;
 pub mod profile_run;
 pub mod registry;

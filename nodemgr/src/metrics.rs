@@ -334,6 +334,8 @@ mod tests {
             tenants: Vec::new(),
             signals: Vec::new(),
             control_periods: 0,
+            control_work_seconds_total: 0.0,
+            control_work_max_ms: 0.0,
             colocation: vec![ColoStatus {
                 group: "gpu".into(),
                 device: 0,
