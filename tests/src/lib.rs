@@ -10,3 +10,4 @@
 pub mod cubin;
 pub mod driver;
 pub mod probe;
+pub mod sim_node;
