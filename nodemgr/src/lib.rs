@@ -25,6 +25,7 @@ pub mod colo_status;
 pub mod config;
 pub mod control;
 pub mod daemon;
+pub mod gpu_view;
 pub mod launch;
 pub mod logging;
 pub mod metrics;

@@ -130,3 +130,18 @@ pub fn tenant<'a>(status: &'a Value, name: &str) -> Option<&'a Value> {
         .iter()
         .find(|t| t["name"] == name && t["pids"].as_array().is_some_and(|p| !p.is_empty()))
 }
+
+/// The GPU section (`gpu3`, `unplaced`) a tenant's row is under in the
+/// `dilu status` table.
+pub fn table_gpu_of(table: &str, tenant: &str) -> Option<String> {
+    let mut section = None;
+    for line in table.lines() {
+        let first = line.split_whitespace().next().unwrap_or_default();
+        if first == "unplaced" || (first.starts_with("gpu") && line.contains(" · ")) {
+            section = Some(first.to_string());
+        } else if first == tenant {
+            return section;
+        }
+    }
+    None
+}

@@ -201,6 +201,27 @@ fn admission_refuses_what_no_single_gpu_can_hold() {
         probes.push(probe);
     }
     assert_eq!(gpus.len(), GPUS as usize, "one GPU each: {gpus:?}");
+    // The operator's table shows each under its own GPU, 60% reserved on each.
+    let table = Command::new(dilu())
+        .args(["status", "--socket"])
+        .arg(node.socket())
+        .output()
+        .unwrap();
+    let table = String::from_utf8_lossy(&table.stdout).into_owned();
+    let status = node.status().unwrap();
+    for t in status["tenants"].as_array().unwrap() {
+        let name = t["name"].as_str().unwrap();
+        assert_eq!(
+            dilu_tests::sim_node::table_gpu_of(&table, name),
+            Some(format!("gpu{}", t["gpu"])),
+            "{table}"
+        );
+    }
+    assert_eq!(
+        table.matches("1 tenant · requests reserve 60%").count(),
+        GPUS as usize,
+        "{table}"
+    );
     let ninth = node
         .command(&dilu(), GPUS)
         .args(["run", "--sim", "--tenant", &unique_name("ninth")])

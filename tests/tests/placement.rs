@@ -63,9 +63,10 @@ fn tenants_that_only_fit_on_separate_gpus_are_placed_on_separate_gpus() {
         .output()
         .unwrap();
     let table = String::from_utf8_lossy(&table.stdout);
-    assert!(
-        table.contains(&format!("{} on gpu{}", names[1], gpus[1])),
-        "{table}"
+    assert_eq!(
+        dilu_tests::sim_node::table_gpu_of(&table, &names[1]),
+        Some(format!("gpu{}", gpus[1])),
+        "the table shows it under its GPU: {table}"
     );
 
     // A third such tenant fits on neither GPU: refused before it starts.
