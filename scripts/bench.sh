@@ -42,11 +42,16 @@
 #   profile    `dilu profile`'s search against Dilu's published HGSS and an
 #              exhaustive search, on Dilu's measured tables (no GPU, no run)
 #                                             -> bench/results/profile.md
+#   control-period
+#              one control period's work (sampling, each GPU's controller,
+#              budgets) on made-up nodes up to 8 GPUs x 64 tenants, per GPU
+#              and as one group
+#                                             -> bench/results/control-period.md
 #   peers      dilu and HAMi-core's libvgpu.so side by side on simgpu + its NVML
 #              (needs HAMI_CORE_SRC=<HAMi-core checkout>; see scripts/peers.sh --help)
 #                                             -> bench/results/peers.md
 #
-# usage: scripts/bench.sh [all | overhead | startup | sm | syscalls | placement | demo | colocation | cluster | placement-latency | openb-lists | scaling | profile ...] [-- ARGS]
+# usage: scripts/bench.sh [all | overhead | startup | sm | syscalls | placement | demo | colocation | cluster | placement-latency | openb-lists | scaling | profile | control-period ...] [-- ARGS]
 #   ARGS go to the one benchmark named, e.g. `scripts/bench.sh startup -- --runs 50`
 #   or `scripts/bench.sh overhead -- cuLaunchKernel` (a criterion filter)
 #   or `scripts/bench.sh demo -- --seconds 10` (per controller; default 5)
@@ -58,10 +63,10 @@ cd "$(dirname "$0")/.."
 targets=()
 while [ $# -gt 0 ] && [ "$1" != "--" ]; do
   case $1 in
-    all) targets+=(overhead startup sm syscalls placement demo colocation cluster placement-latency openb-lists scaling profile) ;;
-    overhead | startup | sm | syscalls | placement | demo | colocation | cluster | placement-latency | openb-lists | scaling | profile | peers) targets+=("$1") ;;
+    all) targets+=(overhead startup sm syscalls placement demo colocation cluster placement-latency openb-lists scaling profile control-period) ;;
+    overhead | startup | sm | syscalls | placement | demo | colocation | cluster | placement-latency | openb-lists | scaling | profile | control-period | peers) targets+=("$1") ;;
     -h | --help) awk 'NR > 1 && !/^#/ { exit } NR > 1 { sub(/^# ?/, ""); print }' "$0"; exit 0 ;;
-    *) echo "bench: unknown benchmark '$1' (all, overhead, startup, sm, syscalls, placement, demo, colocation, cluster, placement-latency, openb-lists, scaling, profile, peers)" >&2; exit 2 ;;
+    *) echo "bench: unknown benchmark '$1' (all, overhead, startup, sm, syscalls, placement, demo, colocation, cluster, placement-latency, openb-lists, scaling, profile, control-period, peers)" >&2; exit 2 ;;
   esac
   shift
 done
@@ -77,7 +82,7 @@ fi
 needs_gpu_side=
 for target in "${targets[@]}"; do
   case $target in
-    profile | cluster | placement-latency | openb-lists | scaling) ;;
+    profile | cluster | placement-latency | openb-lists | scaling | control-period) ;;
     *) needs_gpu_side=yes ;;
   esac
 done
@@ -169,6 +174,23 @@ for target in "${targets[@]}"; do
           bench/data/dilu-profiles/*.csv --held-out bench/data/dilu-profiles-heldout/*.csv
       } >bench/results/profile.md.new && mv bench/results/profile.md.new bench/results/profile.md || failed+=(profile)
       results+=(bench/results/profile.md) ;;
+    control-period)
+      {
+        echo "# One control period's work on a full node"
+        echo
+        echo "Command: \`scripts/bench.sh control-period${extra[*]:+ -- ${extra[*]}}\` (runs the \`control-period\` binary of"
+        echo "\`dilu-nodemgr\`, release build). Each row times the work the daemon's control loop"
+        echo "does under the registry lock every period (5 ms by default): sample every tenant's"
+        echo "telemetry, run each GPU's controller over that GPU's tenants, write the budgets. The"
+        echo "tenants are made up (one in four serves requests with a 50 ms SLO, the rest train; all"
+        echo "launch between periods), placed round-robin on the GPUs; \"one group\" runs the same"
+        echo "tenants through one controller, as the node manager did before control was per GPU."
+        echo "CPU time is the control thread's own (it leaves out time other processes ran instead);"
+        echo "wall time includes it. Machine: $(nproc) cores, load average $(cut -d' ' -f1-3 /proc/loadavg) at the start."
+        echo
+        cargo run --release -q -p dilu-nodemgr --bin control-period -- "${extra[@]}"
+      } >bench/results/control-period.md.new && mv bench/results/control-period.md.new bench/results/control-period.md || failed+=(control-period)
+      results+=(bench/results/control-period.md) ;;
     peers)
       scripts/peers.sh "${extra[@]}" || failed+=(peers)
       results+=(bench/results/peers.md) ;;

@@ -23,10 +23,16 @@ pub const CONTROL_WINDOW_NS: u64 = 200_000_000;
 pub const WAITING_WINDOW_NS: u64 = 100_000_000;
 /// Window of the operator figures (status, metrics).
 pub const STATUS_WINDOW_NS: u64 = 1_000_000_000;
+/// Periods within this long of each other share a slice of the ring (the
+/// windows above move by this much at a time).
+pub const SLICE_NS: u64 = 20_000_000;
 
 type Hist = [u64; BUCKETS];
 
+/// The periods of one slice of the ring.
 struct Slice {
+    /// Its first period's end, and its last's.
+    started_ns: u64,
     at_ns: u64,
     wall_ns: u64,
     busy_ns: u64,
@@ -204,14 +210,28 @@ impl Sampler {
             mean_ns(&latencies)
         };
         add(&mut self.window, &latencies);
-        self.ring.push_back(Slice {
-            at_ns: now_ns,
-            wall_ns,
-            busy_ns,
-            launches,
-            latencies,
-        });
-        self.window_len += 1;
+        // Periods are folded into slices of SLICE_NS: the ring, and what a
+        // period writes and drops, stay small on a node of many tenants.
+        match self.ring.back_mut() {
+            Some(last) if last.started_ns.saturating_add(SLICE_NS) > now_ns => {
+                last.at_ns = now_ns;
+                last.wall_ns = last.wall_ns.saturating_add(wall_ns);
+                last.busy_ns = last.busy_ns.saturating_add(busy_ns);
+                last.launches = last.launches.saturating_add(launches);
+                add(&mut last.latencies, &latencies);
+            }
+            _ => {
+                self.ring.push_back(Slice {
+                    started_ns: now_ns,
+                    at_ns: now_ns,
+                    wall_ns,
+                    busy_ns,
+                    launches,
+                    latencies,
+                });
+                self.window_len += 1;
+            }
+        }
         while self.window_len > 0 {
             let oldest = &self.ring[self.ring.len() - self.window_len];
             if oldest.at_ns.saturating_add(CONTROL_WINDOW_NS) >= now_ns {

@@ -195,4 +195,55 @@ mod tests {
             "a short list decides nothing"
         );
     }
+
+    /// A co-location primary and its filler on gpu0 get, period after
+    /// period, exactly the shares they get with gpu1 empty, while gpu1's
+    /// tenants are saturated, under every law.
+    #[test]
+    fn a_gpus_shares_do_not_move_when_another_gpu_is_saturated() {
+        let mut primary = busy(tenant(WorkClass::Latency, 40, 100), 30);
+        primary.colo_primary = true;
+        let gpu0 = [
+            with_latency(primary, 45, 40),
+            busy(tenant(WorkClass::Batch, 10, 100), 60),
+        ];
+        let mut saturated = busy(tenant(WorkClass::Batch, 50, 100), 100);
+        saturated.throttled_ns = 2_000_000;
+        let gpu1 = [
+            saturated.clone(),
+            saturated,
+            busy(tenant(WorkClass::Latency, 0, 100), 90),
+        ];
+        for name in super::super::NAMES {
+            let mut alone = PerGpu::new(name).unwrap();
+            alone.assign(0, [(Some(0), "primary"), (Some(0), "filler")]);
+            let mut node = PerGpu::new(name).unwrap();
+            let names = ["primary", "x", "filler", "y", "z"];
+            let gpus = [Some(0), Some(1), Some(0), Some(1), Some(1)];
+            node.assign(0, gpus.into_iter().zip(names));
+            for period in 0..50u64 {
+                let now = period * 5_000_000;
+                let mut mine = Vec::new();
+                alone.step(now, &gpu0, &mut mine);
+                let all = [
+                    gpu0[0].clone(),
+                    gpu1[0].clone(),
+                    gpu0[1].clone(),
+                    gpu1[1].clone(),
+                    gpu1[2].clone(),
+                ];
+                let mut shares = Vec::new();
+                node.step(now, &all, &mut shares);
+                assert_eq!(
+                    (shares[0], shares[2]),
+                    (mine[0], mine[1]),
+                    "{name}, period {period}"
+                );
+                assert!(
+                    shares[0] >= 400_000,
+                    "{name}: the primary keeps its request"
+                );
+            }
+        }
+    }
 }
