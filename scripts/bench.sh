@@ -47,11 +47,15 @@
 #              budgets) on made-up nodes up to 8 GPUs x 64 tenants, per GPU
 #              and as one group
 #                                             -> bench/results/control-period.md
+#   multigpu   an 8-GPU simgpu node with 24 tenants of mixed classes placed by
+#              the node manager, under dilu and static: per-GPU busy time, SLO
+#              violations, training throughput, control work per period
+#                                             -> bench/results/multigpu.md
 #   peers      dilu and HAMi-core's libvgpu.so side by side on simgpu + its NVML
 #              (needs HAMI_CORE_SRC=<HAMi-core checkout>; see scripts/peers.sh --help)
 #                                             -> bench/results/peers.md
 #
-# usage: scripts/bench.sh [all | overhead | startup | sm | syscalls | placement | demo | colocation | cluster | placement-latency | openb-lists | scaling | profile | control-period ...] [-- ARGS]
+# usage: scripts/bench.sh [all | overhead | startup | sm | syscalls | placement | demo | colocation | cluster | placement-latency | openb-lists | scaling | profile | control-period | multigpu ...] [-- ARGS]
 #   ARGS go to the one benchmark named, e.g. `scripts/bench.sh startup -- --runs 50`
 #   or `scripts/bench.sh overhead -- cuLaunchKernel` (a criterion filter)
 #   or `scripts/bench.sh demo -- --seconds 10` (per controller; default 5)
@@ -63,10 +67,10 @@ cd "$(dirname "$0")/.."
 targets=()
 while [ $# -gt 0 ] && [ "$1" != "--" ]; do
   case $1 in
-    all) targets+=(overhead startup sm syscalls placement demo colocation cluster placement-latency openb-lists scaling profile control-period) ;;
-    overhead | startup | sm | syscalls | placement | demo | colocation | cluster | placement-latency | openb-lists | scaling | profile | control-period | peers) targets+=("$1") ;;
+    all) targets+=(overhead startup sm syscalls placement demo colocation cluster placement-latency openb-lists scaling profile control-period multigpu) ;;
+    overhead | startup | sm | syscalls | placement | demo | colocation | cluster | placement-latency | openb-lists | scaling | profile | control-period | multigpu | peers) targets+=("$1") ;;
     -h | --help) awk 'NR > 1 && !/^#/ { exit } NR > 1 { sub(/^# ?/, ""); print }' "$0"; exit 0 ;;
-    *) echo "bench: unknown benchmark '$1' (all, overhead, startup, sm, syscalls, placement, demo, colocation, cluster, placement-latency, openb-lists, scaling, profile, control-period, peers)" >&2; exit 2 ;;
+    *) echo "bench: unknown benchmark '$1' (all, overhead, startup, sm, syscalls, placement, demo, colocation, cluster, placement-latency, openb-lists, scaling, profile, control-period, multigpu, peers)" >&2; exit 2 ;;
   esac
   shift
 done
@@ -191,6 +195,9 @@ for target in "${targets[@]}"; do
         cargo run --release -q -p dilu-nodemgr --bin control-period -- "${extra[@]}"
       } >bench/results/control-period.md.new && mv bench/results/control-period.md.new bench/results/control-period.md || failed+=(control-period)
       results+=(bench/results/control-period.md) ;;
+    multigpu)
+      python3 scripts/multigpu_bench.py target/release bench/results/multigpu.md "${extra[@]}" >/dev/null || failed+=(multigpu)
+      results+=(bench/results/multigpu.md) ;;
     peers)
       scripts/peers.sh "${extra[@]}" || failed+=(peers)
       results+=(bench/results/peers.md) ;;
