@@ -127,7 +127,7 @@ def report(controller, samples, placed, results, final):
     periods = final["control_periods"] if final else 0
     if periods:
         lines.append(
-            f"Control loop: {periods} periods, mean work "
+            f"Control loop: {periods} periods, mean CPU time "
             f"{final['control_work_seconds_total'] * 1e6 / periods:.1f} µs per period, "
             f"longest {final['control_work_max_ms']:.2f} ms.")
         lines.append("")

@@ -299,8 +299,9 @@ pub struct NodeStatus {
     pub signals: Vec<ScaleSignal>,
     /// Control periods the daemon has run since it started.
     pub control_periods: u64,
-    /// Time the control loop spent on the work of those periods (sampling,
-    /// every GPU's controller, budgets), in all and the longest period.
+    /// CPU time the control loop spent on the work of those periods
+    /// (sampling, every GPU's controller, budgets), in all and the longest
+    /// period.
     #[serde(default)]
     pub control_work_seconds_total: f64,
     #[serde(default)]

@@ -237,7 +237,7 @@ pub fn render(status: &NodeStatus) -> String {
     plain_gauge(
         &mut registry,
         "dilu_nodemgr_control_work_seconds",
-        "Mean time one control period's work took (sampling, every GPU's controller, budgets).",
+        "Mean CPU time of one control period's work (sampling, every GPU's controller, budgets).",
         status.control_work_seconds_total / status.control_periods.max(1) as f64,
     );
     let tenant_labels = |t: &TenantStatus| -> Labels {

@@ -69,7 +69,7 @@ pub fn format_status(status: &NodeStatus) -> String {
     let mut out = String::new();
     let work = if status.control_periods > 0 {
         format!(
-            " · control {:.3} ms/period (max {:.2} ms)",
+            " · control CPU {:.3} ms/period (max {:.2} ms)",
             status.control_work_seconds_total * 1e3 / status.control_periods as f64,
             status.control_work_max_ms
         )
