@@ -50,11 +50,20 @@
 #              SIGKILLed and restarted, budget changes, hostile clients;
 #              invariants checked throughout (default 300 s, 6 tenants)
 #                                             -> bench/results/soak.md
+#   control-period
+#              one control period's work (sampling, each GPU's controller,
+#              budgets) on made-up nodes up to 8 GPUs x 64 tenants, per GPU
+#              and as one group
+#                                             -> bench/results/control-period.md
+#   multigpu   an 8-GPU simgpu node with 24 tenants of mixed classes placed by
+#              the node manager, under dilu and static: per-GPU busy time, SLO
+#              violations, training throughput, control work per period
+#                                             -> bench/results/multigpu.md
 #   peers      dilu and HAMi-core's libvgpu.so side by side on simgpu + its NVML
 #              (needs HAMI_CORE_SRC=<HAMi-core checkout>; see scripts/peers.sh --help)
 #                                             -> bench/results/peers.md
 #
-# usage: scripts/bench.sh [all | overhead | startup | sm | syscalls | placement | demo | colocation | ablation | cluster | placement-latency | openb-lists | scaling | profile | soak ...] [-- ARGS]
+# usage: scripts/bench.sh [all | overhead | startup | sm | syscalls | placement | demo | colocation | ablation | cluster | placement-latency | openb-lists | scaling | profile | soak | control-period | multigpu ...] [-- ARGS]
 #   ARGS go to the one benchmark named, e.g. `scripts/bench.sh startup -- --runs 50`
 #   or `scripts/bench.sh overhead -- cuLaunchKernel` (a criterion filter)
 #   or `scripts/bench.sh demo -- --seconds 10` (per controller; default 5)
@@ -67,10 +76,10 @@ cd "$(dirname "$0")/.."
 targets=()
 while [ $# -gt 0 ] && [ "$1" != "--" ]; do
   case $1 in
-    all) targets+=(overhead startup sm syscalls placement demo colocation cluster placement-latency openb-lists scaling profile) ;;
-    overhead | startup | sm | syscalls | placement | demo | colocation | ablation | cluster | placement-latency | openb-lists | scaling | profile | soak | peers) targets+=("$1") ;;
+    all) targets+=(overhead startup sm syscalls placement demo colocation cluster placement-latency openb-lists scaling profile control-period multigpu) ;;
+    overhead | startup | sm | syscalls | placement | demo | colocation | ablation | cluster | placement-latency | openb-lists | scaling | profile | soak | control-period | multigpu | peers) targets+=("$1") ;;
     -h | --help) awk 'NR > 1 && !/^#/ { exit } NR > 1 { sub(/^# ?/, ""); print }' "$0"; exit 0 ;;
-    *) echo "bench: unknown benchmark '$1' (all, overhead, startup, sm, syscalls, placement, demo, colocation, ablation, cluster, placement-latency, openb-lists, scaling, profile, soak, peers)" >&2; exit 2 ;;
+    *) echo "bench: unknown benchmark '$1' (all, overhead, startup, sm, syscalls, placement, demo, colocation, ablation, cluster, placement-latency, openb-lists, scaling, profile, soak, control-period, multigpu, peers)" >&2; exit 2 ;;
   esac
   shift
 done
@@ -86,7 +95,7 @@ fi
 needs_gpu_side=
 for target in "${targets[@]}"; do
   case $target in
-    profile | cluster | placement-latency | openb-lists | scaling) ;;
+    profile | cluster | placement-latency | openb-lists | scaling | control-period) ;;
     *) needs_gpu_side=yes ;;
   esac
 done
@@ -195,6 +204,26 @@ for target in "${targets[@]}"; do
       target/release/soak --report bench/results/soak.md.new "${extra[@]}" \
         && mv bench/results/soak.md.new bench/results/soak.md || failed+=(soak)
       results+=(bench/results/soak.md) ;;
+    control-period)
+      {
+        echo "# One control period's work on a full node"
+        echo
+        echo "Command: \`scripts/bench.sh control-period${extra[*]:+ -- ${extra[*]}}\` (runs the \`control-period\` binary of"
+        echo "\`dilu-nodemgr\`, release build). Each row times the work the daemon's control loop"
+        echo "does under the registry lock every period (5 ms by default): sample every tenant's"
+        echo "telemetry, run each GPU's controller over that GPU's tenants, write the budgets. The"
+        echo "tenants are made up (one in four serves requests with a 50 ms SLO, the rest train; all"
+        echo "launch between periods), placed round-robin on the GPUs; \"one group\" runs the same"
+        echo "tenants through one controller, as the node manager did before control was per GPU."
+        echo "CPU time is the control thread's own (it leaves out time other processes ran instead);"
+        echo "wall time includes it. Machine: $(nproc) cores, load average $(cut -d' ' -f1-3 /proc/loadavg) at the start."
+        echo
+        cargo run --release -q -p dilu-nodemgr --bin control-period -- "${extra[@]}"
+      } >bench/results/control-period.md.new && mv bench/results/control-period.md.new bench/results/control-period.md || failed+=(control-period)
+      results+=(bench/results/control-period.md) ;;
+    multigpu)
+      python3 scripts/multigpu_bench.py target/release bench/results/multigpu.md "${extra[@]}" >/dev/null || failed+=(multigpu)
+      results+=(bench/results/multigpu.md) ;;
     peers)
       scripts/peers.sh "${extra[@]}" || failed+=(peers)
       results+=(bench/results/peers.md) ;;

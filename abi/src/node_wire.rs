@@ -242,6 +242,9 @@ pub enum ScaleAdvice {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ScaleSignal {
     pub tenant: String,
+    /// The GPU the tenant is on (as in [`TenantStatus::gpu`]).
+    #[serde(default)]
+    pub gpu: Option<u32>,
     pub advice: ScaleAdvice,
     /// How long the condition has held.
     pub for_seconds: f64,
@@ -308,6 +311,13 @@ pub struct NodeStatus {
     pub signals: Vec<ScaleSignal>,
     /// Control periods the daemon has run since it started.
     pub control_periods: u64,
+    /// CPU time the control loop spent on the work of those periods
+    /// (sampling, every GPU's controller, budgets), in all and the longest
+    /// period.
+    #[serde(default)]
+    pub control_work_seconds_total: f64,
+    #[serde(default)]
+    pub control_work_max_ms: f64,
     /// Work-conserving co-location, one entry per GPU with a primary among
     /// this daemon's tenants.
     #[serde(default)]

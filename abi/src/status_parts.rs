@@ -198,9 +198,12 @@ mod tests {
                     advice: ScaleAdvice::ScaleIn,
                     for_seconds: 300.0,
                     reason: "no kernel launched".into(),
+                    gpu: Some((i % 8) as u32),
                 })
                 .collect(),
             control_periods: 7,
+            control_work_seconds_total: 0.5,
+            control_work_max_ms: 0.2,
             colocation: Vec::new(),
         }
     }

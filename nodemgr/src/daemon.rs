@@ -19,7 +19,7 @@
 
 use crate::audit::{self, AuditAction, UsageSource};
 use crate::config::Config;
-use crate::control::{self, Controller};
+use crate::control::per_gpu::PerGpu;
 use crate::registry::{Registry, SavedTenant};
 use crate::{metrics, nvml, server};
 use dilu_abi::node_wire::{GpuStatus, NodeStatus, ScaleAdvice, ScaleSignal, WorkClass};
@@ -37,7 +37,8 @@ pub const STATE_FILE: &str = "state.json";
 pub struct Shared {
     pub config: Config,
     pub registry: Mutex<Registry>,
-    pub controller: Mutex<Box<dyn Controller>>,
+    /// One controller per GPU ([`PerGpu`]).
+    pub controller: Mutex<PerGpu>,
     pub signals: Mutex<Vec<ScaleSignal>>,
     pub gpus: Mutex<Vec<GpuStatus>>,
     pub stopping: AtomicBool,
@@ -46,6 +47,10 @@ pub struct Shared {
     pub periods: AtomicU64,
     /// Open connections per uid (`max_connections_per_uid`).
     pub connections: Arc<crate::peer_limits::ConnectionCounts>,
+    /// CPU time the control loop spent on its periods' work, in all and at
+    /// most.
+    pub period_work_ns: AtomicU64,
+    pub period_work_max_ns: AtomicU64,
 }
 
 impl Shared {
@@ -66,6 +71,8 @@ impl Shared {
             tenants,
             signals: self.signals.lock().expect("signals lock").clone(),
             control_periods: self.periods.load(Ordering::Relaxed),
+            control_work_seconds_total: self.period_work_ns.load(Ordering::Relaxed) as f64 / 1e9,
+            control_work_max_ms: self.period_work_max_ns.load(Ordering::Relaxed) as f64 / 1e6,
             colocation,
         }
     }
@@ -126,7 +133,7 @@ impl Daemon {
     /// Starts the daemon's threads. Tenants of a previous daemon (from the
     /// state file) are waited for.
     pub fn start(config: Config) -> Result<Daemon, String> {
-        let controller = control::by_name(&config.controller)?;
+        let controller = PerGpu::new(&config.controller)?;
         std::fs::create_dir_all(&config.run_dir)
             .map_err(|e| with_hint(format!("{}: {e}", config.run_dir.display()), &e))?;
         if let Some(dir) = config.socket.parent() {
@@ -164,6 +171,8 @@ impl Daemon {
             stopping: AtomicBool::new(false),
             started: Instant::now(),
             periods: AtomicU64::new(0),
+            period_work_ns: AtomicU64::new(0),
+            period_work_max_ns: AtomicU64::new(0),
         });
         let mut threads = Vec::new();
         let mut metrics_addr = None;
@@ -189,7 +198,7 @@ impl Daemon {
 
     /// Switches the control law (the demo compares them on one daemon).
     pub fn set_controller(&self, name: &str) -> Result<(), String> {
-        *self.shared.controller.lock().expect("controller lock") = control::by_name(name)?;
+        *self.shared.controller.lock().expect("controller lock") = PerGpu::new(name)?;
         Ok(())
     }
 
@@ -245,8 +254,7 @@ struct SignalState {
 
 fn control_loop(shared: Arc<Shared>) {
     let period = shared.config.period;
-    let mut epoch = u64::MAX;
-    let mut names: Vec<String> = Vec::new();
+    let mut state = crate::period::PeriodState::default();
     let mut next = Instant::now();
     let mut timers: BTreeMap<String, SignalState> = BTreeMap::new();
     while !shared.stopping.load(Ordering::Acquire) {
@@ -257,33 +265,32 @@ fn control_loop(shared: Arc<Shared>) {
         } else {
             next = now; // overran: do not try to catch up
         }
+        let started = thread_cpu_ns();
         let now_ns = dilu_layout::monotonic_ns();
-        // Memory only from here: telemetry (size-sealed memfds), the
-        // controller, the budgets (sealed memfds the daemon writes).
         let registry = &mut *shared.registry.lock().expect("registry lock");
-        let mut observations = Vec::with_capacity(registry.tenants.len());
-        for tenant in registry.tenants.values_mut() {
-            let share = tenant.share_ppm;
-            let o = tenant
-                .sampler
-                .observe(&tenant.regions.activity, now_ns, &tenant.spec, share);
-            observations.push(o);
-        }
         {
-            let mut controller = shared.controller.lock().expect("controller lock");
-            if registry.epoch != epoch {
-                epoch = registry.epoch;
-                names = registry.tenants.keys().cloned().collect();
-                controller.reset();
-            }
-            let shares = controller.step(now_ns, &observations);
-            for (name, share) in names.iter().zip(shares) {
-                registry.set_share(name, share);
-            }
+            let mut controllers = shared.controller.lock().expect("controller lock");
+            crate::period::run(registry, &mut controllers, &mut state, now_ns);
         }
-        update_signals(&shared, registry, &observations, &names, &mut timers);
+        update_signals(&shared, registry, &state, &mut timers);
+        // CPU time: on a busy node the wall time would count the time
+        // other processes ran instead of this thread.
+        let work = thread_cpu_ns().saturating_sub(started);
+        shared.period_work_ns.fetch_add(work, Ordering::Relaxed);
+        shared.period_work_max_ns.fetch_max(work, Ordering::Relaxed);
         shared.periods.fetch_add(1, Ordering::Relaxed);
     }
+}
+
+/// CPU time the calling thread has used (ns).
+fn thread_cpu_ns() -> u64 {
+    let mut t = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: clock_gettime writes into a valid, owned timespec.
+    unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut t) };
+    (t.tv_sec as u64).saturating_mul(1_000_000_000) + t.tv_nsec as u64
 }
 
 /// What may touch files or devices: tenants' ledgers (read as copies, never
@@ -378,13 +385,13 @@ fn audit_memory(shared: &Shared, source: &mut dyn UsageSource, failed: &mut bool
 fn update_signals(
     shared: &Shared,
     registry: &Registry,
-    observations: &[control::Observation],
-    names: &[String],
+    state: &crate::period::PeriodState,
     timers: &mut BTreeMap<String, SignalState>,
 ) {
     timers.retain(|name, _| registry.tenants.contains_key(name));
     let mut signals = Vec::new();
-    for (name, o) in names.iter().zip(observations) {
+    let tenants = state.names.iter().zip(&state.gpus);
+    for ((name, &gpu), o) in tenants.zip(&state.observations) {
         let timer = timers.entry(name.clone()).or_default();
         let at_limit = o.share_ppm >= o.limit_ppm && o.saturated();
         let missing = o.class == WorkClass::Latency && o.slo_pressure() > 1.0 && at_limit;
@@ -408,6 +415,7 @@ fn update_signals(
         {
             signals.push(ScaleSignal {
                 tenant: name.clone(),
+                gpu,
                 advice: ScaleAdvice::ScaleOut,
                 for_seconds: since.elapsed().as_secs_f64(),
                 reason: "at its SM limit and over its SLO".into(),
@@ -417,6 +425,7 @@ fn update_signals(
         {
             signals.push(ScaleSignal {
                 tenant: name.clone(),
+                gpu,
                 advice: ScaleAdvice::ScaleIn,
                 for_seconds: since.elapsed().as_secs_f64(),
                 reason: "no kernel launched".into(),

@@ -1,5 +1,6 @@
 //! Prometheus metrics (`/metrics`) and a small JSON API (`/api/status`,
-//! `/api/signals`, for the cluster layer) over HTTP.
+//! `/api/signals`, for the cluster layer; `/api/gpus`, the node GPU by GPU)
+//! over HTTP. Every per-tenant series carries the tenant's GPU as `gpu`.
 //!
 //! Names carry the `dilu_` prefix and base units (seconds, bytes, ratios
 //! 0–1), counters end in `_total`; labels are `gpu`, `uuid` and `tenant`
@@ -165,9 +166,53 @@ const COLO_COUNTERS: [(&str, &str, ColoValue); 5] = [
     ),
 ];
 
-fn colo_labels(c: &ColoStatus) -> Labels {
+/// A `gpu` label: the NVML index, or `none` for tenants the node manager
+/// did not place on a node with several GPUs.
+fn gpu_label(gpu: Option<u32>) -> String {
+    gpu.map_or("none".into(), |g| g.to_string())
+}
+
+/// A tenant's `gpu` and `uuid` labels.
+fn tenant_gpu(status: &NodeStatus, t: &TenantStatus) -> (String, String) {
+    let gpu = crate::gpu_view::gpu_of(status, t);
+    let uuid = status
+        .gpus
+        .iter()
+        .find(|g| Some(g.index) == gpu)
+        .map_or("unknown".into(), |g| g.uuid.clone());
+    (gpu_label(gpu), uuid)
+}
+
+type ViewValue = fn(&crate::gpu_view::GpuView) -> f64;
+
+/// Per-GPU gauges of the node manager's own view (`gpu="none"`: tenants it
+/// did not place, on a node with several GPUs).
+const GPU_VIEW_GAUGES: [(&str, &str, ViewValue); 3] = [
+    ("dilu_gpu_tenants", "Tenants on the GPU.", |v| {
+        v.tenants.len() as f64
+    }),
+    (
+        "dilu_gpu_sm_reserved_ratio",
+        "SM-time share the GPU's tenants' requests reserve (0-1).",
+        |v| v.reserved_pct / 100.0,
+    ),
+    (
+        "dilu_gpu_sm_achieved_ratio",
+        "Device time the GPU's tenants used over the last second, summed (0-1).",
+        |v| v.achieved_pct / 100.0,
+    ),
+];
+
+/// Labels of a co-location board's series: the primary's GPU (the board's
+/// device is an ordinal inside the primary's process), group and tenant.
+fn colo_labels(status: &NodeStatus, c: &ColoStatus) -> Labels {
+    let gpu = status
+        .tenants
+        .iter()
+        .find(|t| t.name == c.primary_tenant)
+        .map_or(c.device.to_string(), |t| tenant_gpu(status, t).0);
     vec![
-        ("gpu".into(), c.device.to_string()),
+        ("gpu".into(), gpu),
         ("group".into(), c.group.clone()),
         ("tenant".into(), c.primary_tenant.clone()),
     ]
@@ -194,15 +239,17 @@ pub fn render(status: &NodeStatus) -> String {
         "Time since the node manager started.",
         status.uptime_seconds,
     );
-    let (gpu, uuid) = status
-        .gpus
-        .first()
-        .map(|g| (g.index.to_string(), g.uuid.clone()))
-        .unwrap_or_else(|| ("0".into(), "unknown".into()));
+    plain_gauge(
+        &mut registry,
+        "dilu_nodemgr_control_work_seconds",
+        "Mean CPU time of one control period's work (sampling, every GPU's controller, budgets).",
+        status.control_work_seconds_total / status.control_periods.max(1) as f64,
+    );
     let tenant_labels = |t: &TenantStatus| -> Labels {
+        let (gpu, uuid) = tenant_gpu(status, t);
         vec![
-            ("gpu".into(), gpu.clone()),
-            ("uuid".into(), uuid.clone()),
+            ("gpu".into(), gpu),
+            ("uuid".into(), uuid),
             ("tenant".into(), t.name.clone()),
         ]
     };
@@ -237,11 +284,19 @@ pub fn render(status: &NodeStatus) -> String {
         }
         registry.register(name, help, family);
     }
+    for (name, help, value) in GPU_VIEW_GAUGES {
+        let family = GaugeFamily::default();
+        for view in crate::gpu_view::by_gpu(status) {
+            let labels = vec![("gpu".into(), gpu_label(view.gpu))];
+            family.get_or_create(&labels).set(value(&view));
+        }
+        registry.register(name, help, family);
+    }
     for (name, help, value) in COLO_COUNTERS {
         let family = CounterFamily::default();
         for c in &status.colocation {
             family
-                .get_or_create(&colo_labels(c))
+                .get_or_create(&colo_labels(status, c))
                 .inc_by(value(c).max(0.0));
         }
         registry.register(name, help, family);
@@ -249,7 +304,7 @@ pub fn render(status: &NodeStatus) -> String {
     let slowdown = GaugeFamily::default();
     for c in &status.colocation {
         slowdown
-            .get_or_create(&colo_labels(c))
+            .get_or_create(&colo_labels(status, c))
             .set(c.primary_slowdown);
     }
     registry.register(
@@ -264,6 +319,7 @@ pub fn render(status: &NodeStatus) -> String {
             ScaleAdvice::ScaleIn => "in",
         };
         let labels = vec![
+            ("gpu".into(), gpu_label(s.gpu)),
             ("tenant".into(), s.tenant.clone()),
             ("advice".into(), advice.into()),
         ];
@@ -315,8 +371,13 @@ pub fn serve(shared: Arc<Shared>, server: tiny_http::Server) {
                 serde_json::to_string(&shared.status().signals).unwrap_or_default(),
             )
             .with_header(header("application/json")),
+            "/api/gpus" => tiny_http::Response::from_string(
+                serde_json::to_string(&crate::gpu_view::by_gpu(&shared.status()))
+                    .unwrap_or_default(),
+            )
+            .with_header(header("application/json")),
             _ => tiny_http::Response::from_string(
-                "not found: try /metrics, /api/status, /api/signals\n",
+                "not found: try /metrics, /api/status, /api/signals, /api/gpus\n",
             )
             .with_status_code(404),
         };
@@ -339,6 +400,8 @@ mod tests {
             tenants: Vec::new(),
             signals: Vec::new(),
             control_periods: 0,
+            control_work_seconds_total: 0.0,
+            control_work_max_ms: 0.0,
             colocation: vec![ColoStatus {
                 group: "gpu".into(),
                 device: 0,
@@ -364,6 +427,65 @@ mod tests {
             format!("dilu_colo_primary_slowdown_ratio{labels} 0.01"),
         ] {
             assert!(text.contains(&line), "{line} missing:\n{text}");
+        }
+    }
+
+    #[test]
+    fn per_tenant_series_carry_the_tenants_gpu() {
+        use dilu_abi::node_wire::{GpuStatus, TenantSpec};
+        let gpu = |index: u32| GpuStatus {
+            index,
+            uuid: format!("GPU-{index}"),
+            name: "Sim".into(),
+            utilization: None,
+            memory_used_bytes: None,
+            memory_total_bytes: None,
+        };
+        let tenant = |name: &str, gpu: Option<u32>| TenantStatus {
+            name: name.into(),
+            uid: 0,
+            spec: TenantSpec {
+                sm_request_pct: 40.0,
+                ..TenantSpec::default()
+            },
+            pids: vec![1],
+            mem_used_bytes: 0,
+            mem_budget_bytes: None,
+            mem_audited_bytes: None,
+            sm_current_pct: 100.0,
+            sm_achieved_pct: 50.0,
+            busy_seconds_total: 1.0,
+            launches_total: 1,
+            throttled_seconds_total: 0.0,
+            p99_ms: None,
+            latency_reports_total: 0,
+            latency_seconds_total: 0.0,
+            bubble_ratio: 0.5,
+            gpu,
+            waiting: false,
+            over_admitted: None,
+        };
+        let status = NodeStatus {
+            controller: "dilu".into(),
+            period_ms: 5.0,
+            uptime_seconds: 1.0,
+            gpus: vec![gpu(0), gpu(1)],
+            tenants: vec![tenant("a", Some(1)), tenant("b", None)],
+            signals: Vec::new(),
+            control_periods: 0,
+            control_work_seconds_total: 0.0,
+            control_work_max_ms: 0.0,
+            colocation: Vec::new(),
+        };
+        let text = render(&status);
+        for line in [
+            r#"dilu_tenant_sm_share_ratio{gpu="1",uuid="GPU-1",tenant="a"} 1.0"#,
+            r#"dilu_tenant_sm_share_ratio{gpu="none",uuid="unknown",tenant="b"} 1.0"#,
+            r#"dilu_gpu_tenants{gpu="0"} 0.0"#,
+            r#"dilu_gpu_tenants{gpu="1"} 1.0"#,
+            r#"dilu_gpu_sm_reserved_ratio{gpu="1"} 0.4"#,
+        ] {
+            assert!(text.contains(line), "{line} missing:\n{text}");
         }
     }
 }

@@ -23,10 +23,16 @@ pub const CONTROL_WINDOW_NS: u64 = 200_000_000;
 pub const WAITING_WINDOW_NS: u64 = 100_000_000;
 /// Window of the operator figures (status, metrics).
 pub const STATUS_WINDOW_NS: u64 = 1_000_000_000;
+/// Periods within this long of each other share a slice of the ring (the
+/// windows above move by this much at a time).
+pub const SLICE_NS: u64 = 20_000_000;
 
 type Hist = [u64; BUCKETS];
 
+/// The periods of one slice of the ring.
 struct Slice {
+    /// Its first period's end, and its last's.
+    started_ns: u64,
     at_ns: u64,
     wall_ns: u64,
     busy_ns: u64,
@@ -38,32 +44,58 @@ struct Slice {
 #[derive(Clone, Copy)]
 struct Reading {
     device: DeviceSnapshot,
+    /// The latencies the program reports once it has reported any, else
+    /// its intervals between synchronisations (only the one the sampler
+    /// uses is read: a period's cost grows with every tenant on the node).
     latencies: Hist,
-    syncs: Hist,
+    reported: bool,
     latency_count: u64,
     latency_sum_ns: u64,
 }
 
-fn read(telemetry: &TenantActivity) -> Reading {
+fn read(telemetry: &TenantActivity, reports_latency: bool) -> Reading {
     let (latency_count, latency_sum_ns) = telemetry.latency_totals();
+    let reported = reports_latency || latency_count > 0;
     Reading {
         device: telemetry.devices[0].snapshot(),
-        latencies: telemetry.latencies.snapshot(),
-        syncs: telemetry.sync_intervals.snapshot(),
+        latencies: if reported {
+            telemetry.latencies.snapshot()
+        } else {
+            telemetry.sync_intervals.snapshot()
+        },
+        reported,
         latency_count,
         latency_sum_ns,
     }
 }
 
 /// Per-tenant sampling state.
-#[derive(Default)]
 pub struct Sampler {
     previous: Option<(u64, Reading)>,
     last_launch_ns: Option<u64>,
     /// When a period last saw the tenant's launches wait for tokens.
     last_wait_ns: Option<u64>,
     ring: VecDeque<Slice>,
+    /// Latencies of the newest `window_len` slices of the ring: those of
+    /// the last [`CONTROL_WINDOW_NS`], kept as a running sum so a period
+    /// costs the same however many slices the window holds.
+    window: Hist,
+    window_len: usize,
     reports_latency: bool,
+}
+
+impl Default for Sampler {
+    fn default() -> Self {
+        Sampler {
+            previous: None,
+            last_launch_ns: None,
+            last_wait_ns: None,
+            ring: VecDeque::new(),
+            window: [0; BUCKETS],
+            window_len: 0,
+            reports_latency: false,
+        }
+    }
 }
 
 /// Operator figures over the last second.
@@ -126,6 +158,12 @@ fn add(into: &mut Hist, from: &Hist) {
     }
 }
 
+fn subtract(from: &mut Hist, what: &Hist) {
+    for (a, b) in from.iter_mut().zip(what) {
+        *a = a.saturating_sub(*b);
+    }
+}
+
 impl Sampler {
     /// Reads the counters at `now_ns` and returns the period's observation.
     pub fn observe(
@@ -135,8 +173,12 @@ impl Sampler {
         spec: &TenantSpec,
         share_ppm: u32,
     ) -> Observation {
-        let reading = read(telemetry);
-        let (since, before) = self.previous.unwrap_or((now_ns, reading));
+        let reading = read(telemetry, self.reports_latency);
+        let (since, mut before) = self.previous.unwrap_or((now_ns, reading));
+        if before.reported != reading.reported {
+            // The first report: none was counted at the reading before.
+            before.latencies = [0; BUCKETS];
+        }
         self.previous = Some((now_ns, reading));
         let wall_ns = now_ns.saturating_sub(since);
         let busy_ns = reading
@@ -158,38 +200,57 @@ impl Sampler {
         if throttled_ns > 0 {
             self.last_wait_ns = Some(now_ns);
         }
-        self.reports_latency |= reading.latency_count > 0;
-        let (latencies, period_mean_ns) = if self.reports_latency {
+        self.reports_latency = reading.reported;
+        let latencies = reading.latencies.since(&before.latencies);
+        let period_mean_ns = if self.reports_latency {
             let count = reading.latency_count.saturating_sub(before.latency_count);
             let sum = reading.latency_sum_ns.saturating_sub(before.latency_sum_ns);
-            (
-                reading.latencies.since(&before.latencies),
-                (count > 0).then(|| sum / count),
-            )
+            (count > 0).then(|| sum / count)
         } else {
-            let delta = reading.syncs.since(&before.syncs);
-            (delta, mean_ns(&delta))
+            mean_ns(&latencies)
         };
-        self.ring.push_back(Slice {
-            at_ns: now_ns,
-            wall_ns,
-            busy_ns,
-            launches,
-            latencies,
-        });
+        add(&mut self.window, &latencies);
+        // Periods are folded into slices of SLICE_NS: the ring, and what a
+        // period writes and drops, stay small on a node of many tenants.
+        match self.ring.back_mut() {
+            Some(last) if last.started_ns.saturating_add(SLICE_NS) > now_ns => {
+                last.at_ns = now_ns;
+                last.wall_ns = last.wall_ns.saturating_add(wall_ns);
+                last.busy_ns = last.busy_ns.saturating_add(busy_ns);
+                last.launches = last.launches.saturating_add(launches);
+                add(&mut last.latencies, &latencies);
+            }
+            _ => {
+                self.ring.push_back(Slice {
+                    started_ns: now_ns,
+                    at_ns: now_ns,
+                    wall_ns,
+                    busy_ns,
+                    launches,
+                    latencies,
+                });
+                self.window_len += 1;
+            }
+        }
+        while self.window_len > 0 {
+            let oldest = &self.ring[self.ring.len() - self.window_len];
+            if oldest.at_ns.saturating_add(CONTROL_WINDOW_NS) >= now_ns {
+                break;
+            }
+            subtract(&mut self.window, &oldest.latencies);
+            self.window_len -= 1;
+        }
+        if self.window_len == 0 {
+            self.window = [0; BUCKETS]; // no drift from saturated sums
+        }
+        // The status window holds the control window: what leaves it was
+        // subtracted above.
         while self
             .ring
             .front()
             .is_some_and(|s| s.at_ns + STATUS_WINDOW_NS < now_ns)
         {
             self.ring.pop_front();
-        }
-        let mut window: Hist = [0; BUCKETS];
-        for slice in self.ring.iter().rev() {
-            if slice.at_ns + CONTROL_WINDOW_NS < now_ns {
-                break;
-            }
-            add(&mut window, &slice.latencies);
         }
         Observation {
             class: spec.class,
@@ -205,7 +266,7 @@ impl Sampler {
                 .last_launch_ns
                 .map_or(u64::MAX, |t| now_ns.saturating_sub(t)),
             latency: Latency {
-                p99_ns: quantile_ns(&window, 0.99),
+                p99_ns: quantile_ns(&self.window, 0.99),
                 period_mean_ns,
             },
             colo_primary: telemetry.is_colo_primary(),

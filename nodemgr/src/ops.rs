@@ -31,24 +31,50 @@ fn pct(v: f64) -> String {
     format!("{v:.0}%")
 }
 
-/// The status table.
+/// One GPU's line above its tenants' rows.
+fn gpu_line(view: &crate::gpu_view::GpuView) -> String {
+    let label = view
+        .gpu
+        .map_or("unplaced".to_string(), |gpu| format!("gpu{gpu}"));
+    let busy = match view.utilization {
+        Some(u) => format!("{:.0}% busy", u * 100.0),
+        None => format!("{:.0}% used by tenants", view.achieved_pct),
+    };
+    let tenants = match view.tenants.len() {
+        0 => "no tenants".to_string(),
+        1 => "1 tenant".to_string(),
+        n => format!("{n} tenants"),
+    };
+    let primary = view
+        .colo_primary
+        .as_ref()
+        .map(|p| format!(" · co-location primary {p}"))
+        .unwrap_or_default();
+    format!(
+        "{label} {} · {busy} · {tenants} · requests reserve {:.0}%{primary}",
+        view.name, view.reserved_pct
+    )
+}
+
+/// The status table: the node, then each GPU and its tenants.
 pub fn format_status(status: &NodeStatus) -> String {
     let mut out = String::new();
-    let gpus: Vec<String> = status
-        .gpus
-        .iter()
-        .map(|g| match g.utilization {
-            Some(u) => format!("gpu{} {} {:.0}% busy", g.index, g.name, u * 100.0),
-            None => format!("gpu{} ({})", g.index, g.name),
-        })
-        .collect();
+    let work = if status.control_periods > 0 {
+        format!(
+            " · control CPU {:.3} ms/period (max {:.2} ms)",
+            status.control_work_seconds_total * 1e3 / status.control_periods as f64,
+            status.control_work_max_ms
+        )
+    } else {
+        String::new()
+    };
     let _ = writeln!(
         out,
-        "controller {} · period {} ms · up {:.0} s · {}",
+        "controller {} · period {} ms · up {:.0} s · {} GPU(s){work}",
         status.controller,
         status.period_ms,
         status.uptime_seconds,
-        gpus.join(", ")
+        status.gpus.len()
     );
     let _ = writeln!(
         out,
@@ -65,53 +91,18 @@ pub fn format_status(status: &NodeStatus) -> String {
         "p99 / SLO",
         "bubbles"
     );
-    for t in &status.tenants {
-        let pids: Vec<String> = t.pids.iter().map(|p| p.to_string()).collect();
-        let memory = format!(
-            "{}/{}",
-            format_size(t.mem_used_bytes),
-            t.mem_budget_bytes.map_or("-".into(), format_size)
-        );
-        let latency = match (t.p99_ms, t.spec.slo_ms) {
-            (Some(p), Some(s)) => format!("{p:.1}/{s:.0} ms"),
-            (Some(p), None) => format!("{p:.1} ms"),
-            (None, Some(s)) => format!("-/{s:.0} ms"),
-            (None, None) => "-".into(),
-        };
-        let _ = writeln!(
-            out,
-            "{:<14} {:<7} {:<12} {:>21} {:>9} {:>7} {:>8} {:>9} {:>9.2}s {:>17} {:>8}",
-            t.name,
-            node_wire::class_name(t.spec.class),
-            if pids.is_empty() {
-                "-".into()
-            } else {
-                pids.join(",")
-            },
-            memory,
-            pct(t.spec.sm_request_pct),
-            pct(t.spec.sm_limit_pct),
-            if t.waiting {
-                "0% wait".to_string()
-            } else {
-                pct(t.sm_current_pct)
-            },
-            format!("{:.1}%", t.sm_achieved_pct),
-            t.throttled_seconds_total,
-            latency,
-            pct(t.bubble_ratio * 100.0)
-        );
+    for view in crate::gpu_view::by_gpu(status) {
+        let _ = writeln!(out, "{}", gpu_line(&view));
+        for t in status
+            .tenants
+            .iter()
+            .filter(|t| crate::gpu_view::gpu_of(status, t) == view.gpu)
+        {
+            tenant_row(&mut out, t);
+        }
     }
     if status.tenants.is_empty() {
         let _ = writeln!(out, "(no tenants)");
-    }
-    let placed: Vec<String> = status
-        .tenants
-        .iter()
-        .filter_map(|t| Some(format!("{} on gpu{}", t.name, t.gpu?)))
-        .collect();
-    if !placed.is_empty() {
-        let _ = writeln!(out, "placed by dilu run: {}", placed.join(", "));
     }
     for t in status.tenants.iter().filter(|t| t.waiting) {
         let (why, fix) = if t.spec.sm_limit_pct == 0.0 {
@@ -151,13 +142,53 @@ pub fn format_status(status: &NodeStatus) -> String {
             ScaleAdvice::ScaleOut => "scale out",
             ScaleAdvice::ScaleIn => "scale in",
         };
+        let on = s.gpu.map(|g| format!(" on gpu{g}")).unwrap_or_default();
         let _ = writeln!(
             out,
-            "recommendation: {advice} {} ({}, for {:.0} s)",
+            "recommendation: {advice} {}{on} ({}, for {:.0} s)",
             s.tenant, s.reason, s.for_seconds
         );
     }
     out
+}
+
+/// One tenant's row of the status table.
+fn tenant_row(out: &mut String, t: &dilu_abi::node_wire::TenantStatus) {
+    let pids: Vec<String> = t.pids.iter().map(|p| p.to_string()).collect();
+    let memory = format!(
+        "{}/{}",
+        format_size(t.mem_used_bytes),
+        t.mem_budget_bytes.map_or("-".into(), format_size)
+    );
+    let latency = match (t.p99_ms, t.spec.slo_ms) {
+        (Some(p), Some(s)) => format!("{p:.1}/{s:.0} ms"),
+        (Some(p), None) => format!("{p:.1} ms"),
+        (None, Some(s)) => format!("-/{s:.0} ms"),
+        (None, None) => "-".into(),
+    };
+    let _ = writeln!(
+        out,
+        "{:<14} {:<7} {:<12} {:>21} {:>9} {:>7} {:>8} {:>9} {:>9.2}s {:>17} {:>8}",
+        t.name,
+        node_wire::class_name(t.spec.class),
+        if pids.is_empty() {
+            "-".into()
+        } else {
+            pids.join(",")
+        },
+        memory,
+        pct(t.spec.sm_request_pct),
+        pct(t.spec.sm_limit_pct),
+        if t.waiting {
+            "0% wait".to_string()
+        } else {
+            pct(t.sm_current_pct)
+        },
+        format!("{:.1}%", t.sm_achieved_pct),
+        t.throttled_seconds_total,
+        latency,
+        pct(t.bubble_ratio * 100.0)
+    );
 }
 
 /// One GPU's co-location as one line: gaps seen, how much of their time

@@ -11,3 +11,4 @@ pub mod cubin;
 pub mod driver;
 pub mod probe;
 pub mod soak;
+pub mod sim_node;

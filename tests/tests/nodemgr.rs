@@ -493,10 +493,11 @@ fn scale_signals_reach_the_api_metrics_and_top() {
     // The same on /metrics and in `dilu top` (a bounded, non-terminal run).
     let text = http_get(&metrics, "/metrics");
     for (tenant, advice) in [(&slow, "out"), (&idle, "in")] {
-        let series =
-            format!("dilu_scale_recommendation{{tenant=\"{tenant}\",advice=\"{advice}\"}} 1");
+        // Labelled with the tenant's GPU too.
+        let series = format!("tenant=\"{tenant}\",advice=\"{advice}\"}} 1");
         assert!(
-            text.lines().any(|l| l.starts_with(&series)),
+            text.lines()
+                .any(|l| l.starts_with("dilu_scale_recommendation{gpu=") && l.contains(&series)),
             "{series} missing from:\n{text}"
         );
     }

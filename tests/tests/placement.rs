@@ -4,129 +4,12 @@
 //! sees them through simgpu's simulated NVML, which also shows on which GPU
 //! each tenant's memory really landed.
 
-use dilu_harness::workspace::{Scratch, artifact, dilu, unique_name};
-use dilu_tests::probe::Probe;
+use dilu_harness::workspace::{artifact, dilu, unique_name};
+use dilu_tests::sim_node::{Node, tenant};
 use serde_json::Value;
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::process::{Command, Stdio};
 
 const MIB: u64 = 1 << 20;
-
-/// The simulated node every process of one test shares.
-struct Node {
-    scratch: Scratch,
-    instance: String,
-    /// Holds `libnvidia-ml.so.1` → simgpu's simulated NVML, for the daemon.
-    nvml_dir: PathBuf,
-}
-
-impl Node {
-    fn new(tag: &str) -> Node {
-        let scratch = Scratch::new(tag);
-        let nvml_dir = scratch.path("nvml");
-        std::fs::create_dir_all(&nvml_dir).unwrap();
-        std::os::unix::fs::symlink(
-            artifact("libsimgpu_nvml.so"),
-            nvml_dir.join("libnvidia-ml.so.1"),
-        )
-        .unwrap();
-        Node {
-            scratch,
-            instance: unique_name(tag),
-            nvml_dir,
-        }
-    }
-
-    fn socket(&self) -> PathBuf {
-        self.scratch.path("nodemgr.sock")
-    }
-
-    /// A process on this node's simulated GPUs.
-    fn command(&self, program: &Path, gpus: u32) -> Command {
-        let mut command = Command::new(program);
-        command
-            .env("SIMGPU_INSTANCE", &self.instance)
-            .env("SIMGPU_DEVICES", gpus.to_string())
-            .env(dilu_abi::node_wire::SOCKET_ENV, self.socket())
-            .env_remove("CUDA_VISIBLE_DEVICES");
-        command
-    }
-
-    /// Starts the node manager and waits until it lists `gpus` GPUs.
-    fn start_daemon(&self, gpus: u32) -> Child {
-        let config = self.scratch.path("nodemgr.toml");
-        std::fs::write(&config, "controller = \"static\"\n").unwrap();
-        let daemon = self
-            .command(&dilu(), gpus)
-            .arg("nodemgr")
-            .arg("--config")
-            .arg(&config)
-            .arg("--socket")
-            .arg(self.socket())
-            .arg("--run-dir")
-            .arg(self.scratch.path("run"))
-            .args(["--foreground", "--metrics", ""])
-            .env("LD_LIBRARY_PATH", &self.nvml_dir)
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("start dilu nodemgr");
-        self.wait_for("the daemon to list its GPUs", |status| {
-            status["gpus"].as_array().map(Vec::len) == Some(gpus as usize)
-        });
-        daemon
-    }
-
-    fn status(&self) -> Option<Value> {
-        let output = Command::new(dilu())
-            .args(["status", "--json", "--socket"])
-            .arg(self.socket())
-            .output()
-            .ok()?;
-        output
-            .status
-            .success()
-            .then(|| serde_json::from_slice(&output.stdout).ok())
-            .flatten()
-    }
-
-    /// Waits (generously: the machine may be loaded) for the daemon's
-    /// status to satisfy `check`; returns it.
-    fn wait_for(&self, what: &str, check: impl Fn(&Value) -> bool) -> Value {
-        let deadline = Instant::now() + Duration::from_secs(60);
-        let mut last = Value::Null;
-        loop {
-            if let Some(status) = self.status() {
-                if check(&status) {
-                    return status;
-                }
-                last = status;
-            }
-            assert!(Instant::now() < deadline, "{what}: last status {last}");
-            std::thread::sleep(Duration::from_millis(50));
-        }
-    }
-
-    /// `dilu run --sim --tenant NAME SPEC -- mem-probe`, driven by line.
-    fn probe(&self, gpus: u32, tenant: &str, spec: &[&str]) -> Probe {
-        let mut command = self.command(&dilu(), gpus);
-        command
-            .args(["run", "--sim", "--tenant", tenant])
-            .args(spec)
-            .arg("--")
-            .arg(artifact("mem-probe"))
-            .env("DILU_CONTEXT_MEMORY", "0");
-        Probe::spawn(command)
-    }
-}
-
-fn tenant<'a>(status: &'a Value, name: &str) -> Option<&'a Value> {
-    status["tenants"]
-        .as_array()?
-        .iter()
-        .find(|t| t["name"] == name && t["pids"].as_array().is_some_and(|p| !p.is_empty()))
-}
 
 fn memory_used(status: &Value, gpu: u64) -> u64 {
     status["gpus"][gpu as usize]["memory_used_bytes"]
@@ -137,7 +20,7 @@ fn memory_used(status: &Value, gpu: u64) -> u64 {
 #[test]
 fn tenants_that_only_fit_on_separate_gpus_are_placed_on_separate_gpus() {
     let node = Node::new("placement");
-    let mut daemon = node.start_daemon(2);
+    let mut daemon = node.start_daemon(2, "static");
     // 60% + 60% of one GPU's time cannot be guaranteed on one GPU.
     let big = [
         "--class",
@@ -180,9 +63,10 @@ fn tenants_that_only_fit_on_separate_gpus_are_placed_on_separate_gpus() {
         .output()
         .unwrap();
     let table = String::from_utf8_lossy(&table.stdout);
-    assert!(
-        table.contains(&format!("{} on gpu{}", names[1], gpus[1])),
-        "{table}"
+    assert_eq!(
+        dilu_tests::sim_node::table_gpu_of(&table, &names[1]),
+        Some(format!("gpu{}", gpus[1])),
+        "the table shows it under its GPU: {table}"
     );
 
     // A third such tenant fits on neither GPU: refused before it starts.
@@ -218,7 +102,7 @@ fn tenants_that_only_fit_on_separate_gpus_are_placed_on_separate_gpus() {
 #[test]
 fn one_gpu_leaves_dilu_run_as_it_was() {
     let node = Node::new("placement-one");
-    let mut daemon = node.start_daemon(1);
+    let mut daemon = node.start_daemon(1, "static");
     let name = unique_name("only");
     let mut probe = node.probe(1, &name, &["--sm-request", "60", "--sm-limit", "60"]);
     assert_eq!(probe.alloc(MIB), "alloc 0");

@@ -18,6 +18,7 @@
 
 pub mod dilu;
 pub mod fixed;
+pub mod per_gpu;
 pub mod rckm;
 
 use dilu_abi::node_wire::WorkClass;

@@ -1,0 +1,190 @@
+//! The node seen GPU by GPU, for operators (`dilu status`/`top`,
+//! `/metrics`, `/api/gpus`): each GPU's tenants, its busy time, the share
+//! its tenants' requests reserve, and its co-location primary.
+//!
+//! Derived from a [`NodeStatus`] snapshot. A tenant's GPU is the one the
+//! node manager placed it on; on a node with one GPU (or none NVML shows)
+//! every tenant is on it. On a node with several, tenants the node manager
+//! did not place (their user chose the device, e.g. with
+//! `CUDA_VISIBLE_DEVICES`) are shown apart: their shares are controlled
+//! together, as one GPU's.
+
+use dilu_abi::node_wire::{NodeStatus, TenantStatus};
+use serde::Serialize;
+
+/// One GPU of the node (or the node's unplaced tenants).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct GpuView {
+    /// NVML index; `None`: the tenants not placed on a GPU.
+    pub gpu: Option<u32>,
+    pub name: String,
+    /// NVML utilisation (0–1), when NVML is present.
+    pub utilization: Option<f64>,
+    pub tenants: Vec<String>,
+    /// Device time its tenants used over the last second (percent, summed).
+    pub achieved_pct: f64,
+    /// Its tenants' SM requests, summed (percent of the GPU).
+    pub reserved_pct: f64,
+    /// Tenants whose launches wait at share 0.
+    pub waiting: usize,
+    /// The tenant whose gaps fillers use (work-conserving co-location).
+    pub colo_primary: Option<String>,
+}
+
+/// The GPU label of a tenant: its GPU, or the node's only GPU.
+pub fn gpu_of(status: &NodeStatus, tenant: &TenantStatus) -> Option<u32> {
+    tenant
+        .gpu
+        .or_else(|| (status.gpus.len() == 1).then(|| status.gpus[0].index))
+}
+
+/// Each GPU of the node in index order (idle ones too), then the unplaced
+/// tenants if any. The tenants of each keep the status's order.
+pub fn by_gpu(status: &NodeStatus) -> Vec<GpuView> {
+    let mut views: Vec<GpuView> = status
+        .gpus
+        .iter()
+        .map(|g| GpuView {
+            gpu: Some(g.index),
+            name: g.name.clone(),
+            utilization: g.utilization,
+            tenants: Vec::new(),
+            achieved_pct: 0.0,
+            reserved_pct: 0.0,
+            waiting: 0,
+            colo_primary: None,
+        })
+        .collect();
+    for t in &status.tenants {
+        let gpu = gpu_of(status, t);
+        let at = match views.iter().position(|v| v.gpu == gpu) {
+            Some(at) => at,
+            None => {
+                views.push(GpuView {
+                    gpu,
+                    name: if gpu.is_some() {
+                        "(not listed by NVML)".into()
+                    } else {
+                        "not placed by the node manager".into()
+                    },
+                    utilization: None,
+                    tenants: Vec::new(),
+                    achieved_pct: 0.0,
+                    reserved_pct: 0.0,
+                    waiting: 0,
+                    colo_primary: None,
+                });
+                views.len() - 1
+            }
+        };
+        let view = &mut views[at];
+        view.tenants.push(t.name.clone());
+        view.achieved_pct += t.sm_achieved_pct;
+        view.reserved_pct += t.spec.sm_request_pct;
+        view.waiting += usize::from(t.waiting);
+    }
+    // A board's device is the primary's own device ordinal; its GPU is the
+    // primary tenant's.
+    for c in &status.colocation {
+        let Some(primary) = status.tenants.iter().find(|t| t.name == c.primary_tenant) else {
+            continue;
+        };
+        let gpu = match primary.gpu {
+            Some(gpu) => Some(gpu),
+            None if status.gpus.len() <= 1 => gpu_of(status, primary),
+            None => None,
+        };
+        if let Some(view) = views.iter_mut().find(|v| v.gpu == gpu) {
+            view.colo_primary = Some(c.primary_tenant.clone());
+        }
+    }
+    views.sort_by_key(|v| (v.gpu.is_none(), v.gpu));
+    views
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use dilu_abi::node_wire::{GpuStatus, TenantSpec};
+
+    fn gpu(index: u32) -> GpuStatus {
+        GpuStatus {
+            index,
+            uuid: format!("GPU-{index}"),
+            name: "Sim".into(),
+            utilization: Some(0.5),
+            memory_used_bytes: None,
+            memory_total_bytes: None,
+        }
+    }
+
+    fn tenant(name: &str, gpu: Option<u32>, request: f64) -> TenantStatus {
+        TenantStatus {
+            name: name.into(),
+            uid: 0,
+            spec: TenantSpec {
+                sm_request_pct: request,
+                ..TenantSpec::default()
+            },
+            pids: vec![1],
+            mem_used_bytes: 0,
+            mem_budget_bytes: None,
+            mem_audited_bytes: None,
+            sm_current_pct: 0.0,
+            sm_achieved_pct: 10.0,
+            busy_seconds_total: 0.0,
+            launches_total: 0,
+            throttled_seconds_total: 0.0,
+            p99_ms: None,
+            latency_reports_total: 0,
+            latency_seconds_total: 0.0,
+            bubble_ratio: 0.0,
+            gpu,
+            waiting: false,
+            over_admitted: None,
+        }
+    }
+
+    #[test]
+    fn tenants_are_grouped_by_their_gpu_and_unplaced_ones_apart() {
+        let status = NodeStatus {
+            controller: "dilu".into(),
+            period_ms: 5.0,
+            uptime_seconds: 1.0,
+            gpus: vec![gpu(0), gpu(1), gpu(2)],
+            tenants: vec![
+                tenant("a", Some(1), 30.0),
+                tenant("b", Some(1), 20.0),
+                tenant("c", Some(0), 60.0),
+                tenant("free", None, 5.0),
+            ],
+            signals: Vec::new(),
+            control_periods: 0,
+            control_work_seconds_total: 0.0,
+            control_work_max_ms: 0.0,
+            colocation: Vec::new(),
+        };
+        let views = by_gpu(&status);
+        let shown: Vec<_> = views
+            .iter()
+            .map(|v| (v.gpu, v.tenants.clone(), v.reserved_pct))
+            .collect();
+        assert_eq!(
+            shown,
+            vec![
+                (Some(0), vec!["c".to_string()], 60.0),
+                (Some(1), vec!["a".into(), "b".into()], 50.0),
+                (Some(2), vec![], 0.0),
+                (None, vec!["free".into()], 5.0),
+            ]
+        );
+        // One GPU: every tenant is on it.
+        let one = NodeStatus {
+            gpus: vec![gpu(0)],
+            tenants: vec![tenant("free", None, 5.0)],
+            ..status
+        };
+        assert_eq!(by_gpu(&one).len(), 1);
+        assert_eq!(by_gpu(&one)[0].tenants, vec!["free".to_string()]);
+    }
+}

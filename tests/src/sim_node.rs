@@ -1,0 +1,147 @@
+//! A simulated multi-GPU node for end-to-end tests: one simgpu instance
+//! with N GPUs, its simulated NVML for the daemon, and `dilu nodemgr` on a
+//! private socket; helpers to start tenants with `dilu run` and to wait on
+//! the daemon's status.
+
+use crate::probe::Probe;
+use dilu_harness::workspace::{Scratch, artifact, dilu, unique_name};
+use serde_json::Value;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// The simulated node every process of one test shares.
+pub struct Node {
+    scratch: Scratch,
+    instance: String,
+    /// Holds `libnvidia-ml.so.1` → simgpu's simulated NVML, for the daemon.
+    nvml_dir: PathBuf,
+    /// More environment for every process of the node (e.g. `SIMGPU_MEMORY`).
+    pub env: Vec<(String, String)>,
+}
+
+impl Node {
+    pub fn new(tag: &str) -> Node {
+        let scratch = Scratch::new(tag);
+        let nvml_dir = scratch.path("nvml");
+        std::fs::create_dir_all(&nvml_dir).unwrap();
+        std::os::unix::fs::symlink(
+            artifact("libsimgpu_nvml.so"),
+            nvml_dir.join("libnvidia-ml.so.1"),
+        )
+        .unwrap();
+        Node {
+            scratch,
+            instance: unique_name(tag),
+            nvml_dir,
+            env: Vec::new(),
+        }
+    }
+
+    pub fn socket(&self) -> PathBuf {
+        self.scratch.path("nodemgr.sock")
+    }
+
+    /// A process on this node's simulated GPUs.
+    pub fn command(&self, program: &Path, gpus: u32) -> Command {
+        let mut command = Command::new(program);
+        command
+            .env("SIMGPU_INSTANCE", &self.instance)
+            .env("SIMGPU_DEVICES", gpus.to_string())
+            .env(dilu_abi::node_wire::SOCKET_ENV, self.socket())
+            .env_remove("CUDA_VISIBLE_DEVICES")
+            .envs(self.env.iter().map(|(k, v)| (k, v)));
+        command
+    }
+
+    /// Starts the node manager (control law `controller`) and waits until
+    /// it lists `gpus` GPUs.
+    pub fn start_daemon(&self, gpus: u32, controller: &str) -> Child {
+        let config = self.scratch.path("nodemgr.toml");
+        std::fs::write(&config, format!("controller = \"{controller}\"\n")).unwrap();
+        let daemon = self
+            .command(&dilu(), gpus)
+            .arg("nodemgr")
+            .arg("--config")
+            .arg(&config)
+            .arg("--socket")
+            .arg(self.socket())
+            .arg("--run-dir")
+            .arg(self.scratch.path("run"))
+            .args(["--foreground", "--metrics", ""])
+            .env("LD_LIBRARY_PATH", &self.nvml_dir)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("start dilu nodemgr");
+        self.wait_for("the daemon to list its GPUs", |status| {
+            status["gpus"].as_array().map(Vec::len) == Some(gpus as usize)
+        });
+        daemon
+    }
+
+    pub fn status(&self) -> Option<Value> {
+        let output = Command::new(dilu())
+            .args(["status", "--json", "--socket"])
+            .arg(self.socket())
+            .output()
+            .ok()?;
+        output
+            .status
+            .success()
+            .then(|| serde_json::from_slice(&output.stdout).ok())
+            .flatten()
+    }
+
+    /// Waits (generously: the machine may be loaded) for the daemon's
+    /// status to satisfy `check`; returns it.
+    pub fn wait_for(&self, what: &str, check: impl Fn(&Value) -> bool) -> Value {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        let mut last = Value::Null;
+        loop {
+            if let Some(status) = self.status() {
+                if check(&status) {
+                    return status;
+                }
+                last = status;
+            }
+            assert!(Instant::now() < deadline, "{what}: last status {last}");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    /// `dilu run --sim --tenant NAME SPEC -- mem-probe`, driven by line.
+    pub fn probe(&self, gpus: u32, tenant: &str, spec: &[&str]) -> Probe {
+        let mut command = self.command(&dilu(), gpus);
+        command
+            .args(["run", "--sim", "--tenant", tenant])
+            .args(spec)
+            .arg("--")
+            .arg(artifact("mem-probe"))
+            .env("DILU_CONTEXT_MEMORY", "0");
+        Probe::spawn(command)
+    }
+}
+
+/// A tenant of the status that has processes.
+pub fn tenant<'a>(status: &'a Value, name: &str) -> Option<&'a Value> {
+    status["tenants"]
+        .as_array()?
+        .iter()
+        .find(|t| t["name"] == name && t["pids"].as_array().is_some_and(|p| !p.is_empty()))
+}
+
+/// The GPU section (`gpu3`, `unplaced`) a tenant's row is under in the
+/// `dilu status` table.
+pub fn table_gpu_of(table: &str, tenant: &str) -> Option<String> {
+    let mut section = None;
+    for line in table.lines() {
+        let first = line.split_whitespace().next().unwrap_or_default();
+        if first == "unplaced" || (first.starts_with("gpu") && line.contains(" · ")) {
+            section = Some(first.to_string());
+        } else if first == tenant {
+            return section;
+        }
+    }
+    None
+}
