@@ -42,11 +42,16 @@
 #   profile    `dilu profile`'s search against Dilu's published HGSS and an
 #              exhaustive search, on Dilu's measured tables (no GPU, no run)
 #                                             -> bench/results/profile.md
+#   frameworks a BERT-base inference server (Poisson requests, an SLO) beside a
+#              ResNet-50 training loop, unmodified PyTorch on simgpu: alone, no
+#              limiter, static, dilu (defaults, roles), HAMi-core (with
+#              HAMI_CORE_SRC); needs a torch venv, see scripts/frameworks.sh --help
+#                                             -> bench/results/frameworks.md
 #   peers      dilu and HAMi-core's libvgpu.so side by side on simgpu + its NVML
 #              (needs HAMI_CORE_SRC=<HAMi-core checkout>; see scripts/peers.sh --help)
 #                                             -> bench/results/peers.md
 #
-# usage: scripts/bench.sh [all | overhead | startup | sm | syscalls | placement | demo | colocation | cluster | placement-latency | openb-lists | scaling | profile ...] [-- ARGS]
+# usage: scripts/bench.sh [all | overhead | startup | sm | syscalls | placement | demo | colocation | cluster | placement-latency | openb-lists | scaling | profile | frameworks | peers ...] [-- ARGS]
 #   ARGS go to the one benchmark named, e.g. `scripts/bench.sh startup -- --runs 50`
 #   or `scripts/bench.sh overhead -- cuLaunchKernel` (a criterion filter)
 #   or `scripts/bench.sh demo -- --seconds 10` (per controller; default 5)
@@ -59,9 +64,9 @@ targets=()
 while [ $# -gt 0 ] && [ "$1" != "--" ]; do
   case $1 in
     all) targets+=(overhead startup sm syscalls placement demo colocation cluster placement-latency openb-lists scaling profile) ;;
-    overhead | startup | sm | syscalls | placement | demo | colocation | cluster | placement-latency | openb-lists | scaling | profile | peers) targets+=("$1") ;;
+    overhead | startup | sm | syscalls | placement | demo | colocation | cluster | placement-latency | openb-lists | scaling | profile | frameworks | peers) targets+=("$1") ;;
     -h | --help) awk 'NR > 1 && !/^#/ { exit } NR > 1 { sub(/^# ?/, ""); print }' "$0"; exit 0 ;;
-    *) echo "bench: unknown benchmark '$1' (all, overhead, startup, sm, syscalls, placement, demo, colocation, cluster, placement-latency, openb-lists, scaling, profile, peers)" >&2; exit 2 ;;
+    *) echo "bench: unknown benchmark '$1' (all, overhead, startup, sm, syscalls, placement, demo, colocation, cluster, placement-latency, openb-lists, scaling, profile, frameworks, peers)" >&2; exit 2 ;;
   esac
   shift
 done
@@ -77,7 +82,7 @@ fi
 needs_gpu_side=
 for target in "${targets[@]}"; do
   case $target in
-    profile | cluster | placement-latency | openb-lists | scaling) ;;
+    profile | cluster | placement-latency | openb-lists | scaling | frameworks) ;;
     *) needs_gpu_side=yes ;;
   esac
 done
@@ -169,6 +174,9 @@ for target in "${targets[@]}"; do
           bench/data/dilu-profiles/*.csv --held-out bench/data/dilu-profiles-heldout/*.csv
       } >bench/results/profile.md.new && mv bench/results/profile.md.new bench/results/profile.md || failed+=(profile)
       results+=(bench/results/profile.md) ;;
+    frameworks)
+      scripts/frameworks.sh "${extra[@]}" || failed+=(frameworks)
+      results+=(bench/results/frameworks.md) ;;
     peers)
       scripts/peers.sh "${extra[@]}" || failed+=(peers)
       results+=(bench/results/peers.md) ;;
