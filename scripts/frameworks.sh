@@ -159,6 +159,8 @@ configuration() {
   local name=$1 limiter=$2 which=$3 dir=$work/$1 nm="" pids=()
   mkdir -p "$dir"
   echo "== $name ($which, ${seconds}s)" >&2
+  # The host's load: both programs' host side runs on these cores.
+  cut -d' ' -f1 /proc/loadavg >"$dir/load.before"
   export SIMGPU_INSTANCE=fw-$$-$name SIMGPU_TRACE=$dir/trace.jsonl DILU_COLO_GROUP=fw-$$-$name
   if [ "$limiter" = static ] || [ "$limiter" = dilu ]; then
     : >"$dir/none.toml"
@@ -185,6 +187,7 @@ configuration() {
     pids+=($!)
   fi
   wait "${pids[@]}" || true
+  cut -d' ' -f1 /proc/loadavg >"$dir/load.after"
   if [ -n "$nm" ]; then kill "$nm" 2>/dev/null || true; wait "$nm" 2>/dev/null || true; fi
   unset DILU_NODEMGR_SOCKET
   rm -f /dev/shm/simgpu-"$(id -u)"-fw-$$-"$name" 2>/dev/null || true

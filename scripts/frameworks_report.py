@@ -105,7 +105,9 @@ def main():
         cells += [f"{100 * busy:.1f}%" if busy is not None else "—"]
         ordered = sorted(shares.values(), reverse=True)
         cells += [" + ".join(f"{100 * s:.1f}%" for s in ordered) if ordered else "—"]
-        cells += [note]
+        load = [open(os.path.join(d, f)).read().strip() if os.path.exists(os.path.join(d, f)) else "?"
+                for f in ("load.before", "load.after")]
+        cells += [f"{load[0]} → {load[1]}", note]
         rows.append("| " + " | ".join(cells) + " |")
 
     row("server alone", "serve-alone")
@@ -116,7 +118,7 @@ def main():
     if os.path.isdir(os.path.join(work, "hami-core")):
         row("HAMi-core", "hami-core", f"`CUDA_DEVICE_SM_LIMIT` {split} / {100 - int(split)}")
     else:
-        rows.append(f"| HAMi-core | — | | | | | — | — | — | {hami_note} |")
+        rows.append(f"| HAMi-core | — | | | | | — | — | — | — | {hami_note} |")
 
     serve_any = None
     for folder in ("serve-alone", "no-limiter", "dilu"):
@@ -157,8 +159,8 @@ def main():
           "time from simgpu's kernel trace over the server's window (the trainer alone: its timed "
           "steps). Service: the time from a request's start to its result, queueing left out. "
           "HAMi-core: " + (hami_note or "not run") + ".\n")
-    print("| configuration | requests | service ms (mean) | p50 ms | p99 ms | SLO violations | training steps/s | device busy | shares | settings |")
-    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---|")
+    print("| configuration | requests | service ms (mean) | p50 ms | p99 ms | SLO violations | training steps/s | device busy | shares | host load | settings |")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|")
     for r in rows:
         print(r)
     print()
@@ -166,7 +168,10 @@ def main():
           "device time (simgpu/README.md), so a kernel's time follows its grid, not its arithmetic; "
           "the host side (Python, PyTorch's dispatcher, the driver calls) is real and runs on this "
           f"machine: {platform.processor() or platform.machine()}, {os.cpu_count()} cores, shared with "
-          "other builds. Both programs compete for those cores whatever the GPU-side limiter does.")
+          "other builds. Both programs compete for those cores whatever the GPU-side limiter does. "
+          "Host load: the 1-minute load average before and after each configuration "
+          "(/proc/loadavg); rows run at different loads are not comparable on host-bound figures "
+          "(service time, latency, steps/s).")
 
 
 main()
