@@ -59,11 +59,16 @@
 #              the node manager, under dilu and static: per-GPU busy time, SLO
 #              violations, training throughput, control work per period
 #                                             -> bench/results/multigpu.md
+#   frameworks a BERT-base inference server (Poisson requests, an SLO) beside a
+#              ResNet-50 training loop, unmodified PyTorch on simgpu: alone, no
+#              limiter, static, dilu (defaults, roles), HAMi-core (with
+#              HAMI_CORE_SRC); needs a torch venv, see scripts/frameworks.sh --help
+#                                             -> bench/results/frameworks.md
 #   peers      dilu and HAMi-core's libvgpu.so side by side on simgpu + its NVML
 #              (needs HAMI_CORE_SRC=<HAMi-core checkout>; see scripts/peers.sh --help)
 #                                             -> bench/results/peers.md
 #
-# usage: scripts/bench.sh [all | overhead | startup | sm | syscalls | placement | demo | colocation | ablation | cluster | placement-latency | openb-lists | scaling | profile | soak | control-period | multigpu ...] [-- ARGS]
+# usage: scripts/bench.sh [all | overhead | startup | sm | syscalls | placement | demo | colocation | ablation | cluster | placement-latency | openb-lists | scaling | profile | soak | control-period | multigpu | frameworks | peers ...] [-- ARGS]
 #   ARGS go to the one benchmark named, e.g. `scripts/bench.sh startup -- --runs 50`
 #   or `scripts/bench.sh overhead -- cuLaunchKernel` (a criterion filter)
 #   or `scripts/bench.sh demo -- --seconds 10` (per controller; default 5)
@@ -77,9 +82,9 @@ targets=()
 while [ $# -gt 0 ] && [ "$1" != "--" ]; do
   case $1 in
     all) targets+=(overhead startup sm syscalls placement demo colocation cluster placement-latency openb-lists scaling profile control-period multigpu) ;;
-    overhead | startup | sm | syscalls | placement | demo | colocation | ablation | cluster | placement-latency | openb-lists | scaling | profile | soak | control-period | multigpu | peers) targets+=("$1") ;;
+    overhead | startup | sm | syscalls | placement | demo | colocation | ablation | cluster | placement-latency | openb-lists | scaling | profile | soak | control-period | multigpu | frameworks | peers) targets+=("$1") ;;
     -h | --help) awk 'NR > 1 && !/^#/ { exit } NR > 1 { sub(/^# ?/, ""); print }' "$0"; exit 0 ;;
-    *) echo "bench: unknown benchmark '$1' (all, overhead, startup, sm, syscalls, placement, demo, colocation, ablation, cluster, placement-latency, openb-lists, scaling, profile, soak, control-period, multigpu, peers)" >&2; exit 2 ;;
+    *) echo "bench: unknown benchmark '$1' (all, overhead, startup, sm, syscalls, placement, demo, colocation, ablation, cluster, placement-latency, openb-lists, scaling, profile, soak, control-period, multigpu, frameworks, peers)" >&2; exit 2 ;;
   esac
   shift
 done
@@ -95,7 +100,7 @@ fi
 needs_gpu_side=
 for target in "${targets[@]}"; do
   case $target in
-    profile | cluster | placement-latency | openb-lists | scaling | control-period) ;;
+    profile | cluster | placement-latency | openb-lists | scaling | control-period | frameworks) ;;
     *) needs_gpu_side=yes ;;
   esac
 done
@@ -224,6 +229,9 @@ for target in "${targets[@]}"; do
     multigpu)
       python3 scripts/multigpu_bench.py target/release bench/results/multigpu.md "${extra[@]}" >/dev/null || failed+=(multigpu)
       results+=(bench/results/multigpu.md) ;;
+    frameworks)
+      scripts/frameworks.sh "${extra[@]}" || failed+=(frameworks)
+      results+=(bench/results/frameworks.md) ;;
     peers)
       scripts/peers.sh "${extra[@]}" || failed+=(peers)
       results+=(bench/results/peers.md) ;;

@@ -124,6 +124,13 @@ pub fn find(trials: &mut Trials, grid: &Grid, question: &Question) -> Result<Pro
                 .slo_s
                 .ok_or("a latency-class profile needs an SLO (--slo-ms)")?;
             let Some(found) = latency::search(question.method, trials, grid, slo_s)? else {
+                // A search may give up without running the whole device (a
+                // bound showed it would not be fast enough): the smallest
+                // batch on every SM shows the user the real floor.
+                trials.get(crate::Config {
+                    batch: grid.batches[0],
+                    sm: grid.max_sm(),
+                })?;
                 return Err(no_config_meets(trials, grid, slo_s));
             };
             (found.batch, Some(found.sm))
@@ -173,11 +180,13 @@ fn no_config_meets(trials: &Trials, grid: &Grid, slo_s: f64) -> String {
         .min_by(|a, b| a.1.total_cmp(&b.1));
     match fastest {
         Some((c, latency)) => format!(
-            "no configuration meets the SLO of {:.3} ms: the fastest measured was {:.3} ms (batch {} at SM {}%)",
+            "no configuration meets the SLO of {:.3} ms: the fastest measured was {:.3} ms (batch {} at SM {}%; batch {} at SM {}% was measured too)",
             slo_s * 1000.0,
             latency * 1000.0,
             c.batch,
-            c.sm
+            c.sm,
+            grid.batches[0],
+            grid.max_sm()
         ),
         None => format!(
             "no configuration meets the SLO of {:.3} ms: none could run",
@@ -240,7 +249,9 @@ mod tests {
         };
         let error = find(&mut trials, &grid, &question).unwrap_err();
         assert!(
-            error.contains("the fastest measured was 14.980 ms (batch 1 at SM 70%)"),
+            error.contains(
+                "the fastest measured was 16.135 ms (batch 1 at SM 10%; batch 1 at SM 100% was measured too)"
+            ),
             "{error}"
         );
     }

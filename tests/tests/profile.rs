@@ -173,7 +173,12 @@ fn searching_a_measured_table_runs_nothing_and_beats_dilus_published_search() {
         (paper["batch"].as_u64(), paper["sm_request"].as_u64()),
         (Some(8), Some(30))
     );
-    assert!(ours["trials"].as_u64() < Some(30), "{ours}");
+    // And it measured at most three times what HGSS measured.
+    let (trials, paper_trials) = (ours["trials"].as_u64(), paper["trials"].as_u64());
+    assert!(
+        trials.zip(paper_trials).is_some_and(|(t, p)| t <= 3 * p),
+        "{ours} against {paper}"
+    );
     let bad = Command::new(dilu())
         .args(["profile", "--table", "/nonexistent.csv", "--slo-ms", "20"])
         .output()

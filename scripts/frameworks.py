@@ -1,0 +1,195 @@
+"""Two ordinary PyTorch programs for the real-model co-location benchmark
+(scripts/frameworks.sh). Neither knows about dilu: each uses the GPU as any
+PyTorch program does and prints one JSON line when it ends.
+
+    python frameworks.py serve --seconds S --rate R --slo-ms MS [--seq N]
+        An inference server of BERT-base (random weights from its config, no
+        download): requests arrive as a Poisson process at R per second, are
+        answered one at a time in arrival order (batch 1, N tokens), and each
+        one's latency runs from its arrival to its result on the host.
+
+    python frameworks.py train --seconds S [--batch B] [--image P] [--model M]
+        A training loop of a torchvision network (ResNet-50 by default,
+        random weights and random data): forward, loss, backward, SGD step;
+        the loss is read back every step, as a training loop that logs it
+        does.
+
+    python frameworks.py device-check
+        Whether CUDA is usable here (exit 0) or not (exit 1, reason on stderr).
+"""
+
+import argparse
+import json
+import random
+import sys
+import time
+
+
+def bert_base(device):
+    """BERT-base: transformers' BertModel from its default config (the
+    BERT-base shape), or, without transformers, the same shape in plain
+    torch.nn (12 encoder layers, 768 wide, 12 heads, 3072 inner)."""
+    import torch
+
+    try:
+        from transformers import BertConfig, BertModel
+
+        model = BertModel(BertConfig())
+        name = "transformers BertModel (BERT-base config, random weights)"
+
+        def forward(tokens):
+            return model(input_ids=tokens).last_hidden_state
+
+    except ImportError:
+        layer = torch.nn.TransformerEncoderLayer(768, 12, 3072, batch_first=True, activation="gelu")
+        encoder = torch.nn.TransformerEncoder(layer, 12, enable_nested_tensor=False)
+        embedding = torch.nn.Embedding(30522, 768)
+        model = torch.nn.Sequential(embedding, encoder)
+        name = "torch.nn TransformerEncoder (BERT-base shape, random weights)"
+
+        def forward(tokens):
+            return model(tokens)
+
+    model.to(device).eval()
+    return forward, name
+
+
+def serve(args):
+    import torch
+
+    device = torch.device("cuda")
+    forward, name = bert_base(device)
+    tokens = torch.randint(0, 30000, (1, args.seq), device=device)
+    with torch.inference_mode():
+        for _ in range(args.warmup):
+            forward(tokens)
+        torch.cuda.synchronize()
+        # One warm request timed alone: the service time the SLO is set against.
+        t = time.perf_counter()
+        forward(tokens).sum().item()
+        service_ms = (time.perf_counter() - t) * 1000
+        rng = random.Random(args.seed)
+        window_start_ns = time.monotonic_ns()
+        start = time.perf_counter()
+        arrivals, at = [], 0.0
+        while at < args.seconds:
+            at += rng.expovariate(args.rate)
+            arrivals.append(at)
+        arrivals.pop()
+        latencies, serving = [], 0.0
+        for arrival in arrivals:
+            now = time.perf_counter() - start
+            if now < arrival:
+                time.sleep(arrival - now)
+            begun = time.perf_counter()
+            forward(tokens).sum().item()  # the answer, on the host
+            done = time.perf_counter()
+            serving += done - begun
+            latencies.append((done - start - arrival) * 1000)
+        window_end_ns = time.monotonic_ns()
+    latencies.sort()
+    n = len(latencies)
+
+    def pct(p):
+        return latencies[min(n - 1, int(p * n))] if n else 0.0
+
+    print(json.dumps({
+        "program": "serve",
+        "model": name,
+        "seq": args.seq,
+        "rate": args.rate,
+        "seconds": args.seconds,
+        "slo_ms": args.slo_ms,
+        "service_ms_alone_warm": round(service_ms, 3),
+        "requests": n,
+        "service_ms_mean": round(serving * 1000 / max(n, 1), 3),
+        "p50_ms": round(pct(0.50), 3),
+        "p99_ms": round(pct(0.99), 3),
+        "slo_violation_rate": round(sum(l > args.slo_ms for l in latencies) / max(n, 1), 5),
+        # CLOCK_MONOTONIC, as simgpu's trace: the requests' window.
+        "window_ns": [window_start_ns, window_end_ns],
+    }), flush=True)
+
+
+def train(args):
+    import torch
+    import torchvision
+
+    device = torch.device("cuda")
+    model = getattr(torchvision.models, args.model)(weights=None).to(device).train()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+    loss_fn = torch.nn.CrossEntropyLoss()
+    images = torch.randn(args.batch, 3, args.image, args.image, device=device)
+    labels = torch.randint(0, 1000, (args.batch,), device=device)
+
+    def step():
+        optimizer.zero_grad(set_to_none=True)
+        loss = loss_fn(model(images), labels)
+        loss.backward()
+        optimizer.step()
+        return loss.item()
+
+    for _ in range(args.warmup):
+        step()
+    torch.cuda.synchronize()
+    start = time.perf_counter()
+    steps = 0
+    step_end_ns = []
+    while time.perf_counter() - start < args.seconds:
+        step()
+        steps += 1
+        step_end_ns.append(time.monotonic_ns())
+    elapsed = time.perf_counter() - start
+    print(json.dumps({
+        "program": "train",
+        "model": f"torchvision {args.model} (random weights, random data)",
+        "batch": args.batch,
+        "image": args.image,
+        "steps": steps,
+        "seconds": round(elapsed, 3),
+        "steps_per_second": round(steps / elapsed, 3),
+        "images_per_second": round(steps * args.batch / elapsed, 2),
+        # CLOCK_MONOTONIC, as simgpu's trace: when each timed step ended.
+        "step_end_ns": step_end_ns,
+    }), flush=True)
+
+
+def device_check(_args):
+    try:
+        import torch
+
+        if not torch.cuda.is_available():
+            print("torch.cuda.is_available() is False", file=sys.stderr)
+            sys.exit(1)
+        torch.zeros(1, device="cuda").sum().item()
+    except Exception as e:  # noqa: BLE001 - the reason is the output
+        print(f"{type(e).__name__}: {e}", file=sys.stderr)
+        sys.exit(1)
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = parser.add_subparsers(dest="command", required=True)
+    s = sub.add_parser("serve", help="BERT-base inference server, Poisson requests")
+    s.add_argument("--seconds", type=float, required=True)
+    s.add_argument("--rate", type=float, required=True, help="requests per second (Poisson)")
+    s.add_argument("--slo-ms", type=float, required=True)
+    s.add_argument("--seq", type=int, default=128, help="tokens per request (default 128)")
+    s.add_argument("--warmup", type=int, default=3)
+    s.add_argument("--seed", type=int, default=1)
+    s.set_defaults(run=serve)
+    t = sub.add_parser("train", help="torchvision training loop, random data")
+    t.add_argument("--seconds", type=float, required=True)
+    t.add_argument("--batch", type=int, default=8)
+    t.add_argument("--image", type=int, default=224, help="image side in pixels (default 224)")
+    t.add_argument("--model", default="resnet50", help="a torchvision.models constructor (default resnet50)")
+    t.add_argument("--warmup", type=int, default=2)
+    t.set_defaults(run=train)
+    c = sub.add_parser("device-check", help="exit 0 when CUDA works here")
+    c.set_defaults(run=device_check)
+    args = parser.parse_args()
+    args.run(args)
+
+
+if __name__ == "__main__":
+    main()

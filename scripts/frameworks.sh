@@ -1,0 +1,220 @@
+#!/usr/bin/env bash
+# Real models co-located on one simulated GPU: a BERT-base inference server
+# (Poisson requests, an SLO) beside a ResNet-50 training loop, both ordinary
+# PyTorch programs (scripts/frameworks.py), run unmodified under: each alone,
+# no limiter, the node manager's static controller, dilu at its defaults
+# (`dilu nodemgr`, the server under `dilu run --colo primary --slo-ms`, the
+# trainer under `dilu run --colo filler`) and HAMi-core's libvgpu.so (built
+# from a checkout, as scripts/peers.sh does). Writes bench/results/frameworks.md.
+#
+# Not part of CI: it needs PyTorch, torchvision (and transformers, else the
+# server builds BERT-base's shape in plain torch.nn) in a virtual environment:
+# DILU_TORCH_VENV, default ~/.cache/dilu/torch-venv, else ~/.cache/dilu/vllm-venv
+# when that one has torch. Nothing is installed or downloaded.
+#
+#   scripts/bench.sh frameworks [-- OPTIONS]
+#   scripts/frameworks.sh [OPTIONS]
+#
+# --seconds S       length of each co-located run (default 20)
+# --rate R          requests per second (default: 30% of what one server can
+#                   answer back to back, measured first, alone)
+# --slo-ms MS       the server's SLO (default: 3 x its warm service time alone)
+# --train-batch B   training batch (default 32), --image P image side (default 224),
+# --model M         torchvision model (default resnet50)
+# --static-split P  static and HAMi-core: the server's SM share in % (default 50;
+#                   the trainer gets the rest)
+# --only LIST       comma-separated subset of: alone,none,static,dilu,hami
+#
+# HAMI_CORE_SRC=DIR a HAMi-core checkout (https://github.com/Project-HAMi/HAMi-core);
+#                   without it, or if it does not build here, the HAMi-core row
+#                   says why it is missing. Headers (cuda.h, nvml.h) come from
+#                   PEERS_CACHE/include (default target/peers-cache, as scripts/peers.sh
+#                   fills it), ~/.cache/dilu/cudart or the venv's NVIDIA wheels.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+given_args="$*"
+seconds=20 rate="" slo_ms="" train_batch=32 image=224 model=resnet50 split=50
+only=alone,none,static,dilu,hami
+while [ $# -gt 0 ]; do
+  case $1 in
+    --seconds) seconds=$2; shift 2 ;;
+    --rate) rate=$2; shift 2 ;;
+    --slo-ms) slo_ms=$2; shift 2 ;;
+    --train-batch) train_batch=$2; shift 2 ;;
+    --image) image=$2; shift 2 ;;
+    --model) model=$2; shift 2 ;;
+    --static-split) split=$2; shift 2 ;;
+    --only) only=$2; shift 2 ;;
+    -h | --help) awk 'NR > 1 && !/^#/ { exit } NR > 1 { sub(/^# ?/, ""); print }' "$0"; exit 0 ;;
+    *) echo "frameworks: unknown argument '$1' (see --help)" >&2; exit 2 ;;
+  esac
+done
+wants() { [[ ",$only," == *",$1,"* ]]; }
+
+# --- PyTorch
+venv=${DILU_TORCH_VENV:-}
+if [ -z "$venv" ]; then
+  venv=$HOME/.cache/dilu/torch-venv
+  if ! "$venv/bin/python" -c 'import torch' >/dev/null 2>&1 &&
+    "$HOME/.cache/dilu/vllm-venv/bin/python" -c 'import torch' >/dev/null 2>&1; then
+    venv=$HOME/.cache/dilu/vllm-venv
+  fi
+fi
+python=$venv/bin/python
+if ! "$python" -c 'import torch, torchvision' >/dev/null 2>&1; then
+  echo "frameworks: no torch and torchvision in $venv (set DILU_TORCH_VENV; scripts/torch-sim-check.sh installs torch)" >&2
+  exit 2
+fi
+
+echo "== building dilu and simgpu (release)" >&2
+cargo build --release -q -p dilu-nodemgr -p dilu-interposer -p simgpu -p simgpu-nvml
+release=$(pwd)/target/release
+dilu=$release/dilu
+libdir=$release/frameworks-lib
+mkdir -p "$libdir"
+ln -sf "$release/libsimgpu.so" "$libdir/libcuda.so.1"
+ln -sf "$release/libsimgpu.so" "$libdir/libcuda.so"
+ln -sf "$release/libsimgpu_nvml.so" "$libdir/libnvidia-ml.so.1"
+
+work=$(mktemp -d /tmp/dilu-frameworks.XXXXXX)
+cleanup() {
+  local pid
+  for pid in $(jobs -p); do kill "$pid" 2>/dev/null || true; done
+  rm -f /dev/shm/simgpu-"$(id -u)"-fw-$$-* 2>/dev/null || true
+  [ -n "${FRAMEWORKS_KEEP:-}" ] || rm -rf "$work"
+}
+trap cleanup EXIT
+
+# --- HAMi-core, as scripts/peers.sh builds it
+vgpu="" hami_note=""
+if wants hami; then
+  if [ -z "${HAMI_CORE_SRC:-}" ]; then
+    hami_note="not run: HAMI_CORE_SRC is not set"
+  else
+    cache=${PEERS_CACHE:-target/peers-cache}
+    mkdir -p "$cache/include"
+    cache=$(cd "$cache" && pwd)
+    # CUDA 12's cuda.h (as peers.sh fetches) where scripts/install-cudart.sh
+    # left it, else the venv's NVIDIA wheels.
+    cudart=${XDG_CACHE_HOME:-$HOME/.cache}/dilu/cudart/nvidia
+    for header in cuda.h nvml.h; do
+      [ -f "$cache/include/$header" ] && continue
+      found=$(find "$cudart/cuda_runtime" "$cudart/nvml_dev" "$venv" -path '*nvidia*' -name "$header" 2>/dev/null | head -1)
+      [ -n "$found" ] && cp "$found" "$cache/include/"
+    done
+    commit=$(git -C "$HAMI_CORE_SRC" rev-parse HEAD 2>/dev/null || echo unknown)
+    vgpu_dir=$cache/hami-$commit
+    vgpu=$vgpu_dir/libvgpu.so
+    if [ ! -f "$vgpu" ]; then
+      echo "== building HAMi-core $commit with gcc" >&2
+      mkdir -p "$vgpu_dir/config"
+      printf '#define DLSYM_HOOK_ENABLE 1\n#define MULTIPROCESS_LIMIT_ENABLE 1\n#define HOOK_MEMINFO_ENABLE 1\n#define HOOK_NVML_ENABLE 1\n' \
+        >"$vgpu_dir/config/static_config.h"
+      src=$HAMI_CORE_SRC/src
+      if ! gcc -shared -fPIC -O2 -D_GNU_SOURCE -w -I"$cache/include" -I"$src" -I"$vgpu_dir/config" \
+        -o "$vgpu" "$src"/libvgpu.c "$src"/utils.c "$src"/log_utils.c "$src"/nvml/nvml_entry.c \
+        "$src"/nvml/hook.c "$src"/cuda/*.c "$src"/allocator/allocator.c \
+        "$src"/multiprocess/multiprocess_memory_limit.c "$src"/multiprocess/multiprocess_utilization_watcher.c \
+        -lpthread -ldl 2>"$work/hami-build.log"; then
+        hami_note="not run: HAMi-core $commit did not build here ($(grep -m1 error "$work/hami-build.log" || echo 'see gcc'))"
+        vgpu=""
+      fi
+    fi
+    [ -n "$vgpu" ] && hami_note="HAMi-core commit \`$commit\`"
+  fi
+fi
+
+# launch LIMITER ROLE CONFIG ARGS...: one program of frameworks.py, on this
+# configuration's simgpu instance, under LIMITER: none (simgpu as the
+# driver), static / dilu (`dilu run` under the configuration's node
+# manager), hami (libvgpu.so preloaded, as HAMi-core documents it).
+launch() {
+  local limiter=$1 role=$2 config=$3; shift 3
+  local program=("$python" scripts/frameworks.py "$@")
+  local tenant=fw-$$-$config-$role
+  case $limiter in
+    none)
+      env LD_LIBRARY_PATH="$libdir" "${program[@]}" ;;
+    static)
+      local spec=(--class batch --sm-request $((100 - split)) --sm-limit 100)
+      [ "$role" = serve ] && spec=(--class latency --slo-ms "$slo_ms" --sm-request "$split" --sm-limit 100)
+      "$dilu" run --sim --tenant "$tenant" "${spec[@]}" -- "${program[@]}" ;;
+    dilu)
+      local spec=(--colo filler)
+      [ "$role" = serve ] && spec=(--colo primary --slo-ms "$slo_ms")
+      "$dilu" run --sim --tenant "$tenant" "${spec[@]}" -- "${program[@]}" ;;
+    hami)
+      local share=$((100 - split))
+      [ "$role" = serve ] && share=$split
+      env LD_LIBRARY_PATH="$libdir" LD_PRELOAD="$vgpu" CUDA_REDIRECT="$vgpu" LIBCUDA_LOG_LEVEL=0 \
+        CUDA_DEVICE_MEMORY_SHARED_CACHE="$work/$tenant.cache" CUDA_DEVICE_SM_LIMIT="$share" "${program[@]}" ;;
+  esac
+}
+
+# configuration NAME LIMITER WHICH: runs the server and/or the trainer
+# (WHICH: both, serve, train) for --seconds on a fresh simgpu instance with a
+# trace; the outputs go to $work/NAME/.
+configuration() {
+  local name=$1 limiter=$2 which=$3 dir=$work/$1 nm="" pids=()
+  mkdir -p "$dir"
+  echo "== $name ($which, ${seconds}s)" >&2
+  # The host's load: both programs' host side runs on these cores.
+  cut -d' ' -f1 /proc/loadavg >"$dir/load.before"
+  export SIMGPU_INSTANCE=fw-$$-$name SIMGPU_TRACE=$dir/trace.jsonl DILU_COLO_GROUP=fw-$$-$name
+  if [ "$limiter" = static ] || [ "$limiter" = dilu ]; then
+    : >"$dir/none.toml"
+    local controller=()
+    [ "$limiter" = static ] && controller=(--controller static)
+    "$dilu" nodemgr --config "$dir/none.toml" --socket "$dir/nm.sock" --run-dir "$dir/run" \
+      --metrics "" "${controller[@]}" >"$dir/nm.log" 2>&1 &
+    nm=$!
+    for _ in $(seq 300); do [ -S "$dir/nm.sock" ] && break; sleep 0.1; done
+    [ -S "$dir/nm.sock" ] || { echo "frameworks: the node manager did not start (see $dir/nm.log)" >&2; exit 1; }
+    export DILU_NODEMGR_SOCKET=$dir/nm.sock
+  fi
+  if [ "$which" != serve ]; then
+    # The trainer runs past the server's end so the server never runs alone.
+    launch "$limiter" train "$name" train --seconds "$((seconds + 10))" --batch "$train_batch" \
+      --image "$image" --model "$model" >"$dir/train.out" 2>"$dir/train.err" &
+    pids+=($!)
+  fi
+  if [ "$which" != train ]; then
+    # The server starts once the trainer is past its start-up (its warm-up steps).
+    [ "$which" = both ] && sleep "${FRAMEWORKS_TRAIN_HEAD_START:-15}"
+    launch "$limiter" serve "$name" serve --seconds "$seconds" --rate "$rate" --slo-ms "$slo_ms" \
+      >"$dir/serve.out" 2>"$dir/serve.err" &
+    pids+=($!)
+  fi
+  wait "${pids[@]}" || true
+  cut -d' ' -f1 /proc/loadavg >"$dir/load.after"
+  if [ -n "$nm" ]; then kill "$nm" 2>/dev/null || true; wait "$nm" 2>/dev/null || true; fi
+  unset DILU_NODEMGR_SOCKET
+  rm -f /dev/shm/simgpu-"$(id -u)"-fw-$$-"$name" 2>/dev/null || true
+}
+
+# --- the server's rate and SLO, from its service time alone
+if [ -z "$rate" ] || [ -z "$slo_ms" ]; then
+  echo "== the server alone, back to back: its warm service time" >&2
+  export SIMGPU_INSTANCE=fw-$$-calibrate
+  # 50 requests at once (1000/s for 50 ms): answered back to back.
+  env LD_LIBRARY_PATH="$libdir" "$python" scripts/frameworks.py serve --seconds 0.05 --rate 1000 --slo-ms 1e9 \
+    >"$work/calibrate.out" 2>"$work/calibrate.err" || { cat "$work/calibrate.err" >&2; exit 1; }
+  rm -f /dev/shm/simgpu-"$(id -u)"-fw-$$-calibrate
+  service_ms=$("$python" -c 'import json,sys; print(json.loads(open(sys.argv[1]).read().splitlines()[-1])["service_ms_mean"])' "$work/calibrate.out")
+  [ -n "$rate" ] || rate=$("$python" -c "print(round(0.3 * 1000 / $service_ms, 2))")
+  [ -n "$slo_ms" ] || slo_ms=$("$python" -c "print(round(3 * $service_ms, 1))")
+  echo "   service ${service_ms} ms back to back: rate $rate/s, SLO $slo_ms ms" >&2
+fi
+
+wants alone && { configuration serve-alone none serve; configuration train-alone none train; }
+wants none && configuration "no-limiter" none both
+wants static && configuration static static both
+wants dilu && configuration dilu dilu both
+if wants hami && [ -n "$vgpu" ]; then configuration hami-core hami both; fi
+
+"$python" scripts/frameworks_report.py "$work" \
+  "scripts/bench.sh frameworks${given_args:+ -- $given_args}" \
+  "$rate" "$slo_ms" "$split" "$hami_note" "$(git rev-parse --short HEAD)" >bench/results/frameworks.md.new
+mv bench/results/frameworks.md.new bench/results/frameworks.md
+echo "frameworks: results in bench/results/frameworks.md" >&2

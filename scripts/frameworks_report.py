@@ -1,0 +1,177 @@
+"""Writes bench/results/frameworks.md from one run of scripts/frameworks.sh.
+
+    python frameworks_report.py WORK COMMAND RATE SLO_MS SPLIT HAMI_NOTE COMMIT
+
+WORK holds one folder per configuration with serve.out / train.out (the
+programs' JSON lines) and simgpu's trace.jsonl. Device busy and shares are
+device time from the trace over the server's window of requests (alone, the
+trainer's timed steps).
+"""
+
+import json
+import os
+import platform
+import sys
+
+
+def last_json(path):
+    if not os.path.exists(path):
+        return None
+    found = None
+    for line in open(path, errors="replace"):
+        line = line.strip()
+        if line.startswith("{"):
+            try:
+                found = json.loads(line)
+            except ValueError:
+                pass
+    return found
+
+
+def tail(path, lines=3):
+    if not os.path.exists(path):
+        return ""
+    text = [l.rstrip() for l in open(path, errors="replace") if l.strip()]
+    return " / ".join(text[-lines:])
+
+
+def union(intervals):
+    total, end = 0, None
+    for lo, hi in sorted(intervals):
+        if end is None or lo > end:
+            total += hi - lo
+            end = hi
+        elif hi > end:
+            total += hi - end
+            end = hi
+    return total
+
+
+def trace_busy(path, lo, hi):
+    """Device busy over [lo, hi] and each process's share of it."""
+    per_pid, everything = {}, []
+    if not os.path.exists(path) or hi <= lo:
+        return None, {}
+    for line in open(path, errors="replace"):
+        try:
+            row = json.loads(line)
+        except ValueError:
+            continue
+        if "pid" not in row:
+            continue
+        a, b = max(row["start_ns"], lo), min(row["end_ns"], hi)
+        if b > a:
+            per_pid.setdefault(row["pid"], []).append((a, b))
+            everything.append((a, b))
+    span = hi - lo
+    return union(everything) / span, {pid: union(iv) / span for pid, iv in per_pid.items()}
+
+
+def main():
+    work, command, rate, slo_ms, split, hami_note, commit = sys.argv[1:8]
+    rows = []
+    train_alone = last_json(os.path.join(work, "train-alone", "train.out"))
+    alone_rate = train_alone["steps_per_second"] if train_alone else None
+
+    def row(label, folder, note=""):
+        d = os.path.join(work, folder)
+        if not os.path.isdir(d):
+            return
+        serve = last_json(os.path.join(d, "serve.out"))
+        train = last_json(os.path.join(d, "train.out"))
+        window = serve["window_ns"] if serve else None
+        if window is None and train and train["step_end_ns"]:
+            window = [train["step_end_ns"][0], train["step_end_ns"][-1]]
+        busy, shares = trace_busy(os.path.join(d, "trace.jsonl"), *window) if window else (None, {})
+        cells = [label]
+        if serve:
+            cells += [f"{serve['requests']}", f"{serve['service_ms_mean']:.1f}", f"{serve['p50_ms']:.1f}", f"{serve['p99_ms']:.1f}",
+                      f"{100 * serve['slo_violation_rate']:.1f}%"]
+        elif os.path.exists(os.path.join(d, "serve.err")):
+            cells += ["failed: " + tail(os.path.join(d, "serve.err"), 2)[:160], "", "", "", ""]
+        else:
+            cells += ["—", "", "", "", ""]
+        steps_in_window = None
+        if train and window:
+            ends = [t for t in train["step_end_ns"] if window[0] <= t <= window[1]]
+            steps_in_window = len(ends) / ((window[1] - window[0]) / 1e9)
+        if train:
+            ratio = f" ({100 * steps_in_window / alone_rate:.0f}% of alone)" if alone_rate and steps_in_window is not None else ""
+            cells += [f"{steps_in_window:.2f}{ratio}" if steps_in_window is not None else "—"]
+        elif os.path.exists(os.path.join(d, "train.err")):
+            cells += ["failed: " + tail(os.path.join(d, "train.err"), 2)[:160]]
+        else:
+            cells += ["—"]
+        cells += [f"{100 * busy:.1f}%" if busy is not None else "—"]
+        ordered = sorted(shares.values(), reverse=True)
+        cells += [" + ".join(f"{100 * s:.1f}%" for s in ordered) if ordered else "—"]
+        load = [open(os.path.join(d, f)).read().strip() if os.path.exists(os.path.join(d, f)) else "?"
+                for f in ("load.before", "load.after")]
+        cells += [f"{load[0]} → {load[1]}", note]
+        rows.append("| " + " | ".join(cells) + " |")
+
+    row("server alone", "serve-alone")
+    row("trainer alone", "train-alone")
+    row("no limiter", "no-limiter")
+    row("static", "static", f"server SM request {split}%, trainer {100 - int(split)}%, limits 100%")
+    row("dilu (defaults)", "dilu", "`--colo primary --slo-ms` / `--colo filler`, nothing else set")
+    if os.path.isdir(os.path.join(work, "hami-core")):
+        row("HAMi-core", "hami-core", f"`CUDA_DEVICE_SM_LIMIT` {split} / {100 - int(split)}")
+    else:
+        rows.append(f"| HAMi-core | — | | | | | — | — | — | — | {hami_note} |")
+
+    serve_any = None
+    for folder in ("serve-alone", "no-limiter", "dilu"):
+        serve_any = serve_any or last_json(os.path.join(work, folder, "serve.out"))
+    train_any = train_alone or last_json(os.path.join(work, "dilu", "train.out"))
+    model_line = []
+    if serve_any:
+        model_line.append(f"server: {serve_any['model']}, batch 1, {serve_any['seq']} tokens per request")
+    if train_any:
+        model_line.append(f"trainer: {train_any['model']}, batch {train_any['batch']}, "
+                          f"{train_any['image']}x{train_any['image']} images, SGD")
+    try:
+        import torch
+        versions = f"torch {torch.__version__}"
+        try:
+            import torchvision
+            versions += f", torchvision {torchvision.__version__}"
+        except ImportError:
+            pass
+        try:
+            import transformers
+            versions += f", transformers {transformers.__version__}"
+        except ImportError:
+            pass
+    except ImportError:
+        versions = "torch not importable by the report"
+
+    print("<!-- Written by scripts/frameworks.sh; do not edit by hand. -->")
+    print("# Real models co-located on simgpu: a BERT-base server beside ResNet-50 training\n")
+    print(f"Command: `{command}`.")
+    print(f"Programs (`scripts/frameworks.py`, unmodified PyTorch, random weights, no download): "
+          f"{'; '.join(model_line)}. {versions}.")
+    print(f"Requests: Poisson at {rate}/s, answered one at a time; SLO {slo_ms} ms per request "
+          "(arrival to result on the host). Unless given, the rate is 30% of what the server answers "
+          "back to back alone and the SLO 3x that service time, both measured at the start of the run.")
+    print("Co-located runs: the trainer starts first, the server once the trainer is past its start-up; "
+          "training throughput is counted over the server's window. Device busy and shares: device "
+          "time from simgpu's kernel trace over the server's window (the trainer alone: its timed "
+          "steps). Service: the time from a request's start to its result, queueing left out. "
+          "HAMi-core: " + (hami_note or "not run") + ".\n")
+    print("| configuration | requests | service ms (mean) | p50 ms | p99 ms | SLO violations | training steps/s | device busy | shares | host load | settings |")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|")
+    for r in rows:
+        print(r)
+    print()
+    print("simgpu computes no kernel results and charges each kernel ceil(blocks / 132) x 10 us of "
+          "device time (simgpu/README.md), so a kernel's time follows its grid, not its arithmetic; "
+          "the host side (Python, PyTorch's dispatcher, the driver calls) is real and runs on this "
+          f"machine: {platform.processor() or platform.machine()}, {os.cpu_count()} cores, shared with "
+          "other builds. Both programs compete for those cores whatever the GPU-side limiter does. "
+          "Host load: the 1-minute load average before and after each configuration "
+          "(/proc/loadavg); rows run at different loads are not comparable on host-bound figures "
+          "(service time, latency, steps/s).")
+
+
+main()
