@@ -10,5 +10,5 @@
 pub mod cubin;
 pub mod driver;
 pub mod probe;
-pub mod soak;
 pub mod sim_node;
+pub mod soak;
