@@ -215,6 +215,9 @@ fn search(
     // GPUs each idle kind has offered so far.
     let mut offered: FastMap<IdleNodeKind, usize> = FastMap::default();
     let spans_nodes = wanted > 1 && !needs.one_node && !policy.gang_on_one_node();
+    // The last kind found done: runs of idle nodes of one kind (a node
+    // list repeated, nodes bought in batches) skip the map.
+    let mut last_done: Option<IdleNodeKind> = None;
     // Whether an idle node adds nothing its kind has not already offered:
     // `enough` GPUs of that kind are in.
     let mut redundant = |node: usize, enough: usize| match indexed
@@ -222,10 +225,13 @@ fn search(
         .flatten()
     {
         None => false,
+        Some(kind) if last_done == Some(kind) => true,
         Some(kind) => {
             let seen = offered.entry(kind).or_default();
             let done = *seen >= enough;
-            if !done {
+            if done {
+                last_done = Some(kind);
+            } else {
                 // A node without GPUs counts as one, so its kind is scored once.
                 *seen += kind.gpus.max(1);
             }

@@ -467,8 +467,10 @@ impl Lcg {
 #[test]
 fn the_idle_node_index_places_exactly_as_scanning_every_node() {
     // Nodes of three kinds (8 GPUs of model 0, 4 of model 1 with few
-    // cores, 2 of model 0), interleaved, filled by every policy with
-    // single pods and gangs; after each placement both searches must agree.
+    // cores, 2 of model 0), interleaved one by one and in runs of four
+    // (the search's shortcut for a run of one idle kind), filled by every
+    // policy with single pods and gangs; after each placement both
+    // searches must agree.
     let mut random = Lcg(7);
     let workload = Arc::new(WorkloadMix {
         types: vec![
@@ -488,12 +490,16 @@ fn the_idle_node_index_places_exactly_as_scanning_every_node() {
             },
         ],
     });
-    for name in POLICY_NAMES {
+    for (name, run) in POLICY_NAMES
+        .into_iter()
+        .flat_map(|name| [(name, 1), (name, 4)])
+    {
         for mix in [Arc::new(WorkloadMix::default()), workload.clone()] {
             let policy = policy_for_workload(name, mix).unwrap();
             let mut cluster = ClusterState::default();
             for node in 0..24 {
-                let (gpus, cpu, model) = [(8, 96_000, 0), (4, 8_000, 1), (2, 32_000, 0)][node % 3];
+                let (gpus, cpu, model) =
+                    [(8, 96_000, 0), (4, 8_000, 1), (2, 32_000, 0)][node / run % 3];
                 let host = HostState {
                     cpu_milli: cpu,
                     cpu_used: 0,
