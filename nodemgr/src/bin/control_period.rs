@@ -98,7 +98,9 @@ fn node(gpus: u32, per_gpu: usize, placed: bool, idle: usize) -> Result<Registry
             connection: connection.clone(),
         };
         let fresh = registry::create_regions(&name, None)?;
-        registry.register(&name, peer, 0, Some(spec), fresh).map(|_| ())
+        registry
+            .register(&name, peer, 0, Some(spec), fresh)
+            .map(|_| ())
     };
     for i in 0..gpus as usize * per_gpu {
         add(
