@@ -826,10 +826,11 @@ mod tests {
                     })
                 })
                 .collect();
-            for creator in creators {
-                creator.join().unwrap();
+            let results: Vec<_> = creators.into_iter().map(|c| c.join()).collect();
+            stop.store(true, Ordering::Relaxed); // also when a creator failed
+            for result in results {
+                result.unwrap();
             }
-            stop.store(true, Ordering::Relaxed);
             assert!(remover.join().unwrap() > 0);
         });
         let _ = std::fs::remove_dir_all(&root);
