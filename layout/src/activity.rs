@@ -126,6 +126,17 @@ impl DeviceTelemetry {
         self.sampled_launches.fetch_add(1, Ordering::Relaxed);
     }
 
+    /// GPU time charged, launches and wall time waited: three counters one
+    /// of which moves whenever the tenant launches or waits (cheap to read
+    /// every period, unlike a [`snapshot`](Self::snapshot)).
+    pub fn pulse(&self) -> [u64; 3] {
+        [
+            self.busy_ns.load(Ordering::Relaxed),
+            self.launches.load(Ordering::Relaxed),
+            self.throttled_ns.load(Ordering::Relaxed),
+        ]
+    }
+
     /// A consistent-enough copy for readers (each counter read once).
     pub fn snapshot(&self) -> DeviceSnapshot {
         DeviceSnapshot {

@@ -133,6 +133,14 @@ impl<T: SharedLayout> Region<T> {
                 unsafe { OwnedFd::from_raw_fd(raw) }
             } else {
                 let error = std::io::Error::last_os_error();
+                if error.raw_os_error() == Some(libc::ENOENT)
+                    && let Some(dir) = path.parent()
+                {
+                    // The last file's remover took the empty directory
+                    // away after we made it: make it again.
+                    private_dir(dir)?;
+                    continue;
+                }
                 if error.raw_os_error() != Some(libc::EEXIST) {
                     return Err(error);
                 }
@@ -471,17 +479,25 @@ fn check_owned(path: &Path, fd: &OwnedFd) -> std::io::Result<()> {
 /// can add, swap or remove files in it: it must be a real directory owned by
 /// us or root, and if others may write it, sticky and root's (`/dev/shm`).
 pub fn private_dir(dir: &Path) -> std::io::Result<()> {
-    match std::fs::DirBuilder::new().mode(0o700).create(dir) {
-        Ok(()) => {}
-        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
-        Err(e) => {
-            return Err(std::io::Error::new(
-                e.kind(),
-                format!("{}: {e}", dir.display()),
-            ));
+    let mut tries = 0;
+    let meta = loop {
+        match std::fs::DirBuilder::new().mode(0o700).create(dir) {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+            Err(e) => {
+                return Err(std::io::Error::new(
+                    e.kind(),
+                    format!("{}: {e}", dir.display()),
+                ));
+            }
         }
-    }
-    let meta = std::fs::symlink_metadata(dir)?;
+        match std::fs::symlink_metadata(dir) {
+            // Emptied and removed meanwhile (the last file's remover
+            // takes the directory): make it again.
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound && tries < 100 => tries += 1,
+            meta => break meta?,
+        }
+    };
     if !meta.file_type().is_dir() {
         return Err(std::io::Error::new(
             std::io::ErrorKind::PermissionDenied,
@@ -582,12 +598,32 @@ fn random_u64() -> u64 {
     u64::from_ne_bytes(bytes)
 }
 
-/// Unlinks `path` if it still names the file open as `fd`.
+/// Unlinks `path` if it still names the file open as `fd`; if that was the
+/// last file of a user's region directory, the directory goes too.
 fn remove_if_same(path: &Path, fd: libc::c_int) -> bool {
     let (Ok(open), Ok(named)) = (fstat(fd), std::fs::symlink_metadata(path)) else {
         return false;
     };
-    open.st_dev == named.dev() && open.st_ino == named.ino() && std::fs::remove_file(path).is_ok()
+    let removed = open.st_dev == named.dev()
+        && open.st_ino == named.ino()
+        && std::fs::remove_file(path).is_ok();
+    if removed && let Some(dir) = path.parent().filter(|d| is_user_dir(d)) {
+        // Fails (ENOTEMPTY) if anything is left or was just created in it;
+        // a process about to create a file makes the directory again
+        // (see `open_or_create`).
+        let _ = std::fs::remove_dir(dir);
+    }
+    removed
+}
+
+/// Whether `dir` is named as a user's primary region directory,
+/// `dilu-<uid>` (the squat-avoiding `dilu-<uid>.<random>` ones stay, so that
+/// a user's processes keep agreeing on one).
+fn is_user_dir(dir: &Path) -> bool {
+    dir.file_name()
+        .and_then(|n| n.to_str())
+        .and_then(|n| n.strip_prefix("dilu-"))
+        .is_some_and(|uid| !uid.is_empty() && uid.bytes().all(|b| b.is_ascii_digit()))
 }
 
 /// Removes the files in `dir` (a user's region directory) that no process
@@ -729,6 +765,74 @@ mod tests {
         assert_eq!(sweep_unused(&root), 1);
         assert!(!leftover.exists() && held_path.exists());
         drop(held);
+        let _ = std::fs::remove_dir_all(&root);
+    }
+
+    #[test]
+    fn a_user_directory_goes_with_its_last_file_and_comes_back_for_the_next() {
+        let root = scratch("emptied");
+        let dir = root.join(format!("dilu-{}", euid()));
+        let (a, b) = (dir.join("a.ledger"), dir.join("b.ledger"));
+        let first = Region::<TenantLedger>::open_or_create(&a, 0o600, |_| {}).unwrap();
+        let second = Region::<TenantLedger>::open_or_create(&b, 0o600, |_| {}).unwrap();
+        assert!(first.remove_if_unused(&a));
+        assert!(dir.is_dir(), "kept while another file is in it");
+        assert!(second.remove_if_unused(&b));
+        assert!(!dir.exists(), "removed with its last file");
+        // A crashed process's leftover: the sweep takes it and the directory.
+        drop(Region::<TenantLedger>::open_or_create(&a, 0o600, |_| {}).unwrap());
+        assert!(dir.is_dir(), "made again for the next file");
+        assert_eq!(sweep_unused(&dir), 1);
+        assert!(!dir.exists(), "swept with its last file");
+        // Other directories are left alone, empty or not.
+        let other = root.join("not-a-user-dir");
+        let c = other.join("c.ledger");
+        let third = Region::<TenantLedger>::open_or_create(&c, 0o600, |_| {}).unwrap();
+        assert!(third.remove_if_unused(&c));
+        assert!(other.is_dir());
+        let _ = std::fs::remove_dir_all(&root);
+    }
+
+    /// Creators racing the removal of the directory's last file: every
+    /// creation succeeds (the directory is made again when it went between
+    /// a creator's making it and its file's creation).
+    #[test]
+    fn creating_a_file_never_loses_to_the_directory_s_removal() {
+        let root = scratch("race");
+        let dir = root.join(format!("dilu-{}", euid()));
+        let stop = std::sync::atomic::AtomicBool::new(false);
+        std::thread::scope(|scope| {
+            let remover = scope.spawn(|| {
+                let path = dir.join("churn.ledger");
+                let mut removals = 0;
+                while !stop.load(Ordering::Relaxed) {
+                    let region = Region::<TenantLedger>::open_or_create(&path, 0o600, |_| {})
+                        .expect("the remover's own creation");
+                    removals += usize::from(region.remove_if_unused(&path));
+                }
+                removals
+            });
+            let creators: Vec<_> = (0..2)
+                .map(|t| {
+                    let dir = &dir;
+                    scope.spawn(move || {
+                        for i in 0..300 {
+                            let path = dir.join(format!("c{t}-{i}.ledger"));
+                            let region =
+                                Region::<TenantLedger>::open_or_create(&path, 0o600, |_| {})
+                                    .unwrap_or_else(|e| panic!("creating {path:?}: {e}"));
+                            assert!(region.remove_if_unused(&path));
+                        }
+                    })
+                })
+                .collect();
+            let results: Vec<_> = creators.into_iter().map(|c| c.join()).collect();
+            stop.store(true, Ordering::Relaxed); // also when a creator failed
+            for result in results {
+                result.unwrap();
+            }
+            assert!(remover.join().unwrap() > 0);
+        });
         let _ = std::fs::remove_dir_all(&root);
     }
 }

@@ -7,6 +7,12 @@
 //! quantiles over a recent window (reported latencies when the program
 //! reports any, else the intervals between its synchronisations).
 //!
+//! A tenant whose launch, wait and latency counters have not moved since
+//! the last period is idle: its histograms are not read and nothing is
+//! added to its windows, so a node of many idle tenants costs a period
+//! little more than its active ones. (Synchronisations without a launch
+//! are counted at the tenant's next launch.)
+//!
 //! The counters are in memory the tenant writes: any value is possible, so
 //! every difference and sum here saturates (a tenant writing garbage gets
 //! garbage figures, never a panic in the daemon's control loop).
@@ -69,9 +75,33 @@ fn read(telemetry: &TenantActivity, reports_latency: bool) -> Reading {
     }
 }
 
+/// The counters that move whenever the tenant does something the sampler
+/// counts (device 0's GPU time, launches and waits; reported latencies).
+fn pulse(telemetry: &TenantActivity) -> [u64; 4] {
+    let [busy, launches, waited] = telemetry.devices[0].pulse();
+    [busy, launches, waited, telemetry.latency_totals().0]
+}
+
+/// A period's differences (`latencies`: `None` when the period was idle).
+#[derive(Default)]
+struct Counts {
+    wall_ns: u64,
+    busy_ns: u64,
+    launches: u64,
+    throttled_ns: u64,
+    latencies: Option<Hist>,
+    period_mean_ns: Option<u64>,
+}
+
 /// Per-tenant sampling state.
 pub struct Sampler {
     previous: Option<(u64, Reading)>,
+    /// [`pulse`] at the last reading.
+    pulse: Option<[u64; 4]>,
+    /// The p99 of `window`, until the window changes.
+    window_p99: Option<Option<u64>>,
+    /// Periods whose counters were read in full (the others were idle).
+    full_reads: u64,
     last_launch_ns: Option<u64>,
     /// When a period last saw the tenant's launches wait for tokens.
     last_wait_ns: Option<u64>,
@@ -88,6 +118,9 @@ impl Default for Sampler {
     fn default() -> Self {
         Sampler {
             previous: None,
+            pulse: None,
+            window_p99: None,
+            full_reads: 0,
             last_launch_ns: None,
             last_wait_ns: None,
             ring: VecDeque::new(),
@@ -173,6 +206,105 @@ impl Sampler {
         spec: &TenantSpec,
         share_ppm: u32,
     ) -> Observation {
+        let pulse = pulse(telemetry);
+        let idle = self.previous.is_some() && self.pulse == Some(pulse);
+        self.pulse = Some(pulse);
+        let counts = match self.previous.as_mut() {
+            Some((since, _)) if idle => {
+                // Nothing moved: every difference is zero.
+                let wall_ns = now_ns.saturating_sub(*since);
+                *since = now_ns;
+                Counts {
+                    wall_ns,
+                    ..Counts::default()
+                }
+            }
+            _ => self.read_in_full(telemetry, now_ns),
+        };
+        let Counts {
+            wall_ns,
+            busy_ns,
+            launches,
+            throttled_ns,
+            latencies,
+            period_mean_ns,
+        } = counts;
+        if let Some(latencies) = &latencies {
+            add(&mut self.window, latencies);
+            self.window_p99 = None;
+        }
+        // Periods are folded into slices of SLICE_NS: the ring, and what a
+        // period writes and drops, stay small on a node of many tenants.
+        match self.ring.back_mut() {
+            Some(last) if last.started_ns.saturating_add(SLICE_NS) > now_ns => {
+                last.at_ns = now_ns;
+                last.wall_ns = last.wall_ns.saturating_add(wall_ns);
+                last.busy_ns = last.busy_ns.saturating_add(busy_ns);
+                last.launches = last.launches.saturating_add(launches);
+                if let Some(latencies) = &latencies {
+                    add(&mut last.latencies, latencies);
+                }
+            }
+            _ => {
+                self.ring.push_back(Slice {
+                    started_ns: now_ns,
+                    at_ns: now_ns,
+                    wall_ns,
+                    busy_ns,
+                    launches,
+                    latencies: latencies.unwrap_or([0; BUCKETS]),
+                });
+                self.window_len += 1;
+            }
+        }
+        while self.window_len > 0 {
+            let oldest = &self.ring[self.ring.len() - self.window_len];
+            if oldest.at_ns.saturating_add(CONTROL_WINDOW_NS) >= now_ns {
+                break;
+            }
+            subtract(&mut self.window, &oldest.latencies);
+            self.window_len -= 1;
+            self.window_p99 = None;
+        }
+        if self.window_len == 0 {
+            self.window = [0; BUCKETS]; // no drift from saturated sums
+        }
+        let p99_ns = *self
+            .window_p99
+            .get_or_insert_with(|| quantile_ns(&self.window, 0.99));
+        // The status window holds the control window: what leaves it was
+        // subtracted above.
+        while self
+            .ring
+            .front()
+            .is_some_and(|s| s.at_ns + STATUS_WINDOW_NS < now_ns)
+        {
+            self.ring.pop_front();
+        }
+        Observation {
+            class: spec.class,
+            slo_ns: spec.slo_ms.map(|ms| (ms * 1e6) as u64),
+            request_ppm: (spec.sm_request_pct * 10_000.0).round() as u32,
+            limit_ppm: (spec.sm_limit_pct * 10_000.0).round() as u32,
+            share_ppm,
+            period_ns: wall_ns.max(1),
+            busy_ns,
+            launches,
+            throttled_ns,
+            idle_ns: self
+                .last_launch_ns
+                .map_or(u64::MAX, |t| now_ns.saturating_sub(t)),
+            latency: Latency {
+                p99_ns,
+                period_mean_ns,
+            },
+            colo_primary: telemetry.is_colo_primary(),
+        }
+    }
+
+    /// Reads the counters in full and returns the period's differences.
+    fn read_in_full(&mut self, telemetry: &TenantActivity, now_ns: u64) -> Counts {
+        self.full_reads += 1;
         let reading = read(telemetry, self.reports_latency);
         let (since, mut before) = self.previous.unwrap_or((now_ns, reading));
         if before.reported != reading.reported {
@@ -209,67 +341,13 @@ impl Sampler {
         } else {
             mean_ns(&latencies)
         };
-        add(&mut self.window, &latencies);
-        // Periods are folded into slices of SLICE_NS: the ring, and what a
-        // period writes and drops, stay small on a node of many tenants.
-        match self.ring.back_mut() {
-            Some(last) if last.started_ns.saturating_add(SLICE_NS) > now_ns => {
-                last.at_ns = now_ns;
-                last.wall_ns = last.wall_ns.saturating_add(wall_ns);
-                last.busy_ns = last.busy_ns.saturating_add(busy_ns);
-                last.launches = last.launches.saturating_add(launches);
-                add(&mut last.latencies, &latencies);
-            }
-            _ => {
-                self.ring.push_back(Slice {
-                    started_ns: now_ns,
-                    at_ns: now_ns,
-                    wall_ns,
-                    busy_ns,
-                    launches,
-                    latencies,
-                });
-                self.window_len += 1;
-            }
-        }
-        while self.window_len > 0 {
-            let oldest = &self.ring[self.ring.len() - self.window_len];
-            if oldest.at_ns.saturating_add(CONTROL_WINDOW_NS) >= now_ns {
-                break;
-            }
-            subtract(&mut self.window, &oldest.latencies);
-            self.window_len -= 1;
-        }
-        if self.window_len == 0 {
-            self.window = [0; BUCKETS]; // no drift from saturated sums
-        }
-        // The status window holds the control window: what leaves it was
-        // subtracted above.
-        while self
-            .ring
-            .front()
-            .is_some_and(|s| s.at_ns + STATUS_WINDOW_NS < now_ns)
-        {
-            self.ring.pop_front();
-        }
-        Observation {
-            class: spec.class,
-            slo_ns: spec.slo_ms.map(|ms| (ms * 1e6) as u64),
-            request_ppm: (spec.sm_request_pct * 10_000.0).round() as u32,
-            limit_ppm: (spec.sm_limit_pct * 10_000.0).round() as u32,
-            share_ppm,
-            period_ns: wall_ns.max(1),
+        Counts {
+            wall_ns,
             busy_ns,
             launches,
             throttled_ns,
-            idle_ns: self
-                .last_launch_ns
-                .map_or(u64::MAX, |t| now_ns.saturating_sub(t)),
-            latency: Latency {
-                p99_ns: quantile_ns(&self.window, 0.99),
-                period_mean_ns,
-            },
-            colo_primary: telemetry.is_colo_primary(),
+            latencies: Some(latencies),
+            period_mean_ns,
         }
     }
 

@@ -4,7 +4,9 @@
 //! budgets), timed on made-up tenants that launch and report latency
 //! between periods. Rows: GPUs × tenants per GPU, per control law, and the
 //! same tenants as one group (every tenant on one controller, as before
-//! control was per GPU) for comparison.
+//! control was per GPU) for comparison; and one GPU with a few active
+//! tenants beside many idle ones (registered, share 0, never launching),
+//! which should cost the period almost nothing.
 //!
 //! usage: control-period [--periods N]   (markdown on stdout)
 
@@ -61,10 +63,16 @@ fn raise_descriptor_limit() {
     }
 }
 
+/// Prefix of the names of idle tenants, which [`activity`] leaves alone.
+const IDLE: &str = "idle";
+
 /// A registry of `gpus × per_gpu` tenants, placed round-robin (`None`: all
-/// unplaced, one group).
-fn node(gpus: u32, per_gpu: usize, placed: bool) -> Result<Registry, String> {
+/// unplaced, one group), and `idle` idle tenants on GPU 0.
+fn node(gpus: u32, per_gpu: usize, placed: bool, idle: usize) -> Result<Registry, String> {
     let mut registry = Registry::new(BTreeMap::new(), None);
+    // All tenants here are this process's uid: the per-uid cap (a guard
+    // against one user filling the node) does not apply to a made-up node.
+    registry.max_tenants_per_uid = usize::MAX;
     let connection: Arc<std::os::fd::OwnedFd> = Arc::new(
         std::fs::File::open("/dev/null")
             .map_err(|e| e.to_string())?
@@ -72,10 +80,7 @@ fn node(gpus: u32, per_gpu: usize, placed: bool) -> Result<Registry, String> {
     );
     let uid = std::process::id(); // any uid: nothing is checked against it here
     let groups = if placed { 1 } else { gpus };
-    for i in 0..gpus as usize * per_gpu {
-        let name = format!("t{i:04}");
-        let gpu = i as u32 % gpus;
-        let spec = spec(i / gpus as usize, groups);
+    let mut add = |name: String, gpu: u32, spec: TenantSpec| -> Result<(), String> {
         if placed {
             registry.held.insert(
                 name.clone(),
@@ -93,7 +98,23 @@ fn node(gpus: u32, per_gpu: usize, placed: bool) -> Result<Registry, String> {
             connection: connection.clone(),
         };
         let fresh = registry::create_regions(&name, None)?;
-        registry.register(&name, peer, 0, Some(spec), fresh)?;
+        registry
+            .register(&name, peer, 0, Some(spec), fresh)
+            .map(|_| ())
+    };
+    for i in 0..gpus as usize * per_gpu {
+        add(
+            format!("t{i:04}"),
+            i as u32 % gpus,
+            spec(i / gpus as usize, groups),
+        )?;
+    }
+    for i in 0..idle {
+        let spec = TenantSpec {
+            sm_request_pct: 0.0,
+            ..spec(1, groups)
+        };
+        add(format!("{IDLE}{i:05}"), 0, spec)?;
     }
     Ok(registry)
 }
@@ -101,7 +122,11 @@ fn node(gpus: u32, per_gpu: usize, placed: bool) -> Result<Registry, String> {
 /// Tenants' activity between periods: every batch tenant launches, every
 /// latency tenant launches one period in three and reports a latency.
 fn activity(registry: &Registry, period: u64, now_ns: u64) {
-    for (i, tenant) in registry.tenants.values().enumerate() {
+    let active = registry
+        .tenants
+        .iter()
+        .filter(|(name, _)| !name.starts_with(IDLE));
+    for (i, (_, tenant)) in active.enumerate() {
         let telemetry = &tenant.regions.activity;
         if tenant.spec.class == WorkClass::Latency {
             if (period + i as u64).is_multiple_of(3) {
@@ -187,21 +212,23 @@ fn main() -> Result<(), String> {
     }
     raise_descriptor_limit();
     println!(
-        "| GPUs | tenants per GPU | control | law | CPU p50 µs | CPU p99 µs | CPU max µs | wall p50 µs | wall p99 µs |"
+        "| GPUs | tenants per GPU | idle tenants | control | law | CPU p50 µs | CPU p99 µs | CPU max µs | wall p50 µs | wall p99 µs |"
     );
-    println!("|---:|---:|---|---|---:|---:|---:|---:|---:|");
-    let shapes = [(1, 8), (1, 64), (8, 8), (8, 64)];
-    for (gpus, per_gpu) in shapes {
+    println!("|---:|---:|---:|---|---|---:|---:|---:|---:|---:|");
+    let shapes = [(1, 8, 0), (1, 64, 0), (8, 8, 0), (8, 64, 0), (1, 8, 1000)];
+    for (gpus, per_gpu, idle) in shapes {
         for placed in [true, false] {
             if !placed && gpus == 1 {
                 continue; // one GPU: the same thing
             }
-            let mut registry = node(gpus, per_gpu, placed)?;
+            let mut registry = node(gpus, per_gpu, placed, idle)?;
             for law in ["dilu", "dilu-colo", "static"] {
-                eprintln!("control-period: {gpus} × {per_gpu}, {law}, placed: {placed}");
+                eprintln!(
+                    "control-period: {gpus} × {per_gpu} + {idle} idle, {law}, placed: {placed}"
+                );
                 let row = measure(&mut registry, law, periods)?;
                 println!(
-                    "| {gpus} | {per_gpu} | {} | {law} | {:.1} | {:.1} | {:.1} | {:.1} | {:.1} |",
+                    "| {gpus} | {per_gpu} | {idle} | {} | {law} | {:.1} | {:.1} | {:.1} | {:.1} | {:.1} |",
                     if placed { "per GPU" } else { "one group" },
                     row.cpu_p50_us,
                     row.cpu_p99_us,
