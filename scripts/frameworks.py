@@ -2,11 +2,18 @@
 (scripts/frameworks.sh). Neither knows about dilu: each uses the GPU as any
 PyTorch program does and prints one JSON line when it ends.
 
-    python frameworks.py serve --seconds S --rate R --slo-ms MS [--seq N]
+    python frameworks.py serve --seconds S --rate R --slo-ms MS [--seq N] [--batch B]
         An inference server of BERT-base (random weights from its config, no
-        download): requests arrive as a Poisson process at R per second, are
-        answered one at a time in arrival order (batch 1, N tokens), and each
-        one's latency runs from its arrival to its result on the host.
+        download): requests arrive as a Poisson process at R per second and
+        are answered in arrival order, up to B waiting requests in one batch
+        (default: DILU_BATCH, which `dilu run --profile` sets, else 1), N
+        tokens each; each one's latency runs from its arrival to its result
+        on the host.
+
+    python frameworks.py measure [--seconds S] [--seq N]
+        The same server's request path in a closed loop, for `dilu profile`:
+        batches of DILU_BATCH requests back to back, each batch's latency
+        reported to dilu (interposer/python/dilu_latency.py), until stopped.
 
     python frameworks.py train --seconds S [--batch B] [--image P] [--model M]
         A training loop of a torchvision network (ResNet-50 by default,
@@ -20,9 +27,13 @@ PyTorch program does and prints one JSON line when it ends.
 
 import argparse
 import json
+import os
 import random
 import sys
 import time
+
+# dilu's helper for reporting request latencies (a no-op without dilu).
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "interposer", "python"))
 
 
 def bert_base(device):
@@ -57,16 +68,21 @@ def bert_base(device):
 def serve(args):
     import torch
 
+    batch = args.batch
+    if batch < 1:
+        sys.exit(f"serve: --batch {batch} must be at least 1")
     device = torch.device("cuda")
     forward, name = bert_base(device)
-    tokens = torch.randint(0, 30000, (1, args.seq), device=device)
+    # One tensor per batch size: a batch of k waiting requests is k rows.
+    tokens = [torch.randint(0, 30000, (k, args.seq), device=device) for k in range(1, batch + 1)]
     with torch.inference_mode():
         for _ in range(args.warmup):
-            forward(tokens)
+            for rows in tokens:
+                forward(rows)
         torch.cuda.synchronize()
         # One warm request timed alone: the service time the SLO is set against.
         t = time.perf_counter()
-        forward(tokens).sum().item()
+        forward(tokens[0]).sum().item()
         service_ms = (time.perf_counter() - t) * 1000
         rng = random.Random(args.seed)
         window_start_ns = time.monotonic_ns()
@@ -76,16 +92,23 @@ def serve(args):
             at += rng.expovariate(args.rate)
             arrivals.append(at)
         arrivals.pop()
-        latencies, serving = [], 0.0
-        for arrival in arrivals:
+        latencies, serving, batches, next_request = [], 0.0, 0, 0
+        while next_request < len(arrivals):
             now = time.perf_counter() - start
-            if now < arrival:
-                time.sleep(arrival - now)
+            if now < arrivals[next_request]:
+                time.sleep(arrivals[next_request] - now)
+                now = time.perf_counter() - start
+            # Every request waiting now, up to the batch size, in one batch.
+            taken = next_request + 1
+            while taken < len(arrivals) and taken - next_request < batch and arrivals[taken] <= now:
+                taken += 1
             begun = time.perf_counter()
-            forward(tokens).sum().item()  # the answer, on the host
+            forward(tokens[taken - next_request - 1]).sum().item()  # the answers, on the host
             done = time.perf_counter()
             serving += done - begun
-            latencies.append((done - start - arrival) * 1000)
+            batches += 1
+            latencies.extend((done - start - a) * 1000 for a in arrivals[next_request:taken])
+            next_request = taken
         window_end_ns = time.monotonic_ns()
     latencies.sort()
     n = len(latencies)
@@ -97,18 +120,41 @@ def serve(args):
         "program": "serve",
         "model": name,
         "seq": args.seq,
+        "batch": batch,
+        "batches": batches,
         "rate": args.rate,
         "seconds": args.seconds,
         "slo_ms": args.slo_ms,
         "service_ms_alone_warm": round(service_ms, 3),
         "requests": n,
-        "service_ms_mean": round(serving * 1000 / max(n, 1), 3),
+        "service_ms_mean": round(serving * 1000 / max(batches, 1), 3),
         "p50_ms": round(pct(0.50), 3),
         "p99_ms": round(pct(0.99), 3),
         "slo_violation_rate": round(sum(l > args.slo_ms for l in latencies) / max(n, 1), 5),
         # CLOCK_MONOTONIC, as simgpu's trace: the requests' window.
         "window_ns": [window_start_ns, window_end_ns],
     }), flush=True)
+
+
+def measure(args):
+    import dilu_latency
+    import torch
+
+    batch = int(os.environ.get("DILU_BATCH", "1"))
+    if batch < 1:
+        sys.exit(f"measure: DILU_BATCH={batch} must be at least 1")
+    device = torch.device("cuda")
+    forward, _name = bert_base(device)
+    tokens = torch.randint(0, 30000, (batch, args.seq), device=device)
+    if not dilu_latency.available():
+        print("measure: not under dilu's interposer: latencies go nowhere", file=sys.stderr)
+    with torch.inference_mode():
+        forward(tokens).sum().item()
+        start = time.perf_counter()
+        while args.seconds is None or time.perf_counter() - start < args.seconds:
+            begun = time.perf_counter()
+            forward(tokens).sum().item()
+            dilu_latency.report(time.perf_counter() - begun)
 
 
 def train(args):
@@ -177,7 +223,13 @@ def main():
     s.add_argument("--seq", type=int, default=128, help="tokens per request (default 128)")
     s.add_argument("--warmup", type=int, default=3)
     s.add_argument("--seed", type=int, default=1)
+    s.add_argument("--batch", type=int, default=int(os.environ.get("DILU_BATCH", "1")),
+                   help="most waiting requests answered in one batch (default: DILU_BATCH, else 1)")
     s.set_defaults(run=serve)
+    m = sub.add_parser("measure", help="the server's request path in a closed loop at DILU_BATCH, for dilu profile")
+    m.add_argument("--seconds", type=float, default=None, help="stop after S seconds (default: run until stopped)")
+    m.add_argument("--seq", type=int, default=128, help="tokens per request (default 128)")
+    m.set_defaults(run=measure)
     t = sub.add_parser("train", help="torchvision training loop, random data")
     t.add_argument("--seconds", type=float, required=True)
     t.add_argument("--batch", type=int, default=8)

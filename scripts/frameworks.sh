@@ -4,8 +4,10 @@
 # PyTorch programs (scripts/frameworks.py), run unmodified under: each alone,
 # no limiter, the node manager's static controller, dilu at its defaults
 # (`dilu nodemgr`, the server under `dilu run --colo primary --slo-ms`, the
-# trainer under `dilu run --colo filler`) and HAMi-core's libvgpu.so (built
-# from a checkout, as scripts/peers.sh does). Writes bench/results/frameworks.md.
+# trainer under `dilu run --colo filler`), dilu with the server's profile
+# (`dilu profile` of the server first, then the server under `dilu run
+# --profile`) and HAMi-core's libvgpu.so (built from a checkout, as
+# scripts/peers.sh does). Writes bench/results/frameworks.md.
 #
 # Not part of CI: it needs PyTorch, torchvision (and transformers, else the
 # server builds BERT-base's shape in plain torch.nn) in a virtual environment:
@@ -23,7 +25,9 @@
 # --model M         torchvision model (default resnet50)
 # --static-split P  static and HAMi-core: the server's SM share in % (default 50;
 #                   the trainer gets the rest)
-# --only LIST       comma-separated subset of: alone,none,static,dilu,hami
+# --profile-max-batch B   largest batch `dilu profile` tries (default 4)
+# --profile-trial-seconds S  each profile trial's length (default 6)
+# --only LIST       comma-separated subset of: alone,none,static,dilu,profiled,hami
 #
 # HAMI_CORE_SRC=DIR a HAMi-core checkout (https://github.com/Project-HAMi/HAMi-core);
 #                   without it, or if it does not build here, the HAMi-core row
@@ -35,7 +39,8 @@ cd "$(dirname "$0")/.."
 
 given_args="$*"
 seconds=20 rate="" slo_ms="" train_batch=32 image=224 model=resnet50 split=50
-only=alone,none,static,dilu,hami
+profile_max_batch=4 profile_trial=6
+only=alone,none,static,dilu,profiled,hami
 while [ $# -gt 0 ]; do
   case $1 in
     --seconds) seconds=$2; shift 2 ;;
@@ -45,6 +50,8 @@ while [ $# -gt 0 ]; do
     --image) image=$2; shift 2 ;;
     --model) model=$2; shift 2 ;;
     --static-split) split=$2; shift 2 ;;
+    --profile-max-batch) profile_max_batch=$2; shift 2 ;;
+    --profile-trial-seconds) profile_trial=$2; shift 2 ;;
     --only) only=$2; shift 2 ;;
     -h | --help) awk 'NR > 1 && !/^#/ { exit } NR > 1 { sub(/^# ?/, ""); print }' "$0"; exit 0 ;;
     *) echo "frameworks: unknown argument '$1' (see --help)" >&2; exit 2 ;;
@@ -144,6 +151,10 @@ launch() {
       local spec=(--colo filler)
       [ "$role" = serve ] && spec=(--colo primary --slo-ms "$slo_ms")
       "$dilu" run --sim --tenant "$tenant" "${spec[@]}" -- "${program[@]}" ;;
+    profiled)
+      local spec=(--colo filler)
+      [ "$role" = serve ] && spec=(--colo primary --profile "$work/profile/profile.toml")
+      "$dilu" run --sim --tenant "$tenant" "${spec[@]}" -- "${program[@]}" ;;
     hami)
       local share=$((100 - split))
       [ "$role" = serve ] && share=$split
@@ -162,7 +173,7 @@ configuration() {
   # The host's load: both programs' host side runs on these cores.
   cut -d' ' -f1 /proc/loadavg >"$dir/load.before"
   export SIMGPU_INSTANCE=fw-$$-$name SIMGPU_TRACE=$dir/trace.jsonl DILU_COLO_GROUP=fw-$$-$name
-  if [ "$limiter" = static ] || [ "$limiter" = dilu ]; then
+  if [ "$limiter" = static ] || [ "$limiter" = dilu ] || [ "$limiter" = profiled ]; then
     : >"$dir/none.toml"
     local controller=()
     [ "$limiter" = static ] && controller=(--controller static)
@@ -211,6 +222,19 @@ wants alone && { configuration serve-alone none serve; configuration train-alone
 wants none && configuration "no-limiter" none both
 wants static && configuration static static both
 wants dilu && configuration dilu dilu both
+if wants profiled; then
+  # The server's profile, found by running its request path alone under
+  # `dilu profile` (the profiler's own node manager holds each share).
+  mkdir -p "$work/profile"
+  echo "== dilu profile of the server (SLO $slo_ms ms, batches up to $profile_max_batch, ${profile_trial}s trials)" >&2
+  if "$dilu" profile --sim --class latency --slo-ms "$slo_ms" --max-batch "$profile_max_batch" \
+    --trial-seconds "$profile_trial" --output "$work/profile/profile.toml" --json \
+    -- "$python" scripts/frameworks.py measure >"$work/profile/profile.json" 2>"$work/profile/profile.err"; then
+    configuration dilu-profiled profiled both
+  else
+    echo "frameworks: dilu profile failed: $(tail -1 "$work/profile/profile.err")" >&2
+  fi
+fi
 if wants hami && [ -n "$vgpu" ]; then configuration hami-core hami both; fi
 
 "$python" scripts/frameworks_report.py "$work" \

@@ -115,18 +115,27 @@ def main():
     row("no limiter", "no-limiter")
     row("static", "static", f"server SM request {split}%, trainer {100 - int(split)}%, limits 100%")
     row("dilu (defaults)", "dilu", "`--colo primary --slo-ms` / `--colo filler`, nothing else set")
+    profile = last_json(os.path.join(work, "profile", "profile.json"))
+    if profile:
+        row("dilu, profiled", "dilu-profiled",
+            f"server `--colo primary --profile` (batch {profile['batch']}, SM request {profile['sm_request']}%, "
+            f"limit {profile['sm_limit']}%), trainer `--colo filler`")
+    elif os.path.isdir(os.path.join(work, "profile")):
+        why = tail(os.path.join(work, "profile", "profile.err"), 1)[:160]
+        rows.append(f"| dilu, profiled | — | | | | | — | — | — | — | `dilu profile` failed: {why} |")
     if os.path.isdir(os.path.join(work, "hami-core")):
         row("HAMi-core", "hami-core", f"`CUDA_DEVICE_SM_LIMIT` {split} / {100 - int(split)}")
     else:
         rows.append(f"| HAMi-core | — | | | | | — | — | — | — | {hami_note} |")
 
     serve_any = None
-    for folder in ("serve-alone", "no-limiter", "dilu"):
+    for folder in ("serve-alone", "no-limiter", "dilu", "dilu-profiled"):
         serve_any = serve_any or last_json(os.path.join(work, folder, "serve.out"))
     train_any = train_alone or last_json(os.path.join(work, "dilu", "train.out"))
     model_line = []
     if serve_any:
-        model_line.append(f"server: {serve_any['model']}, batch 1, {serve_any['seq']} tokens per request")
+        model_line.append(f"server: {serve_any['model']}, {serve_any['seq']} tokens per request, "
+                          "up to `--batch` waiting requests per batch (1 unless a profile sets `DILU_BATCH`)")
     if train_any:
         model_line.append(f"trainer: {train_any['model']}, batch {train_any['batch']}, "
                           f"{train_any['image']}x{train_any['image']} images, SGD")
@@ -151,7 +160,7 @@ def main():
     print(f"Command: `{command}`.")
     print(f"Programs (`scripts/frameworks.py`, unmodified PyTorch, random weights, no download): "
           f"{'; '.join(model_line)}. {versions}.")
-    print(f"Requests: Poisson at {rate}/s, answered one at a time; SLO {slo_ms} ms per request "
+    print(f"Requests: Poisson at {rate}/s, answered in arrival order; SLO {slo_ms} ms per request "
           "(arrival to result on the host). Unless given, the rate is 30% of what the server answers "
           "back to back alone and the SLO 3x that service time, both measured at the start of the run.")
     print("Co-located runs: the trainer starts first, the server once the trainer is past its start-up; "
@@ -172,6 +181,38 @@ def main():
           "Host load: the 1-minute load average before and after each configuration "
           "(/proc/loadavg); rows run at different loads are not comparable on host-bound figures "
           "(service time, latency, steps/s).")
+    if profile:
+        print_profile(work, profile, slo_ms)
+
+
+def print_profile(work, profile, slo_ms):
+    """The `dilu profile` run the profiled row used: its trials and result."""
+    trials = [l.strip() for l in open(os.path.join(work, "profile", "profile.err"), errors="replace")
+              if "ms per batch" in l or "cannot run" in l]
+    print()
+    print("## `dilu profile` of the server\n")
+    print(f"Before the `dilu, profiled` row: `dilu profile --sim --class latency --slo-ms {slo_ms} "
+          "--max-batch B --trial-seconds S -- python scripts/frameworks.py measure` (B and S as the "
+          "command gives, defaults 4 and 6), the server's request path in a closed loop at each "
+          "batch and SM share, each batch's latency reported with `interposer/python/dilu_latency.py`; "
+          "one program per batch size, its share changed between trials. Its result is what "
+          "`dilu run --profile` gave the server in that row.\n")
+    print(f"Chosen: batch {profile['batch']}, SM request {profile['sm_request']}% "
+          f"({profile['throughput_at_request']:.1f} requests/s), SM limit {profile['sm_limit']}% "
+          f"({profile['throughput_at_limit']:.1f} requests/s); {profile['trials']} configurations measured "
+          "(SLO met with the profiler's default 10% to spare).\n")
+    print("| trial | batch | SM % | latency per batch | requests/s |")
+    print("|---:|---:|---:|---:|---:|")
+    for i, line in enumerate(trials, 1):
+        # "dilu profile: batch    1 at SM  10%: 2.646 ms per batch, 377.9 samples/s"
+        head, _, what = line.partition("%: ")
+        parts = head.split()
+        batch, share = parts[3], parts[-1]
+        if "ms per batch" in what:
+            latency, throughput = what.split(", ")
+            print(f"| {i} | {batch} | {share} | {latency.replace(' per batch', '')} | {throughput.split()[0]} |")
+        else:
+            print(f"| {i} | {batch} | {share} | {what} | — |")
 
 
 main()

@@ -6,13 +6,19 @@
 //! - `-- CMD`: the program itself, for one bounded trial per configuration,
 //!   under the interposer beside an embedded node manager (static
 //!   controller) that holds it at the trial's SM share. The program gets the
-//!   batch size as `DILU_BATCH`; each request it reports with
+//!   batch size as `DILU_BATCH` and keeps running from one trial to the
+//!   next of the same batch size, its share changed live (as `dilu set`
+//!   does): a server that takes a minute to load its framework loads it once
+//!   per batch size, not once per trial. A new program's trial starts at its
+//!   first request (or synchronisation), which it has `--startup-seconds`
+//!   to reach. Each request it reports with
 //!   `dilu_report_latency` is one batch, so the trial's mean reported
 //!   latency is the batch latency and reports × batch / time the throughput.
 //!   A program that reports nothing is measured by its sync-to-sync
 //!   intervals (the telemetry's p99, in power-of-two buckets: coarse, and
-//!   said so). The first quarter of each trial is warm-up and not counted.
-//!   A trial in which nothing was measured (a program slow to start) is run
+//!   said so). The first quarter of each trial is warm-up (the program
+//!   settling at its new share) and not counted.
+//!   A trial in which nothing was measured (a program gone quiet) is run
 //!   once more, twice as long, before its setting is called unable to run.
 //!
 //! Ctrl-C (or SIGTERM) stops the trial's program, the node manager and the
@@ -22,7 +28,7 @@ use crate::artifacts;
 use crate::config::Config;
 use crate::daemon::Daemon;
 use crate::launch::{self, LaunchSpec};
-use dilu_abi::node_wire::{SOCKET_ENV, TenantSpec, WorkClass};
+use dilu_abi::node_wire::{SOCKET_ENV, SpecUpdate, TenantSpec, WorkClass};
 use dilu_profile::measure::{Measure, Trials};
 use dilu_profile::profile::{self, Class, Profile, Question};
 use dilu_profile::search::Method;
@@ -44,6 +50,8 @@ pub struct ProfileSpec {
     pub command: Vec<String>,
     pub sim: bool,
     pub trial_seconds: f64,
+    /// How long a newly started program has to reach its first request.
+    pub startup_seconds: f64,
     pub max_batch: u32,
     pub sm_step: u32,
     /// A trial meets the SLO only with this fraction to spare (programs only).
@@ -182,7 +190,18 @@ struct ProgramTrials {
     sim: bool,
     class: WorkClass,
     trial: Duration,
+    startup: Duration,
     next: u32,
+    /// The program of the last trial, kept for the next trial of its batch.
+    running: Option<Running>,
+}
+
+/// A trial's program left running for the next trial of the same batch.
+struct Running {
+    child: Child,
+    tenant: String,
+    batch: u32,
+    log: PathBuf,
 }
 
 impl ProgramTrials {
@@ -191,6 +210,12 @@ impl ProgramTrials {
             return Err(format!(
                 "--trial-seconds {} must be from 0.5 to 600",
                 spec.trial_seconds
+            ));
+        }
+        if !(1.0..=3600.0).contains(&spec.startup_seconds) {
+            return Err(format!(
+                "--startup-seconds {} must be from 1 to 3600",
+                spec.startup_seconds
             ));
         }
         artifacts::find(artifacts::INTERPOSER_FILE)?;
@@ -218,11 +243,14 @@ impl ProgramTrials {
                 Class::Batch => WorkClass::Batch,
             },
             trial: Duration::from_secs_f64(spec.trial_seconds),
+            startup: Duration::from_secs_f64(spec.startup_seconds),
             next: 0,
+            running: None,
         })
     }
 
     fn stop(&mut self) {
+        self.end_program();
         if let Some(daemon) = self.daemon.take() {
             daemon.stop();
         }
@@ -314,18 +342,32 @@ enum Attempt {
     /// It ran, but neither reported a latency nor synchronised in time;
     /// the last line of its log.
     NothingMeasured(String),
+    /// It never reached its first request within the start-up allowance;
+    /// the last line of its log.
+    NeverStarted(String),
 }
 
 impl Measure for ProgramTrials {
     fn measure(&mut self, trial: Trial) -> Result<Option<Sample>, String> {
-        // A program that starts slowly (a loaded host) may not reach its
-        // first request within one trial: it gets one more, twice as long,
-        // before the setting is called unable to run.
+        // A program that goes quiet within a trial (a loaded host) gets one
+        // more, twice as long, before the setting is called unable to run.
         let mut length = self.trial;
         for attempt in 0..2 {
             match self.attempt(trial, length)? {
                 Attempt::Measured(sample) => return Ok(Some(sample)),
                 Attempt::Failed => return Ok(None),
+                Attempt::NeverStarted(last_words) => {
+                    eprintln!(
+                        "dilu profile: batch {}: the program reached no request (no latency reported, no synchronisation) within {:.0} s of its start (--startup-seconds){}",
+                        trial.batch,
+                        self.startup.as_secs_f64(),
+                        match last_words {
+                            line if line.is_empty() => String::new(),
+                            line => format!("; its last words: {line}"),
+                        }
+                    );
+                    return Ok(None);
+                }
                 Attempt::NothingMeasured(last_words) if attempt == 1 => {
                     eprintln!(
                         "dilu profile: batch {} at SM {}%: nothing was measured (no latency reported, no synchronisation seen){}",
@@ -353,25 +395,84 @@ impl Measure for ProgramTrials {
 }
 
 impl ProgramTrials {
-    fn attempt(&mut self, trial: Trial, length: Duration) -> Result<Attempt, String> {
+    fn end_program(&mut self) {
+        if let Some(mut running) = self.running.take() {
+            stop_group(&mut running.child);
+        }
+    }
+
+    /// The program for `trial`: the one left running by the last trial when
+    /// it has the same batch size (its share changed live), else a new one.
+    /// Returns whether it was already running.
+    fn program_for(&mut self, trial: Trial) -> Result<bool, String> {
+        if let Some(running) = &mut self.running
+            && running.batch == trial.batch
+            && matches!(running.child.try_wait(), Ok(None))
+        {
+            let share = f64::from(trial.sm);
+            let update = SpecUpdate {
+                sm_request_pct: Some(share),
+                sm_limit_pct: Some(share),
+                ..SpecUpdate::default()
+            };
+            let daemon = self.daemon.as_ref().ok_or("the node manager has stopped")?;
+            daemon
+                .shared
+                .registry
+                .lock()
+                .expect("registry lock")
+                .update(&running.tenant, &update)?;
+            return Ok(true);
+        }
+        self.end_program();
         self.next += 1;
         let tenant = format!("{}-{}", self.instance, self.next);
         let log = self.scratch.join(format!("trial-{}.log", self.next));
-        let mut child = self.spawn(&tenant, trial, &log)?;
+        let child = self.spawn(&tenant, trial, &log)?;
+        self.running = Some(Running {
+            child,
+            tenant,
+            batch: trial.batch,
+            log,
+        });
+        Ok(false)
+    }
+
+    fn attempt(&mut self, trial: Trial, length: Duration) -> Result<Attempt, String> {
+        let reused = self.program_for(trial)?;
+        let mut running = self.running.take().expect("program_for started one");
+        let tenant = running.tenant.clone();
         let started = Instant::now();
+        // A new program's trial runs from its first request (or
+        // synchronisation): its start-up is not the configuration's cost.
+        let mut origin = reused.then_some(started);
+        let mut said_waiting = false;
         let warm_up = length / 4;
         let (mut first, mut last, mut peak, mut proxy_p99) =
             (None::<Reading>, None::<Reading>, None::<u64>, None);
         let mut exit = None;
-        while started.elapsed() < length {
+        loop {
+            match origin {
+                Some(origin) if origin.elapsed() >= length => break,
+                None if started.elapsed() >= self.startup => break,
+                None if !said_waiting && started.elapsed() >= Duration::from_secs(10) => {
+                    eprintln!(
+                        "dilu profile: batch {}: the program has not reached its first request after 10 s; waiting up to {:.0} s (--startup-seconds)",
+                        trial.batch,
+                        self.startup.as_secs_f64()
+                    );
+                    said_waiting = true;
+                }
+                _ => {}
+            }
             if INTERRUPTED.load(Ordering::Relaxed) {
-                stop_group(&mut child);
+                stop_group(&mut running.child);
                 self.stop();
                 return Err(
                     "interrupted: the trial's program and the node manager were stopped".into(),
                 );
             }
-            if let Ok(Some(status)) = child.try_wait() {
+            if let Ok(Some(status)) = running.child.try_wait() {
                 exit = Some(status);
                 break;
             }
@@ -383,18 +484,27 @@ impl ProgramTrials {
             };
             peak = peak.max(Some(t.mem_used_bytes));
             proxy_p99 = t.p99_ms.or(proxy_p99);
+            let now = Instant::now();
+            if origin.is_none() && (t.latency_reports_total > 0 || t.p99_ms.is_some()) {
+                origin = Some(now);
+            }
+            let Some(origin) = origin else { continue };
             let reading = Reading {
-                at: Instant::now(),
+                at: now,
                 reports: t.latency_reports_total,
                 latency_seconds: t.latency_seconds_total,
             };
-            if first.is_none() && started.elapsed() >= warm_up {
+            if first.is_none() && origin.elapsed() >= warm_up {
                 first = Some(reading);
             }
             last = Some(reading);
         }
-        if exit.is_none() {
-            stop_group(&mut child);
+        let log = running.log.clone();
+        if exit.is_none() && origin.is_some() {
+            // Kept for the next trial of this batch size.
+            self.running = Some(running);
+        } else if exit.is_none() {
+            stop_group(&mut running.child);
         }
         if let Some(status) = exit.filter(|s| !s.success()) {
             eprintln!(
@@ -404,6 +514,9 @@ impl ProgramTrials {
                 last_line(&log)
             );
             return Ok(Attempt::Failed);
+        }
+        if origin.is_none() {
+            return Ok(Attempt::NeverStarted(last_line(&log)));
         }
         let memory_peak = peak.filter(|b| *b > 0);
         if let (Some(a), Some(b)) = (first, last)

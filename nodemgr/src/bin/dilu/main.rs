@@ -94,9 +94,15 @@ pub struct ProfileArgs {
     /// Run the program on the simulated GPU (simgpu).
     #[arg(long)]
     sim: bool,
-    /// How long each trial runs (the first quarter is warm-up).
+    /// How long each trial runs (the first quarter is warm-up). A program
+    /// keeps running across trials of one batch size, its share changed
+    /// live; a new one's trial starts at its first request.
     #[arg(long, default_value_t = 3.0, value_name = "SECONDS")]
     trial_seconds: f64,
+    /// How long a newly started program has to reach its first request
+    /// (a reported latency or a synchronisation), e.g. to load its framework.
+    #[arg(long, default_value_t = 120.0, value_name = "SECONDS")]
+    startup_seconds: f64,
     /// Largest batch size tried (powers of two from 1).
     #[arg(long, default_value_t = 32, value_parser = clap::value_parser!(u32).range(1..=65536))]
     max_batch: u32,
@@ -367,6 +373,7 @@ fn profile(args: ProfileArgs) -> Result<ExitCode, String> {
         command: args.command,
         sim: args.sim,
         trial_seconds: args.trial_seconds,
+        startup_seconds: args.startup_seconds,
         max_batch: args.max_batch,
         sm_step: args.sm_step,
         headroom: args.headroom / 100.0,
