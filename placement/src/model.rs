@@ -10,7 +10,10 @@
 //! `ClusterState` is the only mutable view; it knows nothing about policies,
 //! networking or time.
 
+use std::collections::BTreeSet;
 use std::ops::Range;
+
+use crate::fast_hash::FastMap;
 
 pub use dilu_abi::cluster_wire::{InstanceDemand, WorkClass};
 
@@ -170,7 +173,42 @@ pub struct ClusterState {
     /// The same per node (same indices as `nodes`): a node with none is
     /// idle, and idle nodes of one [`IdleNodeKind`] are interchangeable.
     busy_per_node: Vec<u32>,
+    /// Nodes grouped by what a search reads of them (see [`NodeClasses`]).
+    classes: NodeClasses,
 }
+
+/// Nodes grouped into classes of identical state as a search sees it:
+/// every GPU's state but its node index, in order, and the host's CPU
+/// (capacity and use), memory capacity and GPU model. Host memory in use is
+/// left out, so that nodes which differ only there share a class: it
+/// decides only whether a pod fits the host, which the search checks per
+/// member. Members of a class score alike under every policy (a policy sees
+/// a node only through these), so a search scores the first fitting member
+/// of each class instead of every node, and its cost grows with the number
+/// of classes rather than of nodes. Kept by every method that changes a
+/// node ([`apply`](ClusterState::apply), [`release`](ClusterState::release),
+/// the host and draining ones); a change made to `gpus` or `hosts` by hand
+/// must be followed by [`refresh_node`](ClusterState::refresh_node).
+#[derive(Debug, Clone, Default)]
+struct NodeClasses {
+    /// Class of each node (same indices as `nodes`).
+    of_node: Vec<u32>,
+    /// Class ids by state key.
+    ids: FastMap<Vec<u64>, u32>,
+    /// Classes by id; an emptied one waits in `free` for reuse.
+    classes: Vec<NodeClass>,
+    free: Vec<u32>,
+    /// The lowest node of each class, in node order.
+    leaders: BTreeSet<usize>,
+}
+
+#[derive(Debug, Clone, Default)]
+struct NodeClass {
+    key: Vec<u64>,
+    members: BTreeSet<usize>,
+}
+
+const NO_CLASS: u32 = u32::MAX;
 
 /// What makes two idle nodes interchangeable for every policy: GPU count
 /// and memory, host resources (capacity and use) and GPU model. A search
@@ -210,7 +248,116 @@ impl ClusterState {
         self.nodes.push(start..self.gpus.len());
         self.hosts.push(host);
         self.busy_per_node.push(0);
+        self.classes.of_node.push(NO_CLASS);
+        self.refresh_node(node);
         node
+    }
+
+    /// Re-files node `node` in its class after its GPUs or host changed
+    /// (every method here that changes a node calls it; a change made to
+    /// `gpus` or `hosts` by hand must call it too).
+    pub fn refresh_node(&mut self, node: usize) {
+        let Some(range) = self.nodes.get(node).cloned() else {
+            return;
+        };
+        let mut key = Vec::with_capacity(4 + 6 * range.len());
+        match self.hosts.get(node) {
+            Some(host) => key.extend([
+                host.cpu_milli,
+                host.cpu_used,
+                host.memory_mib,
+                u64::from(host.model),
+            ]),
+            None => key.extend([u64::MAX; 4]),
+        }
+        for gpu in &self.gpus[range] {
+            key.extend([
+                gpu.memory_capacity,
+                gpu.memory_used,
+                gpu.sm_request_sum.to_bits(),
+                gpu.sm_limit_sum.to_bits(),
+                (u64::from(gpu.latency_instances) << 32) | u64::from(gpu.batch_instances),
+                u64::from(gpu.draining),
+            ]);
+        }
+        let classes = &mut self.classes;
+        let old = classes.of_node[node];
+        if old != NO_CLASS {
+            if classes.classes[old as usize].key == key {
+                return;
+            }
+            let class = &mut classes.classes[old as usize];
+            class.members.remove(&node);
+            if classes.leaders.remove(&node)
+                && let Some(&next) = class.members.first()
+            {
+                classes.leaders.insert(next);
+            }
+            if class.members.is_empty() {
+                let key = std::mem::take(&mut class.key);
+                classes.ids.remove(&key);
+                classes.free.push(old);
+            }
+        }
+        let id = match classes.ids.get(&key) {
+            Some(&id) => id,
+            None => {
+                let id = match classes.free.pop() {
+                    Some(id) => id,
+                    None => {
+                        classes.classes.push(NodeClass::default());
+                        (classes.classes.len() - 1) as u32
+                    }
+                };
+                classes.classes[id as usize].key = key.clone();
+                classes.ids.insert(key, id);
+                id
+            }
+        };
+        classes.of_node[node] = id;
+        let class = &mut classes.classes[id as usize];
+        let leader = class.members.first().copied();
+        class.members.insert(node);
+        if leader.is_none_or(|leader| node < leader) {
+            if let Some(leader) = leader {
+                classes.leaders.remove(&leader);
+            }
+            classes.leaders.insert(node);
+        }
+    }
+
+    /// The lowest node of each class of identical nodes (see
+    /// [`refresh_node`](Self::refresh_node)), in node order: nodes whose
+    /// GPUs and host (but for host memory in use) are in the same state
+    /// as a leader's are in its class.
+    pub fn class_leaders(&self) -> impl Iterator<Item = usize> + '_ {
+        self.classes.leaders.iter().copied()
+    }
+
+    /// The nodes of `node`'s class, `node` included, in node order.
+    pub fn class_members(&self, node: usize) -> impl Iterator<Item = usize> + '_ {
+        self.classes
+            .of_node
+            .get(node)
+            .and_then(|&id| self.classes.classes.get(id as usize))
+            .into_iter()
+            .flat_map(|class| class.members.iter().copied())
+    }
+
+    /// How many classes of identical nodes the cluster has (what a search's
+    /// cost grows with).
+    pub fn node_classes(&self) -> usize {
+        self.classes.leaders.len()
+    }
+
+    /// Sets how many old copies of moved work still drain from GPU `gpu`
+    /// (a draining GPU admits nothing new; see `GpuState::draining`).
+    pub fn set_draining(&mut self, gpu: usize, draining: u32) {
+        if let Some(state) = self.gpus.get_mut(gpu) {
+            state.draining = draining;
+            let node = state.node;
+            self.refresh_node(node);
+        }
     }
 
     /// The index of GPU model `name`, added if new.
@@ -232,6 +379,7 @@ impl ClusterState {
         if let Some(host) = self.hosts.get_mut(node) {
             host.cpu_used = host.cpu_used.saturating_add(needs.cpu_milli);
             host.memory_used = host.memory_used.saturating_add(needs.memory_mib);
+            self.refresh_node(node);
         }
     }
 
@@ -240,6 +388,7 @@ impl ClusterState {
         if let Some(host) = self.hosts.get_mut(node) {
             host.cpu_used = host.cpu_used.saturating_sub(needs.cpu_milli);
             host.memory_used = host.memory_used.saturating_sub(needs.memory_mib);
+            self.refresh_node(node);
         }
     }
 
@@ -253,6 +402,22 @@ impl ClusterState {
                     self.busy += 1;
                     self.busy_per_node[state.node] += 1;
                 }
+            }
+        }
+        self.refresh_nodes_of(gpus);
+    }
+
+    /// Refreshes the nodes of `gpus` (each once when they are in order, as
+    /// a placement's are).
+    fn refresh_nodes_of(&mut self, gpus: &[usize]) {
+        let mut last = None;
+        for &gpu in gpus {
+            let Some(node) = self.gpus.get(gpu).map(|state| state.node) else {
+                continue;
+            };
+            if last != Some(node) {
+                self.refresh_node(node);
+                last = Some(node);
             }
         }
     }
@@ -270,6 +435,7 @@ impl ClusterState {
                 }
             }
         }
+        self.refresh_nodes_of(gpus);
     }
 
     /// The kind of node `node` if none of its GPUs has work (in O(1), from

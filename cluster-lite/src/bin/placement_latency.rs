@@ -1,5 +1,5 @@
 //! `placement-latency`: how long one placement decision takes as the
-//! cluster grows, for `dilu` (with the idle-node index and scanning every
+//! cluster grows, for `dilu` (with the node-class index and scanning every
 //! node, side by side) and `dilu-paper`; writes
 //! `bench/results/placement-latency.md` (run by `scripts/bench.sh
 //! placement-latency`).
@@ -70,6 +70,10 @@ struct Row {
     shape: &'static str,
     gpus: usize,
     busy_gpus: usize,
+    /// Nodes with work on them.
+    busy_nodes: usize,
+    /// Classes of identical nodes (what the indexed search scores).
+    node_states: usize,
     policy: String,
     search: &'static str,
     p50_us: f64,
@@ -168,6 +172,10 @@ fn measure(
                 shape: shape_name,
                 gpus: shape.gpus(),
                 busy_gpus: cluster.active_gpus(),
+                busy_nodes: (0..cluster.nodes.len())
+                    .filter(|&node| cluster.idle_node_kind(node).is_none())
+                    .count(),
+                node_states: cluster.node_classes(),
                 policy: name.to_string(),
                 search: search_name,
                 p50_us,
@@ -252,10 +260,21 @@ fn run() -> Result<(), String> {
          time). *uniform, generated*: 8-GPU nodes and the built-in generator's instances (no workload\n\
          known: `dilu` fits by slack). *openb nodes, openb pods*: Alibaba's openb node list repeated to\n\
          the size and its default pod list drawn at random (workload known: `dilu` fits by FGD's\n\
-         fragmentation, its costliest score). `indexed`: the search scores busy nodes one by one and\n\
-         one idle node of each kind (`placement/src/policy/mod.rs`, `search`); `every node`: the scan\n\
-         it replaced, on the same cluster.\n\n\
-         | requested | shape | GPUs | GPUs in use | policy | search | p50 µs | p99 µs |\n|---:|---|---:|---:|---|---|---:|---:|",
+         fragmentation, its costliest score). `indexed`: the search groups nodes into classes of\n\
+         identical state (every GPU's request, limit and memory sums and instance counts, the host's\n\
+         CPU in use and its model; `ClusterState::class_leaders`) and scores the first node of each\n\
+         class that fits the pod's host needs (`placement/src/policy/mod.rs`, `search`); `every node`:\n\
+         the scan it replaced, on the same cluster, which gives the same decisions (tests\n\
+         `the_node_index_places_exactly_as_scanning_every_node` and\n\
+         `indexed_search_matches_the_scan_on_openb_with_departures`). *busy nodes*: nodes with work\n\
+         on them after the fill; *node states*: the classes then, idle ones included. The indexed\n\
+         search's cost grows with the node states, not with the nodes or the GPUs in use: idle nodes\n\
+         of one kind are one state, and busy nodes share a state when their GPUs hold the same sums\n\
+         on a host with the same CPU in use. How far that is below the busy nodes depends on the\n\
+         workload: few states with few distinct pods (the uniform rows), most busy nodes in a state\n\
+         of their own with openb's varied pods on a half-full cluster, where the cost still grows\n\
+         about linearly with the cluster, if more slowly than the scan's.\n\n\
+         | requested | shape | GPUs | GPUs in use | busy nodes | node states | policy | search | p50 µs | p99 µs |\n|---:|---|---:|---:|---:|---:|---|---|---:|---:|",
         load = std::fs::read_to_string("/proc/loadavg")
             .unwrap_or_default()
             .split_whitespace()
@@ -267,11 +286,13 @@ fn run() -> Result<(), String> {
     for row in &rows {
         let _ = writeln!(
             md,
-            "| {:.0}% | {} | {} | {} | {} | {} | {:.1} | {:.1} |",
+            "| {:.0}% | {} | {} | {} | {} | {} | {} | {} | {:.1} | {:.1} |",
             row.fill * 100.0,
             row.shape,
             row.gpus,
             row.busy_gpus,
+            row.busy_nodes,
+            row.node_states,
             row.policy,
             row.search,
             row.p50_us,

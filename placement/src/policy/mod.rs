@@ -21,8 +21,7 @@ mod fgd;
 
 use std::sync::Arc;
 
-use crate::fast_hash::FastMap;
-use crate::model::{ClusterState, GpuState, IdleNodeKind, InstanceDemand, PodNeeds};
+use crate::model::{ClusterState, GpuState, InstanceDemand, PodNeeds};
 
 pub use baselines::{DiluPaper, Exclusive, InflessLimits, InflessRequests};
 pub use dilu::{
@@ -180,9 +179,9 @@ pub fn place_pod(
     })
 }
 
-/// [`place_pod`] scoring every node, idle ones included: the scan the
-/// idle-node index replaces, kept for the benchmark that compares them
-/// (`placement-latency`) and the test that they agree.
+/// [`place_pod`] scoring every node that fits the pod's host needs: the
+/// scan the index of identical nodes replaces, kept for the benchmark that
+/// compares them (`placement-latency`) and the tests that they agree.
 pub fn place_pod_scanning_every_node(
     policy: &dyn PlacementPolicy,
     cluster: &ClusterState,
@@ -195,13 +194,17 @@ pub fn place_pod_scanning_every_node(
     })
 }
 
-/// The search behind [`place_pod`]. Busy nodes are scored one by one; of
-/// the idle nodes only the first of each [`IdleNodeKind`] that could supply
-/// the placement's GPUs is scored (interchangeable nodes score alike, and
-/// ties go to the lower GPU index, so the result is the full scan's). The
-/// cost thus grows with the busy nodes and the kinds of idle node, and
-/// only by a counter check with the idle nodes (see
-/// `bench/results/placement-latency.md`).
+/// The search behind [`place_pod`]. Nodes in identical states score
+/// alike (see `ClusterState::class_leaders`), and ties go to the lower GPU
+/// index, so of each class of identical nodes only the first that fits the
+/// pod's host needs is scored (for a gang that may span nodes, the first
+/// that could supply its GPUs), and the result is the full scan's. The cost
+/// thus grows with the number of distinct node states (idle nodes of one
+/// kind are one state; so are busy nodes with the same GPU sums and host
+/// CPU), not with the nodes, plus a walk of each class's members while
+/// they fail the pod's host needs (see
+/// `bench/results/placement-latency.md`). `indexed == false` scores every
+/// node: the scan the index replaced.
 fn search(
     policy: &dyn PlacementPolicy,
     cluster: &ClusterState,
@@ -212,56 +215,30 @@ fn search(
     let wanted = demand.gpus.max(1) as usize;
     let mut costs = Vec::new();
     let mut candidates = Vec::new();
-    // GPUs each idle kind has offered so far.
-    let mut offered: FastMap<IdleNodeKind, usize> = FastMap::default();
     let spans_nodes = wanted > 1 && !needs.one_node && !policy.gang_on_one_node();
-    // The last kind found done: runs of idle nodes of one kind (a node
-    // list repeated, nodes bought in batches) skip the map.
-    let mut last_done: Option<IdleNodeKind> = None;
-    // Whether an idle node adds nothing its kind has not already offered:
-    // `enough` GPUs of that kind are in.
-    let mut redundant = |node: usize, enough: usize| match indexed
-        .then(|| cluster.idle_node_kind(node))
-        .flatten()
-    {
-        None => false,
-        Some(kind) if last_done == Some(kind) => true,
-        Some(kind) => {
-            let seen = offered.entry(kind).or_default();
-            let done = *seen >= enough;
-            if done {
-                last_done = Some(kind);
-            } else {
-                // A node without GPUs counts as one, so its kind is scored once.
-                *seen += kind.gpus.max(1);
-            }
-            done
-        }
+    let nodes: Vec<usize> = if indexed {
+        nodes_to_score(cluster, needs, if spans_nodes { wanted } else { 1 })
+    } else {
+        (0..cluster.nodes.len())
+            .filter(|&node| cluster.host_fits(node, needs))
+            .collect()
     };
     if wanted == 1 || spans_nodes {
-        for node in 0..cluster.nodes.len() {
-            if redundant(node, wanted) {
-                continue;
-            }
-            if cluster.host_fits(node, needs) {
-                node_costs(
-                    policy,
-                    cluster,
-                    demand,
-                    needs,
-                    node,
-                    &mut candidates,
-                    &mut costs,
-                );
-            }
+        for node in nodes {
+            node_costs(
+                policy,
+                cluster,
+                demand,
+                needs,
+                node,
+                &mut candidates,
+                &mut costs,
+            );
         }
         return cheapest(costs, wanted);
     }
     let mut best: Option<Placement> = None;
-    for node in 0..cluster.nodes.len() {
-        if redundant(node, 1) || !cluster.host_fits(node, needs) {
-            continue;
-        }
+    for node in nodes {
         costs.clear();
         node_costs(
             policy,
@@ -281,6 +258,38 @@ fn search(
         }
     }
     best
+}
+
+/// The nodes a search must score, in node order: of each class of
+/// identical nodes, the first that fit `needs`' host side. One suffices
+/// when a placement takes its GPUs from one node or wants one GPU: its
+/// twins offer the same costs at higher GPU indices, which lose every tie.
+/// A gang of `wanted` GPUs across nodes may take a GPU of each of the first
+/// `wanted` twins; of idle twins, whose GPUs all cost alike, only as many
+/// as hold `wanted` GPUs.
+fn nodes_to_score(cluster: &ClusterState, needs: &PodNeeds, wanted: usize) -> Vec<usize> {
+    let mut nodes: Vec<usize> = Vec::new();
+    let mut in_order = true;
+    for leader in cluster.class_leaders() {
+        let twins = match cluster.idle_node_kind(leader) {
+            Some(kind) if wanted > 1 => wanted.div_ceil(kind.gpus.max(1)),
+            _ => wanted,
+        };
+        for node in cluster
+            .class_members(leader)
+            .filter(|&node| cluster.host_fits(node, needs))
+            .take(twins)
+        {
+            in_order &= nodes.last().is_none_or(|&last| last < node);
+            nodes.push(node);
+        }
+    }
+    // Scored in node order, as the scan scores them: the fragmentation
+    // memo (`fgd`) keeps the first of near-equal states it measures.
+    if !in_order {
+        nodes.sort_unstable();
+    }
+    nodes
 }
 
 /// Like [`place`], but every GPU of the placement is on one node, whatever
