@@ -198,14 +198,14 @@ struct NodeClasses {
     /// Classes by id; an emptied one waits in `free` for reuse.
     classes: Vec<NodeClass>,
     free: Vec<u32>,
-    /// The lowest node of each class, in node order.
-    leaders: BTreeSet<usize>,
 }
 
 #[derive(Debug, Clone, Default)]
 struct NodeClass {
     key: Vec<u64>,
     members: BTreeSet<usize>,
+    /// The lowest member (kept apart: the search asks for it per node).
+    first: usize,
 }
 
 const NO_CLASS: u32 = u32::MAX;
@@ -288,12 +288,9 @@ impl ClusterState {
             }
             let class = &mut classes.classes[old as usize];
             class.members.remove(&node);
-            if classes.leaders.remove(&node)
-                && let Some(&next) = class.members.first()
-            {
-                classes.leaders.insert(next);
-            }
-            if class.members.is_empty() {
+            if let Some(&first) = class.members.first() {
+                class.first = first;
+            } else {
                 let key = std::mem::take(&mut class.key);
                 classes.ids.remove(&key);
                 classes.free.push(old);
@@ -316,38 +313,49 @@ impl ClusterState {
         };
         classes.of_node[node] = id;
         let class = &mut classes.classes[id as usize];
-        let leader = class.members.first().copied();
-        class.members.insert(node);
-        if leader.is_none_or(|leader| node < leader) {
-            if let Some(leader) = leader {
-                classes.leaders.remove(&leader);
-            }
-            classes.leaders.insert(node);
+        if class.members.first().is_none_or(|&first| node < first) {
+            class.first = node;
         }
+        class.members.insert(node);
     }
 
-    /// The lowest node of each class of identical nodes (see
-    /// [`refresh_node`](Self::refresh_node)), in node order: nodes whose
-    /// GPUs and host (but for host memory in use) are in the same state
-    /// as a leader's are in its class.
-    pub fn class_leaders(&self) -> impl Iterator<Item = usize> + '_ {
-        self.classes.leaders.iter().copied()
-    }
-
-    /// The nodes of `node`'s class, `node` included, in node order.
-    pub fn class_members(&self, node: usize) -> impl Iterator<Item = usize> + '_ {
-        self.classes
+    /// How many nodes of `node`'s class of identical nodes (see
+    /// [`refresh_node`](Self::refresh_node)) come before it and fit the
+    /// host side of `needs`, counted up to `enough`. In O(1) when `node` is
+    /// the first of its class or `enough` is 1 and the first fits; else a
+    /// walk of the class's earlier members.
+    pub fn earlier_twins_fitting(&self, node: usize, needs: &PodNeeds, enough: usize) -> usize {
+        let Some(class) = self
+            .classes
             .of_node
             .get(node)
             .and_then(|&id| self.classes.classes.get(id as usize))
-            .into_iter()
-            .flat_map(|class| class.members.iter().copied())
+        else {
+            return 0;
+        };
+        if class.first >= node || enough == 0 {
+            return 0;
+        }
+        if enough == 1 && self.host_fits(class.first, needs) {
+            return 1;
+        }
+        class
+            .members
+            .range(..node)
+            .filter(|&&twin| self.host_fits(twin, needs))
+            .take(enough)
+            .count()
     }
 
     /// How many classes of identical nodes the cluster has (what a search's
     /// cost grows with).
     pub fn node_classes(&self) -> usize {
-        self.classes.leaders.len()
+        self.classes.ids.len()
+    }
+
+    /// Whether no GPU of node `node` has work (in O(1)).
+    pub fn node_is_idle(&self, node: usize) -> bool {
+        self.busy_per_node.get(node).is_some_and(|&busy| busy == 0)
     }
 
     /// Sets how many old copies of moved work still drain from GPU `gpu`

@@ -195,14 +195,14 @@ pub fn place_pod_scanning_every_node(
 }
 
 /// The search behind [`place_pod`]. Nodes in identical states score
-/// alike (see `ClusterState::class_leaders`), and ties go to the lower GPU
-/// index, so of each class of identical nodes only the first that fits the
-/// pod's host needs is scored (for a gang that may span nodes, the first
-/// that could supply its GPUs), and the result is the full scan's. The cost
-/// thus grows with the number of distinct node states (idle nodes of one
-/// kind are one state; so are busy nodes with the same GPU sums and host
-/// CPU), not with the nodes, plus a walk of each class's members while
-/// they fail the pod's host needs (see
+/// alike (`ClusterState::refresh_node` says what state is), and ties go to
+/// the lower GPU index, so of each class of identical nodes only the first
+/// that fits the pod's host needs is scored (for a gang that may span
+/// nodes, the first few that could supply its GPUs), and the result is the
+/// full scan's. The scoring thus grows with the number of distinct node
+/// states (idle nodes of one kind are one state; so are busy nodes whose
+/// GPUs hold the same sums on hosts with the same CPU in use), not with the
+/// nodes, plus a check in O(1) per node (see
 /// `bench/results/placement-latency.md`). `indexed == false` scores every
 /// node: the scan the index replaced.
 fn search(
@@ -216,15 +216,30 @@ fn search(
     let mut costs = Vec::new();
     let mut candidates = Vec::new();
     let spans_nodes = wanted > 1 && !needs.one_node && !policy.gang_on_one_node();
-    let nodes: Vec<usize> = if indexed {
-        nodes_to_score(cluster, needs, if spans_nodes { wanted } else { 1 })
-    } else {
-        (0..cluster.nodes.len())
-            .filter(|&node| cluster.host_fits(node, needs))
-            .collect()
+    // Whether `node` (which fits the host needs) adds nothing to the scan's
+    // result: enough identical nodes before it fit too. One is enough when
+    // a placement takes its GPUs from one node or wants one GPU: its twins
+    // offer the same costs at higher GPU indices, which lose every tie. A
+    // gang of `wanted` GPUs across nodes may take a GPU of each of the
+    // first `wanted` twins; of idle twins, whose GPUs all cost alike, only
+    // as many as hold `wanted` GPUs.
+    let redundant = |node: usize| {
+        if !indexed {
+            return false;
+        }
+        let twins = if !spans_nodes {
+            1
+        } else if cluster.node_is_idle(node) {
+            wanted.div_ceil(cluster.nodes[node].len().max(1))
+        } else {
+            wanted
+        };
+        cluster.earlier_twins_fitting(node, needs, twins) >= twins
     };
+    let scored =
+        (0..cluster.nodes.len()).filter(|&node| cluster.host_fits(node, needs) && !redundant(node));
     if wanted == 1 || spans_nodes {
-        for node in nodes {
+        for node in scored {
             node_costs(
                 policy,
                 cluster,
@@ -238,7 +253,7 @@ fn search(
         return cheapest(costs, wanted);
     }
     let mut best: Option<Placement> = None;
-    for node in nodes {
+    for node in scored {
         costs.clear();
         node_costs(
             policy,
@@ -258,38 +273,6 @@ fn search(
         }
     }
     best
-}
-
-/// The nodes a search must score, in node order: of each class of
-/// identical nodes, the first that fit `needs`' host side. One suffices
-/// when a placement takes its GPUs from one node or wants one GPU: its
-/// twins offer the same costs at higher GPU indices, which lose every tie.
-/// A gang of `wanted` GPUs across nodes may take a GPU of each of the first
-/// `wanted` twins; of idle twins, whose GPUs all cost alike, only as many
-/// as hold `wanted` GPUs.
-fn nodes_to_score(cluster: &ClusterState, needs: &PodNeeds, wanted: usize) -> Vec<usize> {
-    let mut nodes: Vec<usize> = Vec::new();
-    let mut in_order = true;
-    for leader in cluster.class_leaders() {
-        let twins = match cluster.idle_node_kind(leader) {
-            Some(kind) if wanted > 1 => wanted.div_ceil(kind.gpus.max(1)),
-            _ => wanted,
-        };
-        for node in cluster
-            .class_members(leader)
-            .filter(|&node| cluster.host_fits(node, needs))
-            .take(twins)
-        {
-            in_order &= nodes.last().is_none_or(|&last| last < node);
-            nodes.push(node);
-        }
-    }
-    // Scored in node order, as the scan scores them: the fragmentation
-    // memo (`fgd`) keeps the first of near-equal states it measures.
-    if !in_order {
-        nodes.sort_unstable();
-    }
-    nodes
 }
 
 /// Like [`place`], but every GPU of the placement is on one node, whatever
