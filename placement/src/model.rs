@@ -171,7 +171,7 @@ pub struct ClusterState {
     /// [`release`](Self::release) (see [`busy_share`](Self::busy_share)).
     busy: usize,
     /// The same per node (same indices as `nodes`): a node with none is
-    /// idle, and idle nodes of one [`IdleNodeKind`] are interchangeable.
+    /// idle (its GPUs pristine: a GPU's last release zeroes it).
     busy_per_node: Vec<u32>,
     /// Nodes grouped by what a search reads of them (see [`NodeClasses`]).
     classes: NodeClasses,
@@ -209,20 +209,6 @@ struct NodeClass {
 }
 
 const NO_CLASS: u32 = u32::MAX;
-
-/// What makes two idle nodes interchangeable for every policy: GPU count
-/// and memory, host resources (capacity and use) and GPU model. A search
-/// scores one idle node of each kind, not every idle node.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub struct IdleNodeKind {
-    pub gpus: usize,
-    pub gpu_memory: u64,
-    pub cpu_milli: u64,
-    pub cpu_used: u64,
-    pub memory_mib: u64,
-    pub memory_used: u64,
-    pub model: GpuModel,
-}
 
 impl ClusterState {
     /// A uniform cluster: `nodes` nodes of `gpus_per_node` GPUs each.
@@ -444,33 +430,6 @@ impl ClusterState {
             }
         }
         self.refresh_nodes_of(gpus);
-    }
-
-    /// The kind of node `node` if none of its GPUs has work (in O(1), from
-    /// what [`apply`](Self::apply) and [`release`](Self::release) did), else
-    /// `None`. Idle GPUs are pristine: a GPU's last release zeroes it.
-    pub fn idle_node_kind(&self, node: usize) -> Option<IdleNodeKind> {
-        if self.busy_per_node.get(node).is_none_or(|&busy| busy > 0) {
-            return None;
-        }
-        let range = self.nodes[node].clone();
-        let host = self
-            .hosts
-            .get(node)
-            .cloned()
-            .unwrap_or(HostState::unlimited());
-        Some(IdleNodeKind {
-            gpus: range.len(),
-            gpu_memory: self
-                .gpus
-                .get(range.start)
-                .map_or(0, |gpu| gpu.memory_capacity),
-            cpu_milli: host.cpu_milli,
-            cpu_used: host.cpu_used,
-            memory_mib: host.memory_mib,
-            memory_used: host.memory_used,
-            model: host.model,
-        })
     }
 
     pub fn active_gpus(&self) -> usize {
