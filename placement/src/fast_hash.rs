@@ -1,4 +1,4 @@
-//! A cheap hasher for the search's small integer keys (idle node kinds,
+//! A cheap hasher for the search's small integer keys (node-class keys,
 //! fragmentation memo keys): std's SipHash cost more than the scoring it
 //! saves on a 10,000-GPU cluster. The keys come from node inventories and
 //! share sums, not from anyone who could choose collisions.

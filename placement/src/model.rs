@@ -10,7 +10,10 @@
 //! `ClusterState` is the only mutable view; it knows nothing about policies,
 //! networking or time.
 
+use std::collections::BTreeSet;
 use std::ops::Range;
+
+use crate::fast_hash::FastMap;
 
 pub use dilu_abi::cluster_wire::{InstanceDemand, WorkClass};
 
@@ -168,23 +171,44 @@ pub struct ClusterState {
     /// [`release`](Self::release) (see [`busy_share`](Self::busy_share)).
     busy: usize,
     /// The same per node (same indices as `nodes`): a node with none is
-    /// idle, and idle nodes of one [`IdleNodeKind`] are interchangeable.
+    /// idle (its GPUs pristine: a GPU's last release zeroes it).
     busy_per_node: Vec<u32>,
+    /// Nodes grouped by what a search reads of them (see [`NodeClasses`]).
+    classes: NodeClasses,
 }
 
-/// What makes two idle nodes interchangeable for every policy: GPU count
-/// and memory, host resources (capacity and use) and GPU model. A search
-/// scores one idle node of each kind, not every idle node.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub struct IdleNodeKind {
-    pub gpus: usize,
-    pub gpu_memory: u64,
-    pub cpu_milli: u64,
-    pub cpu_used: u64,
-    pub memory_mib: u64,
-    pub memory_used: u64,
-    pub model: GpuModel,
+/// Nodes grouped into classes of identical state as a search sees it:
+/// every GPU's state but its node index, in order, and the host's CPU
+/// (capacity and use), memory capacity and GPU model. Host memory in use is
+/// left out, so that nodes which differ only there share a class: it
+/// decides only whether a pod fits the host, which the search checks per
+/// member. Members of a class score alike under every policy (a policy sees
+/// a node only through these), so a search scores the first fitting member
+/// of each class instead of every node, and its cost grows with the number
+/// of classes rather than of nodes. Kept by every method that changes a
+/// node ([`apply`](ClusterState::apply), [`release`](ClusterState::release),
+/// the host and draining ones); a change made to `gpus` or `hosts` by hand
+/// must be followed by [`refresh_node`](ClusterState::refresh_node).
+#[derive(Debug, Clone, Default)]
+struct NodeClasses {
+    /// Class of each node (same indices as `nodes`).
+    of_node: Vec<u32>,
+    /// Class ids by state key.
+    ids: FastMap<Vec<u64>, u32>,
+    /// Classes by id; an emptied one waits in `free` for reuse.
+    classes: Vec<NodeClass>,
+    free: Vec<u32>,
 }
+
+#[derive(Debug, Clone, Default)]
+struct NodeClass {
+    key: Vec<u64>,
+    members: BTreeSet<usize>,
+    /// The lowest member (kept apart: the search asks for it per node).
+    first: usize,
+}
+
+const NO_CLASS: u32 = u32::MAX;
 
 impl ClusterState {
     /// A uniform cluster: `nodes` nodes of `gpus_per_node` GPUs each.
@@ -210,7 +234,124 @@ impl ClusterState {
         self.nodes.push(start..self.gpus.len());
         self.hosts.push(host);
         self.busy_per_node.push(0);
+        self.classes.of_node.push(NO_CLASS);
+        self.refresh_node(node);
         node
+    }
+
+    /// Re-files node `node` in its class after its GPUs or host changed
+    /// (every method here that changes a node calls it; a change made to
+    /// `gpus` or `hosts` by hand must call it too).
+    pub fn refresh_node(&mut self, node: usize) {
+        let Some(range) = self.nodes.get(node).cloned() else {
+            return;
+        };
+        let mut key = Vec::with_capacity(4 + 6 * range.len());
+        match self.hosts.get(node) {
+            Some(host) => key.extend([
+                host.cpu_milli,
+                host.cpu_used,
+                host.memory_mib,
+                u64::from(host.model),
+            ]),
+            None => key.extend([u64::MAX; 4]),
+        }
+        for gpu in &self.gpus[range] {
+            key.extend([
+                gpu.memory_capacity,
+                gpu.memory_used,
+                gpu.sm_request_sum.to_bits(),
+                gpu.sm_limit_sum.to_bits(),
+                (u64::from(gpu.latency_instances) << 32) | u64::from(gpu.batch_instances),
+                u64::from(gpu.draining),
+            ]);
+        }
+        let classes = &mut self.classes;
+        let old = classes.of_node[node];
+        if old != NO_CLASS {
+            if classes.classes[old as usize].key == key {
+                return;
+            }
+            let class = &mut classes.classes[old as usize];
+            class.members.remove(&node);
+            if let Some(&first) = class.members.first() {
+                class.first = first;
+            } else {
+                let key = std::mem::take(&mut class.key);
+                classes.ids.remove(&key);
+                classes.free.push(old);
+            }
+        }
+        let id = match classes.ids.get(&key) {
+            Some(&id) => id,
+            None => {
+                let id = match classes.free.pop() {
+                    Some(id) => id,
+                    None => {
+                        classes.classes.push(NodeClass::default());
+                        (classes.classes.len() - 1) as u32
+                    }
+                };
+                classes.classes[id as usize].key = key.clone();
+                classes.ids.insert(key, id);
+                id
+            }
+        };
+        classes.of_node[node] = id;
+        let class = &mut classes.classes[id as usize];
+        if class.members.first().is_none_or(|&first| node < first) {
+            class.first = node;
+        }
+        class.members.insert(node);
+    }
+
+    /// How many nodes of `node`'s class of identical nodes (see
+    /// [`refresh_node`](Self::refresh_node)) come before it and fit the
+    /// host side of `needs`, counted up to `enough`. In O(1) when `node` is
+    /// the first of its class or `enough` is 1 and the first fits; else a
+    /// walk of the class's earlier members.
+    pub fn earlier_twins_fitting(&self, node: usize, needs: &PodNeeds, enough: usize) -> usize {
+        let Some(class) = self
+            .classes
+            .of_node
+            .get(node)
+            .and_then(|&id| self.classes.classes.get(id as usize))
+        else {
+            return 0;
+        };
+        if class.first >= node || enough == 0 {
+            return 0;
+        }
+        if enough == 1 && self.host_fits(class.first, needs) {
+            return 1;
+        }
+        class
+            .members
+            .range(..node)
+            .filter(|&&twin| self.host_fits(twin, needs))
+            .take(enough)
+            .count()
+    }
+
+    /// How many classes of identical nodes the cluster has (what a search's
+    /// cost grows with).
+    pub fn node_classes(&self) -> usize {
+        self.classes.ids.len()
+    }
+
+    /// Whether no GPU of node `node` has work (in O(1)).
+    pub fn node_is_idle(&self, node: usize) -> bool {
+        self.busy_per_node.get(node).is_some_and(|&busy| busy == 0)
+    }
+
+    /// Sets how many old copies of moved work still drain from GPU `gpu`
+    /// (a draining GPU admits nothing new; see `GpuState::draining`).
+    pub fn set_draining(&mut self, gpu: usize, draining: u32) {
+        if let Some(state) = self.gpus.get_mut(gpu) {
+            state.draining = draining;
+            let node = state.node;
+            self.refresh_node(node);
+        }
     }
 
     /// The index of GPU model `name`, added if new.
@@ -232,6 +373,7 @@ impl ClusterState {
         if let Some(host) = self.hosts.get_mut(node) {
             host.cpu_used = host.cpu_used.saturating_add(needs.cpu_milli);
             host.memory_used = host.memory_used.saturating_add(needs.memory_mib);
+            self.refresh_node(node);
         }
     }
 
@@ -240,6 +382,7 @@ impl ClusterState {
         if let Some(host) = self.hosts.get_mut(node) {
             host.cpu_used = host.cpu_used.saturating_sub(needs.cpu_milli);
             host.memory_used = host.memory_used.saturating_sub(needs.memory_mib);
+            self.refresh_node(node);
         }
     }
 
@@ -253,6 +396,22 @@ impl ClusterState {
                     self.busy += 1;
                     self.busy_per_node[state.node] += 1;
                 }
+            }
+        }
+        self.refresh_nodes_of(gpus);
+    }
+
+    /// Refreshes the nodes of `gpus` (each once when they are in order, as
+    /// a placement's are).
+    fn refresh_nodes_of(&mut self, gpus: &[usize]) {
+        let mut last = None;
+        for &gpu in gpus {
+            let Some(node) = self.gpus.get(gpu).map(|state| state.node) else {
+                continue;
+            };
+            if last != Some(node) {
+                self.refresh_node(node);
+                last = Some(node);
             }
         }
     }
@@ -270,33 +429,7 @@ impl ClusterState {
                 }
             }
         }
-    }
-
-    /// The kind of node `node` if none of its GPUs has work (in O(1), from
-    /// what [`apply`](Self::apply) and [`release`](Self::release) did), else
-    /// `None`. Idle GPUs are pristine: a GPU's last release zeroes it.
-    pub fn idle_node_kind(&self, node: usize) -> Option<IdleNodeKind> {
-        if self.busy_per_node.get(node).is_none_or(|&busy| busy > 0) {
-            return None;
-        }
-        let range = self.nodes[node].clone();
-        let host = self
-            .hosts
-            .get(node)
-            .cloned()
-            .unwrap_or(HostState::unlimited());
-        Some(IdleNodeKind {
-            gpus: range.len(),
-            gpu_memory: self
-                .gpus
-                .get(range.start)
-                .map_or(0, |gpu| gpu.memory_capacity),
-            cpu_milli: host.cpu_milli,
-            cpu_used: host.cpu_used,
-            memory_mib: host.memory_mib,
-            memory_used: host.memory_used,
-            model: host.model,
-        })
+        self.refresh_nodes_of(gpus);
     }
 
     pub fn active_gpus(&self) -> usize {

@@ -448,7 +448,7 @@ impl Mover {
                 from
             });
             cluster.apply(&demands[index], &[target]);
-            cluster.gpus[source].draining += 1;
+            cluster.set_draining(source, cluster.gpus[source].draining + 1);
             self.replicas_on[source].clear();
             self.replicas_on[target].push(index);
             placed_gpus[index] = vec![target];
@@ -642,7 +642,7 @@ pub fn simulate(
                 if let Some(node) = event.old_copy_host {
                     cluster.release_host(node, &needs[event.record_index]);
                 }
-                cluster.gpus[gpu].draining = cluster.gpus[gpu].draining.saturating_sub(1);
+                cluster.set_draining(gpu, cluster.gpus[gpu].draining.saturating_sub(1));
             } else {
                 let delay = mover.take_restart_delay(event.record_index);
                 if delay > 0.0 {
@@ -1202,6 +1202,7 @@ mod tests {
         );
         assert_eq!(within_for(&cluster, &within, 0, &replica, false)[..], [1]);
         cluster.hosts[1].cpu_milli = 64_000;
+        cluster.refresh_node(1);
         assert_eq!(
             within_for(&cluster, &within, 0, &replica, false)[..],
             [1, 2, 3]

@@ -276,22 +276,28 @@ impl PlacementPolicy for Complementary {
             }
             FragmentationScope::ByScarcity => {
                 let scarcity = cluster.busy_share();
-                fragmentation.busy_increases(cluster, node, demand, needs, candidates, out);
                 // On a node whose GPUs are all in use both measures count
                 // the same shares: the node-wide one is not measured again.
                 let all_busy = cluster.gpus[cluster.nodes[node].clone()]
                     .iter()
                     .all(GpuState::is_active);
+                let node_wide = scarcity > 0.0 && !all_busy;
+                fragmentation.busy_then_node_increases(
+                    cluster, node, demand, needs, candidates, out, node_wide,
+                );
                 if scarcity > 0.0 && all_busy {
                     for entry in &mut out[first..] {
                         entry.0 = (1.0 - scarcity) * entry.0 + scarcity * entry.0;
                     }
-                } else if scarcity > 0.0 {
-                    let mut whole = Vec::with_capacity(candidates.len());
-                    fragmentation.increases(cluster, node, demand, needs, candidates, &mut whole);
-                    for (entry, node_wide) in out[first..].iter_mut().zip(&whole) {
-                        entry.0 = (1.0 - scarcity) * entry.0 + scarcity * node_wide.0;
+                } else if node_wide {
+                    // The node-wide increases follow the busy ones in `out`.
+                    let whole = first + (out.len() - first) / 2;
+                    for index in first..whole {
+                        let node_wide = out[whole + index - first].0;
+                        let entry = &mut out[index];
+                        entry.0 = (1.0 - scarcity) * entry.0 + scarcity * node_wide;
                     }
+                    out.truncate(whole);
                 }
             }
         }

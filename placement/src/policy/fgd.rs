@@ -207,7 +207,14 @@ impl FragmentationGradient {
         candidates: &[usize],
         out: &mut Vec<(f64, usize)>,
     ) {
-        self.increases_in(cluster, node, demand, needs, candidates, out, Scope::Node);
+        let mut memo = self.lock_memo();
+        self.increases_in(
+            &mut memo,
+            (cluster, node, demand, needs),
+            candidates,
+            out,
+            Scope::Node,
+        );
     }
 
     /// Like [`increases`](Self::increases), but only the free shares of
@@ -223,11 +230,21 @@ impl FragmentationGradient {
         candidates: &[usize],
         out: &mut Vec<(f64, usize)>,
     ) {
-        self.increases_in(cluster, node, demand, needs, candidates, out, Scope::Busy);
+        let mut memo = self.lock_memo();
+        self.increases_in(
+            &mut memo,
+            (cluster, node, demand, needs),
+            candidates,
+            out,
+            Scope::Busy,
+        );
     }
 
+    /// [`busy_increases`](Self::busy_increases), then, if `node_wide`,
+    /// [`increases`](Self::increases) after them in `out`, under one lock
+    /// of the memo (`dilu` blends the two per candidate).
     #[allow(clippy::too_many_arguments)]
-    fn increases_in(
+    pub fn busy_then_node_increases(
         &self,
         cluster: &ClusterState,
         node: usize,
@@ -235,8 +252,27 @@ impl FragmentationGradient {
         needs: &PodNeeds,
         candidates: &[usize],
         out: &mut Vec<(f64, usize)>,
+        node_wide: bool,
+    ) {
+        let mut memo = self.lock_memo();
+        let on = (cluster, node, demand, needs);
+        self.increases_in(&mut memo, on, candidates, out, Scope::Busy);
+        if node_wide {
+            self.increases_in(&mut memo, on, candidates, out, Scope::Node);
+        }
+    }
+
+    /// The increases under `scope`, with the memo already locked (`on`:
+    /// the cluster, the node, the pod's demand and needs).
+    fn increases_in(
+        &self,
+        memo: &mut Option<MutexGuard<'_, FastMap<u128, f64>>>,
+        on: (&ClusterState, usize, &InstanceDemand, &PodNeeds),
+        candidates: &[usize],
+        out: &mut Vec<(f64, usize)>,
         scope: Scope,
     ) {
+        let (cluster, node, demand, needs) = on;
         let range = cluster.nodes[node].clone();
         let start = range.start;
         // On the stack for nodes of up to STACK_GPUS GPUs (this runs for
@@ -271,11 +307,15 @@ impl FragmentationGradient {
             cpu_milli: needs.cpu_milli,
             share: demand.sm_request,
             gpus: demand.gpus.max(1),
-            models: needs.models.clone(),
+            // Only measured against when the workload is unknown.
+            models: if self.knows_workload() {
+                Vec::new()
+            } else {
+                needs.models.clone()
+            },
             weight: 1.0,
         };
-        let mut memo = self.lock_memo();
-        let before = self.memoised(&mut memo, free, cpu_free, model, &fallback);
+        let before = self.memoised(memo, free, cpu_free, model, &fallback);
         let cpu_after = cpu_free.saturating_sub(needs.cpu_milli);
         let wanted = demand.gpus.max(1) as usize;
         if wanted > 1 {
@@ -285,7 +325,7 @@ impl FragmentationGradient {
             for &index in &candidates[..wanted] {
                 free[index - start] = opened(index, free) - demand.sm_request;
             }
-            let after = self.memoised(&mut memo, free, cpu_after, model, &fallback);
+            let after = self.memoised(memo, free, cpu_after, model, &fallback);
             out.extend(candidates.iter().map(|&index| (after - before, index)));
             return;
         }
@@ -302,7 +342,7 @@ impl FragmentationGradient {
                 Some(&(_, _, increase)) => increase,
                 None => {
                     free[index - start] = usable - demand.sm_request;
-                    let after = self.memoised(&mut memo, free, cpu_after, model, &fallback);
+                    let after = self.memoised(memo, free, cpu_after, model, &fallback);
                     free[index - start] = original;
                     if distinct < STACK_GPUS {
                         scored[distinct] = (usable, original, after - before);

@@ -21,8 +21,7 @@ mod fgd;
 
 use std::sync::Arc;
 
-use crate::fast_hash::FastMap;
-use crate::model::{ClusterState, GpuState, IdleNodeKind, InstanceDemand, PodNeeds};
+use crate::model::{ClusterState, GpuState, InstanceDemand, PodNeeds};
 
 pub use baselines::{DiluPaper, Exclusive, InflessLimits, InflessRequests};
 pub use dilu::{
@@ -180,9 +179,9 @@ pub fn place_pod(
     })
 }
 
-/// [`place_pod`] scoring every node, idle ones included: the scan the
-/// idle-node index replaces, kept for the benchmark that compares them
-/// (`placement-latency`) and the test that they agree.
+/// [`place_pod`] scoring every node that fits the pod's host needs: the
+/// scan the index of identical nodes replaces, kept for the benchmark that
+/// compares them (`placement-latency`) and the tests that they agree.
 pub fn place_pod_scanning_every_node(
     policy: &dyn PlacementPolicy,
     cluster: &ClusterState,
@@ -195,13 +194,17 @@ pub fn place_pod_scanning_every_node(
     })
 }
 
-/// The search behind [`place_pod`]. Busy nodes are scored one by one; of
-/// the idle nodes only the first of each [`IdleNodeKind`] that could supply
-/// the placement's GPUs is scored (interchangeable nodes score alike, and
-/// ties go to the lower GPU index, so the result is the full scan's). The
-/// cost thus grows with the busy nodes and the kinds of idle node, and
-/// only by a counter check with the idle nodes (see
-/// `bench/results/placement-latency.md`).
+/// The search behind [`place_pod`]. Nodes in identical states score
+/// alike (`ClusterState::refresh_node` says what state is), and ties go to
+/// the lower GPU index, so of each class of identical nodes only the first
+/// that fits the pod's host needs is scored (for a gang that may span
+/// nodes, the first few that could supply its GPUs), and the result is the
+/// full scan's. The scoring thus grows with the number of distinct node
+/// states (idle nodes of one kind are one state; so are busy nodes whose
+/// GPUs hold the same sums on hosts with the same CPU in use), not with the
+/// nodes, plus a check in O(1) per node (see
+/// `bench/results/placement-latency.md`). `indexed == false` scores every
+/// node: the scan the index replaced.
 fn search(
     policy: &dyn PlacementPolicy,
     cluster: &ClusterState,
@@ -212,56 +215,45 @@ fn search(
     let wanted = demand.gpus.max(1) as usize;
     let mut costs = Vec::new();
     let mut candidates = Vec::new();
-    // GPUs each idle kind has offered so far.
-    let mut offered: FastMap<IdleNodeKind, usize> = FastMap::default();
     let spans_nodes = wanted > 1 && !needs.one_node && !policy.gang_on_one_node();
-    // The last kind found done: runs of idle nodes of one kind (a node
-    // list repeated, nodes bought in batches) skip the map.
-    let mut last_done: Option<IdleNodeKind> = None;
-    // Whether an idle node adds nothing its kind has not already offered:
-    // `enough` GPUs of that kind are in.
-    let mut redundant = |node: usize, enough: usize| match indexed
-        .then(|| cluster.idle_node_kind(node))
-        .flatten()
-    {
-        None => false,
-        Some(kind) if last_done == Some(kind) => true,
-        Some(kind) => {
-            let seen = offered.entry(kind).or_default();
-            let done = *seen >= enough;
-            if done {
-                last_done = Some(kind);
-            } else {
-                // A node without GPUs counts as one, so its kind is scored once.
-                *seen += kind.gpus.max(1);
-            }
-            done
+    // Whether `node` (which fits the host needs) adds nothing to the scan's
+    // result: enough identical nodes before it fit too. One is enough when
+    // a placement takes its GPUs from one node or wants one GPU: its twins
+    // offer the same costs at higher GPU indices, which lose every tie. A
+    // gang of `wanted` GPUs across nodes may take a GPU of each of the
+    // first `wanted` twins; of idle twins, whose GPUs all cost alike, only
+    // as many as hold `wanted` GPUs.
+    let redundant = |node: usize| {
+        if !indexed {
+            return false;
         }
+        let twins = if !spans_nodes {
+            1
+        } else if cluster.node_is_idle(node) {
+            wanted.div_ceil(cluster.nodes[node].len().max(1))
+        } else {
+            wanted
+        };
+        cluster.earlier_twins_fitting(node, needs, twins) >= twins
     };
+    let scored =
+        (0..cluster.nodes.len()).filter(|&node| cluster.host_fits(node, needs) && !redundant(node));
     if wanted == 1 || spans_nodes {
-        for node in 0..cluster.nodes.len() {
-            if redundant(node, wanted) {
-                continue;
-            }
-            if cluster.host_fits(node, needs) {
-                node_costs(
-                    policy,
-                    cluster,
-                    demand,
-                    needs,
-                    node,
-                    &mut candidates,
-                    &mut costs,
-                );
-            }
+        for node in scored {
+            node_costs(
+                policy,
+                cluster,
+                demand,
+                needs,
+                node,
+                &mut candidates,
+                &mut costs,
+            );
         }
         return cheapest(costs, wanted);
     }
     let mut best: Option<Placement> = None;
-    for node in 0..cluster.nodes.len() {
-        if redundant(node, 1) || !cluster.host_fits(node, needs) {
-            continue;
-        }
+    for node in scored {
         costs.clear();
         node_costs(
             policy,

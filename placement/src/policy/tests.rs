@@ -359,13 +359,13 @@ fn dilu_moves_a_lone_replica_only_where_little_limit_excess_follows() {
         None,
         "GPU 2 is not among the GPUs the caller can use"
     );
-    cluster.gpus[2].draining = 1;
+    cluster.set_draining(2, 1);
     assert_eq!(
         policy.consolidation_target(&cluster, &off_gpu_0),
         None,
         "a draining GPU takes nothing"
     );
-    cluster.gpus[2].draining = 0;
+    cluster.set_draining(2, 0);
     cluster.apply(&replica, &[3]);
     // Two lone replicas: each may move to the other's GPU or to GPU 2, never
     // to its own.
@@ -465,12 +465,12 @@ impl Lcg {
 }
 
 #[test]
-fn the_idle_node_index_places_exactly_as_scanning_every_node() {
+fn the_node_index_places_exactly_as_scanning_every_node() {
     // Nodes of three kinds (8 GPUs of model 0, 4 of model 1 with few
-    // cores, 2 of model 0), interleaved one by one and in runs of four
-    // (the search's shortcut for a run of one idle kind), filled by every
-    // policy with single pods and gangs; after each placement both
-    // searches must agree.
+    // cores, 2 of model 0), interleaved one by one and in runs of four,
+    // filled by every policy with single pods and gangs of a few sizes (so
+    // that busy nodes share states), pods departing now and then (sums
+    // that went up and down); after each step both searches must agree.
     let mut random = Lcg(7);
     let workload = Arc::new(WorkloadMix {
         types: vec![
@@ -503,15 +503,22 @@ fn the_idle_node_index_places_exactly_as_scanning_every_node() {
                 let host = HostState {
                     cpu_milli: cpu,
                     cpu_used: 0,
-                    memory_mib: 1 << 20,
+                    memory_mib: 5 << 10,
                     memory_used: 0,
                     model,
                 };
                 cluster.add_host(gpus, 80 * GIB, host);
             }
-            for _ in 0..60 {
+            let mut running: Vec<(InstanceDemand, PodNeeds, Vec<usize>)> = Vec::new();
+            for _ in 0..120 {
+                if !running.is_empty() && random.next(3) == 0 {
+                    let (pod, needs, gpus) =
+                        running.swap_remove(random.next(running.len() as u64) as usize);
+                    cluster.release(&pod, &gpus);
+                    cluster.release_host(cluster.gpus[gpus[0]].node, &needs);
+                }
                 let gpus = [1, 1, 1, 2, 4][random.next(5) as usize];
-                let request = 0.1 * (1 + random.next(10)) as f64;
+                let request = [0.25, 0.5, 1.0][random.next(3) as usize];
                 let pod = demand(
                     WorkClass::Latency,
                     request,
@@ -520,8 +527,8 @@ fn the_idle_node_index_places_exactly_as_scanning_every_node() {
                     gpus,
                 );
                 let needs = PodNeeds {
-                    cpu_milli: 1000 * random.next(12),
-                    memory_mib: 1024,
+                    cpu_milli: 4000 * random.next(3),
+                    memory_mib: 1024 * random.next(3),
                     models: if random.next(4) == 0 {
                         vec![1]
                     } else {
@@ -536,6 +543,7 @@ fn the_idle_node_index_places_exactly_as_scanning_every_node() {
                 if let Some(placement) = indexed {
                     cluster.apply(&pod, &placement.gpus);
                     cluster.apply_host(cluster.gpus[placement.gpus[0]].node, &needs);
+                    running.push((pod, needs, placement.gpus));
                 }
             }
         }
