@@ -184,12 +184,15 @@ pub enum ToDaemon {
     Status,
     /// Change a tenant's spec (operators: root or the daemon's user).
     Set { tenant: String, update: SpecUpdate },
-    /// `dilu run` on a node with several GPUs: choose the GPU the tenant
-    /// will run on (the placement policy the cluster layer uses) and hold it
-    /// for the tenant. Answered with [`FromDaemon::Placed`] or `Refused`.
+    /// `dilu run` on a node with several GPUs, or asking more than one:
+    /// choose the `gpus` GPUs (at least 1) the tenant will run on (the
+    /// placement policy the cluster layer uses) and hold them for the
+    /// tenant; its spec holds on each. Answered with [`FromDaemon::Placed`]
+    /// or `Refused`.
     Place {
         tenant: String,
         spec: Option<TenantSpec>,
+        gpus: u32,
     },
     /// The whole [`NodeStatus`], however many tenants: answered with one
     /// or more [`FromDaemon::StatusPart`] (see [`crate::status_parts`]).
@@ -216,12 +219,13 @@ pub enum FromDaemon {
     Error {
         reason: String,
     },
-    /// The GPU chosen for a tenant (an NVML index; the same GPU is
-    /// `CUDA_VISIBLE_DEVICES=gpu` under `CUDA_DEVICE_ORDER=PCI_BUS_ID`).
-    /// `None` when the node has one GPU: there is nothing to choose.
+    /// The GPUs chosen for a tenant, ascending (NVML indices; the same
+    /// GPUs are `CUDA_VISIBLE_DEVICES=a,b,..` under
+    /// `CUDA_DEVICE_ORDER=PCI_BUS_ID`, device `k` of the program being the
+    /// `k`-th). Empty when the node has one GPU: there is nothing to choose.
     Placed {
         tenant: String,
-        gpu: Option<u32>,
+        gpus: Vec<u32>,
     },
     /// One part of a status; `last` on the final one.
     StatusPart {
