@@ -240,3 +240,92 @@ fn admission_refuses_what_no_single_gpu_can_hold() {
     daemon.kill().unwrap();
     daemon.wait().unwrap();
 }
+
+/// A data-parallel tenant: `dilu run --gpus 2` with a deep queue of 1 ms
+/// kernels on both of its devices for `seconds`, SM flags `sm`. Its
+/// summary: each device's kernels per second, and the
+/// `CUDA_VISIBLE_DEVICES` it saw.
+fn data_parallel(node: &Node, name: &str, sm: &[&str], seconds: &str) -> Value {
+    let output = node
+        .command(&dilu(), GPUS)
+        .args(["run", "--sim", "--gpus", "2", "--tenant", name])
+        .args(sm)
+        .arg("--")
+        .arg(artifact("cudarc-loop"))
+        .args(["--devices", "2", "--seconds", seconds])
+        .args(["--blocks", "13200", "--depth", "never", "--json"])
+        .stdin(Stdio::null())
+        .output()
+        .expect("run the two-GPU tenant");
+    assert!(output.status.success(), "{output:?}");
+    summary(&output)
+}
+
+fn rates(summary: &Value) -> Vec<f64> {
+    summary["devices"]
+        .as_array()
+        .expect("a rate per device")
+        .iter()
+        .map(|d| d["kernels_per_second"].as_f64().unwrap())
+        .collect()
+}
+
+/// The issue's two-GPU tenant: placed on two GPUs (listed in bus order in
+/// `CUDA_VISIBLE_DEVICES`), it is held to its 30% share on each of them,
+/// each device's launches charged to that device's budget.
+#[test]
+fn a_two_gpu_tenant_is_held_to_its_share_on_both_gpus() {
+    let node = Node::new("multigpu-wide");
+    let mut daemon = node.start_daemon(GPUS, "dilu");
+
+    let free = data_parallel(&node, &unique_name("wide-free"), &[], "3");
+    let capped_name = unique_name("wide-capped");
+    let watcher = std::thread::spawn({
+        let socket = node.socket();
+        let name = capped_name.clone();
+        move || {
+            // While it runs: the GPUs the daemon shows it on.
+            let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+            while std::time::Instant::now() < deadline {
+                let output = Command::new(dilu())
+                    .args(["status", "--json", "--socket"])
+                    .arg(&socket)
+                    .output();
+                if let Ok(output) = output
+                    && let Ok(status) = serde_json::from_slice::<Value>(&output.stdout)
+                    && let Some(t) = tenant(&status, &name)
+                {
+                    return Some(t.clone());
+                }
+                std::thread::sleep(std::time::Duration::from_millis(100));
+            }
+            None
+        }
+    });
+    let capped = data_parallel(&node, &capped_name, &["--sm", "30"], "3");
+    let seen = watcher.join().unwrap().expect("the tenant in the status");
+
+    let visible: Vec<u64> = capped["visible"]
+        .as_str()
+        .unwrap()
+        .split(',')
+        .map(|g| g.parse().expect("a GPU index"))
+        .collect();
+    assert_eq!(visible.len(), 2, "two GPUs: {capped}");
+    assert!(visible[0] < visible[1], "in bus order: {capped}");
+    assert!(visible.iter().all(|&g| g < u64::from(GPUS)), "{capped}");
+    assert_eq!(seen["gpu"].as_u64(), Some(visible[0]), "{seen}");
+
+    let (free, capped) = (rates(&free), rates(&capped));
+    eprintln!("two-GPU tenant, kernels/s per device: uncapped {free:?}, at 30% {capped:?}");
+    for device in 0..2 {
+        let ratio = capped[device] / free[device];
+        assert!(
+            (0.2..=0.4).contains(&ratio),
+            "device {device} ran at {ratio:.2} of its uncapped rate under a 30% share \
+             (uncapped {free:?}, capped {capped:?})"
+        );
+    }
+    daemon.kill().unwrap();
+    daemon.wait().unwrap();
+}
