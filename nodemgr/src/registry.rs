@@ -83,10 +83,31 @@ pub struct Tenant {
     pub gpu: Option<u32>,
     /// Its other GPUs, ascending (empty for a one-GPU tenant).
     pub more_gpus: Vec<u32>,
+    /// The share and sampler of each of its other devices (device `k + 1`
+    /// is `more_gpus[k]`): on each GPU it takes part in that GPU's control
+    /// and gets its share there from that GPU's controller alone.
+    /// `share_ppm` and `sampler` above are device 0's.
+    pub more_devices: Vec<DeviceControl>,
     /// Why it did not fit when it registered, for a process that was
     /// already running (it started while the daemon was away): it was
     /// registered anyway, held to the room that was left.
     pub over_admitted: Option<String>,
+}
+
+/// The control state of one more device of a tenant given several GPUs.
+pub struct DeviceControl {
+    pub share_ppm: u32,
+    pub sampler: Sampler,
+}
+
+/// Control states for devices 1..=`more` of a tenant at `share_ppm`.
+pub fn more_devices(more: usize, share_ppm: u32) -> Vec<DeviceControl> {
+    (1..=more)
+        .map(|device| DeviceControl {
+            share_ppm,
+            sampler: Sampler::for_device(device),
+        })
+        .collect()
 }
 
 /// Whether a tenant whose GPUs are `first` and `more` is on `gpu` (its
@@ -189,6 +210,29 @@ pub fn write_share(budget: &TenantBudget, share_ppm: u32) {
         share_ppm
     };
     for device in 0..dilu_layout::ledger::MAX_DEVICES {
+        if budget.share_ppm(device) != value {
+            budget.set_share_ppm(device, value);
+        }
+    }
+}
+
+/// Writes a tenant's shares device by device: `first` to device 0 (and to
+/// every device past its own), `more[k]` to device `k + 1`. With no more
+/// devices, the same as [`write_share`].
+pub fn write_shares(budget: &TenantBudget, first: u32, more: &[DeviceControl]) {
+    if more.is_empty() {
+        return write_share(budget, first);
+    }
+    for device in 0..dilu_layout::ledger::MAX_DEVICES {
+        let share = match device.checked_sub(1).and_then(|k| more.get(k)) {
+            Some(d) => d.share_ppm,
+            None => first,
+        };
+        let value = if share >= FULL_SHARE_PPM {
+            UNLIMITED_SHARE
+        } else {
+            share
+        };
         if budget.share_ppm(device) != value {
             budget.set_share_ppm(device, value);
         }
@@ -363,8 +407,12 @@ impl Registry {
             // over the telemetry its processes write.
             let regions = fresh.take().expect("checked above");
             configure(&regions, tenant.share_ppm, tenant.spec.mem_bytes);
+            write_shares(&regions.budget, tenant.share_ppm, &tenant.more_devices);
             tenant.regions = regions;
             tenant.sampler = Sampler::default();
+            for (k, device) in tenant.more_devices.iter_mut().enumerate() {
+                device.sampler = Sampler::for_device(k + 1);
+            }
         }
         if !self.tenants.contains_key(name) {
             let spec = self
@@ -432,6 +480,7 @@ impl Registry {
                     awaiting_since: None,
                     audited_bytes: None,
                     gpu,
+                    more_devices: more_devices(more_gpus.len(), share),
                     more_gpus,
                     over_admitted,
                 },
@@ -797,6 +846,7 @@ impl Registry {
                     awaiting_since: Some(Instant::now()),
                     audited_bytes: None,
                     gpu: s.gpu,
+                    more_devices: more_devices(s.more_gpus.len(), s.share_ppm),
                     more_gpus: s.more_gpus,
                     over_admitted: s.over_admitted,
                 },
@@ -809,6 +859,9 @@ impl Registry {
     pub fn set_share(&mut self, name: &str, share_ppm: u32) {
         if let Some(t) = self.tenants.get_mut(name) {
             t.share_ppm = share_ppm;
+            for device in &mut t.more_devices {
+                device.share_ppm = share_ppm;
+            }
             write_share(&t.regions.budget, share_ppm);
         }
     }
