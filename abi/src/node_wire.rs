@@ -296,6 +296,11 @@ pub struct TenantStatus {
     /// The GPU the node manager placed the tenant on (`dilu run` on a
     /// multi-GPU node), as an NVML index; `None`: not placed by it.
     pub gpu: Option<u32>,
+    /// Its other GPUs when it was given several (`dilu run --gpus N`),
+    /// ascending, each with its share and use there; the figures above
+    /// are those of its first GPU (`gpu`, its device 0).
+    #[serde(default)]
+    pub more_gpus: Vec<GpuShare>,
     /// Its launches wait at a share of 0 (a limit of 0, or a device fully
     /// reserved by other tenants' requests).
     pub waiting: bool,
@@ -303,6 +308,17 @@ pub struct TenantStatus {
     /// the daemon was away and could not be admitted, registered anyway and
     /// held to the room left (None: admitted normally).
     pub over_admitted: Option<String>,
+}
+
+/// A tenant's share and use of one more of its GPUs.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct GpuShare {
+    /// NVML index.
+    pub gpu: u32,
+    /// The share that GPU's controller set (percent; 100 = whole device).
+    pub sm_current_pct: f64,
+    /// Device time used there over the last second (percent).
+    pub sm_achieved_pct: f64,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

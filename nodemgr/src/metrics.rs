@@ -462,6 +462,7 @@ mod tests {
             latency_seconds_total: 0.0,
             bubble_ratio: 0.5,
             gpu,
+            more_gpus: Vec::new(),
             waiting: false,
             over_admitted: None,
         };

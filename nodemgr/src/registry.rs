@@ -798,6 +798,16 @@ impl Registry {
                     latency_seconds_total: recent.latency_sum_total_ns as f64 / 1e9,
                     bubble_ratio: recent.bubble_ratio,
                     gpu: t.gpu,
+                    more_gpus: t
+                        .more_gpus
+                        .iter()
+                        .zip(&t.more_devices)
+                        .map(|(&gpu, d)| dilu_abi::node_wire::GpuShare {
+                            gpu,
+                            sm_current_pct: d.share_ppm as f64 / 10_000.0,
+                            sm_achieved_pct: d.sampler.recent().achieved * 100.0,
+                        })
+                        .collect(),
                     waiting: t.sampler.waiting_at_zero(t.share_ppm),
                     over_admitted: t.over_admitted.clone(),
                 }

@@ -314,7 +314,14 @@ fn a_two_gpu_tenant_is_held_to_its_share_on_both_gpus() {
     assert_eq!(visible.len(), 2, "two GPUs: {capped}");
     assert!(visible[0] < visible[1], "in bus order: {capped}");
     assert!(visible.iter().all(|&g| g < u64::from(GPUS)), "{capped}");
+    // The daemon shows it on both: device 0 is its first GPU, device 1 its
+    // second.
     assert_eq!(seen["gpu"].as_u64(), Some(visible[0]), "{seen}");
+    assert_eq!(
+        seen["more_gpus"][0]["gpu"].as_u64(),
+        Some(visible[1]),
+        "{seen}"
+    );
 
     let (free, capped) = (rates(&free), rates(&capped));
     eprintln!("two-GPU tenant, kernels/s per device: uncapped {free:?}, at 30% {capped:?}");
