@@ -336,3 +336,36 @@ fn a_two_gpu_tenant_is_held_to_its_share_on_both_gpus() {
     daemon.kill().unwrap();
     daemon.wait().unwrap();
 }
+
+/// A two-GPU tenant's memory budget holds on each of its devices: what it
+/// allocates on one does not count against the other, and neither goes
+/// past the budget.
+#[test]
+fn a_two_gpu_tenants_memory_budget_holds_on_each_device() {
+    let node = Node::new("multigpu-wide-memory");
+    let mut daemon = node.start_daemon(GPUS, "dilu");
+    let name = unique_name("wide-mem");
+    let mut probe = node.probe(GPUS, &name, &["--gpus", "2", "--mem", "64MiB"]);
+    const OUT_OF_MEMORY: &str = "alloc 2";
+    for device in 0..2 {
+        // Device 0's 48 MiB stay held while device 1 allocates.
+        assert_eq!(
+            probe.ask(&format!("device {device}")),
+            format!("device {device}")
+        );
+        assert_eq!(probe.alloc(48 << 20), "alloc 0", "device {device}: within");
+        assert_eq!(
+            probe.alloc(32 << 20),
+            OUT_OF_MEMORY,
+            "device {device}: 80 MiB is past its 64 MiB budget"
+        );
+    }
+    assert_eq!(probe.ask("free"), "free 0");
+    let status = node.wait_for("the tenant on two GPUs", |s| {
+        tenant(s, &name).is_some_and(|t| t["more_gpus"].as_array().is_some_and(|m| m.len() == 1))
+    });
+    assert!(tenant(&status, &name).unwrap()["gpu"].is_u64());
+    probe.finish();
+    daemon.kill().unwrap();
+    daemon.wait().unwrap();
+}
