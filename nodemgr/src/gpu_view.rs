@@ -107,13 +107,17 @@ pub fn by_gpu(status: &NodeStatus) -> Vec<GpuView> {
         view.reserved_pct += t.spec.sm_request_pct;
         view.waiting += usize::from(t.waiting);
     }
-    // A board's device is the primary's own device ordinal; its GPU is the
-    // primary tenant's.
+    // A board's slot is the node GPU of a primary the node manager placed
+    // (its interposer maps devices to the GPUs `dilu run` listed), else the
+    // primary's own device ordinal; its GPU is then the primary tenant's.
     for c in &status.colocation {
         let Some(primary) = status.tenants.iter().find(|t| t.name == c.primary_tenant) else {
             continue;
         };
+        let on =
+            |gpu: u32| primary.gpu == Some(gpu) || primary.more_gpus.iter().any(|m| m.gpu == gpu);
         let gpu = match primary.gpu {
+            Some(_) if on(c.device) => Some(c.device),
             Some(gpu) => Some(gpu),
             None if status.gpus.len() <= 1 => gpu_of(status, primary),
             None => None,
