@@ -703,12 +703,13 @@ impl Registry {
         let gpus = crate::placement::choose(policy, capacities, taken, &spec, count)
             .ok_or_else(|| {
                 format!(
-                    "{} has room for {name} (SM request {}%, limit {}%{}{}) under the {} placement policy",
+                    "{} {} room for {name} (SM request {}%, limit {}%{}{}) under the {} placement policy",
                     if count == 1 {
                         format!("no GPU of {}", capacities.len())
                     } else {
-                        format!("fewer than {count} GPUs of {}", capacities.len())
+                        format!("fewer than {count} of the {} GPUs", capacities.len())
                     },
+                    if count == 1 { "has" } else { "have" },
                     spec.sm_request_pct,
                     spec.sm_limit_pct,
                     spec.mem_bytes

@@ -369,3 +369,63 @@ fn a_two_gpu_tenants_memory_budget_holds_on_each_device() {
     daemon.kill().unwrap();
     daemon.wait().unwrap();
 }
+
+/// On a two-GPU node a tenant on both GPUs (request 20%, limit 75%) gets
+/// its share on each GPU from that GPU's tenants alone: on the GPU it has
+/// to itself it runs at its limit, on the GPU it shares with a busy tenant
+/// held at 60% it gets at most the 40% left. (The placement policy bounds
+/// the limits on a GPU to 135%.)
+#[test]
+fn a_two_gpu_tenants_share_on_each_gpu_follows_that_gpus_tenants() {
+    const TWO: u32 = 2;
+    let node = Node::new("multigpu-wide-control");
+    let mut daemon = node.start_daemon(TWO, "dilu");
+    let other = unique_name("busy");
+    let busy = node
+        .command(&dilu(), TWO)
+        .args(["run", "--sim", "--tenant", &other, "--class", "batch"])
+        .args(["--sm-request", "60", "--sm-limit", "60"])
+        .arg("--")
+        .arg(artifact("cudarc-loop"))
+        .args(["--seconds", "12", "--blocks", "13200", "--depth", "never"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .spawn()
+        .expect("start the busy tenant");
+    let status = node.wait_for("the busy tenant on a GPU", |s| {
+        tenant(s, &other).is_some_and(|t| t["gpu"].is_u64())
+    });
+    let shared = tenant(&status, &other).unwrap()["gpu"].as_u64().unwrap();
+
+    let wide = unique_name("wide");
+    let output = node
+        .command(&dilu(), TWO)
+        .args(["run", "--sim", "--gpus", "2", "--tenant", &wide])
+        .args(["--class", "batch", "--sm-request", "20", "--sm-limit", "75"])
+        .arg("--")
+        .arg(artifact("cudarc-loop"))
+        .args(["--devices", "2", "--seconds", "4"])
+        .args(["--blocks", "13200", "--depth", "never", "--json"])
+        .stdin(Stdio::null())
+        .output()
+        .expect("run the two-GPU tenant");
+    assert!(output.status.success(), "{output:?}");
+    let summary = summary(&output);
+    assert_eq!(summary["visible"], "0,1", "{summary}");
+    let rates = rates(&summary);
+    let (on_shared, alone) = (rates[shared as usize], rates[1 - shared as usize]);
+    eprintln!(
+        "two-GPU tenant: {alone:.1} kernels/s on the GPU it has alone, \
+         {on_shared:.1} on gpu{shared} beside a 60% request"
+    );
+    // 1 ms kernels: ~1000/s is the whole GPU. Alone it may use 75% of
+    // it; beside the busy tenant at most the 40% left.
+    assert!(
+        alone > 1.5 * on_shared,
+        "alone on a GPU it runs at its limit, beside a 60% request it does not: \
+         {alone:.1} vs {on_shared:.1} kernels/s"
+    );
+    let _ = busy.wait_with_output();
+    daemon.kill().unwrap();
+    daemon.wait().unwrap();
+}
