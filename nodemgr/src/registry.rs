@@ -153,6 +153,9 @@ pub struct SavedTenant {
     pub gpu: Option<u32>,
     #[serde(default)]
     pub more_gpus: Vec<u32>,
+    /// The share on each of `more_gpus` (its devices 1..).
+    #[serde(default)]
+    pub more_shares: Vec<u32>,
     #[serde(default)]
     pub over_admitted: Option<String>,
 }
@@ -827,6 +830,7 @@ impl Registry {
                 share_ppm: t.share_ppm,
                 gpu: t.gpu,
                 more_gpus: t.more_gpus.clone(),
+                more_shares: t.more_devices.iter().map(|d| d.share_ppm).collect(),
                 over_admitted: t.over_admitted.clone(),
             })
             .collect()
@@ -843,6 +847,11 @@ impl Registry {
                 continue;
             };
             configure(&regions, s.share_ppm, s.spec.mem_bytes);
+            let mut more = more_devices(s.more_gpus.len(), s.share_ppm);
+            for (device, &share) in more.iter_mut().zip(&s.more_shares) {
+                device.share_ppm = share;
+            }
+            write_shares(&regions.budget, s.share_ppm, &more);
             self.tenants.insert(
                 s.name.clone(),
                 Tenant {
@@ -857,7 +866,7 @@ impl Registry {
                     awaiting_since: Some(Instant::now()),
                     audited_bytes: None,
                     gpu: s.gpu,
-                    more_devices: more_devices(s.more_gpus.len(), s.share_ppm),
+                    more_devices: more,
                     more_gpus: s.more_gpus,
                     over_admitted: s.over_admitted,
                 },
@@ -992,6 +1001,15 @@ mod tests {
             .unwrap();
         assert_eq!(registry.tenants["wide"].gpus(), wide);
         assert_eq!(registry.saved()[0].more_gpus, wide[1..]);
+        // A restarted daemon gives each device back its own share.
+        registry.tenants.get_mut("wide").unwrap().more_devices[0].share_ppm = 450_000;
+        let mut restarted = Registry::new(BTreeMap::new(), None);
+        restarted.restore(registry.saved());
+        let back = &restarted.tenants["wide"];
+        assert_eq!(back.gpus(), wide);
+        assert_eq!(back.more_devices[0].share_ppm, 450_000);
+        assert_eq!(back.regions.budget.share_ppm(1), 450_000);
+        assert_eq!(back.regions.budget.share_ppm(0), back.share_ppm);
         // Each of its GPUs is full for another 60%: the other two are left.
         let two = place(&mut registry, "other", 2).unwrap();
         assert!(two.iter().all(|g| !wide.contains(g)), "{two:?} {wide:?}");
