@@ -429,3 +429,31 @@ fn a_two_gpu_tenants_share_on_each_gpu_follows_that_gpus_tenants() {
     daemon.kill().unwrap();
     daemon.wait().unwrap();
 }
+
+/// `--gpus` asks what the node cannot give: refused in one line before
+/// the program starts.
+#[test]
+fn gpus_the_node_cannot_give_are_refused_before_the_program_starts() {
+    let node = Node::new("multigpu-gpus-flag");
+    let mut daemon = node.start_daemon(GPUS, "dilu");
+    for (gpus, says) in [
+        ("0", "--gpus 0 is invalid".to_string()),
+        ("9", format!("asks 9 GPUs; this node has {GPUS}")),
+    ] {
+        let output = node
+            .command(&dilu(), GPUS)
+            .args(["run", "--sim", "--gpus", gpus, "--tenant"])
+            .arg(unique_name("too-many"))
+            .arg("--")
+            .arg(artifact("mem-probe"))
+            .stdin(Stdio::null())
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert_eq!(output.status.code(), Some(2), "--gpus {gpus}: {stderr}");
+        assert!(stderr.contains(&says), "--gpus {gpus}: {stderr}");
+        assert_eq!(stderr.trim().lines().count(), 1, "one line: {stderr}");
+    }
+    daemon.kill().unwrap();
+    daemon.wait().unwrap();
+}
