@@ -457,3 +457,57 @@ fn gpus_the_node_cannot_give_are_refused_before_the_program_starts() {
     daemon.kill().unwrap();
     daemon.wait().unwrap();
 }
+
+/// Two co-location primaries of one user and group, placed on different
+/// GPUs (each sees its GPU as device 0), keep to their own GPU's slot of
+/// the gap board: the status shows a board for each, on its GPU.
+#[test]
+fn primaries_on_different_gpus_keep_to_their_own_gpus_board() {
+    let mut node = Node::new("multigpu-colo");
+    let group = unique_name("colo-wide");
+    node.env.push(("DILU_COLO_GROUP".into(), group.clone()));
+    // SAFETY: getuid has no preconditions.
+    let board = dilu_layout::colocation::board_path(unsafe { libc::getuid() }, &group);
+    let mut daemon = node.start_daemon(GPUS, "dilu-colo");
+    let names = [unique_name("primary-a"), unique_name("primary-b")];
+    let mut primaries: Vec<_> = names
+        .iter()
+        .map(|name| {
+            node.command(&dilu(), GPUS)
+                .args(["run", "--sim", "--tenant", name, "--colo", "primary"])
+                .args(["--sm-request", "60", "--sm-limit", "60"])
+                .arg("--")
+                .arg(artifact("demo-tenant"))
+                .args(["train", "--load-ms", "3", "--kernels", "4"])
+                .args(["--blocks", "6600", "--seconds", "60"])
+                .stdin(Stdio::null())
+                .stdout(Stdio::null())
+                .spawn()
+                .expect("start a primary")
+        })
+        .collect();
+    let status = node.wait_for("a board for each primary", |s| {
+        names.iter().all(|name| {
+            let gpu = tenant(s, name).and_then(|t| t["gpu"].as_u64());
+            s["colocation"].as_array().is_some_and(|boards| {
+                boards.iter().any(|c| {
+                    c["primary_tenant"] == name.as_str()
+                        && gpu.is_some()
+                        && c["device"].as_u64() == gpu
+                })
+            })
+        })
+    });
+    let gpus: Vec<_> = names
+        .iter()
+        .map(|name| tenant(&status, name).unwrap()["gpu"].clone())
+        .collect();
+    assert_ne!(gpus[0], gpus[1], "60% + 60% are on different GPUs");
+    for primary in &mut primaries {
+        let _ = primary.kill();
+        let _ = primary.wait();
+    }
+    let _ = std::fs::remove_file(board);
+    daemon.kill().unwrap();
+    daemon.wait().unwrap();
+}
