@@ -295,7 +295,15 @@ fn a_two_gpu_tenant_is_held_to_its_share_on_both_gpus() {
                     && let Ok(status) = serde_json::from_slice::<Value>(&output.stdout)
                     && let Some(t) = tenant(&status, &name)
                 {
-                    return Some(t.clone());
+                    let table = Command::new(dilu())
+                        .args(["status", "--socket"])
+                        .arg(&socket)
+                        .output()
+                        .expect("dilu status");
+                    return Some((
+                        t.clone(),
+                        String::from_utf8_lossy(&table.stdout).into_owned(),
+                    ));
                 }
                 std::thread::sleep(std::time::Duration::from_millis(100));
             }
@@ -303,7 +311,7 @@ fn a_two_gpu_tenant_is_held_to_its_share_on_both_gpus() {
         }
     });
     let capped = data_parallel(&node, &capped_name, &["--sm", "30"], "3");
-    let seen = watcher.join().unwrap().expect("the tenant in the status");
+    let (seen, table) = watcher.join().unwrap().expect("the tenant in the status");
 
     let visible: Vec<u64> = capped["visible"]
         .as_str()
@@ -321,6 +329,15 @@ fn a_two_gpu_tenant_is_held_to_its_share_on_both_gpus() {
         seen["more_gpus"][0]["gpu"].as_u64(),
         Some(visible[1]),
         "{seen}"
+    );
+    // The operator's table lists it under each of its GPUs.
+    assert_eq!(
+        dilu_tests::sim_node::table_gpus_of(&table, &capped_name),
+        visible
+            .iter()
+            .map(|g| format!("gpu{g}"))
+            .collect::<Vec<_>>(),
+        "{table}"
     );
 
     let (free, capped) = (rates(&free), rates(&capped));
