@@ -184,12 +184,15 @@ pub enum ToDaemon {
     Status,
     /// Change a tenant's spec (operators: root or the daemon's user).
     Set { tenant: String, update: SpecUpdate },
-    /// `dilu run` on a node with several GPUs: choose the GPU the tenant
-    /// will run on (the placement policy the cluster layer uses) and hold it
-    /// for the tenant. Answered with [`FromDaemon::Placed`] or `Refused`.
+    /// `dilu run` on a node with several GPUs, or asking more than one:
+    /// choose the `gpus` GPUs (at least 1) the tenant will run on (the
+    /// placement policy the cluster layer uses) and hold them for the
+    /// tenant; its spec holds on each. Answered with [`FromDaemon::Placed`]
+    /// or `Refused`.
     Place {
         tenant: String,
         spec: Option<TenantSpec>,
+        gpus: u32,
     },
     /// The whole [`NodeStatus`], however many tenants: answered with one
     /// or more [`FromDaemon::StatusPart`] (see [`crate::status_parts`]).
@@ -216,12 +219,13 @@ pub enum FromDaemon {
     Error {
         reason: String,
     },
-    /// The GPU chosen for a tenant (an NVML index; the same GPU is
-    /// `CUDA_VISIBLE_DEVICES=gpu` under `CUDA_DEVICE_ORDER=PCI_BUS_ID`).
-    /// `None` when the node has one GPU: there is nothing to choose.
+    /// The GPUs chosen for a tenant, ascending (NVML indices; the same
+    /// GPUs are `CUDA_VISIBLE_DEVICES=a,b,..` under
+    /// `CUDA_DEVICE_ORDER=PCI_BUS_ID`, device `k` of the program being the
+    /// `k`-th). Empty when the node has one GPU: there is nothing to choose.
     Placed {
         tenant: String,
-        gpu: Option<u32>,
+        gpus: Vec<u32>,
     },
     /// One part of a status; `last` on the final one.
     StatusPart {
@@ -292,6 +296,11 @@ pub struct TenantStatus {
     /// The GPU the node manager placed the tenant on (`dilu run` on a
     /// multi-GPU node), as an NVML index; `None`: not placed by it.
     pub gpu: Option<u32>,
+    /// Its other GPUs when it was given several (`dilu run --gpus N`),
+    /// ascending, each with its share and use there; the figures above
+    /// are those of its first GPU (`gpu`, its device 0).
+    #[serde(default)]
+    pub more_gpus: Vec<GpuShare>,
     /// Its launches wait at a share of 0 (a limit of 0, or a device fully
     /// reserved by other tenants' requests).
     pub waiting: bool,
@@ -299,6 +308,17 @@ pub struct TenantStatus {
     /// the daemon was away and could not be admitted, registered anyway and
     /// held to the room left (None: admitted normally).
     pub over_admitted: Option<String>,
+}
+
+/// A tenant's share and use of one more of its GPUs.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct GpuShare {
+    /// NVML index.
+    pub gpu: u32,
+    /// The share that GPU's controller set (percent; 100 = whole device).
+    pub sm_current_pct: f64,
+    /// Device time used there over the last second (percent).
+    pub sm_achieved_pct: f64,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

@@ -180,6 +180,7 @@ mod tests {
             latency_seconds_total: 0.0,
             bubble_ratio: 1.0,
             gpu: None,
+            more_gpus: Vec::new(),
             waiting: false,
             over_admitted: None,
         }

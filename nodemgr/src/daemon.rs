@@ -256,7 +256,7 @@ fn control_loop(shared: Arc<Shared>) {
     let period = shared.config.period;
     let mut state = crate::period::PeriodState::default();
     let mut next = Instant::now();
-    let mut timers: BTreeMap<String, SignalState> = BTreeMap::new();
+    let mut timers: BTreeMap<(String, Option<u32>), SignalState> = BTreeMap::new();
     while !shared.stopping.load(Ordering::Acquire) {
         next += period;
         let now = Instant::now();
@@ -386,13 +386,14 @@ fn update_signals(
     shared: &Shared,
     registry: &Registry,
     state: &crate::period::PeriodState,
-    timers: &mut BTreeMap<String, SignalState>,
+    timers: &mut BTreeMap<(String, Option<u32>), SignalState>,
 ) {
-    timers.retain(|name, _| registry.tenants.contains_key(name));
+    // Per tenant and GPU: a tenant given several GPUs is judged on each.
+    timers.retain(|(name, gpu), _| registry.tenants.get(name).is_some_and(|t| t.is_on(*gpu)));
     let mut signals = Vec::new();
     let tenants = state.names.iter().zip(&state.gpus);
     for ((name, &gpu), o) in tenants.zip(&state.observations) {
-        let timer = timers.entry(name.clone()).or_default();
+        let timer = timers.entry((name.clone(), gpu)).or_default();
         let at_limit = o.share_ppm >= o.limit_ppm && o.saturated();
         let missing = o.class == WorkClass::Latency && o.slo_pressure() > 1.0 && at_limit;
         let now = Instant::now();

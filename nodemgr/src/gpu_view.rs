@@ -11,6 +11,7 @@
 
 use dilu_abi::node_wire::{NodeStatus, TenantStatus};
 use serde::Serialize;
+use std::borrow::Cow;
 
 /// One GPU of the node (or the node's unplaced tenants).
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -38,6 +39,24 @@ pub fn gpu_of(status: &NodeStatus, tenant: &TenantStatus) -> Option<u32> {
         .or_else(|| (status.gpus.len() == 1).then(|| status.gpus[0].index))
 }
 
+/// `tenant` as seen on `gpu`: itself on its first GPU, with the share and
+/// use of that GPU on another of its GPUs (`dilu run --gpus N`), `None`
+/// where it does not run.
+pub fn on_gpu<'a>(
+    status: &NodeStatus,
+    tenant: &'a TenantStatus,
+    gpu: Option<u32>,
+) -> Option<Cow<'a, TenantStatus>> {
+    if gpu_of(status, tenant) == gpu {
+        return Some(Cow::Borrowed(tenant));
+    }
+    let more = tenant.more_gpus.iter().find(|m| Some(m.gpu) == gpu)?;
+    let mut seen = tenant.clone();
+    seen.sm_current_pct = more.sm_current_pct;
+    seen.sm_achieved_pct = more.sm_achieved_pct;
+    Some(Cow::Owned(seen))
+}
+
 /// Each GPU of the node in index order (idle ones too), then the unplaced
 /// tenants if any. The tenants of each keep the status's order.
 pub fn by_gpu(status: &NodeStatus) -> Vec<GpuView> {
@@ -55,8 +74,13 @@ pub fn by_gpu(status: &NodeStatus) -> Vec<GpuView> {
             colo_primary: None,
         })
         .collect();
-    for t in &status.tenants {
-        let gpu = gpu_of(status, t);
+    let places = status.tenants.iter().flat_map(|t| {
+        let more = t.more_gpus.iter().map(|m| (Some(m.gpu), m.sm_achieved_pct));
+        std::iter::once((gpu_of(status, t), t.sm_achieved_pct))
+            .chain(more)
+            .map(move |(gpu, achieved)| (t, gpu, achieved))
+    });
+    for (t, gpu, achieved) in places {
         let at = match views.iter().position(|v| v.gpu == gpu) {
             Some(at) => at,
             None => {
@@ -79,17 +103,21 @@ pub fn by_gpu(status: &NodeStatus) -> Vec<GpuView> {
         };
         let view = &mut views[at];
         view.tenants.push(t.name.clone());
-        view.achieved_pct += t.sm_achieved_pct;
+        view.achieved_pct += achieved;
         view.reserved_pct += t.spec.sm_request_pct;
         view.waiting += usize::from(t.waiting);
     }
-    // A board's device is the primary's own device ordinal; its GPU is the
-    // primary tenant's.
+    // A board's slot is the node GPU of a primary the node manager placed
+    // (its interposer maps devices to the GPUs `dilu run` listed), else the
+    // primary's own device ordinal; its GPU is then the primary tenant's.
     for c in &status.colocation {
         let Some(primary) = status.tenants.iter().find(|t| t.name == c.primary_tenant) else {
             continue;
         };
+        let on =
+            |gpu: u32| primary.gpu == Some(gpu) || primary.more_gpus.iter().any(|m| m.gpu == gpu);
         let gpu = match primary.gpu {
+            Some(_) if on(c.device) => Some(c.device),
             Some(gpu) => Some(gpu),
             None if status.gpus.len() <= 1 => gpu_of(status, primary),
             None => None,
@@ -140,6 +168,7 @@ mod tests {
             latency_seconds_total: 0.0,
             bubble_ratio: 0.0,
             gpu,
+            more_gpus: Vec::new(),
             waiting: false,
             over_admitted: None,
         }
@@ -186,5 +215,46 @@ mod tests {
         };
         assert_eq!(by_gpu(&one).len(), 1);
         assert_eq!(by_gpu(&one)[0].tenants, vec!["free".to_string()]);
+    }
+
+    #[test]
+    fn a_tenant_on_two_gpus_is_shown_under_each_with_its_share_there() {
+        let mut wide = tenant("wide", Some(0), 30.0);
+        wide.more_gpus = vec![dilu_abi::node_wire::GpuShare {
+            gpu: 2,
+            sm_current_pct: 45.0,
+            sm_achieved_pct: 40.0,
+        }];
+        let status = NodeStatus {
+            controller: "dilu".into(),
+            period_ms: 5.0,
+            uptime_seconds: 1.0,
+            gpus: vec![gpu(0), gpu(1), gpu(2)],
+            tenants: vec![wide, tenant("b", Some(2), 20.0)],
+            signals: Vec::new(),
+            control_periods: 0,
+            control_work_seconds_total: 0.0,
+            control_work_max_ms: 0.0,
+            colocation: Vec::new(),
+        };
+        let shown: Vec<_> = by_gpu(&status)
+            .iter()
+            .map(|v| (v.gpu, v.tenants.clone(), v.reserved_pct, v.achieved_pct))
+            .collect();
+        assert_eq!(
+            shown,
+            vec![
+                (Some(0), vec!["wide".to_string()], 30.0, 10.0),
+                (Some(1), vec![], 0.0, 0.0),
+                (Some(2), vec!["wide".into(), "b".into()], 50.0, 50.0),
+            ]
+        );
+        let wide = &status.tenants[0];
+        assert_eq!(on_gpu(&status, wide, Some(2)).unwrap().sm_current_pct, 45.0);
+        assert_eq!(
+            on_gpu(&status, wide, Some(0)).unwrap().sm_achieved_pct,
+            10.0
+        );
+        assert!(on_gpu(&status, wide, Some(1)).is_none());
     }
 }

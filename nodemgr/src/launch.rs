@@ -14,9 +14,11 @@
 //!
 //! On a node with several GPUs, a tenant whose user set no
 //! `CUDA_VISIBLE_DEVICES` is placed by the node manager: `dilu run` sends it
-//! the tenant's spec ([`ToDaemon::Place`]), the daemon picks a GPU with the
-//! cluster layer's placement policy and holds it for the tenant, and the
-//! program sees only that GPU. With one GPU nothing changes.
+//! the tenant's spec and how many GPUs it asks (`--gpus N`, default 1;
+//! [`ToDaemon::Place`]), the daemon picks them with the cluster layer's
+//! placement policy and holds them for the tenant, and the program sees
+//! only those GPUs, in PCI bus order. With one GPU and `--gpus 1` nothing
+//! changes.
 
 use crate::artifacts;
 use dilu_abi::node_wire::{self, FromDaemon, TenantSpec, ToDaemon};
@@ -44,6 +46,9 @@ pub struct LaunchSpec {
     pub batch: Option<u32>,
     /// Co-location role (`DILU_COLO`): primary, filler or online-filler.
     pub colo: Option<String>,
+    /// How many GPUs the tenant asks the node manager for (`--gpus`; its
+    /// spec holds on each). 1 unless given.
+    pub gpus: u32,
     pub command: Vec<String>,
 }
 
@@ -134,6 +139,16 @@ fn validate(spec: &LaunchSpec) -> Result<(), String> {
     if let Some(name) = &spec.tenant {
         tenant_flags::check_tenant_name(name).map_err(|e| format!("--tenant: {e}"))?;
     }
+    if spec.gpus == 0 {
+        return Err("--gpus 0 is invalid: a tenant runs on 1 GPU or more".into());
+    }
+    if spec.gpus > 1 && std::env::var_os("CUDA_VISIBLE_DEVICES").is_some() {
+        return Err(format!(
+            "--gpus {} asks the node manager to choose GPUs, but CUDA_VISIBLE_DEVICES \
+             already names them: give one or the other",
+            spec.gpus
+        ));
+    }
     if let Some(mem) = &spec.mem
         && tenant_flags::parse_mem_limits(mem).is_none()
     {
@@ -206,6 +221,7 @@ fn node_manager_flags(spec: &LaunchSpec) -> Vec<&'static str> {
         ("--slo-ms", spec.slo_ms.is_some() && !primary),
         ("--sm-request", spec.sm_request.is_some()),
         ("--sm-limit", spec.sm_limit.is_some()),
+        ("--gpus", spec.gpus > 1),
     ]
     .into_iter()
     .filter_map(|(flag, given)| given.then_some(flag))
@@ -294,10 +310,13 @@ pub fn run(spec: &LaunchSpec) -> Result<ExitCode, String> {
                  `dilu status` shows it)"
             );
         }
-        if let Some(gpu) = placed_gpu(&env, &socket)? {
-            // NVML numbers GPUs in PCI bus order; CUDA does too with this order.
+        let gpus = placed_gpus(&env, &socket, spec.gpus)?;
+        if !gpus.is_empty() {
+            // NVML numbers GPUs in PCI bus order; CUDA does too with this
+            // order, so the program's device k is the k-th GPU listed.
+            let list: Vec<String> = gpus.iter().map(u32::to_string).collect();
             env.push(("CUDA_DEVICE_ORDER".to_string(), "PCI_BUS_ID".into()));
-            env.push(("CUDA_VISIBLE_DEVICES".to_string(), gpu.to_string().into()));
+            env.push(("CUDA_VISIBLE_DEVICES".to_string(), list.join(",").into()));
         }
     }
     if !spec.sim {
@@ -322,27 +341,28 @@ fn child_lookup(env: &[(String, OsString)]) -> impl Fn(&str) -> Option<String> +
     }
 }
 
-/// The GPU the node manager chose for this tenant, when it has a choice to
-/// make (see the module docs); `env` is what the child gets beside this
-/// process's environment. A refusal stops the launch (the daemon would
-/// refuse the tenant's registration too).
-fn placed_gpu(env: &[(String, OsString)], socket: &Path) -> Result<Option<u32>, String> {
+/// The GPUs (`count` of them) the node manager chose for this tenant,
+/// ascending, when it has a choice to make (see the module docs); `env` is
+/// what the child gets beside this process's environment. A refusal stops
+/// the launch (the daemon would refuse the tenant's registration too).
+fn placed_gpus(env: &[(String, OsString)], socket: &Path, count: u32) -> Result<Vec<u32>, String> {
     if std::env::var_os("CUDA_VISIBLE_DEVICES").is_some() {
-        return Ok(None);
+        return Ok(Vec::new());
     }
     let lookup = child_lookup(env);
     let Some(tenant) = lookup("DILU_TENANT").filter(|t| !t.is_empty()) else {
-        return Ok(None);
+        return Ok(Vec::new());
     };
     let spec = TenantSpec::from_vars(lookup)?;
     let request = ToDaemon::Place {
         tenant: tenant.clone(),
         spec,
+        gpus: count,
     };
     match crate::ops::ask(socket, &request) {
         // No daemon behind the socket: the tenant runs standalone.
-        Err(_) => Ok(None),
-        Ok(FromDaemon::Placed { gpu, .. }) => Ok(gpu),
+        Err(_) => Ok(Vec::new()),
+        Ok(FromDaemon::Placed { gpus, .. }) => Ok(gpus),
         Ok(FromDaemon::Refused { reason } | FromDaemon::Error { reason }) => Err(format!(
             "the node manager has no GPU for tenant {tenant}: {reason}"
         )),

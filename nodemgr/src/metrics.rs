@@ -183,6 +183,16 @@ fn tenant_gpu(status: &NodeStatus, t: &TenantStatus) -> (String, String) {
     (gpu_label(gpu), uuid)
 }
 
+/// The per-tenant gauges that are a tenant's figure on one GPU: a tenant
+/// on several GPUs has one series per GPU of these (its share and use
+/// there); its other series are of its first GPU.
+const PER_GPU_TENANT_GAUGES: [&str; 4] = [
+    "dilu_tenant_sm_request_ratio",
+    "dilu_tenant_sm_limit_ratio",
+    "dilu_tenant_sm_share_ratio",
+    "dilu_tenant_sm_achieved_ratio",
+];
+
 type ViewValue = fn(&crate::gpu_view::GpuView) -> f64;
 
 /// Per-GPU gauges of the node manager's own view (`gpu="none"`: tenants it
@@ -204,13 +214,20 @@ const GPU_VIEW_GAUGES: [(&str, &str, ViewValue); 3] = [
 ];
 
 /// Labels of a co-location board's series: the primary's GPU (the board's
-/// device is an ordinal inside the primary's process), group and tenant.
+/// slot where the node manager placed the primary on it, else the
+/// primary's first GPU), group and tenant.
 fn colo_labels(status: &NodeStatus, c: &ColoStatus) -> Labels {
     let gpu = status
         .tenants
         .iter()
         .find(|t| t.name == c.primary_tenant)
-        .map_or(c.device.to_string(), |t| tenant_gpu(status, t).0);
+        .map_or(c.device.to_string(), |t| {
+            // A placed primary's board slot is its node GPU.
+            match crate::gpu_view::on_gpu(status, t, Some(c.device)) {
+                Some(_) if t.gpu.is_some() => c.device.to_string(),
+                _ => tenant_gpu(status, t).0,
+            }
+        });
     vec![
         ("gpu".into(), gpu),
         ("group".into(), c.group.clone()),
@@ -255,9 +272,21 @@ pub fn render(status: &NodeStatus) -> String {
     };
     for (name, help, value) in TENANT_GAUGES {
         let family = GaugeFamily::default();
+        let per_gpu = PER_GPU_TENANT_GAUGES.contains(&name);
         for t in &status.tenants {
             if let Some(v) = value(t) {
                 family.get_or_create(&tenant_labels(t)).set(v);
+            }
+            for m in t.more_gpus.iter().filter(|_| per_gpu) {
+                let Some(seen) = crate::gpu_view::on_gpu(status, t, Some(m.gpu)) else {
+                    continue;
+                };
+                // Labelled with that GPU.
+                let mut seen = seen.into_owned();
+                seen.gpu = Some(m.gpu);
+                if let Some(v) = value(&seen) {
+                    family.get_or_create(&tenant_labels(&seen)).set(v);
+                }
             }
         }
         registry.register(name, help, family);
@@ -462,6 +491,7 @@ mod tests {
             latency_seconds_total: 0.0,
             bubble_ratio: 0.5,
             gpu,
+            more_gpus: Vec::new(),
             waiting: false,
             over_admitted: None,
         };
@@ -470,7 +500,15 @@ mod tests {
             period_ms: 5.0,
             uptime_seconds: 1.0,
             gpus: vec![gpu(0), gpu(1)],
-            tenants: vec![tenant("a", Some(1)), tenant("b", None)],
+            tenants: vec![tenant("a", Some(1)), tenant("b", None), {
+                let mut wide = tenant("wide", Some(0));
+                wide.more_gpus = vec![dilu_abi::node_wire::GpuShare {
+                    gpu: 1,
+                    sm_current_pct: 30.0,
+                    sm_achieved_pct: 25.0,
+                }];
+                wide
+            }],
             signals: Vec::new(),
             control_periods: 0,
             control_work_seconds_total: 0.0,
@@ -481,9 +519,13 @@ mod tests {
         for line in [
             r#"dilu_tenant_sm_share_ratio{gpu="1",uuid="GPU-1",tenant="a"} 1.0"#,
             r#"dilu_tenant_sm_share_ratio{gpu="none",uuid="unknown",tenant="b"} 1.0"#,
-            r#"dilu_gpu_tenants{gpu="0"} 0.0"#,
-            r#"dilu_gpu_tenants{gpu="1"} 1.0"#,
-            r#"dilu_gpu_sm_reserved_ratio{gpu="1"} 0.4"#,
+            r#"dilu_gpu_tenants{gpu="0"} 1.0"#,
+            // A tenant on gpu0 and gpu1: its share on each, under each.
+            r#"dilu_tenant_sm_share_ratio{gpu="0",uuid="GPU-0",tenant="wide"} 1.0"#,
+            r#"dilu_tenant_sm_share_ratio{gpu="1",uuid="GPU-1",tenant="wide"} 0.3"#,
+            r#"dilu_tenant_sm_achieved_ratio{gpu="1",uuid="GPU-1",tenant="wide"} 0.25"#,
+            r#"dilu_gpu_tenants{gpu="1"} 2.0"#,
+            r#"dilu_gpu_sm_reserved_ratio{gpu="1"} 0.8"#,
         ] {
             assert!(text.contains(line), "{line} missing:\n{text}");
         }

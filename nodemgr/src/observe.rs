@@ -59,11 +59,11 @@ struct Reading {
     latency_sum_ns: u64,
 }
 
-fn read(telemetry: &TenantActivity, reports_latency: bool) -> Reading {
+fn read(telemetry: &TenantActivity, device: usize, reports_latency: bool) -> Reading {
     let (latency_count, latency_sum_ns) = telemetry.latency_totals();
     let reported = reports_latency || latency_count > 0;
     Reading {
-        device: telemetry.devices[0].snapshot(),
+        device: telemetry.devices[device].snapshot(),
         latencies: if reported {
             telemetry.latencies.snapshot()
         } else {
@@ -76,9 +76,9 @@ fn read(telemetry: &TenantActivity, reports_latency: bool) -> Reading {
 }
 
 /// The counters that move whenever the tenant does something the sampler
-/// counts (device 0's GPU time, launches and waits; reported latencies).
-fn pulse(telemetry: &TenantActivity) -> [u64; 4] {
-    let [busy, launches, waited] = telemetry.devices[0].pulse();
+/// counts (its device's GPU time, launches and waits; reported latencies).
+fn pulse(telemetry: &TenantActivity, device: usize) -> [u64; 4] {
+    let [busy, launches, waited] = telemetry.devices[device].pulse();
     [busy, launches, waited, telemetry.latency_totals().0]
 }
 
@@ -112,6 +112,21 @@ pub struct Sampler {
     window: Hist,
     window_len: usize,
     reports_latency: bool,
+    /// The device (in-process ordinal) whose counters it reads: 0, or
+    /// another of a tenant given several GPUs.
+    device: usize,
+}
+
+impl Sampler {
+    /// A sampler of device `device` (in-process ordinal, below
+    /// [`dilu_layout::ledger::MAX_DEVICES`]) of a tenant given several
+    /// GPUs; [`Sampler::default`] samples device 0.
+    pub fn for_device(device: usize) -> Self {
+        Sampler {
+            device: device.min(dilu_layout::ledger::MAX_DEVICES - 1),
+            ..Sampler::default()
+        }
+    }
 }
 
 impl Default for Sampler {
@@ -127,6 +142,7 @@ impl Default for Sampler {
             window: [0; BUCKETS],
             window_len: 0,
             reports_latency: false,
+            device: 0,
         }
     }
 }
@@ -206,7 +222,7 @@ impl Sampler {
         spec: &TenantSpec,
         share_ppm: u32,
     ) -> Observation {
-        let pulse = pulse(telemetry);
+        let pulse = pulse(telemetry, self.device);
         let idle = self.previous.is_some() && self.pulse == Some(pulse);
         self.pulse = Some(pulse);
         let counts = match self.previous.as_mut() {
@@ -305,7 +321,7 @@ impl Sampler {
     /// Reads the counters in full and returns the period's differences.
     fn read_in_full(&mut self, telemetry: &TenantActivity, now_ns: u64) -> Counts {
         self.full_reads += 1;
-        let reading = read(telemetry, self.reports_latency);
+        let reading = read(telemetry, self.device, self.reports_latency);
         let (since, mut before) = self.previous.unwrap_or((now_ns, reading));
         if before.reported != reading.reported {
             // The first report: none was counted at the reading before.

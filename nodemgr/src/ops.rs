@@ -96,9 +96,9 @@ pub fn format_status(status: &NodeStatus) -> String {
         for t in status
             .tenants
             .iter()
-            .filter(|t| crate::gpu_view::gpu_of(status, t) == view.gpu)
+            .filter_map(|t| crate::gpu_view::on_gpu(status, t, view.gpu))
         {
-            tenant_row(&mut out, t);
+            tenant_row(&mut out, &t);
         }
     }
     if status.tenants.is_empty() {

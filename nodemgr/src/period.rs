@@ -15,9 +15,13 @@ use crate::registry::Registry;
 pub struct PeriodState {
     /// The registry epoch the controllers were last assigned at.
     epoch: Option<u64>,
-    /// The tenants in observation order, and each one's GPU.
+    /// The tenants' devices in observation order: each tenant's device 0,
+    /// then its other devices when it was given several GPUs. Each with
+    /// its tenant's name, the GPU it is (its controller group) and its
+    /// in-process device ordinal.
     pub names: Vec<String>,
     pub gpus: Vec<GpuKey>,
+    pub devices: Vec<usize>,
     /// This period's observations (same order).
     pub observations: Vec<Observation>,
     shares: Vec<u32>,
@@ -32,8 +36,19 @@ pub fn run(
 ) {
     if state.epoch != Some(registry.epoch) {
         state.epoch = Some(registry.epoch);
-        state.names = registry.tenants.keys().cloned().collect();
-        state.gpus = registry.tenants.values().map(|t| t.gpu).collect();
+        state.names.clear();
+        state.gpus.clear();
+        state.devices.clear();
+        for t in registry.tenants.values() {
+            state.names.push(t.name.clone());
+            state.gpus.push(t.gpu);
+            state.devices.push(0);
+            for (k, &gpu) in t.more_gpus.iter().enumerate().take(t.more_devices.len()) {
+                state.names.push(t.name.clone());
+                state.gpus.push(Some(gpu));
+                state.devices.push(k + 1);
+            }
+        }
     }
     // A new tenant set, or controllers just replaced (`dilu demo`).
     if controllers.assigned() != Some(registry.epoch) {
@@ -45,15 +60,113 @@ pub fn run(
     }
     state.observations.clear();
     for tenant in registry.tenants.values_mut() {
+        let activity = &tenant.regions.activity;
         let share = tenant.share_ppm;
         let o = tenant
             .sampler
-            .observe(&tenant.regions.activity, now_ns, &tenant.spec, share);
+            .observe(activity, now_ns, &tenant.spec, share);
         state.observations.push(o);
+        let more = tenant.more_devices.iter_mut().take(tenant.more_gpus.len());
+        for device in more {
+            let share = device.share_ppm;
+            let o = device
+                .sampler
+                .observe(activity, now_ns, &tenant.spec, share);
+            state.observations.push(o);
+        }
     }
     controllers.step(now_ns, &state.observations, &mut state.shares);
-    for (tenant, &share) in registry.tenants.values_mut().zip(&state.shares) {
+    let mut shares = state.shares.iter().copied();
+    for tenant in registry.tenants.values_mut() {
+        let Some(share) = shares.next() else { break };
         tenant.share_ppm = share;
-        crate::registry::write_share(&tenant.regions.budget, share);
+        let more = tenant.more_gpus.len().min(tenant.more_devices.len());
+        for device in &mut tenant.more_devices[..more] {
+            device.share_ppm = shares.next().unwrap_or(device.share_ppm);
+        }
+        crate::registry::write_shares(&tenant.regions.budget, share, &tenant.more_devices);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::registry::{HeldPlacement, Peer, create_regions};
+    use dilu_abi::node_wire::{TenantSpec, WorkClass};
+    use dilu_layout::budget::UNLIMITED_SHARE;
+    use std::collections::BTreeMap;
+    use std::sync::Arc;
+    use std::time::Instant;
+
+    const PERIOD_NS: u64 = 5_000_000;
+
+    fn batch(request: f64) -> TenantSpec {
+        TenantSpec {
+            class: WorkClass::Batch,
+            sm_request_pct: request,
+            sm_limit_pct: 100.0,
+            ..TenantSpec::default()
+        }
+    }
+
+    fn add(registry: &mut Registry, name: &str, gpus: &[u32], spec: TenantSpec) {
+        registry.held.insert(
+            name.into(),
+            HeldPlacement {
+                uid: 1,
+                spec: spec.clone(),
+                gpu: gpus[0],
+                more_gpus: gpus[1..].to_vec(),
+                since: Instant::now(),
+            },
+        );
+        let peer = Peer {
+            pid: std::process::id() as i32,
+            uid: 1,
+            connection: Arc::new(std::fs::File::open("/dev/null").unwrap().into()),
+        };
+        let fresh = create_regions(name, None).unwrap();
+        registry.register(name, peer, 0, Some(spec), fresh).unwrap();
+    }
+
+    /// A tenant on gpu0 and gpu1 takes part in both GPUs' control: alone on
+    /// gpu0 it gets the whole of it, while on gpu1 it shares with another
+    /// busy tenant, each device's share written to that device's budget.
+    #[test]
+    fn a_tenant_on_two_gpus_gets_each_share_from_that_gpus_tenants_only() {
+        let mut registry = Registry::new(BTreeMap::new(), None);
+        add(&mut registry, "wide", &[0, 1], batch(20.0));
+        add(&mut registry, "other", &[1], batch(60.0));
+        let mut controllers = PerGpu::new("dilu").unwrap();
+        let mut state = PeriodState::default();
+        let mut now_ns = 1_000_000_000;
+        for _ in 0..200 {
+            now_ns += PERIOD_NS;
+            // Both keep every device they have busy, and wait for tokens.
+            for tenant in registry.tenants.values() {
+                for device in 0..=tenant.more_gpus.len() {
+                    let telemetry = &tenant.regions.activity.devices[device];
+                    telemetry.record_launch(now_ns, PERIOD_NS);
+                    telemetry.record_throttle(PERIOD_NS / 2);
+                }
+            }
+            run(&mut registry, &mut controllers, &mut state, now_ns);
+        }
+        assert_eq!(state.gpus, [Some(1), Some(0), Some(1)], "other; wide ×2");
+        let wide = &registry.tenants["wide"];
+        let other = &registry.tenants["other"];
+        let budget = &wide.regions.budget;
+        assert_eq!(budget.share_ppm(0), UNLIMITED_SHARE, "alone on gpu0");
+        let on_gpu1 = budget.share_ppm(1);
+        assert_eq!(on_gpu1, wide.more_devices[0].share_ppm);
+        assert!(
+            (200_000..1_000_000).contains(&on_gpu1),
+            "on gpu1 at least its request, beside the other tenant: {on_gpu1}"
+        );
+        assert!(
+            other.share_ppm >= 600_000 && other.share_ppm + on_gpu1 <= 1_000_000,
+            "gpu1 is shared out between its two tenants: {} + {on_gpu1}",
+            other.share_ppm
+        );
     }
 }

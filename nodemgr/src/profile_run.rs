@@ -273,6 +273,7 @@ impl ProgramTrials {
             sm_limit: Some(share),
             batch: None,
             colo: None,
+            gpus: 1,
             command: Vec::new(),
         })?;
         let log = std::fs::File::create(log).map_err(|e| format!("{}: {e}", log.display()))?;

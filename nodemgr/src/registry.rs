@@ -77,14 +77,59 @@ pub struct Tenant {
     pub audited_bytes: Option<u64>,
     /// The GPU the daemon placed it on (NVML index); `None`: not placed.
     /// Admission counts a tenant only against tenants of the same GPU.
+    /// A tenant given several GPUs (`dilu run --gpus N`) has its first
+    /// (lowest) here and the others in `more_gpus`: its device `k` is
+    /// `[gpu, more_gpus..][k]`.
     pub gpu: Option<u32>,
+    /// Its other GPUs, ascending (empty for a one-GPU tenant).
+    pub more_gpus: Vec<u32>,
+    /// The share and sampler of each of its other devices (device `k + 1`
+    /// is `more_gpus[k]`): on each GPU it takes part in that GPU's control
+    /// and gets its share there from that GPU's controller alone.
+    /// `share_ppm` and `sampler` above are device 0's.
+    pub more_devices: Vec<DeviceControl>,
     /// Why it did not fit when it registered, for a process that was
     /// already running (it started while the daemon was away): it was
     /// registered anyway, held to the room that was left.
     pub over_admitted: Option<String>,
 }
 
+/// The control state of one more device of a tenant given several GPUs.
+pub struct DeviceControl {
+    pub share_ppm: u32,
+    pub sampler: Sampler,
+}
+
+/// Control states for devices 1..=`more` of a tenant at `share_ppm`.
+pub fn more_devices(more: usize, share_ppm: u32) -> Vec<DeviceControl> {
+    (1..=more)
+        .map(|device| DeviceControl {
+            share_ppm,
+            sampler: Sampler::for_device(device),
+        })
+        .collect()
+}
+
+/// Whether a tenant whose GPUs are `first` and `more` is on `gpu` (its
+/// group for admission and control).
+fn is_on(first: Option<u32>, more: &[u32], gpu: Option<u32>) -> bool {
+    first == gpu || gpu.is_some_and(|g| more.contains(&g))
+}
+
 impl Tenant {
+    /// Whether it runs on `gpu` (one of its GPUs; `None`: unplaced).
+    pub fn is_on(&self, gpu: Option<u32>) -> bool {
+        is_on(self.gpu, &self.more_gpus, gpu)
+    }
+
+    /// Its GPUs in device order (empty when unplaced).
+    pub fn gpus(&self) -> Vec<u32> {
+        self.gpu
+            .into_iter()
+            .chain(self.more_gpus.iter().copied())
+            .collect()
+    }
+
     /// The memory budget that binds on `device`: the daemon's, lowered by
     /// the tenant's own limit in its ledger (see the interposer's budget).
     pub fn mem_budget(&self, device: usize) -> Option<u64> {
@@ -107,6 +152,11 @@ pub struct SavedTenant {
     #[serde(default)]
     pub gpu: Option<u32>,
     #[serde(default)]
+    pub more_gpus: Vec<u32>,
+    /// The share on each of `more_gpus` (its devices 1..).
+    #[serde(default)]
+    pub more_shares: Vec<u32>,
+    #[serde(default)]
     pub over_admitted: Option<String>,
 }
 
@@ -116,7 +166,18 @@ pub struct HeldPlacement {
     pub uid: u32,
     pub spec: TenantSpec,
     pub gpu: u32,
+    /// Its other GPUs (`dilu run --gpus N`), ascending.
+    pub more_gpus: Vec<u32>,
     pub since: Instant,
+}
+
+impl HeldPlacement {
+    /// Its GPUs, ascending.
+    pub fn gpus(&self) -> Vec<u32> {
+        std::iter::once(self.gpu)
+            .chain(self.more_gpus.iter().copied())
+            .collect()
+    }
 }
 
 /// Where a registering process comes from.
@@ -152,6 +213,29 @@ pub fn write_share(budget: &TenantBudget, share_ppm: u32) {
         share_ppm
     };
     for device in 0..dilu_layout::ledger::MAX_DEVICES {
+        if budget.share_ppm(device) != value {
+            budget.set_share_ppm(device, value);
+        }
+    }
+}
+
+/// Writes a tenant's shares device by device: `first` to device 0 (and to
+/// every device past its own), `more[k]` to device `k + 1`. With no more
+/// devices, the same as [`write_share`].
+pub fn write_shares(budget: &TenantBudget, first: u32, more: &[DeviceControl]) {
+    if more.is_empty() {
+        return write_share(budget, first);
+    }
+    for device in 0..dilu_layout::ledger::MAX_DEVICES {
+        let share = match device.checked_sub(1).and_then(|k| more.get(k)) {
+            Some(d) => d.share_ppm,
+            None => first,
+        };
+        let value = if share >= FULL_SHARE_PPM {
+            UNLIMITED_SHARE
+        } else {
+            share
+        };
         if budget.share_ppm(device) != value {
             budget.set_share_ppm(device, value);
         }
@@ -227,6 +311,24 @@ impl Registry {
         }
     }
 
+    /// Checks that `spec` fits beside the other tenants of each of the
+    /// tenant's GPUs (`gpu` and `more`: those it was placed on; its spec
+    /// holds on each).
+    pub fn admit_each(
+        &self,
+        name: &str,
+        spec: &TenantSpec,
+        gpu: Option<u32>,
+        more: &[u32],
+    ) -> Result<(), String> {
+        self.admit(name, spec, gpu)?;
+        for &g in more {
+            self.admit(name, spec, Some(g))
+                .map_err(|e| format!("on gpu{g}: {e}"))?;
+        }
+        Ok(())
+    }
+
     /// Checks that `spec` fits beside every other tenant on the same GPU
     /// (`gpu`: the one it was placed on; unplaced tenants count together,
     /// as on a one-GPU node); `name` is the tenant being admitted or changed.
@@ -235,12 +337,12 @@ impl Registry {
         let held = self
             .held
             .iter()
-            .filter(|(_, h)| Some(h.gpu) == gpu)
+            .filter(|(_, h)| is_on(Some(h.gpu), &h.more_gpus, gpu))
             .map(|(n, h)| (n, &h.spec));
         let others: Vec<(&String, &TenantSpec)> = self
             .tenants
             .iter()
-            .filter(|(_, t)| t.gpu == gpu)
+            .filter(|(_, t)| t.is_on(gpu))
             .map(|(n, t)| (n, &t.spec))
             .chain(held)
             .filter(|(n, _)| n.as_str() != name)
@@ -308,8 +410,12 @@ impl Registry {
             // over the telemetry its processes write.
             let regions = fresh.take().expect("checked above");
             configure(&regions, tenant.share_ppm, tenant.spec.mem_bytes);
+            write_shares(&regions.budget, tenant.share_ppm, &tenant.more_devices);
             tenant.regions = regions;
             tenant.sampler = Sampler::default();
+            for (k, device) in tenant.more_devices.iter_mut().enumerate() {
+                device.sampler = Sampler::for_device(k + 1);
+            }
         }
         if !self.tenants.contains_key(name) {
             let spec = self
@@ -319,14 +425,15 @@ impl Registry {
                 .or(asked)
                 .unwrap_or_default();
             // A GPU chosen for it by `dilu run` is its GPU from now on.
-            let gpu = match self.held.get(name) {
+            let (gpu, more_gpus) = match self.held.get(name) {
                 Some(held) if held.uid != peer.uid => {
                     return Err(format!(
                         "tenant {name:?} belongs to another user (uid {})",
                         held.uid
                     ));
                 }
-                held => held.map(|h| h.gpu),
+                Some(held) => (Some(held.gpu), held.more_gpus.clone()),
+                None => (None, Vec::new()),
             };
             self.check_tenant_cap(peer.uid)?;
             // A process handing back its regions is already running (it
@@ -334,10 +441,18 @@ impl Registry {
             // one): refusing it would leave it unmanaged, so it is held to
             // the room left and named as over-admitted.
             let running = fresh.as_ref().is_some_and(|r| r.adopted);
-            let (spec, over_admitted) = match self.admit(name, &spec, gpu) {
+            let (spec, over_admitted) = match self.admit_each(name, &spec, gpu, &more_gpus) {
                 Ok(()) => (spec, None),
                 Err(reason) if running => {
-                    let held = self.room_left(name, &spec, gpu);
+                    let mut held = self.room_left(name, &spec, gpu);
+                    for &g in &more_gpus {
+                        let room = self.room_left(name, &spec, Some(g));
+                        held.sm_request_pct = held.sm_request_pct.min(room.sm_request_pct);
+                        held.sm_limit_pct = held.sm_limit_pct.max(held.sm_request_pct);
+                        if let (Some(a), Some(b)) = (held.mem_bytes, room.mem_bytes) {
+                            held.mem_bytes = Some(a.min(b));
+                        }
+                    }
                     tracing::warn!(
                         tenant = name,
                         uid = peer.uid,
@@ -368,6 +483,8 @@ impl Registry {
                     awaiting_since: None,
                     audited_bytes: None,
                     gpu,
+                    more_devices: more_devices(more_gpus.len(), share),
+                    more_gpus,
                     over_admitted,
                 },
             );
@@ -405,7 +522,7 @@ impl Registry {
         let others = || {
             self.tenants
                 .iter()
-                .filter(move |(n, t)| t.gpu == gpu && n.as_str() != name)
+                .filter(move |(n, t)| t.is_on(gpu) && n.as_str() != name)
                 .map(|(_, t)| &t.spec)
         };
         let requested: u32 = others().map(|s| ppm(s.sm_request_pct)).sum();
@@ -471,7 +588,7 @@ impl Registry {
         if let Some(v) = update.mem_bytes {
             spec.mem_bytes = Some(v);
         }
-        self.admit(name, &spec, tenant.gpu)?;
+        self.admit_each(name, &spec, tenant.gpu, &tenant.more_gpus)?;
         let tenant = self.tenants.get_mut(name).expect("checked above");
         tenant.spec = spec.clone();
         // Live: every member's next allocation is held to the new budget.
@@ -494,12 +611,14 @@ impl Registry {
         self.held.retain(|_, h| h.since.elapsed() < PLACEMENT_GRACE);
     }
 
-    /// Chooses a GPU for tenant `name` of user `uid` (`dilu run` on a node
-    /// with several GPUs) and holds it until the tenant's first process
-    /// registers. `capacities` is each GPU's memory (bytes); the spec is the
-    /// operator's for this name, else `asked`, else the default, as at
-    /// registration. A tenant already running keeps its GPU (its processes
-    /// share one budget). `Ok(None)`: one GPU, nothing to choose.
+    /// Chooses `count` GPUs for tenant `name` of user `uid` (`dilu run` on
+    /// a node with several GPUs, `--gpus N`) and holds them until the
+    /// tenant's first process registers. `capacities` is each GPU's memory
+    /// (bytes); the spec is the operator's for this name, else `asked`,
+    /// else the default, as at registration, and holds on each GPU. A
+    /// tenant already running keeps its GPUs (its processes share one
+    /// budget). The GPUs come back ascending; empty: one GPU, one asked,
+    /// nothing to choose.
     pub fn place(
         &mut self,
         name: &str,
@@ -507,10 +626,18 @@ impl Registry {
         asked: Option<TenantSpec>,
         capacities: &[u64],
         policy: &dyn dilu_placement::policy::PlacementPolicy,
-    ) -> Result<Option<u32>, String> {
+        count: usize,
+    ) -> Result<Vec<u32>, String> {
         check_tenant_name(name)?;
+        let count = count.max(1);
+        if count > capacities.len().max(1) {
+            return Err(format!(
+                "{name} asks {count} GPUs; this node has {}",
+                capacities.len().max(1)
+            ));
+        }
         if capacities.len() <= 1 {
-            return Ok(None);
+            return Ok(Vec::new());
         }
         let spec = self
             .configured
@@ -519,6 +646,22 @@ impl Registry {
             .or(asked)
             .unwrap_or_default();
         spec.validate()?;
+        let running = |gpus: Vec<u32>| {
+            if gpus.len() == count {
+                Ok(gpus)
+            } else {
+                Err(format!(
+                    "tenant {name:?} already runs on {} GPU(s) ({}); its processes \
+                     share one placement, so start them with --gpus {}",
+                    gpus.len(),
+                    gpus.iter()
+                        .map(|g| format!("gpu{g}"))
+                        .collect::<Vec<_>>()
+                        .join(", "),
+                    gpus.len()
+                ))
+            }
+        };
         if let Some(tenant) = self.tenants.get(name) {
             if tenant.uid != uid {
                 return Err(format!(
@@ -526,8 +669,8 @@ impl Registry {
                     tenant.uid
                 ));
             }
-            if let Some(gpu) = tenant.gpu {
-                return Ok(Some(gpu));
+            if tenant.gpu.is_some() {
+                return running(tenant.gpus());
             }
         }
         if let Some(held) = self.held.get_mut(name) {
@@ -538,41 +681,58 @@ impl Registry {
                 ));
             }
             held.since = Instant::now();
-            return Ok(Some(held.gpu));
+            return running(held.gpus());
         }
         if self.held.len() >= MAX_HELD_PLACEMENTS {
             return Err(format!(
                 "{MAX_HELD_PLACEMENTS} tenants already wait for their first process; try again later"
             ));
         }
-        let taken = self
+        let taken: Vec<(Vec<u32>, &TenantSpec)> = self
             .tenants
             .values()
-            .filter_map(|t| Some((t.gpu?, &t.spec)))
-            .chain(self.held.values().map(|h| (h.gpu, &h.spec)))
-            .filter(|&(gpu, _)| (gpu as usize) < capacities.len());
-        let gpu = crate::placement::choose(policy, capacities, taken, &spec).ok_or_else(|| {
-            format!(
-                "no GPU of {} has room for {name} (SM request {}%, limit {}%{}) under the {} placement policy",
-                capacities.len(),
-                spec.sm_request_pct,
-                spec.sm_limit_pct,
-                spec.mem_bytes
-                    .map(|m| format!(", {}", dilu_abi::units::format_size(m)))
-                    .unwrap_or_default(),
-                policy.name()
-            )
-        })?;
+            .filter(|t| t.gpu.is_some())
+            .map(|t| (t.gpus(), &t.spec))
+            .chain(self.held.values().map(|h| (h.gpus(), &h.spec)))
+            .map(|(gpus, spec)| {
+                let gpus = gpus
+                    .into_iter()
+                    .filter(|&g| (g as usize) < capacities.len())
+                    .collect();
+                (gpus, spec)
+            })
+            .collect();
+        let taken = taken.iter().map(|(gpus, spec)| (gpus.as_slice(), *spec));
+        let gpus = crate::placement::choose(policy, capacities, taken, &spec, count)
+            .ok_or_else(|| {
+                format!(
+                    "{} {} room for {name} (SM request {}%, limit {}%{}{}) under the {} placement policy",
+                    if count == 1 {
+                        format!("no GPU of {}", capacities.len())
+                    } else {
+                        format!("fewer than {count} of the {} GPUs", capacities.len())
+                    },
+                    if count == 1 { "has" } else { "have" },
+                    spec.sm_request_pct,
+                    spec.sm_limit_pct,
+                    spec.mem_bytes
+                        .map(|m| format!(", {}", dilu_abi::units::format_size(m)))
+                        .unwrap_or_default(),
+                    if count == 1 { "" } else { " on each" },
+                    policy.name()
+                )
+            })?;
         self.held.insert(
             name.to_string(),
             HeldPlacement {
                 uid,
                 spec,
-                gpu,
+                gpu: gpus[0],
+                more_gpus: gpus[1..].to_vec(),
                 since: Instant::now(),
             },
         );
-        Ok(Some(gpu))
+        Ok(gpus)
     }
 
     /// Each tenant's (name, uid), to read their ledgers without the lock.
@@ -642,6 +802,16 @@ impl Registry {
                     latency_seconds_total: recent.latency_sum_total_ns as f64 / 1e9,
                     bubble_ratio: recent.bubble_ratio,
                     gpu: t.gpu,
+                    more_gpus: t
+                        .more_gpus
+                        .iter()
+                        .zip(&t.more_devices)
+                        .map(|(&gpu, d)| dilu_abi::node_wire::GpuShare {
+                            gpu,
+                            sm_current_pct: d.share_ppm as f64 / 10_000.0,
+                            sm_achieved_pct: d.sampler.recent().achieved * 100.0,
+                        })
+                        .collect(),
                     waiting: t.sampler.waiting_at_zero(t.share_ppm),
                     over_admitted: t.over_admitted.clone(),
                 }
@@ -659,6 +829,8 @@ impl Registry {
                 spec: t.spec.clone(),
                 share_ppm: t.share_ppm,
                 gpu: t.gpu,
+                more_gpus: t.more_gpus.clone(),
+                more_shares: t.more_devices.iter().map(|d| d.share_ppm).collect(),
                 over_admitted: t.over_admitted.clone(),
             })
             .collect()
@@ -675,6 +847,11 @@ impl Registry {
                 continue;
             };
             configure(&regions, s.share_ppm, s.spec.mem_bytes);
+            let mut more = more_devices(s.more_gpus.len(), s.share_ppm);
+            for (device, &share) in more.iter_mut().zip(&s.more_shares) {
+                device.share_ppm = share;
+            }
+            write_shares(&regions.budget, s.share_ppm, &more);
             self.tenants.insert(
                 s.name.clone(),
                 Tenant {
@@ -689,6 +866,8 @@ impl Registry {
                     awaiting_since: Some(Instant::now()),
                     audited_bytes: None,
                     gpu: s.gpu,
+                    more_devices: more,
+                    more_gpus: s.more_gpus,
                     over_admitted: s.over_admitted,
                 },
             );
@@ -700,6 +879,9 @@ impl Registry {
     pub fn set_share(&mut self, name: &str, share_ppm: u32) {
         if let Some(t) = self.tenants.get_mut(name) {
             t.share_ppm = share_ppm;
+            for device in &mut t.more_devices {
+                device.share_ppm = share_ppm;
+            }
             write_share(&t.regions.budget, share_ppm);
         }
     }
@@ -742,11 +924,13 @@ mod tests {
         let big = shares(60.0, 60.0);
         let gpus = [80u64 << 30; 2];
         let place = |registry: &mut Registry, name: &str, uid: u32| {
-            registry.place(name, uid, Some(big.clone()), &gpus, dilu.as_ref())
+            registry
+                .place(name, uid, Some(big.clone()), &gpus, dilu.as_ref(), 1)
+                .map(|gpus| gpus.first().copied())
         };
         assert_eq!(
-            registry.place("a", 1, Some(big.clone()), &gpus[..1], dilu.as_ref()),
-            Ok(None),
+            registry.place("a", 1, Some(big.clone()), &gpus[..1], dilu.as_ref(), 1),
+            Ok(Vec::new()),
             "one GPU: nothing to choose"
         );
         let a = place(&mut registry, "a", 1).unwrap().unwrap();
@@ -786,6 +970,72 @@ mod tests {
         assert_eq!(
             registry.saved().iter().filter(|s| s.gpu.is_some()).count(),
             2
+        );
+    }
+
+    #[test]
+    fn a_tenant_given_several_gpus_holds_its_spec_on_each_of_them() {
+        let dilu = dilu_placement::policy::policy_by_name("dilu").unwrap();
+        let mut registry = Registry::new(BTreeMap::new(), None);
+        let big = shares(60.0, 60.0);
+        let gpus = [80u64 << 30; 4];
+        let place = |registry: &mut Registry, name: &str, count: usize| {
+            registry.place(name, 1, Some(big.clone()), &gpus, dilu.as_ref(), count)
+        };
+        assert_eq!(
+            place(&mut registry, "wide", 5).unwrap_err(),
+            "wide asks 5 GPUs; this node has 4"
+        );
+        let wide = place(&mut registry, "wide", 2).unwrap();
+        assert_eq!(wide.len(), 2);
+        assert!(wide[0] < wide[1], "ascending: {wide:?}");
+        assert!(
+            place(&mut registry, "wide", 1)
+                .unwrap_err()
+                .contains("--gpus 2"),
+            "its processes share one placement"
+        );
+        let fresh = create_regions("test", None).unwrap();
+        registry
+            .register("wide", peer(1), 0, Some(big.clone()), fresh)
+            .unwrap();
+        assert_eq!(registry.tenants["wide"].gpus(), wide);
+        assert_eq!(registry.saved()[0].more_gpus, wide[1..]);
+        // A restarted daemon gives each device back its own share.
+        registry.tenants.get_mut("wide").unwrap().more_devices[0].share_ppm = 450_000;
+        let mut restarted = Registry::new(BTreeMap::new(), None);
+        restarted.restore(registry.saved());
+        let back = &restarted.tenants["wide"];
+        assert_eq!(back.gpus(), wide);
+        assert_eq!(back.more_devices[0].share_ppm, 450_000);
+        assert_eq!(back.regions.budget.share_ppm(1), 450_000);
+        assert_eq!(back.regions.budget.share_ppm(0), back.share_ppm);
+        // Each of its GPUs is full for another 60%: the other two are left.
+        let two = place(&mut registry, "other", 2).unwrap();
+        assert!(two.iter().all(|g| !wide.contains(g)), "{two:?} {wide:?}");
+        let refused = place(&mut registry, "third", 1).unwrap_err();
+        assert!(refused.contains("no GPU of 4 has room"), "{refused}");
+        // Raising its request past what its second GPU has left is refused.
+        registry.held.insert(
+            "small".into(),
+            HeldPlacement {
+                uid: 1,
+                spec: shares(30.0, 30.0),
+                gpu: wide[1],
+                more_gpus: Vec::new(),
+                since: Instant::now(),
+            },
+        );
+        let raise = |pct| SpecUpdate {
+            sm_request_pct: Some(pct),
+            sm_limit_pct: Some(pct),
+            ..SpecUpdate::default()
+        };
+        registry.update("wide", &raise(70.0)).unwrap();
+        let refused = registry.update("wide", &raise(80.0)).unwrap_err();
+        assert!(
+            refused.starts_with(&format!("on gpu{}:", wide[1])),
+            "{refused}"
         );
     }
 
@@ -876,10 +1126,10 @@ mod tests {
         for i in 0..MAX_HELD_PLACEMENTS {
             let name = format!("t{i}");
             registry
-                .place(&name, 1, Some(small.clone()), &gpus, dilu.as_ref())
+                .place(&name, 1, Some(small.clone()), &gpus, dilu.as_ref(), 1)
                 .unwrap();
         }
-        let refused = registry.place("more", 1, Some(small), &gpus, dilu.as_ref());
+        let refused = registry.place("more", 1, Some(small), &gpus, dilu.as_ref(), 1);
         assert!(refused.unwrap_err().contains("try again later"));
     }
 

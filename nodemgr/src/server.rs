@@ -241,8 +241,8 @@ fn handle(shared: Arc<Shared>, connection: Arc<OwnedFd>) {
             };
             reply(&connection, &message, &[]);
         }
-        ToDaemon::Place { tenant, spec } => {
-            let message = place(&shared, &tenant, peer.uid, spec);
+        ToDaemon::Place { tenant, spec, gpus } => {
+            let message = place(&shared, &tenant, peer.uid, spec, gpus);
             reply(&connection, &message, &[]);
         }
     }
@@ -251,7 +251,13 @@ fn handle(shared: Arc<Shared>, connection: Arc<OwnedFd>) {
 /// Chooses a GPU for a tenant `dilu run` is about to start (see
 /// [`crate::registry::Registry::place`]). Each GPU's memory is NVML's
 /// figure, else the configured `gpu_memory`, else unbounded.
-fn place(shared: &Shared, tenant: &str, uid: u32, spec: Option<TenantSpec>) -> FromDaemon {
+fn place(
+    shared: &Shared,
+    tenant: &str,
+    uid: u32,
+    spec: Option<TenantSpec>,
+    count: u32,
+) -> FromDaemon {
     let Some(policy) = dilu_placement::policy::policy_by_name(&shared.config.placement) else {
         let reason = format!("unknown placement policy {:?}", shared.config.placement);
         return FromDaemon::Refused { reason };
@@ -269,15 +275,16 @@ fn place(shared: &Shared, tenant: &str, uid: u32, spec: Option<TenantSpec>) -> F
         spec,
         &capacities,
         policy.as_ref(),
+        count as usize,
     );
     match placed {
-        Ok(gpu) => {
-            if let Some(gpu) = gpu {
-                tracing::info!(tenant, gpu, uid, "GPU chosen for a tenant");
+        Ok(gpus) => {
+            if !gpus.is_empty() {
+                tracing::info!(tenant, ?gpus, uid, "GPUs chosen for a tenant");
             }
             FromDaemon::Placed {
                 tenant: tenant.to_string(),
-                gpu,
+                gpus,
             }
         }
         Err(reason) => FromDaemon::Refused { reason },

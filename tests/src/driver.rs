@@ -39,6 +39,12 @@ impl Driver {
 
     /// `cuInit`, then device 0's primary context made current; returns it.
     pub fn primary_context(&self) -> Result<sys::CUcontext, String> {
+        self.primary_context_of(0)
+    }
+
+    /// `cuInit`, then device `device`'s primary context made current;
+    /// returns it.
+    pub fn primary_context_of(&self, device: c_int) -> Result<sys::CUcontext, String> {
         let init: unsafe extern "C" fn(c_uint) -> CUresult = self.function("cuInit")?;
         let retain: unsafe extern "C" fn(*mut sys::CUcontext, c_int) -> CUresult =
             self.function("cuDevicePrimaryCtxRetain")?;
@@ -46,7 +52,8 @@ impl Driver {
             self.function("cuCtxSetCurrent")?;
         let mut context: sys::CUcontext = std::ptr::null_mut();
         // SAFETY: cuda.h contracts; live out-parameter.
-        if unsafe { init(0) != 0 || retain(&mut context, 0) != 0 || set_current(context) != 0 } {
+        if unsafe { init(0) != 0 || retain(&mut context, device) != 0 || set_current(context) != 0 }
+        {
             return Err("driver initialisation failed".into());
         }
         Ok(context)

@@ -145,3 +145,19 @@ pub fn table_gpu_of(table: &str, tenant: &str) -> Option<String> {
     }
     None
 }
+
+/// Every GPU section a tenant has a row under in the `dilu status` table
+/// (a tenant on several GPUs is under each), in table order.
+pub fn table_gpus_of(table: &str, tenant: &str) -> Vec<String> {
+    let mut section = None;
+    let mut found = Vec::new();
+    for line in table.lines() {
+        let first = line.split_whitespace().next().unwrap_or_default();
+        if first == "unplaced" || (first.starts_with("gpu") && line.contains(" · ")) {
+            section = Some(first.to_string());
+        } else if first == tenant {
+            found.extend(section.clone());
+        }
+    }
+    found
+}

@@ -240,3 +240,291 @@ fn admission_refuses_what_no_single_gpu_can_hold() {
     daemon.kill().unwrap();
     daemon.wait().unwrap();
 }
+
+/// A data-parallel tenant: `dilu run --gpus 2` with a deep queue of 1 ms
+/// kernels on both of its devices for `seconds`, SM flags `sm`. Its
+/// summary: each device's kernels per second, and the
+/// `CUDA_VISIBLE_DEVICES` it saw.
+fn data_parallel(node: &Node, name: &str, sm: &[&str], seconds: &str) -> Value {
+    let output = node
+        .command(&dilu(), GPUS)
+        .args(["run", "--sim", "--gpus", "2", "--tenant", name])
+        .args(sm)
+        .arg("--")
+        .arg(artifact("cudarc-loop"))
+        .args(["--devices", "2", "--seconds", seconds])
+        .args(["--blocks", "13200", "--depth", "never", "--json"])
+        .stdin(Stdio::null())
+        .output()
+        .expect("run the two-GPU tenant");
+    assert!(output.status.success(), "{output:?}");
+    summary(&output)
+}
+
+fn rates(summary: &Value) -> Vec<f64> {
+    summary["devices"]
+        .as_array()
+        .expect("a rate per device")
+        .iter()
+        .map(|d| d["kernels_per_second"].as_f64().unwrap())
+        .collect()
+}
+
+/// The issue's two-GPU tenant: placed on two GPUs (listed in bus order in
+/// `CUDA_VISIBLE_DEVICES`), it is held to its 30% share on each of them,
+/// each device's launches charged to that device's budget.
+#[test]
+fn a_two_gpu_tenant_is_held_to_its_share_on_both_gpus() {
+    let node = Node::new("multigpu-wide");
+    let mut daemon = node.start_daemon(GPUS, "dilu");
+
+    let free = data_parallel(&node, &unique_name("wide-free"), &[], "3");
+    let capped_name = unique_name("wide-capped");
+    let watcher = std::thread::spawn({
+        let socket = node.socket();
+        let name = capped_name.clone();
+        move || {
+            // While it runs: the GPUs the daemon shows it on.
+            let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+            while std::time::Instant::now() < deadline {
+                let output = Command::new(dilu())
+                    .args(["status", "--json", "--socket"])
+                    .arg(&socket)
+                    .output();
+                if let Ok(output) = output
+                    && let Ok(status) = serde_json::from_slice::<Value>(&output.stdout)
+                    && let Some(t) = tenant(&status, &name)
+                {
+                    let table = Command::new(dilu())
+                        .args(["status", "--socket"])
+                        .arg(&socket)
+                        .output()
+                        .expect("dilu status");
+                    return Some((
+                        t.clone(),
+                        String::from_utf8_lossy(&table.stdout).into_owned(),
+                    ));
+                }
+                std::thread::sleep(std::time::Duration::from_millis(100));
+            }
+            None
+        }
+    });
+    let capped = data_parallel(&node, &capped_name, &["--sm", "30"], "3");
+    let (seen, table) = watcher.join().unwrap().expect("the tenant in the status");
+
+    let visible: Vec<u64> = capped["visible"]
+        .as_str()
+        .unwrap()
+        .split(',')
+        .map(|g| g.parse().expect("a GPU index"))
+        .collect();
+    assert_eq!(visible.len(), 2, "two GPUs: {capped}");
+    assert!(visible[0] < visible[1], "in bus order: {capped}");
+    assert!(visible.iter().all(|&g| g < u64::from(GPUS)), "{capped}");
+    // The daemon shows it on both: device 0 is its first GPU, device 1 its
+    // second.
+    assert_eq!(seen["gpu"].as_u64(), Some(visible[0]), "{seen}");
+    assert_eq!(
+        seen["more_gpus"][0]["gpu"].as_u64(),
+        Some(visible[1]),
+        "{seen}"
+    );
+    // The operator's table lists it under each of its GPUs.
+    assert_eq!(
+        dilu_tests::sim_node::table_gpus_of(&table, &capped_name),
+        visible
+            .iter()
+            .map(|g| format!("gpu{g}"))
+            .collect::<Vec<_>>(),
+        "{table}"
+    );
+
+    let (free, capped) = (rates(&free), rates(&capped));
+    eprintln!("two-GPU tenant, kernels/s per device: uncapped {free:?}, at 30% {capped:?}");
+    for device in 0..2 {
+        let ratio = capped[device] / free[device];
+        assert!(
+            (0.2..=0.4).contains(&ratio),
+            "device {device} ran at {ratio:.2} of its uncapped rate under a 30% share \
+             (uncapped {free:?}, capped {capped:?})"
+        );
+    }
+    daemon.kill().unwrap();
+    daemon.wait().unwrap();
+}
+
+/// A two-GPU tenant's memory budget holds on each of its devices: what it
+/// allocates on one does not count against the other, and neither goes
+/// past the budget.
+#[test]
+fn a_two_gpu_tenants_memory_budget_holds_on_each_device() {
+    let node = Node::new("multigpu-wide-memory");
+    let mut daemon = node.start_daemon(GPUS, "dilu");
+    let name = unique_name("wide-mem");
+    let mut probe = node.probe(GPUS, &name, &["--gpus", "2", "--mem", "64MiB"]);
+    const OUT_OF_MEMORY: &str = "alloc 2";
+    for device in 0..2 {
+        // Device 0's 48 MiB stay held while device 1 allocates.
+        assert_eq!(
+            probe.ask(&format!("device {device}")),
+            format!("device {device}")
+        );
+        assert_eq!(probe.alloc(48 << 20), "alloc 0", "device {device}: within");
+        assert_eq!(
+            probe.alloc(32 << 20),
+            OUT_OF_MEMORY,
+            "device {device}: 80 MiB is past its 64 MiB budget"
+        );
+    }
+    assert_eq!(probe.ask("free"), "free 0");
+    let status = node.wait_for("the tenant on two GPUs", |s| {
+        tenant(s, &name).is_some_and(|t| t["more_gpus"].as_array().is_some_and(|m| m.len() == 1))
+    });
+    assert!(tenant(&status, &name).unwrap()["gpu"].is_u64());
+    probe.finish();
+    daemon.kill().unwrap();
+    daemon.wait().unwrap();
+}
+
+/// On a two-GPU node a tenant on both GPUs (request 20%, limit 75%) gets
+/// its share on each GPU from that GPU's tenants alone: on the GPU it has
+/// to itself it runs at its limit, on the GPU it shares with a busy tenant
+/// held at 60% it gets at most the 40% left. (The placement policy bounds
+/// the limits on a GPU to 135%.)
+#[test]
+fn a_two_gpu_tenants_share_on_each_gpu_follows_that_gpus_tenants() {
+    const TWO: u32 = 2;
+    let node = Node::new("multigpu-wide-control");
+    let mut daemon = node.start_daemon(TWO, "dilu");
+    let other = unique_name("busy");
+    let busy = node
+        .command(&dilu(), TWO)
+        .args(["run", "--sim", "--tenant", &other, "--class", "batch"])
+        .args(["--sm-request", "60", "--sm-limit", "60"])
+        .arg("--")
+        .arg(artifact("cudarc-loop"))
+        .args(["--seconds", "12", "--blocks", "13200", "--depth", "never"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .spawn()
+        .expect("start the busy tenant");
+    let status = node.wait_for("the busy tenant on a GPU", |s| {
+        tenant(s, &other).is_some_and(|t| t["gpu"].is_u64())
+    });
+    let shared = tenant(&status, &other).unwrap()["gpu"].as_u64().unwrap();
+
+    let wide = unique_name("wide");
+    let output = node
+        .command(&dilu(), TWO)
+        .args(["run", "--sim", "--gpus", "2", "--tenant", &wide])
+        .args(["--class", "batch", "--sm-request", "20", "--sm-limit", "75"])
+        .arg("--")
+        .arg(artifact("cudarc-loop"))
+        .args(["--devices", "2", "--seconds", "4"])
+        .args(["--blocks", "13200", "--depth", "never", "--json"])
+        .stdin(Stdio::null())
+        .output()
+        .expect("run the two-GPU tenant");
+    assert!(output.status.success(), "{output:?}");
+    let summary = summary(&output);
+    assert_eq!(summary["visible"], "0,1", "{summary}");
+    let rates = rates(&summary);
+    let (on_shared, alone) = (rates[shared as usize], rates[1 - shared as usize]);
+    eprintln!(
+        "two-GPU tenant: {alone:.1} kernels/s on the GPU it has alone, \
+         {on_shared:.1} on gpu{shared} beside a 60% request"
+    );
+    // 1 ms kernels: ~1000/s is the whole GPU. Alone it may use 75% of
+    // it; beside the busy tenant at most the 40% left.
+    assert!(
+        alone > 1.5 * on_shared,
+        "alone on a GPU it runs at its limit, beside a 60% request it does not: \
+         {alone:.1} vs {on_shared:.1} kernels/s"
+    );
+    let _ = busy.wait_with_output();
+    daemon.kill().unwrap();
+    daemon.wait().unwrap();
+}
+
+/// `--gpus` asks what the node cannot give: refused in one line before
+/// the program starts.
+#[test]
+fn gpus_the_node_cannot_give_are_refused_before_the_program_starts() {
+    let node = Node::new("multigpu-gpus-flag");
+    let mut daemon = node.start_daemon(GPUS, "dilu");
+    for (gpus, says) in [
+        ("0", "--gpus 0 is invalid".to_string()),
+        ("9", format!("asks 9 GPUs; this node has {GPUS}")),
+    ] {
+        let output = node
+            .command(&dilu(), GPUS)
+            .args(["run", "--sim", "--gpus", gpus, "--tenant"])
+            .arg(unique_name("too-many"))
+            .arg("--")
+            .arg(artifact("mem-probe"))
+            .stdin(Stdio::null())
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert_eq!(output.status.code(), Some(2), "--gpus {gpus}: {stderr}");
+        assert!(stderr.contains(&says), "--gpus {gpus}: {stderr}");
+        assert_eq!(stderr.trim().lines().count(), 1, "one line: {stderr}");
+    }
+    daemon.kill().unwrap();
+    daemon.wait().unwrap();
+}
+
+/// Two co-location primaries of one user and group, placed on different
+/// GPUs (each sees its GPU as device 0), keep to their own GPU's slot of
+/// the gap board: the status shows a board for each, on its GPU.
+#[test]
+fn primaries_on_different_gpus_keep_to_their_own_gpus_board() {
+    let mut node = Node::new("multigpu-colo");
+    let group = unique_name("colo-wide");
+    node.env.push(("DILU_COLO_GROUP".into(), group.clone()));
+    // SAFETY: getuid has no preconditions.
+    let board = dilu_layout::colocation::board_path(unsafe { libc::getuid() }, &group);
+    let mut daemon = node.start_daemon(GPUS, "dilu-colo");
+    let names = [unique_name("primary-a"), unique_name("primary-b")];
+    let mut primaries: Vec<_> = names
+        .iter()
+        .map(|name| {
+            node.command(&dilu(), GPUS)
+                .args(["run", "--sim", "--tenant", name, "--colo", "primary"])
+                .args(["--sm-request", "60", "--sm-limit", "60"])
+                .arg("--")
+                .arg(artifact("demo-tenant"))
+                .args(["train", "--load-ms", "3", "--kernels", "4"])
+                .args(["--blocks", "6600", "--seconds", "60"])
+                .stdin(Stdio::null())
+                .stdout(Stdio::null())
+                .spawn()
+                .expect("start a primary")
+        })
+        .collect();
+    let status = node.wait_for("a board for each primary", |s| {
+        names.iter().all(|name| {
+            let gpu = tenant(s, name).and_then(|t| t["gpu"].as_u64());
+            s["colocation"].as_array().is_some_and(|boards| {
+                boards.iter().any(|c| {
+                    c["primary_tenant"] == name.as_str()
+                        && gpu.is_some()
+                        && c["device"].as_u64() == gpu
+                })
+            })
+        })
+    });
+    let gpus: Vec<_> = names
+        .iter()
+        .map(|name| tenant(&status, name).unwrap()["gpu"].clone())
+        .collect();
+    assert_ne!(gpus[0], gpus[1], "60% + 60% are on different GPUs");
+    for primary in &mut primaries {
+        let _ = primary.kill();
+        let _ = primary.wait();
+    }
+    let _ = std::fs::remove_file(board);
+    daemon.kill().unwrap();
+    daemon.wait().unwrap();
+}

@@ -5,7 +5,13 @@
 //! - `DILU_COLO`: `primary`, `filler` (offline) or `online-filler` (a filler
 //!   with an SLO: it goes before offline fillers). Unset: no co-location.
 //! - `DILU_COLO_GROUP`: the board shared by a primary and its fillers
-//!   (default `gpu`): `/dev/shm/dilu-<uid>/colo-<group>.board`.
+//!   (default `gpu`): `/dev/shm/dilu-<uid>/colo-<group>.board`. The
+//!   board has a slot per GPU of the node: where the program sees GPUs the
+//!   node manager placed it on (`CUDA_VISIBLE_DEVICES=3,5` under
+//!   `CUDA_DEVICE_ORDER=PCI_BUS_ID`, as `dilu run` sets), its device `k`
+//!   uses the slot of the `k`-th GPU listed, so tenants of one user and
+//!   group on different GPUs (each seeing its GPU as device 0) keep to
+//!   their own GPU's slot; otherwise device `k` uses slot `k`.
 //! - primary: `DILU_COLO_TOLERANCE` (a duration; default a quarter of
 //!   `DILU_COLO_SLO`, 0 without one): the delay of one filler kernel its
 //!   requests can absorb, letting fillers into gaps no history predicts;
@@ -140,6 +146,10 @@ fn default_guarantee_ppm(sm_request: Option<String>) -> u32 {
 struct Colo {
     config: ColoConfig,
     board: Region<GapBoard>,
+    /// The board slot of each in-process device ([`board_slots`]).
+    slots: [usize; MAX_DEVICES],
+    /// How many devices the process can have (slots beyond are unused).
+    devices: usize,
     /// The primary's last reported request latencies.
     recent_latencies: RecentLatencies,
 }
@@ -253,6 +263,37 @@ fn tolerance_within_slack(configured_ns: u64, slo_ns: u64, worst_recent_ns: u64)
     configured_ns.min(slo_ns.saturating_sub(worst_recent_ns))
 }
 
+/// The board slot of each in-process device, and how many devices the
+/// process can have: the GPUs `CUDA_VISIBLE_DEVICES` lists, in order, when
+/// it lists node GPU indices in PCI bus order (what `dilu run` sets on a
+/// node with several GPUs); else slot `k` for device `k`.
+fn board_slots(visible: Option<&str>, order: Option<&str>) -> ([usize; MAX_DEVICES], usize) {
+    let mut slots: [usize; MAX_DEVICES] = std::array::from_fn(|k| k);
+    let listed: Option<Vec<usize>> = visible
+        .filter(|_| order == Some("PCI_BUS_ID"))
+        .filter(|v| !v.trim().is_empty())
+        .and_then(|v| {
+            v.split(',')
+                .map(|g| g.trim().parse().ok().filter(|&g: &usize| g < MAX_DEVICES))
+                .collect()
+        });
+    match listed {
+        Some(gpus) if gpus.len() <= MAX_DEVICES => {
+            slots[..gpus.len()].copy_from_slice(&gpus);
+            (slots, gpus.len())
+        }
+        _ => (slots, MAX_DEVICES),
+    }
+}
+
+impl Colo {
+    /// The board of in-process device `device`.
+    #[inline]
+    fn board(&self, device: usize) -> &DeviceBoard {
+        self.board.device(self.slots[device.min(MAX_DEVICES - 1)])
+    }
+}
+
 #[inline]
 fn get() -> Option<&'static Colo> {
     match STATE.get() {
@@ -277,13 +318,17 @@ fn init() -> Option<Colo> {
         std::process::exit(2)
     });
     refresh_pid();
+    let (slots, devices) = board_slots(
+        std::env::var("CUDA_VISIBLE_DEVICES").ok().as_deref(),
+        std::env::var("CUDA_DEVICE_ORDER").ok().as_deref(),
+    );
     if config.role == Role::Primary {
         // The node manager's default controller lends a primary's guarantee.
         if let Some(sm) = crate::sm_time::tenant_sm::get() {
             sm.activity().mark_colo_primary();
         }
-        for device in 0..MAX_DEVICES {
-            board.device(device).attach_primary(
+        for &slot in &slots[..devices] {
+            board.device(slot).attach_primary(
                 std::process::id(),
                 config.tolerance_ns,
                 config.holdoff_ns,
@@ -294,6 +339,8 @@ fn init() -> Option<Colo> {
     Some(Colo {
         config,
         board,
+        slots,
+        devices,
         recent_latencies: RecentLatencies::new(),
     })
 }
@@ -311,7 +358,7 @@ pub fn active() -> bool {
 #[inline]
 pub fn before_launch(device: usize, est_ns: u64) -> u64 {
     let Some(colo) = get() else { return 0 };
-    let board = colo.board.device(device);
+    let board = colo.board(device);
     match colo.config.role {
         Role::Primary => {
             let now = monotonic_ns();
@@ -401,8 +448,7 @@ pub fn hold_primary_for_sample(device: usize, estimate_ns: u64) -> SampleHolding
     }
     let me = MY_PID.load(Ordering::Relaxed);
     match colo
-        .board
-        .device(device)
+        .board(device)
         .post_sample_hold(me, monotonic_ns(), estimate_ns)
     {
         SampleHoldPost::TimeAsIs => SampleHolding::NotNeeded,
@@ -415,8 +461,7 @@ pub fn hold_primary_for_sample(device: usize, estimate_ns: u64) -> SampleHolding
 /// be).
 pub fn release_sample_hold(device: usize) {
     if let Some(colo) = get() {
-        colo.board
-            .device(device)
+        colo.board(device)
             .release_sample_hold(MY_PID.load(Ordering::Relaxed));
     }
 }
@@ -427,8 +472,7 @@ pub fn release_sample_hold(device: usize) {
 pub fn before_token_wait(device: usize) {
     let Some(colo) = get() else { return };
     if matches!(colo.config.role, Role::Filler { .. }) {
-        colo.board
-            .device(device)
+        colo.board(device)
             .end_turn_of(MY_PID.load(Ordering::Relaxed));
     }
 }
@@ -510,7 +554,7 @@ pub fn sync_begin() {
     if let Some(colo) = get()
         && colo.config.role == Role::Primary
     {
-        colo.board.device(current_device()).primary_sync_begin();
+        colo.board(current_device()).primary_sync_begin();
     }
 }
 
@@ -519,8 +563,7 @@ pub fn sync_end() {
     if let Some(colo) = get()
         && colo.config.role == Role::Primary
     {
-        colo.board
-            .device(current_device())
+        colo.board(current_device())
             .primary_sync_end(monotonic_ns());
     }
 }
@@ -537,14 +580,14 @@ pub fn latency_reported(latency_ns: u64) {
     if colo.config.role != Role::Primary {
         return;
     }
-    colo.board.device(current_device()).primary_request_over();
+    colo.board(current_device()).primary_request_over();
     let Some(slo) = colo.config.slo_ns else {
         return;
     };
     let worst = colo.recent_latencies.record(latency_ns);
     let tolerance = tolerance_within_slack(colo.config.tolerance_ns, slo, worst);
-    for device in 0..MAX_DEVICES {
-        colo.board.device(device).set_tolerance(tolerance);
+    for device in 0..colo.devices {
+        colo.board(device).set_tolerance(tolerance);
     }
 }
 
@@ -552,6 +595,31 @@ pub fn latency_reported(latency_ns: u64) {
 mod tests {
     use super::*;
     use crate::config::test_env;
+
+    #[test]
+    fn devices_use_the_board_slots_of_the_node_gpus_they_are() {
+        let pci = Some("PCI_BUS_ID");
+        let (slots, devices) = board_slots(Some("3,5"), pci);
+        assert_eq!((slots[0], slots[1], devices), (3, 5, 2));
+        let (slots, devices) = board_slots(Some("6"), pci);
+        assert_eq!((slots[0], devices), (6, 1));
+        // Not node indices in bus order: device k, slot k.
+        for (visible, order) in [
+            (Some("3,5"), None),
+            (Some("3,5"), Some("FASTEST_FIRST")),
+            (Some("GPU-8a1b,GPU-77c0"), pci),
+            (Some("3,99"), pci),
+            (Some(""), pci),
+            (None, pci),
+        ] {
+            let (slots, devices) = board_slots(visible, order);
+            assert_eq!(
+                (slots[0], slots[1], devices),
+                (0, 1, MAX_DEVICES),
+                "{visible:?}"
+            );
+        }
+    }
 
     #[test]
     fn the_tolerance_shrinks_to_the_worst_recent_slack_and_comes_back() {

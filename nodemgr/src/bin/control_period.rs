@@ -88,6 +88,7 @@ fn node(gpus: u32, per_gpu: usize, placed: bool, idle: usize) -> Result<Registry
                     uid,
                     spec: spec.clone(),
                     gpu,
+                    more_gpus: Vec::new(),
                     since: Instant::now(),
                 },
             );

@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 
 const USAGE: &str =
     "usage: cudarc-loop [--seconds S] [--kernels N] [--blocks B[,B...]] [--streams K]
-                   [--iters I] [--depth D] [--graph G] [--device N] [--wait-value] [--json]
+                   [--iters I] [--depth D] [--graph G] [--device N] [--devices N] [--wait-value] [--json]
   --seconds S   run for S seconds (default 2; with --kernels, whichever ends first)
   --kernels N   stop after N kernels
   --blocks B,.. grid sizes in blocks, used in turn (default 1320: 100 us on simgpu's default model)
@@ -22,6 +22,8 @@ const USAGE: &str =
                 earlier on it, as a real driver's bounded launch queue would)
   --graph G     capture G launches into a CUDA graph and launch the graph instead
   --device N    device ordinal (default 0)
+  --devices N   run the loop on devices 0..N at once, one thread and context each
+                (a data-parallel program); the summary gives each device's rate
   --wait-value  first order stream 0 by a memory value (cuStreamWaitValue32, already
                 satisfied), as programs that order streams by values do
   --json        also print a one-line JSON summary";
@@ -36,6 +38,7 @@ struct Options {
     depth: Option<u64>,
     graph: Option<u32>,
     device: usize,
+    devices: usize,
     wait_value: bool,
     json: bool,
 }
@@ -50,6 +53,7 @@ fn parse_options() -> Result<Options, String> {
         depth: Some(32),
         graph: None,
         device: 0,
+        devices: 1,
         wait_value: false,
         json: false,
     };
@@ -83,11 +87,16 @@ fn parse_options() -> Result<Options, String> {
             "--depth" => options.depth = Some(parse(&flag, &value)?),
             "--graph" => options.graph = Some(parse(&flag, &value)?),
             "--device" => options.device = parse(&flag, &value)?,
+            "--devices" => options.devices = parse(&flag, &value)?,
             _ => return Err(format!("unknown option {flag}")),
         }
     }
-    if options.streams == 0 || options.depth == Some(0) || options.blocks.contains(&0) {
-        return Err("--streams, --depth and --blocks must be positive".into());
+    if options.streams == 0
+        || options.depth == Some(0)
+        || options.blocks.contains(&0)
+        || options.devices == 0
+    {
+        return Err("--streams, --depth, --blocks and --devices must be positive".into());
     }
     Ok(options)
 }
@@ -112,7 +121,66 @@ impl SplitMix {
 }
 
 fn run(options: &Options) -> Result<String, Box<dyn std::error::Error>> {
-    let ctx = CudaContext::new(options.device)?;
+    if options.devices > 1 {
+        return run_devices(options);
+    }
+    let (launched, seconds) = run_on(options, options.device)?;
+    let rate = launched as f64 / seconds;
+    let mut summary = format!(
+        "cudarc-loop: {launched} kernels in {seconds:.2} s on {} stream(s): {rate:.1} kernels/s",
+        options.streams
+    );
+    if options.json {
+        summary.push_str(&format!(
+            "\n{{\"kernels\":{launched},\"seconds\":{seconds:.6},\"kernels_per_second\":{rate:.3},\"streams\":{},\"pid\":{}}}",
+            options.streams,
+            std::process::id()
+        ));
+    }
+    Ok(summary)
+}
+
+/// `--devices N`: the loop on devices 0..N at once, one thread each.
+fn run_devices(options: &Options) -> Result<String, Box<dyn std::error::Error>> {
+    let results: Vec<Result<(u64, f64), String>> = std::thread::scope(|scope| {
+        let threads: Vec<_> = (0..options.devices)
+            .map(|device| scope.spawn(move || run_on(options, device).map_err(|e| e.to_string())))
+            .collect();
+        threads
+            .into_iter()
+            .map(|t| {
+                t.join()
+                    .unwrap_or_else(|_| Err("a device's thread panicked".into()))
+            })
+            .collect()
+    });
+    let mut lines = Vec::new();
+    let mut entries = Vec::new();
+    for (device, result) in results.into_iter().enumerate() {
+        let (launched, seconds) = result.map_err(|e| format!("device {device}: {e}"))?;
+        let rate = launched as f64 / seconds;
+        lines.push(format!(
+            "cudarc-loop: device {device}: {launched} kernels in {seconds:.2} s: {rate:.1} kernels/s"
+        ));
+        entries.push(format!(
+            "{{\"device\":{device},\"kernels\":{launched},\"seconds\":{seconds:.6},\"kernels_per_second\":{rate:.3}}}"
+        ));
+    }
+    let mut summary = lines.join("\n");
+    if options.json {
+        let visible = std::env::var("CUDA_VISIBLE_DEVICES").unwrap_or_default();
+        summary.push_str(&format!(
+            "\n{{\"devices\":[{}],\"visible\":{visible:?},\"pid\":{}}}",
+            entries.join(","),
+            std::process::id()
+        ));
+    }
+    Ok(summary)
+}
+
+/// The loop on `device`: kernels launched and seconds taken.
+fn run_on(options: &Options, device: usize) -> Result<(u64, f64), Box<dyn std::error::Error>> {
+    let ctx = CudaContext::new(device)?;
     // Streams are independent here; cudarc's cross-stream event tracking
     // would add an event record and wait per launch.
     // SAFETY: this program never shares a buffer between streams.
@@ -217,20 +285,7 @@ fn run(options: &Options) -> Result<String, Box<dyn std::error::Error>> {
     for stream in &streams {
         stream.synchronize()?;
     }
-    let seconds = started.elapsed().as_secs_f64();
-    let rate = launched as f64 / seconds;
-    let mut summary = format!(
-        "cudarc-loop: {launched} kernels in {seconds:.2} s on {} stream(s): {rate:.1} kernels/s",
-        options.streams
-    );
-    if options.json {
-        summary.push_str(&format!(
-            "\n{{\"kernels\":{launched},\"seconds\":{seconds:.6},\"kernels_per_second\":{rate:.3},\"streams\":{},\"pid\":{}}}",
-            options.streams,
-            std::process::id()
-        ));
-    }
-    Ok(summary)
+    Ok((launched, started.elapsed().as_secs_f64()))
 }
 
 /// `--depth never`: each stream waits only for the work it launched

@@ -6,6 +6,8 @@
 //! - `alloc BYTES` → `alloc CODE` (the `cuMemAlloc_v2` result; the memory is
 //!   kept until `free`);
 //! - `free` → `free CODE` (frees everything held; the worst result);
+//! - `device N` → `device N` (device N's primary context is current from
+//!   now on: later allocations are on it), or `error: ...`;
 //! - `raise` → one JSON object saying what each attempt to raise the budget
 //!   did: writing the tenant's ledger (`DILU_TENANT`), and, on the sealed
 //!   budget region the node manager handed the interposer (found in
@@ -190,9 +192,9 @@ fn main() -> ExitCode {
         driver.primary_context()?;
         let alloc: MemAlloc = driver.function("cuMemAlloc_v2")?;
         let free: MemFree = driver.function("cuMemFree_v2")?;
-        Ok((alloc, free))
+        Ok((driver, alloc, free))
     });
-    let (alloc, free) = match opened {
+    let (driver, alloc, free) = match opened {
         Ok(functions) => functions,
         Err(message) => {
             eprintln!("mem-probe: {message}");
@@ -225,6 +227,13 @@ fn main() -> ExitCode {
                 Err(_) => format!("error: bad size {bytes:?}"),
             },
             ["free"] => format!("free {}", free_all(&mut held)),
+            ["device", n] => match n.parse() {
+                Ok(device) => match driver.primary_context_of(device) {
+                    Ok(_) => format!("device {device}"),
+                    Err(e) => format!("error: {e}"),
+                },
+                Err(_) => format!("error: bad device {n:?}"),
+            },
             ["raise"] => raise(),
             ["zero"] => zero(),
             _ => format!("error: unknown command {line:?}"),

@@ -165,6 +165,12 @@ pub struct RunArgs {
     /// The node manager's socket (default $DILU_NODEMGR_SOCKET or /run/dilu/nodemgr.sock).
     #[arg(long, value_name = "PATH")]
     socket: Option<PathBuf>,
+    /// GPUs the node manager places the tenant on (its cluster placement
+    /// policy; CUDA_VISIBLE_DEVICES lists them in PCI bus order). The SM
+    /// request, limit and memory budget hold on each GPU, each enforced on
+    /// launches to that device.
+    #[arg(long, value_name = "N", default_value_t = 1)]
+    gpus: u32,
     #[command(flatten)]
     spec: SpecArgs,
     /// The program to run and its arguments (after `--`; a flag before the
@@ -349,6 +355,7 @@ fn run(args: RunArgs) -> Result<ExitCode, String> {
             .or(from_profile(|s| Some(s.sm_limit_pct))),
         batch: profiled.map(|(_, batch)| batch),
         colo,
+        gpus: args.gpus,
         command: args.command,
     })
 }
