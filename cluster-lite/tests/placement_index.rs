@@ -8,9 +8,9 @@ use std::sync::Arc;
 use dilu_cluster::model::{ClusterState, InstanceDemand, PodNeeds};
 use dilu_cluster::policy::{place_pod, place_pod_scanning_every_node, policy_for_workload};
 use dilu_cluster::rng::SeededRng;
+use dilu_cluster::simulator::ClusterShape;
 use dilu_cluster::simulator::inflation;
 use dilu_cluster::simulator::openb::{self, LimitRule};
-use dilu_cluster::simulator::{ClusterShape, NodeSpec};
 
 const GIB: u64 = 1 << 30;
 
@@ -19,21 +19,6 @@ fn openb_file(name: &str) -> std::io::BufReader<std::fs::File> {
         .join("../bench/data/alibaba-openb")
         .join(name);
     std::io::BufReader::new(std::fs::File::open(&path).expect("openb data in bench/data"))
-}
-
-/// openb's nodes repeated in order until they hold `gpus` GPUs, as the
-/// `placement-latency` benchmark builds its clusters.
-fn tiled(nodes: &[NodeSpec], gpus: usize) -> ClusterShape {
-    let mut out = Vec::new();
-    let mut total = 0;
-    for node in nodes.iter().filter(|node| node.gpus > 0).cycle() {
-        if total >= gpus {
-            break;
-        }
-        total += node.gpus;
-        out.push(node.clone());
-    }
-    ClusterShape { nodes: out }
 }
 
 #[test]
@@ -46,7 +31,7 @@ fn indexed_search_matches_the_scan_on_openb_with_departures() {
     )
     .unwrap()
     .records;
-    let shape = tiled(&nodes, 400);
+    let shape = ClusterShape::tiled(&nodes, 400);
     let drawn = inflation::inflate(&pods, shape.gpus(), 3.0, 11);
     let mix = Arc::new(inflation::workload_mix(&drawn, &shape));
     for name in ["dilu", "fgd"] {

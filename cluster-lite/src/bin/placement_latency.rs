@@ -29,7 +29,7 @@ use dilu_cluster::policy::{
 use dilu_cluster::simulator::inflation::{self, requested_share};
 use dilu_cluster::simulator::openb::{self, LimitRule};
 use dilu_cluster::simulator::trace::{ArrivalPattern, TraceRecord, TraceSpec, generate};
-use dilu_cluster::simulator::{ClusterShape, NodeSpec, percentile};
+use dilu_cluster::simulator::{ClusterShape, percentile};
 
 const GIB: u64 = 1 << 30;
 const SIZES: [usize; 4] = [1_250, 2_500, 5_000, 10_000];
@@ -239,20 +239,6 @@ fn growth_table(rows: &[Row]) -> String {
     out
 }
 
-/// openb's nodes repeated (in order) until they hold at least `gpus` GPUs.
-fn tiled(nodes: &[NodeSpec], gpus: usize) -> ClusterShape {
-    let mut out = Vec::new();
-    let mut total = 0;
-    for node in nodes.iter().filter(|node| node.gpus > 0).cycle() {
-        if total >= gpus {
-            break;
-        }
-        total += node.gpus;
-        out.push(node.clone());
-    }
-    ClusterShape { nodes: out }
-}
-
 fn run() -> Result<(), String> {
     let args = parse_args()?;
     let open = |name: &str| {
@@ -295,7 +281,7 @@ fn run() -> Result<(), String> {
             Arc::default(),
             fill,
         );
-        let shape = tiled(&nodes, gpus);
+        let shape = ClusterShape::tiled(&nodes, gpus);
         let drawn = inflation::inflate(&openb_pods, shape.gpus(), fill + 0.3, 1);
         let mix = Arc::new(inflation::workload_mix(&drawn, &shape));
         measure(

@@ -68,6 +68,21 @@ pub struct ClusterShape {
 }
 
 impl ClusterShape {
+    /// `nodes` (those with a GPU) repeated in order until they hold at least
+    /// `gpus` GPUs: a real node list scaled to a larger cluster.
+    pub fn tiled(nodes: &[NodeSpec], gpus: usize) -> Self {
+        let mut out = Vec::new();
+        let mut total = 0;
+        for node in nodes.iter().filter(|node| node.gpus > 0).cycle() {
+            if total >= gpus {
+                break;
+            }
+            total += node.gpus;
+            out.push(node.clone());
+        }
+        ClusterShape { nodes: out }
+    }
+
     /// `gpus` GPUs in nodes of `gpus_per_node` (the last node holds the
     /// rest, so the cluster has exactly `gpus`), host resources unbounded.
     pub fn uniform(gpus: usize, gpus_per_node: usize, gpu_memory: u64) -> Self {
