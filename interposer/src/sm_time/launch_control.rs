@@ -345,10 +345,11 @@ fn wait_for_first_measurement(entry: &crate::sm_time::kernel_estimates::Entry) -
 
 /// Runs `launch` (the real driver call) under SM-time control: charged,
 /// possibly delayed, possibly timed. Launches being captured into a graph
-/// and processes without SM state pass straight through.
+/// and processes without SM state pass straight through (without even
+/// working out the launch's `key`).
 #[inline]
 pub fn controlled(
-    key: LaunchKey,
+    key: impl FnOnce() -> LaunchKey,
     stream: sys::CUstream,
     per_thread: bool,
     launch: impl FnOnce() -> CUresult,
@@ -360,7 +361,7 @@ pub fn controlled(
         return launch();
     }
     let device = sm.current_device();
-    let (entry, sample) = admit(sm, key, device, Some(StreamRef { stream, per_thread }));
+    let (entry, sample) = admit(sm, key(), device, Some(StreamRef { stream, per_thread }));
     let held = quiet_samples::before_launch(device, stream, per_thread);
     if held > 0 {
         sm.device(device).record_throttle(held);
