@@ -37,20 +37,12 @@ impl LaunchKey {
     }
 }
 
-/// A value alone on its cache line (64 bytes on x86-64 and most Arm cores).
-#[repr(align(64))]
-struct OwnLine<T>(T);
-
-/// One kind's state. What every launch reads (key, estimate, period) and
-/// the count every launch adds to lie on separate cache lines: threads
-/// launching one kind on several cores then take turns owning only the
-/// count's line, and the line they read stays in every core's cache.
 pub struct Entry {
     key: AtomicU64,
     /// Measured duration (ns); 0 until the first measurement.
     estimate_ns: AtomicU64,
     /// Launches of this kind ever charged (the launch path's only write).
-    launches: OwnLine<AtomicU64>,
+    launches: AtomicU64,
     /// `launches` when the last measurement was settled: the launches in
     /// between were all charged the estimate of that time.
     settled_launches: AtomicU64,
@@ -111,15 +103,12 @@ pub fn sampling_period(estimate_ns: u64) -> u64 {
         .next_power_of_two()
 }
 
-// The count has a line of its own, the rest shares the other.
-const _: () = assert!(std::mem::size_of::<Entry>() == 128);
-
 impl Entry {
     const fn empty() -> Self {
         Entry {
             key: AtomicU64::new(0),
             estimate_ns: AtomicU64::new(0),
-            launches: OwnLine(AtomicU64::new(0)),
+            launches: AtomicU64::new(0),
             settled_launches: AtomicU64::new(0),
             sample_every: AtomicU64::new(MIN_SAMPLE_EVERY),
             sampling: AtomicBool::new(false),
@@ -136,7 +125,6 @@ impl Entry {
     /// Launches charged since the last measurement.
     pub fn unmeasured_launches(&self) -> u64 {
         self.launches
-            .0
             .load(Ordering::Relaxed)
             .saturating_sub(self.settled_launches.load(Ordering::Relaxed))
     }
@@ -146,7 +134,7 @@ impl Entry {
     /// before it.
     #[inline]
     pub fn charge(&self) -> u64 {
-        self.launches.0.fetch_add(1, Ordering::Relaxed)
+        self.launches.fetch_add(1, Ordering::Relaxed)
     }
 
     /// Whether the launch that had `launches_before` predecessors is one to
@@ -199,7 +187,7 @@ impl Entry {
             0 => FIRST_GUESS_NS,
             previous => previous,
         };
-        let launches = self.launches.0.load(Ordering::Acquire);
+        let launches = self.launches.load(Ordering::Acquire);
         let pending =
             launches.saturating_sub(self.settled_launches.swap(launches, Ordering::AcqRel));
         (pending as i128 * (estimate_ns as i128 - charged_each as i128))
