@@ -8,9 +8,10 @@
 # with an SM-time share of 99% (bucket 1 s deep): with defaults, with fair turns
 # off, with leases off (every launch visits the bucket). simgpu's per-call host
 # costs are off (a spin would count as instructions) and the monotonic clock
-# runs 50 times slower (bench/callgrind/clock_dilate.c), so that the estimates
-# the interposer measures under valgrind, and so how many launches a lease
-# covers, are about what they are natively.
+# is virtual (bench/callgrind/virtual_clock.c: 4 µs more at every read), so
+# that the estimates the interposer measures, and so how many launches a
+# lease covers, are the same in every run, loaded machine or not, and about
+# what they are natively with simgpu's 3.8 µs launches.
 #                                   -> bench/results/launch-instructions.md
 #
 # usage: scripts/launch-instructions.sh [--no-build]
@@ -23,7 +24,7 @@ fi
 out=target/launch-instructions
 mkdir -p "$out"
 cc -O2 -g -o "$out/launch_loop" bench/callgrind/launch_loop.c -ldl
-cc -O2 -shared -fPIC -o "$out/clock_dilate.so" bench/callgrind/clock_dilate.c -ldl
+cc -O2 -shared -fPIC -o "$out/virtual_clock.so" bench/callgrind/virtual_clock.c -ldl
 simgpu=$PWD/target/release/libsimgpu.so
 interposer=$PWD/target/release/libdilu_interposer.so
 N=20000
@@ -36,7 +37,7 @@ run() {
   env SIMGPU_NULL=1 SIMGPU_CALL_COST=0 SIMGPU_INSTANCE="$tenant-$label" \
     DILU_REAL_LIBCUDA="$simgpu" DILU_MEM_LIMIT=64GiB DILU_CONTEXT_MEMORY=0 \
     SIMGPU_LIB="$simgpu" DILU_LIB="$interposer" "$@" \
-    LD_PRELOAD="$PWD/$out/clock_dilate.so" \
+    CLOCK_STEP_NS=4000 LD_PRELOAD="$PWD/$out/virtual_clock.so" \
     valgrind --tool=callgrind --toggle-collect=measured \
     --callgrind-out-file="$out/$label.callgrind" "$out/launch_loop" "$side" $N $N \
     2>"$out/$label.log" || { cat "$out/$label.log" >&2; exit 1; }
@@ -106,18 +107,18 @@ lines = [
     "",
     "Command: `scripts/launch-instructions.sh` (valgrind's callgrind on `bench/callgrind/launch_loop.c`,",
     "release builds). Instruction counts, unlike timings on a shared machine, repeat from run to run",
-    "(within a few instructions: bucket visits and samples depend on the measured estimates).",
+    "(within a few instructions: which launches are sampled).",
     "",
     f"Machine: {machine}.",
     "",
     f"Each row: {n:,} `cuLaunchKernel` calls of the no-op 1×1 kernel on the null stream, after {n:,}",
     "uncounted ones (the kind's first samples), on simgpu's null driver (`SIMGPU_NULL=1`) with its",
     "per-call host costs off (`SIMGPU_CALL_COST=0`: their spin would count as instructions). The",
-    "monotonic clock runs 50× slower for the process (`bench/callgrind/clock_dilate.c`), so that",
-    "durations measured under valgrind's slowdown, the kernel estimates among them, are about",
-    "native: a lease then covers as many launches as it would natively on this driver without host",
-    "costs (with simgpu's 3.8 µs host cost per launch, as in `overhead-sm-launch.md`, a lease of",
-    "20 µs covers about five launches). A share has a bucket 1 s deep (`DILU_SM_DEPTH=1s`): no launch",
+    "process's monotonic clock is virtual (`bench/callgrind/virtual_clock.c`): it advances 4 µs at",
+    "every read, whatever time passes, so durations the interposer measures (its kernel estimates,",
+    "hence how many launches a 20 µs lease covers) are the same in every run, loaded machine or not,",
+    "and about what they are natively with simgpu's 3.8 µs launches (`overhead-sm-launch.md`): one",
+    "launch in five visits the bucket. A share has a bucket 1 s deep (`DILU_SM_DEPTH=1s`): no launch",
     "waits.",
     "",
     "| launches | instructions per launch | added to direct | bucket visits per 1,000 launches | timed launches (samples) |",
