@@ -390,9 +390,10 @@ tenant's bucket (one `clock_gettime`, the bucket CAS, the telemetry counters) an
 new one. The benchmark gives the tenant's bucket an hour of depth (null mode's\n\
 events time the launch calls' host time, so a tight loop would otherwise soon wait for\n\
 tokens at any share): every launch is within budget, and this is the cost of control, not\n\
-of waiting. Launches of a kind are timed (a gate host function and two event records\n\
-around them) one in 4 to 256 at first, then ever less while samples agree (down to one in\n\
-4096); those are in the samples too.\n\n\
+of waiting. Launches of a kind are timed (`cuCtxGetCurrent` and an event recorded on the\n\
+launch's stream before it, one after it; on several streams also one on each other recent\n\
+stream and a `cuStreamWaitEvent`) one in 4 to 256 at first, then ever less while samples\n\
+agree (down to one in 4096); those are in the samples too.\n\n\
 {table}\n\
 Without a share (pass-through, memory budget only) see the launch rows of `overhead.md`.\n"
     );

@@ -87,7 +87,16 @@ impl DeviceTelemetry {
     /// be done by then, records the gap as a bubble.
     #[inline]
     pub fn record_launch(&self, now: u64, cost_ns: u64) {
-        self.launches.fetch_add(1, Ordering::Relaxed);
+        self.record_launches(now, cost_ns, 1);
+    }
+
+    /// [`record_launch`](Self::record_launch) for a launch that also counts
+    /// `launches - 1` launches charged ahead (a thread's lease, see the
+    /// interposer's `launch_lease`, counted when the thread next visits the
+    /// bucket): one add on the count for all of them.
+    #[inline]
+    pub fn record_launches(&self, now: u64, cost_ns: u64, launches: u64) {
+        self.launches.fetch_add(launches, Ordering::Relaxed);
         self.busy_ns.fetch_add(cost_ns, Ordering::Relaxed);
         let previous = self.busy_until_ns.load(Ordering::Relaxed);
         if now > previous {
@@ -98,15 +107,6 @@ impl DeviceTelemetry {
                 .fetch_max(now + cost_ns, Ordering::Relaxed);
         } else {
             self.busy_until_ns.fetch_add(cost_ns, Ordering::Relaxed);
-        }
-    }
-
-    /// Counts launches charged ahead (a thread's lease, see the
-    /// interposer's `launch_lease`) when the thread next visits the bucket.
-    #[inline]
-    pub fn count_launches(&self, launches: u64) {
-        if launches > 0 {
-            self.launches.fetch_add(launches, Ordering::Relaxed);
         }
     }
 
@@ -226,5 +226,20 @@ mod tests {
         use crate::histogram::HistogramSnapshot;
         assert_eq!(snap.bubbles.total(), 1);
         assert_eq!(snap.bubbles.quantile_upper_ns(1.0), Some(8191));
+    }
+
+    #[test]
+    fn launches_a_lease_paid_for_are_counted_with_the_next_visit() {
+        let t = activity();
+        let dev = &t.devices[1];
+        // A lease of 20 µs, then five launches it paid for, counted with
+        // the launch that takes the next one.
+        dev.record_launch(1_000, 20_000);
+        dev.record_launches(30_000, 20_000, 1 + 5);
+        let snap = dev.snapshot();
+        assert_eq!(snap.launches, 7);
+        assert_eq!(snap.busy_ns, 40_000);
+        use crate::histogram::HistogramSnapshot;
+        assert_eq!(snap.bubbles.total(), 1, "the lease's work ran out at 21 µs");
     }
 }

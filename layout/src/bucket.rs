@@ -14,7 +14,7 @@
 //! charged so far is paid for at the tenant's share; a launch may start
 //! once `tat − depth ≤ now`.
 
-use crate::budget::{FULL_SHARE_PPM, wall_cost_ns};
+use crate::budget::{FULL_SHARE_PPM, mul_div, wall_cost_ns};
 use std::sync::atomic::{AtomicU64, Ordering};
 
 /// One atomic alone on a 64-byte cache line.
@@ -31,7 +31,7 @@ impl CacheLine {
 /// of [`wall_cost_ns`]).
 #[inline]
 fn gpu_time_of_wall(wall_ns: u64, share_ppm: u32) -> u64 {
-    (wall_ns as u128 * share_ppm as u128 / FULL_SHARE_PPM as u128) as u64
+    mul_div(wall_ns, u64::from(share_ppm), u64::from(FULL_SHARE_PPM)) as u64
 }
 
 #[repr(C)]
@@ -222,7 +222,7 @@ impl TokenBucket {
                 half
             } else {
                 let spread = gpu_time_of_wall(REFUND_SPREAD_WALL_NS, share_ppm).max(1);
-                ((cost_ns as u128 * owed as u128 / spread as u128) as u64).min(half)
+                (mul_div(cost_ns, owed, spread) as u64).min(half)
             };
             let take = owed
                 .min(per_launch)

@@ -152,8 +152,20 @@ pub fn wall_cost_ns(cost_ns: u64, share_ppm: u32) -> u64 {
     if share_ppm == 0 {
         return u64::MAX / 4;
     }
-    ((cost_ns as u128 * FULL_SHARE_PPM as u128) / share_ppm as u128).min(u64::MAX as u128 / 4)
+    mul_div(cost_ns, u64::from(FULL_SHARE_PPM), u64::from(share_ppm)).min(u64::MAX as u128 / 4)
         as u64
+}
+
+/// `a * b / c` (`c` > 0) without overflow: in 64 bits where the product
+/// fits (one hardware division, not a call to the 128-bit one; the
+/// launch path's charges), in 128 bits otherwise. The same quotient either
+/// way.
+#[inline]
+pub(crate) fn mul_div(a: u64, b: u64, c: u64) -> u128 {
+    match a.checked_mul(b) {
+        Some(product) => u128::from(product / c),
+        None => u128::from(a) * u128::from(b) / u128::from(c),
+    }
 }
 
 /// Whether a share limits anything.
@@ -166,6 +178,25 @@ pub fn is_limited(share_ppm: u32) -> bool {
 mod tests {
     use super::*;
     use crate::shm::Region;
+
+    #[test]
+    fn charges_are_the_same_in_64_and_128_bits() {
+        let exact = |a: u64, b: u64, c: u64| u128::from(a) * u128::from(b) / u128::from(c);
+        for (a, b, c) in [
+            (3_800, 1_000_000, 990_000),
+            (20_000, 1_000_000, 1),
+            (u64::MAX / 1_000_000, 1_000_000, 7),
+            (u64::MAX / 1_000_000 + 1, 1_000_000, 7),
+            (u64::MAX, u64::MAX, 3),
+            (0, u64::MAX, 1),
+        ] {
+            assert_eq!(mul_div(a, b, c), exact(a, b, c), "{a} * {b} / {c}");
+        }
+        // A launch of 3 ms at 30% costs 10 ms of the bucket; beyond
+        // u64 the cost stays at the guard.
+        assert_eq!(wall_cost_ns(3_000_000, 300_000), 10_000_000);
+        assert_eq!(wall_cost_ns(u64::MAX, 1), u64::MAX / 4);
+    }
 
     #[test]
     fn shares_and_writer_claims() {

@@ -79,7 +79,7 @@ pub fn launch_kernel(
     params: *mut *mut c_void,
     extra: *mut *mut c_void,
 ) -> CUresult {
-    let key = LaunchKey::kernel(f as usize, grid_blocks(grid_x, grid_y, grid_z));
+    let key = || LaunchKey::kernel(f as usize, grid_blocks(grid_x, grid_y, grid_z));
     launch_control::controlled(key, stream, cx.per_thread, || {
         next(
             f,
@@ -116,7 +116,7 @@ pub fn launch_kernel_ex(
         (grid_blocks(c.gridDimX, c.gridDimY, c.gridDimZ), c.hStream)
     };
     launch_control::controlled(
-        LaunchKey::kernel(f as usize, blocks),
+        || LaunchKey::kernel(f as usize, blocks),
         stream,
         cx.per_thread,
         || next(config, f, params, extra),
@@ -148,7 +148,7 @@ pub fn launch_cooperative_kernel(
     stream: CUstream,
     params: *mut *mut c_void,
 ) -> CUresult {
-    let key = LaunchKey::kernel(f as usize, grid_blocks(grid_x, grid_y, grid_z));
+    let key = || LaunchKey::kernel(f as usize, grid_blocks(grid_x, grid_y, grid_z));
     launch_control::controlled(key, stream, cx.per_thread, || {
         next(
             f,
@@ -195,7 +195,7 @@ pub fn graph_launch(
     stream: CUstream,
 ) -> CUresult {
     launch_control::controlled(
-        LaunchKey::graph(exec as usize),
+        || LaunchKey::graph(exec as usize),
         stream,
         cx.per_thread,
         || next(exec, stream),

@@ -179,18 +179,19 @@ fn admit_through_bucket(
     if launches_before == 0 {
         crate::sm_time::usage_feedback::first_launch(device, is_limited(share));
     }
-    // (when, GPU time charged) for telemetry: none for a launch already
-    // paid for by its thread's lease (no clock read, no shared write).
+    // (when, GPU time charged, launches counted) for telemetry: none for a
+    // launch already paid for by its thread's lease (no clock read, no
+    // shared write); the lease's launches count with the one that renews it.
     let mut charged = None;
     if !is_limited(share) {
-        charged = Some((monotonic_ns(), cost));
+        charged = Some((monotonic_ns(), cost, 1));
     } else if !launch_lease::spend(device, cost) {
         let (charge, uncounted) = launch_lease::renew(device, cost);
-        telemetry.count_launches(uncounted);
-        charged = Some((charge_bucket(sm, device, stream, charge, share), charge));
+        let now = charge_bucket(sm, device, stream, charge, share);
+        charged = Some((now, charge, 1 + uncounted));
     }
     let mut held = crate::sm_time::colocation::before_launch(device, cost);
-    if let Some((now, paid)) = charged
+    if let Some((now, paid, _)) = charged
         && is_limited(share)
     {
         held += crate::sm_time::fair_turns::before_launch(device, now, paid, cost, share);
@@ -198,8 +199,8 @@ fn admit_through_bucket(
     if held > 0 {
         telemetry.record_throttle(held);
     }
-    if let Some((now, gpu_ns)) = charged {
-        telemetry.record_launch(now + held, gpu_ns);
+    if let Some((now, gpu_ns, launches)) = charged {
+        telemetry.record_launches(now + held, gpu_ns, launches);
         crate::sm_time::quiet_samples::launched(device, now);
     }
     let sample = placed
@@ -345,10 +346,11 @@ fn wait_for_first_measurement(entry: &crate::sm_time::kernel_estimates::Entry) -
 
 /// Runs `launch` (the real driver call) under SM-time control: charged,
 /// possibly delayed, possibly timed. Launches being captured into a graph
-/// and processes without SM state pass straight through.
+/// and processes without SM state pass straight through (without even
+/// working out the launch's `key`).
 #[inline]
 pub fn controlled(
-    key: LaunchKey,
+    key: impl FnOnce() -> LaunchKey,
     stream: sys::CUstream,
     per_thread: bool,
     launch: impl FnOnce() -> CUresult,
@@ -360,7 +362,7 @@ pub fn controlled(
         return launch();
     }
     let device = sm.current_device();
-    let (entry, sample) = admit(sm, key, device, Some(StreamRef { stream, per_thread }));
+    let (entry, sample) = admit(sm, key(), device, Some(StreamRef { stream, per_thread }));
     let held = quiet_samples::before_launch(device, stream, per_thread);
     if held > 0 {
         sm.device(device).record_throttle(held);

@@ -1,0 +1,163 @@
+#!/usr/bin/env bash
+# Instructions per cuLaunchKernel through the interposer, counted with
+# valgrind's callgrind: repeatable on a loaded machine, where timings move by
+# tens of ns from run to run. A C launch loop (bench/callgrind/launch_loop.c)
+# dlopens simgpu's null driver and the interposer as the overhead bench does
+# and launches the no-op kernel 20,000 times after 20,000 unmeasured ones:
+# directly, through the interposer without a share (memory budget only), and
+# with an SM-time share of 99% (bucket 1 s deep): with defaults, with fair turns
+# off, with leases off (every launch visits the bucket). simgpu's per-call host
+# costs are off (a spin would count as instructions) and the monotonic clock
+# is virtual (bench/callgrind/virtual_clock.c: 4 µs more at every read), so
+# that the estimates the interposer measures, and so how many launches a
+# lease covers, are the same in every run, loaded machine or not, and about
+# what they are natively with simgpu's 3.8 µs launches.
+#                                   -> bench/results/launch-instructions.md
+#
+# usage: scripts/launch-instructions.sh [--no-build]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+command -v valgrind >/dev/null || { echo "launch-instructions: needs valgrind" >&2; exit 2; }
+if [ "${1:-}" != "--no-build" ]; then
+  cargo build --release -p simgpu -p dilu-interposer
+fi
+out=target/launch-instructions
+mkdir -p "$out"
+cc -O2 -g -o "$out/launch_loop" bench/callgrind/launch_loop.c -ldl
+cc -O2 -shared -fPIC -o "$out/virtual_clock.so" bench/callgrind/virtual_clock.c -ldl
+simgpu=$PWD/target/release/libsimgpu.so
+interposer=$PWD/target/release/libdilu_interposer.so
+N=20000
+tenant="launch-ir-$$"
+
+# run LABEL SIDE [VAR=VALUE...]
+run() {
+  local label=$1 side=$2
+  shift 2
+  env SIMGPU_NULL=1 SIMGPU_CALL_COST=0 SIMGPU_INSTANCE="$tenant-$label" \
+    DILU_REAL_LIBCUDA="$simgpu" DILU_MEM_LIMIT=64GiB DILU_CONTEXT_MEMORY=0 \
+    SIMGPU_LIB="$simgpu" DILU_LIB="$interposer" "$@" \
+    CLOCK_STEP_NS=4000 LD_PRELOAD="$PWD/$out/virtual_clock.so" \
+    valgrind --tool=callgrind --toggle-collect=measured \
+    --callgrind-out-file="$out/$label.callgrind" "$out/launch_loop" "$side" $N $N \
+    2>"$out/$label.log" || { cat "$out/$label.log" >&2; exit 1; }
+  rm -f "/dev/shm/dilu-$(id -u)/$tenant-$label".* 2>/dev/null || true
+}
+
+share=(DILU_SM_LIMIT=99 DILU_SM_DEPTH=1s)
+run direct direct
+run pass-through dilu
+run share dilu "${share[@]}" DILU_TENANT="$tenant-share"
+run share-turns-off dilu "${share[@]}" DILU_TENANT="$tenant-turns" DILU_SM_TURNS=off
+run share-leases-off dilu "${share[@]}" DILU_TENANT="$tenant-leases" DILU_SM_ABLATE=leases
+
+machine="$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'), $(nproc) cores online, $(valgrind --version)"
+python3 - "$out" "$N" "$machine" <<'PY'
+import collections, re, subprocess, sys
+out, n, machine = sys.argv[1], int(sys.argv[2]), sys.argv[3]
+
+def counts(label):
+    """Total Ir, calls per function name, and exclusive Ir per source file of
+    the interposer's and layout's code (inlined code counts in its own file)."""
+    path = f"{out}/{label}.callgrind"
+    names, calls, cfn = {}, collections.Counter(), None
+    total = None
+    for line in open(path):
+        m = re.match(r"(c?fn)=\((\d+)\)(?: (.*))?", line)
+        if m:
+            if m.group(3):
+                names[m.group(2)] = m.group(3)
+            cfn = names[m.group(2)] if m.group(1) == "cfn" else None
+        elif line.startswith("calls=") and cfn:
+            calls[cfn] += int(line.split("=")[1].split()[0])
+        elif line.startswith("summary:"):
+            total = int(line.split()[1])
+    annotate = subprocess.run(["callgrind_annotate", "--threshold=100", "--auto=no", path],
+                              capture_output=True, text=True, check=True).stdout
+    by_file = collections.Counter()
+    for line in annotate.splitlines():
+        m = re.match(r"\s*([\d,]+) \([ \d.]+%\)\s+(\S+?):", line)
+        if m and re.search(r"(^|/)(interposer|layout)/src/", m.group(2)):
+            by_file[re.sub(r"^(.*/)?((interposer|layout)/src/)", r"\2", m.group(2))] += int(m.group(1).replace(",", ""))
+        elif m and "tls_get_addr" in m.group(2):
+            by_file["(__tls_get_addr: thread-locals of a dlopened library)"] += int(m.group(1).replace(",", ""))
+    return total, calls, by_file
+
+def called(calls, suffix):
+    return sum(c for name, c in calls.items() if name.endswith(suffix))
+
+def per_launch(calls, suffix):
+    """Calls of `suffix` per launch through the interposer (callgrind's call
+    counts inside the library come out doubled; the launch handler, entered
+    once a launch, counts them in the same unit)."""
+    launches = called(calls, "entry::handlers::launch_kernel")
+    return called(calls, suffix) / launches if launches else 0.0
+
+rows = [
+    ("direct", "simgpu directly"),
+    ("pass-through", "through dilu, no share (memory budget only)"),
+    ("share", "through dilu, SM share 99% (defaults)"),
+    ("share-turns-off", "SM share, fair turns off (`DILU_SM_TURNS=off`)"),
+    ("share-leases-off", "SM share, leases off (`DILU_SM_ABLATE=leases`): every launch visits the bucket"),
+]
+data = {label: counts(label) for label, _ in rows}
+direct = data["direct"][0] / n
+lines = [
+    "# Instructions per launch (callgrind)",
+    "",
+    "Command: `scripts/launch-instructions.sh` (valgrind's callgrind on `bench/callgrind/launch_loop.c`,",
+    "release builds). Instruction counts, unlike timings on a shared machine, repeat from run to run",
+    "(within a few instructions: which launches are sampled).",
+    "",
+    f"Machine: {machine}.",
+    "",
+    f"Each row: {n:,} `cuLaunchKernel` calls of the no-op 1×1 kernel on the null stream, after {n:,}",
+    "uncounted ones (the kind's first samples), on simgpu's null driver (`SIMGPU_NULL=1`) with its",
+    "per-call host costs off (`SIMGPU_CALL_COST=0`: their spin would count as instructions). The",
+    "process's monotonic clock is virtual (`bench/callgrind/virtual_clock.c`): it advances 4 µs at",
+    "every read, whatever time passes, so durations the interposer measures (its kernel estimates,",
+    "hence how many launches a 20 µs lease covers) are the same in every run, loaded machine or not,",
+    "and about what they are natively with simgpu's 3.8 µs launches (`overhead-sm-launch.md`): one",
+    "launch in five visits the bucket. A share has a bucket 1 s deep (`DILU_SM_DEPTH=1s`): no launch",
+    "waits.",
+    "",
+    "| launches | instructions per launch | added to direct | bucket visits per 1,000 launches | timed launches (samples) |",
+    "| --- | ---: | ---: | ---: | ---: |",
+]
+for label, text in rows:
+    total, calls, _ = data[label]
+    per = total / n
+    added = "—" if label == "direct" else f"+{per - direct:.0f}"
+    visits = per_launch(calls, "launch_control::admit_through_bucket") * 1000
+    timed = round(per_launch(calls, "launch_control::timed") * n)
+    visits_text = "—" if label in ("direct", "pass-through") else f"{visits:.0f}"
+    timed_text = "—" if label in ("direct", "pass-through") else f"{timed}"
+    lines.append(f"| {text} | {per:.0f} | {added} | {visits_text} | {timed_text} |")
+lines += [
+    "",
+    "Where the instructions of the interposer's own code go, by source file (exclusive: code",
+    "inlined from a file counts in that file), per launch:",
+    "",
+    "| source file | no share | SM share | SM share, leases off |",
+    "| --- | ---: | ---: | ---: |",
+]
+files = collections.Counter()
+for label in ("pass-through", "share", "share-leases-off"):
+    files.update(data[label][2])
+for path, _ in sorted(files.items(), key=lambda kv: -data["share-leases-off"][2][kv[0]]):
+    cells = [data[label][2][path] / n for label in ("pass-through", "share", "share-leases-off")]
+    if max(cells) < 0.5:
+        continue
+    lines.append(f"| `{path}` | " + " | ".join(f"{c:.1f}" for c in cells) + " |")
+lines += [
+    "",
+    "The rest of each row is simgpu's launch itself (the direct row), the C loop and standard-library",
+    "code inlined into the interposer (atomics, `Option`, thread-local and `OnceLock` plumbing).",
+    "Instructions are not time: a bucket visit's atomic read-modify-writes on shared lines and its",
+    "clock read cost more than their count says; `overhead-sm-launch.md` has the ns.",
+    "",
+]
+open("bench/results/launch-instructions.md", "w").write("\n".join(lines))
+print("\n".join(lines))
+PY
+echo "results written to bench/results/launch-instructions.md" >&2
