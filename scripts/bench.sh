@@ -57,7 +57,9 @@
 #                                             -> bench/results/control-period.md
 #   multigpu   an 8-GPU simgpu node with 24 tenants of mixed classes placed by
 #              the node manager, under dilu and static: per-GPU busy time, SLO
-#              violations, training throughput, control work per period
+#              violations, training throughput, control work per period; the
+#              same without dilu, with the servers apart and alone; and the
+#              2-GPU case (batch rate and latency SLO, each against alone)
 #                                             -> bench/results/multigpu.md
 #   frameworks a BERT-base inference server (Poisson requests, an SLO) beside a
 #              ResNet-50 training loop, unmodified PyTorch on simgpu: alone, no
