@@ -249,6 +249,21 @@ fn lend_all_but_guarantees(
         .iter()
         .map(|&i| u64::from(tenants[i].request_ppm))
         .sum();
+    if requested == 0 {
+        // No batch tenant is guaranteed anything (fillers as `--colo
+        // filler` alone starts them): no cap need leave room for another,
+        // so each that wants the device may use its limit (held to half
+        // each, three fillers left the device idle while the one whose
+        // turn it was at the gaps waited for its tokens).
+        share_out_batch(tenants, batch, FULL, out);
+        for &i in batch {
+            let t = &tenants[i];
+            if t.idle_ns < hold_ns || t.wants_device() {
+                out[i] = t.limit_ppm;
+            }
+        }
+        return;
+    }
     if !all_busy || batch.len() < 2 || requested > FULL as u64 {
         share_out_batch(tenants, batch, FULL, out);
         return;
@@ -400,6 +415,21 @@ mod tests {
         t[0] = with_latency(t[0].clone(), 45, 45);
         let shares = c.step(10_000_000, &t);
         assert_eq!(shares[1..].iter().sum::<u32>(), 200_000 + 500_000 + 100_000);
+    }
+
+    #[test]
+    fn fillers_without_requests_may_each_use_the_lent_device_to_their_limits() {
+        // `--colo filler` alone: three busy fillers, no request, limits
+        // 100%. Nobody's guarantee needs room, so none is capped.
+        let (mut c, mut t) = lending_pair();
+        t[0] = with_latency(busy(t[0].clone(), 10), 2, 2);
+        t[1].request_ppm = 0;
+        t.push(busy(tenant(WorkClass::Batch, 0, 100), 90));
+        t.push(busy(tenant(WorkClass::Batch, 0, 60), 90));
+        assert_eq!(&c.step(0, &t)[1..], &[FULL, FULL, 600_000]);
+        // One of them asleep: the busy ones keep their limits.
+        t[3] = tenant(WorkClass::Batch, 0, 60);
+        assert_eq!(&c.step(2_500_000, &t)[1..3], &[FULL, FULL]);
     }
 
     #[test]
