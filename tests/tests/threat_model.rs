@@ -307,6 +307,78 @@ fn a_finished_tenant_leaves_no_files_behind() {
     assert!(left.is_empty(), "left behind: {left:?}");
 }
 
+/// A co-location process (`dilu run --colo`, no tenant needed) under
+/// `dilu run --sim`, in co-location group `group`.
+fn colo_filler(group: &str, instance: &str, seconds: &str) -> Command {
+    let mut command = Command::new(dilu());
+    command
+        .args(["run", "--sim", "--colo", "filler", "--"])
+        .arg(dilu_harness::workspace::artifact("cudarc-loop"))
+        .args(["--seconds", seconds])
+        .env("SIMGPU_INSTANCE", instance)
+        .env("DILU_COLO_GROUP", group)
+        .env_remove("DILU_TENANT")
+        .env_remove("DILU_NODEMGR_SOCKET")
+        .current_dir("/");
+    command
+}
+
+/// Co-location boards used to stay in /dev/shm for good: nobody removed a
+/// board at exit, and only a named tenant's start swept the files of
+/// killed processes. Now the last user removes its board, and the next
+/// co-location process sweeps the boards killed ones left.
+#[test]
+fn co_location_boards_go_with_their_last_process_and_killed_ones_are_swept() {
+    // SAFETY: getuid has no preconditions.
+    let uid = unsafe { libc::getuid() };
+    let killed_group = unique_name("colo-killed");
+    let killed_board = dilu_layout::colocation::board_path(uid, &killed_group);
+    let instance = unique_name("colo-tidy");
+    let mut killed = colo_filler(&killed_group, &instance, "60")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("start dilu run");
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !killed_board.exists() && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let board_seen = killed_board.exists();
+    // `dilu run` execs the program: this kills the filler itself.
+    let _ = killed.kill();
+    let _ = killed.wait();
+    assert!(
+        board_seen,
+        "the filler never opened {}",
+        killed_board.display()
+    );
+    assert!(
+        killed_board.exists(),
+        "a killed process cannot remove its board"
+    );
+
+    let group = unique_name("colo-tidy");
+    let board = dilu_layout::colocation::board_path(uid, &group);
+    let output = dilu_harness::workspace::output_within(
+        colo_filler(&group, &instance, "1"),
+        Duration::from_secs(120),
+    );
+    let _ = std::fs::remove_file(simgpu_instance_file(uid, &instance));
+    let left: Vec<&PathBuf> = [&killed_board, &board]
+        .into_iter()
+        .filter(|p| p.exists())
+        .collect();
+    for path in &left {
+        let _ = std::fs::remove_file(path);
+    }
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    assert!(left.is_empty(), "left behind: {left:?}");
+}
+
 /// Finding 4: another user could create a victim's region name first and
 /// stop the victim's processes (exit 2). Now a squatted name is never used:
 /// the victim's processes agree on a private directory no one can predict,

@@ -146,6 +146,8 @@ fn default_guarantee_ppm(sm_request: Option<String>) -> u32 {
 struct Colo {
     config: ColoConfig,
     board: Region<GapBoard>,
+    /// The board's file: its last user removes it at exit.
+    board_path: std::path::PathBuf,
     /// The board slot of each in-process device ([`board_slots`]).
     slots: [usize; MAX_DEVICES],
     /// How many devices the process can have (slots beyond are unused).
@@ -310,6 +312,9 @@ fn init() -> Option<Colo> {
     // SAFETY: getuid has no preconditions.
     let uid = unsafe { libc::getuid() };
     let path = dilu_layout::colocation::board_path(uid, &config.group);
+    // Boards (and other files) that killed processes left behind go now:
+    // nobody holds them. A process without a tenant never sweeps otherwise.
+    dilu_layout::shm::sweep_unused(&dilu_layout::user_region_dir(uid));
     let board = Region::<GapBoard>::open_or_create(&path, 0o600, |_| {}).unwrap_or_else(|e| {
         eprintln!(
             "dilu-interposer: cannot open the co-location board {} ({e}); stopping",
@@ -336,13 +341,24 @@ fn init() -> Option<Colo> {
         }
     }
     tracing::debug!(role = ?config.role, group = %config.group, "co-location active");
+    // SAFETY: registering a plain extern "C" function with no arguments.
+    unsafe { libc::atexit(remove_board_at_exit) };
     Some(Colo {
         config,
         board,
+        board_path: path,
         slots,
         devices,
         recent_latencies: RecentLatencies::new(),
     })
+}
+
+/// At exit: the board's last user removes its file, as a tenant's last
+/// process removes its regions.
+extern "C" fn remove_board_at_exit() {
+    if let Some(Some(colo)) = STATE.get() {
+        colo.board.remove_if_unused(&colo.board_path);
+    }
 }
 
 /// Whether this process takes part in co-location (every launch then
