@@ -28,7 +28,11 @@ use std::sync::atomic::{AtomicI64, Ordering};
 /// Launches of a kind never measured that may be in flight before its first
 /// measurement arrives: each is charged only a guess, so without this bound
 /// a program could queue seconds of unaccounted work (the charge-back
-/// would come too late to keep the share in any short window).
+/// would come too late to keep the share in any short window). A first
+/// estimate rests on two samples ([`FIRST_ESTIMATE_SAMPLES`]), so a new kind
+/// may run about twice this many launches before it has one.
+///
+/// [`FIRST_ESTIMATE_SAMPLES`]: crate::sm_time::sampler::FIRST_ESTIMATE_SAMPLES
 pub const MAX_UNMEASURED_LAUNCHES: u64 = 4;
 /// Longest wait for a first measurement (a lost sample must not stall).
 const FIRST_MEASUREMENT_WAIT_NS: u64 = 50_000_000;
