@@ -86,7 +86,9 @@ pct() { awk -v a="${1:-0}" -v b="${2:-0}" 'BEGIN { if (b > 0) printf "%.1f", 100
 # capped FEEDBACK CAP TAG ARGS...: kernels/s of one capped process.
 capped() {
   local feedback=$1 cap=$2 tag=$3; shift 3
-  DILU_USAGE_FEEDBACK=$feedback "$bin/dilu" run "${sim_flag[@]}" --tenant "gpu-sm-$$-$tag" --sm "$cap" -- \
+  local ablate=
+  if [ "$feedback" = off ]; then ablate=feedback; fi
+  DILU_SM_ABLATE=$ablate "$bin/dilu" run "${sim_flag[@]}" --tenant "gpu-sm-$$-$tag" --sm "$cap" -- \
     "$bin/cudarc-loop" --seconds "$seconds" --json "$@" 2>/dev/null | rate
 }
 
@@ -116,7 +118,7 @@ flags="--seconds $seconds"
   if [ "$nvml_only" = 0 ]; then
     echo "Cells: kernels per second as % of the same shape alone and uncapped (which keeps the GPU"
     echo "close to fully busy, so a cap of C should give close to C%). Feedback: dilu's NVML usage"
-    echo "feedback (\`DILU_USAGE_FEEDBACK\`). Pair: two processes at 30 and 70, each % of its own alone rate;"
+    echo "feedback (off: \`DILU_SM_ABLATE=feedback\`). Pair: two processes at 30 and 70, each % of its own alone rate;"
     echo "the same pair without dilu (plain time slicing) beside it."
   fi
   echo

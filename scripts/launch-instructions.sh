@@ -44,12 +44,12 @@ run() {
   rm -f "/dev/shm/dilu-$(id -u)/$tenant-$label".* 2>/dev/null || true
 }
 
-share=(DILU_SM_LIMIT=99 DILU_SM_DEPTH=1s)
+share=(DILU_SM_LIMIT=99)
 run direct direct
 run pass-through dilu
-run share dilu "${share[@]}" DILU_TENANT="$tenant-share"
-run share-turns-off dilu "${share[@]}" DILU_TENANT="$tenant-turns" DILU_SM_TURNS=off
-run share-leases-off dilu "${share[@]}" DILU_TENANT="$tenant-leases" DILU_SM_ABLATE=leases
+run share dilu "${share[@]}" DILU_TENANT="$tenant-share" DILU_SM_ABLATE=depth=1s
+run share-turns-off dilu "${share[@]}" DILU_TENANT="$tenant-turns" DILU_SM_ABLATE=depth=1s,turns
+run share-leases-off dilu "${share[@]}" DILU_TENANT="$tenant-leases" DILU_SM_ABLATE=depth=1s,leases
 
 machine="$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'), $(nproc) cores online, $(valgrind --version)"
 python3 - "$out" "$N" "$machine" <<'PY'
@@ -97,7 +97,7 @@ rows = [
     ("direct", "simgpu directly"),
     ("pass-through", "through dilu, no share (memory budget only)"),
     ("share", "through dilu, SM share 99% (defaults)"),
-    ("share-turns-off", "SM share, fair turns off (`DILU_SM_TURNS=off`)"),
+    ("share-turns-off", "SM share, fair turns off (`DILU_SM_ABLATE=turns`)"),
     ("share-leases-off", "SM share, leases off (`DILU_SM_ABLATE=leases`): every launch visits the bucket"),
 ]
 data = {label: counts(label) for label, _ in rows}
@@ -118,7 +118,7 @@ lines = [
     "every read, whatever time passes, so durations the interposer measures (its kernel estimates,",
     "hence how many launches a 20 µs lease covers) are the same in every run, loaded machine or not,",
     "and about what they are natively with simgpu's 3.8 µs launches (`overhead-sm-launch.md`): one",
-    "launch in five visits the bucket. A share has a bucket 1 s deep (`DILU_SM_DEPTH=1s`): no launch",
+    "launch in five visits the bucket. A share has a bucket 1 s deep (`DILU_SM_ABLATE=depth=1s`): no launch",
     "waits.",
     "",
     "| launches | instructions per launch | added to direct | bucket visits per 1,000 launches | timed launches (samples) |",

@@ -47,7 +47,7 @@ run() {
     env+=("LD_PRELOAD=$bin/libdilu_interposer.so" "DILU_REAL_LIBCUDA=$bin/libsimgpu.so" DILU_MEM_LIMIT=8GiB)
   fi
   if [ "$side" = dilu-sm ]; then
-    env+=(DILU_SM_LIMIT=99 DILU_SM_DEPTH=1s "DILU_TENANT=syscalls-$$")
+    env+=(DILU_SM_LIMIT=99 DILU_SM_ABLATE=depth=1s "DILU_TENANT=syscalls-$$")
   fi
   local -a flags=(-f -o "$out")
   [ "$mode" = c ] && flags+=(-c)
@@ -109,7 +109,7 @@ done
   echo "watcher), launches $warm_up times (warm-up), then launches N times between two marker calls"
   echo "\`write(-1, \"dilu-launch-loop-start\"/\"-end\")\`. \"dilu\" runs it with"
   echo "\`LD_PRELOAD=libdilu_interposer.so DILU_MEM_LIMIT=8GiB\`; \"dilu-sm\" also with an SM-time share,"
-  echo "\`DILU_SM_LIMIT=99 DILU_SM_DEPTH=1s DILU_TENANT=..\` (every launch charged to the bucket, some"
+  echo "\`DILU_SM_LIMIT=99 DILU_SM_ABLATE=depth=1s DILU_TENANT=..\` (every launch charged to the bucket, some"
   echo "timed with events; the 1 s depth keeps the loop within budget, since null mode's events time"
   echo "the launch calls' own host time). Totals are \`strace -c -f\`'s (all"
   echo "threads, whole process); the other columns come from a second run under \`strace -f\`:"

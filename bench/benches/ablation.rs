@@ -3,13 +3,16 @@
 //! `colocation` bench's, at defaults) and the launch path's added ns, once
 //! with every mechanism on (the defaults, twice: the second run is the
 //! noise floor) and once with each mechanism off in turn, in one run on
-//! simgpu's default model. Writes `bench/results/ablation.md`.
+//! simgpu's default model. With `--repeat N` every configuration runs N
+//! times, in N rounds of all of them (each round in another order, so a
+//! machine's drift hits every configuration alike), and each cell is the
+//! median of its N runs. Writes `bench/results/ablation.md`.
 //!
 //! Run: `scripts/bench.sh ablation` (`-- --seconds S` per SM run, default
-//! 3; `--colo-seconds S` per co-location run, default 3; `--output NAME`
-//! another results file; `--only TEXT` the defaults and the configurations
-//! whose name contains TEXT, printed, no file written). Needs the release
-//! build.
+//! 3; `--colo-seconds S` per co-location run, default 3; `--repeat N`
+//! rounds, default 1; `--output NAME` another results file; `--only TEXT`
+//! the defaults and the configurations whose name contains TEXT, printed,
+//! no file written). Needs the release build.
 
 #[allow(dead_code)]
 #[path = "colocation.rs"]
@@ -29,23 +32,18 @@ use std::fmt::Write as _;
 use std::hint::black_box;
 use std::process::Command;
 
-/// Every mechanism with its off switch (an existing variable, or
-/// `DILU_SM_ABLATE`, which exists for this benchmark only).
-const MECHANISMS: &[(&str, &str, &str)] = &[
-    ("runs of work", "DILU_SM_BURST", "0"),
-    ("usage feedback", "DILU_USAGE_FEEDBACK", "off"),
-    ("samples apart", "DILU_SM_SAMPLE_APART", "off"),
-    ("quiet holds", "DILU_SM_QUIET", "off"),
-    ("fair turns and idle skips", "DILU_SM_TURNS", "off"),
-    ("leases", "DILU_SM_ABLATE", "leases"),
+/// Every mechanism with its word in `DILU_SM_ABLATE`, the one variable
+/// that turns mechanisms off (for benchmarks only).
+const MECHANISMS: &[(&str, &str)] = &[
+    ("runs of work", "runs"),
+    ("usage feedback", "feedback"),
+    ("samples apart", "apart"),
+    ("quiet holds", "quiet"),
+    ("fair turns and idle skips", "turns"),
+    ("leases", "leases"),
 ];
 
-/// Every variable a configuration may set, cleared before each.
-fn switches() -> Vec<&'static str> {
-    let mut names: Vec<&str> = MECHANISMS.iter().map(|m| m.1).collect();
-    names.dedup();
-    names
-}
+const ABLATE: &str = "DILU_SM_ABLATE";
 
 /// The SM-time cells: the sweep's shapes (one of each difficulty) plus the
 /// matrix's kernels longer than a time slice, its shortest never-drained
@@ -146,13 +144,11 @@ fn sm_cells(
     (cap_error, split_error, kept)
 }
 
-/// Sets (or clears) the mechanism switches in this process's environment,
-/// which the co-location run's node manager and tenants inherit.
+/// Sets (or clears) `DILU_SM_ABLATE` in this process's environment, which
+/// the co-location run's node manager and tenants inherit.
 fn set_switches(env: &[(&str, &str)]) {
-    for name in switches() {
-        // SAFETY: the benchmark's main thread is its only thread here.
-        unsafe { std::env::remove_var(name) };
-    }
+    // SAFETY: the benchmark's main thread is its only thread here.
+    unsafe { std::env::remove_var(ABLATE) };
     for (name, value) in env {
         // SAFETY: as above.
         unsafe { std::env::set_var(name, value) };
@@ -260,6 +256,9 @@ fn main() {
     let seconds: f64 = value_of("--seconds").map_or(3.0, |v| v.parse().expect("--seconds S"));
     let colo_seconds: u64 =
         value_of("--colo-seconds").map_or(3, |v| v.parse().expect("--colo-seconds S"));
+    let repeat: usize = value_of("--repeat")
+        .map_or(1, |v| v.parse().expect("--repeat N"))
+        .max(1);
     let started = std::time::Instant::now();
     let machine_before = report::machine();
     set_switches(&[]);
@@ -295,10 +294,10 @@ fn main() {
         ("everything on (defaults)".into(), vec![]),
         ("everything on, again (noise)".into(), vec![]),
     ];
-    for (name, variable, value) in MECHANISMS {
+    for (name, word) in MECHANISMS {
         configs.push((
-            format!("{name} off (`{variable}={value}`)"),
-            vec![(*variable, *value)],
+            format!("{name} off (`{ABLATE}={word}`)"),
+            vec![(ABLATE, *word)],
         ));
     }
     let only = value_of("--only");
@@ -306,25 +305,41 @@ fn main() {
         name.starts_with("everything on (") || only.as_deref().is_none_or(|o| name.contains(o))
     });
     let output = value_of("--output").unwrap_or_else(|| "ablation.md".into());
-    let mut measured = Vec::new();
-    for (index, (name, env)) in configs.iter().enumerate() {
-        eprintln!(
-            "ablation: {name} ({:.0} s so far)",
-            started.elapsed().as_secs_f64()
-        );
-        let sm = shapes
-            .iter()
-            .zip(&references)
-            .map(|(shape, reference)| sm_cells(shape, reference, seconds, env))
-            .collect();
-        set_switches(env);
-        let colo = colo_cells(&colo_shapes, &alone_rate, colo_seconds);
-        set_switches(&[]);
-        let added_ns = launch_cost(env, index);
-        let m = Measured { sm, colo, added_ns };
-        eprintln!("  {}", summary_line(&m));
-        measured.push(m);
+    let mut runs: Vec<Vec<Measured>> = configs.iter().map(|_| Vec::new()).collect();
+    let rounds_started = std::time::Instant::now();
+    let total = repeat * configs.len();
+    for round in 0..repeat {
+        // Each round starts one configuration later: no configuration is
+        // always first (or last) after the references.
+        for step in 0..configs.len() {
+            let index = (round + step) % configs.len();
+            let (name, env) = &configs[index];
+            let done = round * configs.len() + step;
+            let remaining = (done > 0).then(|| {
+                rounds_started.elapsed().as_secs_f64() / done as f64 * (total - done) as f64
+            });
+            eprintln!(
+                "ablation: round {}/{repeat}, run {}/{total}: {name} ({:.0} s so far{})",
+                round + 1,
+                done + 1,
+                started.elapsed().as_secs_f64(),
+                remaining.map_or(String::new(), |r| format!(", about {r:.0} s to go"))
+            );
+            let sm = shapes
+                .iter()
+                .zip(&references)
+                .map(|(shape, reference)| sm_cells(shape, reference, seconds, env))
+                .collect();
+            set_switches(env);
+            let colo = colo_cells(&colo_shapes, &alone_rate, colo_seconds);
+            set_switches(&[]);
+            let added_ns = launch_cost(env, index);
+            let m = Measured { sm, colo, added_ns };
+            eprintln!("  {}", summary_line(&m));
+            runs[index].push(m);
+        }
     }
+    let measured: Vec<Measured> = runs.iter().map(|r| median_of(r)).collect();
     let doc = document(
         &output,
         &shapes,
@@ -333,6 +348,7 @@ fn main() {
         &measured,
         seconds,
         colo_seconds,
+        repeat,
         &machine_before,
         started.elapsed().as_secs_f64(),
     );
@@ -342,6 +358,27 @@ fn main() {
         return;
     }
     report::write_result(&output, &doc);
+}
+
+/// Each cell's median over a configuration's runs.
+fn median_of(runs: &[Measured]) -> Measured {
+    let cell = |f: &dyn Fn(&Measured) -> f64| median(&mut runs.iter().map(f).collect::<Vec<_>>());
+    let first = &runs[0];
+    Measured {
+        sm: (0..first.sm.len())
+            .map(|i| {
+                (
+                    cell(&|m| m.sm[i].0),
+                    cell(&|m| m.sm[i].1),
+                    cell(&|m| m.sm[i].2),
+                )
+            })
+            .collect(),
+        colo: (0..first.colo.len())
+            .map(|i| (cell(&|m| m.colo[i].0), cell(&|m| m.colo[i].1)))
+            .collect(),
+        added_ns: cell(&|m| m.added_ns),
+    }
 }
 
 fn summary_line(m: &Measured) -> String {
@@ -393,27 +430,34 @@ fn document(
     measured: &[Measured],
     seconds: f64,
     colo_seconds: u64,
+    repeat: usize,
     machine_before: &str,
     elapsed_s: f64,
 ) -> String {
     let mut doc = String::from("# Ablation: what each SM-time mechanism buys\n\n");
     let _ = writeln!(
         doc,
-        "Command: `scripts/bench.sh ablation{}` (`cargo bench -p dilu-bench --bench ablation -- \
-         --seconds {seconds} --colo-seconds {colo_seconds}`), release build, simgpu's default \
-         model, no GPU, {elapsed_s:.0} s in all.\nMachine at the start: {machine_before}. At \
-         the end: {}.\n",
+        "Command: `scripts/bench.sh ablation -- --seconds {seconds} --colo-seconds \
+         {colo_seconds} --repeat {repeat}{}` (`cargo bench -p dilu-bench --bench ablation -- \
+         ...`), release build, simgpu's default model, no GPU, {elapsed_s:.0} s in all.\n\
+         Machine at the start: {machine_before}. At the end: {}.\n",
         if output == "ablation.md" {
             String::new()
         } else {
-            format!(" -- --output {output}")
+            format!(" --output {output}")
         },
         report::machine()
     );
+    let _ = write!(
+        doc,
+        "Each configuration runs every cell below in turn: everything on (the defaults), \
+         the same again (the difference between these two rows is the noise of a cell), \
+         and each mechanism off alone, in {repeat} round(s) of all the configurations, each \
+         round starting one configuration later; every cell is the median of its {repeat} \
+         run(s).\n\n"
+    );
     doc.push_str(
-        "Each configuration runs every cell below in turn: first everything on (the defaults), \
-         then the same again (the difference between these two rows is the noise of one \
-         run), then each mechanism off alone.\n\n\
+        "\
          - **SM cells** (the SM-time matrix's, `sm_accuracy`): a `cudarc-loop` tenant alone at \
          `--sm 30` (**cap error**: points from 30, or above it where the tenant uses less \
          than 30 uncapped), and a pair at 30/70 (**split error**: points of the 30% tenant's part \

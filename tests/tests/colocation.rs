@@ -462,7 +462,7 @@ fn a_filler_delays_the_primary_by_at_most_one_filler_kernel() {
 /// slice too (a 3 ms kernel read about 5.4 ms): counted in those
 /// estimates, the guarantee came to about half (10.5% of 20% in the
 /// colocation bench before sample holds; this run reads 11.3% with
-/// `DILU_SM_QUIET=off`, which times such kernels without a hold).
+/// `DILU_SM_ABLATE=quiet`, which times such kernels without a hold).
 /// Returns the filler's share.
 fn long_kernel_filler_share() -> f64 {
     let scratch = Scratch::new("colo-guarantee");

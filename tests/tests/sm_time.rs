@@ -369,6 +369,36 @@ fn a_bad_share_is_one_clear_line() {
     }
 }
 
+/// `DILU_SM_ABLATE` (benchmarks only) turns mechanisms off by name; a word
+/// it does not know (here one of a mechanism since removed) stops the
+/// program with one line listing the words it knows, never ignored.
+#[test]
+fn an_unknown_ablation_word_is_one_clear_line() {
+    let mut command = std::process::Command::new(dilu_harness::workspace::dilu());
+    command
+        .args(["run", "--sim", "--sm", "30", "--"])
+        .arg(dilu_harness::workspace::artifact("cudarc-loop"))
+        .args(["--kernels", "1"])
+        .env("DILU_SM_ABLATE", "leases,gate")
+        .env(
+            "SIMGPU_INSTANCE",
+            dilu_harness::workspace::unique_name("badablate"),
+        );
+    let output = dilu_harness::workspace::output_within(command, LIMIT);
+    assert_eq!(output.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    let lines: Vec<&str> = stderr
+        .lines()
+        .filter(|l| l.contains("DILU_SM_ABLATE"))
+        .collect();
+    assert_eq!(lines.len(), 1, "{stderr}");
+    for word in [
+        "runs", "feedback", "apart", "quiet", "turns", "leases", "depth=",
+    ] {
+        assert!(lines[0].contains(word), "{word}: {stderr}");
+    }
+}
+
 #[test]
 fn python_servers_report_latency_into_the_tenants_telemetry() {
     let tenant = dilu_harness::workspace::unique_name("latency");

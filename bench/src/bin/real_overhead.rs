@@ -50,7 +50,7 @@ const USAGE: &str = "usage: real-overhead measure [--rounds R] [--batch B] [--cp
   inprocess   in each of P processes (default 3) under LD_PRELOAD=PATH, time batches of
               launches through the interposer and straight to the driver in turn
   --sm PCT    also give the dilu side an SM share (DILU_SM_LIMIT=PCT) and a bucket of the
-              deepest depth (DILU_SM_DEPTH=1s): the launch path with its budget check and
+              deepest depth (DILU_SM_ABLATE=depth=1s): the launch path with its budget check and
               sampling, never waiting for tokens (the cost of control, not of throttling)
   --cpu N     run on CPU N only (compare: every process; default the last CPU allowed)
   --rounds R  timed batches per measurement (default 200)
@@ -299,7 +299,9 @@ fn inprocess(options: &CompareOptions) -> Result<String, String> {
             command.args(["--cpu", &cpu.to_string()]);
         }
         if let Some(sm) = &options.sm {
-            command.env("DILU_SM_LIMIT", sm).env("DILU_SM_DEPTH", "1s");
+            command
+                .env("DILU_SM_LIMIT", sm)
+                .env("DILU_SM_ABLATE", "depth=1s");
         }
         let output = command
             .output()
@@ -333,7 +335,7 @@ Median added over processes: {median_added:+.1} ns.\n\n{table}",
         interposer = options.interposer.display(),
         mem = options.mem,
         sm = options.sm.as_ref().map_or(String::new(), |sm| {
-            format!(" `DILU_SM_LIMIT={sm}` `DILU_SM_DEPTH=1s`")
+            format!(" `DILU_SM_LIMIT={sm}` `DILU_SM_ABLATE=depth=1s`")
         }),
         rounds = options.rounds,
         batch = options.batch,
@@ -399,7 +401,9 @@ fn run_side(options: &CompareOptions, dilu: bool) -> Result<Measured, String> {
             .env("LD_PRELOAD", &options.interposer)
             .env("DILU_MEM_LIMIT", &options.mem);
         if let Some(sm) = &options.sm {
-            command.env("DILU_SM_LIMIT", sm).env("DILU_SM_DEPTH", "1s");
+            command
+                .env("DILU_SM_LIMIT", sm)
+                .env("DILU_SM_ABLATE", "depth=1s");
         }
     } else {
         command.env_remove("LD_PRELOAD");
@@ -489,7 +493,7 @@ direct one's run beside it. The dilu side runs with `LD_PRELOAD={interposer}`,\n
         interposer = options.interposer.display(),
         mem = options.mem,
         sm = options.sm.as_ref().map_or(String::new(), |sm| {
-            format!(" and `DILU_SM_LIMIT={sm}` `DILU_SM_DEPTH=1s`")
+            format!(" and `DILU_SM_LIMIT={sm}` `DILU_SM_ABLATE=depth=1s`")
         }),
         table = table.markdown()
     ))

@@ -9,14 +9,8 @@
 //! | `DILU_TENANT` | tenant name; processes with the same name (and user) share one budget |
 //! | `DILU_MEM_LIMIT` | memory budget: `8GiB`, `50%`, `0:8GiB,1:4GiB` (see [`crate::config::memory`]); HAMi's `CUDA_DEVICE_MEMORY_LIMIT[_i]` are aliases |
 //! | `DILU_SM_LIMIT` | SM-time share: `30` (% of every device), `0:30,1:50`; HAMi's `CUDA_DEVICE_SM_LIMIT[_i]` are aliases (see [`crate::config::sm`]) |
-//! | `DILU_SM_DEPTH` | token bucket depth (burst allowance after idling); default 5ms |
-//! | `DILU_SM_BURST` | GPU time a throttled tenant releases at once (see [`crate::config::sm`]); default 2ms, `0` paces each launch |
 //! | `DILU_CONTEXT_MEMORY` | memory charged per process and device for the CUDA context itself; default 256MiB |
-//! | `DILU_USAGE_FEEDBACK` | `on` (default) or `off`: settle SM-time charges against NVML's per-process busy time (see [`crate::sm_time::usage_feedback`]) |
-//! | `DILU_SM_QUIET` | `on` (default) or `off`: time kernels of 1 ms or more while the device's other dilu processes of this user hold their launches (see [`crate::sm_time::quiet_samples`]; a co-located filler's, while its primary holds them) |
-//! | `DILU_SM_TURNS` | `on` (default) or `off`: dilu processes of this user sharing a device take turns by their shares while each waits on it (see [`crate::sm_time::fair_turns`]) |
-//! | `DILU_SM_ABLATE` | ablation benchmark only: `leases` turns the launch leases off |
-//! | `DILU_SM_SAMPLE_APART` | `on` (default) or `off`: run a timed launch apart from the process's other streams (see [`crate::sm_time::sampler`]) |
+//! | `DILU_SM_ABLATE` | benchmarks only, not a tuning knob: a comma-separated list of SM-time mechanisms to turn off, and a bucket depth (see [`Ablate`]) |
 //!
 //! A variable that is set but unusable stops the process with one line naming
 //! it and the accepted forms (fail closed).
@@ -42,39 +36,76 @@ pub struct Config {
     pub memory: MemoryLimits,
     pub context_memory: u64,
     pub sm: SmLimits,
-    pub usage_feedback: bool,
-    pub sample_apart: bool,
-    pub quiet_samples: bool,
-    pub fair_turns: bool,
-    /// Mechanisms without a switch of their own, turned off for the
-    /// ablation benchmark only (`DILU_SM_ABLATE`).
+    /// SM-time mechanisms turned off for a benchmark (`DILU_SM_ABLATE`);
+    /// all on by default.
     pub ablate: Ablate,
 }
 
-/// `DILU_SM_ABLATE`: `leases` (every launch goes to the bucket). Read by
-/// `scripts/bench.sh ablation`; not a tuning knob.
-#[derive(Default, Clone, Copy)]
+/// `DILU_SM_ABLATE`: what the ablation benchmark (`scripts/bench.sh
+/// ablation`) and the launch-cost benchmarks change, never a tuning knob. A
+/// comma-separated list of words, each a mechanism turned off, plus
+/// `depth=DURATION`:
+///
+/// | word | turns off |
+/// |---|---|
+/// | `runs` | runs of work: a throttled tenant's launches are paced one by one (see [`crate::config::sm::DEFAULT_BURST_NS`]) |
+/// | `feedback` | usage feedback ([`crate::sm_time::usage_feedback`]) |
+/// | `apart` | samples apart ([`crate::sm_time::sampler`]) |
+/// | `quiet` | quiet holds ([`crate::sm_time::quiet_samples`]) |
+/// | `turns` | fair turns and idle skips ([`crate::sm_time::fair_turns`]) |
+/// | `leases` | launch leases: every launch goes to the bucket ([`crate::sm_time::launch_lease`]) |
+/// | `depth=DURATION` | (not a mechanism) the token bucket's depth, 100us to 1s, instead of 5ms: `depth=1s` lets no launch wait, for benchmarks that time the launch path |
+#[derive(Debug, Default, Clone, Copy, PartialEq)]
 pub struct Ablate {
+    pub runs: bool,
+    pub feedback: bool,
+    pub apart: bool,
+    pub quiet: bool,
+    pub turns: bool,
     pub leases: bool,
+    pub depth_ns: Option<u64>,
 }
 
-const ABLATE_FORMS: &str = "`leases`";
+pub const ABLATE_FORMS: &str = "a comma-separated list of runs, feedback, apart, quiet, turns, \
+     leases and depth=DURATION (100us to 1s), such as `leases,quiet` or `depth=1s`";
+
+impl Ablate {
+    /// Parses `DILU_SM_ABLATE`'s value; `Err` for any word not in
+    /// [`ABLATE_FORMS`] (never ignored).
+    pub fn parse(text: &str) -> Result<Ablate, ()> {
+        let mut ablate = Ablate::default();
+        for word in text.split(',').map(str::trim).filter(|w| !w.is_empty()) {
+            let flag = match word {
+                "runs" => &mut ablate.runs,
+                "feedback" => &mut ablate.feedback,
+                "apart" => &mut ablate.apart,
+                "quiet" => &mut ablate.quiet,
+                "turns" => &mut ablate.turns,
+                "leases" => &mut ablate.leases,
+                _ => {
+                    let depth = word
+                        .strip_prefix("depth=")
+                        .and_then(|v| units::parse_duration_ns(v).ok())
+                        .filter(|ns| (100_000..=1_000_000_000).contains(ns))
+                        .ok_or(())?;
+                    ablate.depth_ns = Some(depth);
+                    continue;
+                }
+            };
+            *flag = true;
+        }
+        Ok(ablate)
+    }
+}
 
 fn ablate_from_env() -> Ablate {
-    let mut ablate = Ablate::default();
     let Some(value) = std::env::var_os("DILU_SM_ABLATE") else {
-        return ablate;
+        return Ablate::default();
     };
-    let Some(text) = value.to_str() else {
-        fail("DILU_SM_ABLATE", &value, ABLATE_FORMS)
-    };
-    for word in text.split(',').map(str::trim).filter(|w| !w.is_empty()) {
-        match word {
-            "leases" => ablate.leases = true,
-            _ => fail("DILU_SM_ABLATE", &value, ABLATE_FORMS),
-        }
-    }
-    ablate
+    value
+        .to_str()
+        .and_then(|text| Ablate::parse(text).ok())
+        .unwrap_or_else(|| fail("DILU_SM_ABLATE", &value, ABLATE_FORMS))
 }
 
 /// What a CUDA context occupies on the device before the program allocates
@@ -121,20 +152,7 @@ fn read() -> Config {
             Ok(limits) => limits,
             Err(error) => fail(&error.variable, &error.value.into(), &error.expected),
         },
-        usage_feedback: on_unless_off("DILU_USAGE_FEEDBACK"),
-        sample_apart: on_unless_off("DILU_SM_SAMPLE_APART"),
-        quiet_samples: on_unless_off("DILU_SM_QUIET"),
-        fair_turns: on_unless_off("DILU_SM_TURNS"),
         ablate: ablate_from_env(),
-    }
-}
-
-/// A switch that is on unless `var` says `off`.
-fn on_unless_off(var: &str) -> bool {
-    match std::env::var(var).as_deref() {
-        Err(_) | Ok("on") => true,
-        Ok("off") => false,
-        Ok(other) => fail(var, &other.into(), "`on` or `off`"),
     }
 }
 
@@ -160,4 +178,40 @@ pub fn test_env(pairs: &[(&str, &str)]) -> impl Fn(&str) -> Option<String> {
         .map(|(k, v)| (k.to_string(), v.to_string()))
         .collect();
     move |key| map.get(key).cloned()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ablate_words_turn_mechanisms_off() {
+        assert_eq!(Ablate::parse(""), Ok(Ablate::default()));
+        let all = Ablate::parse("runs, feedback,apart,quiet,turns,leases,depth=1s").unwrap();
+        assert!(all.runs && all.feedback && all.apart && all.quiet && all.turns && all.leases);
+        assert_eq!(all.depth_ns, Some(1_000_000_000));
+        let one = Ablate::parse("quiet").unwrap();
+        assert!(one.quiet && !one.turns && !one.leases && !one.runs);
+        assert_eq!(one.depth_ns, None);
+    }
+
+    #[test]
+    fn an_unknown_ablate_word_is_an_error() {
+        for bad in [
+            "gate",
+            "leases,sample",
+            "on",
+            "depth=1ns",
+            "depth=2s",
+            "depth",
+            "Quiet",
+        ] {
+            assert_eq!(Ablate::parse(bad), Err(()), "{bad}");
+        }
+        for word in [
+            "runs", "feedback", "apart", "quiet", "turns", "leases", "depth=",
+        ] {
+            assert!(ABLATE_FORMS.contains(word), "{word}");
+        }
+    }
 }

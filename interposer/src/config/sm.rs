@@ -9,34 +9,32 @@
 //!    `CUDA_DEVICE_SM_LIMIT`, integers 0–100 where 0 (HAMi's "no limit") and
 //!    100 mean unlimited.
 //!
-//! `DILU_SM_DEPTH` sets the token bucket's depth (default 5ms): after idling
-//! a tenant may run ahead of its share by at most this much wall-clock time,
-//! i.e. a burst of `share × depth` of GPU time.
+//! The token bucket is 5 ms deep (`dilu_layout::budget::DEFAULT_DEPTH_NS`):
+//! after idling a tenant may run ahead of its share by at most that much
+//! wall-clock time, i.e. a burst of `share × depth` of GPU time.
 //!
-//! `DILU_SM_BURST` (default 2ms, `0` to pace every launch) is how much GPU
-//! time a throttled tenant releases at once: a launch that must wait for
-//! tokens waits on until the bucket also holds this much (at most a depth's
-//! worth), so the tenant's work reaches the GPU in runs about one time slice
-//! long. Paced launch by launch, a throttled tenant always has a kernel
-//! pending, and a GPU shared by time slicing then switches contexts at every
-//! slice of the other tenant (158–165 µs of device time lost per switch on
-//! an H100, `bench/results/gpu-calibration.md`). The default is that H100's
-//! measured slice (2.08 ms). Runs are used only where NVML's samples do not
-//! show the process alone on the device (see
-//! `launch_control::releases_in_runs`).
+//! A throttled tenant releases [`DEFAULT_BURST_NS`] of GPU time at once: a
+//! launch that must wait for tokens waits on until the bucket also holds
+//! this much (at most a depth's worth), so the tenant's work reaches the GPU
+//! in runs about one time slice long. Paced launch by launch, a throttled
+//! tenant always has a kernel pending, and a GPU shared by time slicing then
+//! switches contexts at every slice of the other tenant (158–165 µs of
+//! device time lost per switch on an H100,
+//! `bench/results/gpu-calibration.md`). Runs are used only where NVML's
+//! samples do not show the process alone on the device (see
+//! `launch_control::releases_in_runs`). `DILU_SM_ABLATE=runs` (benchmarks
+//! only) paces launch by launch instead, and `depth=DURATION` there sets
+//! another depth.
 
 use crate::config::memory::ConfigError;
-use dilu_abi::{tenant_flags, units};
-use dilu_layout::budget::{DEFAULT_DEPTH_NS, FULL_SHARE_PPM};
+use dilu_abi::tenant_flags;
+use dilu_layout::budget::FULL_SHARE_PPM;
 use dilu_layout::ledger::MAX_DEVICES;
 
 #[derive(Debug, Clone, PartialEq)]
 pub struct SmLimits {
     /// Share in ppm per device ordinal; `None` = unlimited.
     pub per_device: [Option<u32>; MAX_DEVICES],
-    pub depth_ns: u64,
-    /// GPU time a throttled tenant releases at once (0: launch by launch).
-    pub burst_ns: u64,
 }
 
 impl SmLimits {
@@ -49,15 +47,11 @@ impl Default for SmLimits {
     fn default() -> Self {
         SmLimits {
             per_device: [None; MAX_DEVICES],
-            depth_ns: DEFAULT_DEPTH_NS,
-            burst_ns: DEFAULT_BURST_NS,
         }
     }
 }
 
 const HAMI_FORMS: &str = "an integer percentage from 0 to 100 (0 = no limit)";
-const DEPTH_FORMS: &str = "a duration from 100us to 1s, such as 5ms";
-const BURST_FORMS: &str = "0 or a duration up to 100ms, such as 2ms";
 /// One time slice of an H100 (`bench/results/gpu-calibration.md`: medians
 /// of 2077–2085 µs over three runs), rounded.
 pub const DEFAULT_BURST_NS: u64 = 2_000_000;
@@ -91,28 +85,6 @@ fn parse_hami(variable: String, value: String) -> Result<Option<u32>, ConfigErro
 /// Reads the shares from an environment lookup (injected for tests).
 pub fn from_env(get: impl Fn(&str) -> Option<String>) -> Result<SmLimits, ConfigError> {
     let mut limits = SmLimits::default();
-    if let Some(value) = get("DILU_SM_DEPTH").filter(|v| !v.is_empty()) {
-        limits.depth_ns = units::parse_duration_ns(&value)
-            .ok()
-            .filter(|ns| (100_000..=1_000_000_000).contains(ns))
-            .ok_or_else(|| ConfigError {
-                variable: "DILU_SM_DEPTH".into(),
-                value: value.clone(),
-                expected: DEPTH_FORMS.into(),
-            })?;
-    }
-    if let Some(value) = get("DILU_SM_BURST").filter(|v| !v.is_empty()) {
-        limits.burst_ns = match value.trim() {
-            "0" => Some(0),
-            text => units::parse_duration_ns(text).ok(),
-        }
-        .filter(|ns| *ns <= 100_000_000)
-        .ok_or_else(|| ConfigError {
-            variable: "DILU_SM_BURST".into(),
-            value: value.clone(),
-            expected: BURST_FORMS.into(),
-        })?;
-    }
     if let Some(value) = get("DILU_SM_LIMIT").filter(|v| !v.is_empty()) {
         limits.per_device = parse_dilu(&value)?;
         return Ok(limits);
@@ -140,24 +112,13 @@ mod tests {
     fn every_documented_form() {
         let all = from_env(env(&[("DILU_SM_LIMIT", "30")])).unwrap();
         assert_eq!(all.per_device, [Some(300_000); MAX_DEVICES]);
-        assert_eq!(all.depth_ns, DEFAULT_DEPTH_NS);
         let percent = from_env(env(&[("DILU_SM_LIMIT", "12.5%")])).unwrap();
         assert_eq!(percent.per_device[7], Some(125_000));
-        let each = from_env(env(&[
-            ("DILU_SM_LIMIT", "0:30,1:100"),
-            ("DILU_SM_DEPTH", "2ms"),
-        ]))
-        .unwrap();
+        let each = from_env(env(&[("DILU_SM_LIMIT", "0:30,1:100")])).unwrap();
         assert_eq!(each.per_device[0], Some(300_000));
         assert_eq!(each.per_device[1], None, "100% is the whole device");
         assert_eq!(each.per_device[2], None);
-        assert_eq!(each.depth_ns, 2_000_000);
         assert!(!from_env(env(&[])).unwrap().any());
-        assert_eq!(from_env(env(&[])).unwrap().burst_ns, DEFAULT_BURST_NS);
-        for (text, ns) in [("0", 0), ("500us", 500_000), ("4ms", 4_000_000)] {
-            let burst = from_env(env(&[("DILU_SM_BURST", text)])).unwrap();
-            assert_eq!(burst.burst_ns, ns, "{text}");
-        }
     }
 
     #[test]
@@ -186,11 +147,5 @@ mod tests {
         }
         let error = from_env(env(&[("CUDA_DEVICE_SM_LIMIT", "150")])).unwrap_err();
         assert_eq!(error.variable, "CUDA_DEVICE_SM_LIMIT");
-        let error = from_env(env(&[("DILU_SM_DEPTH", "1ns")])).unwrap_err();
-        assert_eq!(error.variable, "DILU_SM_DEPTH");
-        for bad in ["1s", "lots", "-1ms"] {
-            let error = from_env(env(&[("DILU_SM_BURST", bad)])).unwrap_err();
-            assert_eq!(error.variable, "DILU_SM_BURST", "{bad}");
-        }
     }
 }

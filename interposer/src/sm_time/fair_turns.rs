@@ -53,7 +53,7 @@
 //! one-graph request loops, which on a 2-core host cannot launch as fast
 //! as its share, lost 940 ms of vtime in 4 s that way. Not part of it:
 //! co-located tenants (the gap board decides), unlimited shares (no
-//! vtime), and `DILU_SM_TURNS=off`.
+//! vtime), and `DILU_SM_ABLATE=turns`.
 
 use crate::sm_time::launch_control::sleep_until;
 use crate::sm_time::quiet_samples;
@@ -132,7 +132,7 @@ static TURNS: [DeviceTurn; MAX_DEVICES] = [const {
 
 /// Whether fair turns act in this process.
 fn enabled() -> bool {
-    crate::config::get().fair_turns && !crate::sm_time::colocation::active()
+    !crate::config::get().ablate.turns && !crate::sm_time::colocation::active()
 }
 
 /// Before a launch estimated at `cost_ns` on `device` at `now_ns`, charged

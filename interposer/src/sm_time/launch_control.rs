@@ -234,7 +234,7 @@ fn charge_bucket(
             Admission::At(deadline) => {
                 crate::sm_time::colocation::before_token_wait(device);
                 let burst_ns = if releases_in_runs(device) {
-                    crate::config::get().sm.burst_ns
+                    crate::config::sm::DEFAULT_BURST_NS
                 } else {
                     0
                 };
@@ -268,12 +268,13 @@ fn charge_bucket(
 /// 3-stream tenants paced launch by launch instead; now a 3-stream 30/70
 /// pair keeps 2 to 16 points more of the device busy with runs than
 /// without.
+/// `DILU_SM_ABLATE=runs` turns runs off (launch by launch everywhere).
 fn releases_in_runs(device: usize) -> bool {
-    crate::sm_time::usage_feedback::may_be_shared(device)
+    !crate::config::get().ablate.runs && crate::sm_time::usage_feedback::may_be_shared(device)
 }
 
 /// How much longer than its own tokens a throttled launch waits: until
-/// the bucket also holds `DILU_SM_BURST` of GPU time (wall time at the
+/// the bucket also holds `burst_ns` of GPU time (wall time at the
 /// share; at most the depth, which is all a bucket can hold), so the launches
 /// after it go at once, as one run on the GPU (see [`crate::config::sm`]).
 fn burst_wait_ns(burst_ns: u64, share_ppm: u32, depth_ns: u64) -> u64 {

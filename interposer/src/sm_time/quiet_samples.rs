@@ -29,7 +29,7 @@
 //! which only its primary honours, see
 //! [`colocation::hold_primary_for_sample`](crate::sm_time::colocation::hold_primary_for_sample)),
 //! processes of other users (the board is per user, like the tenant
-//! regions), and `DILU_SM_QUIET=off`. Without the board, samples are taken
+//! regions), and `DILU_SM_ABLATE=quiet`. Without the board, samples are taken
 //! as before.
 
 use crate::sm_time::launch_control::sleep_until;
@@ -133,7 +133,7 @@ fn board(device: usize) -> Option<&'static DeviceQuiet> {
         .get(device)?
         .get_or_init(|| {
             let config = crate::config::get();
-            if !(config.quiet_samples || config.fair_turns) || crate::sm_time::colocation::active()
+            if (config.ablate.quiet && config.ablate.turns) || crate::sm_time::colocation::active()
             {
                 return None;
             }
@@ -231,7 +231,7 @@ pub fn launched(device: usize, now_ns: u64) {
 #[inline]
 pub fn before_launch(device: usize, stream: sys::CUstream, per_thread: bool) -> u64 {
     match mapped(device) {
-        Some(board) if board.hold_posted() && crate::config::get().quiet_samples => {
+        Some(board) if board.hold_posted() && !crate::config::get().ablate.quiet => {
             held(device, board, stream, per_thread)
         }
         _ => 0,
@@ -355,7 +355,7 @@ pub fn clear_the_device(
     let Some(estimate_ns) = estimate_ns.filter(|&ns| ns >= LONG_KIND_NS) else {
         return Clearing::NotNeeded;
     };
-    if !crate::config::get().quiet_samples {
+    if crate::config::get().ablate.quiet {
         return Clearing::NotNeeded;
     }
     if crate::sm_time::colocation::active() {

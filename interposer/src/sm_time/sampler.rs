@@ -26,7 +26,7 @@
 //! still overlap: the estimate then falls back to [`mean_without_waits`]
 //! and NVML's count. So do all streams of a program that orders its streams
 //! by memory values ([`program_orders_streams_itself`]), where an added
-//! order could deadlock it, and with `DILU_SM_SAMPLE_APART=off`.
+//! order could deadlock it, and with `DILU_SM_ABLATE=apart`.
 //!
 //! A sample can contain more than the kernel (waits for other processes,
 //! host time), never much less, so the samples that hold only the kernel
@@ -309,9 +309,9 @@ pub fn program_orders_streams_itself() {
 }
 
 /// Whether a timed launch is run apart from the process's other streams
-/// (see the module doc); `DILU_SM_SAMPLE_APART=off` turns it off.
+/// (see the module doc); `DILU_SM_ABLATE=apart` turns it off.
 fn set_apart_from_other_streams() -> bool {
-    !ORDERS_STREAMS_ITSELF.load(Ordering::Relaxed) && crate::config::get().sample_apart
+    !ORDERS_STREAMS_ITSELF.load(Ordering::Relaxed) && !crate::config::get().ablate.apart
 }
 
 /// Makes the work launched on `stream` from now on wait for `event`;

@@ -28,7 +28,7 @@ use crate::fork::{self, Handlers, Part};
 use dilu_abi::node_client::Attached;
 use dilu_layout::activity::{DeviceTelemetry, TenantActivity};
 use dilu_layout::bucket::TokenBucket;
-use dilu_layout::budget::{TenantBudget, UNLIMITED_SHARE};
+use dilu_layout::budget::{DEFAULT_DEPTH_NS, TenantBudget, UNLIMITED_SHARE};
 use dilu_layout::ledger;
 use dilu_layout::shm::Region;
 use std::sync::OnceLock;
@@ -63,11 +63,11 @@ pub fn get() -> Option<&'static TenantSm> {
 }
 
 fn write_shares(budget: &TenantBudget) {
-    let limits = &config::get().sm;
-    for (device, share) in limits.per_device.iter().enumerate() {
+    let config = config::get();
+    for (device, share) in config.sm.per_device.iter().enumerate() {
         budget.set_share_ppm(device, share.unwrap_or(UNLIMITED_SHARE));
     }
-    budget.set_depth_ns(limits.depth_ns);
+    budget.set_depth_ns(config.ablate.depth_ns.unwrap_or(DEFAULT_DEPTH_NS));
 }
 
 /// Whether (pid, low 32 bits of its start time) is a running process.

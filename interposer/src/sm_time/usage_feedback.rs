@@ -65,7 +65,7 @@
 //! runs only then (see [`crate::config::sm`]); alone on the device, pacing
 //! launch by launch costs no switches and keeps the cap closer.
 //!
-//! `DILU_USAGE_FEEDBACK=off` turns this off (estimates alone decide).
+//! `DILU_SM_ABLATE=feedback` turns this off (estimates alone decide).
 //! Where NVML is missing, or never lists this process (a container whose
 //! pid namespace hides the host pid NVML uses), nothing is corrected and
 //! the estimates alone decide, as before.
@@ -159,7 +159,7 @@ fn charged_total(device: usize) -> u64 {
 /// first sample is handed over).
 #[cold]
 pub fn ensure_running() {
-    if !crate::config::get().usage_feedback || RUNNING.swap(true, Ordering::AcqRel) {
+    if crate::config::get().ablate.feedback || RUNNING.swap(true, Ordering::AcqRel) {
         return;
     }
     let spawned = std::thread::Builder::new()
