@@ -2,7 +2,8 @@
 # Checks README.md and docs/*.md: README.md has at most 400 lines; neither
 # names a commit or says "ad hoc" (history belongs to git); every relative
 # link names a file that exists; docs/configuration.md names every DILU_*
-# variable the code reads. One line per problem; exit 1 if there is any.
+# variable the code reads, and no other. One line per problem; exit 1 if
+# there is any.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -64,6 +65,13 @@ done
 while IFS= read -r var; do
   grep -q "\b$var\b" docs/configuration.md || problem "docs/configuration.md: $var is read by the code but not documented"
 done < <(grep -rhoE --include='*.rs' --exclude-dir=target '"DILU_[A-Z0-9_]*[A-Z0-9]"' . | tr -d '"' | sort -u)
+
+# ... and every DILU_* variable it documents is still read by some code or
+# script (a removed variable goes from the reference too).
+while IFS= read -r var; do
+  grep -rqE --include='*.rs' --include='*.sh' --include='*.py' --exclude-dir=target "\b$var\b" . \
+    || problem "docs/configuration.md: $var is documented but nothing reads it"
+done < <(grep -oE '\bDILU_[A-Z0-9_]*[A-Z0-9]\b' docs/configuration.md | sort -u)
 
 if (( problems > 0 )); then
   echo "readme-check: $problems problem(s)" >&2
