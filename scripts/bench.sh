@@ -25,7 +25,9 @@
 #                                             -> bench/results/colocation.md
 #   ablation   what each SM-time mechanism buys: a reduced SM-time matrix, two
 #              co-location shapes and the added ns per launch, with everything
-#              on and with each mechanism off in turn (about 10 minutes)
+#              on and with each mechanism off in turn (about 6 minutes a round;
+#              `-- --repeat 3 --seconds 2.5`, what the results file holds:
+#              medians of three rounds, about 19 minutes)
 #                                             -> bench/results/ablation.md
 #   cluster    the cluster simulator: Alibaba's openb trace in time and under
 #              FGD's protocol, the GPU-hours/risk curve, generated traces;
