@@ -77,13 +77,12 @@ impl TenantSpec {
     }
 
     /// The spec a tenant process asks for, from the variables `dilu run`
-    /// sets: `DILU_SPEC_CLASS` (`latency`/`batch`), `DILU_SPEC_SLO_MS`,
-    /// `DILU_SPEC_SM_REQUEST`, `DILU_SPEC_SM_LIMIT` (percent), `DILU_SPEC_MEM` (bytes
-    /// per device), and `DILU_SM_LIMIT` (`dilu run --sm`: one share for
-    /// every device, which becomes the request and the limit where those
-    /// are not given; a per-device value is an error). `Ok(None)` when none
-    /// is set (the daemon's configuration or defaults apply); a bad value is
-    /// an error naming the variable.
+    /// sets: [`SPEC_ENV`] (`DILU_SPEC`, see [`SpecVar`]) and `DILU_SM_LIMIT`
+    /// (`dilu run --sm`: one share for every device, which becomes the
+    /// request and the limit where the spec gives none; a per-device value
+    /// is an error). `Ok(None)` when neither is set (the daemon's
+    /// configuration or defaults apply); a bad value is an error naming the
+    /// variable and the key.
     pub fn from_env() -> Result<Option<TenantSpec>, String> {
         Self::from_vars(|name| std::env::var(name).ok())
     }
@@ -93,53 +92,133 @@ impl TenantSpec {
     pub fn from_vars(
         lookup: impl Fn(&str) -> Option<String>,
     ) -> Result<Option<TenantSpec>, String> {
-        let var = |name: &str| lookup(name).filter(|v| !v.is_empty());
-        let names = [
-            "DILU_SPEC_CLASS",
-            "DILU_SPEC_SLO_MS",
-            "DILU_SPEC_SM_REQUEST",
-            "DILU_SPEC_SM_LIMIT",
-            "DILU_SPEC_MEM",
-            "DILU_SM_LIMIT",
-        ];
-        if names.iter().all(|n| var(n).is_none()) {
-            return Ok(None);
-        }
-        let number = |name: &str| -> Result<Option<f64>, String> {
-            var(name)
-                .map(|v| {
-                    v.trim_end_matches('%')
-                        .parse::<f64>()
-                        .map_err(|_| format!("{name}={v:?} is invalid: expected a number"))
-                })
-                .transpose()
-        };
-        let mut spec = TenantSpec::default();
-        if let Some(class) = var("DILU_SPEC_CLASS") {
-            spec.class = parse_class(&class).ok_or_else(|| {
-                format!("DILU_SPEC_CLASS={class:?} is invalid: expected latency or batch")
-            })?;
-        }
-        spec.slo_ms = number("DILU_SPEC_SLO_MS")?;
-        let fixed = var("DILU_SM_LIMIT")
+        let given = SpecVar::from_lookup(&lookup)?;
+        let fixed = lookup("DILU_SM_LIMIT")
+            .filter(|v| !v.is_empty())
             .map(|v| crate::tenant_flags::uniform_sm_limit(&v))
             .transpose()?;
-        let request = number("DILU_SPEC_SM_REQUEST")?;
-        let limit = number("DILU_SPEC_SM_LIMIT")?;
-        if let Some(v) = request.or(fixed) {
+        if given == SpecVar::default() && fixed.is_none() {
+            return Ok(None);
+        }
+        let mut spec = TenantSpec::default();
+        if let Some(class) = given.class {
+            spec.class = class;
+        }
+        spec.slo_ms = given.slo_ms;
+        if let Some(v) = given.sm_request.or(fixed) {
             spec.sm_request_pct = v;
         }
-        if let Some(v) = limit.or(fixed) {
+        if let Some(v) = given.sm_limit.or(fixed) {
             spec.sm_limit_pct = v;
         }
-        if let Some(v) = var("DILU_SPEC_MEM") {
-            spec.mem_bytes =
-                Some(v.parse().map_err(|_| {
-                    format!("DILU_SPEC_MEM={v:?} is invalid: expected a byte count")
-                })?);
-        }
+        spec.mem_bytes = given.mem;
         spec.validate()?;
         Ok(Some(spec))
+    }
+}
+
+/// The variable that hands a tenant process its spec (what `dilu run`, the
+/// node manager's launches and the device plugin set; see [`SpecVar`]).
+pub const SPEC_ENV: &str = "DILU_SPEC";
+
+/// The keys [`SPEC_ENV`] accepts.
+pub const SPEC_KEYS: &str = "class, slo_ms, sm_request, sm_limit and mem";
+
+/// What `DILU_SPEC` says: comma-separated `key=value` pairs, each key at
+/// most once and every one optional, such as
+/// `class=latency,slo_ms=8,sm_request=20,sm_limit=80,mem=8589934592`:
+/// `class` (`latency` or `batch`), `slo_ms` (a number of ms), `sm_request`
+/// and `sm_limit` (percent), `mem` (bytes per device). An unknown key or a
+/// bad value is an error naming it. One parser ([`SpecVar::parse`]) and one
+/// writer ([`SpecVar::env`]) for every side.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct SpecVar {
+    pub class: Option<WorkClass>,
+    pub slo_ms: Option<f64>,
+    pub sm_request: Option<f64>,
+    pub sm_limit: Option<f64>,
+    pub mem: Option<u64>,
+}
+
+impl SpecVar {
+    /// Every key of a full spec (what a pod's assignment hands its tenant).
+    pub fn of(spec: &TenantSpec) -> SpecVar {
+        SpecVar {
+            class: Some(spec.class),
+            slo_ms: spec.slo_ms,
+            sm_request: Some(spec.sm_request_pct),
+            sm_limit: Some(spec.sm_limit_pct),
+            mem: spec.mem_bytes,
+        }
+    }
+
+    /// Parses a `DILU_SPEC` value; `Err` says what was expected of the part
+    /// or key at fault (never ignored).
+    pub fn parse(text: &str) -> Result<SpecVar, String> {
+        let mut spec = SpecVar::default();
+        for part in text.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+            let Some((key, value)) = part.split_once('=') else {
+                return Err(format!("key=value pairs (keys {SPEC_KEYS}), not {part:?}"));
+            };
+            let (key, value) = (key.trim(), value.trim());
+            let invalid = |expected: &str| format!("{key} to be {expected}, not {value:?}");
+            let number = || {
+                value
+                    .trim_end_matches('%')
+                    .parse::<f64>()
+                    .map_err(|_| invalid("a number"))
+            };
+            let twice = match key {
+                "class" => spec
+                    .class
+                    .replace(parse_class(value).ok_or_else(|| invalid("latency or batch"))?)
+                    .is_some(),
+                "slo_ms" => spec.slo_ms.replace(number()?).is_some(),
+                "sm_request" => spec.sm_request.replace(number()?).is_some(),
+                "sm_limit" => spec.sm_limit.replace(number()?).is_some(),
+                "mem" => spec
+                    .mem
+                    .replace(value.parse().map_err(|_| invalid("a byte count"))?)
+                    .is_some(),
+                _ => return Err(format!("keys {SPEC_KEYS}, not {key:?}")),
+            };
+            if twice {
+                return Err(format!("each key once, not {key} twice"));
+            }
+        }
+        Ok(spec)
+    }
+
+    /// `DILU_SPEC` through `lookup`, parsed: nothing when unset or empty;
+    /// `Err` is one line naming the variable and the key.
+    pub fn from_lookup(lookup: impl Fn(&str) -> Option<String>) -> Result<SpecVar, String> {
+        match lookup(SPEC_ENV) {
+            None => Ok(SpecVar::default()),
+            Some(text) => SpecVar::parse(&text)
+                .map_err(|e| format!("{SPEC_ENV}={text:?} is invalid: expected {e}")),
+        }
+    }
+
+    /// The variable that hands a tenant this spec, `None` when it has no
+    /// key: the one writer `dilu run` and the device plugin use.
+    pub fn env(&self) -> Option<(String, String)> {
+        let mut parts = Vec::new();
+        if let Some(class) = self.class {
+            parts.push(format!("class={}", class_name(class)));
+        }
+        for (key, value) in [
+            ("slo_ms", self.slo_ms),
+            ("sm_request", self.sm_request),
+            ("sm_limit", self.sm_limit),
+        ] {
+            if let Some(value) = value {
+                parts.push(format!("{key}={value}"));
+            }
+        }
+        if let Some(mem) = self.mem {
+            parts.push(format!("mem={mem}"));
+        }
+        (!parts.is_empty()).then(|| (SPEC_ENV.to_string(), parts.join(",")))
     }
 }
 
@@ -448,15 +527,59 @@ mod tests {
         let spec = spec_of(&[("DILU_SM_LIMIT", "50")]).unwrap().unwrap();
         assert_eq!((spec.sm_request_pct, spec.sm_limit_pct), (50.0, 50.0));
         // The spec's own flags win.
-        let spec = spec_of(&[("DILU_SM_LIMIT", "50"), ("DILU_SPEC_SM_LIMIT", "80")])
+        let spec = spec_of(&[("DILU_SM_LIMIT", "50"), ("DILU_SPEC", "sm_limit=80")])
             .unwrap()
             .unwrap();
         assert_eq!((spec.sm_request_pct, spec.sm_limit_pct), (50.0, 80.0));
         let error = spec_of(&[("DILU_SM_LIMIT", "0:30,1:50")]).unwrap_err();
         assert!(error.contains("--sm-request"), "{error}");
         assert_eq!(spec_of(&[]), Ok(None));
-        let error = spec_of(&[("DILU_SPEC_MEM", "0")]).unwrap_err();
+        let error = spec_of(&[("DILU_SPEC", "mem=0")]).unwrap_err();
         assert!(error.contains("0 bytes"), "{error}");
+    }
+
+    #[test]
+    fn one_spec_variable_round_trips_and_names_the_key_at_fault() {
+        let full = TenantSpec {
+            class: WorkClass::Latency,
+            slo_ms: Some(8.5),
+            sm_request_pct: 20.0,
+            sm_limit_pct: 80.0,
+            mem_bytes: Some(8 << 30),
+        };
+        let (name, value) = SpecVar::of(&full).env().unwrap();
+        assert_eq!(name, "DILU_SPEC");
+        assert_eq!(
+            value,
+            "class=latency,slo_ms=8.5,sm_request=20,sm_limit=80,mem=8589934592"
+        );
+        assert_eq!(spec_of(&[("DILU_SPEC", &value)]), Ok(Some(full)));
+        assert_eq!(SpecVar::default().env(), None);
+        // Every key is optional; the others keep their defaults.
+        let spec = spec_of(&[("DILU_SPEC", " class=latency , slo_ms=5 ")])
+            .unwrap()
+            .unwrap();
+        assert_eq!(spec.class, WorkClass::Latency);
+        assert_eq!(spec.slo_ms, Some(5.0));
+        assert_eq!((spec.sm_request_pct, spec.sm_limit_pct), (0.0, 100.0));
+        assert_eq!(spec_of(&[("DILU_SPEC", "")]), Ok(None));
+        for (bad, named) in [
+            ("class=gpu", "class to be latency or batch, not \"gpu\""),
+            ("slo_ms=soon", "slo_ms to be a number, not \"soon\""),
+            ("sm_request=x", "sm_request to be a number, not \"x\""),
+            ("sm_limit=", "sm_limit to be a number, not \"\""),
+            ("mem=8GiB", "mem to be a byte count, not \"8GiB\""),
+            ("class=batch,colour=red", "not \"colour\""),
+            ("latency", "key=value pairs"),
+            ("slo_ms=1,slo_ms=2", "not slo_ms twice"),
+        ] {
+            let error = spec_of(&[("DILU_SPEC", bad)]).unwrap_err();
+            assert!(error.starts_with("DILU_SPEC="), "{bad}: {error}");
+            assert!(error.contains(named), "{bad}: {error}");
+        }
+        // The spec's own checks still apply.
+        let error = spec_of(&[("DILU_SPEC", "sm_request=90,sm_limit=50")]).unwrap_err();
+        assert!(error.contains("above the limit"), "{error}");
     }
 
     /// A valid registration, as bytes (the seed the fuzzing below mutates).

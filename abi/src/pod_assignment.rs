@@ -88,27 +88,8 @@ impl PodAssignment {
     /// The environment that makes the interposer register this tenant with
     /// the node manager under this spec (what `dilu run` sets).
     pub fn tenant_environment(&self) -> Vec<(String, String)> {
-        let mut env = vec![
-            ("DILU_TENANT".to_string(), self.tenant.clone()),
-            (
-                "DILU_SPEC_CLASS".to_string(),
-                node_wire::class_name(self.spec.class).to_string(),
-            ),
-            (
-                "DILU_SPEC_SM_REQUEST".to_string(),
-                self.spec.sm_request_pct.to_string(),
-            ),
-            (
-                "DILU_SPEC_SM_LIMIT".to_string(),
-                self.spec.sm_limit_pct.to_string(),
-            ),
-        ];
-        if let Some(slo) = self.spec.slo_ms {
-            env.push(("DILU_SPEC_SLO_MS".to_string(), slo.to_string()));
-        }
-        if let Some(mem) = self.spec.mem_bytes {
-            env.push(("DILU_SPEC_MEM".to_string(), mem.to_string()));
-        }
+        let mut env = vec![("DILU_TENANT".to_string(), self.tenant.clone())];
+        env.extend(node_wire::SpecVar::of(&self.spec).env());
         env
     }
 }
@@ -141,6 +122,11 @@ mod tests {
             },
             bound_at_ms: 1_700_000_000_000,
         };
+        // The tenant registers with the spec the pod was bound under.
+        let env: BTreeMap<String, String> = assignment.tenant_environment().into_iter().collect();
+        assert_eq!(env["DILU_TENANT"], "default.resnet-1");
+        let registered = TenantSpec::from_vars(|name| env.get(name).cloned());
+        assert_eq!(registered, Ok(Some(assignment.spec.clone())));
         let annotations = assignment.to_annotations();
         assert_eq!(annotations[GPU_INDICES], "0,2");
         assert_eq!(

@@ -3,7 +3,7 @@
 //! `dilu.io/gpu-share` devices and, when the kubelet sets up a container of
 //! a pod the scheduler extender placed, hands it what the extender chose:
 //! `CUDA_VISIBLE_DEVICES`, the tenant name and spec (`DILU_TENANT`,
-//! `DILU_SPEC_*`), the interposer library and the node manager's socket
+//! `DILU_SPEC`), the interposer library and the node manager's socket
 //! mounted, and the interposer preloaded. Pods dilu did not place get
 //! nothing.
 //!

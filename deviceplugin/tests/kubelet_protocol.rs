@@ -305,10 +305,13 @@ async fn a_bound_pods_annotations_become_its_containers_environment_and_budget()
     let env = &container.envs;
     assert_eq!(env["CUDA_VISIBLE_DEVICES"], "1");
     assert_eq!(env["DILU_TENANT"], "default.infer-0");
-    assert_eq!(env["DILU_SPEC_CLASS"], "latency");
-    assert_eq!(env["DILU_SPEC_SM_REQUEST"], "30");
-    assert_eq!(env["DILU_SPEC_SM_LIMIT"], "45");
-    assert_eq!(env["DILU_SPEC_MEM"], (64 * MIB).to_string());
+    assert_eq!(
+        env["DILU_SPEC"],
+        format!(
+            "class=latency,slo_ms=50,sm_request=30,sm_limit=45,mem={}",
+            64 * MIB
+        )
+    );
     let preload = &env["LD_PRELOAD"];
     let interposer_mount = container
         .mounts

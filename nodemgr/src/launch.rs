@@ -76,32 +76,22 @@ pub fn environment(spec: &LaunchSpec) -> Result<Vec<(String, OsString)>, String>
     }
     // The spec the interposer registers with the node manager
     // (`TenantSpec::from_env`); a plain size also becomes its memory budget.
-    if let Some(class) = spec.class {
-        let name = dilu_abi::node_wire::class_name(class);
-        env.push(("DILU_SPEC_CLASS".to_string(), name.into()));
-    }
-    for (name, value) in [
-        ("DILU_SPEC_SLO_MS", spec.slo_ms),
-        ("DILU_SPEC_SM_REQUEST", spec.sm_request),
-        ("DILU_SPEC_SM_LIMIT", spec.sm_limit),
-    ] {
-        if let Some(value) = value {
-            env.push((name.to_string(), value.to_string().into()));
-        }
+    // A co-location primary's SLO is the spec's.
+    let given = node_wire::SpecVar {
+        class: spec.class,
+        slo_ms: spec.slo_ms,
+        sm_request: spec.sm_request,
+        sm_limit: spec.sm_limit,
+        mem: spec
+            .mem
+            .as_deref()
+            .and_then(|m| dilu_abi::units::parse_size(m).ok()),
+    };
+    if let Some((name, value)) = given.env() {
+        env.push((name, value.into()));
     }
     if let Some(role) = &spec.colo {
         env.push(("DILU_COLO".to_string(), role.into()));
-        // A primary's SLO is what its latency reports are judged against.
-        if let (true, Some(slo)) = (role == "primary", spec.slo_ms) {
-            env.push(("DILU_COLO_SLO".to_string(), format!("{slo}ms").into()));
-        }
-    }
-    if let Some(bytes) = spec
-        .mem
-        .as_deref()
-        .and_then(|m| dilu_abi::units::parse_size(m).ok())
-    {
-        env.push(("DILU_SPEC_MEM".to_string(), bytes.to_string().into()));
     }
     if let Some(batch) = spec.batch
         && std::env::var_os("DILU_BATCH").is_none()

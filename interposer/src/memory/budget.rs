@@ -26,7 +26,7 @@
 //! raise it. The ledger then counts usage; its own budget word can only
 //! lower the limit further: it holds `DILU_MEM_LIMIT` when the tenant did
 //! not ask the daemon for a memory budget (self-restraint), and no limit
-//! when it did (`dilu run --mem`, `DILU_SPEC_MEM`: the daemon decides).
+//! when it did (`dilu run --mem`, `mem` of `DILU_SPEC`: the daemon decides).
 //!
 //! A process that dies without cleaning up (SIGKILL) keeps its slot until a
 //! member notices: one member's watcher thread (the tenant's scanner, a role

@@ -13,9 +13,9 @@
 //!   group on different GPUs (each seeing its GPU as device 0) keep to
 //!   their own GPU's slot; otherwise device `k` uses slot `k`.
 //! - primary: `DILU_COLO_TOLERANCE` (a duration; default a quarter of
-//!   `DILU_COLO_SLO`, 0 without one): the delay of one filler kernel its
+//!   its SLO, 0 without one): the delay of one filler kernel its
 //!   requests can absorb, letting fillers into gaps no history predicts;
-//!   `DILU_COLO_SLO` (a duration, `dilu run --slo-ms` of a primary): the
+//!   its SLO (`slo_ms` of `DILU_SPEC`, `dilu run --slo-ms`): the
 //!   tolerance in force is at most the slack (SLO minus latency) of the
 //!   worst of the last 8 reported requests, so it shrinks before the next
 //!   launch when a request nears the SLO and comes back as such requests
@@ -24,7 +24,7 @@
 //!   program between dependent launches, not a gap (except after a request
 //!   whose latency the program reported: that gap opens at once).
 //! - filler: `DILU_COLO_GUARANTEE` (percent; default its SM request,
-//!   `DILU_SPEC_SM_REQUEST`, or 10 where that is unset or 0): the share a
+//!   `sm_request` of `DILU_SPEC`, or 10 where that is unset or 0): the share a
 //!   filler keeps whatever the gaps look like: while it has had less, it
 //!   goes before the other fillers' turns, and where its kernels fit no
 //!   gap, or the primary's gaps are random and too short to tolerate, they
@@ -42,6 +42,7 @@
 
 use crate::sm_time::launch_control::sleep_until;
 use crate::sm_time::quiet_samples::HonouredHolds;
+use dilu_abi::node_wire::{SPEC_ENV, SpecVar};
 use dilu_abi::units;
 use dilu_layout::colocation::{
     DEFAULT_HOLDOFF_NS, DeviceBoard, FillerGate, GapBoard, MAX_SAMPLE_HOLD_NS, Owed, SampleHoldPost,
@@ -99,8 +100,12 @@ pub fn from_env(
             .map(|v| units::parse_duration_ns(&v).map_err(|_| bad(var, &v, units::DURATION_FORMS)))
             .transpose()
     };
+    let spec = match env(SPEC_ENV) {
+        Some(v) => SpecVar::parse(&v).map_err(|e| bad(SPEC_ENV, &v, &e))?,
+        None => SpecVar::default(),
+    };
     let guarantee_ppm = match env("DILU_COLO_GUARANTEE") {
-        None => default_guarantee_ppm(env("DILU_SPEC_SM_REQUEST")),
+        None => default_guarantee_ppm(spec.sm_request.map(|r| r.to_string())),
         Some(v) => match v.trim_end_matches('%').parse::<f64>() {
             Ok(p) if p > 0.0 && p <= 100.0 => (p * 10_000.0).round() as u32,
             _ => {
@@ -112,7 +117,10 @@ pub fn from_env(
             }
         },
     };
-    let slo_ns = duration("DILU_COLO_SLO")?;
+    let slo_ns = spec
+        .slo_ms
+        .filter(|_| role == Role::Primary)
+        .map(|ms| (ms * 1e6).round() as u64);
     Ok(Some(ColoConfig {
         role,
         group,
@@ -690,7 +698,7 @@ mod tests {
         let c = from_env(test_env(&[
             ("DILU_COLO", "primary"),
             ("DILU_COLO_TOLERANCE", "2ms"),
-            ("DILU_COLO_SLO", "10ms"),
+            ("DILU_SPEC", "slo_ms=10"),
         ]))
         .unwrap()
         .unwrap();
@@ -703,8 +711,11 @@ mod tests {
             all.extend_from_slice(vars);
             from_env(test_env(&all)).unwrap().unwrap().tolerance_ns
         };
-        assert_eq!(tolerance(&[("DILU_COLO_SLO", "8ms")]), 2_000_000);
-        assert_eq!(tolerance(&[("DILU_COLO_SLO", "20ms")]), 5_000_000);
+        assert_eq!(
+            tolerance(&[("DILU_SPEC", "class=latency,slo_ms=8")]),
+            2_000_000
+        );
+        assert_eq!(tolerance(&[("DILU_SPEC", "slo_ms=20")]), 5_000_000);
         assert_eq!(tolerance(&[]), 0);
         let f = from_env(test_env(&[
             ("DILU_COLO", "online-filler"),
@@ -721,11 +732,11 @@ mod tests {
             all.extend_from_slice(vars);
             from_env(test_env(&all)).unwrap().unwrap().guarantee_ppm
         };
-        assert_eq!(guarantee(&[("DILU_SPEC_SM_REQUEST", "20")]), 200_000);
-        assert_eq!(guarantee(&[("DILU_SPEC_SM_REQUEST", "0")]), 100_000);
+        assert_eq!(guarantee(&[("DILU_SPEC", "sm_request=20")]), 200_000);
+        assert_eq!(guarantee(&[("DILU_SPEC", "sm_request=0")]), 100_000);
         assert_eq!(guarantee(&[]), 100_000);
         assert_eq!(
-            guarantee(&[("DILU_SPEC_SM_REQUEST", "20"), ("DILU_COLO_GUARANTEE", "5")]),
+            guarantee(&[("DILU_SPEC", "sm_request=20"), ("DILU_COLO_GUARANTEE", "5")]),
             50_000
         );
         let e = from_env(test_env(&[("DILU_COLO", "boss")])).unwrap_err();
