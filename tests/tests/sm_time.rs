@@ -399,6 +399,36 @@ fn an_unknown_ablation_word_is_one_clear_line() {
     }
 }
 
+/// A variable dilu no longer reads, left set in a deployment, is neither
+/// ignored silently nor fatal: one line names it and what replaces it, and
+/// the program runs.
+#[test]
+fn a_removed_variable_is_one_line_and_the_program_runs() {
+    let mut command = std::process::Command::new(dilu_harness::workspace::dilu());
+    command
+        .args(["run", "--sim", "--sm", "30", "--"])
+        .arg(dilu_harness::workspace::artifact("cudarc-loop"))
+        .args(["--kernels", "1"])
+        .env("DILU_SM_DEPTH", "1s")
+        .env("DILU_SPEC_CLASS", "latency")
+        .env(
+            "SIMGPU_INSTANCE",
+            dilu_harness::workspace::unique_name("removedvar"),
+        );
+    let output = dilu_harness::workspace::output_within(command, LIMIT);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(output.status.success(), "{stderr}");
+    for (name, instead) in [
+        ("DILU_SM_DEPTH", "DILU_SM_ABLATE=depth="),
+        ("DILU_SPEC_CLASS", "DILU_SPEC=class="),
+    ] {
+        let lines: Vec<&str> = stderr.lines().filter(|l| l.contains(name)).collect();
+        assert_eq!(lines.len(), 1, "{name}: {stderr}");
+        assert!(lines[0].contains("no longer read"), "{stderr}");
+        assert!(lines[0].contains(instead), "{stderr}");
+    }
+}
+
 #[test]
 fn python_servers_report_latency_into_the_tenants_telemetry() {
     let tenant = dilu_harness::workspace::unique_name("latency");

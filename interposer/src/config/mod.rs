@@ -13,7 +13,10 @@
 //! | `DILU_SM_ABLATE` | benchmarks only, not a tuning knob: a comma-separated list of SM-time mechanisms to turn off, and a bucket depth (see [`Ablate`]) |
 //!
 //! A variable that is set but unusable stops the process with one line naming
-//! it and the accepted forms (fail closed).
+//! it and the accepted forms (fail closed). A variable dilu no longer reads
+//! ([`REMOVED`]) is never ignored silently either: when set, one line says
+//! so and what replaces it, and the process goes on (a leftover setting in a
+//! deployment should not stop the workload).
 
 // Per concern: memory budgets (`memory`), SM-time shares (`sm`).
 pub mod memory;
@@ -122,6 +125,9 @@ pub fn get() -> &'static Config {
 }
 
 fn read() -> Config {
+    for line in removed_variable_lines(|name| std::env::var_os(name).is_some()) {
+        eprintln!("{line}");
+    }
     Config {
         real_libcuda: nonempty("DILU_REAL_LIBCUDA", "a path or soname of the real libcuda")
             .map(|v| CString::new(v.into_vec()).expect("env values contain no NUL")),
@@ -154,6 +160,72 @@ fn read() -> Config {
         },
         ablate: ablate_from_env(),
     }
+}
+
+/// Variables dilu read once and reads no more, each with what replaces it.
+pub const REMOVED: &[(&str, &str)] = &[
+    (
+        "DILU_USAGE_FEEDBACK",
+        "for benchmarks DILU_SM_ABLATE=feedback turns usage feedback off; otherwise it is always on",
+    ),
+    (
+        "DILU_SM_QUIET",
+        "for benchmarks DILU_SM_ABLATE=quiet turns quiet holds off; otherwise they are always on",
+    ),
+    (
+        "DILU_SM_TURNS",
+        "for benchmarks DILU_SM_ABLATE=turns turns fair turns off; otherwise they are always on",
+    ),
+    (
+        "DILU_SM_SAMPLE_APART",
+        "for benchmarks DILU_SM_ABLATE=apart turns samples apart off; otherwise they are always on",
+    ),
+    (
+        "DILU_SM_BURST",
+        "for benchmarks DILU_SM_ABLATE=runs paces launch by launch; otherwise the default (2ms runs) is fixed",
+    ),
+    (
+        "DILU_SM_DEPTH",
+        "for benchmarks DILU_SM_ABLATE=depth=<duration> sets the bucket's depth; otherwise the default (5ms) is fixed",
+    ),
+    (
+        "DILU_SPEC_CLASS",
+        "the spec is one variable: DILU_SPEC=class=<latency|batch>,...",
+    ),
+    (
+        "DILU_SPEC_SLO_MS",
+        "the spec is one variable: DILU_SPEC=slo_ms=<ms>,...",
+    ),
+    (
+        "DILU_SPEC_SM_REQUEST",
+        "the spec is one variable: DILU_SPEC=sm_request=<percent>,...",
+    ),
+    (
+        "DILU_SPEC_SM_LIMIT",
+        "the spec is one variable: DILU_SPEC=sm_limit=<percent>,...",
+    ),
+    (
+        "DILU_SPEC_MEM",
+        "the spec is one variable: DILU_SPEC=mem=<bytes>,...",
+    ),
+    (
+        "DILU_COLO_SLO",
+        "a co-location primary's SLO is its spec's: DILU_SPEC=slo_ms=<ms> (dilu run --slo-ms)",
+    ),
+];
+
+/// One line for each [`REMOVED`] variable that `is_set`: it is no longer
+/// read, and what replaces it.
+pub fn removed_variable_lines(is_set: impl Fn(&str) -> bool) -> Vec<String> {
+    REMOVED
+        .iter()
+        .filter(|(name, _)| is_set(name))
+        .map(|(name, instead)| {
+            format!(
+                "dilu-interposer: {name} is set but no longer read (it has no effect); {instead}"
+            )
+        })
+        .collect()
 }
 
 fn nonempty(var: &str, accepted: &str) -> Option<OsString> {
@@ -193,6 +265,45 @@ mod tests {
         let one = Ablate::parse("quiet").unwrap();
         assert!(one.quiet && !one.turns && !one.leases && !one.runs);
         assert_eq!(one.depth_ns, None);
+    }
+
+    #[test]
+    fn each_removed_variable_set_gets_one_line_naming_its_replacement() {
+        assert!(removed_variable_lines(|_| false).is_empty());
+        let set = [
+            "DILU_SM_DEPTH",
+            "DILU_SPEC_MEM",
+            "DILU_COLO_SLO",
+            "DILU_TENANT",
+        ];
+        let lines = removed_variable_lines(|name| set.contains(&name));
+        assert_eq!(lines.len(), 3, "{lines:?}");
+        assert!(lines[0].contains("DILU_SM_DEPTH is set but no longer read"));
+        assert!(lines[0].contains("DILU_SM_ABLATE=depth="));
+        assert!(lines[1].contains("DILU_SPEC_MEM") && lines[1].contains("DILU_SPEC=mem="));
+        assert!(lines[2].contains("DILU_COLO_SLO") && lines[2].contains("DILU_SPEC=slo_ms="));
+        // Every removed variable says what replaces it, and none is still
+        // read: the replacement named is one the interposer reads.
+        let all = removed_variable_lines(|_| true);
+        assert_eq!(all.len(), REMOVED.len());
+        for (line, (name, _)) in all.iter().zip(REMOVED) {
+            assert!(line.contains(name), "{line}");
+            assert!(
+                line.contains("DILU_SM_ABLATE=") || line.contains("DILU_SPEC="),
+                "{line}"
+            );
+        }
+        for (word, name) in [
+            ("feedback", "DILU_USAGE_FEEDBACK"),
+            ("quiet", "DILU_SM_QUIET"),
+            ("turns", "DILU_SM_TURNS"),
+            ("apart", "DILU_SM_SAMPLE_APART"),
+            ("runs", "DILU_SM_BURST"),
+        ] {
+            let line = &removed_variable_lines(|n| n == name)[0];
+            assert!(line.contains(&format!("DILU_SM_ABLATE={word}")), "{line}");
+            assert!(Ablate::parse(word).is_ok(), "{word}");
+        }
     }
 
     #[test]
