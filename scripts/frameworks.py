@@ -16,10 +16,13 @@ PyTorch program does and prints one JSON line when it ends.
         reported to dilu (interposer/python/dilu_latency.py), until stopped.
 
     python frameworks.py train --seconds S [--batch B] [--image P] [--model M]
+                               [--ready-file F] [--stop-file G]
         A training loop of a torchvision network (ResNet-50 by default,
         random weights and random data): forward, loss, backward, SGD step;
         the loss is read back every step, as a training loop that logs it
-        does.
+        does. Its timed steps start after the warm-up steps (it then creates
+        F, if given) and end after S seconds or, with G, once G exists
+        (checked after every step), whichever comes first.
 
     python frameworks.py device-check
         Whether CUDA is usable here (exit 0) or not (exit 1, reason on stderr).
@@ -178,13 +181,18 @@ def train(args):
     for _ in range(args.warmup):
         step()
     torch.cuda.synchronize()
+    start_ns = time.monotonic_ns()
     start = time.perf_counter()
+    if args.ready_file:
+        open(args.ready_file, "w").close()
     steps = 0
     step_end_ns = []
     while time.perf_counter() - start < args.seconds:
         step()
         steps += 1
         step_end_ns.append(time.monotonic_ns())
+        if args.stop_file and os.path.exists(args.stop_file):
+            break
     elapsed = time.perf_counter() - start
     print(json.dumps({
         "program": "train",
@@ -195,7 +203,9 @@ def train(args):
         "seconds": round(elapsed, 3),
         "steps_per_second": round(steps / elapsed, 3),
         "images_per_second": round(steps * args.batch / elapsed, 2),
-        # CLOCK_MONOTONIC, as simgpu's trace: when each timed step ended.
+        # CLOCK_MONOTONIC, as simgpu's trace: when the timed steps began and
+        # when each one ended.
+        "start_ns": start_ns,
         "step_end_ns": step_end_ns,
     }), flush=True)
 
@@ -236,6 +246,8 @@ def main():
     t.add_argument("--image", type=int, default=224, help="image side in pixels (default 224)")
     t.add_argument("--model", default="resnet50", help="a torchvision.models constructor (default resnet50)")
     t.add_argument("--warmup", type=int, default=2)
+    t.add_argument("--ready-file", help="created once the warm-up steps are done and the timed steps begin")
+    t.add_argument("--stop-file", help="stop after the step during which this file appeared")
     t.set_defaults(run=train)
     c = sub.add_parser("device-check", help="exit 0 when CUDA works here")
     c.set_defaults(run=device_check)

@@ -184,18 +184,33 @@ configuration() {
     [ -S "$dir/nm.sock" ] || { echo "frameworks: the node manager did not start (see $dir/nm.log)" >&2; exit 1; }
     export DILU_NODEMGR_SOCKET=$dir/nm.sock
   fi
+  local trainer="" train_args=(--seconds "$((seconds + 10))")
+  # Beside the server, the trainer trains until the server has ended (a stop
+  # file, checked after every step; the seconds are only a cap), so that it
+  # covers the server's whole window: however long either one's start-up
+  # takes, the server never runs alone.
+  [ "$which" = both ] && train_args=(--seconds "$((seconds + 900))" --ready-file "$dir/train.ready" --stop-file "$dir/train.stop")
   if [ "$which" != serve ]; then
-    # The trainer runs past the server's end so the server never runs alone.
-    launch "$limiter" train "$name" train --seconds "$((seconds + 10))" --batch "$train_batch" \
+    launch "$limiter" train "$name" train "${train_args[@]}" --batch "$train_batch" \
       --image "$image" --model "$model" >"$dir/train.out" 2>"$dir/train.err" &
-    pids+=($!)
+    trainer=$!
+    pids+=("$trainer")
   fi
   if [ "$which" != train ]; then
-    # The server starts once the trainer is past its start-up (its warm-up steps).
-    [ "$which" = both ] && sleep "${FRAMEWORKS_TRAIN_HEAD_START:-15}"
+    if [ "$which" = both ]; then
+      # The server starts once the trainer is past its start-up (its warm-up
+      # steps done, its timed steps begun).
+      for _ in $(seq 6000); do
+        [ -e "$dir/train.ready" ] || ! kill -0 "$trainer" 2>/dev/null && break
+        sleep 0.1
+      done
+      sleep "${FRAMEWORKS_TRAIN_HEAD_START:-0}"
+    fi
     launch "$limiter" serve "$name" serve --seconds "$seconds" --rate "$rate" --slo-ms "$slo_ms" \
       >"$dir/serve.out" 2>"$dir/serve.err" &
-    pids+=($!)
+    local server=$!
+    wait "$server" || true
+    touch "$dir/train.stop"
   fi
   wait "${pids[@]}" || true
   cut -d' ' -f1 /proc/loadavg >"$dir/load.after"

@@ -4,8 +4,8 @@
 
 WORK holds one folder per configuration with serve.out / train.out (the
 programs' JSON lines) and simgpu's trace.jsonl. Device busy and shares are
-device time from the trace over the server's window of requests (alone, the
-trainer's timed steps).
+device time from the trace over the server's window of requests, which the
+trainer's timed steps cover (alone, the trainer's timed steps).
 """
 
 import json
@@ -80,8 +80,20 @@ def main():
         serve = last_json(os.path.join(d, "serve.out"))
         train = last_json(os.path.join(d, "train.out"))
         window = serve["window_ns"] if serve else None
-        if window is None and train and train["step_end_ns"]:
-            window = [train["step_end_ns"][0], train["step_end_ns"][-1]]
+        trained = None
+        if train and train["step_end_ns"]:
+            trained = [train.get("start_ns", train["step_end_ns"][0]), train["step_end_ns"][-1]]
+        if window is None:
+            window = trained
+        elif trained:
+            # Co-located: only the stretch both ran through. The trainer
+            # outlives the server (frameworks.sh stops it after the server);
+            # should it not have, the row says how much was left out.
+            overlap = [max(window[0], trained[0]), min(window[1], trained[1])]
+            if overlap != window:
+                left_out = 1 - max(0, overlap[1] - overlap[0]) / (window[1] - window[0])
+                note = (note + "; " if note else "") + f"trainer absent from {100 * left_out:.0f}% of the server's window, left out"
+            window = overlap if overlap[1] > overlap[0] else None
         busy, shares = trace_busy(os.path.join(d, "trace.jsonl"), *window) if window else (None, {})
         cells = [label]
         if serve:
@@ -163,10 +175,11 @@ def main():
     print(f"Requests: Poisson at {rate}/s, answered in arrival order; SLO {slo_ms} ms per request "
           "(arrival to result on the host). Unless given, the rate is 30% of what the server answers "
           "back to back alone and the SLO 3x that service time, both measured at the start of the run.")
-    print("Co-located runs: the trainer starts first, the server once the trainer is past its start-up; "
-          "training throughput is counted over the server's window. Device busy and shares: device "
-          "time from simgpu's kernel trace over the server's window (the trainer alone: its timed "
-          "steps). Service: the time from a request's start to its result, queueing left out. "
+    print("Co-located runs: the trainer starts first, the server once the trainer's warm-up steps are done "
+          "and its timed steps have begun, and the trainer trains on until the server has ended, so both "
+          "run through the server's whole window of requests; training throughput is counted over that "
+          "window. Device busy and shares: device time from simgpu's kernel trace over that window "
+          "(the trainer alone: its timed steps). Service: the time from a request's start to its result, queueing left out. "
           "HAMi-core: " + (hami_note or "not run") + ".\n")
     print("| configuration | requests | service ms (mean) | p50 ms | p99 ms | SLO violations | training steps/s | device busy | shares | host load | settings |")
     print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|")
