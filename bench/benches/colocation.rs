@@ -17,7 +17,8 @@
 //! no result): `-- --shape N` (the Nth shape, from 0), `--config NAME` (that
 //! configuration and `alone`), `--class-only` (only the shapes drawn from
 //! the class, `--class-shapes N` of them, default 10; `--class-shape K`: only
-//! the Kth of them, from 0), `--keep-traces DIR`
+//! the Kth of them, from 0; `--class-seed N`: drawn from seed N instead
+//! of the fixed one, for shapes no tuning saw), `--keep-traces DIR`
 //! (copies each run's simgpu trace there, named by shape, configuration and
 //! the primary's pid).
 
@@ -219,16 +220,23 @@ pub(crate) fn shapes() -> Vec<Shape> {
     ]
 }
 
+/// The class's fixed seed (xorshift64* state).
+const CLASS_SEED: u64 = 0x2545_f491_4f6c_dd1d;
+
 /// Inference primaries drawn from the class co-location must work for at
 /// its defaults: Poisson or bursty (300 ms on, 300 ms off) arrivals, 1 to 8
 /// kernels of 0.1 to 1 ms per request, an SLO of 5 to 20 ms that the request
 /// meets alone with room (at least three times its kernel time), the
 /// primary busy 5 to 50% of the time, and one to three deep-queue fillers
 /// with kernels of 0.1 to 3 ms. Drawn from a fixed seed, so every run
-/// measures the same shapes.
-fn class_shapes(count: usize) -> Vec<Shape> {
+/// measures the same shapes (`seed`: another one's).
+fn class_shapes(count: usize, seed: Option<u64>) -> Vec<Shape> {
     const BLOCKS_PER_MS: f64 = 13_200.0; // simgpu's default model: 1320 blocks = 100 µs
-    let mut state: u64 = 0x2545_f491_4f6c_dd1d;
+    let mut state: u64 = seed.map_or(CLASS_SEED, |s| {
+        // Mixed, so that nearby seeds draw unrelated shapes (and 0 is no
+        // stuck state).
+        (s ^ CLASS_SEED).wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1
+    });
     let mut uniform = move |low: f64, high: f64| {
         // xorshift64*
         state ^= state >> 12;
@@ -289,6 +297,8 @@ fn class_shapes(count: usize) -> Vec<Shape> {
 /// The class at defaults, beside the primary alone: one table row per
 /// drawn shape.
 fn class_section(count: usize, seconds: u64) -> String {
+    let seed: Option<u64> =
+        arg_after("--class-seed").map(|v| v.parse().expect("--class-seed: a whole number"));
     let mut table = Table::new(&[
         "primary and fillers",
         "alone p99 (ms) / violations",
@@ -299,7 +309,7 @@ fn class_section(count: usize, seconds: u64) -> String {
     ]);
     let (mut busy_sum, mut worst_busy, mut worst_extra) = (0.0, f64::MAX, 0.0_f64);
     let mut measured = 0usize;
-    let shapes = class_shapes(count);
+    let shapes = class_shapes(count, seed);
     let only: Option<usize> =
         arg_after("--class-shape").map(|v| v.parse().expect("--class-shape: a whole number"));
     for (index, shape) in shapes.iter().enumerate() {
@@ -331,12 +341,13 @@ fn class_section(count: usize, seconds: u64) -> String {
         ]);
     }
     format!(
-        "## The class at defaults ({count} shapes drawn from a fixed seed)\n\n\
+        "## The class at defaults ({count} shapes drawn from {})\n\n\
          Inference primaries with Poisson or bursty (300 ms on, 300 ms off) arrivals, 1-8 kernels of\n\
          0.1-1 ms per request, SLOs of 5-20 ms (at least three times the request's kernel time), busy\n\
          5-50% of the time alone, beside one to three deep-queue fillers with kernels of 0.1-3 ms; each\n\
          run with the documented flags only (`{DEFAULTS}`), beside the primary alone.\n\
          Mean device busy {:.1}%, lowest {:.1}%; most SLO violations above alone: {:.2} points.\n\n{}\n",
+        seed.map_or("a fixed seed".to_string(), |s| format!("seed {s}")),
         100.0 * busy_sum / measured.max(1) as f64,
         100.0 * worst_busy,
         worst_extra,
