@@ -292,7 +292,11 @@ mod tests {
                 assert!(shares[1] >= 600_000, "{name}: the request holds");
             }
             c.reset();
-            assert_eq!(c.step(0, std::slice::from_ref(&long_out))[0], 0, "{name}: quiet");
+            assert_eq!(
+                c.step(0, std::slice::from_ref(&long_out))[0],
+                0,
+                "{name}: quiet"
+            );
         }
     }
 
