@@ -62,11 +62,18 @@ pub struct TenantActivity {
     /// manager may lend its guarantee while its latency has slack). A
     /// tenant's own claim, which can only lend away its own guarantee.
     colo_primary: AtomicU64,
+    /// Threads of the tenant's processes now inside a synchronising driver
+    /// call (`cuCtxSynchronize`, `cuStreamSynchronize`,
+    /// `cuEventSynchronize`): waiting on work they queued, so at work
+    /// though launching nothing (a training step's sync can outlast the
+    /// node manager's notion of a recent launch). A tenant's own claim: at
+    /// most it keeps a share it can only use by launching.
+    syncing: AtomicU64,
 }
 
 // SAFETY: repr(C), atomics only; all-zero is "nothing recorded".
 unsafe impl SharedLayout for TenantActivity {
-    const MAGIC: u64 = 0x6469_6c75_5445_4c04; // "diluTEL" v4 (v2: buckets apart; v3: skips, tenant key; v4: co-location primary)
+    const MAGIC: u64 = 0x6469_6c75_5445_4c05; // "diluTEL" v5 (v2: buckets apart; v3: skips, tenant key; v4: co-location primary; v5: threads in a sync)
     fn magic(&self) -> &AtomicU64 {
         &self.magic
     }
@@ -183,6 +190,26 @@ impl TenantActivity {
         self.colo_primary.load(Ordering::Relaxed) != 0
     }
 
+    /// A thread enters a synchronising call (pair with
+    /// [`sync_ended`](Self::sync_ended)).
+    pub fn sync_began(&self) {
+        self.syncing.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// A thread left the synchronising call it entered.
+    pub fn sync_ended(&self) {
+        // Never below zero: a count left high by a process that died in a
+        // sync is not undone by another's exit going under it.
+        let _ = self
+            .syncing
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| n.checked_sub(1));
+    }
+
+    /// Whether a thread of the tenant is inside a synchronising call now.
+    pub fn in_sync(&self) -> bool {
+        self.syncing.load(Ordering::Relaxed) != 0
+    }
+
     /// (count, sum in ns) of reported latencies.
     pub fn latency_totals(&self) -> (u64, u64) {
         (
@@ -241,5 +268,21 @@ mod tests {
         assert_eq!(snap.busy_ns, 40_000);
         use crate::histogram::HistogramSnapshot;
         assert_eq!(snap.bubbles.total(), 1, "the lease's work ran out at 21 µs");
+    }
+
+    #[test]
+    fn a_tenant_is_in_a_sync_while_any_thread_is() {
+        let t = activity();
+        assert!(!t.in_sync());
+        t.sync_began();
+        t.sync_began();
+        t.sync_ended();
+        assert!(t.in_sync(), "one thread still waits");
+        t.sync_ended();
+        assert!(!t.in_sync());
+        t.sync_ended(); // an unmatched exit does not wrap the count
+        assert!(!t.in_sync());
+        t.sync_began();
+        assert!(t.in_sync());
     }
 }

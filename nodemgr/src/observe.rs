@@ -103,6 +103,9 @@ pub struct Sampler {
     /// Periods whose counters were read in full (the others were idle).
     full_reads: u64,
     last_launch_ns: Option<u64>,
+    /// When a period last saw a thread of the tenant inside a synchronising
+    /// call (read every period, idle or not: one load).
+    last_sync_ns: Option<u64>,
     /// When a period last saw the tenant's launches wait for tokens.
     last_wait_ns: Option<u64>,
     ring: VecDeque<Slice>,
@@ -137,6 +140,7 @@ impl Default for Sampler {
             window_p99: None,
             full_reads: 0,
             last_launch_ns: None,
+            last_sync_ns: None,
             last_wait_ns: None,
             ring: VecDeque::new(),
             window: [0; BUCKETS],
@@ -222,6 +226,9 @@ impl Sampler {
         spec: &TenantSpec,
         share_ppm: u32,
     ) -> Observation {
+        if telemetry.in_sync() {
+            self.last_sync_ns = Some(now_ns);
+        }
         let pulse = pulse(telemetry, self.device);
         let idle = self.previous.is_some() && self.pulse == Some(pulse);
         self.pulse = Some(pulse);
@@ -309,6 +316,9 @@ impl Sampler {
             throttled_ns,
             idle_ns: self
                 .last_launch_ns
+                .map_or(u64::MAX, |t| now_ns.saturating_sub(t)),
+            sync_idle_ns: self
+                .last_sync_ns
                 .map_or(u64::MAX, |t| now_ns.saturating_sub(t)),
             latency: Latency {
                 p99_ns,
@@ -464,6 +474,32 @@ mod tests {
         let recent = sampler.recent();
         assert!((recent.achieved - 0.2).abs() < 1e-9, "{recent:?}");
         assert_eq!(recent.launches_total, 1);
+    }
+
+    /// A tenant that launched long ago and now waits in a sync on its own
+    /// work is seen in it, so it keeps wanting the device; once out of the
+    /// sync for `RECENT_NS` it no longer does.
+    #[test]
+    fn a_tenant_in_a_sync_is_seen_at_work() {
+        use crate::control::RECENT_NS;
+        let telemetry = Region::<TenantActivity>::anonymous(|_| {}).unwrap();
+        let spec = TenantSpec::default();
+        let mut sampler = Sampler::default();
+        let t0 = 1_000_000_000;
+        telemetry.devices[0].record_launch(t0, 1_000_000);
+        let o = sampler.observe(&telemetry, t0 + 1_000_000, &spec, 0);
+        assert_eq!(o.sync_idle_ns, u64::MAX, "never synchronised");
+        telemetry.sync_began();
+        let during = sampler.observe(&telemetry, t0 + 120_000_000, &spec, 0);
+        assert!(during.idle_ns > RECENT_NS, "{during:?}");
+        assert_eq!(during.sync_idle_ns, 0);
+        assert!(during.wants_device(), "{during:?}");
+        telemetry.sync_ended();
+        let after = sampler.observe(&telemetry, t0 + 125_000_000, &spec, 0);
+        assert_eq!(after.sync_idle_ns, 5_000_000);
+        assert!(after.wants_device(), "just out of the sync: launches next");
+        let quiet = sampler.observe(&telemetry, t0 + 200_000_000, &spec, 0);
+        assert!(!quiet.wants_device(), "{quiet:?}");
     }
 
     /// Overwrites every word of the region but its magic with `words`.

@@ -166,6 +166,82 @@ fn a_tenant_without_an_sm_request_runs_and_gets_the_idle_device_under_every_cont
     }
 }
 
+/// Issue 47: a training loop without an SM request whose step ends in a
+/// sync longer than the node manager's notion of a recent launch (50 ms)
+/// waited, at every step start, for the next control period: waiting on its
+/// own queued work, it looked quiet and was given share 0. A tenant in a
+/// sync is at work: its launches after the sync never wait for tokens.
+#[test]
+fn a_training_loop_whose_steps_sync_long_on_its_own_work_never_waits_for_its_share() {
+    let scratch = Scratch::new("ootb-long-sync");
+    let tenant = unique_name("long-sync");
+    let daemon = NodeManager::start(&scratch, None, "");
+    // Steps of 8 kernels of 15 ms, then a sync of about 120 ms; 1 ms of
+    // data loading between steps.
+    let mut command = dilu_run(
+        &daemon.socket,
+        &unique_name("ootb"),
+        &["--tenant", &tenant],
+        "demo-tenant",
+    );
+    command
+        .args([
+            "train",
+            "--seconds",
+            "6",
+            "--kernels",
+            "8",
+            "--load-ms",
+            "1",
+        ])
+        .env("SIMGPU_KERNEL_COST", "busy=15ms");
+    let mut program = command
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // The tenant's wall time waiting for tokens, as the node manager reads
+    // it while the loop runs: from 1 s after the tenant shows up (its first
+    // launch may wait for a period, as any new tenant's) to the end.
+    let mut first_seen = None;
+    let mut window: Option<((Instant, f64), (Instant, f64))> = None;
+    let deadline = Instant::now() + Duration::from_secs(120);
+    while program.try_wait().unwrap().is_none() {
+        assert!(Instant::now() < deadline, "the training loop hung");
+        let status = daemon.status();
+        if let Some(t) = status["tenants"]
+            .as_array()
+            .and_then(|ts| ts.iter().find(|t| t["name"] == tenant.as_str()))
+            && let Some(s) = t["throttled_seconds_total"].as_f64()
+        {
+            let now = Instant::now();
+            let seen = *first_seen.get_or_insert(now);
+            if now >= seen + Duration::from_secs(1) {
+                let from = window.map_or((now, s), |(from, _)| from);
+                window = Some((from, (now, s)));
+            }
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let output = program.wait_with_output().unwrap();
+    assert!(output.status.success(), "{}", text(&output.stderr));
+    let report: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
+    let ((from, before), (to, after)) = window.expect("the tenant was listed for over 1 s");
+    let seconds = (to - from).as_secs_f64();
+    let waited_ms = (after - before) * 1e3;
+    println!(
+        "{report}: waited for tokens {waited_ms:.1} ms in {seconds:.1} s of steps with ~120 ms syncs"
+    );
+    assert!(seconds >= 1.0, "watched the loop for {seconds:.1} s only");
+    // Before the fix every step (about 8 a second) waited for the next
+    // control period: about 30 ms a second at the default 5 ms period.
+    // Now none waits.
+    assert!(
+        waited_ms < 5.0 * seconds,
+        "waited {waited_ms:.1} ms for tokens in {seconds:.1} s"
+    );
+}
+
 #[test]
 fn a_program_without_tenant_is_managed_and_sm_becomes_its_request_and_limit() {
     let scratch = Scratch::new("ootb-sm");

@@ -367,7 +367,9 @@ pub fn stream_synchronize(
 ) -> CUresult {
     colocation::sync_begin();
     fair_turns::sync_begin();
+    let waiting = sync::in_sync();
     let result = next(stream);
+    drop(waiting);
     colocation::sync_end();
     fair_turns::sync_end();
     sync::synchronised();
@@ -377,7 +379,9 @@ pub fn stream_synchronize(
 pub fn ctx_synchronize(_cx: Cx, next: impl FnOnce() -> CUresult) -> CUresult {
     colocation::sync_begin();
     fair_turns::sync_begin();
+    let waiting = sync::in_sync();
     let result = next();
+    drop(waiting);
     colocation::sync_end();
     fair_turns::sync_end();
     sync::synchronised();
@@ -391,7 +395,9 @@ pub fn event_synchronize(
 ) -> CUresult {
     colocation::sync_begin();
     fair_turns::sync_begin();
+    let waiting = sync::in_sync();
     let result = next(event);
+    drop(waiting);
     colocation::sync_end();
     fair_turns::sync_end();
     sync::synchronised();

@@ -12,6 +12,31 @@ thread_local! {
     static LAST_SYNC_NS: Cell<u64> = const { Cell::new(0) };
 }
 
+/// A thread inside a synchronising call, counted in the tenant's activity
+/// region while it waits (the node manager counts a tenant waiting on its
+/// own queued work as wanting the device, however long since it launched).
+/// Sync entry and exit only: nothing here is on the launch path.
+pub struct InSync(Option<&'static tenant_sm::TenantSm>);
+
+/// Called as a synchronisation call begins; the count drops when the guard
+/// does (also if the call unwinds).
+#[inline]
+pub fn in_sync() -> InSync {
+    let sm = tenant_sm::get();
+    if let Some(sm) = sm {
+        sm.activity().sync_began();
+    }
+    InSync(sm)
+}
+
+impl Drop for InSync {
+    fn drop(&mut self) {
+        if let Some(sm) = self.0 {
+            sm.activity().sync_ended();
+        }
+    }
+}
+
 /// Called after every synchronisation call returns.
 #[inline]
 pub fn synchronised() {

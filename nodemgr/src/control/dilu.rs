@@ -151,7 +151,7 @@ impl Dilu {
             return;
         }
         let p = &self.params;
-        let active = o.idle_ns < p.hold_ns;
+        let active = o.at_work_within(p.hold_ns);
         let was_asleep = self.asleep[i];
         self.asleep[i] = !active;
         let pressure = o.slo_pressure();
@@ -242,9 +242,9 @@ fn lend_all_but_guarantees(
     hold_ns: u64,
     out: &mut [u32],
 ) {
-    // Busy: launched within `hold` (a filler waiting for its turn at the
+    // Busy: launched (or synchronised) within `hold` (a filler waiting for its turn at the
     // gaps launches nothing for a while and still wants the device).
-    let all_busy = batch.iter().all(|&i| tenants[i].idle_ns < hold_ns);
+    let all_busy = batch.iter().all(|&i| tenants[i].at_work_within(hold_ns));
     let requested: u64 = batch
         .iter()
         .map(|&i| u64::from(tenants[i].request_ppm))
@@ -258,7 +258,7 @@ fn lend_all_but_guarantees(
         share_out_batch(tenants, batch, FULL, out);
         for &i in batch {
             let t = &tenants[i];
-            if t.idle_ns < hold_ns || t.wants_device() {
+            if t.at_work_within(hold_ns) || t.wants_device() {
                 out[i] = t.limit_ppm;
             }
         }

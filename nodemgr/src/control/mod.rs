@@ -49,6 +49,11 @@ pub struct Observation {
     /// Time since the tenant last launched anything (0 if it did in this
     /// period; `u64::MAX` if never).
     pub idle_ns: u64,
+    /// Time since the tenant was last seen inside a synchronising call,
+    /// waiting on work it queued (0 if it is in one now; `u64::MAX` if
+    /// never): at work though it launches nothing (a training step's sync
+    /// can take longer than [`RECENT_NS`]).
+    pub sync_idle_ns: u64,
     /// Latency over a recent window (reported request latency, else the
     /// sync-to-sync proxy).
     pub latency: Latency,
@@ -77,12 +82,22 @@ impl Observation {
         self.throttled_ns > 0 || self.utilisation() * FULL as f64 >= 0.9 * self.share_ppm as f64
     }
 
-    /// Whether the tenant wants the device now: it launched within
-    /// [`RECENT_NS`] (a program waiting on its queue between launches is
-    /// still at work), or its launches waited for tokens (a tenant held at
-    /// share 0 launches nothing, and waiting is the only demand it can show).
+    /// Whether the tenant was at work within the last `ns`: it launched,
+    /// or was inside a synchronising call (waiting on its own queue). A
+    /// tenant stuck in a sync for another reason counts as at work too;
+    /// harmless, as the share it keeps is used only when it launches.
+    pub fn at_work_within(&self, ns: u64) -> bool {
+        self.idle_ns < ns || self.sync_idle_ns < ns
+    }
+
+    /// Whether the tenant wants the device now: it launched or synchronised
+    /// within [`RECENT_NS`] (a program waiting on its queue between launches
+    /// is still at work, and launches again when the sync returns: at share
+    /// 0 it would wait for the next period), or its launches waited for
+    /// tokens (a tenant held at share 0 launches nothing, and waiting is the
+    /// only demand it can show).
     pub fn wants_device(&self) -> bool {
-        self.launches > 0 || self.idle_ns < RECENT_NS || self.throttled_ns > 0
+        self.launches > 0 || self.at_work_within(RECENT_NS) || self.throttled_ns > 0
     }
 
     /// Recent p99 as a fraction of the SLO (0 when unknown).
@@ -177,6 +192,7 @@ pub(crate) mod testing {
             launches: 0,
             throttled_ns: 0,
             idle_ns: u64::MAX,
+            sync_idle_ns: u64::MAX,
             latency: Latency::default(),
             colo_primary: false,
         }
@@ -243,6 +259,44 @@ mod tests {
             c.reset();
             let quiet = tenant(WorkClass::Batch, 0, 100);
             assert_eq!(c.step(0, &[quiet])[0], 0, "{name}");
+        }
+    }
+
+    /// Every controller, a tenant without a request that last launched
+    /// longer ago than RECENT_NS but waits in a sync on its own work (a
+    /// training step's end): it keeps a share, so the launches that follow
+    /// the sync go at once; once out of the sync for RECENT_NS it is quiet.
+    #[test]
+    fn a_tenant_waiting_in_a_sync_on_its_own_work_keeps_a_share_under_every_controller() {
+        let mut syncing = tenant(WorkClass::Batch, 0, 100);
+        syncing.idle_ns = 115_000_000;
+        syncing.sync_idle_ns = 0;
+        let just_out = Observation {
+            sync_idle_ns: 3_000_000,
+            ..syncing.clone()
+        };
+        let long_out = Observation {
+            sync_idle_ns: RECENT_NS,
+            ..syncing.clone()
+        };
+        let busy_guaranteed = busy(tenant(WorkClass::Batch, 60, 100), 50);
+        for name in NAMES {
+            let mut c = by_name(name).unwrap();
+            for o in [&syncing, &just_out] {
+                c.reset();
+                let alone = c.step(0, std::slice::from_ref(o));
+                assert_eq!(alone, vec![FULL], "{name}: alone on the device");
+                c.reset();
+                let shares = c.step(0, &[o.clone(), busy_guaranteed.clone()]);
+                assert!(shares[0] > 0, "{name}: {shares:?}");
+                assert!(shares[1] >= 600_000, "{name}: the request holds");
+            }
+            c.reset();
+            assert_eq!(
+                c.step(0, std::slice::from_ref(&long_out))[0],
+                0,
+                "{name}: quiet"
+            );
         }
     }
 

@@ -61,7 +61,7 @@ impl Controller for Rckm {
                 continue;
             }
             out[i] = o.limit_ppm;
-            inference_idle &= o.idle_ns >= IDLE_NS;
+            inference_idle &= !o.at_work_within(IDLE_NS);
             if let Some(busy) = o.latency.period_mean_ns.filter(|&b| b > 0) {
                 self.min_busy_ns[i] = self.min_busy_ns[i].min(busy);
                 let ratio = busy as f64 / self.min_busy_ns[i] as f64;
