@@ -486,6 +486,7 @@ mod tests {
         let spec = TenantSpec::default();
         let mut sampler = Sampler::default();
         let t0 = 1_000_000_000;
+        sampler.observe(&telemetry, t0 - 1_000_000, &spec, 0);
         telemetry.devices[0].record_launch(t0, 1_000_000);
         let o = sampler.observe(&telemetry, t0 + 1_000_000, &spec, 0);
         assert_eq!(o.sync_idle_ns, u64::MAX, "never synchronised");

@@ -28,6 +28,13 @@ pub const FULL: u32 = 1_000_000;
 /// A tenant that launched this recently still wants the device (a deep
 /// queue of 1 ms kernels synchronises for 32 ms between bursts of launches).
 pub const RECENT_NS: u64 = 50_000_000;
+/// A sync counts as work only this long after the tenant's last launch. A
+/// process killed inside a sync leaves its tenant's count of syncing
+/// threads high while the tenant's other processes live on; past this
+/// bound that claim is ignored. A live tenant whose sync outlasts it waits
+/// at most one control period on its next launch: nothing, beside a sync
+/// this long.
+pub const SYNC_TRUSTED_NS: u64 = 10_000_000_000;
 
 /// What one tenant did during the last period, and what it is allowed.
 #[derive(Debug, Clone, PartialEq)]
@@ -83,11 +90,11 @@ impl Observation {
     }
 
     /// Whether the tenant was at work within the last `ns`: it launched,
-    /// or was inside a synchronising call (waiting on its own queue). A
-    /// tenant stuck in a sync for another reason counts as at work too;
-    /// harmless, as the share it keeps is used only when it launches.
+    /// or was inside a synchronising call (waiting on its own queue) with a
+    /// launch within [`SYNC_TRUSTED_NS`]. A tenant stuck in a sync for
+    /// another reason counts as at work too, for that long at most.
     pub fn at_work_within(&self, ns: u64) -> bool {
-        self.idle_ns < ns || self.sync_idle_ns < ns
+        self.idle_ns < ns || (self.sync_idle_ns < ns && self.idle_ns < SYNC_TRUSTED_NS)
     }
 
     /// Whether the tenant wants the device now: it launched or synchronised
@@ -296,6 +303,18 @@ mod tests {
                 c.step(0, std::slice::from_ref(&long_out))[0],
                 0,
                 "{name}: quiet"
+            );
+            // A count left high by a process killed in a sync, its tenant
+            // launching nothing since: not at work for ever.
+            let stale = Observation {
+                idle_ns: SYNC_TRUSTED_NS,
+                ..syncing.clone()
+            };
+            c.reset();
+            assert_eq!(
+                c.step(0, std::slice::from_ref(&stale))[0],
+                0,
+                "{name}: a stale sync"
             );
         }
     }
