@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Checks README.md and docs/*.md: README.md has at most 400 lines; neither
 # names a commit or says "ad hoc" (history belongs to git); every relative
-# link names a file that exists; docs/configuration.md names every DILU_*
+# link names a file that exists; every number in README.md's results table
+# is in a results file its row links to (scripts/readme_numbers.py, which
+# also tests itself here); docs/configuration.md names every DILU_*
 # variable the code reads, and no other. One line per problem; exit 1 if
 # there is any.
 set -euo pipefail
@@ -59,6 +61,19 @@ for file in README.md docs/*.md; do
       problem "$file:$line: link to $target: no such file"
     fi
   done < <(grep -noE '\]\([^)]+\)' "$file" || true)
+done
+
+# README figures are quoted from the files that hold them, never typed: each
+# number in the results table's third column is in a file that row links to.
+# The self-test alters one number a row in a copy and expects each reported,
+# so a checker that stopped reading the table would fail here too. A crash
+# counts as a problem (its message is the line).
+for args in README.md --self-test; do
+  if ! out=$(python3 scripts/readme_numbers.py $args 2>&1); then
+    while IFS= read -r hit; do
+      problem "$hit"
+    done <<< "$out"
+  fi
 done
 
 # Every DILU_* variable the code names is in the configuration reference.
