@@ -141,8 +141,8 @@ impl Dilu {
     /// when they near the SLO, and capping the fillers as well idled the
     /// device in the primary's gaps for a whole control window after each
     /// late period (on simgpu, a Poisson 199 req/s primary beside two
-    /// fillers: 40% of the device idle for up to a second at a time, in
-    /// the very gaps the board had let the fillers into).
+    /// fillers: about 40% of the device idle for most of a second at a
+    /// time, in the very gaps the board had let the fillers into).
     fn taken_back(&self, o: &Observation) -> u32 {
         o.request_ppm.min(o.limit_ppm)
     }
