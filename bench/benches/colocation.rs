@@ -13,6 +13,9 @@
 //! 4` for a quicker, noisier run: the fillers' start is a larger part of
 //! it); needs the
 //! release build (`cargo build --release --workspace`).
+//! `--class-rounds N` runs the class section's shapes N times each (alone,
+//! then beside the fillers, per round) and reports the medians: on a shared
+//! VM one round's violations move by a point or two with the host.
 //! Writes `bench/results/colocation.md`. To look into one case (prints, writes
 //! no result): `-- --shape N` (the Nth shape, from 0), `--config NAME` (that
 //! configuration and `alone`), `--class-only` (only the shapes drawn from
@@ -24,6 +27,7 @@
 
 use dilu_abi::simtrace::{KernelRecord, busy_ns_by_pid};
 use dilu_bench::report::{Table, machine, write_result};
+use dilu_bench::stats::median;
 use dilu_harness::workspace::{
     Scratch, artifact, dilu, read_trace, unique_name, wait_until_serving,
 };
@@ -296,7 +300,7 @@ fn class_shapes(count: usize, seed: Option<u64>) -> Vec<Shape> {
 
 /// The class at defaults, beside the primary alone: one table row per
 /// drawn shape.
-fn class_section(count: usize, seconds: u64) -> String {
+fn class_section(count: usize, seconds: u64, rounds: usize) -> String {
     let seed: Option<u64> =
         arg_after("--class-seed").map(|v| v.parse().expect("--class-seed: a whole number"));
     let mut table = Table::new(&[
@@ -306,6 +310,7 @@ fn class_section(count: usize, seconds: u64) -> String {
         "filler share",
         "primary p99 (ms)",
         "SLO violations",
+        "points over alone",
     ]);
     let (mut busy_sum, mut worst_busy, mut worst_extra) = (0.0, f64::MAX, 0.0_f64);
     let mut measured = 0usize;
@@ -317,27 +322,55 @@ fn class_section(count: usize, seconds: u64) -> String {
             continue;
         }
         eprintln!("colocation, class {index}: {}", shape.name);
-        let alone = run(shape, 100 + index, "alone", seconds);
-        let shared = run(shape, 100 + index, DEFAULTS, seconds);
         let violations = |r: &Run| 100.0 * r.primary["slo_violation_rate"].as_f64().unwrap_or(1.0);
         let p99 = |r: &Run| r.primary["p99_ms"].as_f64().unwrap_or(0.0);
-        eprintln!(
-            "  busy {:.1}% violations {:.2}% (alone {:.2}%)",
-            shared.device_busy * 100.0,
-            violations(&shared),
-            violations(&alone)
-        );
-        busy_sum += shared.device_busy;
+        // Per round: alone and shared, one after the other, so that each
+        // difference is taken under the same host conditions; each cell is
+        // the median over the rounds.
+        let mut cells: [Vec<f64>; 7] = Default::default();
+        for round in 0..rounds {
+            let alone = run(shape, 100 + index, "alone", seconds);
+            let shared = run(shape, 100 + index, DEFAULTS, seconds);
+            eprintln!(
+                "  round {}/{rounds}: busy {:.1}% violations {:.2}% (alone {:.2}%)",
+                round + 1,
+                shared.device_busy * 100.0,
+                violations(&shared),
+                violations(&alone)
+            );
+            for (cell, value) in cells.iter_mut().zip([
+                p99(&alone),
+                violations(&alone),
+                shared.device_busy,
+                shared.filler_share,
+                p99(&shared),
+                violations(&shared),
+                violations(&shared) - violations(&alone),
+            ]) {
+                cell.push(value);
+            }
+        }
+        let [
+            alone_p99,
+            alone_violations,
+            busy,
+            filler,
+            shared_p99,
+            shared_violations,
+            extra,
+        ] = cells.map(|mut c| median(&mut c));
+        busy_sum += busy;
         measured += 1;
-        worst_busy = f64::min(worst_busy, shared.device_busy);
-        worst_extra = worst_extra.max(violations(&shared) - violations(&alone));
+        worst_busy = f64::min(worst_busy, busy);
+        worst_extra = worst_extra.max(extra);
         table.row(vec![
             shape.name.clone(),
-            format!("{:.1} / {:.2}%", p99(&alone), violations(&alone)),
-            format!("{:.1}%", shared.device_busy * 100.0),
-            format!("{:.1}%", shared.filler_share * 100.0),
-            format!("{:.1}", p99(&shared)),
-            format!("{:.2}%", violations(&shared)),
+            format!("{alone_p99:.1} / {alone_violations:.2}%"),
+            format!("{:.1}%", busy * 100.0),
+            format!("{:.1}%", filler * 100.0),
+            format!("{shared_p99:.1}"),
+            format!("{shared_violations:.2}%"),
+            format!("{extra:+.2}"),
         ]);
     }
     format!(
@@ -345,9 +378,17 @@ fn class_section(count: usize, seconds: u64) -> String {
          Inference primaries with Poisson or bursty (300 ms on, 300 ms off) arrivals, 1-8 kernels of\n\
          0.1-1 ms per request, SLOs of 5-20 ms (at least three times the request's kernel time), busy\n\
          5-50% of the time alone, beside one to three deep-queue fillers with kernels of 0.1-3 ms; each\n\
-         run with the documented flags only (`{DEFAULTS}`), beside the primary alone.\n\
+         run with the documented flags only (`{DEFAULTS}`), beside the primary alone. {}\n\
          Mean device busy {:.1}%, lowest {:.1}%; most SLO violations above alone: {:.2} points.\n\n{}\n",
         seed.map_or("a fixed seed".to_string(), |s| format!("seed {s}")),
+        if rounds > 1 {
+            format!(
+                "Each cell is the median of {rounds} rounds, a round running the primary alone and \
+                 then beside its fillers (points over alone: the median of the rounds' differences)."
+            )
+        } else {
+            "One round: the primary alone, then beside its fillers.".to_string()
+        },
         100.0 * busy_sum / measured.max(1) as f64,
         100.0 * worst_busy,
         worst_extra,
@@ -377,6 +418,15 @@ fn summary(child: Child, what: &str) -> serde_json::Value {
         .rev()
         .find_map(|l| serde_json::from_str(l).ok())
         .unwrap_or_else(|| panic!("{what} printed no JSON: {stdout}"))
+}
+
+/// `--class-rounds N` (default 1): rounds of the class section, each cell
+/// their median.
+fn class_rounds_arg() -> usize {
+    arg_after("--class-rounds")
+        .map(|v| v.parse().expect("--class-rounds: a whole number"))
+        .unwrap_or(1usize)
+        .max(1)
 }
 
 /// The value after `flag` on the command line.
@@ -580,6 +630,7 @@ fn main() {
     if std::env::args().any(|a| a == "--list") {
         return;
     }
+    dilu_bench::report::start_counting_steal();
     let seconds = seconds_arg();
     let only: Option<String> = arg_after("--shape");
     let only_config = arg_after("--config");
@@ -680,12 +731,13 @@ fn main() {
     let class_count: usize = arg_after("--class-shapes")
         .map(|v| v.parse().expect("--class-shapes: a whole number"))
         .unwrap_or(10);
+    let class_rounds = class_rounds_arg();
     if only.is_none() && only_config.is_none() && class_count > 0 {
-        sections.push_str(&class_section(class_count, seconds));
+        sections.push_str(&class_section(class_count, seconds, class_rounds));
     }
     let doc = format!(
         "# Work-conserving co-location\n\n\
-         Command: `scripts/bench.sh colocation -- --seconds {seconds}`.\n\n\
+         Command: `scripts/bench.sh colocation -- --seconds {seconds}{}`.\n\n\
          `{DEFAULTS}` is what a user gets with the documented flags and nothing else: `dilu nodemgr`\n\
          with its default controller, the primary under `dilu run --colo primary` (and `--slo-ms` for an\n\
          inference primary), each filler under `dilu run --colo filler`, no SM request and no `DILU_*`\n\
@@ -723,6 +775,11 @@ fn main() {
          Latency: each request's arrival to its last kernel's end, measured by the program.\n\n\
          {sections}\
          Machine: {}. A loaded, shared 2-core VM without a GPU: every process competes for the CPU.\n",
+        if class_rounds > 1 {
+            format!(" --class-rounds {class_rounds}")
+        } else {
+            String::new()
+        },
         machine(),
         turn_ms = dilu_layout::colocation::FILLER_TURN_NS / 1_000_000,
         handoff_us = dilu_layout::colocation::HANDOFF_NS / 1_000,

@@ -2,6 +2,7 @@
 //! numbers came from.
 
 use std::path::PathBuf;
+use std::sync::OnceLock;
 
 /// A markdown table. The first column is left-aligned, the others (numbers)
 /// right-aligned.
@@ -86,9 +87,49 @@ pub fn machine() -> String {
         .map(|k| k.trim().to_string())
         .unwrap_or_default();
     format!(
-        "{cpu}, {cores} cores online, load average {load} (1/5/15 min) when measured, Linux {kernel}{}",
-        scheduling()
+        "{cpu}, {cores} cores online, load average {load} (1/5/15 min) when measured, Linux {kernel}{}{}",
+        scheduling(),
+        host_steal()
     )
+}
+
+/// The machine's CPU time so far, all of it and what the hypervisor gave
+/// to others (steal), in clock ticks, from the `cpu` line of /proc/stat.
+fn cpu_ticks() -> Option<(u64, u64)> {
+    let stat = std::fs::read_to_string("/proc/stat").ok()?;
+    let line = stat.lines().find(|l| l.starts_with("cpu "))?;
+    let ticks: Vec<u64> = line
+        .split_whitespace()
+        .skip(1)
+        .map(|t| t.parse().unwrap_or(0))
+        .collect();
+    // user nice system idle iowait irq softirq steal (guest time is
+    // counted in user already).
+    let total = ticks.iter().take(8).sum();
+    Some((total, *ticks.get(7)?))
+}
+
+static RUN_START_TICKS: OnceLock<Option<(u64, u64)>> = OnceLock::new();
+
+/// Called as a benchmark starts: [`machine`] then also says how much of the
+/// machine's CPU time the host took for others during the run. On a shared
+/// VM that time is what makes one run's latencies unlike another's (alone
+/// runs of one arrival sequence ranged over two points of SLO violations).
+pub fn start_counting_steal() {
+    RUN_START_TICKS.get_or_init(cpu_ticks);
+}
+
+fn host_steal() -> String {
+    let Some(Some((total_then, steal_then))) = RUN_START_TICKS.get().copied() else {
+        return String::new();
+    };
+    match cpu_ticks() {
+        Some((total, steal)) if total > total_then => format!(
+            ", the host taking {:.1}% of its CPU time for others (steal) during the run",
+            100.0 * steal.saturating_sub(steal_then) as f64 / (total - total_then) as f64
+        ),
+        _ => String::new(),
+    }
 }
 
 /// How the benchmark process is scheduled, where not as usual: a run at
