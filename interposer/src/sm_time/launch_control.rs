@@ -194,7 +194,7 @@ fn admit_through_bucket(
         let now = charge_bucket(sm, device, stream, charge, share);
         charged = Some((now, charge, 1 + uncounted));
     }
-    let mut held = crate::sm_time::colocation::before_launch(device, cost);
+    let mut held = crate::sm_time::colocation::before_launch(device, cost, estimate.is_some());
     if let Some((now, paid, _)) = charged
         && is_limited(share)
     {
