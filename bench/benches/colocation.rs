@@ -26,7 +26,7 @@
 //! the primary's pid).
 
 use dilu_abi::simtrace::{KernelRecord, busy_ns_by_pid};
-use dilu_bench::report::{Table, machine, write_result};
+use dilu_bench::report::{StealSince, Table, machine, write_result};
 use dilu_bench::stats::median;
 use dilu_harness::workspace::{
     Scratch, artifact, dilu, read_trace, unique_name, wait_until_serving,
@@ -306,6 +306,7 @@ fn class_section(count: usize, seconds: u64, rounds: usize) -> String {
     let mut table = Table::new(&[
         "primary and fillers",
         "alone p99 (ms) / violations",
+        "no-delay bound",
         "device busy",
         "filler share",
         "primary p99 (ms)",
@@ -327,20 +328,25 @@ fn class_section(count: usize, seconds: u64, rounds: usize) -> String {
         // Per round: alone and shared, one after the other, so that each
         // difference is taken under the same host conditions; each cell is
         // the median over the rounds.
-        let mut cells: [Vec<f64>; 7] = Default::default();
+        let mut cells: [Vec<f64>; 8] = Default::default();
         for round in 0..rounds {
+            let steal = StealSince::now();
             let alone = run(shape, 100 + index, "alone", seconds);
             let shared = run(shape, 100 + index, DEFAULTS, seconds);
             eprintln!(
-                "  round {}/{rounds}: busy {:.1}% violations {:.2}% (alone {:.2}%)",
+                "  round {}/{rounds}: busy {:.1}% violations {:.2}% (alone {:.2}%), host steal {}",
                 round + 1,
                 shared.device_busy * 100.0,
                 violations(&shared),
-                violations(&alone)
+                violations(&alone),
+                steal
+                    .percent()
+                    .map_or("unknown".into(), |p| format!("{p:.1}%"))
             );
             for (cell, value) in cells.iter_mut().zip([
                 p99(&alone),
                 violations(&alone),
+                alone.no_delay_bound,
                 shared.device_busy,
                 shared.filler_share,
                 p99(&shared),
@@ -353,6 +359,7 @@ fn class_section(count: usize, seconds: u64, rounds: usize) -> String {
         let [
             alone_p99,
             alone_violations,
+            bound,
             busy,
             filler,
             shared_p99,
@@ -366,6 +373,7 @@ fn class_section(count: usize, seconds: u64, rounds: usize) -> String {
         table.row(vec![
             shape.name.clone(),
             format!("{alone_p99:.1} / {alone_violations:.2}%"),
+            format!("{:.1}%", bound * 100.0),
             format!("{:.1}%", busy * 100.0),
             format!("{:.1}%", filler * 100.0),
             format!("{shared_p99:.1}"),
@@ -379,6 +387,9 @@ fn class_section(count: usize, seconds: u64, rounds: usize) -> String {
          0.1-1 ms per request, SLOs of 5-20 ms (at least three times the request's kernel time), busy\n\
          5-50% of the time alone, beside one to three deep-queue fillers with kernels of 0.1-3 ms; each\n\
          run with the documented flags only (`{DEFAULTS}`), beside the primary alone. {}\n\
+         No-delay bound: from the primary's run alone, its kernel time and every idle stretch of at\n\
+         least the hold-off less the two hand-offs filling it costs, per wall time: how busy fillers\n\
+         that never delay the primary could keep the device (within its tolerance they may go beyond).\n\
          Mean device busy {:.1}%, lowest {:.1}%; most SLO violations above alone: {:.2} points.\n\n{}\n",
         seed.map_or("a fixed seed".to_string(), |s| format!("seed {s}")),
         if rounds > 1 {
@@ -398,6 +409,9 @@ fn class_section(count: usize, seconds: u64, rounds: usize) -> String {
 
 pub(crate) struct Run {
     pub(crate) device_busy: f64,
+    /// The primary's kernel time and what of its idle time fillers could
+    /// use without delaying it ([`no_delay_bound`]), per wall time.
+    no_delay_bound: f64,
     pub(crate) filler_share: f64,
     /// Each filler's share, in the shape's order.
     filler_shares: Vec<f64>,
@@ -601,6 +615,7 @@ pub(crate) fn run(shape: &Shape, shape_index: usize, config: &str, seconds: u64)
     let mine: Vec<&KernelRecord> = records.iter().filter(|r| r.pid == primary_pid).collect();
     let from = mine.iter().map(|r| r.start_ns).min().unwrap_or(0);
     let to = mine.iter().map(|r| r.end_ns).max().unwrap_or(0);
+    let no_delay_bound = no_delay_bound(&mine, from, to);
     let busy = busy_ns_by_pid(&records, from, to);
     let span = to.saturating_sub(from).max(1) as f64;
     let total: u64 = busy.values().sum();
@@ -617,6 +632,7 @@ pub(crate) fn run(shape: &Shape, shape_index: usize, config: &str, seconds: u64)
     let _ = std::fs::remove_file(board);
     Run {
         device_busy: total as f64 / span,
+        no_delay_bound,
         filler_share: filler as f64 / span,
         filler_shares: filler_pids
             .iter()
@@ -624,6 +640,31 @@ pub(crate) fn run(shape: &Shape, shape_index: usize, config: &str, seconds: u64)
             .collect(),
         primary,
     }
+}
+
+/// How busy the device could be kept, from the primary's kernels between
+/// `from` and `to`, by fillers that never delay it: its own kernel time,
+/// plus each idle stretch at least the hold-off long (shorter ones are the
+/// program between dependent launches) less the two hand-offs it costs to
+/// fill (to a filler and back). A reference for a run of the primary
+/// alone: fillers that delay it (within its tolerance) can go beyond it.
+fn no_delay_bound(primary: &[&KernelRecord], from: u64, to: u64) -> f64 {
+    use dilu_layout::colocation::{DEFAULT_HOLDOFF_NS, HANDOFF_NS};
+    let mut stretches: Vec<(u64, u64)> = primary.iter().map(|r| (r.start_ns, r.end_ns)).collect();
+    stretches.sort_unstable();
+    let mut usable = 0u64;
+    let mut busy_until = from;
+    for (start, end) in stretches {
+        if start > busy_until {
+            let idle = start - busy_until;
+            if idle >= DEFAULT_HOLDOFF_NS {
+                usable += idle.saturating_sub(2 * HANDOFF_NS);
+            }
+        }
+        usable += end.saturating_sub(start.max(busy_until));
+        busy_until = busy_until.max(end);
+    }
+    usable as f64 / to.saturating_sub(from).max(1) as f64
 }
 
 fn seconds_arg() -> u64 {

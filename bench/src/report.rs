@@ -120,6 +120,23 @@ pub fn start_counting_steal() {
     RUN_START_TICKS.get_or_init(cpu_ticks);
 }
 
+/// Measures the host's steal from now on: [`StealSince::percent`] says how
+/// much of the machine's CPU time since then the host took for others.
+pub struct StealSince(Option<(u64, u64)>);
+
+impl StealSince {
+    pub fn now() -> Self {
+        Self(cpu_ticks())
+    }
+
+    pub fn percent(&self) -> Option<f64> {
+        let (total_then, steal_then) = self.0?;
+        let (total, steal) = cpu_ticks()?;
+        (total > total_then)
+            .then(|| 100.0 * steal.saturating_sub(steal_then) as f64 / (total - total_then) as f64)
+    }
+}
+
 fn host_steal() -> String {
     let Some(Some((total_then, steal_then))) = RUN_START_TICKS.get().copied() else {
         return String::new();
