@@ -1257,15 +1257,21 @@ mod tests {
         );
     }
 
+    /// The primary launches one 200 µs kernel at `at` and synchronises
+    /// as it ends.
+    fn one_kernel_waited_for(b: &DeviceBoard, at: u64) {
+        b.primary_launch(at, 200 * US);
+        b.primary_sync_begin();
+        b.primary_sync_end(at + 200 * US);
+    }
+
     #[test]
     fn after_a_request_that_waited_the_gap_opens_only_after_the_hold_off() {
         let board = board();
         let b = board.device(0);
         b.attach_primary(1, 2 * MS, DEFAULT_HOLDOFF_NS);
         let t = 5_000 * MS;
-        b.primary_launch(t, 200 * US);
-        b.primary_sync_begin();
-        b.primary_sync_end(t + 200 * US);
+        one_kernel_waited_for(b, t);
         // The request had waited behind the one before it: the next one
         // may be waiting now, and gets the hold-off to launch.
         b.primary_request_over(true);
@@ -1280,9 +1286,7 @@ mod tests {
         assert_eq!(b.filler_admit(later, MS, false, FILLER), FillerGate::Go);
         // A request that had not waited opens its gap at once again.
         let next = later + 5 * MS;
-        b.primary_launch(next, 200 * US);
-        b.primary_sync_begin();
-        b.primary_sync_end(next + 200 * US);
+        one_kernel_waited_for(b, next);
         b.primary_request_over(false);
         assert_eq!(
             b.filler_admit(next + 210 * US, MS, false, FILLER),
@@ -1621,16 +1625,12 @@ mod tests {
         let t = 5_000 * MS;
         // One request ended and was reported: this primary says where its
         // requests end.
-        b.primary_launch(t, 200 * US);
-        b.primary_sync_begin();
-        b.primary_sync_end(t + 200 * US);
+        one_kernel_waited_for(b, t);
         b.primary_request_over(false);
         // The next request's first kernel, then a gap inside it (longer
         // than the hold-off: a slow host between two dependent kernels).
         let next = t + 3 * MS;
-        b.primary_launch(next, 200 * US);
-        b.primary_sync_begin();
-        b.primary_sync_end(next + 200 * US);
+        one_kernel_waited_for(b, next);
         let inside = next + 200 * US + 2 * DEFAULT_HOLDOFF_NS;
         assert!(
             matches!(
