@@ -109,7 +109,7 @@ fn cpu_ticks() -> Option<(u64, u64)> {
     Some((total, *ticks.get(7)?))
 }
 
-static RUN_START_TICKS: OnceLock<Option<(u64, u64)>> = OnceLock::new();
+static RUN_STEAL: OnceLock<StealSince> = OnceLock::new();
 
 /// Called as a benchmark starts: [`machine`] then also says how much of the
 /// machine's CPU time the host took for others during the run. On a shared
@@ -117,7 +117,7 @@ static RUN_START_TICKS: OnceLock<Option<(u64, u64)>> = OnceLock::new();
 /// 2-19% steal, a primary's alone p99 read 19.9 ms where quieter runs read
 /// 2.4-9.3 ms).
 pub fn start_counting_steal() {
-    RUN_START_TICKS.get_or_init(cpu_ticks);
+    RUN_STEAL.get_or_init(StealSince::now);
 }
 
 /// Measures the host's steal from now on: [`StealSince::percent`] says how
@@ -138,16 +138,12 @@ impl StealSince {
 }
 
 fn host_steal() -> String {
-    let Some(Some((total_then, steal_then))) = RUN_START_TICKS.get().copied() else {
-        return String::new();
-    };
-    match cpu_ticks() {
-        Some((total, steal)) if total > total_then => format!(
-            ", the host taking {:.1}% of its CPU time for others (steal) during the run",
-            100.0 * steal.saturating_sub(steal_then) as f64 / (total - total_then) as f64
-        ),
-        _ => String::new(),
-    }
+    RUN_STEAL
+        .get()
+        .and_then(StealSince::percent)
+        .map_or(String::new(), |p| {
+            format!(", the host taking {p:.1}% of its CPU time for others (steal) during the run")
+        })
 }
 
 /// How the benchmark process is scheduled, where not as usual: a run at
