@@ -794,7 +794,7 @@ fn main() {
          `{DEFAULTS}` is what a user gets with the documented flags and nothing else: `dilu nodemgr`\n\
          with its default controller, the primary under `dilu run --colo primary` (and `--slo-ms` for an\n\
          inference primary), each filler under `dilu run --colo filler`, no SM request and no `DILU_*`\n\
-         tuning variable (a primary's tolerance is then a quarter of its SLO; a filler's guarantee 10%).\n\
+         tuning variable (a primary's tolerance is then half its SLO; a filler's guarantee 10%).\n\
          The rows below it set requests and, for `dilu-colo`, a tolerance, as named. The last section\n\
          runs the defaults over shapes drawn from the class co-location is meant for.\n\n\
          A primary and two batch fillers with deep queues (cudarc-loop, a synchronisation every\n\
@@ -805,8 +805,8 @@ fn main() {
          for training loss); `no limiter`: no node manager; `static`, `dilu-rckm`, `dilu`: the node\n\
          manager's controllers; `dilu-colo`: fillers launch only into the primary's gaps (gap\n\
          board, `dilu run --colo`), the inference primary tolerating one filler kernel of delay\n\
-         (`DILU_COLO_TOLERANCE=2ms`, cut per request to the slack, SLO minus latency, of the worst\n\
-         of its last 8 requests), the training primary none, and the `dilu-colo` controller lends\n\
+         (`DILU_COLO_TOLERANCE=2ms`, cut per request to the slack, SLO minus latency without the delay\n\
+         fillers caused, of the worst of its last 8 requests), the training primary none, and the `dilu-colo` controller lends\n\
          the primary's guarantee (while all of it is lent, each busy batch tenant may use the\n\
          device but the others' requests) and takes its request back in the control period a\n\
          request nears the SLO. Fillers keep the gaps in turns of {turn_ms} ms (a hand-off between processes costs\n\

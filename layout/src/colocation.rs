@@ -440,6 +440,12 @@ impl DeviceBoard {
         }
     }
 
+    /// How long, in all, the primary's launches were estimated to wait
+    /// behind filler work.
+    pub fn primary_delay_ns(&self) -> u64 {
+        self.primary_stats.primary_delay_ns.load(Relaxed)
+    }
+
     pub fn tolerance_ns(&self) -> u64 {
         self.params.tolerance_ns.load(Relaxed)
     }

@@ -12,14 +12,15 @@
 //!   uses the slot of the `k`-th GPU listed, so tenants of one user and
 //!   group on different GPUs (each seeing its GPU as device 0) keep to
 //!   their own GPU's slot; otherwise device `k` uses slot `k`.
-//! - primary: `DILU_COLO_TOLERANCE` (a duration; default a quarter of
-//!   its SLO, 0 without one): the delay of one filler kernel its
-//!   requests can absorb, letting fillers into gaps no history predicts;
-//!   its SLO (`slo_ms` of `DILU_SPEC`, `dilu run --slo-ms`): the
-//!   tolerance in force is at most the slack (SLO minus latency) of the
-//!   worst of the last 8 reported requests, so it shrinks before the next
-//!   launch when a request nears the SLO and comes back as such requests
-//!   age out;
+//! - primary: `DILU_COLO_TOLERANCE` (a duration; default half its SLO,
+//!   0 without one): the delay of one filler kernel its requests can
+//!   absorb, letting fillers into gaps no history predicts; its SLO
+//!   (`slo_ms` of `DILU_SPEC`, `dilu run --slo-ms`): the tolerance in
+//!   force is at most the slack (SLO minus latency, less the hand-offs)
+//!   of the worst of the last 8 reported requests, their latency taken
+//!   without the delay fillers caused, so it shrinks before the next
+//!   launch when a request nears the SLO on its own and comes back as
+//!   such requests age out;
 //!   `DILU_COLO_HOLDOFF` (default 150us): idle time shorter than this is the
 //!   program between dependent launches, not a gap (except after a request
 //!   whose latency the program reported: that gap opens at once, unless the
@@ -46,7 +47,8 @@ use crate::sm_time::quiet_samples::HonouredHolds;
 use dilu_abi::node_wire::{SPEC_ENV, SpecVar};
 use dilu_abi::units;
 use dilu_layout::colocation::{
-    DEFAULT_HOLDOFF_NS, DeviceBoard, FillerGate, GapBoard, MAX_SAMPLE_HOLD_NS, Owed, SampleHoldPost,
+    DEFAULT_HOLDOFF_NS, DeviceBoard, FillerGate, GapBoard, HANDOFF_NS, MAX_SAMPLE_HOLD_NS, Owed,
+    SampleHoldPost,
 };
 use dilu_layout::ledger::MAX_DEVICES;
 use dilu_layout::monotonic_ns;
@@ -133,12 +135,15 @@ pub fn from_env(
     }))
 }
 
-/// A primary's tolerance when none is set: a quarter of its SLO (2 ms of an
-/// 8 ms SLO), cut per request to the slack its recent requests left (see
-/// [`tolerance_within_slack`]). Without an SLO, none: a primary with no
-/// latency target (a training loop) is never knowingly delayed.
+/// A primary's tolerance when none is set: half its SLO (4 ms of an 8 ms
+/// SLO), cut per request to the slack its recent requests left without
+/// fillers (see [`tolerance_within_slack`]). Without an SLO, none: a
+/// primary with no latency target (a training loop) is never knowingly
+/// delayed. A quarter kept fillers of 2 ms kernels beside a 6 ms SLO to
+/// their guarantees: 58.8% busy on simgpu where half gave 93.0% with no
+/// more violations.
 fn default_tolerance_ns(slo_ns: u64) -> u64 {
-    slo_ns / 4
+    slo_ns / 2
 }
 
 /// A filler's guarantee when none is set: its SM request (the spec it gives
@@ -161,7 +166,8 @@ struct Colo {
     slots: [usize; MAX_DEVICES],
     /// How many devices the process can have (slots beyond are unused).
     devices: usize,
-    /// The primary's last reported request latencies.
+    /// The primary's last reported request latencies, less the delay
+    /// fillers caused them.
     recent_latencies: RecentLatencies,
     /// When the primary's last reported request ended (0: none yet).
     last_request_end: AtomicU64,
@@ -242,11 +248,15 @@ const MAX_HOLD_NS: u64 = 2_000_000;
 /// Requests whose latency bounds the tolerance in force.
 const SLACK_WINDOW: usize = 8;
 
-/// The last [`SLACK_WINDOW`] request latencies (threads of a server may
-/// report at once; a lost race overwrites one slot, never tears one).
+/// The last [`SLACK_WINDOW`] request latencies without the delay fillers
+/// caused them (threads of a server may report at once; a lost race
+/// overwrites one slot, never tears one).
 struct RecentLatencies {
     next: AtomicU32,
     ns: [AtomicU64; SLACK_WINDOW],
+    /// The boards' count of the primary's delay behind filler work at the
+    /// last report.
+    delay_seen_ns: AtomicU64,
 }
 
 impl RecentLatencies {
@@ -254,7 +264,22 @@ impl RecentLatencies {
         Self {
             next: AtomicU32::new(0),
             ns: [const { AtomicU64::new(0) }; SLACK_WINDOW],
+            delay_seen_ns: AtomicU64::new(0),
         }
+    }
+
+    /// Records a request of `latency_ns` reported when the boards had
+    /// counted `delay_ns` of the primary's delay behind filler work in all;
+    /// returns the worst latency of the window. The delay counted since the
+    /// last report (at launches that were this request's) is taken off:
+    /// judged on latencies with it in, the tolerance cut itself (fillers
+    /// delayed requests, the slack shrank, fillers were kept out, the slack
+    /// came back), and a Poisson primary at 96 req/s beside two fillers on
+    /// simgpu alternated so.
+    fn record_request(&self, latency_ns: u64, delay_ns: u64) -> u64 {
+        let since_last =
+            delay_ns.saturating_sub(self.delay_seen_ns.swap(delay_ns, Ordering::Relaxed));
+        self.record(latency_ns.saturating_sub(since_last))
     }
 
     /// Records one latency; returns the worst of the window.
@@ -277,10 +302,14 @@ fn waited_behind_previous(now: u64, latency_ns: u64, previous_end: u64) -> bool 
 }
 
 /// The tolerance in force: a filler kernel delays a request by at most the
-/// tolerance, so it may be at most the slack the worst recent request left
-/// (a request like it then still meets the SLO).
+/// tolerance and the hand-offs to the filler and back, so it may be at
+/// most the slack the worst recent request left without fillers, less
+/// those hand-offs (a request like it then still meets the SLO).
 fn tolerance_within_slack(configured_ns: u64, slo_ns: u64, worst_recent_ns: u64) -> u64 {
-    configured_ns.min(slo_ns.saturating_sub(worst_recent_ns))
+    let slack = slo_ns
+        .saturating_sub(worst_recent_ns)
+        .saturating_sub(2 * HANDOFF_NS);
+    configured_ns.min(slack)
 }
 
 /// The board slot of each in-process device, and how many devices the
@@ -644,7 +673,10 @@ pub fn latency_reported(latency_ns: u64) {
     let Some(slo) = colo.config.slo_ns else {
         return;
     };
-    let worst = colo.recent_latencies.record(latency_ns);
+    let delay_ns = (0..colo.devices)
+        .map(|device| colo.board(device).primary_delay_ns())
+        .sum();
+    let worst = colo.recent_latencies.record_request(latency_ns, delay_ns);
     let tolerance = tolerance_within_slack(colo.config.tolerance_ns, slo, worst);
     for device in 0..colo.devices {
         colo.board(device).set_tolerance(tolerance);
@@ -687,12 +719,41 @@ mod tests {
         let recent = RecentLatencies::new();
         let tolerance = |latency| tolerance_within_slack(2 * MS, 15 * MS, recent.record(latency));
         assert_eq!(tolerance(4 * MS), 2 * MS, "ample slack: all of it");
-        assert_eq!(tolerance(14 * MS), MS, "1 ms of slack left");
+        assert_eq!(
+            tolerance(14 * MS),
+            MS - 2 * HANDOFF_NS,
+            "1 ms of slack left, less the hand-offs"
+        );
         assert_eq!(tolerance(16 * MS), 0, "a violation: none");
         for _ in 0..SLACK_WINDOW - 1 {
             assert_eq!(tolerance(4 * MS), 0, "the violation is still recent");
         }
         assert_eq!(tolerance(4 * MS), 2 * MS, "aged out");
+    }
+
+    #[test]
+    fn the_slack_is_judged_without_the_delay_fillers_caused() {
+        const MS: u64 = 1_000_000;
+        let recent = RecentLatencies::new();
+        let mut delay_total = 0;
+        // Requests of 3 ms alone under a 6 ms SLO, each delayed 2 ms by a
+        // filler kernel: the slack without fillers is 3 ms every time, so
+        // the tolerance stays, request after request.
+        for request in 0..3 * SLACK_WINDOW {
+            delay_total += 2 * MS;
+            let worst = recent.record_request(5 * MS, delay_total);
+            assert_eq!(worst, 3 * MS, "request {request}");
+            assert_eq!(
+                tolerance_within_slack(3 * MS, 6 * MS, worst),
+                3 * MS - 2 * HANDOFF_NS
+            );
+        }
+        // A request slow on its own still cuts it.
+        let worst = recent.record_request(5 * MS + 500_000, delay_total);
+        assert_eq!(
+            tolerance_within_slack(3 * MS, 6 * MS, worst),
+            MS / 2 - 2 * HANDOFF_NS
+        );
     }
 
     #[test]
@@ -766,9 +827,9 @@ mod tests {
         };
         assert_eq!(
             tolerance(&[("DILU_SPEC", "class=latency,slo_ms=8")]),
-            2_000_000
+            4_000_000
         );
-        assert_eq!(tolerance(&[("DILU_SPEC", "slo_ms=20")]), 5_000_000);
+        assert_eq!(tolerance(&[("DILU_SPEC", "slo_ms=20")]), 10_000_000);
         assert_eq!(tolerance(&[]), 0);
         let f = from_env(test_env(&[
             ("DILU_COLO", "online-filler"),

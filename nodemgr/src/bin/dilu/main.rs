@@ -191,7 +191,9 @@ struct SpecArgs {
     /// primary's gaps; online fillers before offline ones).
     #[arg(long, value_name = "ROLE", value_parser = ["primary", "filler", "online-filler"])]
     colo: Option<String>,
-    /// Latency SLO in milliseconds (latency tenants).
+    /// Latency SLO in milliseconds (latency tenants; a co-location primary
+    /// tolerates one filler kernel of delay up to half of it, less as its
+    /// own latency nears it; DILU_COLO_TOLERANCE sets another bound).
     #[arg(long, value_name = "MS")]
     slo_ms: Option<f64>,
     /// Guaranteed SM-time share, percent (for a co-location filler also
