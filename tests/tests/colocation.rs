@@ -586,7 +586,7 @@ fn primary_waits_as_fillers_join() -> Waits {
 /// (`UNMEASURED_FILLER_KERNEL_NS`), so one of them at a time is queued
 /// ahead of the primary. Counted as the launch path's first guess
 /// (100 µs), each fitted the primary's tolerance, the three fillers queued
-/// theirs together, and a request's kernel waited for all three (6 ms).
+/// theirs together, and a request's kernel waited for several of them.
 /// The bound: one filler kernel and simgpu's time slice (a filler that
 /// holds the device with work queued keeps it for its slice; on a loaded
 /// host a primary thread preempted between launch and synchronisation
