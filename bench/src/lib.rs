@@ -20,6 +20,7 @@
 
 pub mod cli;
 pub mod driver;
+pub mod peers;
 pub mod report;
 pub mod stats;
 pub mod svg;
