@@ -27,7 +27,7 @@
 
 use dilu_abi::simtrace::{KernelRecord, busy_ns_by_pid};
 use dilu_bench::report::{StealSince, Table, machine, write_result};
-use dilu_bench::stats::median;
+use dilu_bench::stats::{Draws, median};
 use dilu_harness::workspace::{
     Scratch, artifact, dilu, read_trace, unique_name, wait_until_serving,
 };
@@ -49,6 +49,12 @@ const CONFIGS: [&str; 8] = [
 /// inference primary) and `--colo filler`, no SM request and no `DILU_*`
 /// tuning variable.
 pub(crate) const DEFAULTS: &str = "defaults, with roles";
+/// [`DEFAULTS`] without `--slo-ms` for the primary: a primary that states
+/// no latency target, kept as if alone (the regime the field judges
+/// priority schedulers in).
+pub(crate) const DEFAULTS_NO_SLO: &str = "defaults, no SLO";
+/// simgpu alone, no interposer: the device's own time slicing.
+pub(crate) const TIME_SLICING: &str = "time slicing";
 /// `dilu-colo` with the guarantee of a filler whose kernels fit no gap
 /// lowered to 5% (`DILU_COLO_GUARANTEE=5`): what a primary loses to that
 /// guarantee. Only in shapes with such a filler.
@@ -57,21 +63,21 @@ const LOW_GUARANTEE: &str = "dilu-colo, long filler at 5%";
 /// One shape: the primary's program and spec, the fillers' kernel lengths.
 pub(crate) struct Shape {
     pub(crate) name: String,
-    tuned: bool,
+    pub(crate) tuned: bool,
     /// demo-tenant arguments (serve or train).
-    primary: Vec<String>,
+    pub(crate) primary: Vec<String>,
     pub(crate) slo_ms: Option<f64>,
-    primary_request: f64,
+    pub(crate) primary_request: f64,
     /// A filler kernel the primary's requests absorb (inference only), for
     /// the tuned rows.
-    tolerance: &'static str,
+    pub(crate) tolerance: &'static str,
     /// Each filler's kernel, in blocks (one to three fillers).
-    filler_blocks: Vec<String>,
+    pub(crate) filler_blocks: Vec<String>,
     /// The filler whose kernels are longer than every gap, if one is.
-    long_filler: Option<usize>,
+    pub(crate) long_filler: Option<usize>,
 }
 
-fn words(list: &[&str]) -> Vec<String> {
+pub(crate) fn words(list: &[&str]) -> Vec<String> {
     list.iter().map(|w| w.to_string()).collect()
 }
 
@@ -236,19 +242,10 @@ const CLASS_SEED: u64 = 0x2545_f491_4f6c_dd1d;
 /// measures the same shapes (`seed`: another one's).
 fn class_shapes(count: usize, seed: Option<u64>) -> Vec<Shape> {
     const BLOCKS_PER_MS: f64 = 13_200.0; // simgpu's default model: 1320 blocks = 100 µs
-    let mut state: u64 = seed.map_or(CLASS_SEED, |s| {
-        // Mixed, so that nearby seeds draw unrelated shapes (and 0 is no
-        // stuck state).
-        (s ^ CLASS_SEED).wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1
+    let mut draws = seed.map_or(Draws::from_state(CLASS_SEED), |s| {
+        Draws::from_seed(s, CLASS_SEED)
     });
-    let mut uniform = move |low: f64, high: f64| {
-        // xorshift64*
-        state ^= state >> 12;
-        state ^= state << 25;
-        state ^= state >> 27;
-        let unit = (state.wrapping_mul(0x2545_f491_4f6c_dd1d) >> 11) as f64 / (1u64 << 53) as f64;
-        low + (high - low) * unit
-    };
+    let mut uniform = move |low: f64, high: f64| draws.uniform(low, high);
     let mut shapes = Vec::new();
     while shapes.len() < count {
         let kernels = uniform(1.0, 9.0).floor() as u32;
@@ -308,8 +305,8 @@ fn class_section(count: usize, seconds: u64, rounds: usize) -> String {
         "alone p99 (ms) / violations",
         "no-delay bound",
         "device busy",
-        "filler share",
-        "primary p99 (ms)",
+        "harvest",
+        "p50 / p99 vs alone",
         "SLO violations",
         "points over alone",
     ]);
@@ -325,10 +322,11 @@ fn class_section(count: usize, seconds: u64, rounds: usize) -> String {
         eprintln!("colocation, class {index}: {}", shape.name);
         let violations = |r: &Run| 100.0 * r.primary["slo_violation_rate"].as_f64().unwrap_or(1.0);
         let p99 = |r: &Run| r.primary["p99_ms"].as_f64().unwrap_or(0.0);
+        let p50 = |r: &Run| r.primary["p50_ms"].as_f64().unwrap_or(0.0);
         // Per round: alone and shared, one after the other, so that each
         // difference is taken under the same host conditions; each cell is
         // the median over the rounds.
-        let mut cells: [Vec<f64>; 8] = Default::default();
+        let mut cells: [Vec<f64>; 9] = Default::default();
         for round in 0..rounds {
             let steal = StealSince::now();
             let alone = run(shape, 100 + index, "alone", seconds);
@@ -348,8 +346,9 @@ fn class_section(count: usize, seconds: u64, rounds: usize) -> String {
                 violations(&alone),
                 alone.no_delay_bound,
                 shared.device_busy,
-                shared.filler_share,
-                p99(&shared),
+                harvest(&shared, &alone),
+                ratio(p50(&shared), p50(&alone)),
+                ratio(p99(&shared), p99(&alone)),
                 violations(&shared),
                 violations(&shared) - violations(&alone),
             ]) {
@@ -361,8 +360,9 @@ fn class_section(count: usize, seconds: u64, rounds: usize) -> String {
             alone_violations,
             bound,
             busy,
-            filler,
-            shared_p99,
+            harvested,
+            p50_ratio,
+            p99_ratio,
             shared_violations,
             extra,
         ] = cells.map(|mut c| median(&mut c));
@@ -375,8 +375,8 @@ fn class_section(count: usize, seconds: u64, rounds: usize) -> String {
             format!("{alone_p99:.1} / {alone_violations:.2}%"),
             format!("{:.1}%", bound * 100.0),
             format!("{:.1}%", busy * 100.0),
-            format!("{:.1}%", filler * 100.0),
-            format!("{shared_p99:.1}"),
+            format!("{:.1}%", harvested * 100.0),
+            format!("{p50_ratio:.2}× / {p99_ratio:.2}×"),
             format!("{shared_violations:.2}%"),
             format!("{extra:+.2}"),
         ]);
@@ -390,6 +390,9 @@ fn class_section(count: usize, seconds: u64, rounds: usize) -> String {
          No-delay bound: from the primary's run alone, its kernel time and every idle stretch of at\n\
          least the hold-off less the two hand-offs filling it costs, per wall time: how busy fillers\n\
          that never delay the primary could keep the device (within its tolerance they may go beyond).\n\
+         Harvest: the fillers' device time over the time the primary leaves the device idle alone.\n\
+         p50 / p99 vs alone: the primary's latency percentiles beside its fillers over the same\n\
+         percentiles in its run alone.\n\
          Mean device busy {:.1}%, lowest {:.1}%; most SLO violations above alone: {:.2} points.\n\n{}\n",
         seed.map_or("a fixed seed".to_string(), |s| format!("seed {s}")),
         if rounds > 1 {
@@ -411,27 +414,37 @@ pub(crate) struct Run {
     pub(crate) device_busy: f64,
     /// The primary's kernel time and what of its idle time fillers could
     /// use without delaying it ([`no_delay_bound`]), per wall time.
-    no_delay_bound: f64,
+    pub(crate) no_delay_bound: f64,
     pub(crate) filler_share: f64,
     /// Each filler's share, in the shape's order.
-    filler_shares: Vec<f64>,
+    pub(crate) filler_shares: Vec<f64>,
     pub(crate) primary: serde_json::Value,
 }
 
-fn summary(child: Child, what: &str) -> serde_json::Value {
+/// The last JSON line `child` printed, or why there is none (it failed,
+/// or printed none: the last line of its error output).
+fn summary(child: Child, what: &str) -> Result<serde_json::Value, String> {
     let output = child.wait_with_output().expect("wait");
     let stdout = String::from_utf8_lossy(&output.stdout);
-    assert!(
-        output.status.success(),
-        "{what} failed: {}\n{stdout}\n{}",
-        output.status,
-        String::from_utf8_lossy(&output.stderr)
-    );
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    let last_error = || {
+        stderr
+            .lines()
+            .rev()
+            .find(|l| !l.trim().is_empty())
+            .unwrap_or("")
+            .chars()
+            .take(300)
+            .collect::<String>()
+    };
+    if !output.status.success() {
+        return Err(format!("{what} failed ({}): {}", output.status, last_error()));
+    }
     stdout
         .lines()
         .rev()
         .find_map(|l| serde_json::from_str(l).ok())
-        .unwrap_or_else(|| panic!("{what} printed no JSON: {stdout}"))
+        .ok_or_else(|| format!("{what} printed no JSON: {}", last_error()))
 }
 
 /// `--class-rounds N` (default 1): rounds of the class section, each cell
@@ -448,19 +461,49 @@ fn arg_after(flag: &str) -> Option<String> {
     std::env::args().skip_while(|a| a != flag).nth(1)
 }
 
+/// `shared`'s fillers' device time over the idle time the primary leaves
+/// in its run `alone`: what of the idle device best-effort work harvested.
+pub(crate) fn harvest(shared: &Run, alone: &Run) -> f64 {
+    shared.filler_share / (1.0 - alone.device_busy).max(f64::MIN_POSITIVE)
+}
+
+/// `value / reference`, 0 when there is no reference.
+pub(crate) fn ratio(value: f64, reference: f64) -> f64 {
+    if reference > 0.0 { value / reference } else { 0.0 }
+}
+
+/// The SM share a peer with static shares (HAMi-core) gives the primary;
+/// the fillers split the rest.
+const PEER_PRIMARY_SHARE: u32 = 50;
+
 /// How long the fillers run before the primary starts.
 const FILLER_LEAD: Duration = Duration::from_secs(1);
 
 pub(crate) fn run(shape: &Shape, shape_index: usize, config: &str, seconds: u64) -> Run {
+    run_with(shape, shape_index, config, seconds, None).unwrap_or_else(|e| panic!("{e}"))
+}
+
+/// One configuration of `shape`: `config` names dilu's (one of
+/// [`CONFIGS`], [`DEFAULTS_NO_SLO`] or [`TIME_SLICING`]), or with `peer`
+/// the programs run under that peer instead, without dilu.
+pub(crate) fn run_with(
+    shape: &Shape,
+    shape_index: usize,
+    config: &str,
+    seconds: u64,
+    peer: Option<&dyn dilu_bench::peers::Peer>,
+) -> Result<Run, String> {
     let scratch = Scratch::new("colo-bench");
     let instance = unique_name("colo-bench");
     let trace = scratch.path("trace.jsonl");
     let socket = scratch.path("nodemgr.sock");
-    let managed = !matches!(config, "alone" | "no limiter");
-    let defaults = config == DEFAULTS;
-    let colo = matches!(config, "dilu-colo" | LOW_GUARANTEE | DEFAULTS);
+    // Programs started without dilu: under a peer, or on the bare device.
+    let bare = peer.is_some() || config == TIME_SLICING;
+    let managed = !bare && !matches!(config, "alone" | "no limiter");
+    let defaults = matches!(config, DEFAULTS | DEFAULTS_NO_SLO);
+    let colo = matches!(config, "dilu-colo" | LOW_GUARANTEE | DEFAULTS | DEFAULTS_NO_SLO);
     let controller = match config {
-        DEFAULTS => None,
+        DEFAULTS | DEFAULTS_NO_SLO => None,
         "dilu-colo" | LOW_GUARANTEE => Some("dilu-colo"),
         other => Some(other),
     };
@@ -482,7 +525,36 @@ pub(crate) fn run(shape: &Shape, shape_index: usize, config: &str, seconds: u64)
         wait_until_serving(&mut daemon, &socket, Duration::from_secs(30));
         daemon
     });
+    let simgpu_dir = bare.then(dilu_bench::peers::simgpu_lib_dir);
     let tenant = |name: &str, spec: &[String], colo_role: Option<&str>, program: &str| {
+        if bare {
+            // No dilu: the program itself, under the peer or on simgpu
+            // answering as the driver.
+            let mut command = Command::new(artifact(program));
+            let index = name.strip_prefix("filler").map_or(0, |i| {
+                i.parse::<usize>().expect("filler index") + 1
+            });
+            match peer {
+                Some(peer) => {
+                    let (role, share) = if index == 0 {
+                        (dilu_bench::peers::Role::Primary, PEER_PRIMARY_SHARE)
+                    } else {
+                        let fillers = shape.filler_blocks.len() as u32;
+                        (dilu_bench::peers::Role::Filler, (100 - PEER_PRIMARY_SHARE) / fillers)
+                    };
+                    peer.configure(&mut command, role, index, share);
+                }
+                None => {
+                    command.env("LD_LIBRARY_PATH", simgpu_dir.as_ref().expect("bare"));
+                }
+            }
+            command
+                .env("SIMGPU_INSTANCE", &instance)
+                .env("SIMGPU_TRACE", &trace)
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped());
+            return command;
+        }
         let mut command = Command::new(dilu());
         // What the caller's environment sets is not the shape's: cleared
         // first, so the shape's own tuning (below) stays.
@@ -526,7 +598,7 @@ pub(crate) fn run(shape: &Shape, shape_index: usize, config: &str, seconds: u64)
             "latency",
         ])
     };
-    if let Some(slo) = shape.slo_ms {
+    if let Some(slo) = shape.slo_ms.filter(|_| config != DEFAULTS_NO_SLO) {
         primary_spec.extend(s(&["--slo-ms", &slo.to_string()]));
     }
     let seconds_arg = seconds.to_string();
@@ -594,13 +666,16 @@ pub(crate) fn run(shape: &Shape, shape_index: usize, config: &str, seconds: u64)
     let primary_pid = primary.id();
     let filler_pids: Vec<u32> = fillers.iter().map(Child::id).collect();
     let primary = summary(primary, "the primary");
-    for filler in fillers {
-        summary(filler, "a filler");
-    }
+    let fillers_done: Result<Vec<_>, String> = fillers
+        .into_iter()
+        .map(|filler| summary(filler, "a filler"))
+        .collect();
     if let Some(daemon) = daemon.as_mut() {
         let _ = daemon.kill();
         let _ = daemon.wait();
     }
+    let primary = primary?;
+    fillers_done?;
     if let Some(dir) = arg_after("--keep-traces") {
         let kept = std::path::Path::new(&dir).join(format!(
             "shape{}-{}-primary{primary_pid}.jsonl",
@@ -630,7 +705,7 @@ pub(crate) fn run(shape: &Shape, shape_index: usize, config: &str, seconds: u64)
         &instance,
     );
     let _ = std::fs::remove_file(board);
-    Run {
+    Ok(Run {
         device_busy: total as f64 / span,
         no_delay_bound,
         filler_share: filler as f64 / span,
@@ -639,7 +714,7 @@ pub(crate) fn run(shape: &Shape, shape_index: usize, config: &str, seconds: u64)
             .map(|pid| busy.get(pid).copied().unwrap_or(0) as f64 / span)
             .collect(),
         primary,
-    }
+    })
 }
 
 /// How busy the device could be kept, from the primary's kernels between

@@ -56,6 +56,22 @@ use crate::bucket::CacheLine;
 use crate::shm::SharedLayout;
 use std::sync::atomic::{AtomicU64, Ordering::*};
 
+/// The share of an as-if-alone primary's returns from a fillable gap that
+/// fillers may delay beyond its tolerance: at most one in 200, so that its
+/// p99 latency is (about) its p99.5 alone. Without a latency target there
+/// is no slack to spend; the primary's tail is judged against its own run
+/// alone, and a filler kernel that a returning request finds on the device
+/// is, on a device without preemption, a request in that tail.
+pub const DELAY_BUDGET_PPM: i64 = 5_000;
+/// The most credit an as-if-alone primary builds up, and what fillers need
+/// to go where no prediction vouches for the gap: one delayed return. More
+/// would let a long quiet stretch pay for a run of delayed requests.
+const DELAY_CREDIT_CAP: i64 = 1_000_000;
+/// The least credit: delays that no gamble of the fillers caused (a kernel
+/// within the tolerance that ran longer than its estimate, a filler's set
+/// guarantee) cannot ban gambles for ever.
+const DELAY_CREDIT_FLOOR: i64 = -5 * DELAY_CREDIT_CAP;
+
 /// Gaps the shortest-gap rule looks at (and at least as many compared
 /// before a period is believed).
 pub const RING: usize = 8;
@@ -195,6 +211,15 @@ struct Params {
     /// behind the one before it: the next may be waiting too, so that gap
     /// opens only after the hold-off.
     request_queued: AtomicU64,
+    /// 1 while the attached primary has no latency target (no SLO): it is
+    /// kept as if alone ([`DeviceBoard::keep_as_if_alone`]).
+    as_if_alone: AtomicU64,
+    /// The as-if-alone primary's budget of returns from a gap delayed
+    /// beyond its tolerance, in millionths of one such return (an `i64`'s
+    /// bits): [`DELAY_BUDGET_PPM`] more per fillable gap, one whole return
+    /// less per delayed one. Fillers may go where no prediction vouches
+    /// for the gap only while it could pay for one more delayed return.
+    delay_credit: AtomicU64,
 }
 
 /// The filler whose kernels the device ran last: the others let it go on
@@ -290,7 +315,7 @@ pub struct GapBoard {
 // SAFETY: repr(C), atomics and padding only; all-zero is "no primary, no
 // history", a valid state.
 unsafe impl SharedLayout for GapBoard {
-    const MAGIC: u64 = 0x6469_6c75_4741_0009; // "diluGA" v9 (v9: queued requests)
+    const MAGIC: u64 = 0x6469_6c75_4741_000a; // "diluGA" v10 (v10: as-if-alone primaries)
     fn magic(&self) -> &AtomicU64 {
         &self.magic
     }
@@ -390,6 +415,8 @@ pub struct BoardSnapshot {
     /// The attached primary's process id (0: none or unknown).
     pub primary_pid: u32,
     pub tolerance_ns: u64,
+    /// The primary has no latency target and is kept as if alone.
+    pub as_if_alone: bool,
 }
 
 impl BoardSnapshot {
@@ -407,6 +434,8 @@ impl DeviceBoard {
     pub fn attach_primary(&self, pid: u32, tolerance_ns: u64, holdoff_ns: u64) {
         self.params.tolerance_ns.store(tolerance_ns, Relaxed);
         self.params.holdoff_ns.store(holdoff_ns, Relaxed);
+        // A primary with a latency target, until it says otherwise.
+        self.params.as_if_alone.store(0, Relaxed);
         self.params.primary_pid.store(pid as u64, Relaxed);
         self.params.primary_present.store(1, Release);
     }
@@ -440,6 +469,58 @@ impl DeviceBoard {
         }
     }
 
+    /// Primary side, once at start, for a primary without a latency target:
+    /// it is kept as if alone. Fillers then have no default guarantee (the
+    /// filler's side reads [`DeviceBoard::as_if_alone`]), and go into a gap
+    /// no prediction vouches for (a random gap's predicted length, or a
+    /// long idle stretch) only while the primary's budget of delayed
+    /// returns ([`DELAY_BUDGET_PPM`]) holds one whole return: it starts
+    /// with one, and a delayed return is earned back over 200 fillable gaps.
+    pub fn keep_as_if_alone(&self) {
+        self.params
+            .delay_credit
+            .store(DELAY_CREDIT_CAP as u64, Relaxed);
+        self.params.as_if_alone.store(1, Release);
+    }
+
+    /// Whether the attached primary is kept as if alone.
+    #[inline]
+    pub fn as_if_alone(&self) -> bool {
+        self.params.as_if_alone.load(Relaxed) != 0
+            && self.params.primary_present.load(Relaxed) != 0
+    }
+
+    /// The as-if-alone primary's credit of delayed returns, in returns.
+    pub fn delay_credit(&self) -> f64 {
+        self.params.delay_credit.load(Relaxed) as i64 as f64 / DELAY_CREDIT_CAP as f64
+    }
+
+    /// Primary side, as-if-alone: it came back from a gap of `length_ns` to
+    /// find `delay_ns` of filler work ahead of it.
+    #[cold]
+    fn count_return(&self, length_ns: u64, delay_ns: u64) {
+        let delayed = delay_ns > self.params.tolerance_ns.load(Relaxed);
+        // Only fillable gaps earn credit (fillers wait out shorter ones,
+        // except between requests); every delayed return costs it.
+        let earned = if length_ns >= self.params.holdoff_ns.load(Relaxed) {
+            DELAY_BUDGET_PPM
+        } else {
+            0
+        };
+        let spent = if delayed { DELAY_CREDIT_CAP } else { 0 };
+        if earned == 0 && spent == 0 {
+            return;
+        }
+        let _ = self
+            .params
+            .delay_credit
+            .fetch_update(Relaxed, Relaxed, |bits| {
+                let credit = (bits as i64 + earned - spent)
+                    .clamp(DELAY_CREDIT_FLOOR, DELAY_CREDIT_CAP);
+                Some(credit as u64)
+            });
+    }
+
     /// How long, in all, the primary's launches were estimated to wait
     /// behind filler work.
     pub fn primary_delay_ns(&self) -> u64 {
@@ -461,13 +542,17 @@ impl DeviceBoard {
             // It was idle: a gap ends here.
             let synced = self.gap_start.0.swap(0, AcqRel);
             let start = if synced != 0 { synced } else { busy_until };
-            if start != 0 && now > start {
-                self.gap_ended(now - start);
+            let length = now.saturating_sub(start);
+            if start != 0 && length > 0 {
+                self.gap_ended(length);
             }
             if queued > now {
                 self.primary_stats
                     .primary_delay_ns
                     .fetch_add(queued - now, Relaxed);
+            }
+            if start != 0 && self.params.as_if_alone.load(Relaxed) != 0 {
+                self.count_return(length, queued.saturating_sub(now));
             }
         }
         self.primary_stats
@@ -708,7 +793,17 @@ impl DeviceBoard {
             let tolerated = est_ns <= self.params.tolerance_ns.load(Relaxed)
                 && (between_requests || request_over == 0);
             let longest = self.predictor.longest_ns.load(Relaxed);
-            let idle = elapsed >= longest.max(IDLE_AFTER_NS);
+            let mut idle = elapsed >= longest.max(IDLE_AFTER_NS);
+            // A primary kept as if alone, out of credit for delayed returns:
+            // only a prediction from repeating gaps vouches for a gap (a
+            // random gap's length is no promise, nor is a long idle).
+            let mut fits = fits;
+            if self.params.as_if_alone.load(Relaxed) != 0
+                && (self.params.delay_credit.load(Relaxed) as i64) < DELAY_CREDIT_CAP
+            {
+                fits &= self.predictor.period.load(Relaxed) != 0;
+                idle = false;
+            }
             // This gap is expected to be as long as the longest recent one
             // (a long phase, or gaps all alike).
             let long_gap = agree(predicted, longest);
@@ -990,6 +1085,7 @@ impl DeviceBoard {
             primary_present: self.params.primary_present.load(Relaxed) != 0,
             primary_pid: self.params.primary_pid.load(Relaxed) as u32,
             tolerance_ns: self.params.tolerance_ns.load(Relaxed),
+            as_if_alone: self.params.as_if_alone.load(Relaxed) != 0,
         }
     }
 }
@@ -1596,6 +1692,72 @@ mod tests {
         b.detach_primary(4242);
         assert_eq!(b.primary_pid(), None);
         assert_eq!(b.filler_admit(later, MS, false, FILLER), FillerGate::Go);
+    }
+
+    #[test]
+    fn a_primary_kept_as_if_alone_gambles_on_random_gaps_once_per_budget() {
+        let board = board();
+        let b = board.device(0);
+        b.attach_primary(1, 0, DEFAULT_HOLDOFF_NS);
+        b.keep_as_if_alone();
+        assert!(b.as_if_alone());
+        // Random gaps (no period): the prediction is the shortest, 2 ms.
+        let mut t = 5_000 * MS;
+        for gap in [3, 7, 2, 9, 4, 6, 5, 8, 3, 7] {
+            one_kernel_waited_for(b, t);
+            t += 200 * US + gap * MS;
+        }
+        one_kernel_waited_for(b, t);
+        let gap = t + 200 * US;
+        let at = gap + DEFAULT_HOLDOFF_NS;
+        assert_eq!(b.snapshot().gap_period, 0);
+        assert_eq!(
+            b.filler_admit(at, MS, false, FILLER),
+            FillerGate::Go,
+            "the budget holds one delayed return: a kernel that fits the prediction goes"
+        );
+        // The primary came back while that kernel ran: a delayed return.
+        let back = at + 300 * US;
+        one_kernel_waited_for(b, back);
+        assert!(b.delay_credit() < 0.01, "spent: {}", b.delay_credit());
+        // A return nobody delayed, once the fillers' queue ran.
+        one_kernel_waited_for(b, back + 5 * MS);
+        let next_gap = back + 5 * MS + 200 * US;
+        assert!(
+            matches!(
+                b.filler_admit(next_gap + DEFAULT_HOLDOFF_NS, MS, false, FILLER),
+                FillerGate::WaitUntil(_)
+            ),
+            "out of credit, a random gap's prediction vouches for nothing"
+        );
+        b.set_tolerance(MS);
+        assert_eq!(
+            b.filler_admit(next_gap + DEFAULT_HOLDOFF_NS, 500 * US, false, FILLER),
+            FillerGate::Go,
+            "a kernel within the tolerance still goes"
+        );
+        b.set_tolerance(0);
+        // 200 returns from fillable gaps that nobody delayed earn it back.
+        let mut t = next_gap + 20 * MS;
+        for k in 0..200 {
+            one_kernel_waited_for(b, t);
+            t += 200 * US + (2 + k % 5) * MS;
+        }
+        one_kernel_waited_for(b, t);
+        assert!(b.delay_credit() >= 1.0, "earned back: {}", b.delay_credit());
+        // (After the turn's grace: the turn it had is long over.)
+        assert_eq!(
+            b.filler_admit(
+                t + 200 * US + DEFAULT_HOLDOFF_NS + TURN_GRACE_NS,
+                MS,
+                false,
+                FILLER
+            ),
+            FillerGate::Go
+        );
+        // A primary attaching with a latency target is not kept so.
+        b.attach_primary(2, 0, DEFAULT_HOLDOFF_NS);
+        assert!(!b.as_if_alone());
     }
 
     #[test]

@@ -67,9 +67,15 @@ pub struct ColoConfig {
     pub role: Role,
     pub group: String,
     pub tolerance_ns: u64,
+    /// A primary without an SLO or a set tolerance: its tolerance is
+    /// learned from its own latency ([`learned_tolerance`]).
+    pub tolerance_learned: bool,
     pub holdoff_ns: u64,
     pub slo_ns: Option<u64>,
     pub guarantee_ppm: u32,
+    /// The filler's guarantee was set (`DILU_COLO_GUARANTEE`, or an SM
+    /// request): it holds beside a primary kept as if alone too.
+    pub guarantee_set: bool,
 }
 
 const ROLE_FORMS: &str = "primary, filler or online-filler";
@@ -107,6 +113,8 @@ pub fn from_env(
         Some(v) => SpecVar::parse(&v).map_err(|e| bad(SPEC_ENV, &v, &e))?,
         None => SpecVar::default(),
     };
+    let guarantee_set = env("DILU_COLO_GUARANTEE").is_some()
+        || spec.sm_request.is_some_and(|r| r > 0.0 && r <= 100.0);
     let guarantee_ppm = match env("DILU_COLO_GUARANTEE") {
         None => default_guarantee_ppm(spec.sm_request.map(|r| r.to_string())),
         Some(v) => match v.trim_end_matches('%').parse::<f64>() {
@@ -124,14 +132,16 @@ pub fn from_env(
         .slo_ms
         .filter(|_| role == Role::Primary)
         .map(|ms| (ms * 1e6).round() as u64);
+    let tolerance = duration("DILU_COLO_TOLERANCE")?;
     Ok(Some(ColoConfig {
         role,
         group,
-        tolerance_ns: duration("DILU_COLO_TOLERANCE")?
-            .unwrap_or_else(|| slo_ns.map_or(0, default_tolerance_ns)),
+        tolerance_learned: tolerance.is_none() && slo_ns.is_none(),
+        tolerance_ns: tolerance.unwrap_or_else(|| slo_ns.map_or(0, default_tolerance_ns)),
         holdoff_ns: duration("DILU_COLO_HOLDOFF")?.unwrap_or(DEFAULT_HOLDOFF_NS),
         slo_ns,
         guarantee_ppm,
+        guarantee_set,
     }))
 }
 
@@ -169,6 +179,9 @@ struct Colo {
     /// The primary's last reported request latencies, less the delay
     /// fillers caused them.
     recent_latencies: RecentLatencies,
+    /// A primary without an SLO: its longer record of the same, from
+    /// which its tolerance is learned.
+    latency_history: LatencyHistory,
     /// When the primary's last reported request ended (0: none yet).
     last_request_end: AtomicU64,
 }
@@ -215,7 +228,9 @@ impl GuaranteeClock {
     /// waited a whole kernel's pace for a good moment).
     fn standing(&self, now: u64, est_ns: u64, guarantee_ppm: u32) -> Owed {
         let at = self.0.load(Ordering::Relaxed);
-        if at > now {
+        // A guarantee of 0 (none beside a primary kept as if alone): never
+        // owed.
+        if guarantee_ppm == 0 || at > now {
             Owed::No
         } else if at.saturating_add(at_share(est_ns, guarantee_ppm)) <= now {
             Owed::Overdue
@@ -225,6 +240,9 @@ impl GuaranteeClock {
     }
 
     fn charge(&self, now: u64, est_ns: u64, guarantee_ppm: u32) {
+        if guarantee_ppm == 0 {
+            return;
+        }
         let wall = |gpu_ns: u64| at_share(gpu_ns, guarantee_ppm);
         // At least one kernel of catching up: a depth shorter than the
         // kernel would forfeit part of its share at every late launch.
@@ -277,9 +295,15 @@ impl RecentLatencies {
     /// came back), and a Poisson primary at 96 req/s beside two fillers on
     /// simgpu alternated so.
     fn record_request(&self, latency_ns: u64, delay_ns: u64) -> u64 {
+        self.record(self.without_delay(latency_ns, delay_ns))
+    }
+
+    /// A request's latency less the delay behind filler work the boards
+    /// counted since the last report (`delay_ns` in all).
+    fn without_delay(&self, latency_ns: u64, delay_ns: u64) -> u64 {
         let since_last =
             delay_ns.saturating_sub(self.delay_seen_ns.swap(delay_ns, Ordering::Relaxed));
-        self.record(latency_ns.saturating_sub(since_last))
+        latency_ns.saturating_sub(since_last)
     }
 
     /// Records one latency; returns the worst of the window.
@@ -292,6 +316,62 @@ impl RecentLatencies {
             .max()
             .unwrap_or(latency_ns)
     }
+}
+
+/// Requests a primary without an SLO learns its tolerance from: enough for
+/// a p99 (the third worst).
+const HISTORY_WINDOW: usize = 256;
+/// Requests recorded before a learned tolerance is given at all.
+const HISTORY_FIRST: u32 = 64;
+/// How much worse than its p99 alone a primary without an SLO may get: the
+/// field's yardstick for a latency-critical tenant beside best-effort work.
+const AS_IF_ALONE_P99_PERCENT: u64 = 10;
+
+/// The last [`HISTORY_WINDOW`] request latencies of a primary without an
+/// SLO, without the delay fillers caused them (written once per reported
+/// request; a lost race overwrites one slot).
+struct LatencyHistory {
+    next: AtomicU32,
+    ns: [AtomicU64; HISTORY_WINDOW],
+}
+
+impl LatencyHistory {
+    const fn new() -> Self {
+        Self {
+            next: AtomicU32::new(0),
+            ns: [const { AtomicU64::new(0) }; HISTORY_WINDOW],
+        }
+    }
+
+    /// Records one latency; returns the window's p99 once
+    /// [`HISTORY_FIRST`] requests were recorded.
+    fn record(&self, latency_ns: u64) -> Option<u64> {
+        let count = self.next.fetch_add(1, Ordering::Relaxed);
+        self.ns[count as usize % HISTORY_WINDOW].store(latency_ns, Ordering::Relaxed);
+        let known = (count as usize + 1).min(HISTORY_WINDOW);
+        if count + 1 < HISTORY_FIRST {
+            return None;
+        }
+        let mut window = [0u64; HISTORY_WINDOW];
+        for (slot, n) in window.iter_mut().zip(&self.ns) {
+            *slot = n.load(Ordering::Relaxed);
+        }
+        let window = &mut window[..known];
+        window.sort_unstable();
+        Some(window[(known * 99).div_ceil(100).saturating_sub(1)])
+    }
+}
+
+/// The tolerance of a primary without an SLO, from its p99 without
+/// fillers: a request that finds a filler kernel on the device waits for it
+/// and the hand-offs to it and back, so a kernel within a tenth of the p99
+/// less those hand-offs keeps every request within 10% of what it would
+/// have taken alone. Cut, like a set tolerance, to the slack the worst
+/// recent request left against that bound.
+fn learned_tolerance(p99_ns: u64, worst_recent_ns: u64) -> u64 {
+    let bound = p99_ns + p99_ns * AS_IF_ALONE_P99_PERCENT / 100;
+    let tolerance = (p99_ns * AS_IF_ALONE_P99_PERCENT / 100).saturating_sub(2 * HANDOFF_NS);
+    tolerance_within_slack(tolerance, bound, worst_recent_ns)
 }
 
 /// Whether a request that ended at `now` after `latency_ns` had arrived
@@ -385,6 +465,9 @@ fn init() -> Option<Colo> {
                 config.tolerance_ns,
                 config.holdoff_ns,
             );
+            if config.slo_ns.is_none() {
+                board.device(slot).keep_as_if_alone();
+            }
         }
     }
     tracing::debug!(role = ?config.role, group = %config.group, "co-location active");
@@ -397,6 +480,7 @@ fn init() -> Option<Colo> {
         slots,
         devices,
         recent_latencies: RecentLatencies::new(),
+        latency_history: LatencyHistory::new(),
         last_request_end: AtomicU64::new(0),
     })
 }
@@ -455,7 +539,14 @@ pub fn before_launch(device: usize, est_ns: u64, measured: bool) -> u64 {
         Role::Filler { online } => {
             let est_ns = filler_estimate(est_ns, measured);
             let now = monotonic_ns();
-            let guarantee = colo.config.guarantee_ppm;
+            // Beside a primary kept as if alone, only a guarantee the
+            // operator set holds (a default one would be delay the
+            // primary's tail pays for).
+            let guarantee = if colo.config.guarantee_set || !board.as_if_alone() {
+                colo.config.guarantee_ppm
+            } else {
+                0
+            };
             let waited = match admit(board, device, now, est_ns, online, guarantee) {
                 FillerGate::WaitUntil(at) => {
                     hold(board, device, est_ns, online, guarantee, now, at)
@@ -670,14 +761,24 @@ pub fn latency_reported(latency_ns: u64) {
     let previous_end = colo.last_request_end.swap(now, Ordering::Relaxed);
     colo.board(current_device())
         .primary_request_over(waited_behind_previous(now, latency_ns, previous_end));
-    let Some(slo) = colo.config.slo_ns else {
-        return;
-    };
     let delay_ns = (0..colo.devices)
         .map(|device| colo.board(device).primary_delay_ns())
         .sum();
-    let worst = colo.recent_latencies.record_request(latency_ns, delay_ns);
-    let tolerance = tolerance_within_slack(colo.config.tolerance_ns, slo, worst);
+    let tolerance = match colo.config.slo_ns {
+        Some(slo) => {
+            let worst = colo.recent_latencies.record_request(latency_ns, delay_ns);
+            tolerance_within_slack(colo.config.tolerance_ns, slo, worst)
+        }
+        None if colo.config.tolerance_learned => {
+            let alone = colo.recent_latencies.without_delay(latency_ns, delay_ns);
+            let worst = colo.recent_latencies.record(alone);
+            match colo.latency_history.record(alone) {
+                Some(p99) => learned_tolerance(p99, worst),
+                None => 0,
+            }
+        }
+        None => return,
+    };
     for device in 0..colo.devices {
         colo.board(device).set_tolerance(tolerance);
     }
@@ -757,6 +858,48 @@ mod tests {
     }
 
     #[test]
+    fn without_an_slo_the_tolerance_is_a_tenth_of_the_p99_less_the_hand_offs() {
+        const MS: u64 = 1_000_000;
+        let history = LatencyHistory::new();
+        // Fewer than HISTORY_FIRST requests: nothing learned yet.
+        for _ in 1..HISTORY_FIRST {
+            assert_eq!(history.record(4 * MS), None);
+        }
+        // One request of 10 ms in 200, the others 4 ms: the p99 is 4 ms.
+        let mut p99 = None;
+        for k in 0..400u64 {
+            p99 = history.record(if k % 200 == 199 { 10 * MS } else { 4 * MS });
+        }
+        assert_eq!(p99, Some(4 * MS));
+        // A tenth of 4 ms less two hand-offs; a recent request as slow as
+        // the bound (4.4 ms) leaves no slack.
+        assert_eq!(learned_tolerance(4 * MS, 3 * MS), 400_000 - 2 * HANDOFF_NS);
+        assert_eq!(learned_tolerance(4 * MS, 4_400_000), 0);
+        // A p99 shorter than the hand-offs' ten times: no filler kernel is
+        // short enough.
+        assert_eq!(learned_tolerance(2 * MS, MS), 0);
+        // Most requests slow, the tail follows: the p99 is the slow one.
+        for _ in 0..HISTORY_WINDOW {
+            p99 = history.record(20 * MS);
+        }
+        assert_eq!(p99, Some(20 * MS));
+    }
+
+    #[test]
+    fn a_guarantee_of_zero_is_never_owed() {
+        const MS: u64 = 1_000_000;
+        let clock = GuaranteeClock::new();
+        assert_eq!(clock.standing(1_000 * MS, MS, 0), Owed::No);
+        clock.charge(1_000 * MS, MS, 0);
+        assert_eq!(clock.standing(10_000 * MS, MS, 0), Owed::No);
+        assert_eq!(
+            clock.standing(10_000 * MS, MS, 100_000),
+            Owed::Overdue,
+            "charging nothing left the clock where it was"
+        );
+    }
+
+    #[test]
     fn a_filler_kernel_of_an_unmeasured_kind_counts_as_a_time_slice() {
         assert_eq!(filler_estimate(300_000, true), 300_000);
         assert_eq!(filler_estimate(100_000, false), UNMEASURED_FILLER_KERNEL_NS);
@@ -831,6 +974,15 @@ mod tests {
         );
         assert_eq!(tolerance(&[("DILU_SPEC", "slo_ms=20")]), 10_000_000);
         assert_eq!(tolerance(&[]), 0);
+        // Without an SLO or a set tolerance it is learned.
+        let learned = |vars: &[(&str, &str)]| {
+            let mut all = vec![("DILU_COLO", "primary")];
+            all.extend_from_slice(vars);
+            from_env(test_env(&all)).unwrap().unwrap().tolerance_learned
+        };
+        assert!(learned(&[]));
+        assert!(!learned(&[("DILU_SPEC", "slo_ms=20")]));
+        assert!(!learned(&[("DILU_COLO_TOLERANCE", "1ms")]));
         let f = from_env(test_env(&[
             ("DILU_COLO", "online-filler"),
             ("DILU_COLO_GUARANTEE", "25%"),
@@ -849,6 +1001,17 @@ mod tests {
         assert_eq!(guarantee(&[("DILU_SPEC", "sm_request=20")]), 200_000);
         assert_eq!(guarantee(&[("DILU_SPEC", "sm_request=0")]), 100_000);
         assert_eq!(guarantee(&[]), 100_000);
+        // Set only by the operator: the default does not hold beside a
+        // primary kept as if alone.
+        let set = |vars: &[(&str, &str)]| {
+            let mut all = vec![("DILU_COLO", "filler")];
+            all.extend_from_slice(vars);
+            from_env(test_env(&all)).unwrap().unwrap().guarantee_set
+        };
+        assert!(!set(&[]));
+        assert!(!set(&[("DILU_SPEC", "sm_request=0")]));
+        assert!(set(&[("DILU_SPEC", "sm_request=20")]));
+        assert!(set(&[("DILU_COLO_GUARANTEE", "5")]));
         assert_eq!(
             guarantee(&[("DILU_SPEC", "sm_request=20"), ("DILU_COLO_GUARANTEE", "5")]),
             50_000

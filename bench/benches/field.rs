@@ -1,0 +1,532 @@
+//! Judged as the field judges GPU sharing: the latency-critical tenant's
+//! latency against its own run alone (p50 and p99 ratios; iterations/s for
+//! a training primary) and how much of the time it leaves the device idle
+//! best-effort work *harvests*, over shapes drawn from the co-location
+//! class, with the field's systems run beside dilu on the same simulated
+//! GPU: the device's own time slicing, dilu's static shares, HAMi-core,
+//! XSched (Level 1) and TGS, then dilu at its defaults with and without a
+//! declared SLO.
+//!
+//! Peers are built from their public sources by `scripts/peers/build.sh`
+//! and found through `DILU_PEER_HAMI`, `DILU_PEER_XSCHED` and
+//! `DILU_PEER_TGS` (`scripts/bench.sh field` does both); a peer that is not
+//! built, or fails, gets a row that says why.
+//!
+//! Run: `scripts/bench.sh field` (8 inference and 4 training shapes, 8 s
+//! per run). `-- --seconds S`, `--inference N`, `--training M`, `--seed N`
+//! (shapes drawn from another seed), `--only NAMES` (comma-separated rows
+//! besides `alone`, e.g. `--only "dilu without SLO,XSched"`: prints, writes no
+//! file), `--shape K` (only the Kth shape: prints, writes no file).
+//! Writes `bench/results/field.md`.
+
+#[allow(dead_code)]
+#[path = "colocation.rs"]
+mod colocation;
+
+use colocation::{DEFAULTS, DEFAULTS_NO_SLO, Run, Shape, TIME_SLICING, harvest, ratio, words};
+use dilu_bench::peers::{self, PEERS, Peer};
+use dilu_bench::report::{Table, machine, write_result};
+use dilu_bench::stats::Draws;
+use dilu_harness::workspace::Scratch;
+
+/// The rows of every shape after `alone`, as tables name them: dilu's
+/// configurations (the colocation benchmark's names) and the peers.
+const DILU_SLO: &str = "dilu with SLO";
+const DILU_NO_SLO: &str = "dilu without SLO";
+const DILU_TRAINING: &str = "dilu";
+const STATIC: &str = "static shares";
+
+/// The field's yardstick for a primary without an SLO: its p99 within
+/// this factor of its p99 alone (training: iterations/s within 2%).
+const AS_IF_ALONE_P99: f64 = 1.10;
+const AS_IF_ALONE_RATE: f64 = 0.98;
+
+/// The class's fixed seed for this benchmark.
+const FIELD_SEED: u64 = 0x6669_656c_6421_0001;
+/// simgpu's default model: 1320 blocks take 100 µs.
+const BLOCKS_PER_MS: f64 = 13_200.0;
+
+fn blocks(ms: f64) -> String {
+    ((ms * BLOCKS_PER_MS).round() as u64).to_string()
+}
+
+/// One to three deep-queue fillers with kernels of 0.05-3 ms
+/// (log-uniform); their names for the shape's title.
+fn draw_fillers(draws: &mut Draws) -> (Vec<String>, String) {
+    let count = draws.uniform(1.0, 4.0).floor() as usize;
+    let ms: Vec<f64> = (0..count).map(|_| draws.log_uniform(0.05, 3.0)).collect();
+    let names: Vec<String> = ms.iter().map(|m| format!("{m:.2} ms")).collect();
+    (ms.iter().map(|&m| blocks(m)).collect(), names.join(" + "))
+}
+
+/// Inference primaries: Poisson or bursty (300 ms on, 300 ms off)
+/// arrivals at 10-500 req/s, 1-10 kernels of 0.05-1 ms per request (rate
+/// and kernel length log-uniform), busy 2-50% of the time alone, an SLO of
+/// 5-20 ms that is at least three times the request's kernel time.
+fn inference_shapes(count: usize, draws: &mut Draws) -> Vec<Shape> {
+    let mut shapes = Vec::new();
+    while shapes.len() < count {
+        let kernels = draws.uniform(1.0, 11.0).floor() as u32;
+        let kernel_ms = draws.log_uniform(0.05, 1.0);
+        let rate = draws.log_uniform(10.0, 500.0).round();
+        let request_ms = f64::from(kernels) * kernel_ms;
+        let load = rate * request_ms / 1000.0;
+        let lowest_slo = (3.0 * request_ms).max(5.0);
+        if !(0.02..=0.5).contains(&load) || lowest_slo > 20.0 {
+            continue;
+        }
+        let slo_ms = draws.uniform(lowest_slo, 20.0).round();
+        let bursty = draws.uniform(0.0, 1.0) < 0.5;
+        let (filler_blocks, filler_names) = draw_fillers(draws);
+        let mut primary = words(&[
+            "serve",
+            "--rate",
+            &rate.to_string(),
+            "--kernels",
+            &kernels.to_string(),
+            "--blocks",
+            &blocks(kernel_ms),
+        ]);
+        if bursty {
+            primary.extend(words(&["--on-ms", "300", "--off-ms", "300"]));
+        }
+        shapes.push(Shape {
+            name: format!(
+                "{} {rate} req/s, {kernels} × {:.0} µs, SLO {slo_ms} ms; fillers {filler_names}",
+                if bursty { "bursty" } else { "Poisson" },
+                kernel_ms * 1000.0,
+            ),
+            tuned: false,
+            primary,
+            slo_ms: Some(slo_ms),
+            primary_request: 50.0,
+            tolerance: "0",
+            filler_blocks,
+            long_filler: None,
+        });
+    }
+    shapes
+}
+
+/// Training primaries: iterations of one to three phases, each a gap of
+/// 1-10 ms (data loading, an all-reduce) then 2-12 kernels of 0.05-1 ms
+/// and a synchronisation.
+fn training_shapes(count: usize, draws: &mut Draws) -> Vec<Shape> {
+    (0..count)
+        .map(|_| {
+            let phases = draws.uniform(1.0, 4.0).floor() as usize;
+            let gaps: Vec<String> = (0..phases)
+                .map(|_| format!("{:.1}", draws.log_uniform(1.0, 10.0)))
+                .collect();
+            let kernels = draws.uniform(2.0, 13.0).floor() as u32;
+            let kernel_ms = draws.log_uniform(0.05, 1.0);
+            let (filler_blocks, filler_names) = draw_fillers(draws);
+            Shape {
+                name: format!(
+                    "training: gaps {} ms, {phases} × {kernels} × {:.0} µs; fillers {filler_names}",
+                    gaps.join(" + "),
+                    kernel_ms * 1000.0
+                ),
+                tuned: false,
+                primary: words(&[
+                    "train",
+                    "--load-ms",
+                    &gaps.join(","),
+                    "--kernels",
+                    &kernels.to_string(),
+                    "--blocks",
+                    &blocks(kernel_ms),
+                ]),
+                slo_ms: None,
+                primary_request: 50.0,
+                tolerance: "0",
+                filler_blocks,
+                long_filler: None,
+            }
+        })
+        .collect()
+}
+
+/// The value after `flag` on the command line.
+fn arg_after(flag: &str) -> Option<String> {
+    std::env::args().skip_while(|a| a != flag).nth(1)
+}
+
+fn number_arg<T: std::str::FromStr>(flag: &str, default: T) -> T {
+    arg_after(flag).map_or(default, |v| {
+        v.parse()
+            .unwrap_or_else(|_| panic!("{flag} {v:?}: a whole number"))
+    })
+}
+
+/// A measured row, or why the row could not be measured.
+type Outcome = Result<Run, String>;
+
+/// One row of a shape: dilu's configuration under its table name, or a
+/// peer.
+fn measure(
+    shape: &Shape,
+    index: usize,
+    row: &str,
+    seconds: u64,
+    started: &[(&'static str, Result<Box<dyn Peer>, String>)],
+) -> Outcome {
+    let dilu_config = match row {
+        "alone" => Some("alone"),
+        TIME_SLICING => Some(TIME_SLICING),
+        STATIC => Some("static"),
+        DILU_SLO | DILU_TRAINING => Some(DEFAULTS),
+        DILU_NO_SLO => Some(DEFAULTS_NO_SLO),
+        _ => None,
+    };
+    match dilu_config {
+        Some(config) => colocation::run_with(shape, index, config, seconds, None),
+        None => {
+            let (_, peer) = started
+                .iter()
+                .find(|(name, _)| *name == row)
+                .expect("a started peer");
+            let peer = peer.as_ref().map_err(Clone::clone)?;
+            colocation::run_with(shape, index, row, seconds, Some(peer.as_ref()))
+        }
+    }
+}
+
+/// What each row of one shape gave.
+struct ShapeResult {
+    shape: String,
+    inference: bool,
+    alone: Run,
+    /// The primary's no-delay bound as a harvest: the share of its idle
+    /// time fillers that never delay it could use.
+    harvest_bound: f64,
+    rows: Vec<(String, Outcome)>,
+}
+
+fn p(run: &Run, key: &str) -> f64 {
+    run.primary[key].as_f64().unwrap_or(0.0)
+}
+
+fn shape_table(result: &ShapeResult) -> String {
+    let mut table = if result.inference {
+        Table::new(&[
+            "row",
+            "p50 vs alone",
+            "p99 vs alone",
+            "harvest",
+            "device busy",
+            "SLO violations",
+        ])
+    } else {
+        Table::new(&["row", "iterations/s vs alone", "harvest", "device busy"])
+    };
+    let alone = &result.alone;
+    let mut alone_row = vec![
+        "alone".to_string(),
+        if result.inference {
+            format!("{:.2} ms", p(alone, "p50_ms"))
+        } else {
+            format!("{:.1}/s", p(alone, "iterations_per_second"))
+        },
+    ];
+    if result.inference {
+        alone_row.push(format!("{:.2} ms", p(alone, "p99_ms")));
+    }
+    alone_row.push(format!(
+        "(no-delay bound {:.1}%)",
+        result.harvest_bound * 100.0
+    ));
+    alone_row.push(format!("{:.1}%", alone.device_busy * 100.0));
+    if result.inference {
+        alone_row.push(format!(
+            "{:.2}%",
+            100.0 * p(alone, "slo_violation_rate")
+        ));
+    }
+    table.row(alone_row);
+    for (name, outcome) in &result.rows {
+        let cells = match outcome {
+            Ok(run) if result.inference => vec![
+                format!("{:.2}×", ratio(p(run, "p50_ms"), p(alone, "p50_ms"))),
+                format!("{:.2}×", ratio(p(run, "p99_ms"), p(alone, "p99_ms"))),
+                format!("{:.1}%", harvest(run, alone) * 100.0),
+                format!("{:.1}%", run.device_busy * 100.0),
+                format!("{:.2}%", 100.0 * p(run, "slo_violation_rate")),
+            ],
+            Ok(run) => vec![
+                format!(
+                    "{:.3}×",
+                    ratio(
+                        p(run, "iterations_per_second"),
+                        p(alone, "iterations_per_second")
+                    )
+                ),
+                format!("{:.1}%", harvest(run, alone) * 100.0),
+                format!("{:.1}%", run.device_busy * 100.0),
+            ],
+            Err(why) => {
+                let width = if result.inference { 5 } else { 3 };
+                let mut cells = vec![format!("— {}", why.replace('|', "/"))];
+                cells.extend((1..width).map(|_| "—".to_string()));
+                cells
+            }
+        };
+        let mut row = vec![name.clone()];
+        row.extend(cells);
+        table.row(row);
+    }
+    format!("### {}\n\n{}\n", result.shape, table.markdown())
+}
+
+/// Per row over the shapes: the worst and median p99 ratio (iterations/s
+/// for training), mean harvest, and the shapes within the as-if-alone bar.
+fn summary_table(results: &[ShapeResult], rows: &[&str], inference: bool) -> String {
+    let mut table = if inference {
+        Table::new(&[
+            "row",
+            "p99 vs alone: median / worst",
+            &format!("shapes with p99 ≤ {AS_IF_ALONE_P99:.2}× alone"),
+            "harvest: mean / lowest",
+            "harvest over the no-delay bound: mean",
+            "shapes with more violations than alone (+1 point)",
+        ])
+    } else {
+        Table::new(&[
+            "row",
+            "iterations/s vs alone: median / worst",
+            &format!("shapes at ≥ {AS_IF_ALONE_RATE:.2}× alone"),
+            "harvest: mean / lowest",
+            "harvest over the no-delay bound: mean",
+            "—",
+        ])
+    };
+    let shapes: Vec<&ShapeResult> = results.iter().filter(|r| r.inference == inference).collect();
+    for row in rows {
+        let mut ratios = Vec::new();
+        let mut harvests = Vec::new();
+        let mut over_bound = Vec::new();
+        let mut within = 0;
+        let mut worse_violations = 0;
+        let mut failed = 0;
+        for result in &shapes {
+            let Some((_, outcome)) = result.rows.iter().find(|(n, _)| n == row) else {
+                continue;
+            };
+            let Ok(run) = outcome else {
+                failed += 1;
+                continue;
+            };
+            let alone = &result.alone;
+            let r = if inference {
+                ratio(p(run, "p99_ms"), p(alone, "p99_ms"))
+            } else {
+                ratio(
+                    p(run, "iterations_per_second"),
+                    p(alone, "iterations_per_second"),
+                )
+            };
+            if (inference && r <= AS_IF_ALONE_P99) || (!inference && r >= AS_IF_ALONE_RATE) {
+                within += 1;
+            }
+            if inference
+                && 100.0 * (p(run, "slo_violation_rate") - p(alone, "slo_violation_rate")) > 1.0
+            {
+                worse_violations += 1;
+            }
+            ratios.push(r);
+            let h = harvest(run, alone);
+            harvests.push(h);
+            if result.harvest_bound > 0.0 {
+                over_bound.push(h / result.harvest_bound);
+            }
+        }
+        if ratios.is_empty() && failed == 0 {
+            continue;
+        }
+        if ratios.is_empty() {
+            let mut cells = vec![row.to_string(), format!("not run in {failed} shapes")];
+            cells.extend((0..4).map(|_| "—".to_string()));
+            table.row(cells);
+            continue;
+        }
+        let n = ratios.len();
+        let worst = if inference {
+            ratios.iter().copied().fold(f64::MIN, f64::max)
+        } else {
+            ratios.iter().copied().fold(f64::MAX, f64::min)
+        };
+        let median = dilu_bench::stats::median(&mut ratios.clone());
+        let mean = |v: &[f64]| v.iter().sum::<f64>() / v.len().max(1) as f64;
+        table.row(vec![
+            row.to_string(),
+            format!("{median:.2}× / {worst:.2}×"),
+            format!("{within} of {n}"),
+            format!(
+                "{:.1}% / {:.1}%",
+                mean(&harvests) * 100.0,
+                harvests.iter().copied().fold(f64::MAX, f64::min) * 100.0
+            ),
+            format!("{:.0}%", mean(&over_bound) * 100.0),
+            if inference {
+                format!("{worse_violations} of {n}")
+            } else {
+                "—".into()
+            },
+        ]);
+    }
+    table.markdown()
+}
+
+fn main() {
+    if std::env::args().any(|a| a == "--list") {
+        return;
+    }
+    dilu_bench::report::start_counting_steal();
+    let seconds: u64 = number_arg("--seconds", 8);
+    let inference_count: usize = number_arg("--inference", 8);
+    let training_count: usize = number_arg("--training", 4);
+    let seed: Option<u64> = arg_after("--seed").map(|v| v.parse().expect("--seed: a whole number"));
+    let only_shape: Option<usize> = arg_after("--shape").map(|v| v.parse().expect("--shape: K"));
+    let only_rows: Option<Vec<String>> =
+        arg_after("--only").map(|v| v.split(',').map(|s| s.trim().to_string()).collect());
+    let mut draws = seed.map_or(Draws::from_state(FIELD_SEED), |s| {
+        Draws::from_seed(s, FIELD_SEED)
+    });
+    let mut shapes: Vec<(Shape, bool)> = inference_shapes(inference_count, &mut draws)
+        .into_iter()
+        .map(|s| (s, true))
+        .collect();
+    shapes.extend(
+        training_shapes(training_count, &mut draws)
+            .into_iter()
+            .map(|s| (s, false)),
+    );
+    let scratch = Scratch::new("field-peers");
+    let started: Vec<(&'static str, Result<Box<dyn Peer>, String>)> = PEERS
+        .iter()
+        .map(|&name| {
+            let peer = peers::start(name, &scratch.path(name));
+            if let Err(why) = &peer {
+                eprintln!("field: {name}: {why}");
+            }
+            (name, peer)
+        })
+        .collect();
+    let wanted = |row: &str| only_rows.as_ref().is_none_or(|o| o.iter().any(|r| r == row));
+    let mut results = Vec::new();
+    for (index, (shape, inference)) in shapes.iter().enumerate() {
+        if only_shape.is_some_and(|k| k != index) {
+            continue;
+        }
+        eprintln!("field, shape {index}: {}", shape.name);
+        let mut rows: Vec<&str> = vec![TIME_SLICING, STATIC];
+        rows.extend(PEERS);
+        rows.extend(if *inference {
+            vec![DILU_SLO, DILU_NO_SLO]
+        } else {
+            vec![DILU_TRAINING]
+        });
+        let alone = colocation::run_with(shape, 200 + index, "alone", seconds, None)
+            .unwrap_or_else(|e| panic!("the primary alone: {e}"));
+        let harvest_bound = ((alone.no_delay_bound - alone.device_busy)
+            / (1.0 - alone.device_busy).max(f64::MIN_POSITIVE))
+        .max(0.0);
+        let mut measured = Vec::new();
+        for row in rows.into_iter().filter(|r| wanted(r)) {
+            let outcome = measure(shape, 200 + index, row, seconds, &started);
+            match &outcome {
+                Ok(run) => eprintln!(
+                    "  {row:>20}: p99 {:.2}× alone, harvest {:.1}%, busy {:.1}%",
+                    if *inference {
+                        ratio(p(run, "p99_ms"), p(&alone, "p99_ms"))
+                    } else {
+                        ratio(
+                            p(run, "iterations_per_second"),
+                            p(&alone, "iterations_per_second"),
+                        )
+                    },
+                    harvest(run, &alone) * 100.0,
+                    run.device_busy * 100.0
+                ),
+                Err(why) => eprintln!("  {row:>20}: {why}"),
+            }
+            measured.push((row.to_string(), outcome));
+        }
+        results.push(ShapeResult {
+            shape: shape.name.clone(),
+            inference: *inference,
+            alone,
+            harvest_bound,
+            rows: measured,
+        });
+    }
+    let mut inference_rows: Vec<&str> = vec![TIME_SLICING, STATIC];
+    inference_rows.extend(PEERS);
+    let mut training_rows = inference_rows.clone();
+    inference_rows.extend([DILU_SLO, DILU_NO_SLO]);
+    training_rows.push(DILU_TRAINING);
+    let peer_lines: Vec<String> = started
+        .iter()
+        .map(|(name, peer)| match peer {
+            Ok(_) => format!("- {name}: built and run."),
+            Err(why) => format!("- {name}: {why}"),
+        })
+        .collect();
+    let mut doc = format!(
+        "# Judged as the field judges: latency against alone, harvest, peers side by side\n\n\
+         Command: `scripts/bench.sh field{}`.\n\n\
+         Shapes drawn from the co-location class ({}): inference primaries with Poisson or bursty\n\
+         (300 ms on, 300 ms off) arrivals at 10-500 req/s, 1-10 kernels of 0.05-1 ms per request,\n\
+         busy 2-50% of the time alone, an SLO of 5-20 ms (at least three times the request's kernel\n\
+         time); training primaries of one to three phases per iteration, each a 1-10 ms gap then\n\
+         2-12 kernels of 0.05-1 ms; beside one to three deep-queue fillers (cudarc-loop, 32 launches\n\
+         per synchronisation) with kernels of 0.05-3 ms. Rates and lengths are log-uniform. The\n\
+         fillers start 1 s before the primary; {seconds} s per run, every row of a shape one after\n\
+         the other in one run on one simulated GPU (simgpu, its default timing: a time slice of\n\
+         2 ms, a hand-off between processes of 140 µs as measured on an H100).\n\n\
+         Rows: `alone`, the primary by itself (its p50 and p99, the reference); `{TIME_SLICING}`:\n\
+         no limiter, the device's own time slicing; `{STATIC}`: dilu's node manager with its\n\
+         `static` controller (SM requests: primary 50%, each filler 20%, limits 100%); `HAMi-core`:\n\
+         its `libvgpu.so` with `CUDA_DEVICE_SM_LIMIT` 50% for the primary and the rest split among\n\
+         the fillers; `XSched`: Level 1, the primary at priority 1 and fillers at 0 under its `HPF`\n\
+         server, its default thresholds; `TGS`: the primary on its high-priority library, fillers on\n\
+         the low one; `{DILU_SLO}`: `dilu nodemgr` at defaults, `dilu run --colo primary --slo-ms`\n\
+         and `--colo filler`; `{DILU_NO_SLO}`: the same without `--slo-ms` (the primary is kept as\n\
+         if alone); `{DILU_TRAINING}` (training): `--colo primary` and `--colo filler`.\n\n\
+         Columns: the primary's p50 and p99 over its own in `alone` (training: iterations/s over\n\
+         alone's); harvest: the fillers' device time over the time the primary leaves the device\n\
+         idle alone; device busy: all tenants' device time per wall time, from simgpu's trace over\n\
+         the primary's run; SLO violations: requests over the shape's SLO (counted by the program\n\
+         in every row, also where dilu was not told the SLO). The no-delay bound (in `alone`'s\n\
+         harvest cell) is the harvest of fillers that knew every arrival in advance and never\n\
+         delayed the primary: each idle stretch of at least the 150 µs hold-off, less two hand-offs.\n\
+         A filler kernel on a device without preemption delays a request that arrives while it\n\
+         runs, so where filler kernels are long beside random arrivals no scheduler that does not\n\
+         know the arrivals comes near it without delaying requests.\n\n\
+         Peers in this run:\n{}\n\n## Summary over the inference shapes\n\n{}\n\
+         ## Summary over the training shapes\n\n{}\n## Each shape\n\n",
+        if seconds != 8 {
+            format!(" -- --seconds {seconds}")
+        } else {
+            String::new()
+        },
+        seed.map_or("a fixed seed".to_string(), |s| format!("seed {s}")),
+        peer_lines.join("\n"),
+        summary_table(&results, &inference_rows, true),
+        summary_table(&results, &training_rows, false),
+    );
+    for result in &results {
+        doc.push_str(&shape_table(result));
+    }
+    doc.push_str(&format!(
+        "Machine: {}. A shared 2-core VM without a GPU: every process, and every peer's server, \
+         competes for the CPU.\n",
+        machine()
+    ));
+    print!("{doc}");
+    if only_shape.is_none() && only_rows.is_none() && seed.is_none() {
+        write_result("field.md", &doc);
+    } else {
+        eprintln!("field: a partial run (--shape, --only or --seed): printed, no file written");
+    }
+}
