@@ -68,11 +68,19 @@
 #              limiter, static, dilu (defaults, roles), HAMi-core (with
 #              HAMI_CORE_SRC); needs a torch venv, see scripts/frameworks.sh --help
 #                                             -> bench/results/frameworks.md
+#   field      the field's yardstick over shapes drawn from the co-location
+#              class: the primary's p50/p99 (training: iterations/s) against
+#              its run alone and the fillers' harvest of its idle time, for
+#              time slicing, static shares, HAMi-core, XSched, TGS and dilu
+#              with and without an SLO; builds the peers whose sources are
+#              given (HAMI_CORE_SRC, XSCHED_SRC, TGS_SRC: scripts/peers/build.sh
+#              --help), rows for the others say why they did not run
+#                                             -> bench/results/field.md
 #   peers      dilu and HAMi-core's libvgpu.so side by side on simgpu + its NVML
 #              (needs HAMI_CORE_SRC=<HAMi-core checkout>; see scripts/peers.sh --help)
 #                                             -> bench/results/peers.md
 #
-# usage: scripts/bench.sh [all | overhead | startup | sm | syscalls | placement | demo | colocation | ablation | cluster | placement-latency | openb-lists | scaling | profile | soak | control-period | multigpu | frameworks | peers ...] [-- ARGS]
+# usage: scripts/bench.sh [all | overhead | startup | sm | syscalls | placement | demo | colocation | field | ablation | cluster | placement-latency | openb-lists | scaling | profile | soak | control-period | multigpu | frameworks | peers ...] [-- ARGS]
 #   ARGS go to the one benchmark named, e.g. `scripts/bench.sh startup -- --runs 50`
 #   or `scripts/bench.sh overhead -- cuLaunchKernel` (a criterion filter)
 #   or `scripts/bench.sh demo -- --seconds 10` (per controller; default 5)
@@ -86,9 +94,9 @@ targets=()
 while [ $# -gt 0 ] && [ "$1" != "--" ]; do
   case $1 in
     all) targets+=(overhead startup sm syscalls placement demo colocation cluster placement-latency openb-lists scaling profile control-period multigpu) ;;
-    overhead | startup | sm | syscalls | placement | demo | colocation | ablation | cluster | placement-latency | openb-lists | scaling | profile | soak | control-period | multigpu | frameworks | peers) targets+=("$1") ;;
+    overhead | startup | sm | syscalls | placement | demo | colocation | field | ablation | cluster | placement-latency | openb-lists | scaling | profile | soak | control-period | multigpu | frameworks | peers) targets+=("$1") ;;
     -h | --help) awk 'NR > 1 && !/^#/ { exit } NR > 1 { sub(/^# ?/, ""); print }' "$0"; exit 0 ;;
-    *) echo "bench: unknown benchmark '$1' (all, overhead, startup, sm, syscalls, placement, demo, colocation, ablation, cluster, placement-latency, openb-lists, scaling, profile, soak, control-period, multigpu, frameworks, peers)" >&2; exit 2 ;;
+    *) echo "bench: unknown benchmark '$1' (all, overhead, startup, sm, syscalls, placement, demo, colocation, field, ablation, cluster, placement-latency, openb-lists, scaling, profile, soak, control-period, multigpu, frameworks, peers)" >&2; exit 2 ;;
   esac
   shift
 done
@@ -241,6 +249,24 @@ for target in "${targets[@]}"; do
     frameworks)
       scripts/frameworks.sh "${extra[@]}" || failed+=(frameworks)
       results+=(bench/results/frameworks.md) ;;
+    field)
+      # The peers whose sources are given, built (once per commit) into
+      # target/peers-cache; their DILU_PEER_* variables for the benchmark.
+      peer_env=$(scripts/peers/build.sh) || { failed+=(field); continue; }
+      eval "$peer_env"
+      cargo bench --no-run -p dilu-bench --bench field
+      realtime=()
+      if chrt -r 10 true 2>/dev/null; then
+        realtime=(chrt -r 10)
+      else
+        echo "bench: field at normal priority (chrt -r not permitted): on a loaded host its latencies are noisier" >&2
+      fi
+      "${realtime[@]}" cargo bench -p dilu-bench --bench field -- "${extra[@]}" || failed+=(field)
+      case " ${extra[*]} " in
+        *" --shape "* | *" --only "* | *" --seed "*)
+          results+=("(field: printed above, bench/results/field.md left as it was)") ;;
+        *) results+=(bench/results/field.md) ;;
+      esac ;;
     peers)
       scripts/peers.sh "${extra[@]}" || failed+=(peers)
       results+=(bench/results/peers.md) ;;

@@ -56,9 +56,11 @@ use crate::bucket::CacheLine;
 use crate::shm::SharedLayout;
 use std::sync::atomic::{AtomicU64, Ordering::*};
 
-/// The share of an as-if-alone primary's returns from a fillable gap that
-/// fillers may delay beyond its tolerance: at most one in 200, so that its
-/// p99 latency is (about) its p99.5 alone. Without a latency target there
+/// The share of an as-if-alone primary's requests that fillers may push
+/// over its bound (10% over its p99 alone), or where it reports no
+/// requests, of its returns from a fillable gap they may delay beyond its
+/// tolerance: at most one in 200, so that its p99 stays within the bound
+/// wherever its p99.5 alone does. Without a latency target there
 /// is no slack to spend; the primary's tail is judged against its own run
 /// alone, and a filler kernel that a returning request finds on the device
 /// is, on a device without preemption, a request in that tail.
@@ -220,6 +222,10 @@ struct Params {
     /// less per delayed one. Fillers may go where no prediction vouches
     /// for the gap only while it could pay for one more delayed return.
     delay_credit: AtomicU64,
+    /// 1 once the as-if-alone primary judges its reported requests itself
+    /// ([`DeviceBoard::primary_request_judged`]): its returns from gaps are
+    /// then no longer counted.
+    credit_by_requests: AtomicU64,
 }
 
 /// The filler whose kernels the device ran last: the others let it go on
@@ -475,11 +481,12 @@ impl DeviceBoard {
     /// no prediction vouches for (a random gap's predicted length, or a
     /// long idle stretch) only while the primary's budget of delayed
     /// returns ([`DELAY_BUDGET_PPM`]) holds one whole return: it starts
-    /// with one, and a delayed return is earned back over 200 fillable gaps.
+    /// with none (its own latency is not known yet, and the first requests
+    /// count in its p99 like any), and earns one over 200 fillable gaps or
+    /// reported requests.
     pub fn keep_as_if_alone(&self) {
-        self.params
-            .delay_credit
-            .store(DELAY_CREDIT_CAP as u64, Relaxed);
+        self.params.delay_credit.store(0, Relaxed);
+        self.params.credit_by_requests.store(0, Relaxed);
         self.params.as_if_alone.store(1, Release);
     }
 
@@ -495,10 +502,39 @@ impl DeviceBoard {
         self.params.delay_credit.load(Relaxed) as i64 as f64 / DELAY_CREDIT_CAP as f64
     }
 
+    /// Primary side, as-if-alone, for a primary that reports its requests:
+    /// one request ended, and fillers' delay `pushed_over` it (it took
+    /// longer than its bound, 10% over its p99 alone, and would not have
+    /// without them). Such a primary's requests, not its returns from gaps,
+    /// then fill and spend its budget: a delay that leaves a request within
+    /// its bound costs its p99 nothing.
+    pub fn primary_request_judged(&self, pushed_over: bool) {
+        if self.params.credit_by_requests.load(Relaxed) == 0 {
+            self.params.credit_by_requests.store(1, Relaxed);
+        }
+        self.add_credit(DELAY_BUDGET_PPM, if pushed_over { DELAY_CREDIT_CAP } else { 0 });
+    }
+
+    fn add_credit(&self, earned: i64, spent: i64) {
+        let _ = self
+            .params
+            .delay_credit
+            .fetch_update(Relaxed, Relaxed, |bits| {
+                let credit = (bits as i64 + earned - spent)
+                    .clamp(DELAY_CREDIT_FLOOR, DELAY_CREDIT_CAP);
+                Some(credit as u64)
+            });
+    }
+
     /// Primary side, as-if-alone: it came back from a gap of `length_ns` to
-    /// find `delay_ns` of filler work ahead of it.
+    /// find `delay_ns` of filler work ahead of it. A primary that does not
+    /// report its requests has only its returns to judge by: one delayed
+    /// beyond its tolerance costs a whole return.
     #[cold]
     fn count_return(&self, length_ns: u64, delay_ns: u64) {
+        if self.params.credit_by_requests.load(Relaxed) != 0 {
+            return;
+        }
         let delayed = delay_ns > self.params.tolerance_ns.load(Relaxed);
         // Only fillable gaps earn credit (fillers wait out shorter ones,
         // except between requests); every delayed return costs it.
@@ -508,17 +544,9 @@ impl DeviceBoard {
             0
         };
         let spent = if delayed { DELAY_CREDIT_CAP } else { 0 };
-        if earned == 0 && spent == 0 {
-            return;
+        if earned != 0 || spent != 0 {
+            self.add_credit(earned, spent);
         }
-        let _ = self
-            .params
-            .delay_credit
-            .fetch_update(Relaxed, Relaxed, |bits| {
-                let credit = (bits as i64 + earned - spent)
-                    .clamp(DELAY_CREDIT_FLOOR, DELAY_CREDIT_CAP);
-                Some(credit as u64)
-            });
     }
 
     /// How long, in all, the primary's launches were estimated to wait
@@ -1702,10 +1730,25 @@ mod tests {
         b.keep_as_if_alone();
         assert!(b.as_if_alone());
         // Random gaps (no period): the prediction is the shortest, 2 ms.
+        let mut state = 0x9e37_79b9_u64;
+        let mut random_gap = move || {
+            state = state.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1);
+            (2 + (state >> 33) % 8) * MS
+        };
         let mut t = 5_000 * MS;
-        for gap in [3, 7, 2, 9, 4, 6, 5, 8, 3, 7] {
+        for k in 0..200 {
             one_kernel_waited_for(b, t);
-            t += 200 * US + gap * MS;
+            let at = t + 200 * US + DEFAULT_HOLDOFF_NS;
+            t += 200 * US + random_gap();
+            if k == 20 {
+                assert!(
+                    matches!(
+                        b.filler_admit(at, MS, false, FILLER),
+                        FillerGate::WaitUntil(_)
+                    ),
+                    "no credit at first: the primary's latency is not known yet"
+                );
+            }
         }
         one_kernel_waited_for(b, t);
         let gap = t + 200 * US;
@@ -1758,6 +1801,35 @@ mod tests {
         // A primary attaching with a latency target is not kept so.
         b.attach_primary(2, 0, DEFAULT_HOLDOFF_NS);
         assert!(!b.as_if_alone());
+    }
+
+    #[test]
+    fn a_reporting_primary_kept_as_if_alone_spends_its_budget_on_requests_pushed_over() {
+        let board = board();
+        let b = board.device(0);
+        b.attach_primary(1, 0, DEFAULT_HOLDOFF_NS);
+        b.keep_as_if_alone();
+        // Requests delayed within their bound cost nothing.
+        for _ in 0..250 {
+            b.primary_request_judged(false);
+        }
+        assert!(b.delay_credit() >= 1.0);
+        b.primary_request_judged(true);
+        assert!(b.delay_credit() < 0.01, "one pushed over: {}", b.delay_credit());
+        // Returns from gaps no longer count: 300 clean ones earn nothing.
+        let mut t = 5_000 * MS;
+        for k in 0..300 {
+            one_kernel_waited_for(b, t);
+            t += 200 * US + (2 + k % 7) * MS;
+        }
+        assert!(b.delay_credit() < 0.01, "returns counted: {}", b.delay_credit());
+        // The request pushed over earned its share too: 199 more make 200.
+        for _ in 0..198 {
+            b.primary_request_judged(false);
+        }
+        assert!(b.delay_credit() < 1.0, "199 requests are not enough");
+        b.primary_request_judged(false);
+        assert!(b.delay_credit() >= 1.0, "200 are: {}", b.delay_credit());
     }
 
     #[test]

@@ -12,9 +12,12 @@
 //!   uses the slot of the `k`-th GPU listed, so tenants of one user and
 //!   group on different GPUs (each seeing its GPU as device 0) keep to
 //!   their own GPU's slot; otherwise device `k` uses slot `k`.
-//! - primary: `DILU_COLO_TOLERANCE` (a duration; default half its SLO,
-//!   0 without one): the delay of one filler kernel its requests can
-//!   absorb, letting fillers into gaps no history predicts; its SLO
+//! - primary: `DILU_COLO_TOLERANCE` (a duration; default half its SLO;
+//!   without one, learned from its reported requests: a tenth of their p99
+//!   without fillers' delay, less two hand-offs, see [`learned_tolerance`]):
+//!   the delay of one filler kernel its requests can absorb, letting
+//!   fillers into gaps no history predicts. A primary without an SLO is
+//!   kept as if alone ([`DeviceBoard::keep_as_if_alone`]); its SLO
 //!   (`slo_ms` of `DILU_SPEC`, `dilu run --slo-ms`): the tolerance in
 //!   force is at most the slack (SLO minus latency, less the hand-offs)
 //!   of the worst of the last 8 reported requests, their latency taken
@@ -30,7 +33,8 @@
 //!   filler keeps whatever the gaps look like: while it has had less, it
 //!   goes before the other fillers' turns, and where its kernels fit no
 //!   gap, or the primary's gaps are random and too short to tolerate, they
-//!   still go into gaps at that pace.
+//!   still go into gaps at that pace. Beside a primary kept as if alone
+//!   only a guarantee that was set (the variable or an SM request) holds.
 //!
 //! A filler's sampled launch of a kind longer than a time slice holds the
 //! primary's launches until it was timed ([`hold_primary_for_sample`]):
@@ -322,7 +326,7 @@ impl RecentLatencies {
 /// a p99 (the third worst).
 const HISTORY_WINDOW: usize = 256;
 /// Requests recorded before a learned tolerance is given at all.
-const HISTORY_FIRST: u32 = 64;
+const HISTORY_FIRST: u32 = 16;
 /// How much worse than its p99 alone a primary without an SLO may get: the
 /// field's yardstick for a latency-critical tenant beside best-effort work.
 const AS_IF_ALONE_P99_PERCENT: u64 = 10;
@@ -343,8 +347,9 @@ impl LatencyHistory {
         }
     }
 
-    /// Records one latency; returns the window's p99 once
-    /// [`HISTORY_FIRST`] requests were recorded.
+    /// Records one latency; returns the window's p99 (by nearest rank: the
+    /// longest while fewer than 100 are known) once [`HISTORY_FIRST`]
+    /// requests were recorded.
     fn record(&self, latency_ns: u64) -> Option<u64> {
         let count = self.next.fetch_add(1, Ordering::Relaxed);
         self.ns[count as usize % HISTORY_WINDOW].store(latency_ns, Ordering::Relaxed);
@@ -372,6 +377,17 @@ fn learned_tolerance(p99_ns: u64, worst_recent_ns: u64) -> u64 {
     let bound = p99_ns + p99_ns * AS_IF_ALONE_P99_PERCENT / 100;
     let tolerance = (p99_ns * AS_IF_ALONE_P99_PERCENT / 100).saturating_sub(2 * HANDOFF_NS);
     tolerance_within_slack(tolerance, bound, worst_recent_ns)
+}
+
+/// Whether fillers pushed a request of `latency_ns` (`alone_ns` without the
+/// delay they caused) over the bound of a primary without an SLO, 10% over
+/// its p99 (`None`: not learned yet; fillers have no credit to gamble with
+/// before the budget earned one, so no request is theirs to judge).
+fn pushed_over_bound(latency_ns: u64, alone_ns: u64, p99_ns: Option<u64>) -> bool {
+    p99_ns.is_some_and(|p99| {
+        let bound = p99 + p99 * AS_IF_ALONE_P99_PERCENT / 100;
+        latency_ns > bound && alone_ns <= bound
+    })
 }
 
 /// Whether a request that ended at `now` after `latency_ns` had arrived
@@ -772,10 +788,12 @@ pub fn latency_reported(latency_ns: u64) {
         None if colo.config.tolerance_learned => {
             let alone = colo.recent_latencies.without_delay(latency_ns, delay_ns);
             let worst = colo.recent_latencies.record(alone);
-            match colo.latency_history.record(alone) {
-                Some(p99) => learned_tolerance(p99, worst),
-                None => 0,
+            let p99 = colo.latency_history.record(alone);
+            let pushed_over = pushed_over_bound(latency_ns, alone, p99);
+            for device in 0..colo.devices {
+                colo.board(device).primary_request_judged(pushed_over);
             }
+            p99.map_or(0, |p99| learned_tolerance(p99, worst))
         }
         None => return,
     };
@@ -861,6 +879,13 @@ mod tests {
     fn without_an_slo_the_tolerance_is_a_tenth_of_the_p99_less_the_hand_offs() {
         const MS: u64 = 1_000_000;
         let history = LatencyHistory::new();
+        assert!(!pushed_over_bound(5 * MS, 4 * MS, None), "no bound yet");
+        assert!(pushed_over_bound(4_500_000, 4 * MS, Some(4 * MS)), "over 4.4 ms");
+        assert!(!pushed_over_bound(4_300_000, 3 * MS, Some(4 * MS)), "within");
+        assert!(
+            !pushed_over_bound(6 * MS, 5 * MS, Some(4 * MS)),
+            "over the bound alone: not the fillers' doing"
+        );
         // Fewer than HISTORY_FIRST requests: nothing learned yet.
         for _ in 1..HISTORY_FIRST {
             assert_eq!(history.record(4 * MS), None);

@@ -194,6 +194,8 @@ struct SpecArgs {
     /// Latency SLO in milliseconds (latency tenants; a co-location primary
     /// tolerates one filler kernel of delay up to half of it, less as its
     /// own latency nears it; DILU_COLO_TOLERANCE sets another bound).
+    /// A co-location primary without one is kept as if alone: its p99
+    /// within about 10% of its p99 alone, fillers in what that leaves.
     #[arg(long, value_name = "MS")]
     slo_ms: Option<f64>,
     /// Guaranteed SM-time share, percent (for a co-location filler also
