@@ -84,7 +84,10 @@ fn peer_path(variable: &str, build_hint: &str) -> Result<PathBuf, String> {
         .ok_or_else(|| format!("not run: {variable} is not set ({build_hint})"))?;
     let path = PathBuf::from(value);
     if !path.exists() {
-        return Err(format!("not run: {variable}={} does not exist", path.display()));
+        return Err(format!(
+            "not run: {variable}={} does not exist",
+            path.display()
+        ));
     }
     Ok(path)
 }
