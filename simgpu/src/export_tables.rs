@@ -8,7 +8,8 @@
 //! 13.2 (`tests/tests/cudart.rs` runs both on simgpu). Every slot holds a
 //! function: the ones whose meaning is unknown return
 //! `CUDA_ERROR_NOT_SUPPORTED` (and are logged with `SIMGPU_LOG_ERRORS=1`), so
-//! no caller ever jumps to NULL.
+//! no caller ever jumps to NULL. One table is not cudart's: FUNCTION_INFO,
+//! which XSched's cuXtra asks for (read from cuXtra's prebuilt library).
 
 use crate::api::device::{pci_bus, uuid_bytes};
 use crate::api::module::load_image;
@@ -41,7 +42,7 @@ const fn size_of_table(slots: usize) -> Slot {
 }
 
 /// The served tables, by the index an unknown slot's function carries.
-const TABLE_NAMES: [&str; 8] = [
+const TABLE_NAMES: [&str; 9] = [
     "CUDART_INTERFACE",
     "TOOLS_RUNTIME_HOOKS",
     "TOOLS_TLS",
@@ -50,6 +51,7 @@ const TABLE_NAMES: [&str; 8] = [
     "INTEGRITY_CHECK",
     "TOOLS_CONTEXT",
     "UNKNOWN_1734DC26",
+    "FUNCTION_INFO",
 ];
 const CUDART: usize = 0;
 const HOOKS: usize = 1;
@@ -59,6 +61,7 @@ const CHECKS: usize = 4;
 const INTEGRITY: usize = 5;
 const TOOLS_CTX: usize = 6;
 const UNKNOWN_1734: usize = 7;
+const FUNCTION_INFO: usize = 8;
 
 /// Fills a slot whose meaning is unknown: refuses, naming table and slot in
 /// the log (`SIMGPU_LOG_ERRORS=1`).
@@ -372,6 +375,66 @@ static UNKNOWN_1734DC26: Table<16> = Table({
     t
 });
 
+// --- FUNCTION_INFO {6E163FBE-B958-444D-835C-E182AFF1991E} ---
+// Queries on functions that cuXtra (XpuOS/cuxtra, the library XSched uses)
+// makes: its `cuXtraGetParamCount` calls slot 0x21 and `cuXtraGetParamInfo`
+// slot 0x22, after checking that slot 0 (the size in bytes) covers the slot
+// (read from its prebuilt x86-64 library). XSched's CUDA shim calls both on
+// every kernel launch it queues, to copy the arguments. cuXtra's other
+// calls into this table reach up to slot 0x2e, so the table has 47 slots
+// (the real one's size is not known); they refuse.
+
+/// Slot 0x22's record: a `u32` record size the caller fills in (0x28),
+/// then the parameter's size, its offset and a word cuXtra reads as "in
+/// shared memory" (0: parameters live in the constant bank), each a `u64`.
+const PARAM_INFO_SIZE_AT: usize = 0x08;
+const PARAM_INFO_OFFSET_AT: usize = 0x10;
+const PARAM_INFO_SHARED_AT: usize = 0x18;
+
+/// [0x21] count(function, out size_t): how many parameters a kernel takes.
+extern "C" fn function_param_count(f: sys::CUfunction, count: *mut usize) -> CUresult {
+    guard("export table FUNCTION_INFO[0x21]", || {
+        crate::api::out(count, crate::api::module::func_params(f)?.len())
+    })
+}
+
+/// [0x22] info(function, index, record): where parameter `index` lies.
+extern "C" fn function_param_info(f: sys::CUfunction, index: usize, info: *mut u8) -> CUresult {
+    guard("export table FUNCTION_INFO[0x22]", || {
+        let p = crate::api::module::func_param(f, index)?;
+        if info.is_null() {
+            return Err(CUDA_ERROR_INVALID_VALUE);
+        }
+        // SAFETY: the record starts with its size as a u32 (non-null, checked).
+        let len = unsafe { info.cast::<u32>().read_unaligned() } as usize;
+        if len < PARAM_INFO_SHARED_AT {
+            return Err(CUDA_ERROR_INVALID_VALUE);
+        }
+        for (at, value) in [
+            (PARAM_INFO_SIZE_AT, p.size),
+            (PARAM_INFO_OFFSET_AT, p.offset),
+            (PARAM_INFO_SHARED_AT, 0),
+        ] {
+            if at + 8 <= len {
+                // SAFETY: within the `len` bytes the caller says the record has.
+                unsafe { info.add(at).cast::<u64>().write_unaligned(value as u64) };
+            }
+        }
+        Ok(())
+    })
+}
+
+static FUNCTION_INFO_TABLE: Table<47> = Table({
+    let mut t = every_slot_unknown!(FUNCTION_INFO;
+        0 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16 17 18 19
+        20 21 22 23 24 25 26 27 28 29 30 31 32 33 34 35 36 37 38 39
+        40 41 42 43 44 45 46);
+    t[0] = size_of_table(47);
+    t[0x21] = function_param_count as Slot;
+    t[0x22] = function_param_info as Slot;
+    t
+});
+
 const fn hex(c: u8) -> u8 {
     match c {
         b'0'..=b'9' => c - b'0',
@@ -402,7 +465,7 @@ const fn uuid(text: &str) -> [u8; 16] {
 /// The table for a UUID, if simgpu serves it.
 pub(crate) fn lookup(id: &[u8; 16]) -> Option<*const c_void> {
     type Served = ([u8; 16], fn() -> *const c_void);
-    const TABLES: [Served; 8] = [
+    const TABLES: [Served; 9] = [
         (uuid("6BD5FB6C-5BF4-E74A-8987-D93912FD9DF9"), || {
             CUDART_INTERFACE.addr()
         }),
@@ -427,6 +490,9 @@ pub(crate) fn lookup(id: &[u8; 16]) -> Option<*const c_void> {
         (uuid("1734DC26-800D-4745-8726-C0F1E7DD8BCA"), || {
             UNKNOWN_1734DC26.addr()
         }),
+        (uuid("6E163FBE-B958-444D-835C-E182AFF1991E"), || {
+            FUNCTION_INFO_TABLE.addr()
+        }),
     ];
     TABLES.iter().find(|(u, _)| u == id).map(|(_, t)| t())
 }
@@ -443,6 +509,7 @@ fn all_slots() -> Vec<Vec<Slot>> {
         INTEGRITY_CHECK.0.to_vec(),
         TOOLS_CONTEXT.0.to_vec(),
         UNKNOWN_1734DC26.0.to_vec(),
+        FUNCTION_INFO_TABLE.0.to_vec(),
     ]
 }
 
@@ -457,6 +524,8 @@ mod tests {
         }
         assert_eq!(CUDART_INTERFACE.0[0] as usize, 13 * 8);
         assert_eq!(TOOLS_TLS.0[0] as usize, 4 * 8);
+        // cuXtra reads slot 0x22 only when the size covers it.
+        assert!(FUNCTION_INFO_TABLE.0[0] as usize >= 0x23 * 8);
     }
 
     #[test]

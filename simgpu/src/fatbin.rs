@@ -1,13 +1,15 @@
 //! Reading the images programs hand to the driver: `__fatBinC_Wrapper_t`
 //! wrappers, fatbin containers and their entries (PTX text or ELF, plain,
 //! LZ4- or zstd-compressed), bare ELF and PTX text. The result is what
-//! simgpu needs to serve the image: kernel names and global variables.
+//! simgpu needs to serve the image: kernel names, their parameter layouts
+//! (where the image says) and global variables.
 //!
 //! An entry that cannot be read (unknown kind, corrupt compression) is
 //! counted and skipped; only its kernels are missing, so one bad entry never
 //! fails a whole module or context.
 
-use crate::elf::{self, GlobalVar};
+use crate::elf::{self, GlobalVar, KernelParam};
+use std::collections::BTreeMap;
 use std::ffi::CStr;
 use std::io::Read;
 
@@ -28,6 +30,9 @@ const ENTRY_HEADER: usize = 64;
 pub(crate) struct Image {
     pub kernels: Vec<String>,
     pub globals: Vec<GlobalVar>,
+    /// Parameter layouts by kernel name: every PTX `.entry` whose parameter
+    /// list simgpu could read, and ELF kernels with `EIATTR_KPARAM_INFO`.
+    pub params: BTreeMap<String, Vec<KernelParam>>,
     /// Entries simgpu could not read.
     pub unreadable: usize,
 }
@@ -43,6 +48,9 @@ impl Image {
             if !self.globals.iter().any(|x| x.name == g.name) {
                 self.globals.push(g);
             }
+        }
+        for (k, p) in other.params {
+            self.params.entry(k).or_insert(p);
         }
         self.unreadable += other.unreadable;
     }
@@ -74,6 +82,131 @@ pub(crate) fn ptx_entries(text: &str) -> Vec<String> {
             .collect();
         if !name.is_empty() && !out.contains(&name) {
             out.push(name);
+        }
+    }
+    out
+}
+
+/// PTX text without its `//` and `/* */` comments (each replaced by a space).
+fn strip_comments(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    let mut rest = text;
+    loop {
+        let line = rest.find("//");
+        let block = rest.find("/*");
+        let (at, end) = match (line, block) {
+            (Some(l), b) if b.is_none_or(|b| l < b) => (l, rest[l..].find('\n').map(|e| l + e)),
+            (_, Some(b)) => (b, rest[b + 2..].find("*/").map(|e| b + 2 + e + 2)),
+            _ => break,
+        };
+        out.push_str(&rest[..at]);
+        out.push(' ');
+        match end {
+            Some(end) => rest = &rest[end..],
+            None => return out,
+        }
+    }
+    out.push_str(rest);
+    out
+}
+
+/// Bytes of one kernel parameter type: the fundamental types, packed
+/// half pairs and the opaque 64-bit handle types.
+fn ptx_param_type_size(ty: &str) -> Option<usize> {
+    match ty {
+        "f16" | "bf16" => Some(2),
+        "f16x2" | "bf16x2" => Some(4),
+        "b128" => Some(16),
+        "texref" | "samplerref" | "surfref" => Some(8),
+        _ => ptx_type_size(&format!(".{ty}")),
+    }
+}
+
+/// Layout of one `.param` declaration of a kernel's parameter list (`.param
+/// .u64 p`, `.param .align 8 .b8 s[16]`, `.param .u64 .ptr.global.align 16
+/// q`): (alignment, size).
+fn ptx_param(decl: &str) -> Option<(usize, usize)> {
+    // Directives may be glued together (`.ptr.global.align`): split them,
+    // and keep an array's `[N]` as a word of its own.
+    let spaced = decl.replace('.', " .").replace('[', " [");
+    let mut words = spaced.split_whitespace();
+    if words.next()? != ".param" {
+        return None;
+    }
+    let (mut align, mut elem, mut count, mut lanes) = (None, None, 1, 1);
+    let mut pointer = false;
+    let mut named = false;
+    while let Some(w) = words.next() {
+        match w {
+            ".align" => {
+                let n: usize = words.next()?.parse().ok()?;
+                // After `.ptr`, `.align` is the pointee's alignment.
+                if !pointer {
+                    align = Some(n);
+                }
+            }
+            ".ptr" => pointer = true,
+            ".global" | ".const" | ".local" | ".shared" => {}
+            ".v2" => lanes = 2,
+            ".v4" => lanes = 4,
+            _ if w.starts_with('[') => {
+                count = w
+                    .trim_start_matches('[')
+                    .trim_end_matches(']')
+                    .parse()
+                    .ok()?;
+            }
+            _ if w.starts_with('.') && elem.is_none() => {
+                elem = Some(ptx_param_type_size(&w[1..])?);
+            }
+            _ if !w.starts_with('.') && !named => named = true,
+            _ => return None,
+        }
+    }
+    let elem = elem? * lanes;
+    let align = align.unwrap_or(elem);
+    (named && align.is_power_of_two()).then_some((align, elem * count))
+}
+
+/// The parameter layout of every `.entry` of a PTX text whose parameter
+/// list reads cleanly: offsets follow each parameter's alignment, as the
+/// driver lays out the parameter buffer.
+pub(crate) fn ptx_params(text: &str) -> BTreeMap<String, Vec<KernelParam>> {
+    let text = strip_comments(text);
+    let mut out = BTreeMap::new();
+    let mut rest = text.as_str();
+    while let Some(i) = rest.find(".entry") {
+        rest = &rest[i + 6..];
+        if !rest.starts_with(|c: char| c.is_whitespace()) {
+            continue;
+        }
+        let body = rest.trim_start();
+        let name: String = body
+            .chars()
+            .take_while(|c| c.is_ascii_alphanumeric() || "_$.".contains(*c))
+            .collect();
+        let after = body[name.len()..].trim_start();
+        let list = match after.strip_prefix('(') {
+            Some(l) => match l.find(')') {
+                Some(end) => &l[..end],
+                None => continue,
+            },
+            None => "",
+        };
+        let mut params = Vec::new();
+        let mut cursor = 0usize;
+        let mut readable = true;
+        for decl in list.split(',').map(str::trim).filter(|d| !d.is_empty()) {
+            let Some((align, size)) = ptx_param(decl) else {
+                readable = false;
+                break;
+            };
+            let offset = cursor.next_multiple_of(align);
+            params.push(KernelParam { offset, size });
+            cursor = offset + size;
+        }
+        if readable && !name.is_empty() {
+            out.entry(name).or_insert(params);
         }
     }
     out
@@ -189,6 +322,7 @@ fn ptx_image(text: &[u8]) -> Option<Image> {
     is_ptx(text).then(|| Image {
         kernels: ptx_entries(text),
         globals: ptx_globals(text),
+        params: ptx_params(text),
         unreadable: 0,
     })
 }
@@ -198,6 +332,7 @@ fn elf_image(bytes: &[u8]) -> Option<Image> {
     Some(Image {
         kernels: s.kernels,
         globals: s.globals,
+        params: s.params,
         unreadable: 0,
     })
 }
@@ -475,6 +610,33 @@ mod tests {
         assert_eq!(both(90, 100), ["for_a"]);
         // Nothing compatible: every entry, so names are still known.
         assert_eq!(both(100, 120), ["for_a", "for_b"]);
+    }
+
+    #[test]
+    fn ptx_parameters_follow_their_alignment() {
+        let text = ".version 8.0\n\
+            .visible .entry k(.param .u32 a, // a count\n\
+              .param .align 16 .b8 s[20], /* a struct */ .param .f64 d,\n\
+              .param .v2 .u32 v, .param .bf16 h, .param .u64 .ptr .shared .align 4 p) {}\n\
+            .entry bare {}\n\
+            .entry bad(.param .u32 a, .param .b8 b[n]) {}\n\
+            .entry glued(.param .align 4 .b8 g[3],.param .u16 x){}";
+        let p = ptx_params(text);
+        let layout =
+            |k: &str| -> Vec<(usize, usize)> { p[k].iter().map(|x| (x.offset, x.size)).collect() };
+        assert_eq!(
+            layout("k"),
+            [(0, 4), (16, 20), (40, 8), (48, 8), (56, 2), (64, 8)]
+        );
+        assert_eq!(layout("bare"), []);
+        assert_eq!(layout("glued"), [(0, 3), (4, 2)]);
+        assert!(!p.contains_key("bad"), "an unreadable list is no layout");
+    }
+
+    #[test]
+    fn comments_are_stripped() {
+        assert_eq!(strip_comments("a // b\nc /* d\ne */ f"), "a  \nc   f");
+        assert_eq!(strip_comments("x /* never closed"), "x  ");
     }
 
     #[test]

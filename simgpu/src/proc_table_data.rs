@@ -115,7 +115,7 @@ proc_table! {
     cuFuncGetAttribute: [2020 imp cuFuncGetAttribute];
     cuFuncGetModule: [11000 stub cuFuncGetModule];
     cuFuncGetName: [12030 imp cuFuncGetName];
-    cuFuncGetParamInfo: [12040 stub cuFuncGetParamInfo];
+    cuFuncGetParamInfo: [12040 imp cuFuncGetParamInfo];
     cuFuncIsLoaded: [12040 stub cuFuncIsLoaded];
     cuFuncLoad: [12040 stub cuFuncLoad];
     cuFuncSetAttribute: [9000 imp cuFuncSetAttribute];
@@ -489,7 +489,7 @@ proc_table! {
     cuDevSmResourceSplit: [13010 stub cuDevSmResourceSplit];
     cuDeviceGetHostAtomicCapabilities: [13000 stub cuDeviceGetHostAtomicCapabilities];
     cuDeviceGetP2PAtomicCapabilities: [13000 stub cuDeviceGetP2PAtomicCapabilities];
-    cuFuncGetParamCount: [13020 stub cuFuncGetParamCount];
+    cuFuncGetParamCount: [13020 imp cuFuncGetParamCount];
     cuGraphExecGetId: [13010 stub cuGraphExecGetId];
     cuGraphGetId: [13010 stub cuGraphGetId];
     cuGraphNodeGetContainingGraph: [13010 stub cuGraphNodeGetContainingGraph];

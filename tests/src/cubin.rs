@@ -1,5 +1,6 @@
 //! Hand-built device images for tests that have no nvcc: a minimal CUDA ELF
-//! (cubin) whose symbol table names kernels and initialised globals, and
+//! (cubin) whose symbol table names kernels and initialised globals, with
+//! optional `.nv.info.<kernel>` parameter records, and
 //! fatbin containers holding ELF or PTX entries, optionally LZ4- or
 //! zstd-compressed. The code inside is never run (simgpu only times
 //! kernels), so each kernel's text is a few placeholder bytes.
@@ -26,6 +27,8 @@ const STT_OBJECT: u8 = 1;
 const STT_FUNC: u8 = 2;
 const STB_GLOBAL: u8 = 1;
 const STO_CUDA_ENTRY: u8 = 0x10;
+/// `SHT_CUDA_INFO`: the `.nv.info*` sections.
+const SHT_CUDA_INFO: u32 = 0x7000_0000;
 
 struct Section {
     name: &'static str,
@@ -58,11 +61,48 @@ fn symbol(name: u32, kind: u8, other: u8, shndx: u16, value: u64, size: u64) -> 
     s
 }
 
+/// A kernel of [`cubin_with_params`]: its name, and the `(offset, size)` of
+/// each parameter its `.nv.info.<kernel>` section lists (no section: `None`).
+pub type KernelDecl<'a> = (&'a str, Option<&'a [(u16, u32)]>);
+
 /// A cubin for compute capability `sm` with entry points `kernels` and
 /// initialised globals `(name, bytes)`.
 pub fn cubin(sm: u32, kernels: &[&str], globals: &[(&str, &[u8])]) -> Vec<u8> {
+    let plain: Vec<KernelDecl> = kernels.iter().map(|k| (*k, None)).collect();
+    cubin_with_params(sm, &plain, globals)
+}
+
+/// The records of a `.nv.info.<kernel>` section as ptxas writes them for
+/// parameters `(offset, size)`, in order: `EIATTR_CBANK_PARAM_SIZE`
+/// (EIFMT_HVAL) and one `EIATTR_KPARAM_INFO` (EIFMT_SVAL, 12 bytes: index,
+/// ordinal, offset, and a word whose top 14 bits are the size, constant bank
+/// 0x1f) per parameter, last parameter first.
+pub fn nv_info_params(params: &[(u16, u32)]) -> Vec<u8> {
+    let total = params.iter().map(|&(o, s)| o as u32 + s).max().unwrap_or(0);
+    let mut r = vec![0x03, 0x19];
+    r.extend_from_slice(&(total as u16).to_le_bytes());
+    for (ordinal, &(offset, size)) in params.iter().enumerate().rev() {
+        r.extend_from_slice(&[0x04, 0x17]);
+        r.extend_from_slice(&12u16.to_le_bytes());
+        r.extend_from_slice(&0u32.to_le_bytes());
+        r.extend_from_slice(&(ordinal as u16).to_le_bytes());
+        r.extend_from_slice(&offset.to_le_bytes());
+        r.extend_from_slice(&((size << 18) | (0x1f << 12)).to_le_bytes());
+    }
+    r
+}
+
+/// As [`cubin`], each kernel with the parameters `(offset, size)` its
+/// `.nv.info.<kernel>` section lists (no such section for `None`).
+pub fn cubin_with_params(sm: u32, kernels: &[KernelDecl], globals: &[(&str, &[u8])]) -> Vec<u8> {
     // Sections: 0 null, 1 .shstrtab, 2 .strtab, 3 .symtab, 4 .nv.global.init,
-    // then one .text.<kernel> per kernel.
+    // then one .text.<kernel> per kernel, then the .nv.info.<kernel> ones.
+    let infos: Vec<(&str, &[(u16, u32)])> = kernels
+        .iter()
+        .filter_map(|(k, p)| p.map(|p| (*k, p)))
+        .collect();
+    let kernels: Vec<&str> = kernels.iter().map(|k| k.0).collect();
+    let kernels = kernels.as_slice();
     let mut names: Vec<&str> = kernels.to_vec();
     names.extend(globals.iter().map(|g| g.0));
     let (strings, name_at) = strtab(&names);
@@ -89,6 +129,7 @@ pub fn cubin(sm: u32, kernels: &[&str], globals: &[(&str, &[u8])]) -> Vec<u8> {
         .iter()
         .map(|s| s.to_string())
         .chain(kernels.iter().map(|k| format!(".text.{k}")))
+        .chain(infos.iter().map(|(k, _)| format!(".nv.info.{k}")))
         .collect();
     let refs: Vec<&str> = section_names.iter().map(String::as_str).collect();
     let (shstrtab, sh_name) = strtab(&refs);
@@ -134,6 +175,16 @@ pub fn cubin(sm: u32, kernels: &[&str], globals: &[(&str, &[u8])]) -> Vec<u8> {
             info: 0,
             entsize: 0,
             data: vec![0u8; 16],
+        });
+    }
+    for (_, params) in &infos {
+        sections.push(Section {
+            name: "",
+            kind: SHT_CUDA_INFO,
+            link: 3,
+            info: 0,
+            entsize: 0,
+            data: nv_info_params(params),
         });
     }
     let mut body = Vec::new();

@@ -225,10 +225,16 @@ fn kernel_get_library(_: bool, lib: *mut Lib, k: Kernel) -> Res {
     out(lib, library_of(k)? as Lib)
 }
 
-/// Parameter layouts are not read from images.
-fn kernel_param_info(_: bool, k: Kernel, _i: usize, _o: *mut usize, _s: *mut usize) -> Res {
-    func(k as CUfunction)?;
-    Err(CUDA_ERROR_NOT_SUPPORTED)
+/// Offset and size of a kernel's parameter, as its image declares them
+/// (`CUDA_ERROR_NOT_SUPPORTED` when the image does not say).
+fn kernel_param_info(_: bool, k: Kernel, i: usize, offset: *mut usize, size: *mut usize) -> Res {
+    let p = module::func_param(k as CUfunction, i)?;
+    // The offset is required, the size optional (as in cuda.h).
+    out(offset, p.offset)?;
+    if !size.is_null() {
+        out(size, p.size)?;
+    }
+    Ok(())
 }
 
 /// Hopper per-SM limits the occupancy model uses.

@@ -5,6 +5,7 @@
 use super::{cstr, out, read};
 use crate::Res;
 use crate::driver::{Registry, current, drv};
+use crate::elf::KernelParam;
 use crate::exec::{GRAPH_EXECS, GRAPHS, Graph, GraphExec, KernelOp, Op, resolve};
 use crate::fatbin::Image;
 use dilu_abi::cuda::*;
@@ -29,6 +30,8 @@ export! {
     fn cuFuncGetAttribute(v: *mut c_int, attr: c_int, f: CUfunction) => func_get_attribute;
     fn cuFuncSetAttribute(f: CUfunction, attr: c_int, v: c_int) => func_set_attribute;
     fn cuFuncGetName(name: *mut *const c_char, f: CUfunction) => func_get_name;
+    fn cuFuncGetParamInfo(f: CUfunction, index: usize, offset: *mut usize, size: *mut usize) => func_get_param_info;
+    fn cuFuncGetParamCount(f: CUfunction, count: *mut usize) => func_get_param_count;
     fn cuLaunchKernel(f: CUfunction, gx: c_uint, gy: c_uint, gz: c_uint, bx: c_uint, by: c_uint, bz: c_uint, shmem: c_uint, s: CUstream, params: *mut *mut c_void, extra: *mut *mut c_void) | cuLaunchKernel_ptsz => launch_kernel;
     fn cuLaunchCooperativeKernel(f: CUfunction, gx: c_uint, gy: c_uint, gz: c_uint, bx: c_uint, by: c_uint, bz: c_uint, shmem: c_uint, s: CUstream, params: *mut *mut c_void) | cuLaunchCooperativeKernel_ptsz => launch_cooperative;
     fn cuLaunchKernelEx(cfg: *const sys::CUlaunchConfig, f: CUfunction, params: *mut *mut c_void, extra: *mut *mut c_void) | cuLaunchKernelEx_ptsz => launch_kernel_ex;
@@ -47,6 +50,9 @@ pub(crate) struct Func {
     pub name: Arc<str>,
     pub cname: CString,
     pub attrs: Mutex<HashMap<c_int, c_int>>,
+    /// The kernel's parameters, when its image says (PTX `.entry`
+    /// declarations, a cubin's `EIATTR_KPARAM_INFO`).
+    pub params: Option<Vec<KernelParam>>,
 }
 
 /// A device variable of a module: allocated on a device the first time it
@@ -83,11 +89,13 @@ static FUNCS: Registry<Func> = Registry::new();
 pub(crate) fn register(image: Image) -> Res<usize> {
     let mut funcs = HashMap::new();
     let mut order = Vec::new();
+    let mut params = image.params;
     for name in image.kernels {
         let f = Arc::new(Func {
             name: Arc::from(name.as_str()),
             cname: CString::new(name.clone()).map_err(|_| CUDA_ERROR_INVALID_IMAGE)?,
             attrs: Mutex::new(HashMap::new()),
+            params: params.remove(&name),
         });
         let h = FUNCS.insert(f);
         order.push(h);
@@ -243,6 +251,38 @@ fn module_loading_mode(_: bool, mode: *mut c_int) -> Res {
 pub(crate) fn func(f: CUfunction) -> Res<Arc<Func>> {
     drv()?;
     FUNCS.get(f as usize).ok_or(CUDA_ERROR_INVALID_HANDLE)
+}
+
+/// A kernel's parameters; `CUDA_ERROR_NOT_SUPPORTED` when its image did
+/// not describe them.
+pub(crate) fn func_params(f: CUfunction) -> Res<Vec<KernelParam>> {
+    func(f)?.params.clone().ok_or(CUDA_ERROR_NOT_SUPPORTED)
+}
+
+/// Offset and size of parameter `index` of a kernel.
+pub(crate) fn func_param(f: CUfunction, index: usize) -> Res<KernelParam> {
+    let params = func_params(f)?;
+    params.get(index).copied().ok_or(CUDA_ERROR_INVALID_VALUE)
+}
+
+fn func_get_param_info(
+    _: bool,
+    f: CUfunction,
+    index: usize,
+    offset: *mut usize,
+    size: *mut usize,
+) -> Res {
+    let p = func_param(f, index)?;
+    // The offset is required, the size optional (as in cuda.h).
+    out(offset, p.offset)?;
+    if !size.is_null() {
+        out(size, p.size)?;
+    }
+    Ok(())
+}
+
+fn func_get_param_count(_: bool, f: CUfunction, count: *mut usize) -> Res {
+    out(count, func_params(f)?.len())
 }
 
 pub(crate) fn func_get_attribute(_: bool, v: *mut c_int, attr: c_int, f: CUfunction) -> Res {
