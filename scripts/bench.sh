@@ -72,9 +72,10 @@
 #              class: the primary's p50/p99 (training: iterations/s) against
 #              its run alone and the fillers' harvest of its idle time, for
 #              time slicing, static shares, HAMi-core, XSched, TGS and dilu
-#              with and without an SLO; builds the peers whose sources are
-#              given (HAMI_CORE_SRC, XSCHED_SRC, TGS_SRC: scripts/peers/build.sh
-#              --help), rows for the others say why they did not run
+#              with and without an SLO; the peers are builds made outside
+#              this repository, named by DILU_PEER_HAMI, DILU_PEER_XSCHED and
+#              DILU_PEER_TGS (bench/src/peers/); rows for the others say why
+#              they did not run
 #                                             -> bench/results/field.md
 #   peers      dilu and HAMi-core's libvgpu.so side by side on simgpu + its NVML
 #              (needs HAMI_CORE_SRC=<HAMi-core checkout>; see scripts/peers.sh --help)
@@ -250,10 +251,6 @@ for target in "${targets[@]}"; do
       scripts/frameworks.sh "${extra[@]}" || failed+=(frameworks)
       results+=(bench/results/frameworks.md) ;;
     field)
-      # The peers whose sources are given, built (once per commit) into
-      # target/peers-cache; their DILU_PEER_* variables for the benchmark.
-      peer_env=$(scripts/peers/build.sh) || { failed+=(field); continue; }
-      eval "$peer_env"
       cargo bench --no-run -p dilu-bench --bench field
       realtime=()
       if chrt -r 10 true 2>/dev/null; then

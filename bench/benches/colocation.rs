@@ -75,6 +75,9 @@ pub(crate) struct Shape {
     pub(crate) filler_blocks: Vec<String>,
     /// The filler whose kernels are longer than every gap, if one is.
     pub(crate) long_filler: Option<usize>,
+    /// The primary launches on a stream of its own and the fillers
+    /// allocate on the default stream (what XSched needs to schedule them).
+    pub(crate) own_streams: bool,
 }
 
 pub(crate) fn words(list: &[&str]) -> Vec<String> {
@@ -100,6 +103,7 @@ pub(crate) fn shapes() -> Vec<Shape> {
             tolerance: "2ms",
             filler_blocks: words(&["13200", "6600"]),
             long_filler: None,
+            own_streams: false,
         },
         Shape {
             name: "training: 4 ms gaps, 8 × 500 µs; fillers 1 ms + 0.5 ms".into(),
@@ -118,6 +122,7 @@ pub(crate) fn shapes() -> Vec<Shape> {
             tolerance: "0",
             filler_blocks: words(&["13200", "6600"]),
             long_filler: None,
+            own_streams: false,
         },
         Shape {
             name: "training: 2 gaps per iteration (4 ms + 1 ms), 2 × 6 × 500 µs; fillers 1 ms + 0.5 ms".into(),
@@ -136,6 +141,7 @@ pub(crate) fn shapes() -> Vec<Shape> {
             tolerance: "0",
             filler_blocks: words(&["13200", "6600"]),
             long_filler: None,
+            own_streams: false,
         },
         Shape {
             name: "inference: 60 req/s, 8 × 500 µs, SLO 15 ms; fillers 2 ms + 0.3 ms".into(),
@@ -154,6 +160,7 @@ pub(crate) fn shapes() -> Vec<Shape> {
             tolerance: "2ms",
             filler_blocks: words(&["26400", "3960"]),
             long_filler: None,
+            own_streams: false,
         },
         Shape {
             name: "training: 2 ms gaps, 12 × 300 µs; fillers 0.7 ms + 3 ms".into(),
@@ -172,6 +179,7 @@ pub(crate) fn shapes() -> Vec<Shape> {
             tolerance: "0",
             filler_blocks: words(&["9240", "39600"]),
             long_filler: Some(1),
+            own_streams: false,
         },
         Shape {
             name: "training: 3 gaps per iteration (1 ms + 5 ms + 2 ms), 3 × 4 × 400 µs; fillers 1.5 ms + 0.6 ms".into(),
@@ -190,6 +198,7 @@ pub(crate) fn shapes() -> Vec<Shape> {
             tolerance: "0",
             filler_blocks: words(&["19800", "7920"]),
             long_filler: None,
+            own_streams: false,
         },
         Shape {
             name: "inference: 200 req/s, 2 × 300 µs, SLO 8 ms; fillers 0.8 ms + 1.5 ms".into(),
@@ -208,6 +217,7 @@ pub(crate) fn shapes() -> Vec<Shape> {
             tolerance: "2ms",
             filler_blocks: words(&["10560", "19800"]),
             long_filler: None,
+            own_streams: false,
         },
         Shape {
             name: "training: 2 gaps per iteration (3 ms + 0.5 ms), 2 × 5 × 400 µs; fillers 4 ms + 1 ms".into(),
@@ -226,6 +236,7 @@ pub(crate) fn shapes() -> Vec<Shape> {
             tolerance: "0",
             filler_blocks: words(&["52800", "13200"]),
             long_filler: Some(0),
+            own_streams: false,
         },
     ]
 }
@@ -290,6 +301,7 @@ fn class_shapes(count: usize, seed: Option<u64>) -> Vec<Shape> {
             tolerance: "0",
             filler_blocks: fillers.iter().map(|&ms| blocks(ms)).collect(),
             long_filler: None,
+            own_streams: false,
         });
     }
     shapes
@@ -604,6 +616,9 @@ pub(crate) fn run_with(
     let seconds_arg = seconds.to_string();
     let mut primary_args = shape.primary.clone();
     primary_args.extend(s(&["--seconds", &seconds_arg]));
+    if shape.own_streams {
+        primary_args.extend(s(&["--stream", "new"]));
+    }
     if !primary_args.iter().any(|a| a == "--on-ms") {
         primary_args.extend(s(&["--on-ms", "1000", "--off-ms", "0"]));
     }
@@ -633,6 +648,9 @@ pub(crate) fn run_with(
             );
             if config == LOW_GUARANTEE && shape.long_filler == Some(i) {
                 filler.env("DILU_COLO_GUARANTEE", "5");
+            }
+            if shape.own_streams {
+                filler.arg("--alloc-on-default-stream");
             }
             fillers.push(
                 filler

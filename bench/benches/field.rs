@@ -7,10 +7,10 @@
 //! XSched (Level 1) and TGS, then dilu at its defaults with and without a
 //! declared SLO.
 //!
-//! Peers are built from their public sources by `scripts/peers/build.sh`
-//! and found through `DILU_PEER_HAMI`, `DILU_PEER_XSCHED` and
-//! `DILU_PEER_TGS` (`scripts/bench.sh field` does both); a peer that is not
-//! built, or fails, gets a row that says why.
+//! Peers are built from their public sources outside this repository and
+//! found through `DILU_PEER_HAMI`, `DILU_PEER_XSCHED` and `DILU_PEER_TGS`
+//! (see `bench/src/peers/`); a peer that is not given, or fails, gets a row
+//! that says why.
 //!
 //! Run: `scripts/bench.sh field` (8 inference and 4 training shapes, 8 s
 //! per run). `-- --seconds S`, `--inference N`, `--training M`, `--seed N`
@@ -103,6 +103,7 @@ fn inference_shapes(count: usize, draws: &mut Draws) -> Vec<Shape> {
             tolerance: "0",
             filler_blocks,
             long_filler: None,
+            own_streams: true,
         });
     }
     shapes
@@ -142,6 +143,7 @@ fn training_shapes(count: usize, draws: &mut Draws) -> Vec<Shape> {
                 tolerance: "0",
                 filler_blocks,
                 long_filler: None,
+                own_streams: true,
             }
         })
         .collect()

@@ -2,8 +2,8 @@
 //! process, counts memory against `CUDA_DEVICE_MEMORY_LIMIT` and throttles
 //! launches to `CUDA_DEVICE_SM_LIMIT` percent of the SMs, sharing per-tenant
 //! state through a `CUDA_DEVICE_MEMORY_SHARED_CACHE` file (one per container
-//! in a real deployment). No server. `scripts/peers/hami-core.sh` builds the
-//! library and `DILU_PEER_HAMI` names it; processes are set up the way
+//! in a real deployment). No server. `DILU_PEER_HAMI` names a build of the
+//! library made outside this repository; processes are set up the way
 //! `scripts/peers.sh` runs them.
 
 use super::{Peer, Role, peer_path, simgpu_lib_dir};
@@ -24,7 +24,7 @@ const CACHE_SUFFIX: &str = ".cache";
 pub fn start(scratch: &Path) -> Result<Box<dyn Peer>, String> {
     let library = peer_path(
         "DILU_PEER_HAMI",
-        "build it with HAMI_CORE_SRC=<HAMi-core checkout> scripts/peers/build.sh",
+        "the path of a libvgpu.so built from HAMi-core's public sources",
     )?;
     let driver_dir = simgpu_driver_dir()?;
     std::fs::create_dir_all(scratch)

@@ -1,12 +1,11 @@
 //! The field's GPU-sharing systems, run beside dilu on simgpu: HAMi-core's
-//! `libvgpu.so`, XSched (Level 1) and TGS, each built from its public
-//! sources by a committed script (`scripts/peers/`), never vendored. The
-//! field benchmark starts the same programs under each of them.
-//!
-//! A peer is found through one environment variable naming what its build
-//! script produced (`DILU_PEER_HAMI`, `DILU_PEER_XSCHED`, `DILU_PEER_TGS`);
-//! [`start`] says why a peer cannot run when it is unset or broken, and the
-//! benchmark prints that reason in the peer's row.
+//! `libvgpu.so`, XSched (Level 1) and TGS. None of their code, and nothing
+//! that builds it, is in this repository: each is built from its public
+//! sources elsewhere, and found through one environment variable naming
+//! that build (`DILU_PEER_HAMI`, `DILU_PEER_XSCHED`, `DILU_PEER_TGS`).
+//! The field benchmark starts the same programs under each of them;
+//! [`start`] says why a peer cannot run when its variable is unset or the
+//! build is incomplete, and the benchmark prints that in the peer's row.
 
 pub mod hami_core;
 pub mod tgs;

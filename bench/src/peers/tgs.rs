@@ -3,8 +3,9 @@
 //! jobs. The low-priority library throttles its process's kernel launches
 //! (thread blocks per period) to what leaves the high-priority process's
 //! kernel rate intact; the high-priority one reports that rate every 5 s
-//! over a Unix socket. `scripts/peers/tgs.sh` builds both and
-//! `DILU_PEER_TGS` names its output folder (`high/`, `low/`).
+//! over a Unix socket. `DILU_PEER_TGS` names a folder with both builds
+//! (`high/` and `low/`, each with `libcuda.so.1` and `libcuda.so`), made
+//! outside this repository.
 //!
 //! There is no TGS server to start: the low-priority process listens on
 //! `/etc/gsharing/rate_<GPU uuid>.sock` (hard-coded) and the high-priority
@@ -38,14 +39,14 @@ struct Tgs {
 pub fn start(scratch: &Path) -> Result<Box<dyn Peer>, String> {
     let built = peer_path(
         "DILU_PEER_TGS",
-        "build it with TGS_SRC=<TGS checkout> scripts/peers/build.sh",
+        "a folder with TGS's high/ and low/ hijack builds",
     )?;
     let high = built.join("high");
     let low = built.join("low");
     for dir in [&high, &low] {
         if !dir.join("libcuda.so.1").exists() || !dir.join("libcuda.so").exists() {
             return Err(format!(
-                "not run: {} lacks libcuda.so.1 or libcuda.so (rebuild with scripts/peers/tgs.sh)",
+                "not run: {} lacks libcuda.so.1 or libcuda.so",
                 dir.display()
             ));
         }

@@ -11,7 +11,8 @@ use std::time::{Duration, Instant};
 
 const USAGE: &str =
     "usage: cudarc-loop [--seconds S] [--kernels N] [--blocks B[,B...]] [--streams K]
-                   [--iters I] [--depth D] [--graph G] [--device N] [--devices N] [--wait-value] [--json]
+                   [--iters I] [--depth D] [--graph G] [--device N] [--devices N] [--wait-value]
+                   [--alloc-on-default-stream] [--json]
   --seconds S   run for S seconds (default 2; with --kernels, whichever ends first)
   --kernels N   stop after N kernels
   --blocks B,.. grid sizes in blocks, used in turn (default 1320: 100 us on simgpu's default model)
@@ -26,6 +27,11 @@ const USAGE: &str =
                 (a data-parallel program); the summary gives each device's rate
   --wait-value  first order stream 0 by a memory value (cuStreamWaitValue32, already
                 satisfied), as programs that order streams by values do
+  --alloc-on-default-stream
+                allocate the buffers (and round-trip the check pattern) on the
+                context's default stream rather than on the streams that use them: a peer (XSched
+                Level 1) queues an allocation on a stream it schedules and
+                returns before the pointer is written
   --json        also print a one-line JSON summary";
 
 struct Options {
@@ -40,6 +46,7 @@ struct Options {
     device: usize,
     devices: usize,
     wait_value: bool,
+    alloc_on_default_stream: bool,
     json: bool,
 }
 
@@ -55,6 +62,7 @@ fn parse_options() -> Result<Options, String> {
         device: 0,
         devices: 1,
         wait_value: false,
+        alloc_on_default_stream: false,
         json: false,
     };
     let mut args = std::env::args().skip(1);
@@ -65,6 +73,10 @@ fn parse_options() -> Result<Options, String> {
         }
         if flag == "--wait-value" {
             options.wait_value = true;
+            continue;
+        }
+        if flag == "--alloc-on-default-stream" {
+            options.alloc_on_default_stream = true;
             continue;
         }
         if flag == "--help" || flag == "-h" {
@@ -193,10 +205,21 @@ fn run_on(options: &Options, device: usize) -> Result<(u64, f64), Box<dyn std::e
 
     let max_blocks = *options.blocks.iter().max().expect("non-empty");
     let elements = (max_blocks as usize) * (BLOCK_THREADS as usize);
-    let buffers: Vec<CudaSlice<f32>> = streams
-        .iter()
-        .map(|s| s.alloc_zeros::<f32>(elements))
-        .collect::<Result<_, _>>()?;
+    let buffers: Vec<CudaSlice<f32>> = if options.alloc_on_default_stream {
+        let default = ctx.default_stream();
+        let buffers = streams
+            .iter()
+            .map(|_| default.alloc_zeros::<f32>(elements))
+            .collect::<Result<_, _>>()?;
+        // The streams are not ordered after the default stream's work.
+        default.synchronize()?;
+        buffers
+    } else {
+        streams
+            .iter()
+            .map(|s| s.alloc_zeros::<f32>(elements))
+            .collect::<Result<_, _>>()?
+    };
 
     if options.wait_value {
         use cudarc::driver::DevicePtr;
@@ -209,8 +232,13 @@ fn run_on(options: &Options, device: usize) -> Result<(u64, f64), Box<dyn std::e
 
     // Memory must really hold data: round-trip a pattern before the loop.
     let pattern: Vec<f32> = (0..4096).map(|i| i as f32 * 0.5).collect();
-    let device_copy = streams[0].clone_htod(&pattern)?;
-    let back = streams[0].clone_dtoh(&device_copy)?;
+    let copy_stream = if options.alloc_on_default_stream {
+        ctx.default_stream()
+    } else {
+        streams[0].clone()
+    };
+    let device_copy = copy_stream.clone_htod(&pattern)?;
+    let back = copy_stream.clone_dtoh(&device_copy)?;
     if back != pattern {
         return Err("device memory round-trip returned different data".into());
     }

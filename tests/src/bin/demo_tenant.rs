@@ -36,7 +36,7 @@ use dilu_harness::ptx::{BLOCK_THREADS, BUSY_KERNEL, PTX};
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
-const USAGE: &str = "usage: demo-tenant serve|train|model [--seconds S] [--blocks B] [--kernels K] [--iters N]
+const USAGE: &str = "usage: demo-tenant serve|train|model [--seconds S] [--blocks B] [--kernels K] [--iters N] [--stream default|new]
     serve: [--rate R/s] [--on-ms MS] [--off-ms MS] [--slo-ms MS] [--seed N] [--latencies FILE] [--launch-log FILE]
     train: [--load-ms MS[,MS...]] [--launch-log FILE]
     model: [--blocks-per-sample B] [--host-ms MS] [--host-ms-per-sample MS] (batch size: DILU_BATCH)";
@@ -57,6 +57,9 @@ struct Options {
     seed: u64,
     latencies: Option<String>,
     launch_log: Option<String>,
+    /// Launch on a stream of its own instead of the context's (legacy)
+    /// default stream.
+    new_stream: bool,
     blocks_per_sample: u32,
     host_ms: f64,
     host_ms_per_sample: f64,
@@ -94,6 +97,7 @@ fn parse() -> Result<Options, String> {
         seed: 7,
         latencies: None,
         launch_log: None,
+        new_stream: false,
         blocks_per_sample: 264,
         host_ms: 1.0,
         host_ms_per_sample: 0.05,
@@ -109,6 +113,13 @@ fn parse() -> Result<Options, String> {
         match flag.as_str() {
             "--latencies" => o.latencies = Some(value.clone()),
             "--launch-log" => o.launch_log = Some(value.clone()),
+            "--stream" => {
+                o.new_stream = match value.as_str() {
+                    "default" => false,
+                    "new" => true,
+                    _ => return Err(format!("bad value {value:?} for {flag}: default or new")),
+                }
+            }
             "--seconds" => o.seconds = number()?,
             "--blocks" => o.blocks = number()? as u32,
             "--kernels" => o.kernels = number()? as u32,
@@ -163,13 +174,26 @@ fn run(o: &Options) -> Result<String, Box<dyn std::error::Error>> {
     let ctx = CudaContext::new(0)?;
     let module = ctx.load_module(Ptx::from_src(PTX))?;
     let function = module.load_function(BUSY_KERNEL)?;
-    let stream = ctx.default_stream();
     let blocks = if o.mode == "model" {
         o.blocks + o.blocks_per_sample.saturating_mul(o.batch)
     } else {
         o.blocks
     };
-    let buffer: CudaSlice<f32> = stream.alloc_zeros(blocks as usize * BLOCK_THREADS as usize)?;
+    // The buffer is allocated on the default stream either way (a peer,
+    // XSched, queues an allocation on a stream it schedules and returns
+    // before the pointer is written), and ready before the first launch.
+    let buffer: CudaSlice<f32> = ctx
+        .default_stream()
+        .alloc_zeros(blocks as usize * BLOCK_THREADS as usize)?;
+    let stream = if o.new_stream {
+        ctx.default_stream().synchronize()?;
+        // SAFETY: the one buffer is used on this one stream only, after
+        // the default stream's allocation finished.
+        unsafe { ctx.disable_event_tracking() };
+        ctx.new_stream()?
+    } else {
+        ctx.default_stream()
+    };
     let iters = o.iters;
     let launched = std::cell::RefCell::new(Vec::<u64>::new());
     let launch = || -> Result<(), cudarc::driver::DriverError> {
