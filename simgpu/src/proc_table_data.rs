@@ -278,7 +278,7 @@ proc_table! {
     cuLogsUnregisterCallback: [12090 imp cuLogsUnregisterCallback];
     cuMemAddressFree: [10020 imp cuMemAddressFree];
     cuMemAddressReserve: [10020 imp cuMemAddressReserve];
-    cuMemAdvise: [8000 stub cuMemAdvise, 12020 stub cuMemAdvise_v2];
+    cuMemAdvise: [8000 imp cuMemAdvise, 12020 imp cuMemAdvise_v2];
     cuMemAlloc: [2000 stub cuMemAlloc, 3020 imp cuMemAlloc_v2];
     cuMemAllocAsync: [11020 imp cuMemAllocAsync / 11020 imp cuMemAllocAsync_ptsz];
     cuMemAllocFromPoolAsync: [11020 imp cuMemAllocFromPoolAsync / 11020 imp cuMemAllocFromPoolAsync_ptsz];
@@ -316,7 +316,7 @@ proc_table! {
     cuMemPoolSetAccess: [11020 stub cuMemPoolSetAccess];
     cuMemPoolSetAttribute: [11020 imp cuMemPoolSetAttribute];
     cuMemPoolTrimTo: [11020 imp cuMemPoolTrimTo];
-    cuMemPrefetchAsync: [8000 stub cuMemPrefetchAsync / 8000 stub cuMemPrefetchAsync_ptsz, 12020 stub cuMemPrefetchAsync_v2 / 12020 stub cuMemPrefetchAsync_v2_ptsz];
+    cuMemPrefetchAsync: [8000 imp cuMemPrefetchAsync / 8000 imp cuMemPrefetchAsync_ptsz, 12020 imp cuMemPrefetchAsync_v2 / 12020 imp cuMemPrefetchAsync_v2_ptsz];
     cuMemRangeGetAttribute: [8000 stub cuMemRangeGetAttribute];
     cuMemRangeGetAttributes: [8000 stub cuMemRangeGetAttributes];
     cuMemRelease: [10020 imp cuMemRelease];

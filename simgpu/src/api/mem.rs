@@ -57,13 +57,17 @@ export! {
 }
 
 fn mem_alloc(_: bool, p: *mut CUdeviceptr, size: usize) -> Res {
+    out(p, alloc_on_current(p, size)?)
+}
+
+/// `cuMemAlloc`'s work: `size` bytes on the current context's device.
+fn alloc_on_current(p: *mut CUdeviceptr, size: usize) -> Res<CUdeviceptr> {
     let _cost = crate::host_cost::charge(crate::host_cost::Call::MemAlloc);
     let c = current()?;
     if p.is_null() || size == 0 {
         return Err(CUDA_ERROR_INVALID_VALUE);
     }
-    let ptr = drv()?.alloc(c.dev, size as u64)?;
-    out(p, ptr)
+    drv()?.alloc(c.dev, size as u64)
 }
 
 /// Frees a device pointer, updating pool statistics for stream-ordered
@@ -77,6 +81,9 @@ pub(crate) fn free_device(ptr: u64) -> Res {
     {
         pool.used.fetch_sub(n, AcqRel);
     }
+    // Forgotten before the arena frees it, so an allocation that reuses the
+    // address is never taken for managed memory.
+    managed_set().remove(&ptr);
     drv()?.free(ptr)
 }
 
@@ -120,7 +127,29 @@ fn mem_alloc_managed(_: bool, p: *mut CUdeviceptr, size: usize, flags: c_uint) -
     if flags != 1 && flags != 2 {
         return Err(CUDA_ERROR_INVALID_VALUE);
     }
-    mem_alloc(false, p, size)
+    let ptr = alloc_on_current(p, size)?;
+    managed_set().insert(ptr, size);
+    out(p, ptr)
+}
+
+/// Allocations made by `cuMemAllocManaged`: base -> requested length. They
+/// are device memory like any other here (the arena is host-accessible);
+/// only the calls that the driver allows on managed memory alone
+/// (`cuMemAdvise`, `cuMemPrefetchAsync`) ask for this set.
+fn managed_set() -> std::sync::MutexGuard<'static, BTreeMap<u64, usize>> {
+    static M: Mutex<BTreeMap<u64, usize>> = Mutex::new(BTreeMap::new());
+    M.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Whether `[p, p+n)` lies inside one `cuMemAllocManaged` allocation.
+pub(crate) fn is_managed(p: u64, n: usize) -> bool {
+    let set = managed_set();
+    let Some((&base, &len)) = set.range(..=p).next_back() else {
+        return false;
+    };
+    n > 0
+        && p.checked_add(n as u64)
+            .is_some_and(|end| end <= base + len as u64)
 }
 
 fn mem_address_range(_: bool, base: *mut CUdeviceptr, size: *mut usize, p: CUdeviceptr) -> Res {

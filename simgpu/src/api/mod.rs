@@ -22,6 +22,7 @@ macro_rules! export {
 pub mod device;
 pub mod graph_mem;
 pub mod library;
+pub mod managed;
 pub mod mem;
 pub mod misc;
 pub mod module;
@@ -32,6 +33,7 @@ pub mod tensor_map;
 pub use device::*;
 pub use graph_mem::*;
 pub use library::*;
+pub use managed::*;
 pub use mem::*;
 pub use misc::*;
 pub use module::*;
