@@ -626,6 +626,9 @@ pub(crate) fn run_with(
     primary_args.extend(s(&["--slo-ms", &slo_arg]));
     let mut fillers = Vec::new();
     if config != "alone" {
+        // 20% each, or what the primary's request leaves them.
+        let filler_request = (100.0 - shape.primary_request) / shape.filler_blocks.len() as f64;
+        let filler_request = filler_request.min(20.0).floor().to_string();
         let filler_spec = if defaults {
             Vec::new()
         } else {
@@ -633,7 +636,7 @@ pub(crate) fn run_with(
                 "--class",
                 "batch",
                 "--sm-request",
-                "20",
+                &filler_request,
                 "--sm-limit",
                 "100",
             ])

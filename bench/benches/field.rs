@@ -299,7 +299,6 @@ fn summary_table(results: &[ShapeResult], rows: &[&str], inference: bool) -> Str
             &format!("shapes at ≥ {AS_IF_ALONE_RATE:.2}× alone"),
             "harvest: mean / lowest",
             "harvest over the no-delay bound: mean",
-            "—",
         ])
     };
     let shapes: Vec<&ShapeResult> = results.iter().filter(|r| r.inference == inference).collect();
@@ -347,7 +346,7 @@ fn summary_table(results: &[ShapeResult], rows: &[&str], inference: bool) -> Str
         }
         if ratios.is_empty() {
             let mut cells = vec![row.to_string(), format!("not run in {failed} shapes")];
-            cells.extend((0..4).map(|_| "—".to_string()));
+            cells.extend((0..if inference { 4 } else { 3 }).map(|_| "—".to_string()));
             table.row(cells);
             continue;
         }
@@ -359,7 +358,7 @@ fn summary_table(results: &[ShapeResult], rows: &[&str], inference: bool) -> Str
         };
         let median = dilu_bench::stats::median(&mut ratios.clone());
         let mean = |v: &[f64]| v.iter().sum::<f64>() / v.len().max(1) as f64;
-        table.row(vec![
+        let mut cells = vec![
             row.to_string(),
             format!("{median:.2}× / {worst:.2}×"),
             format!("{within} of {n}"),
@@ -369,12 +368,11 @@ fn summary_table(results: &[ShapeResult], rows: &[&str], inference: bool) -> Str
                 harvests.iter().copied().fold(f64::MAX, f64::min) * 100.0
             ),
             format!("{:.0}%", mean(&over_bound) * 100.0),
-            if inference {
-                format!("{worse_violations} of {n}")
-            } else {
-                "—".into()
-            },
-        ]);
+        ];
+        if inference {
+            cells.push(format!("{worse_violations} of {n}"));
+        }
+        table.row(cells);
     }
     table.markdown()
 }
@@ -438,7 +436,8 @@ fn main() {
             let outcome = measure(shape, 200 + index, row, seconds, &started);
             match &outcome {
                 Ok(run) => eprintln!(
-                    "  {row:>20}: p99 {:.2}× alone, harvest {:.1}%, busy {:.1}%",
+                    "  {row:>20}: {} {:.2}× alone, harvest {:.1}%, busy {:.1}%",
+                    if *inference { "p99" } else { "iterations/s" },
                     if *inference {
                         ratio(p(run, "p99_ms"), p(&alone, "p99_ms"))
                     } else {
@@ -488,7 +487,7 @@ fn main() {
          2 ms, a hand-off between processes of 140 µs as measured on an H100).\n\n\
          Rows: `alone`, the primary by itself (its p50 and p99, the reference); `{TIME_SLICING}`:\n\
          no limiter, the device's own time slicing; `{STATIC}`: dilu's node manager with its\n\
-         `static` controller (SM requests: primary 50%, each filler 20%, limits 100%); `HAMi-core`:\n\
+         `static` controller (SM requests: primary 50%, the fillers 20% each or 16% of three, limits 100%); `HAMi-core`:\n\
          its `libvgpu.so` with `CUDA_DEVICE_SM_LIMIT` 50% for the primary and the rest split among\n\
          the fillers; `XSched`: Level 1, the primary at priority 1 and fillers at 0 under its `HPF`\n\
          server, its default thresholds; `TGS`: the primary on its high-priority library, fillers on\n\

@@ -296,7 +296,7 @@ struct PrimaryStats {
     gaps_seen: AtomicU64,
     gap_ns: AtomicU64,
     /// Filler work (estimated) still queued when the primary came back from
-    /// a gap: what it waited for, at most.
+    /// a gap, and the hand-off back to it: what it waited for, at most.
     primary_delay_ns: AtomicU64,
     /// The primary's own estimated kernel time.
     primary_busy_ns: AtomicU64,
@@ -574,13 +574,22 @@ impl DeviceBoard {
             if start != 0 && length > 0 {
                 self.gap_ended(length);
             }
-            if queued > now {
+            // Filler work still queued, or ended less than a hand-off ago:
+            // the device hands back to the primary after it (a hand-off
+            // is delay fillers cause too, and most of it beside short
+            // filler kernels).
+            let delay = if queued == 0 {
+                0
+            } else {
+                queued.saturating_add(HANDOFF_NS).saturating_sub(now)
+            };
+            if delay > 0 {
                 self.primary_stats
                     .primary_delay_ns
-                    .fetch_add(queued - now, Relaxed);
+                    .fetch_add(delay, Relaxed);
             }
             if start != 0 && self.params.as_if_alone.load(Relaxed) != 0 {
-                self.count_return(length, queued.saturating_sub(now));
+                self.count_return(length, delay);
             }
         }
         self.primary_stats

@@ -338,7 +338,7 @@ pub fn render(status: &NodeStatus) -> String {
     }
     registry.register(
         "dilu_colo_primary_slowdown_ratio",
-        "Upper estimate of the primary's slowdown from fillers: queued filler work it found / its kernel time.",
+        "Upper estimate of the primary's slowdown from fillers: queued filler work it found, and the hand-off back, / its kernel time.",
         slowdown,
     );
     let scale = GaugeFamily::default();

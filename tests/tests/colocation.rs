@@ -620,8 +620,9 @@ fn fillers_joining_a_running_primary_delay_it_by_at_most_one_kernel_each_time() 
 /// estimates, the guarantee came to about half (10.5% of 20% in the
 /// colocation bench before sample holds; this run reads 11.3% with
 /// `DILU_SM_ABLATE=quiet`, which times such kernels without a hold).
-/// Returns the filler's share.
-fn long_kernel_filler_share() -> f64 {
+/// `guarantee`: the filler's `DILU_COLO_GUARANTEE`, if set. Returns the
+/// filler's share.
+fn long_kernel_filler_share(guarantee: Option<&str>) -> f64 {
     let scratch = Scratch::new("colo-guarantee");
     let group = unique_name("colo-guarantee");
     let _board = Board::of(&group);
@@ -633,7 +634,9 @@ fn long_kernel_filler_share() -> f64 {
         "cudarc-loop",
         &["--seconds", "7", "--blocks", "39600", "--depth", "32"],
     );
-    filler.env("DILU_COLO_GUARANTEE", "20");
+    if let Some(guarantee) = guarantee {
+        filler.env("DILU_COLO_GUARANTEE", guarantee);
+    }
     let primary = colo_run(
         &group,
         &["--tenant", &format!("{group}-primary"), "--colo", "primary"],
@@ -673,7 +676,7 @@ fn long_kernel_filler_share() -> f64 {
 #[test]
 fn a_filler_whose_kernels_fit_no_gap_keeps_its_guaranteed_share() {
     let _serial = serial();
-    let share = long_kernel_filler_share();
+    let share = long_kernel_filler_share(Some("20"));
     eprintln!(
         "filler of 3 ms kernels beside 2 ms gaps: {:.1}% of the device",
         share * 100.0
@@ -683,6 +686,25 @@ fn a_filler_whose_kernels_fit_no_gap_keeps_its_guaranteed_share() {
     assert!(
         (0.16..0.26).contains(&share),
         "the filler had {:.1}% of the device against a 20% guarantee",
+        share * 100.0
+    );
+}
+
+#[test]
+fn beside_a_primary_without_an_slo_a_filler_takes_only_what_delays_it_not() {
+    let _serial = serial();
+    // The same training primary (no SLO: kept as if alone) and filler of
+    // 3 ms kernels that fit none of its 2 ms gaps, without a guarantee set:
+    // the default guarantee would be delay the primary pays, so the filler
+    // waits for gaps it fits, and there are none.
+    let share = long_kernel_filler_share(None);
+    eprintln!(
+        "filler of 3 ms kernels beside 2 ms gaps, no guarantee set: {:.1}% of the device",
+        share * 100.0
+    );
+    assert!(
+        share < 0.03,
+        "the filler had {:.1}% of the device beside a primary kept as if alone",
         share * 100.0
     );
 }
