@@ -450,7 +450,11 @@ fn summary(child: Child, what: &str) -> Result<serde_json::Value, String> {
             .collect::<String>()
     };
     if !output.status.success() {
-        return Err(format!("{what} failed ({}): {}", output.status, last_error()));
+        return Err(format!(
+            "{what} failed ({}): {}",
+            output.status,
+            last_error()
+        ));
     }
     stdout
         .lines()
@@ -481,7 +485,11 @@ pub(crate) fn harvest(shared: &Run, alone: &Run) -> f64 {
 
 /// `value / reference`, 0 when there is no reference.
 pub(crate) fn ratio(value: f64, reference: f64) -> f64 {
-    if reference > 0.0 { value / reference } else { 0.0 }
+    if reference > 0.0 {
+        value / reference
+    } else {
+        0.0
+    }
 }
 
 /// The SM share a peer with static shares (HAMi-core) gives the primary;
@@ -513,7 +521,10 @@ pub(crate) fn run_with(
     let bare = peer.is_some() || config == TIME_SLICING;
     let managed = !bare && !matches!(config, "alone" | "no limiter");
     let defaults = matches!(config, DEFAULTS | DEFAULTS_NO_SLO);
-    let colo = matches!(config, "dilu-colo" | LOW_GUARANTEE | DEFAULTS | DEFAULTS_NO_SLO);
+    let colo = matches!(
+        config,
+        "dilu-colo" | LOW_GUARANTEE | DEFAULTS | DEFAULTS_NO_SLO
+    );
     let controller = match config {
         DEFAULTS | DEFAULTS_NO_SLO => None,
         "dilu-colo" | LOW_GUARANTEE => Some("dilu-colo"),
@@ -543,16 +554,19 @@ pub(crate) fn run_with(
             // No dilu: the program itself, under the peer or on simgpu
             // answering as the driver.
             let mut command = Command::new(artifact(program));
-            let index = name.strip_prefix("filler").map_or(0, |i| {
-                i.parse::<usize>().expect("filler index") + 1
-            });
+            let index = name
+                .strip_prefix("filler")
+                .map_or(0, |i| i.parse::<usize>().expect("filler index") + 1);
             match peer {
                 Some(peer) => {
                     let (role, share) = if index == 0 {
                         (dilu_bench::peers::Role::Primary, PEER_PRIMARY_SHARE)
                     } else {
                         let fillers = shape.filler_blocks.len() as u32;
-                        (dilu_bench::peers::Role::Filler, (100 - PEER_PRIMARY_SHARE) / fillers)
+                        (
+                            dilu_bench::peers::Role::Filler,
+                            (100 - PEER_PRIMARY_SHARE) / fillers,
+                        )
                     };
                     peer.configure(&mut command, role, index, share);
                 }

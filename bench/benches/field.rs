@@ -240,10 +240,7 @@ fn shape_table(result: &ShapeResult) -> String {
     ));
     alone_row.push(format!("{:.1}%", alone.device_busy * 100.0));
     if result.inference {
-        alone_row.push(format!(
-            "{:.2}%",
-            100.0 * p(alone, "slo_violation_rate")
-        ));
+        alone_row.push(format!("{:.2}%", 100.0 * p(alone, "slo_violation_rate")));
     }
     table.row(alone_row);
     for (name, outcome) in &result.rows {
@@ -301,7 +298,10 @@ fn summary_table(results: &[ShapeResult], rows: &[&str], inference: bool) -> Str
             "harvest over the no-delay bound: mean",
         ])
     };
-    let shapes: Vec<&ShapeResult> = results.iter().filter(|r| r.inference == inference).collect();
+    let shapes: Vec<&ShapeResult> = results
+        .iter()
+        .filter(|r| r.inference == inference)
+        .collect();
     for row in rows {
         let mut ratios = Vec::new();
         let mut harvests = Vec::new();
@@ -412,7 +412,11 @@ fn main() {
             (name, peer)
         })
         .collect();
-    let wanted = |row: &str| only_rows.as_ref().is_none_or(|o| o.iter().any(|r| r == row));
+    let wanted = |row: &str| {
+        only_rows
+            .as_ref()
+            .is_none_or(|o| o.iter().any(|r| r == row))
+    };
     let mut results = Vec::new();
     for (index, (shape, inference)) in shapes.iter().enumerate() {
         if only_shape.is_some_and(|k| k != index) {

@@ -493,8 +493,7 @@ impl DeviceBoard {
     /// Whether the attached primary is kept as if alone.
     #[inline]
     pub fn as_if_alone(&self) -> bool {
-        self.params.as_if_alone.load(Relaxed) != 0
-            && self.params.primary_present.load(Relaxed) != 0
+        self.params.as_if_alone.load(Relaxed) != 0 && self.params.primary_present.load(Relaxed) != 0
     }
 
     /// The as-if-alone primary's credit of delayed returns, in returns.
@@ -512,7 +511,10 @@ impl DeviceBoard {
         if self.params.credit_by_requests.load(Relaxed) == 0 {
             self.params.credit_by_requests.store(1, Relaxed);
         }
-        self.add_credit(DELAY_BUDGET_PPM, if pushed_over { DELAY_CREDIT_CAP } else { 0 });
+        self.add_credit(
+            DELAY_BUDGET_PPM,
+            if pushed_over { DELAY_CREDIT_CAP } else { 0 },
+        );
     }
 
     fn add_credit(&self, earned: i64, spent: i64) {
@@ -520,8 +522,8 @@ impl DeviceBoard {
             .params
             .delay_credit
             .fetch_update(Relaxed, Relaxed, |bits| {
-                let credit = (bits as i64 + earned - spent)
-                    .clamp(DELAY_CREDIT_FLOOR, DELAY_CREDIT_CAP);
+                let credit =
+                    (bits as i64 + earned - spent).clamp(DELAY_CREDIT_FLOOR, DELAY_CREDIT_CAP);
                 Some(credit as u64)
             });
     }
@@ -1104,6 +1106,12 @@ impl DeviceBoard {
     }
 
     /// Filler side: a launch was held at least once.
+    /// The filler work (estimated) launched while a primary was attached,
+    /// in all.
+    pub fn filled_ns(&self) -> u64 {
+        self.filler_stats.filled_ns.load(Relaxed)
+    }
+
     pub fn record_held(&self) {
         self.filler_stats.filler_held.fetch_add(1, Relaxed);
     }
@@ -1741,7 +1749,9 @@ mod tests {
         // Random gaps (no period): the prediction is the shortest, 2 ms.
         let mut state = 0x9e37_79b9_u64;
         let mut random_gap = move || {
-            state = state.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1);
+            state = state
+                .wrapping_mul(6_364_136_223_846_793_005)
+                .wrapping_add(1);
             (2 + (state >> 33) % 8) * MS
         };
         let mut t = 5_000 * MS;
@@ -1824,14 +1834,22 @@ mod tests {
         }
         assert!(b.delay_credit() >= 1.0);
         b.primary_request_judged(true);
-        assert!(b.delay_credit() < 0.01, "one pushed over: {}", b.delay_credit());
+        assert!(
+            b.delay_credit() < 0.01,
+            "one pushed over: {}",
+            b.delay_credit()
+        );
         // Returns from gaps no longer count: 300 clean ones earn nothing.
         let mut t = 5_000 * MS;
         for k in 0..300 {
             one_kernel_waited_for(b, t);
             t += 200 * US + (2 + k % 7) * MS;
         }
-        assert!(b.delay_credit() < 0.01, "returns counted: {}", b.delay_credit());
+        assert!(
+            b.delay_credit() < 0.01,
+            "returns counted: {}",
+            b.delay_credit()
+        );
         // The request pushed over earned its share too: 199 more make 200.
         for _ in 0..198 {
             b.primary_request_judged(false);
