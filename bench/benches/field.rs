@@ -149,6 +149,15 @@ fn training_shapes(count: usize, draws: &mut Draws) -> Vec<Shape> {
         .collect()
 }
 
+/// The variable naming `peer`'s build.
+fn peer_variable(peer: &str) -> &'static str {
+    match peer {
+        "HAMi-core" => "DILU_PEER_HAMI",
+        "XSched" => "DILU_PEER_XSCHED",
+        _ => "DILU_PEER_TGS",
+    }
+}
+
 /// The value after `flag` on the command line.
 fn arg_after(flag: &str) -> Option<String> {
     std::env::args().skip_while(|a| a != flag).nth(1)
@@ -164,6 +173,9 @@ fn number_arg<T: std::str::FromStr>(flag: &str, default: T) -> T {
 /// A measured row, or why the row could not be measured.
 type Outcome = Result<Run, String>;
 
+/// Each peer by name: started, or why it could not be.
+type StartedPeers = Vec<(&'static str, Result<Box<dyn Peer>, String>)>;
+
 /// One row of a shape: dilu's configuration under its table name, or a
 /// peer.
 fn measure(
@@ -171,7 +183,7 @@ fn measure(
     index: usize,
     row: &str,
     seconds: u64,
-    started: &[(&'static str, Result<Box<dyn Peer>, String>)],
+    started: &StartedPeers,
 ) -> Outcome {
     let dilu_config = match row {
         "alone" => Some("alone"),
@@ -402,7 +414,7 @@ fn main() {
             .map(|s| (s, false)),
     );
     let scratch = Scratch::new("field-peers");
-    let started: Vec<(&'static str, Result<Box<dyn Peer>, String>)> = PEERS
+    let started: StartedPeers = PEERS
         .iter()
         .map(|&name| {
             let peer = peers::start(name, &scratch.path(name));
@@ -473,7 +485,10 @@ fn main() {
     let peer_lines: Vec<String> = started
         .iter()
         .map(|(name, peer)| match peer {
-            Ok(_) => format!("- {name}: built and run."),
+            Ok(_) => format!(
+                "- {name}: {}",
+                std::env::var(peer_variable(name)).unwrap_or_default()
+            ),
             Err(why) => format!("- {name}: {why}"),
         })
         .collect();
@@ -507,8 +522,17 @@ fn main() {
          delayed the primary: each idle stretch of at least the 150 µs hold-off, less two hand-offs.\n\
          A filler kernel on a device without preemption delays a request that arrives while it\n\
          runs, so where filler kernels are long beside random arrivals no scheduler that does not\n\
-         know the arrivals comes near it without delaying requests.\n\n\
-         Peers in this run:\n{}\n\n## Summary over the inference shapes\n\n{}\n\
+         know the arrivals comes near it without delaying requests. Harvest above 100% (training)\n\
+         means the fillers also took device time the primary would have used.\n\n\
+         Every row runs the same programs with the primary on a stream of its own (`demo-tenant\n\
+         --stream new`) and the fillers allocating on the default stream (`cudarc-loop\n\
+         --alloc-on-default-stream`): XSched Level 1 does not schedule work on the legacy default\n\
+         stream, and queues a `cuMemAllocAsync` on a stream it schedules, returning before the\n\
+         pointer is written (the program then fails). TGS pairs one high- and one low-priority\n\
+         process per GPU (the low one listens on one socket per GPU, so beside several fillers\n\
+         only the last started is throttled), and its low-priority side runs at a trickle until\n\
+         its 5 s rate profile settles, longer than these runs.\n\n\
+         Peers in this run (the builds the variables named):\n{}\n\n## Summary over the inference shapes\n\n{}\n\
          ## Summary over the training shapes\n\n{}\n## Each shape\n\n",
         if seconds != 8 {
             format!(" -- --seconds {seconds}")

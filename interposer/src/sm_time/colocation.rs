@@ -16,8 +16,9 @@
 //!   without one, learned from its reported requests: a tenth of their p99
 //!   without fillers' delay, less two hand-offs, see [`learned_tolerance`]):
 //!   the delay of one filler kernel its requests can absorb, letting
-//!   fillers into gaps no history predicts. A primary without an SLO is
-//!   kept as if alone ([`DeviceBoard::keep_as_if_alone`]); its SLO
+//!   fillers into gaps no history predicts. A primary without an SLO or a
+//!   set tolerance is kept as if alone ([`DeviceBoard::keep_as_if_alone`]);
+//!   its SLO
 //!   (`slo_ms` of `DILU_SPEC`, `dilu run --slo-ms`): the tolerance in
 //!   force is at most the slack (SLO minus latency, less the hand-offs)
 //!   of the worst of the last 8 reported requests, their latency taken
@@ -493,7 +494,9 @@ fn init() -> Option<Colo> {
                 config.tolerance_ns,
                 config.holdoff_ns,
             );
-            if config.slo_ns.is_none() {
+            // Without an SLO, and without a tolerance the operator set
+            // (a delay the operator accepted), it is kept as if alone.
+            if config.tolerance_learned {
                 board.device(slot).keep_as_if_alone();
             }
         }
