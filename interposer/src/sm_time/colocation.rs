@@ -187,6 +187,8 @@ struct Colo {
     /// A primary without an SLO: its longer record of the same, from
     /// which its tolerance is learned.
     latency_history: LatencyHistory,
+    /// Requests reported so far.
+    requests_reported: AtomicU64,
     /// The delay fillers caused the last reported request, its own and what
     /// it inherited by waiting behind the one before.
     carried_delay_ns: AtomicU64,
@@ -334,7 +336,12 @@ impl RecentLatencies {
 /// a p99 (the third worst).
 const HISTORY_WINDOW: usize = 256;
 /// Requests recorded before a learned tolerance is given at all.
-const HISTORY_FIRST: u32 = 16;
+const HISTORY_FIRST: u32 = 32;
+/// Reported requests not learned from at all: a program's first requests
+/// pay for its start (modules loaded, memory first touched), and one of
+/// them set a p99 several times too long, a tolerance with it, and no
+/// request beside which no filler went came to correct it.
+const WARM_UP_REQUESTS: u64 = 16;
 /// How much worse than its p99 alone a primary without an SLO may get: the
 /// field's yardstick for a latency-critical tenant beside best-effort work.
 const AS_IF_ALONE_P99_PERCENT: u64 = 10;
@@ -362,8 +369,10 @@ impl LatencyHistory {
         self.p99()
     }
 
-    /// The window's p99 (by nearest rank: the longest while fewer than 100
-    /// are known) once [`HISTORY_FIRST`] requests were recorded.
+    /// The window's p99 once [`HISTORY_FIRST`] requests were recorded: the
+    /// (n/100 + 2)-th longest of n, so that one outlier among few samples
+    /// (a request that waited for the host) does not set it; with the whole
+    /// window, the 4th longest of 256 (about the p99).
     fn p99(&self) -> Option<u64> {
         let count = self.next.load(Ordering::Relaxed);
         let known = (count as usize).min(HISTORY_WINDOW);
@@ -376,7 +385,7 @@ impl LatencyHistory {
         }
         let window = &mut window[..known];
         window.sort_unstable();
-        Some(window[(known * 99).div_ceil(100).saturating_sub(1)])
+        Some(window[known.saturating_sub(known / 100 + 2)])
     }
 }
 
@@ -512,6 +521,7 @@ fn init() -> Option<Colo> {
         devices,
         recent_latencies: RecentLatencies::new(),
         latency_history: LatencyHistory::new(),
+        requests_reported: AtomicU64::new(0),
         carried_delay_ns: AtomicU64::new(0),
         filled_at_last_report: AtomicU64::new(0),
         filled_before_last_report: AtomicU64::new(0),
@@ -833,7 +843,8 @@ pub fn latency_reported(latency_ns: u64) {
             let earlier = colo
                 .filled_before_last_report
                 .swap(before, Ordering::Relaxed);
-            let clean = earlier == filled && delay == 0;
+            let warm = colo.requests_reported.fetch_add(1, Ordering::Relaxed) >= WARM_UP_REQUESTS;
+            let clean = warm && earlier == filled && delay == 0;
             let p99 = if clean {
                 colo.latency_history.record(alone)
             } else {
@@ -943,9 +954,15 @@ mod tests {
             "over the bound alone: not the fillers' doing"
         );
         // Fewer than HISTORY_FIRST requests: nothing learned yet.
-        for _ in 1..HISTORY_FIRST {
+        assert_eq!(history.record(30 * MS), None, "one slow request");
+        for _ in 2..HISTORY_FIRST {
             assert_eq!(history.record(4 * MS), None);
         }
+        assert_eq!(
+            history.record(4 * MS),
+            Some(4 * MS),
+            "one outlier among few requests does not set the p99"
+        );
         // One request of 10 ms in 200, the others 4 ms: the p99 is 4 ms.
         let mut p99 = None;
         for k in 0..400u64 {
