@@ -274,18 +274,7 @@ fn class_shapes(count: usize, seed: Option<u64>) -> Vec<Shape> {
             .map(|_| uniform(0.1, 3.0))
             .collect();
         let blocks = |ms: f64| ((ms * BLOCKS_PER_MS).round() as u64).to_string();
-        let mut primary = words(&[
-            "serve",
-            "--rate",
-            &rate.to_string(),
-            "--kernels",
-            &kernels.to_string(),
-            "--blocks",
-            &blocks(kernel_ms),
-        ]);
-        if bursty {
-            primary.extend(words(&["--on-ms", "300", "--off-ms", "300"]));
-        }
+        let primary = serve_args(rate, kernels, &blocks(kernel_ms), bursty);
         let filler_names: Vec<String> = fillers.iter().map(|ms| format!("{ms:.1} ms")).collect();
         shapes.push(Shape {
             name: format!(
@@ -305,6 +294,25 @@ fn class_shapes(count: usize, seed: Option<u64>) -> Vec<Shape> {
         });
     }
     shapes
+}
+
+/// demo-tenant's arguments for an inference primary: `rate` requests a
+/// second of `kernels` kernels of `blocks`, Poisson, or `bursty` (300 ms
+/// on, 300 ms off).
+pub(crate) fn serve_args(rate: f64, kernels: u32, blocks: &str, bursty: bool) -> Vec<String> {
+    let mut primary = words(&[
+        "serve",
+        "--rate",
+        &rate.to_string(),
+        "--kernels",
+        &kernels.to_string(),
+        "--blocks",
+        blocks,
+    ]);
+    if bursty {
+        primary.extend(words(&["--on-ms", "300", "--off-ms", "300"]));
+    }
+    primary
 }
 
 /// The class at defaults, beside the primary alone: one table row per

@@ -23,7 +23,9 @@
 #[path = "colocation.rs"]
 mod colocation;
 
-use colocation::{DEFAULTS, DEFAULTS_NO_SLO, Run, Shape, TIME_SLICING, harvest, ratio, words};
+use colocation::{
+    DEFAULTS, DEFAULTS_NO_SLO, Run, Shape, TIME_SLICING, harvest, ratio, serve_args, words,
+};
 use dilu_bench::peers::{self, PEERS, Peer};
 use dilu_bench::report::{Table, machine, write_result};
 use dilu_bench::stats::Draws;
@@ -78,18 +80,7 @@ fn inference_shapes(count: usize, draws: &mut Draws) -> Vec<Shape> {
         let slo_ms = draws.uniform(lowest_slo, 20.0).round();
         let bursty = draws.uniform(0.0, 1.0) < 0.5;
         let (filler_blocks, filler_names) = draw_fillers(draws);
-        let mut primary = words(&[
-            "serve",
-            "--rate",
-            &rate.to_string(),
-            "--kernels",
-            &kernels.to_string(),
-            "--blocks",
-            &blocks(kernel_ms),
-        ]);
-        if bursty {
-            primary.extend(words(&["--on-ms", "300", "--off-ms", "300"]));
-        }
+        let primary = serve_args(rate, kernels, &blocks(kernel_ms), bursty);
         shapes.push(Shape {
             name: format!(
                 "{} {rate} req/s, {kernels} × {:.0} µs, SLO {slo_ms} ms; fillers {filler_names}",

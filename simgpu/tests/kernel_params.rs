@@ -77,15 +77,6 @@ fn child_entry() {
     }
 }
 
-fn uuid(text: &str) -> [u8; 16] {
-    let hex: String = text.chars().filter(|c| *c != '-').collect();
-    let mut out = [0u8; 16];
-    for (i, b) in out.iter_mut().enumerate() {
-        *b = u8::from_str_radix(&hex[2 * i..2 * i + 2], 16).unwrap();
-    }
-    out
-}
-
 type Count = unsafe extern "C" fn(H, *mut usize) -> u32;
 type Info = unsafe extern "C" fn(H, usize, *mut [u8; 0x28]) -> u32;
 
@@ -144,7 +135,7 @@ fn role_params() {
         assert_eq!(set_current(ctx), 0);
 
         let mut table: *const usize = std::ptr::null();
-        assert_eq!(get_table(&mut table, &uuid(FUNCTION_INFO)), 0);
+        assert_eq!(get_table(&mut table, &common::uuid(FUNCTION_INFO)), 0);
         let size = table.read();
         assert!(size >= 0x23 * 8, "FUNCTION_INFO is {size} bytes");
         for i in 1..size / 8 {

@@ -30,22 +30,13 @@ fn child_entry() {
     }
 }
 
-fn uuid(text: &str) -> [u8; 16] {
-    let hex: String = text.chars().filter(|c| *c != '-').collect();
-    let mut out = [0u8; 16];
-    for (i, b) in out.iter_mut().enumerate() {
-        *b = u8::from_str_radix(&hex[2 * i..2 * i + 2], 16).unwrap();
-    }
-    out
-}
-
 type GetTable = unsafe extern "C" fn(*mut *const usize, *const [u8; 16]) -> u32;
 
 fn table(id: &str) -> Result<*const usize, u32> {
     let get: GetTable = Lib::open().f("cuGetExportTable");
     let mut t: *const usize = std::ptr::dangling::<usize>();
     // SAFETY: valid out-pointer and 16-byte UUID.
-    let rc = unsafe { get(&mut t, &uuid(id)) };
+    let rc = unsafe { get(&mut t, &common::uuid(id)) };
     if rc == 0 { Ok(t) } else { Err(rc) }
 }
 
@@ -106,7 +97,12 @@ fn role_tables() {
     let get: GetTable = l.f("cuGetExportTable");
     let mut t: *const usize = std::ptr::dangling::<usize>();
     // SAFETY: valid out-pointer and UUID.
-    let rc = unsafe { get(&mut t, &uuid("F8CFF951-2146-8B4E-B9E2-FB469E7C0DD9")) };
+    let rc = unsafe {
+        get(
+            &mut t,
+            &common::uuid("F8CFF951-2146-8B4E-B9E2-FB469E7C0DD9"),
+        )
+    };
     assert_ne!(rc, 0);
     assert!(t.is_null());
 

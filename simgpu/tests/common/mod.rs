@@ -324,3 +324,14 @@ pub fn read_trace(path: &str) -> Vec<Rec> {
         })
         .collect()
 }
+
+/// The bytes of an export-table UUID written as NVIDIA's tables are named
+/// (`6BD5FB6C-5BF4-...`), in plain order.
+pub fn uuid(text: &str) -> [u8; 16] {
+    let hex: String = text.chars().filter(|c| *c != '-').collect();
+    let mut out = [0u8; 16];
+    for (i, b) in out.iter_mut().enumerate() {
+        *b = u8::from_str_radix(&hex[2 * i..2 * i + 2], 16).unwrap();
+    }
+    out
+}
