@@ -6,7 +6,7 @@
 //! library made outside this repository; processes are set up the way
 //! `scripts/peers.sh` runs them.
 
-use super::{Peer, Role, peer_path, simgpu_lib_dir};
+use super::{Peer, Role, peer_path};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
@@ -26,7 +26,7 @@ pub fn start(scratch: &Path) -> Result<Box<dyn Peer>, String> {
         "DILU_PEER_HAMI",
         "the path of a libvgpu.so built from HAMi-core's public sources",
     )?;
-    let driver_dir = simgpu_driver_dir()?;
+    let driver_dir = super::simgpu_driver_dir()?;
     std::fs::create_dir_all(scratch)
         .map_err(|e| format!("not run: scratch folder {}: {e}", scratch.display()))?;
     // A cache left by an earlier run would hand its processes' usage to
@@ -37,20 +37,6 @@ pub fn start(scratch: &Path) -> Result<Box<dyn Peer>, String> {
         driver_dir,
         scratch: scratch.to_path_buf(),
     }))
-}
-
-/// [`simgpu_lib_dir`], or why not when simgpu is not built.
-pub(super) fn simgpu_driver_dir() -> Result<PathBuf, String> {
-    let release = dilu_harness::workspace::profile_dir();
-    for name in ["libsimgpu.so", "libsimgpu_nvml.so"] {
-        if !release.join(name).exists() {
-            return Err(format!(
-                "not run: {} is not built (cargo build --release -p simgpu -p simgpu-nvml)",
-                release.join(name).display()
-            ));
-        }
-    }
-    Ok(simgpu_lib_dir())
 }
 
 fn remove_caches(scratch: &Path) {

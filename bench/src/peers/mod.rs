@@ -77,6 +77,20 @@ pub fn simgpu_lib_dir() -> PathBuf {
     dir
 }
 
+/// [`simgpu_lib_dir`], or why not when simgpu is not built.
+fn simgpu_driver_dir() -> Result<PathBuf, String> {
+    let release = dilu_harness::workspace::profile_dir();
+    for name in ["libsimgpu.so", "libsimgpu_nvml.so"] {
+        if !release.join(name).exists() {
+            return Err(format!(
+                "not run: {} is not built (cargo build --release -p simgpu -p simgpu-nvml)",
+                release.join(name).display()
+            ));
+        }
+    }
+    Ok(simgpu_lib_dir())
+}
+
 /// The value of `variable`, a path that must exist, or why not.
 fn peer_path(variable: &str, build_hint: &str) -> Result<PathBuf, String> {
     let value = std::env::var_os(variable)

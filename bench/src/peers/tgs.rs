@@ -51,7 +51,7 @@ pub fn start(scratch: &Path) -> Result<Box<dyn Peer>, String> {
             ));
         }
     }
-    let simgpu = super::hami_core::simgpu_driver_dir()?;
+    let simgpu = super::simgpu_driver_dir()?;
     let driver = scratch.join("tgs-driver");
     link_driver(&driver)?;
     std::fs::create_dir_all(SOCKET_DIR).map_err(|e| {
