@@ -122,6 +122,21 @@ if [ -n "$needs_gpu_side" ]; then
   cargo build --release -p simgpu -p simgpu-nvml -p dilu-interposer -p dilu-bench -p dilu-nodemgr -p dilu-tests --lib --bins
 fi
 
+# realtime_bench NAME: runs dilu-bench's benchmark NAME with the extra
+# arguments. Latency on simgpu depends on when the host runs each process:
+# at real-time priority (where permitted) the host's other work does not
+# delay the primary, the fillers or the simulated device.
+realtime_bench() {
+  cargo bench --no-run -p dilu-bench --bench "$1"
+  local realtime=()
+  if chrt -r 10 true 2>/dev/null; then
+    realtime=(chrt -r 10)
+  else
+    echo "bench: $1 at normal priority (chrt -r not permitted): on a loaded host its latencies are noisier" >&2
+  fi
+  "${realtime[@]}" cargo bench -p dilu-bench --bench "$1" -- "${extra[@]}"
+}
+
 results=()
 failed=()
 for target in "${targets[@]}"; do
@@ -150,17 +165,7 @@ for target in "${targets[@]}"; do
       cargo bench -p dilu-bench --bench demo -- "${extra[@]}" || failed+=(demo)
       results+=(bench/results/demo.md bench/results/demo-latency-cdf.svg) ;;
     colocation)
-      # Latency on simgpu depends on when the host runs each process: at
-      # real-time priority (where permitted) the host's other work does not
-      # delay the primary, the fillers or the simulated device.
-      cargo bench --no-run -p dilu-bench --bench colocation
-      realtime=()
-      if chrt -r 10 true 2>/dev/null; then
-        realtime=(chrt -r 10)
-      else
-        echo "bench: colocation at normal priority (chrt -r not permitted): on a loaded host its latencies are noisier" >&2
-      fi
-      "${realtime[@]}" cargo bench -p dilu-bench --bench colocation -- "${extra[@]}" || failed+=(colocation)
+      realtime_bench colocation || failed+=(colocation)
       # One case, one configuration or the class alone: printed, no file.
       case " ${extra[*]} " in
         *" --shape "* | *" --config "* | *" --class-only "* | *" --class-shape "*)
@@ -251,14 +256,7 @@ for target in "${targets[@]}"; do
       scripts/frameworks.sh "${extra[@]}" || failed+=(frameworks)
       results+=(bench/results/frameworks.md) ;;
     field)
-      cargo bench --no-run -p dilu-bench --bench field
-      realtime=()
-      if chrt -r 10 true 2>/dev/null; then
-        realtime=(chrt -r 10)
-      else
-        echo "bench: field at normal priority (chrt -r not permitted): on a loaded host its latencies are noisier" >&2
-      fi
-      "${realtime[@]}" cargo bench -p dilu-bench --bench field -- "${extra[@]}" || failed+=(field)
+      realtime_bench field || failed+=(field)
       case " ${extra[*]} " in
         *" --shape "* | *" --only "* | *" --seed "*)
           results+=("(field: printed above, bench/results/field.md left as it was)") ;;
