@@ -421,8 +421,6 @@ pub struct BoardSnapshot {
     /// The attached primary's process id (0: none or unknown).
     pub primary_pid: u32,
     pub tolerance_ns: u64,
-    /// The primary has no latency target and is kept as if alone.
-    pub as_if_alone: bool,
 }
 
 impl BoardSnapshot {
@@ -1130,7 +1128,6 @@ impl DeviceBoard {
             primary_present: self.params.primary_present.load(Relaxed) != 0,
             primary_pid: self.params.primary_pid.load(Relaxed) as u32,
             tolerance_ns: self.params.tolerance_ns.load(Relaxed),
-            as_if_alone: self.params.as_if_alone.load(Relaxed) != 0,
         }
     }
 }
