@@ -45,16 +45,12 @@ def start(bin_dir, seconds, scratch):
     instance = f"dashboard-{os.getpid()}"
     env = dict(os.environ, DILU_LOG="info", SIMGPU_INSTANCE=instance)
     env.pop("DILU_SM_LIMIT", None)
-    # The daemon reads the simulated GPU through simgpu's NVML, as it reads
-    # a real one through NVIDIA's (utilisation, the memory audit).
-    nvml_dir = os.path.join(scratch, "nvml")
-    os.mkdir(nvml_dir)
-    os.symlink(os.path.abspath(f"{bin_dir}/libsimgpu_nvml.so"), os.path.join(nvml_dir, "libnvidia-ml.so.1"))
-    daemon_env = dict(env, LD_LIBRARY_PATH=nvml_dir)
+    # --sim: the daemon reads the simulated GPU through simgpu's NVML, as it
+    # reads a real one through NVIDIA's (utilisation, the memory audit).
     daemon = subprocess.Popen(
-        [f"{bin_dir}/dilu", "nodemgr", "--foreground", "--config", config, "--socket", socket,
+        [f"{bin_dir}/dilu", "nodemgr", "--sim", "--foreground", "--config", config, "--socket", socket,
          "--run-dir", os.path.join(scratch, "run"), "--metrics", "127.0.0.1:0"],
-        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=daemon_env, text=True)
+        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env, text=True)
     address = None
     for line in daemon.stderr:
         match = re.search(r'node manager ready.*metrics="([^"]+)"', line)

@@ -51,6 +51,8 @@ pub struct Shared {
     /// most.
     pub period_work_ns: AtomicU64,
     pub period_work_max_ns: AtomicU64,
+    /// Users whose tenant processes left files to sweep.
+    pub leftovers: crate::leftovers::Leftovers,
 }
 
 impl Shared {
@@ -173,6 +175,7 @@ impl Daemon {
             periods: AtomicU64::new(0),
             period_work_ns: AtomicU64::new(0),
             period_work_max_ns: AtomicU64::new(0),
+            leftovers: Default::default(),
         });
         let mut threads = Vec::new();
         let mut metrics_addr = None;
@@ -303,6 +306,7 @@ fn housekeeping_loop(shared: Arc<Shared>) {
     let mut audit_failed = false;
     while !shared.stopping.load(Ordering::Acquire) {
         std::thread::sleep(Duration::from_millis(100));
+        shared.leftovers.sweep_due();
         let sources = {
             let mut registry = shared.registry.lock().expect("registry lock");
             registry.housekeeping();

@@ -27,6 +27,7 @@ pub mod control;
 pub mod daemon;
 pub mod gpu_view;
 pub mod launch;
+pub mod leftovers;
 pub mod logging;
 pub mod metrics;
 pub mod nvml;

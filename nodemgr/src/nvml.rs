@@ -1,18 +1,44 @@
 //! NVML, when the node has an NVIDIA driver: device identity, utilisation
-//! and memory for metrics and admission. Without NVML (simgpu, CI) the node
-//! manager still runs: it reports one device with unknown figures and
-//! judges memory admission by `gpu_memory` from its configuration.
+//! and memory for metrics, admission and the memory audit. `dilu nodemgr
+//! --sim` loads simgpu's simulated NVML instead ([`use_library`]), so the
+//! same figures come from the simulated GPU. Without NVML the node manager
+//! still runs: it reports one device with unknown figures, judges memory
+//! admission by `gpu_memory` from its configuration and audits nothing.
 
 use dilu_abi::node_wire::GpuStatus;
 use nvml_wrapper::Nvml;
+use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
+
+/// The NVML library to load instead of the driver's (simgpu's), set once
+/// before the daemon first asks NVML anything.
+static LIBRARY: OnceLock<PathBuf> = OnceLock::new();
+
+/// Makes every later NVML query go to the library at `path` (and fail,
+/// rather than fall back to another NVML, where it cannot be loaded).
+pub fn use_library(path: &Path) -> Result<(), String> {
+    LIBRARY
+        .set(path.to_path_buf())
+        .map_err(|_| "the NVML library was chosen twice".to_string())
+}
 
 fn nvml() -> Option<&'static Nvml> {
     static NVML: OnceLock<Option<Nvml>> = OnceLock::new();
-    // The runtime name first: every driver installs libnvidia-ml.so.1, the
-    // unversioned name only comes with development packages. Under simgpu
-    // the simulated NVML answers to the same name (LD_LIBRARY_PATH).
     NVML.get_or_init(|| {
+        if let Some(path) = LIBRARY.get() {
+            return match Nvml::builder().lib_path(path.as_os_str()).init() {
+                Ok(nvml) => Some(nvml),
+                Err(e) => {
+                    tracing::error!(
+                        "the simulated NVML ({}) did not start ({e}): no memory admission or audit",
+                        path.display()
+                    );
+                    None
+                }
+            };
+        }
+        // The runtime name first: every driver installs libnvidia-ml.so.1,
+        // the unversioned name only comes with development packages.
         match Nvml::builder()
             .lib_path(std::ffi::OsStr::new("libnvidia-ml.so.1"))
             .init()
@@ -20,12 +46,21 @@ fn nvml() -> Option<&'static Nvml> {
         {
             Ok(nvml) => Some(nvml),
             Err(e) => {
-                tracing::info!("NVML not available ({e}); device figures come from telemetry only");
+                tracing::info!(
+                    "NVML not available ({e}): device figures come from telemetry only, \
+                     memory admission only with gpu_memory (--gpu-memory), no memory audit; \
+                     beside simgpu start the node manager with --sim"
+                );
                 None
             }
         }
     })
     .as_ref()
+}
+
+/// Whether NVML (the driver's, or the library [`use_library`] chose) loaded.
+pub fn available() -> bool {
+    nvml().is_some()
 }
 
 /// The device list as a daemon without NVML reports it.

@@ -196,6 +196,7 @@ fn handle(shared: Arc<Shared>, connection: Arc<OwnedFd>) {
             seqpacket::wait_closed(&connection);
             tracing::info!(tenant, pid = peer.pid, "tenant process left");
             shared.registry.lock().expect("registry lock").leave(member);
+            shared.leftovers.process_left(peer.uid);
         }
         ToDaemon::Status => {
             let status = shared.status();

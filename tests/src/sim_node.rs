@@ -1,5 +1,5 @@
 //! A simulated multi-GPU node for end-to-end tests: one simgpu instance
-//! with N GPUs, its simulated NVML for the daemon, and `dilu nodemgr` on a
+//! with N GPUs and `dilu nodemgr --sim` (simgpu's simulated NVML) on a
 //! private socket; helpers to start tenants with `dilu run` and to wait on
 //! the daemon's status.
 
@@ -14,26 +14,15 @@ use std::time::{Duration, Instant};
 pub struct Node {
     scratch: Scratch,
     instance: String,
-    /// Holds `libnvidia-ml.so.1` → simgpu's simulated NVML, for the daemon.
-    nvml_dir: PathBuf,
     /// More environment for every process of the node (e.g. `SIMGPU_MEMORY`).
     pub env: Vec<(String, String)>,
 }
 
 impl Node {
     pub fn new(tag: &str) -> Node {
-        let scratch = Scratch::new(tag);
-        let nvml_dir = scratch.path("nvml");
-        std::fs::create_dir_all(&nvml_dir).unwrap();
-        std::os::unix::fs::symlink(
-            artifact("libsimgpu_nvml.so"),
-            nvml_dir.join("libnvidia-ml.so.1"),
-        )
-        .unwrap();
         Node {
-            scratch,
+            scratch: Scratch::new(tag),
             instance: unique_name(tag),
-            nvml_dir,
             env: Vec::new(),
         }
     }
@@ -61,7 +50,7 @@ impl Node {
         std::fs::write(&config, format!("controller = \"{controller}\"\n")).unwrap();
         let daemon = self
             .command(&dilu(), gpus)
-            .arg("nodemgr")
+            .args(["nodemgr", "--sim"])
             .arg("--config")
             .arg(&config)
             .arg("--socket")
@@ -69,7 +58,6 @@ impl Node {
             .arg("--run-dir")
             .arg(self.scratch.path("run"))
             .args(["--foreground", "--metrics", ""])
-            .env("LD_LIBRARY_PATH", &self.nvml_dir)
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()

@@ -637,3 +637,151 @@ fn a_tenant_started_while_the_daemon_is_down_is_managed_when_it_returns() {
     daemon.kill().unwrap();
     daemon.wait().unwrap();
 }
+
+/// `dilu nodemgr --sim` sees the simulated GPU as tenants of `dilu run
+/// --sim` do (simgpu's NVML, found beside simgpu, with no library path
+/// given): it lists the device with its memory and admits memory budgets
+/// by it. (Its audit on simgpu: the threat-model test of a tenant that
+/// zeroes its ledger.)
+#[test]
+fn nodemgr_sim_admits_memory_budgets_by_the_simulated_gpu() {
+    let scratch = Scratch::new("nodemgr-sim");
+    let instance = unique_name("nodemgr-sim");
+    let config = scratch.path("nodemgr.toml");
+    std::fs::write(&config, "controller = \"static\"\n").unwrap();
+    let mut daemon = daemon_command(&scratch, &config)
+        .args(["--sim", "--foreground", "--metrics", ""])
+        .env("SIMGPU_INSTANCE", &instance)
+        .env("SIMGPU_MEMORY", "1GiB")
+        .env_remove("LD_LIBRARY_PATH")
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("start dilu nodemgr --sim");
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let status = loop {
+        if let Some(status) = status_json(&scratch) {
+            break status;
+        }
+        assert!(Instant::now() < deadline, "the daemon never answered");
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let gpu = &status["gpus"][0];
+    assert_eq!(gpu["memory_total_bytes"], 1u64 << 30, "{status}");
+    assert!(
+        gpu["uuid"].as_str().is_some_and(|u| u.starts_with("GPU-")),
+        "the simulated GPU's identity: {status}"
+    );
+
+    let run = |tenant: &str, mem: &str| {
+        let mut command = Command::new(dilu());
+        command
+            .args(["run", "--sim", "--tenant", tenant, "--mem", mem, "--"])
+            .arg(artifact("mem-probe"))
+            .env(
+                dilu_abi::node_wire::SOCKET_ENV,
+                scratch.path("nodemgr.sock"),
+            )
+            .env("SIMGPU_INSTANCE", &instance)
+            .env("SIMGPU_MEMORY", "1GiB")
+            .env("DILU_CONTEXT_MEMORY", "0")
+            .env_remove("DILU_MEM_LIMIT");
+        command
+    };
+    let first = unique_name("fits");
+    let mut admitted = Probe::spawn(run(&first, "768MiB"));
+    assert_eq!(admitted.alloc(512 * MIB), "alloc 0");
+    wait_for_tenant(&scratch, &first);
+    // Registration (and so admission) comes with the first CUDA call.
+    let mut refused = run(&unique_name("too-much"), "512MiB")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut input = refused.stdin.take().unwrap();
+    let _ = writeln!(input, "alloc {}", MIB);
+    drop(input);
+    let refused = refused.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&refused.stderr);
+    assert!(!refused.status.success(), "{stderr}");
+    assert!(
+        stderr.contains("memory budgets would sum to 1.25 GiB on a 1.00 GiB GPU"),
+        "{stderr}"
+    );
+    admitted.finish();
+    daemon.kill().unwrap();
+    daemon.wait().unwrap();
+}
+
+/// A tenant process killed by SIGKILL (as vLLM kills its engine at
+/// shutdown) cannot remove its co-location board (nor its quiet board); the daemon sweeps what
+/// it left once it is gone, without waiting for that user's next tenant.
+#[test]
+fn the_daemon_removes_the_boards_a_killed_tenant_process_left() {
+    let scratch = Scratch::new("nodemgr-leftovers");
+    let instance = unique_name("leftovers");
+    let config = scratch.path("nodemgr.toml");
+    std::fs::write(&config, "").unwrap();
+    let mut daemon = daemon_command(&scratch, &config)
+        .args(["--sim", "--foreground", "--metrics", ""])
+        .env("SIMGPU_INSTANCE", &instance)
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("start dilu nodemgr --sim");
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while status_json(&scratch).is_none() {
+        assert!(Instant::now() < deadline, "the daemon never answered");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let group = unique_name("leftover-group");
+    // SAFETY: getuid has no preconditions.
+    let board = dilu_layout::colocation::board_path(unsafe { libc::getuid() }, &group);
+    let tenant = unique_name("engine");
+    let mut engine = Command::new(dilu())
+        .args([
+            "run", "--sim", "--tenant", &tenant, "--colo", "filler", "--",
+        ])
+        .arg(artifact("demo-tenant"))
+        .args([
+            "train",
+            "--seconds",
+            "120",
+            "--load-ms",
+            "1",
+            "--kernels",
+            "2",
+        ])
+        .env(
+            dilu_abi::node_wire::SOCKET_ENV,
+            scratch.path("nodemgr.sock"),
+        )
+        .env("SIMGPU_INSTANCE", &instance)
+        .env("DILU_COLO_GROUP", &group)
+        .stdout(Stdio::null())
+        .spawn()
+        .expect("start demo-tenant");
+    wait_for_tenant(&scratch, &tenant);
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !board.exists() {
+        assert!(
+            Instant::now() < deadline,
+            "the filler never opened its board {}",
+            board.display()
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+
+    engine.kill().unwrap();
+    engine.wait().unwrap();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while board.exists() {
+        assert!(
+            Instant::now() < deadline,
+            "{} is still there 30 s after its only process was killed",
+            board.display()
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    daemon.kill().unwrap();
+    daemon.wait().unwrap();
+}

@@ -440,25 +440,10 @@ fn a_name_squatted_by_another_user_does_not_stop_the_victim() {
     assert!(leftovers.is_empty(), "left behind: {leftovers:?}");
 }
 
-/// A directory where `libnvidia-ml.so.1` is simgpu's simulated NVML, for a
-/// daemon that must see the simulated GPU's processes.
-fn simulated_nvml_dir(scratch: &Scratch) -> PathBuf {
-    let dir = scratch.path("nvml");
-    std::fs::create_dir_all(&dir).unwrap();
-    let link = dir.join("libnvidia-ml.so.1");
-    let _ = std::fs::remove_file(&link);
-    std::os::unix::fs::symlink(
-        dilu_harness::workspace::artifact("libsimgpu_nvml.so"),
-        &link,
-    )
-    .unwrap();
-    dir
-}
-
 /// Finding 3: the memory budget counts in a ledger the tenant writes. A
 /// tenant that zeroes it allocates past its budget; the daemon's audit of
-/// real per-process usage (NVML, here simgpu's) catches it and, configured
-/// to, kills it.
+/// real per-process usage (NVML, here simgpu's: `dilu nodemgr --sim`)
+/// catches it and, configured to, kills it.
 #[test]
 fn the_audit_catches_a_tenant_that_zeroes_its_ledger() {
     use std::io::{BufRead, BufReader, Write};
@@ -477,7 +462,7 @@ fn the_audit_catches_a_tenant_that_zeroes_its_ledger() {
     .unwrap();
     let socket = scratch.path("nodemgr.sock");
     let daemon_child = Command::new(dilu())
-        .arg("nodemgr")
+        .args(["nodemgr", "--sim"])
         .arg("--config")
         .arg(&config)
         .arg("--socket")
@@ -485,7 +470,6 @@ fn the_audit_catches_a_tenant_that_zeroes_its_ledger() {
         .arg("--run-dir")
         .arg(scratch.path("run"))
         .args(["--foreground", "--metrics", ""])
-        .env("LD_LIBRARY_PATH", simulated_nvml_dir(&scratch))
         .env("SIMGPU_INSTANCE", &instance)
         .stdout(Stdio::null())
         .stderr(Stdio::null())

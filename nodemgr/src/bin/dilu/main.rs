@@ -256,6 +256,13 @@ struct NodemgrArgs {
     /// Device memory for admission when NVML is absent (e.g. 80GiB) [default: NVML's, else no memory admission].
     #[arg(long, value_name = "SIZE")]
     gpu_memory: Option<String>,
+    /// Manage the simulated GPU (simgpu) that `dilu run --sim` tenants use:
+    /// the daemon reads simgpu's simulated NVML (found where `dilu run
+    /// --sim` finds simgpu) for device figures, memory admission and the
+    /// memory audit. SIMGPU_INSTANCE and SIMGPU_DEVICES pick the simulated
+    /// node, as for tenants.
+    #[arg(long)]
+    sim: bool,
 }
 
 #[derive(Args)]
@@ -411,8 +418,32 @@ fn nodemgr(args: NodemgrArgs) -> Result<ExitCode, String> {
     };
     let explicit = args.config.as_path() != std::path::Path::new(config::DEFAULT_CONFIG);
     let config = config::Config::load(&args.config, explicit, &overrides)?;
+    if args.sim {
+        use_simulated_nvml()?;
+    }
     daemon::run(config, args.foreground)?;
     Ok(ExitCode::SUCCESS)
+}
+
+/// Points the daemon's NVML at simgpu's simulated one, or says why not.
+fn use_simulated_nvml() -> Result<(), String> {
+    let simgpu = dilu_nodemgr::artifacts::find(dilu_nodemgr::artifacts::SIMGPU_FILE)?;
+    let library = simgpu.with_file_name(dilu_nodemgr::artifacts::SIMGPU_NVML_FILE);
+    if !library.is_file() {
+        return Err(format!(
+            "--sim: simgpu's simulated NVML is not beside {} (build it with `cargo build -p simgpu-nvml`)",
+            simgpu.display()
+        ));
+    }
+    dilu_nodemgr::nvml::use_library(&library)?;
+    if !dilu_nodemgr::nvml::available() {
+        return Err(format!(
+            "--sim: the simulated NVML {} did not load (see the log above)",
+            library.display()
+        ));
+    }
+    tracing::info!(nvml = %library.display(), "managing the simulated GPU");
+    Ok(())
 }
 
 fn main() -> ExitCode {
