@@ -649,7 +649,7 @@ fn nodemgr_sim_admits_memory_budgets_by_the_simulated_gpu() {
     let instance = unique_name("nodemgr-sim");
     let config = scratch.path("nodemgr.toml");
     std::fs::write(&config, "controller = \"static\"\n").unwrap();
-    let mut daemon = daemon_command(&scratch, &config)
+    let daemon = daemon_command(&scratch, &config)
         .args(["--sim", "--foreground", "--metrics", ""])
         .env("SIMGPU_INSTANCE", &instance)
         .env("SIMGPU_MEMORY", "1GiB")
@@ -709,8 +709,7 @@ fn nodemgr_sim_admits_memory_budgets_by_the_simulated_gpu() {
         "{stderr}"
     );
     admitted.finish();
-    daemon.kill().unwrap();
-    daemon.wait().unwrap();
+    stop_daemon(daemon);
 }
 
 /// A tenant process killed by SIGKILL (as vLLM kills its engine at
@@ -722,7 +721,7 @@ fn the_daemon_removes_the_boards_a_killed_tenant_process_left() {
     let instance = unique_name("leftovers");
     let config = scratch.path("nodemgr.toml");
     std::fs::write(&config, "").unwrap();
-    let mut daemon = daemon_command(&scratch, &config)
+    let daemon = daemon_command(&scratch, &config)
         .args(["--sim", "--foreground", "--metrics", ""])
         .env("SIMGPU_INSTANCE", &instance)
         .stderr(Stdio::null())
@@ -782,6 +781,14 @@ fn the_daemon_removes_the_boards_a_killed_tenant_process_left() {
         );
         std::thread::sleep(Duration::from_millis(50));
     }
-    daemon.kill().unwrap();
-    daemon.wait().unwrap();
+    stop_daemon(daemon);
+}
+
+/// Stops a daemon as systemd does (SIGTERM), so that, as the simulated
+/// node's last process, it removes the node's state from /dev/shm.
+fn stop_daemon(daemon: Child) {
+    // SAFETY: signalling our own child.
+    unsafe { libc::kill(daemon.id() as i32, libc::SIGTERM) };
+    let output = daemon.wait_with_output().unwrap();
+    assert!(output.status.success(), "SIGTERM stops the daemon cleanly");
 }
