@@ -116,7 +116,11 @@ fn role_vmm() {
     let map: unsafe extern "C" fn(Dptr, usize, usize, u64, u64) -> u32 = l.f("cuMemMap");
     let unmap: unsafe extern "C" fn(Dptr, usize) -> u32 = l.f("cuMemUnmap");
     let release: unsafe extern "C" fn(u64) -> u32 = l.f("cuMemRelease");
+    let set_access: unsafe extern "C" fn(Dptr, usize, *const c_void, usize) -> u32 =
+        l.f("cuMemSetAccess");
     let gran = 2usize << 20;
+    // CUmemAccessDesc: location {DEVICE(1), 0}, flags READWRITE(3).
+    let access: [u32; 3] = [1, 0, 3];
     // CUmemAllocationProp: type=PINNED(1), handle types 0, location {DEVICE(1), 0}.
     let mut prop = [0u8; 32];
     prop[0] = 1;
@@ -139,6 +143,15 @@ fn role_vmm() {
             0
         );
         assert_eq!(r, v, "two mappings of one handle alias the same bytes");
+        // One call across both mappings, and a copy across their border,
+        // as PyTorch's expandable segments do (one handle per segment).
+        assert_eq!(set_access(base, 2 * gran, access.as_ptr().cast(), 1), 0);
+        assert_eq!((a.htod)(base + gran as u64 - 32, v.as_ptr().cast(), 64), 0);
+        assert_eq!(
+            set_access(base, 3 * gran, access.as_ptr().cast(), 1),
+            1,
+            "past the reservation: CUDA_ERROR_INVALID_VALUE"
+        );
         assert_eq!(release(h), 0);
         assert_eq!(a.mem_info().0, f0 - gran, "still mapped: still charged");
         assert_eq!(unmap(base, 2 * gran), 0);

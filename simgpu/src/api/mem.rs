@@ -457,13 +457,34 @@ fn reservations() -> std::sync::MutexGuard<'static, BTreeMap<usize, Reservation>
     R.lock().unwrap_or_else(|e| e.into_inner())
 }
 
-/// Device of a mapped VMM range, if `[ptr, ptr+len)` lies in one mapping.
+/// Device of a mapped VMM range, if `[ptr, ptr+len)` lies in mappings of
+/// one reservation that follow each other without a hole, all of one
+/// device. (PyTorch's expandable segments map one handle per segment and
+/// set access, copy and launch across several.)
 pub(crate) fn vmm_dev(ptr: usize, len: usize) -> Option<usize> {
     let r = reservations();
     let (&start, res) = r.range(..=ptr).next_back()?;
     let off = ptr - start;
-    let (&mo, (ml, phys)) = res.maps.range(..=off).next_back()?;
-    (off + len <= mo + ml).then_some(phys.dev)
+    let end = off.checked_add(len)?;
+    if end > res.size {
+        return None;
+    }
+    let (&first, (first_len, phys)) = res.maps.range(..=off).next_back()?;
+    let dev = phys.dev;
+    let mut covered = first + first_len;
+    if covered <= off {
+        return None;
+    }
+    for (&mo, (ml, phys)) in res.maps.range(covered..) {
+        if covered >= end {
+            break;
+        }
+        if mo != covered || phys.dev != dev {
+            return None;
+        }
+        covered = mo + ml;
+    }
+    (covered >= end).then_some(dev)
 }
 
 fn vmm_create(_: bool, h: *mut u64, size: usize, prop: *const c_void, _flags: u64) -> Res {
