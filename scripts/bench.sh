@@ -77,11 +77,19 @@
 #              DILU_PEER_TGS (bench/src/peers/); rows for the others say why
 #              they did not run
 #                                             -> bench/results/field.md
+#   llm        vLLM's OpenAI server (unmodified) beside PyTorch fine-tuning on
+#              one simgpu: TTFT and TPOT p50/p99 against the server alone,
+#              the filler's throughput against alone, device and host busy, for
+#              time slicing, static shares, HAMi-core (DILU_PEER_HAMI) and dilu
+#              with and without an SLO; then vLLM's sleep mode and PyTorch's
+#              expandable segments under --mem; installs vLLM into a venv the
+#              first time (see scripts/llm-bench.sh)
+#                                             -> bench/results/llm.md
 #   peers      dilu and HAMi-core's libvgpu.so side by side on simgpu + its NVML
 #              (needs HAMI_CORE_SRC=<HAMi-core checkout>; see scripts/peers.sh --help)
 #                                             -> bench/results/peers.md
 #
-# usage: scripts/bench.sh [all | overhead | startup | sm | syscalls | placement | demo | colocation | field | ablation | cluster | placement-latency | openb-lists | scaling | profile | soak | control-period | multigpu | frameworks | peers ...] [-- ARGS]
+# usage: scripts/bench.sh [all | overhead | startup | sm | syscalls | placement | demo | colocation | field | ablation | cluster | placement-latency | openb-lists | scaling | profile | soak | control-period | multigpu | frameworks | llm | peers ...] [-- ARGS]
 #   ARGS go to the one benchmark named, e.g. `scripts/bench.sh startup -- --runs 50`
 #   or `scripts/bench.sh overhead -- cuLaunchKernel` (a criterion filter)
 #   or `scripts/bench.sh demo -- --seconds 10` (per controller; default 5)
@@ -95,9 +103,9 @@ targets=()
 while [ $# -gt 0 ] && [ "$1" != "--" ]; do
   case $1 in
     all) targets+=(overhead startup sm syscalls placement demo colocation cluster placement-latency openb-lists scaling profile control-period multigpu) ;;
-    overhead | startup | sm | syscalls | placement | demo | colocation | field | ablation | cluster | placement-latency | openb-lists | scaling | profile | soak | control-period | multigpu | frameworks | peers) targets+=("$1") ;;
+    overhead | startup | sm | syscalls | placement | demo | colocation | field | ablation | cluster | placement-latency | openb-lists | scaling | profile | soak | control-period | multigpu | frameworks | llm | peers) targets+=("$1") ;;
     -h | --help) awk 'NR > 1 && !/^#/ { exit } NR > 1 { sub(/^# ?/, ""); print }' "$0"; exit 0 ;;
-    *) echo "bench: unknown benchmark '$1' (all, overhead, startup, sm, syscalls, placement, demo, colocation, field, ablation, cluster, placement-latency, openb-lists, scaling, profile, soak, control-period, multigpu, frameworks, peers)" >&2; exit 2 ;;
+    *) echo "bench: unknown benchmark '$1' (all, overhead, startup, sm, syscalls, placement, demo, colocation, field, ablation, cluster, placement-latency, openb-lists, scaling, profile, soak, control-period, multigpu, frameworks, llm, peers)" >&2; exit 2 ;;
   esac
   shift
 done
@@ -113,7 +121,7 @@ fi
 needs_gpu_side=
 for target in "${targets[@]}"; do
   case $target in
-    profile | cluster | placement-latency | openb-lists | scaling | control-period | frameworks) ;;
+    profile | cluster | placement-latency | openb-lists | scaling | control-period | frameworks | llm) ;;
     *) needs_gpu_side=yes ;;
   esac
 done
@@ -262,6 +270,9 @@ for target in "${targets[@]}"; do
           results+=("(field: printed above, bench/results/field.md left as it was)") ;;
         *) results+=(bench/results/field.md) ;;
       esac ;;
+    llm)
+      scripts/llm-bench.sh "${extra[@]}" || failed+=(llm)
+      results+=(bench/results/llm.md) ;;
     peers)
       scripts/peers.sh "${extra[@]}" || failed+=(peers)
       results+=(bench/results/peers.md) ;;

@@ -24,6 +24,11 @@ PyTorch program does and prints one JSON line when it ends.
         F, if given) and end after S seconds or, with G, once G exists
         (checked after every step), whichever comes first.
 
+    python frameworks.py finetune --seconds S [--batch B] [--seq N] [--layers L]
+                                  [--width W] [--ready-file F] [--stop-file G]
+        Fine-tuning of a small causal transformer language model (random
+        weights, random tokens; AdamW, bf16 autocast), timed as train.
+
     python frameworks.py device-check
         Whether CUDA is usable here (exit 0) or not (exit 1, reason on stderr).
 """
@@ -160,6 +165,42 @@ def measure(args):
             dilu_latency.report(time.perf_counter() - begun)
 
 
+def timed_steps(args, step):
+    """Runs `step` args.warmup times, then for args.seconds (or until
+    args.stop_file appears); returns (start_ns, seconds, step_end_ns)."""
+    import torch
+
+    for _ in range(args.warmup):
+        step()
+    torch.cuda.synchronize()
+    start_ns = time.monotonic_ns()
+    start = time.perf_counter()
+    if args.ready_file:
+        open(args.ready_file, "w").close()
+    step_end_ns = []
+    while time.perf_counter() - start < args.seconds:
+        step()
+        step_end_ns.append(time.monotonic_ns())
+        if args.stop_file and os.path.exists(args.stop_file):
+            break
+    return start_ns, time.perf_counter() - start, step_end_ns
+
+
+def report_steps(fields, per_step, start_ns, elapsed, step_end_ns):
+    steps = len(step_end_ns)
+    print(json.dumps({
+        **fields,
+        "steps": steps,
+        "seconds": round(elapsed, 3),
+        "steps_per_second": round(steps / elapsed, 3),
+        **{f"{name}_per_second": round(steps * n / elapsed, 2) for name, n in per_step.items()},
+        # CLOCK_MONOTONIC, as simgpu's trace: when the timed steps began and
+        # when each one ended.
+        "start_ns": start_ns,
+        "step_end_ns": step_end_ns,
+    }), flush=True)
+
+
 def train(args):
     import torch
     import torchvision
@@ -178,36 +219,45 @@ def train(args):
         optimizer.step()
         return loss.item()
 
-    for _ in range(args.warmup):
-        step()
-    torch.cuda.synchronize()
-    start_ns = time.monotonic_ns()
-    start = time.perf_counter()
-    if args.ready_file:
-        open(args.ready_file, "w").close()
-    steps = 0
-    step_end_ns = []
-    while time.perf_counter() - start < args.seconds:
-        step()
-        steps += 1
-        step_end_ns.append(time.monotonic_ns())
-        if args.stop_file and os.path.exists(args.stop_file):
-            break
-    elapsed = time.perf_counter() - start
-    print(json.dumps({
-        "program": "train",
-        "model": f"torchvision {args.model} (random weights, random data)",
-        "batch": args.batch,
-        "image": args.image,
-        "steps": steps,
-        "seconds": round(elapsed, 3),
-        "steps_per_second": round(steps / elapsed, 3),
-        "images_per_second": round(steps * args.batch / elapsed, 2),
-        # CLOCK_MONOTONIC, as simgpu's trace: when the timed steps began and
-        # when each one ended.
-        "start_ns": start_ns,
-        "step_end_ns": step_end_ns,
-    }), flush=True)
+    report_steps(
+        {"program": "train", "model": f"torchvision {args.model} (random weights, random data)",
+         "batch": args.batch, "image": args.image},
+        {"images": args.batch}, *timed_steps(args, step))
+
+
+def finetune(args):
+    """Fine-tuning of a small causal transformer language model: token
+    embedding, pre-norm decoder layers with a causal mask, a head over the
+    vocabulary; AdamW, mixed precision (bf16 autocast); random token data."""
+    import torch
+
+    device = torch.device("cuda")
+    layer = torch.nn.TransformerEncoderLayer(args.width, args.width // 64, 4 * args.width,
+                                             batch_first=True, norm_first=True, activation="gelu")
+    model = torch.nn.ModuleDict({
+        "embed": torch.nn.Embedding(args.vocab, args.width),
+        "layers": torch.nn.TransformerEncoder(layer, args.layers, enable_nested_tensor=False),
+        "head": torch.nn.Linear(args.width, args.vocab),
+    }).to(device).train()
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
+    tokens = torch.randint(0, args.vocab, (args.batch, args.seq + 1), device=device)
+    mask = torch.nn.Transformer.generate_square_subsequent_mask(args.seq, device=device)
+
+    def step():
+        optimizer.zero_grad(set_to_none=True)
+        with torch.autocast("cuda", dtype=torch.bfloat16):
+            hidden = model["layers"](model["embed"](tokens[:, :-1]), mask=mask, is_causal=True)
+            logits = model["head"](hidden)
+        loss = torch.nn.functional.cross_entropy(logits.float().flatten(0, 1), tokens[:, 1:].flatten())
+        loss.backward()
+        optimizer.step()
+        return loss.item()
+
+    report_steps(
+        {"program": "finetune",
+         "model": f"causal transformer LM ({args.layers} layers, width {args.width}, vocab {args.vocab}; random weights and tokens)",
+         "batch": args.batch, "seq": args.seq},
+        {"tokens": args.batch * args.seq}, *timed_steps(args, step))
 
 
 def device_check(_args):
@@ -249,6 +299,17 @@ def main():
     t.add_argument("--ready-file", help="created once the warm-up steps are done and the timed steps begin")
     t.add_argument("--stop-file", help="stop after the step during which this file appeared")
     t.set_defaults(run=train)
+    f = sub.add_parser("finetune", help="fine-tuning of a small causal transformer LM, random tokens")
+    f.add_argument("--seconds", type=float, required=True)
+    f.add_argument("--batch", type=int, default=4)
+    f.add_argument("--seq", type=int, default=128, help="tokens per sequence (default 128)")
+    f.add_argument("--layers", type=int, default=4)
+    f.add_argument("--width", type=int, default=512, help="model width, a multiple of 64 (default 512)")
+    f.add_argument("--vocab", type=int, default=4096)
+    f.add_argument("--warmup", type=int, default=2)
+    f.add_argument("--ready-file", help="created once the warm-up steps are done and the timed steps begin")
+    f.add_argument("--stop-file", help="stop after the step during which this file appeared")
+    f.set_defaults(run=finetune)
     c = sub.add_parser("device-check", help="exit 0 when CUDA works here")
     c.set_defaults(run=device_check)
     args = parser.parse_args()

@@ -708,3 +708,79 @@ fn beside_a_primary_without_an_slo_a_filler_takes_only_what_delays_it_not() {
         share * 100.0
     );
 }
+
+/// The primary process attached to the board, if any (read as a copy).
+fn board_primary(board: &std::path::Path) -> Option<u32> {
+    // SAFETY: getuid has no preconditions.
+    let uid = unsafe { libc::getuid() };
+    dilu_layout::shm::Region::<dilu_layout::colocation::GapBoard>::copy_of_file(board, uid)
+        .ok()?
+        .device(0)
+        .primary_pid()
+}
+
+/// A server of several processes (vLLM: an API server, its engine, helpers
+/// that touch CUDA once): when a primary process that attached last ends,
+/// the one still launching is the board's primary again at its next
+/// launch, so fillers do not take the device as free beside it.
+#[test]
+fn a_primary_whose_sibling_process_ended_is_the_boards_primary_again() {
+    let _serial = serial();
+    let group = unique_name("colo-sibling");
+    let board = Board::of(&group);
+    let mut processes = Processes(Vec::new());
+    let serve = [
+        "serve",
+        "--seconds",
+        "60",
+        "--rate",
+        "200",
+        "--kernels",
+        "2",
+        "--blocks",
+        "132",
+    ];
+    let server = colo_run(&group, &["--colo", "primary"], "demo-tenant", &serve)
+        .spawn()
+        .expect("start the server");
+    let server_pid = server.id();
+    processes.0.push(server);
+    let filler = ["--blocks", "132", "--depth", "4"];
+    processes.0.push(
+        colo_run(&group, &["--colo", "filler"], "cudarc-loop", &filler)
+            .spawn()
+            .expect("start the filler"),
+    );
+    let wait_for = |what: &str, check: &dyn Fn(Option<u32>) -> bool| {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            let primary = board_primary(&board.0);
+            if check(primary) {
+                return;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "{what}: board primary {primary:?}"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    };
+    wait_for("the server attached", &|p| p == Some(server_pid));
+    // A helper of the server: one short burst of work, then it exits.
+    let helper = [
+        "train",
+        "--seconds",
+        "0.3",
+        "--kernels",
+        "2",
+        "--blocks",
+        "132",
+    ];
+    let status = colo_run(&group, &["--colo", "primary"], "demo-tenant", &helper)
+        .status()
+        .expect("run the helper");
+    assert!(status.success(), "the helper ran: {status}");
+    wait_for("the server is the primary again", &|p| {
+        p == Some(server_pid)
+    });
+}

@@ -469,6 +469,16 @@ fn get() -> Option<&'static Colo> {
     }
 }
 
+/// Attaches this process to `board` as the primary.
+fn attach_as_primary(board: &DeviceBoard, config: &ColoConfig) {
+    board.attach_primary(std::process::id(), config.tolerance_ns, config.holdoff_ns);
+    // Without an SLO, and without a tolerance the operator set (a delay
+    // the operator accepted), it is kept as if alone.
+    if config.tolerance_learned {
+        board.keep_as_if_alone();
+    }
+}
+
 fn init() -> Option<Colo> {
     let config = match from_env(|name| std::env::var(name).ok()) {
         Ok(config) => config?,
@@ -498,16 +508,7 @@ fn init() -> Option<Colo> {
             sm.activity().mark_colo_primary();
         }
         for &slot in &slots[..devices] {
-            board.device(slot).attach_primary(
-                std::process::id(),
-                config.tolerance_ns,
-                config.holdoff_ns,
-            );
-            // Without an SLO, and without a tolerance the operator set
-            // (a delay the operator accepted), it is kept as if alone.
-            if config.tolerance_learned {
-                board.device(slot).keep_as_if_alone();
-            }
+            attach_as_primary(board.device(slot), &config);
         }
     }
     tracing::debug!(role = ?config.role, group = %config.group, "co-location active");
@@ -544,6 +545,13 @@ pub fn active() -> bool {
     get().is_some()
 }
 
+/// Whether this process is a co-location filler (its launches are admitted
+/// by their estimates).
+#[inline]
+pub fn is_filler() -> bool {
+    get().is_some_and(|colo| colo.config.role != Role::Primary)
+}
+
 /// What the board counts for a filler's kernel of a kind not measured yet:
 /// a time slice (2.08 ms measured on an H100). Counted as the launch path's
 /// first guess (100 µs), a new filler's first kernels (or a known filler's
@@ -573,6 +581,12 @@ pub fn before_launch(device: usize, est_ns: u64, measured: bool) -> u64 {
     let board = colo.board(device);
     match colo.config.role {
         Role::Primary => {
+            if board.primary_pid().is_none() {
+                // Another process of the primary (a server's helper that
+                // launched a kernel, then exited) was attached last and is
+                // gone: fillers would take the device as free.
+                attach_as_primary(board, &colo.config);
+            }
             let now = monotonic_ns();
             board.primary_launch(now, est_ns);
             match board.sample_hold_until(now) {

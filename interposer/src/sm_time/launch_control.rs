@@ -168,18 +168,24 @@ fn admit_through_bucket(
     stream: Option<StreamRef>,
 ) -> (&'static crate::sm_time::kernel_estimates::Entry, bool) {
     let mut estimate = entry.estimate_ns();
-    // Only wait when a measurement is actually on its way.
+    let share = sm.budget().share_ppm(device);
+    // Only wait when a measurement is actually on its way, and only where
+    // it bounds something: a limited share's charges, or a filler's
+    // admission by its estimates. An unlimited process (a co-location
+    // primary) that waited here stalled its own pipeline behind the
+    // device: vLLM's engine, at each new kernel shape of a prefill, waited
+    // up to 20 ms for the kernel to run.
     if estimate.is_none()
         && placed
         && entry.sampling()
         && entry.unmeasured_launches() >= MAX_UNMEASURED_LAUNCHES
+        && (is_limited(share) || crate::sm_time::colocation::is_filler())
     {
         estimate = wait_for_first_measurement(entry);
     }
     let cost = estimate.unwrap_or(FIRST_GUESS_NS);
     let launches_before = entry.charge();
     let telemetry = sm.device(device);
-    let share = sm.budget().share_ppm(device);
     if launches_before == 0 {
         crate::sm_time::usage_feedback::first_launch(device, is_limited(share));
     }

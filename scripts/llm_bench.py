@@ -1,0 +1,457 @@
+"""LLM serving beside fine-tuning on one simulated GPU, judged by TTFT and
+TPOT against the server alone (run by scripts/llm-bench.sh, which installs
+vLLM and builds dilu; see there for the command).
+
+    python llm_bench.py --dilu BIN --out FILE [--seconds S] [--rate R] [--seed N]
+                        [--rows NAME,...] [--slo-ms MS]
+
+Each row starts its processes on a fresh simulated GPU (its own
+SIMGPU_INSTANCE), waits until they are warm, then sends the same requests
+(Poisson arrivals, fixed seed) to vLLM's OpenAI API for S seconds and
+measures, client side, each request's time to first token (TTFT: from its
+send to its first streamed token) and time per output token (TPOT: from the
+first token to the last, over the tokens after the first). The filler
+reports when each of its training steps ended; its throughput counts the
+steps that ended inside the measured window. Device busy is simgpu's
+busy-time counter read through its NVML once a second; host busy is
+/proc/stat over the same window.
+"""
+
+import argparse
+import asyncio
+import json
+import math
+import os
+import random
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+
+SCRIPTS = os.path.dirname(os.path.abspath(__file__))
+PORT = 18911
+
+# The served model: the shape of a 1B-parameter Llama (16 layers, width
+# 2048, grouped-query attention with 8 KV heads), random weights.
+MODEL = {
+    "architectures": ["LlamaForCausalLM"], "model_type": "llama",
+    "hidden_size": 2048, "intermediate_size": 8192, "num_hidden_layers": 16,
+    "num_attention_heads": 32, "num_key_value_heads": 8, "head_dim": 64,
+    "vocab_size": 32000, "max_position_embeddings": 2048, "rms_norm_eps": 1e-5,
+    "torch_dtype": "bfloat16", "bos_token_id": 1, "eos_token_id": 2,
+    "tie_word_embeddings": True,
+}
+MAX_MODEL_LEN = 1024
+PROMPT_TOKENS = (32, 512)
+OUTPUT_TOKENS = (16, 128)
+SERVER_MEM = "8GiB"
+FILLER_MEM = "4GiB"
+# The share a static split (and HAMi-core's core limit) gives the server.
+STATIC_SERVER_PCT = 70
+
+# name -> (server's dilu flags, filler's dilu flags, runs the server, runs the filler)
+# None as flags: not under dilu (HAMi-core's library instead).
+HOST_ONLY = "host only (filler on a second simulated GPU)"
+ROWS = {
+    "server alone": ([], None, True, False),
+    "filler alone": (None, [], False, True),
+    "time slicing (no limiter)": ([], [], True, True),
+    # Control: the filler on a second simulated GPU, so the two share only
+    # the host (its cores, memory, scheduler): what co-location costs on
+    # this machine before any GPU sharing.
+    HOST_ONLY: ([], [], True, True),
+    f"static shares ({STATIC_SERVER_PCT}/{100 - STATIC_SERVER_PCT})":
+        (["--sm", str(STATIC_SERVER_PCT)], ["--sm", str(100 - STATIC_SERVER_PCT)], True, True),
+    "HAMi-core": ("hami", "hami", True, True),
+    "dilu defaults (--colo primary / filler)": (["--colo", "primary"], ["--colo", "filler"], True, True),
+    "dilu with an SLO (--slo-ms)": (["--colo", "primary", "--slo-ms", "SLO"], ["--colo", "filler"], True, True),
+}
+
+
+def log(message):
+    print(f"llm-bench: {message}", file=sys.stderr, flush=True)
+
+
+def percentile(values, p):
+    if not values:
+        return float("nan")
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, max(0, math.ceil(p / 100 * len(ordered)) - 1))]
+
+
+def host_busy_ticks():
+    with open("/proc/stat") as f:
+        fields = [int(v) for v in f.readline().split()[1:]]
+    idle = fields[3] + fields[4]
+    return sum(fields) - idle, sum(fields)
+
+
+class Row:
+    """The processes of one row and what they measured."""
+
+    def __init__(self, args, name, scratch):
+        self.args, self.name = args, name
+        self.scratch = os.path.join(scratch, name.split(" (")[0].replace(" ", "-"))
+        os.makedirs(self.scratch)
+        self.instance = f"llm-bench-{os.getpid()}-{len(os.listdir(scratch))}"
+        self.env = dict(os.environ, SIMGPU_INSTANCE=self.instance, SIMGPU_WAVE_NS=args.wave,
+                        VLLM_USE_FLASHINFER_SAMPLER="0", VLLM_USE_V2_MODEL_RUNNER="0")
+        for name_ in ("DILU_MEM_LIMIT", "DILU_SM_LIMIT", "DILU_TENANT", "CUDA_VISIBLE_DEVICES",
+                      "DILU_COLO_TOLERANCE", "DILU_COLO_GUARANTEE"):
+            self.env.pop(name_, None)
+        self.processes = []
+
+    def command(self, flags, mem, program, hami_pct, tag):
+        """`dilu run --sim` with flags, or the bare program under HAMi-core."""
+        if flags == "hami":
+            env = dict(self.env, LD_PRELOAD=self.args.hami, CUDA_REDIRECT=self.args.hami,
+                       LD_LIBRARY_PATH=self.args.driver_dir,
+                       CUDA_DEVICE_MEMORY_SHARED_CACHE=os.path.join(self.scratch, f"hami-{tag}.cache"),
+                       CUDA_DEVICE_MEMORY_LIMIT=f"{int(mem[:-3]) * 1024}m",
+                       CUDA_DEVICE_SM_LIMIT=str(hami_pct), LIBCUDA_LOG_LEVEL="0")
+            return program, env
+        flags = [self.args.slo_ms if f == "SLO" else f for f in flags]
+        return [self.args.dilu, "run", "--sim", "--mem", mem, *flags, "--", *program], self.env
+
+    def start(self, argv, env, tag):
+        out = open(os.path.join(self.scratch, f"{tag}.out"), "w")
+        err = open(os.path.join(self.scratch, f"{tag}.err"), "w")
+        process = subprocess.Popen(argv, env=env, stdout=out, stderr=err, stdin=subprocess.DEVNULL,
+                                   start_new_session=True)
+        self.processes.append((tag, process))
+        return process
+
+    def failure(self, tag, what):
+        with open(os.path.join(self.scratch, f"{tag}.err")) as f:
+            lines = [l.strip() for l in f if l.strip()]
+        tail = " / ".join(lines[-3:])[-500:]
+        return f"{tag}: {what}: {tail or 'no output'}"
+
+    def stop(self):
+        """The filler ends after its step, the server as at Ctrl-C (it ends
+        its engine), the rest at once; a group still there after 60 s is
+        killed."""
+        open(os.path.join(self.scratch, "stop"), "w").close()
+        for tag, process in self.processes:
+            if process.poll() is None and tag != "filler":
+                os.killpg(process.pid, signal.SIGINT if tag == "server" else signal.SIGTERM)
+        deadline = time.monotonic() + 60
+        for _, process in self.processes:
+            try:
+                process.wait(timeout=max(0.1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                pass
+            try:
+                os.killpg(process.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            process.wait()
+        self.processes = []
+
+
+def start_filler(row, flags):
+    nice = ["nice", "-n", str(row.args.filler_nice)] if row.args.filler_nice else []
+    program = [*nice, row.args.python, os.path.join(SCRIPTS, "frameworks.py"), "finetune", "--seconds", "100000",
+               "--ready-file", os.path.join(row.scratch, "ready"),
+               "--stop-file", os.path.join(row.scratch, "stop")]
+    argv, env = row.command(flags, FILLER_MEM, program, 100 - STATIC_SERVER_PCT, "filler")
+    if row.name == HOST_ONLY:
+        env = dict(env, SIMGPU_INSTANCE=env["SIMGPU_INSTANCE"] + "-second")
+    process = row.start(argv, env, "filler")
+    deadline = time.monotonic() + 600
+    while not os.path.exists(os.path.join(row.scratch, "ready")):
+        if process.poll() is not None:
+            raise RuntimeError(row.failure("filler", f"exited with {process.returncode} before it was warm"))
+        if time.monotonic() > deadline:
+            raise RuntimeError("filler: not warm after 600 s")
+        time.sleep(0.5)
+
+
+def start_server(row, flags, model):
+    program = [os.path.join(os.path.dirname(row.args.python), "vllm"), "serve", model,
+               "--load-format", "dummy", "--skip-tokenizer-init", "--enforce-eager",
+               "--gpu-memory-utilization", "0.6", "--max-model-len", str(MAX_MODEL_LEN),
+               "--port", str(PORT), "--host", "127.0.0.1"]
+    argv, env = row.command(flags, SERVER_MEM, program, STATIC_SERVER_PCT, "server")
+    process = row.start(argv, env, "server")
+    started = time.monotonic()
+    while not asyncio.run(server_ready()):
+        if process.poll() is not None:
+            raise RuntimeError(row.failure("server", f"exited with {process.returncode} while starting"))
+        if time.monotonic() - started > 900:
+            raise RuntimeError("server: not answering after 900 s")
+        time.sleep(1)
+    return time.monotonic() - started
+
+
+async def server_ready():
+    import aiohttp
+
+    try:
+        async with aiohttp.ClientSession() as session:
+            async with session.get(f"http://127.0.0.1:{PORT}/v1/models") as response:
+                return response.status == 200
+    except aiohttp.ClientError:
+        return False
+
+
+def requests_for(args):
+    """The same arrivals and lengths for every row: (send offset s, prompt, output tokens)."""
+    draw = random.Random(args.seed)
+    at, schedule = 0.0, []
+    while True:
+        at += draw.expovariate(args.rate)
+        if at >= args.seconds:
+            return schedule
+        prompt = [draw.randrange(3, MODEL["vocab_size"]) for _ in range(draw.randint(*PROMPT_TOKENS))]
+        schedule.append((at, prompt, draw.randint(*OUTPUT_TOKENS)))
+
+
+async def one_request(session, model, prompt, tokens):
+    body = {"model": model, "prompt": prompt, "max_tokens": tokens, "min_tokens": tokens,
+            "ignore_eos": True, "temperature": 0, "stream": True}
+    sent = time.monotonic()
+    first = last = None
+    chunks = 0
+    async with session.post(f"http://127.0.0.1:{PORT}/v1/completions", json=body) as response:
+        if response.status != 200:
+            raise RuntimeError(f"HTTP {response.status}: {(await response.text())[:200]}")
+        async for line in response.content:
+            line = line.strip()
+            if not line.startswith(b"data: ") or line == b"data: [DONE]":
+                continue
+            now = time.monotonic()
+            first = first or now
+            last = now
+            chunks += 1
+    if first is None:
+        raise RuntimeError("no token streamed")
+    return {"ttft_ms": (first - sent) * 1e3,
+            "tpot_ms": (last - first) * 1e3 / (tokens - 1) if tokens > 1 else None,
+            "chunks": chunks, "end": last}
+
+
+async def load(model, schedule):
+    import aiohttp
+
+    timeout = aiohttp.ClientTimeout(total=600)
+    async with aiohttp.ClientSession(timeout=timeout) as session:
+        for _ in range(3):  # warm-up, not measured
+            await one_request(session, model, list(range(3, 67)), 16)
+        begin = time.monotonic()
+
+        async def at(offset, prompt, tokens):
+            await asyncio.sleep(max(0.0, begin + offset - time.monotonic()))
+            return await one_request(session, model, prompt, tokens)
+
+        results = await asyncio.gather(*(at(*r) for r in schedule), return_exceptions=True)
+    return begin, results
+
+
+def busy_sampler(row):
+    """A process polling simgpu's NVML once a second: 'monotonic_ns percent' lines."""
+    code = ("import time, pynvml\n"
+            "pynvml.nvmlInit(); h = pynvml.nvmlDeviceGetHandleByIndex(0)\n"
+            "while True:\n"
+            "    time.sleep(1.0)\n"
+            "    print(time.monotonic_ns(), pynvml.nvmlDeviceGetUtilizationRates(h).gpu, flush=True)\n")
+    env = dict(row.env, LD_LIBRARY_PATH=row.args.driver_dir)
+    return row.start([row.args.python, "-c", code], env, "busy")
+
+
+def filler_steps(row):
+    path = os.path.join(row.scratch, "filler.out")
+    for line in open(path):
+        if line.startswith("{"):
+            return json.loads(line)["step_end_ns"]
+    raise RuntimeError(row.failure("filler", "printed no result"))
+
+
+def run_row(args, name, scratch, model):
+    server_flags, filler_flags, with_server, with_filler = ROWS[name]
+    row = Row(args, name, scratch)
+    result = {"row": name}
+    try:
+        if "hami" in (server_flags, filler_flags) and not args.hami:
+            raise RuntimeError("not run: DILU_PEER_HAMI names no libvgpu.so built from HAMi-core's sources")
+        if with_filler:
+            log(f"{name}: starting the filler")
+            start_filler(row, filler_flags)
+        if with_server:
+            log(f"{name}: starting vLLM")
+            result["server_start_s"] = start_server(row, server_flags, model)
+        busy_sampler(row)
+        ticks_before = host_busy_ticks()
+        log(f"{name}: measuring for {args.seconds:g} s")
+        if with_server:
+            begin, results = asyncio.run(load(model, requests_for(args)))
+            failed = [r for r in results if isinstance(r, Exception)]
+            done = [r for r in results if not isinstance(r, Exception)]
+            end = max((r["end"] for r in done), default=time.monotonic())
+            result.update(requests=len(done), failed=len(failed),
+                          failure=str(failed[0])[:200] if failed else None,
+                          ttft=[r["ttft_ms"] for r in done],
+                          tpot=[r["tpot_ms"] for r in done if r["tpot_ms"] is not None])
+        else:
+            begin = time.monotonic()
+            time.sleep(args.seconds)
+            end = time.monotonic()
+        ticks_after = host_busy_ticks()
+        result["window_s"] = end - begin
+        result["host_busy"] = (ticks_after[0] - ticks_before[0]) / max(1, ticks_after[1] - ticks_before[1])
+        lo, hi = begin * 1e9, end * 1e9
+        with open(os.path.join(row.scratch, "busy.out")) as f:
+            samples = [int(v.split()[1]) for v in f if v.strip() and lo + 1e9 <= int(v.split()[0]) <= hi]
+        result["device_busy"] = sum(samples) / len(samples) / 100 if samples else None
+        row.stop()
+        if with_filler:
+            steps = [t for t in filler_steps(row) if lo <= t <= hi]
+            result["filler_steps_per_s"] = len(steps) / (end - begin)
+    except Exception as e:  # noqa: BLE001 - the row says why it has no figures
+        result["error"] = str(e)
+        log(f"{name}: {e}")
+        row.stop()
+    return result
+
+
+def fmt(value, digits=2, suffix=""):
+    return "—" if value is None or (isinstance(value, float) and math.isnan(value)) else f"{value:.{digits}f}{suffix}"
+
+
+def report(args, results, versions):
+    alone = next((r for r in results if r["row"] == "server alone" and "ttft" in r), None)
+    filler_alone = next((r for r in results if r["row"] == "filler alone" and "filler_steps_per_s" in r), None)
+    out = []
+    w = out.append
+    w("<!-- Written by scripts/llm-bench.sh (scripts/llm_bench.py); do not edit by hand. -->")
+    w("# LLM serving beside fine-tuning on one simulated GPU")
+    w("")
+    w(f"Command: `scripts/bench.sh llm -- --seconds {args.seconds:g} --rate {args.rate:g} --seed {args.seed}`. {versions}")
+    w("")
+    w(f"**Server**: `vllm serve`, unmodified, eager, on a model of the shape of a 1B-parameter Llama "
+      f"(16 layers, width 2048, 32 heads, 8 KV heads, vocab 32000; random weights), `--mem {SERVER_MEM}`, "
+      f"`--gpu-memory-utilization 0.6`, max length {MAX_MODEL_LEN}. **Requests**: Poisson arrivals at {args.rate:g}/s for "
+      f"{args.seconds:g} s (seed {args.seed}; the same requests in every row), prompts of {PROMPT_TOKENS[0]}-{PROMPT_TOKENS[1]} "
+      f"random token ids and {OUTPUT_TOKENS[0]}-{OUTPUT_TOKENS[1]} output tokens (uniform), streamed from the OpenAI "
+      f"completions API; TTFT and TPOT measured by the client. **Filler**: fine-tuning of a small causal transformer LM "
+      f"(`scripts/frameworks.py finetune`: 4 layers, width 512, batch 4 x 128 tokens, AdamW, bf16 autocast), "
+      f"`--mem {FILLER_MEM}`; its throughput is training steps per second.")
+    w("")
+    w(f"**Device time**: simgpu with `SIMGPU_WAVE_NS={args.wave}` (default 10us) for every process, so that a decode "
+      f"step of this model costs about as much device time as the host needs to launch it in eager mode (about 9 ms "
+      f"each here; a model this shape on an H100 decodes in 2-3 ms, an 8B one in about 8). Without it the host, not "
+      f"the device, bounds every row. Device busy: simgpu's busy counter through its NVML, once a second. Host busy: "
+      f"both cores, from /proc/stat ({os.cpu_count()} cores here): where it nears 100%, the host binds, not the device.")
+    w("")
+    w(f"Rows: *{HOST_ONLY}* is a control: the same two programs, sharing only this host's 2 cores; "
+      "*time slicing* runs both under `dilu run --sim --mem` with no SM limit (simgpu time-slices between "
+      f"processes as the driver does); *static shares* `--sm {STATIC_SERVER_PCT}` and `--sm {100 - STATIC_SERVER_PCT}`; "
+      f"*HAMi-core* its libvgpu.so preloaded with `CUDA_DEVICE_SM_LIMIT` {STATIC_SERVER_PCT} and {100 - STATIC_SERVER_PCT} "
+      f"(a build named by `DILU_PEER_HAMI`); *dilu defaults* `--colo primary` beside `--colo filler`, no SLO declared "
+      f"(the primary kept as if alone); *dilu with an SLO* adds `--slo-ms {args.slo_ms}` to the server.")
+    w("")
+    w("| row | requests | TTFT p50 / p99 ms | TTFT p50 / p99 vs alone | TPOT p50 / p99 ms | TPOT p50 / p99 vs alone "
+      "| filler vs alone | device busy | host busy |")
+    w("|---|---|---|---|---|---|---|---|---|")
+    for r in results:
+        if "error" in r:
+            w(f"| {r['row']} | {r['error']} ||||||||")
+            continue
+        cells = [r["row"]]
+        if "ttft" in r:
+            t50, t99 = percentile(r["ttft"], 50), percentile(r["ttft"], 99)
+            p50, p99 = percentile(r["tpot"], 50), percentile(r["tpot"], 99)
+            failed = f" ({r['failed']} failed: {r['failure']})" if r["failed"] else ""
+            cells += [f"{r['requests']}{failed}", f"{fmt(t50, 1)} / {fmt(t99, 1)}"]
+            if alone:
+                cells.append(f"{fmt(t50 / percentile(alone['ttft'], 50), 2, 'x')} / "
+                             f"{fmt(t99 / percentile(alone['ttft'], 99), 2, 'x')}")
+            else:
+                cells.append("—")
+            cells.append(f"{fmt(p50, 2)} / {fmt(p99, 2)}")
+            if alone:
+                cells.append(f"{fmt(p50 / percentile(alone['tpot'], 50), 2, 'x')} / "
+                             f"{fmt(p99 / percentile(alone['tpot'], 99), 2, 'x')}")
+            else:
+                cells.append("—")
+        else:
+            cells += ["—"] * 5
+        if "filler_steps_per_s" in r and filler_alone:
+            ratio = r["filler_steps_per_s"] / filler_alone["filler_steps_per_s"]
+            cells.append(f"{ratio * 100:.0f}% ({r['filler_steps_per_s']:.2f} steps/s)")
+        else:
+            cells.append("—")
+        cells += [fmt(r.get("device_busy") and r["device_busy"] * 100, 1, "%"), fmt(r["host_busy"] * 100, 0, "%")]
+        w("| " + " | ".join(cells) + " |")
+    w("")
+    w(f"p99 over a row's requests (about {int(args.rate * args.seconds)}) is its second-largest value or so; "
+      "a ratio is the row's figure over the server-alone row's, measured in this run.")
+    return "\n".join(out) + "\n"
+
+
+def memory_checks(args, model):
+    """vLLM's sleep mode and PyTorch's expandable segments under --mem
+    (scripts/llm_memory_check.py), as a section of the results."""
+    sections = ["", "## Memory given back under `--mem`", ""]
+    for what in ("sleep", "expandable"):
+        log(f"memory check: {what}")
+        out = subprocess.run([args.python, os.path.join(SCRIPTS, "llm_memory_check.py"), what,
+                              "--dilu", args.dilu, "--python", args.python, "--driver-dir", args.driver_dir,
+                              "--model", model], capture_output=True, text=True, timeout=1800)
+        sections.append(out.stdout.strip() or f"### {what}\n\nno result (exit {out.returncode}): "
+                        f"{out.stderr.strip()[-400:]}")
+        sections.append("")
+    return "\n".join(sections)
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--dilu", required=True, help="the dilu binary (release build)")
+    parser.add_argument("--python", default=sys.executable, help="the Python with vLLM and torch")
+    parser.add_argument("--driver-dir", required=True, help="the folder where libcuda.so.1 and libnvidia-ml.so.1 are simgpu's")
+    parser.add_argument("--out", required=True)
+    parser.add_argument("--seconds", type=float, default=90)
+    parser.add_argument("--rate", type=float, default=1.0, help="requests per second (Poisson)")
+    parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--slo-ms", default="100", help="the SLO of the 'with an SLO' row (default 100)")
+    parser.add_argument("--wave", default="40us", help="SIMGPU_WAVE_NS for every process (default 40us)")
+    parser.add_argument("--rows", default=",".join(ROWS), help="rows to run, by name, comma-separated")
+    parser.add_argument("--filler-nice", type=int, default=0,
+                        help="run the filler at this nice value (default 0: as the server)")
+    parser.add_argument("--no-memory-checks", action="store_true",
+                        help="leave out the sleep-mode and expandable-segments checks")
+    args = parser.parse_args()
+    args.hami = os.environ.get("DILU_PEER_HAMI")
+    names = [n.strip() for n in args.rows.split(",") if n.strip()]
+    unknown = [n for n in names if n not in ROWS]
+    if unknown:
+        sys.exit(f"llm-bench: unknown rows {unknown}; rows: {list(ROWS)}")
+    import torch
+    import vllm
+
+    versions = f"Versions: vllm {vllm.__version__}, torch {torch.__version__}; simgpu's simulated H100."
+    scratch = tempfile.mkdtemp(prefix="dilu-llm-bench-")
+    model = os.path.join(scratch, "model")
+    os.makedirs(model)
+    with open(os.path.join(model, "config.json"), "w") as f:
+        json.dump(MODEL, f)
+    results = []
+    for name in names:
+        started = time.monotonic()
+        results.append(run_row(args, name, scratch, model))
+        log(f"{name}: done in {time.monotonic() - started:.0f} s")
+        # What the rows measured so far, should a later row hang.
+        with open(os.path.join(scratch, "rows-so-far.json"), "w") as f:
+            json.dump(results, f)
+    text = report(args, results, versions)
+    if not args.no_memory_checks:
+        text += memory_checks(args, model)
+    with open(args.out, "w") as f:
+        f.write(text)
+    print(text)
+    subprocess.run(["rm", "-rf", scratch], check=False)
+
+
+if __name__ == "__main__":
+    main()
