@@ -647,24 +647,11 @@ fn a_tenant_started_while_the_daemon_is_down_is_managed_when_it_returns() {
 fn nodemgr_sim_admits_memory_budgets_by_the_simulated_gpu() {
     let scratch = Scratch::new("nodemgr-sim");
     let instance = unique_name("nodemgr-sim");
-    let config = scratch.path("nodemgr.toml");
-    std::fs::write(&config, "controller = \"static\"\n").unwrap();
-    let daemon = daemon_command(&scratch, &config)
-        .args(["--sim", "--foreground", "--metrics", ""])
-        .env("SIMGPU_INSTANCE", &instance)
-        .env("SIMGPU_MEMORY", "1GiB")
-        .env_remove("LD_LIBRARY_PATH")
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("start dilu nodemgr --sim");
-    let deadline = Instant::now() + Duration::from_secs(60);
-    let status = loop {
-        if let Some(status) = status_json(&scratch) {
-            break status;
-        }
-        assert!(Instant::now() < deadline, "the daemon never answered");
-        std::thread::sleep(Duration::from_millis(20));
-    };
+    let (daemon, status) = start_sim_daemon(
+        &scratch,
+        "controller = \"static\"\n",
+        &[("SIMGPU_INSTANCE", &instance), ("SIMGPU_MEMORY", "1GiB")],
+    );
     let gpu = &status["gpus"][0];
     assert_eq!(gpu["memory_total_bytes"], 1u64 << 30, "{status}");
     assert!(
@@ -713,25 +700,14 @@ fn nodemgr_sim_admits_memory_budgets_by_the_simulated_gpu() {
 }
 
 /// A tenant process killed by SIGKILL (as vLLM kills its engine at
-/// shutdown) cannot remove its co-location board (nor its quiet board); the daemon sweeps what
-/// it left once it is gone, without waiting for that user's next tenant.
+/// shutdown) cannot remove its co-location board (nor its quiet board);
+/// the daemon sweeps what it left once it is gone, without waiting for
+/// that user's next tenant.
 #[test]
 fn the_daemon_removes_the_boards_a_killed_tenant_process_left() {
     let scratch = Scratch::new("nodemgr-leftovers");
     let instance = unique_name("leftovers");
-    let config = scratch.path("nodemgr.toml");
-    std::fs::write(&config, "").unwrap();
-    let daemon = daemon_command(&scratch, &config)
-        .args(["--sim", "--foreground", "--metrics", ""])
-        .env("SIMGPU_INSTANCE", &instance)
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("start dilu nodemgr --sim");
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while status_json(&scratch).is_none() {
-        assert!(Instant::now() < deadline, "the daemon never answered");
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    let (daemon, _) = start_sim_daemon(&scratch, "", &[("SIMGPU_INSTANCE", &instance)]);
     let group = unique_name("leftover-group");
     // SAFETY: getuid has no preconditions.
     let board = dilu_layout::colocation::board_path(unsafe { libc::getuid() }, &group);
@@ -782,6 +758,43 @@ fn the_daemon_removes_the_boards_a_killed_tenant_process_left() {
         std::thread::sleep(Duration::from_millis(50));
     }
     stop_daemon(daemon);
+}
+
+/// Starts `dilu nodemgr --sim` (configuration `config`, environment `env`,
+/// no library path of the test's) and waits until it answers; returns it
+/// and its first status.
+fn start_sim_daemon(
+    scratch: &Scratch,
+    config: &str,
+    env: &[(&str, &str)],
+) -> (Child, serde_json::Value) {
+    let path = scratch.path("nodemgr.toml");
+    std::fs::write(&path, config).unwrap();
+    let mut daemon = daemon_command(scratch, &path)
+        .args(["--sim", "--foreground", "--metrics", ""])
+        .envs(env.iter().copied())
+        .env_remove("LD_LIBRARY_PATH")
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("start dilu nodemgr --sim");
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let status = loop {
+        if let Some(status) = status_json(scratch) {
+            break Some(status);
+        }
+        if Instant::now() > deadline {
+            break None;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    match status {
+        Some(status) => (daemon, status),
+        None => {
+            let _ = daemon.kill();
+            let _ = daemon.wait();
+            panic!("the daemon never answered");
+        }
+    }
 }
 
 /// Stops a daemon as systemd does (SIGTERM), so that, as the simulated
