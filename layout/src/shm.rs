@@ -626,6 +626,9 @@ fn is_user_dir(dir: &Path) -> bool {
         .is_some_and(|uid| !uid.is_empty() && uid.bytes().all(|b| b.is_ascii_digit()))
 }
 
+/// Most entries of a directory one sweep looks at.
+pub const SWEEP_LIMIT: usize = 4096;
+
 /// Removes the files in `dir` (a user's region directory) that no process
 /// holds: what crashed processes left behind. Returns how many went.
 pub fn sweep_unused(dir: &Path) -> usize {
@@ -660,7 +663,9 @@ pub fn sweep_unused_of(dir: &Path, uid: u32) -> usize {
         return 0;
     };
     let mut removed = 0;
-    for entry in entries.flatten() {
+    // A user with a huge directory costs a sweep this many files at most
+    // (the daemon sweeps on its housekeeping thread).
+    for entry in entries.flatten().take(SWEEP_LIMIT) {
         let Ok(name) = CString::new(std::os::unix::ffi::OsStrExt::as_bytes(
             entry.file_name().as_os_str(),
         )) else {
