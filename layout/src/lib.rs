@@ -33,6 +33,7 @@ pub mod ledger;
 pub mod memfd;
 pub mod quiet;
 pub mod shm;
+pub mod sweep;
 
 /// Devices a layout has room for.
 pub const MAX_DEVICES: usize = 16;

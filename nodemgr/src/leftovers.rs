@@ -47,7 +47,7 @@ impl Leftovers {
         due.into_iter()
             .map(|uid| {
                 let dir = dilu_layout::user_region_dir(uid);
-                let removed = dilu_layout::shm::sweep_unused_of(&dir, uid);
+                let removed = dilu_layout::sweep::sweep_unused_of(&dir, uid);
                 if removed > 0 {
                     tracing::info!(
                         uid,

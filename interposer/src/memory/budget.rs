@@ -136,7 +136,7 @@ fn init() -> Option<MemoryBudget> {
         // SAFETY: getuid has no preconditions.
         let uid = unsafe { libc::getuid() };
         // Files that crashed processes left behind go now (nobody holds them).
-        dilu_layout::shm::sweep_unused(&dilu_layout::user_region_dir(uid));
+        dilu_layout::sweep::sweep_unused(&dilu_layout::user_region_dir(uid));
         dilu_layout::tenant_region_path(uid, name, "ledger")
     });
     let opened = match &ledger_path {

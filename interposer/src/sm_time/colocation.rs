@@ -48,12 +48,15 @@
 //! unlimited share of its own, see [`crate::sm_time::tenant_sm`]).
 
 use crate::sm_time::launch_control::sleep_until;
+use crate::sm_time::primary_tolerance::{
+    LatencyHistory, RecentLatencies, WARM_UP_REQUESTS, learned_tolerance, pushed_over_bound,
+    tolerance_within_slack, waited_behind_previous,
+};
 use crate::sm_time::quiet_samples::HonouredHolds;
 use dilu_abi::node_wire::{SPEC_ENV, SpecVar};
 use dilu_abi::units;
 use dilu_layout::colocation::{
-    DEFAULT_HOLDOFF_NS, DeviceBoard, FillerGate, GapBoard, HANDOFF_NS, MAX_SAMPLE_HOLD_NS, Owed,
-    SampleHoldPost,
+    DEFAULT_HOLDOFF_NS, DeviceBoard, FillerGate, GapBoard, MAX_SAMPLE_HOLD_NS, Owed, SampleHoldPost,
 };
 use dilu_layout::ledger::MAX_DEVICES;
 use dilu_layout::monotonic_ns;
@@ -277,159 +280,6 @@ fn at_share(gpu_ns: u64, guarantee_ppm: u32) -> u64 {
 
 /// Longest single sleep of a held filler: the board is looked at again.
 const MAX_HOLD_NS: u64 = 2_000_000;
-/// Requests whose latency bounds the tolerance in force.
-const SLACK_WINDOW: usize = 8;
-
-/// The last [`SLACK_WINDOW`] request latencies without the delay fillers
-/// caused them (threads of a server may report at once; a lost race
-/// overwrites one slot, never tears one).
-struct RecentLatencies {
-    next: AtomicU32,
-    ns: [AtomicU64; SLACK_WINDOW],
-    /// The boards' count of the primary's delay behind filler work at the
-    /// last report.
-    delay_seen_ns: AtomicU64,
-}
-
-impl RecentLatencies {
-    const fn new() -> Self {
-        Self {
-            next: AtomicU32::new(0),
-            ns: [const { AtomicU64::new(0) }; SLACK_WINDOW],
-            delay_seen_ns: AtomicU64::new(0),
-        }
-    }
-
-    /// Records a request of `latency_ns` reported when the boards had
-    /// counted `delay_ns` of the primary's delay behind filler work in all;
-    /// returns the worst latency of the window. The delay counted since the
-    /// last report (at launches that were this request's) is taken off:
-    /// judged on latencies with it in, the tolerance cut itself (fillers
-    /// delayed requests, the slack shrank, fillers were kept out, the slack
-    /// came back), and a Poisson primary at 96 req/s beside two fillers on
-    /// simgpu alternated so.
-    fn record_request(&self, latency_ns: u64, delay_ns: u64) -> u64 {
-        self.record(self.without_delay(latency_ns, delay_ns))
-    }
-
-    /// A request's latency less the delay behind filler work the boards
-    /// counted since the last report (`delay_ns` in all).
-    fn without_delay(&self, latency_ns: u64, delay_ns: u64) -> u64 {
-        let since_last =
-            delay_ns.saturating_sub(self.delay_seen_ns.swap(delay_ns, Ordering::Relaxed));
-        latency_ns.saturating_sub(since_last)
-    }
-
-    /// Records one latency; returns the worst of the window.
-    fn record(&self, latency_ns: u64) -> u64 {
-        let at = self.next.fetch_add(1, Ordering::Relaxed) as usize % SLACK_WINDOW;
-        self.ns[at].store(latency_ns, Ordering::Relaxed);
-        self.ns
-            .iter()
-            .map(|n| n.load(Ordering::Relaxed))
-            .max()
-            .unwrap_or(latency_ns)
-    }
-}
-
-/// Requests a primary without an SLO learns its tolerance from: enough for
-/// a p99 (the third worst).
-const HISTORY_WINDOW: usize = 256;
-/// Requests recorded before a learned tolerance is given at all.
-const HISTORY_FIRST: u32 = 32;
-/// Reported requests not learned from at all: a program's first requests
-/// pay for its start (modules loaded, memory first touched), and one of
-/// them set a p99 several times too long, a tolerance with it, and no
-/// request beside which no filler went came to correct it.
-const WARM_UP_REQUESTS: u64 = 16;
-/// How much worse than its p99 alone a primary without an SLO may get: the
-/// field's yardstick for a latency-critical tenant beside best-effort work.
-const AS_IF_ALONE_P99_PERCENT: u64 = 10;
-
-/// The last [`HISTORY_WINDOW`] request latencies of a primary without an
-/// SLO, without the delay fillers caused them (written once per reported
-/// request; a lost race overwrites one slot).
-struct LatencyHistory {
-    next: AtomicU32,
-    ns: [AtomicU64; HISTORY_WINDOW],
-}
-
-impl LatencyHistory {
-    const fn new() -> Self {
-        Self {
-            next: AtomicU32::new(0),
-            ns: [const { AtomicU64::new(0) }; HISTORY_WINDOW],
-        }
-    }
-
-    /// Records one latency; returns the window's p99 ([`Self::p99`]).
-    fn record(&self, latency_ns: u64) -> Option<u64> {
-        let count = self.next.fetch_add(1, Ordering::Relaxed);
-        self.ns[count as usize % HISTORY_WINDOW].store(latency_ns, Ordering::Relaxed);
-        self.p99()
-    }
-
-    /// The window's p99 once [`HISTORY_FIRST`] requests were recorded: the
-    /// (n/100 + 2)-th longest of n, so that one outlier among few samples
-    /// (a request that waited for the host) does not set it; with the whole
-    /// window, the 4th longest of 256 (about the p99).
-    fn p99(&self) -> Option<u64> {
-        let count = self.next.load(Ordering::Relaxed);
-        let known = (count as usize).min(HISTORY_WINDOW);
-        if count < HISTORY_FIRST {
-            return None;
-        }
-        let mut window = [0u64; HISTORY_WINDOW];
-        for (slot, n) in window.iter_mut().zip(&self.ns) {
-            *slot = n.load(Ordering::Relaxed);
-        }
-        let window = &mut window[..known];
-        window.sort_unstable();
-        Some(window[known.saturating_sub(known / 100 + 2)])
-    }
-}
-
-/// The tolerance of a primary without an SLO, from its p99 without
-/// fillers: a request that finds a filler kernel on the device waits for it
-/// and the hand-offs to it and back, so a kernel within a tenth of the p99
-/// less those hand-offs keeps every request within 10% of what it would
-/// have taken alone. Cut, like a set tolerance, to the slack the worst
-/// recent request left against that bound.
-fn learned_tolerance(p99_ns: u64, worst_recent_ns: u64) -> u64 {
-    let bound = p99_ns + p99_ns * AS_IF_ALONE_P99_PERCENT / 100;
-    let tolerance = (p99_ns * AS_IF_ALONE_P99_PERCENT / 100).saturating_sub(2 * HANDOFF_NS);
-    tolerance_within_slack(tolerance, bound, worst_recent_ns)
-}
-
-/// Whether fillers pushed a request of `latency_ns` (`alone_ns` without the
-/// delay they caused) over the bound of a primary without an SLO, 10% over
-/// its p99 (`None`: not learned yet; fillers have no credit to gamble with
-/// before the budget earned one, so no request is theirs to judge).
-fn pushed_over_bound(latency_ns: u64, alone_ns: u64, p99_ns: Option<u64>) -> bool {
-    p99_ns.is_some_and(|p99| {
-        let bound = p99 + p99 * AS_IF_ALONE_P99_PERCENT / 100;
-        latency_ns > bound && alone_ns <= bound
-    })
-}
-
-/// Whether a request that ended at `now` after `latency_ns` had arrived
-/// before the one before it ended (at `previous_end`, 0: none): it waited
-/// in the program's queue, so more may be waiting behind it.
-fn waited_behind_previous(now: u64, latency_ns: u64, previous_end: u64) -> bool {
-    previous_end != 0 && now.saturating_sub(latency_ns) < previous_end
-}
-
-/// The tolerance in force: a filler kernel delays a request by at most the
-/// tolerance and the hand-offs to the filler and back, so it may be at
-/// most the slack the worst recent request left without fillers, less
-/// those hand-offs (a request like it then still meets the SLO).
-fn tolerance_within_slack(configured_ns: u64, slo_ns: u64, worst_recent_ns: u64) -> u64 {
-    let slack = slo_ns
-        .saturating_sub(worst_recent_ns)
-        .saturating_sub(2 * HANDOFF_NS);
-    configured_ns.min(slack)
-}
-
 /// The board slot of each in-process device, and how many devices the
 /// process can have: the GPUs `CUDA_VISIBLE_DEVICES` lists, in order, when
 /// it lists node GPU indices in PCI bus order (what `dilu run` sets on a
@@ -489,7 +339,7 @@ fn init() -> Option<Colo> {
     let path = dilu_layout::colocation::board_path(uid, &config.group);
     // Boards (and other files) that killed processes left behind go now:
     // nobody holds them. A process without a tenant never sweeps otherwise.
-    dilu_layout::shm::sweep_unused(&dilu_layout::user_region_dir(uid));
+    dilu_layout::sweep::sweep_unused(&dilu_layout::user_region_dir(uid));
     let board = Region::<GapBoard>::open_or_create(&path, 0o600, |_| {}).unwrap_or_else(|e| {
         eprintln!(
             "dilu-interposer: cannot open the co-location board {} ({e}); stopping",
@@ -908,96 +758,6 @@ mod tests {
     }
 
     #[test]
-    fn the_tolerance_shrinks_to_the_worst_recent_slack_and_comes_back() {
-        const MS: u64 = 1_000_000;
-        let recent = RecentLatencies::new();
-        let tolerance = |latency| tolerance_within_slack(2 * MS, 15 * MS, recent.record(latency));
-        assert_eq!(tolerance(4 * MS), 2 * MS, "ample slack: all of it");
-        assert_eq!(
-            tolerance(14 * MS),
-            MS - 2 * HANDOFF_NS,
-            "1 ms of slack left, less the hand-offs"
-        );
-        assert_eq!(tolerance(16 * MS), 0, "a violation: none");
-        for _ in 0..SLACK_WINDOW - 1 {
-            assert_eq!(tolerance(4 * MS), 0, "the violation is still recent");
-        }
-        assert_eq!(tolerance(4 * MS), 2 * MS, "aged out");
-    }
-
-    #[test]
-    fn the_slack_is_judged_without_the_delay_fillers_caused() {
-        const MS: u64 = 1_000_000;
-        let recent = RecentLatencies::new();
-        let mut delay_total = 0;
-        // Requests of 3 ms alone under a 6 ms SLO, each delayed 2 ms by a
-        // filler kernel: the slack without fillers is 3 ms every time, so
-        // the tolerance stays, request after request.
-        for request in 0..3 * SLACK_WINDOW {
-            delay_total += 2 * MS;
-            let worst = recent.record_request(5 * MS, delay_total);
-            assert_eq!(worst, 3 * MS, "request {request}");
-            assert_eq!(
-                tolerance_within_slack(3 * MS, 6 * MS, worst),
-                3 * MS - 2 * HANDOFF_NS
-            );
-        }
-        // A request slow on its own still cuts it.
-        let worst = recent.record_request(5 * MS + 500_000, delay_total);
-        assert_eq!(
-            tolerance_within_slack(3 * MS, 6 * MS, worst),
-            MS / 2 - 2 * HANDOFF_NS
-        );
-    }
-
-    #[test]
-    fn without_an_slo_the_tolerance_is_a_tenth_of_the_p99_less_the_hand_offs() {
-        const MS: u64 = 1_000_000;
-        let history = LatencyHistory::new();
-        assert!(!pushed_over_bound(5 * MS, 4 * MS, None), "no bound yet");
-        assert!(
-            pushed_over_bound(4_500_000, 4 * MS, Some(4 * MS)),
-            "over 4.4 ms"
-        );
-        assert!(
-            !pushed_over_bound(4_300_000, 3 * MS, Some(4 * MS)),
-            "within"
-        );
-        assert!(
-            !pushed_over_bound(6 * MS, 5 * MS, Some(4 * MS)),
-            "over the bound alone: not the fillers' doing"
-        );
-        // Fewer than HISTORY_FIRST requests: nothing learned yet.
-        assert_eq!(history.record(30 * MS), None, "one slow request");
-        for _ in 2..HISTORY_FIRST {
-            assert_eq!(history.record(4 * MS), None);
-        }
-        assert_eq!(
-            history.record(4 * MS),
-            Some(4 * MS),
-            "one outlier among few requests does not set the p99"
-        );
-        // One request of 10 ms in 200, the others 4 ms: the p99 is 4 ms.
-        let mut p99 = None;
-        for k in 0..400u64 {
-            p99 = history.record(if k % 200 == 199 { 10 * MS } else { 4 * MS });
-        }
-        assert_eq!(p99, Some(4 * MS));
-        // A tenth of 4 ms less two hand-offs; a recent request as slow as
-        // the bound (4.4 ms) leaves no slack.
-        assert_eq!(learned_tolerance(4 * MS, 3 * MS), 400_000 - 2 * HANDOFF_NS);
-        assert_eq!(learned_tolerance(4 * MS, 4_400_000), 0);
-        // A p99 shorter than the hand-offs' ten times: no filler kernel is
-        // short enough.
-        assert_eq!(learned_tolerance(2 * MS, MS), 0);
-        // Most requests slow, the tail follows: the p99 is the slow one.
-        for _ in 0..HISTORY_WINDOW {
-            p99 = history.record(20 * MS);
-        }
-        assert_eq!(p99, Some(20 * MS));
-    }
-
-    #[test]
     fn a_guarantee_of_zero_is_never_owed() {
         const MS: u64 = 1_000_000;
         let clock = GuaranteeClock::new();
@@ -1016,16 +776,6 @@ mod tests {
         assert_eq!(filler_estimate(300_000, true), 300_000);
         assert_eq!(filler_estimate(100_000, false), UNMEASURED_FILLER_KERNEL_NS);
         assert_eq!(filler_estimate(5_000_000, false), 5_000_000);
-    }
-
-    #[test]
-    fn a_request_that_arrived_before_the_previous_one_ended_had_waited() {
-        const MS: u64 = 1_000_000;
-        let now = 1_000 * MS;
-        assert!(!waited_behind_previous(now, 3 * MS, 0), "the first request");
-        assert!(waited_behind_previous(now, 3 * MS, now - 2 * MS));
-        assert!(!waited_behind_previous(now, 3 * MS, now - 4 * MS));
-        assert!(!waited_behind_previous(now, 3 * MS, now - 3 * MS));
     }
 
     #[test]

@@ -12,13 +12,16 @@
 //! - [`usage_feedback`]: charges against the device time the driver counted.
 //! - [`tenant_sm`]: the tenant's shares, telemetry and buckets as this
 //!   process maps them.
-//! - [`colocation`]: the gap board of a primary and its fillers.
+//! - [`colocation`]: the gap board of a primary and its fillers;
+//!   [`primary_tolerance`]: the delay the primary tolerates, from its
+//!   reported latencies.
 
 pub mod colocation;
 pub mod fair_turns;
 pub mod kernel_estimates;
 pub mod launch_control;
 pub mod launch_lease;
+pub mod primary_tolerance;
 pub mod quiet_samples;
 pub mod recent_streams;
 pub mod sampler;
