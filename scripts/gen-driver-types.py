@@ -278,7 +278,7 @@ def render_nvml(nvml_h):
     ]
     if ffi:
         out.append(f"use core::ffi::{{{', '.join(ffi)}}};\n\n")
-    out.append(f"use super::nvml::{{{', '.join(['NvmlReturn', *ours])}}};\n\n")
+    out.append(f"use super::nvml_types::{{{', '.join(['NvmlReturn', *ours])}}};\n\n")
     return rustfmt("".join(out + lines))
 
 

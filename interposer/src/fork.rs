@@ -4,9 +4,9 @@
 //! A process forked from a CUDA program (a data-loader worker, a launcher's
 //! worker) is a new member of the tenant: single-threaded, holding none of
 //! its parent's allocations. The state that must see it that way belongs to
-//! the groups above this one, so each registers its own [`Handlers`] when it
-//! starts ([`register`]: the memory budget in `memory/at_fork.rs`, the
-//! SM-time state in `sm_time/tenant_sm.rs`); the first registration installs
+//! the groups above this one, so each registers its own [`Handlers`]
+//! ([`register`]: `memory/at_fork.rs` and `sm_time/at_fork.rs`, when the
+//! library loads in a process configured with that state); the first registration installs
 //! the `pthread_atfork` handlers, once per process. At a fork:
 //!
 //! - **prepare** (in the forking thread, before the fork): each part's, in

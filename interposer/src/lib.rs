@@ -68,7 +68,8 @@ mod telemetry;
 pub use dilu_abi::cuda::CUresult;
 
 /// Runs when the library is loaded: reads configuration, starts logging and
-/// counting if asked. Does not touch the driver (that happens lazily).
+/// counting if asked, and takes the memory budget's and SM-time state's parts
+/// in fork safety when they are configured. Does not touch the driver (that happens lazily).
 extern "C" fn dilu_init() {
     let res = std::panic::catch_unwind(|| {
         let cfg = config::get();
@@ -90,6 +91,8 @@ extern "C" fn dilu_init() {
         if let Some(path) = &cfg.call_report {
             telemetry::stats::enable(path.clone());
         }
+        memory::at_fork::register_when_budgeted();
+        sm_time::at_fork::register_when_configured();
         tracing::debug!(pid = std::process::id(), "dilu interposer loaded");
     });
     if res.is_err() {

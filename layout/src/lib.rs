@@ -27,6 +27,7 @@
 pub mod activity;
 pub mod bucket;
 pub mod budget;
+pub mod clock;
 pub mod colocation;
 pub mod histogram;
 pub mod ledger;
@@ -56,14 +57,4 @@ pub fn tenant_region_path(uid: u32, tenant: &str, kind: &str) -> std::path::Path
     user_region_dir(uid).join(format!("{tenant}.{kind}"))
 }
 
-/// CLOCK_MONOTONIC in nanoseconds: the time base every process of a node
-/// shares (vDSO, no system call).
-pub fn monotonic_ns() -> u64 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: `ts` is a valid, writable timespec.
-    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
-    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
-}
+pub use clock::monotonic_ns;

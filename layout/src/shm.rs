@@ -593,7 +593,7 @@ fn random_u64() -> u64 {
     if n != bytes.len() as isize {
         // No entropy source: time and pid still make the name unguessable
         // enough that a squatter must race us for it.
-        return crate::monotonic_ns() ^ (u64::from(std::process::id()) << 40);
+        return crate::clock::monotonic_ns() ^ (u64::from(std::process::id()) << 40);
     }
     u64::from_ne_bytes(bytes)
 }

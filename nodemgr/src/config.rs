@@ -220,7 +220,7 @@ impl Config {
                 .map_err(|e| format!("[tenants.{name}]: {e}"))?;
             let mut spec = match &t.profile {
                 Some(path) => {
-                    crate::profile_run::load_spec(path)
+                    crate::profile_spec::load_spec(path)
                         .map_err(|e| format!("tenants.{name}.profile: {e}"))?
                         .0
                 }

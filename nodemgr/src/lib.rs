@@ -37,5 +37,7 @@ pub mod peer_limits;
 pub mod period;
 pub mod placement;
 pub mod profile_run;
+pub mod profile_spec;
 pub mod registry;
 pub mod server;
+pub mod shared_state;

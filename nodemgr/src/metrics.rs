@@ -8,7 +8,7 @@
 //! scrape encodes a fresh snapshot of the daemon's status, so `/metrics`
 //! and `dilu status` show the same numbers.
 
-use crate::daemon::Shared;
+use crate::shared_state::Shared;
 use dilu_abi::node_wire::{ColoStatus, GpuStatus, NodeStatus, ScaleAdvice, TenantStatus};
 use prometheus_client::encoding::text::encode;
 use prometheus_client::metrics::counter::Counter;

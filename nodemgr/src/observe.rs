@@ -17,14 +17,12 @@
 //! every difference and sum here saturates (a tenant writing garbage gets
 //! garbage figures, never a panic in the daemon's control loop).
 
-use crate::control::{Latency, Observation};
+use crate::control::{CONTROL_WINDOW_NS, Latency, Observation};
 use dilu_abi::node_wire::TenantSpec;
 use dilu_layout::activity::{DeviceSnapshot, TenantActivity};
 use dilu_layout::histogram::{BUCKETS, HistogramSnapshot, bucket_upper_ns};
 use std::collections::VecDeque;
 
-/// Window over which the controller judges latency.
-pub const CONTROL_WINDOW_NS: u64 = 200_000_000;
 /// How recently a tenant at share 0 must have waited to show as waiting.
 pub const WAITING_WINDOW_NS: u64 = 100_000_000;
 /// Window of the operator figures (status, metrics).

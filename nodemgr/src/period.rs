@@ -84,7 +84,11 @@ pub fn run(
         for device in &mut tenant.more_devices[..more] {
             device.share_ppm = shares.next().unwrap_or(device.share_ppm);
         }
-        crate::registry::write_shares(&tenant.regions.budget, share, &tenant.more_devices);
+        crate::registry::write_shares(
+            &tenant.regions.budget,
+            share,
+            tenant.more_devices.iter().map(|d| d.share_ppm),
+        );
     }
 }
 

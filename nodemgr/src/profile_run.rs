@@ -28,9 +28,9 @@ use crate::artifacts;
 use crate::config::Config;
 use crate::daemon::Daemon;
 use crate::launch::{self, LaunchSpec};
-use dilu_abi::node_wire::{SOCKET_ENV, SpecUpdate, TenantSpec, WorkClass};
+use dilu_abi::node_wire::{SOCKET_ENV, SpecUpdate, WorkClass};
 use dilu_profile::measure::{Measure, Trials};
-use dilu_profile::profile::{self, Class, Profile, Question};
+use dilu_profile::profile::{self, Class, Question};
 use dilu_profile::search::Method;
 use dilu_profile::table::ProfileTable;
 use dilu_profile::{Config as Trial, Grid, Sample};
@@ -159,26 +159,6 @@ fn question(spec: &ProfileSpec, headroom: f64) -> Question {
         batch: spec.batch,
         method: spec.method,
     }
-}
-
-/// Reads a profile file as a tenant spec (class, SLO, SM request and limit)
-/// and its batch size: what `dilu run --profile` and the node manager's
-/// `[tenants.NAME] profile` use.
-pub fn load_spec(path: &Path) -> Result<(TenantSpec, u32), String> {
-    let profile = Profile::load(path)?;
-    let spec = TenantSpec {
-        class: match profile.class {
-            Class::Latency => WorkClass::Latency,
-            Class::Batch => WorkClass::Batch,
-        },
-        slo_ms: profile.slo_ms,
-        sm_request_pct: f64::from(profile.sm_request),
-        sm_limit_pct: f64::from(profile.sm_limit),
-        mem_bytes: None,
-    };
-    spec.validate()
-        .map_err(|e| format!("{}: {e}", path.display()))?;
-    Ok((spec, profile.batch))
 }
 
 /// Runs the program once per configuration beside an embedded node manager.

@@ -8,8 +8,8 @@
 //! the registry lock is taken. The lock is held for memory work only, so a
 //! stalled tenant stalls its own connection thread and nothing else.
 
-use crate::daemon::Shared;
 use crate::registry::Peer;
+use crate::shared_state::Shared;
 use dilu_abi::node_wire::{self, FromDaemon, PROTOCOL_VERSION, TenantSpec, ToDaemon};
 use dilu_abi::seqpacket;
 use std::os::fd::{AsRawFd, OwnedFd};

@@ -17,6 +17,7 @@
 pub mod devices;
 pub mod nvml;
 mod nvml_api;
+mod nvml_types;
 
 use core::ffi::{CStr, c_char, c_void};
 use std::panic::catch_unwind;

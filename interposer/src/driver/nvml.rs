@@ -5,37 +5,20 @@
 //! Used by the NVML memory answers ([`crate::memory::nvml`]) and by usage
 //! feedback ([`crate::sm_time::usage_feedback`]).
 
-use core::ffi::{CStr, c_char, c_int, c_uint, c_void};
+use core::ffi::{CStr, c_int, c_uint, c_void};
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use dilu_abi::cuda::CUDA_SUCCESS;
 use dilu_abi::cuda::sys::{CUdevice, CUdevice_attribute};
 
 pub use crate::driver::nvml_api::*;
+pub use crate::driver::nvml_types::*;
 
 use crate::driver;
 use crate::table::{REAL, RealFn};
 
-/// `nvmlReturn_t`.
-pub type NvmlReturn = c_uint;
-/// `nvmlDevice_t` (opaque handle).
-pub type NvmlDevice = *mut c_void;
-
 pub(crate) const NVML_SUCCESS: NvmlReturn = 0;
 pub(crate) const NVML_ERROR_FUNCTION_NOT_FOUND: NvmlReturn = 13;
-
-/// `nvmlPciInfo_t` (nvml.h; the numeric fields sit at the same offsets in
-/// every version of the struct, and this is the largest).
-#[repr(C)]
-pub struct NvmlPciInfo {
-    bus_id_legacy: [c_char; 16],
-    domain: c_uint,
-    bus: c_uint,
-    device: c_uint,
-    pci_device_id: c_uint,
-    pci_subsystem_id: c_uint,
-    bus_id: [c_char; 32],
-}
 
 /// The `dlopen` handle of the real NVML (0 until opened).
 static HANDLE: AtomicUsize = AtomicUsize::new(0);
@@ -176,37 +159,6 @@ pub(crate) fn nvml_pci_location(device: NvmlDevice) -> Option<(u32, u32, u32)> {
         info.bus,
         info.device,
     ))
-}
-
-/// `nvmlMemory_t` (nvml.h).
-#[repr(C)]
-pub struct NvmlMemory {
-    pub total: u64,
-    pub free: u64,
-    pub used: u64,
-}
-
-/// `nvmlMemory_v2_t` (nvml.h): `version` is `nvmlMemory_v2`
-/// (`sizeof | 2 << 24`).
-#[repr(C)]
-pub struct NvmlMemoryV2 {
-    pub version: c_uint,
-    pub total: u64,
-    pub reserved: u64,
-    pub free: u64,
-    pub used: u64,
-}
-
-/// `nvmlProcessUtilizationSample_t` (nvml.h).
-#[repr(C)]
-#[derive(Clone, Copy, Default)]
-pub struct ProcessUtilizationSample {
-    pub pid: u32,
-    pub time_stamp_us: u64,
-    pub sm_util: u32,
-    pub mem_util: u32,
-    pub enc_util: u32,
-    pub dec_util: u32,
 }
 
 /// The real NVML's functions, each looked up (again) while it is absent.

@@ -8,7 +8,7 @@
 
 use core::ffi::{c_uint, c_ulonglong};
 
-use super::nvml::{
+use super::nvml_types::{
     NvmlDevice, NvmlMemory, NvmlMemoryV2, NvmlPciInfo, NvmlReturn, ProcessUtilizationSample,
 };
 

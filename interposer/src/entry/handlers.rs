@@ -23,7 +23,9 @@ use dilu_abi::cuda::sys::{
 use dilu_abi::cuda::{CUDA_SUCCESS, CUresult};
 
 use crate::sm_time::kernel_estimates::LaunchKey;
-use crate::sm_time::{colocation, fair_turns, launch_control, recent_streams, sampler};
+use crate::sm_time::{
+    colocation, fair_turns, launch_control, recent_streams, sampler, stream_capture,
+};
 use crate::table::Cx;
 use crate::telemetry::sync;
 
@@ -254,7 +256,7 @@ pub fn stream_begin_capture_to_graph(
 
 fn counted_capture(result: CUresult) -> CUresult {
     if result == CUDA_SUCCESS {
-        launch_control::capture_began();
+        stream_capture::capture_began();
     }
     result
 }
@@ -267,9 +269,9 @@ pub fn stream_end_capture(
 ) -> CUresult {
     // An invalidated capture ends with an error but is over all the same; a
     // stream that was not capturing ends nothing.
-    launch_control::end_capture(
+    stream_capture::end_capture(
         stream,
-        |s| launch_control::stream_is_capturing(s, cx.per_thread),
+        |s| stream_capture::stream_is_capturing(s, cx.per_thread),
         || next(stream, graph),
     )
 }

@@ -1,14 +1,15 @@
 //! The memory budget's part in fork safety (see [`crate::fork`]): the locks
 //! a hook may hold are taken before a fork and released after it, and a
 //! forked child forgets its parent's allocations, ledger slot and graphs.
-//! Registered when the budget starts (nothing of this state exists before).
+//! Registered when the library loads in a process whose configuration gives
+//! it a budget (the budget itself starts on first use).
 
 use std::cell::RefCell;
 use std::sync::MutexGuard;
 
 use crate::fork::{self, Handlers, Part};
 use crate::memory::alloc_table::Overflow;
-use crate::memory::{budget, graph_memory};
+use crate::memory::{budget, driver_reserved, graph_memory};
 
 /// Locks held from prepare to parent/child. Fields drop in declaration
 /// order, the reverse of the order they are taken.
@@ -22,8 +23,12 @@ thread_local! {
     static HELD: RefCell<Option<Held>> = const { RefCell::new(None) };
 }
 
-/// Takes part in every fork from now on (idempotent).
-pub fn register() {
+/// Takes part in every fork from now on when this process has a memory
+/// budget to keep (idempotent).
+pub fn register_when_budgeted() {
+    if !budget::configured() {
+        return;
+    }
     fork::register(
         Part::Memory,
         Handlers {
@@ -57,4 +62,5 @@ fn child() {
         held.graphs.forget_all();
     }
     budget::forget_parent_state_in_child();
+    driver_reserved::forget_parent_state_in_child();
 }

@@ -93,6 +93,11 @@ static WATCHER_RUNNING: AtomicBool = AtomicBool::new(false);
 
 static BUDGET: OnceLock<Option<MemoryBudget>> = OnceLock::new();
 
+/// What else may give charges back before a reservation is refused: set by
+/// the owner of such charges when it first holds one (graph memory the
+/// driver has released, see [`crate::memory::graph_memory`]).
+static RECLAIM_ALSO: OnceLock<fn() -> bool> = OnceLock::new();
+
 /// The memory budget, or `None` when this process has neither a limit nor a
 /// tenant (then every memory hook passes straight through).
 #[inline]
@@ -103,6 +108,19 @@ pub fn get() -> Option<&'static MemoryBudget> {
     }
 }
 
+/// Whether this process's configuration gives it a budget (a memory limit
+/// or a tenant): the budget starts on first use exactly then.
+pub fn configured() -> bool {
+    let cfg = config::get();
+    cfg.memory.per_device.iter().any(Option::is_some) || cfg.tenant.is_some()
+}
+
+/// Has `reclaim` run before any reservation is refused; it returns whether
+/// it gave anything back. The first caller's function is kept.
+pub fn reclaim_before_refusing(reclaim: fn() -> bool) {
+    let _ = RECLAIM_ALSO.set(reclaim);
+}
+
 /// Rounds a request up to what it is charged.
 pub fn charged(bytes: u64) -> u64 {
     bytes.max(1).div_ceil(CHARGE_GRANULE) * CHARGE_GRANULE
@@ -111,7 +129,7 @@ pub fn charged(bytes: u64) -> u64 {
 fn init() -> Option<MemoryBudget> {
     let cfg = config::get();
     let limited = cfg.memory.per_device.iter().any(Option::is_some);
-    if !limited && cfg.tenant.is_none() {
+    if !configured() {
         return None;
     }
     let device_count = devices::cuda_device_count();
@@ -228,7 +246,6 @@ pub fn forget_parent_state_in_child() {
     for charged in &CONTEXT_CHARGED {
         charged.store(false, Ordering::Relaxed);
     }
-    crate::memory::driver_reserved::forget_parent_state_in_child();
     if let Some(budget) = existing() {
         budget.charges.forget_all();
         if let Some(path) = &budget.ledger_path {
@@ -250,7 +267,6 @@ pub fn lock_join_for_fork() -> std::sync::MutexGuard<'static, ()> {
 fn register_process_hooks() {
     // SAFETY: registering a plain extern "C" function that never unwinds.
     unsafe { libc::atexit(leave_at_exit) };
-    crate::memory::at_fork::register();
 }
 
 fn start_watcher() {
@@ -403,10 +419,10 @@ impl MemoryBudget {
         match attempt() {
             Ok(()) => Ok(slot),
             Err(refusal) => {
-                // Before refusing: memory of dead members, and graph memory
-                // the driver has given back since it was last asked.
+                // Before refusing: memory of dead members, and what else
+                // can give charges back (graph memory the driver released).
                 let reclaimed = self.ledger.reclaim_dead(ledger::process_alive) > 0;
-                let reconciled = crate::memory::graph_memory::reconcile_all();
+                let reconciled = RECLAIM_ALSO.get().is_some_and(|reclaim| reclaim());
                 if (reclaimed || reconciled) && attempt().is_ok() {
                     return Ok(slot);
                 }

@@ -248,6 +248,7 @@ fn add_allocation(
     let result = call();
     if result == CUDA_SUCCESS {
         ACTIVE.store(true, Ordering::Release);
+        budget::reclaim_before_refusing(reconcile_all);
         lock().add_charge(graph as usize, device, charge);
     } else {
         b.release(device, charge);

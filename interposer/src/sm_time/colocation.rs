@@ -47,12 +47,12 @@
 //! process with a role always has (with no tenant and no SM limit, an
 //! unlimited share of its own, see [`crate::sm_time::tenant_sm`]).
 
-use crate::sm_time::launch_control::sleep_until;
+use crate::sm_time::honoured_holds::HonouredHolds;
+use crate::sm_time::precise_sleep::sleep_until;
 use crate::sm_time::primary_tolerance::{
     LatencyHistory, RecentLatencies, WARM_UP_REQUESTS, learned_tolerance, pushed_over_bound,
     tolerance_within_slack, waited_behind_previous,
 };
-use crate::sm_time::quiet_samples::HonouredHolds;
 use dilu_abi::node_wire::{SPEC_ENV, SpecVar};
 use dilu_abi::units;
 use dilu_layout::colocation::{

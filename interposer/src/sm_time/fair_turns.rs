@@ -55,7 +55,7 @@
 //! co-located tenants (the gap board decides), unlimited shares (no
 //! vtime), and `DILU_SM_ABLATE=turns`.
 
-use crate::sm_time::launch_control::sleep_until;
+use crate::sm_time::precise_sleep::sleep_until;
 use crate::sm_time::quiet_samples;
 use crate::sm_time::recent_streams::StreamRef;
 use dilu_layout::bucket::TokenBucket;

@@ -14,16 +14,17 @@
 use crate::driver;
 use crate::sm_time::kernel_estimates::{EstimateTable, FIRST_GUESS_NS, LaunchKey};
 use crate::sm_time::launch_lease;
+use crate::sm_time::precise_sleep::sleep_until;
 use crate::sm_time::quiet_samples;
 use crate::sm_time::recent_streams::{self, StreamRef};
 use crate::sm_time::sampler;
+use crate::sm_time::stream_capture::{captured, capturing_anywhere};
 use crate::sm_time::tenant_sm::{self, TenantSm};
 use crate::table::REAL;
 use dilu_abi::cuda::{CUDA_SUCCESS, CUresult, sys};
 use dilu_layout::bucket::Admission;
 use dilu_layout::budget::is_limited;
 use dilu_layout::monotonic_ns;
-use std::sync::atomic::{AtomicI64, Ordering};
 
 /// Launches of a kind never measured that may be in flight before its first
 /// measurement arrives: each is charged only a guess, so without this bound
@@ -38,97 +39,6 @@ pub const MAX_UNMEASURED_LAUNCHES: u64 = 4;
 const FIRST_MEASUREMENT_WAIT_NS: u64 = 50_000_000;
 
 static ESTIMATES: EstimateTable = EstimateTable::new();
-
-/// Stream captures in progress in this process (begun minus ended). While
-/// none is, no launch can be a capture and we never ask the driver.
-static CAPTURES: AtomicI64 = AtomicI64::new(0);
-
-/// Whether any stream of this process may be capturing now.
-pub fn capturing_anywhere() -> bool {
-    CAPTURES.load(Ordering::Acquire) > 0
-}
-
-pub fn capture_began() {
-    CAPTURES.fetch_add(1, Ordering::AcqRel);
-}
-
-/// Ends a capture on `stream` through `end` (the real cuStreamEndCapture),
-/// counting it as over only if the stream was capturing before and is not
-/// after, as `is_capturing` (the driver's cuStreamIsCapturing; `None` when
-/// it cannot tell) says. A failed end on a stream that was not capturing
-/// (or on another thread's capture, which goes on) must not uncount a
-/// capture still in progress elsewhere: launches into it would then be
-/// charged, and sampling would record events on capturing streams.
-pub fn end_capture(
-    stream: sys::CUstream,
-    is_capturing: impl Fn(sys::CUstream) -> Option<bool>,
-    end: impl FnOnce() -> CUresult,
-) -> CUresult {
-    let before = is_capturing(stream);
-    let result = end();
-    let over = match (before, is_capturing(stream)) {
-        (Some(before), Some(after)) => before && !after,
-        // The driver cannot say: an end that succeeded ended one.
-        _ => result == CUDA_SUCCESS,
-    };
-    if over {
-        CAPTURES.fetch_sub(1, Ordering::AcqRel);
-    }
-    result
-}
-
-/// Whether `stream` is capturing (active or invalidated), from the real
-/// driver; `None` when it cannot say.
-pub fn stream_is_capturing(stream: sys::CUstream, per_thread: bool) -> Option<bool> {
-    let ptsz = per_thread
-        .then(|| driver::resolved(&REAL.cuStreamIsCapturing_ptsz))
-        .flatten();
-    let is_capturing = ptsz.or_else(|| driver::resolved(&REAL.cuStreamIsCapturing))?;
-    let mut status: u32 = 0;
-    // SAFETY: the real cuStreamIsCapturing[_ptsz]; the status is a C enum
-    // (int-sized), written to a live local.
-    let result = unsafe { is_capturing(stream, &mut status) };
-    (result == CUDA_SUCCESS).then_some(status != 0)
-}
-
-/// Whether a launch on `stream` is being captured into a graph (then it
-/// does not run now: the graph's launches are what we charge).
-fn captured(stream: sys::CUstream, per_thread: bool) -> bool {
-    CAPTURES.load(Ordering::Acquire) > 0 && stream_is_capturing(stream, per_thread) == Some(true)
-}
-
-thread_local! {
-    /// Whether this thread's timer slack was lowered (once, at its first
-    /// wait: never on the within-budget path).
-    static PRECISE_SLEEP: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
-}
-
-pub(crate) fn sleep_until(deadline_ns: u64) {
-    // Linux wakes a sleeping thread up to its timer slack (50 µs by
-    // default) late. A throttled launch waits for tokens worth tens of µs,
-    // so that lateness would be a large part of each wait and, on a tenant
-    // near its share, GPU time it never gets back.
-    if !PRECISE_SLEEP.replace(true) {
-        // SAFETY: PR_SET_TIMERSLACK takes one integer (ns) and changes only
-        // the calling thread's slack.
-        unsafe { libc::prctl(libc::PR_SET_TIMERSLACK, 1 as libc::c_ulong) };
-    }
-    let ts = libc::timespec {
-        tv_sec: (deadline_ns / 1_000_000_000) as libc::time_t,
-        tv_nsec: (deadline_ns % 1_000_000_000) as libc::c_long,
-    };
-    // SAFETY: a valid timespec; with TIMER_ABSTIME the remainder pointer may
-    // be null. EINTR is retried with the same absolute deadline.
-    while unsafe {
-        libc::clock_nanosleep(
-            libc::CLOCK_MONOTONIC,
-            libc::TIMER_ABSTIME,
-            &ts,
-            std::ptr::null_mut(),
-        )
-    } == libc::EINTR
-    {}
-}
 
 /// Charges one launch of `key` on `device`, waiting while the tenant's
 /// bucket is in debt. Returns the kind's entry and whether to time it.
@@ -437,7 +347,7 @@ fn other_streams(
     stream: sys::CUstream,
     per_thread: bool,
 ) -> recent_streams::Previous {
-    if CAPTURES.load(Ordering::Acquire) > 0 {
+    if capturing_anywhere() {
         recent_streams::Previous::default()
     } else {
         recent_streams::others(pin, device, stream, per_thread)
@@ -483,7 +393,6 @@ pub fn device_of_stream(stream: sys::CUstream) -> usize {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use dilu_abi::cuda::CUDA_ERROR_STREAM_CAPTURE_UNMATCHED as NOT_CAPTURING;
 
     #[test]
     fn a_throttled_launch_waits_for_a_burst_of_gpu_time_at_most_a_depth() {
@@ -492,31 +401,5 @@ mod tests {
         // At 30% that would be 6.7 ms; a 5 ms bucket holds no more.
         assert_eq!(burst_wait_ns(2_000_000, 300_000, 5_000_000), 5_000_000);
         assert_eq!(burst_wait_ns(0, 300_000, 5_000_000), 0, "0 paces launches");
-    }
-
-    // One test: the capture count is process-wide.
-    #[test]
-    fn only_an_ended_capture_is_uncounted() {
-        let stream_a = 0xA0 as sys::CUstream;
-        let stream_b = 0xB0 as sys::CUstream;
-        capture_began(); // on stream A
-        // cuStreamEndCapture on B, which is not capturing: it fails, and A's
-        // capture goes on.
-        let not_b = |s: sys::CUstream| Some(s == stream_a);
-        let result = end_capture(stream_b, not_b, || NOT_CAPTURING);
-        assert_eq!(result, NOT_CAPTURING);
-        assert_eq!(CAPTURES.load(Ordering::Acquire), 1, "A still captures");
-        // An invalidated capture on A ends with an error but is over.
-        let capturing = std::cell::Cell::new(true);
-        let result = end_capture(
-            stream_a,
-            |_| Some(capturing.get()),
-            || {
-                capturing.set(false);
-                dilu_abi::cuda::CUDA_ERROR_STREAM_CAPTURE_INVALIDATED
-            },
-        );
-        assert_ne!(result, CUDA_SUCCESS);
-        assert_eq!(CAPTURES.load(Ordering::Acquire), 0);
     }
 }

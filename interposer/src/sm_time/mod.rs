@@ -16,14 +16,18 @@
 //!   [`primary_tolerance`]: the delay the primary tolerates, from its
 //!   reported latencies.
 
+pub mod at_fork;
 pub mod colocation;
 pub mod fair_turns;
+pub mod honoured_holds;
 pub mod kernel_estimates;
 pub mod launch_control;
 pub mod launch_lease;
+pub mod precise_sleep;
 pub mod primary_tolerance;
 pub mod quiet_samples;
 pub mod recent_streams;
 pub mod sampler;
+pub mod stream_capture;
 pub mod tenant_sm;
 pub mod usage_feedback;

@@ -32,7 +32,8 @@
 //! regions), and `DILU_SM_ABLATE=quiet`. Without the board, samples are taken
 //! as before.
 
-use crate::sm_time::launch_control::sleep_until;
+use crate::sm_time::honoured_holds::HonouredHolds;
+use crate::sm_time::precise_sleep::sleep_until;
 use crate::sm_time::recent_streams::{self, StreamRef};
 use crate::table::REAL;
 use dilu_abi::cuda::{CUDA_SUCCESS, sys};
@@ -42,7 +43,7 @@ use dilu_layout::quiet::{DeviceQuiet, QuietBoard};
 use dilu_layout::shm::Region;
 use std::path::PathBuf;
 use std::sync::OnceLock;
-use std::sync::atomic::{AtomicPtr, AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicPtr, AtomicU32, Ordering};
 
 /// Kinds at least this long are timed quietly. A time slice is 2.08 ms on
 /// an H100 and may be set shorter; a kernel well inside a slice gets clean
@@ -78,50 +79,6 @@ const NO_SLOT: u32 = u32::MAX;
 static SLOT: [AtomicU32; MAX_DEVICES] = [const { AtomicU32::new(NO_SLOT) }; MAX_DEVICES];
 /// This process's pid (refreshed in a forked child).
 static MY_PID: AtomicU32 = AtomicU32::new(0);
-/// Hold time honoured per device, at most `ppm` of the time and
-/// `depth_ns` more at once: GCRA's theoretical arrival time. Not a
-/// `dilu_layout::bucket::TokenBucket`: its `admit` charges before it
-/// answers, and an ignored hold must cost nothing.
-pub(crate) struct HonouredHolds {
-    tat: [AtomicU64; MAX_DEVICES],
-    ppm: u32,
-    depth_ns: u64,
-}
-
-impl HonouredHolds {
-    pub(crate) const fn new(ppm: u32, depth_ns: u64) -> Self {
-        Self {
-            tat: [const { AtomicU64::new(0) }; MAX_DEVICES],
-            ppm,
-            depth_ns,
-        }
-    }
-
-    /// Whether `device`'s budget for holds has room at `now_ns`.
-    pub(crate) fn may_honour(&self, device: usize, now_ns: u64) -> bool {
-        self.tat[device]
-            .load(Ordering::Relaxed)
-            .saturating_sub(self.depth_ns)
-            <= now_ns
-    }
-
-    /// Charges `idle_ns` of honoured hold, ending at `now_ns`, to
-    /// `device`'s budget.
-    pub(crate) fn charge(&self, device: usize, now_ns: u64, idle_ns: u64) {
-        let cost = idle_ns.saturating_mul(1_000_000) / u64::from(self.ppm.max(1));
-        let tat = &self.tat[device];
-        let mut current = tat.load(Ordering::Relaxed);
-        while let Err(actual) = tat.compare_exchange_weak(
-            current,
-            current.max(now_ns - idle_ns).saturating_add(cost),
-            Ordering::AcqRel,
-            Ordering::Relaxed,
-        ) {
-            current = actual;
-        }
-    }
-}
-
 /// The quiet board's holds this process honoured.
 static HONOURED: HonouredHolds = HonouredHolds::new(HONOURED_PPM, HONOURED_DEPTH_NS);
 
@@ -283,7 +240,7 @@ fn held(device: usize, board: &DeviceQuiet, stream: sys::CUstream, per_thread: b
 /// (and `stream`) has finished its work. Never while a capture is in
 /// progress (a query could invalidate it).
 pub(crate) fn own_work_done(device: usize, stream: sys::CUstream, per_thread: bool) -> bool {
-    if crate::sm_time::launch_control::capturing_anywhere() {
+    if crate::sm_time::stream_capture::capturing_anywhere() {
         return false;
     }
     let pin = recent_streams::Pin::new();

@@ -24,7 +24,6 @@
 
 use crate::config;
 use crate::driver::devices::{self, CurrentDevice};
-use crate::fork::{self, Handlers, Part};
 use dilu_abi::node_client::Attached;
 use dilu_layout::activity::{DeviceTelemetry, TenantActivity};
 use dilu_layout::bucket::TokenBucket;
@@ -81,37 +80,26 @@ fn fail(what: &str, error: impl std::fmt::Display) -> ! {
     std::process::exit(2)
 }
 
-/// The SM-time state's part in fork safety (see [`crate::fork`]): a forked
-/// child has no sampling harvester or usage-feedback thread, and its charges
-/// are its own. Registered when SM-time control starts.
-fn register_fork_handlers() {
-    fn child() {
-        crate::sm_time::sampler::forget_parent_state_in_child();
-        crate::sm_time::usage_feedback::forget_parent_state_in_child();
-        crate::sm_time::colocation::forget_parent_state_in_child();
-        crate::sm_time::quiet_samples::forget_parent_state_in_child();
-    }
-    fork::register(
-        Part::SmTime,
-        Handlers {
-            prepare: Handlers::nothing,
-            parent: Handlers::nothing,
-            child,
-        },
-    );
+/// Whether this process's configuration gives it SM-time state (a tenant,
+/// an SM limit or a co-location role): the state starts on first use
+/// exactly then.
+pub fn configured() -> bool {
+    let cfg = config::get();
+    cfg.tenant.is_some() || cfg.sm.any() || std::env::var_os("DILU_COLO").is_some()
 }
 
 fn init() -> Option<TenantSm> {
     let cfg = config::get();
     if let Some(attached) = crate::node::attached() {
-        register_fork_handlers();
         return Some(TenantSm {
             regions: Regions::Managed(attached),
             current_device: OnceLock::new(),
         });
     }
+    if !configured() {
+        return None;
+    }
     let (budget, activity) = match &cfg.tenant {
-        None if !cfg.sm.any() && std::env::var_os("DILU_COLO").is_none() => return None,
         None => (
             Region::<TenantBudget>::anonymous(write_shares)
                 .unwrap_or_else(|e| fail("SM budget", e)),
@@ -142,7 +130,6 @@ fn init() -> Option<TenantSm> {
             (budget, activity)
         }
     };
-    register_fork_handlers();
     tracing::debug!(
         tenant = cfg.tenant.as_deref().unwrap_or(""),
         share_ppm_device0 = budget.share_ppm(0),

@@ -43,8 +43,7 @@
 //! only when they sum to at most the device, so guarantees hold whatever
 //! the telemetry says (telemetry is advisory).
 
-use super::{Controller, FULL, Observation, share_out_batch};
-use crate::observe::CONTROL_WINDOW_NS;
+use super::policy::{CONTROL_WINDOW_NS, Controller, FULL, Observation, share_out_batch};
 use dilu_abi::node_wire::WorkClass;
 
 #[derive(Debug, Clone)]
@@ -281,7 +280,7 @@ fn lend_all_but_guarantees(
 
 #[cfg(test)]
 mod tests {
-    use super::super::testing::*;
+    use super::super::policy::testing::*;
     use super::*;
 
     fn pair() -> Vec<Observation> {

@@ -4,7 +4,7 @@
 //! without a request (best effort) share the part of the device no request
 //! reserves, among those that want it, up to their limits.
 
-use super::{Controller, FULL, Observation, share_out_batch};
+use super::policy::{Controller, FULL, Observation, share_out_batch};
 
 #[derive(Debug, Default)]
 pub struct Static;
@@ -28,7 +28,7 @@ impl Controller for Static {
 
 #[cfg(test)]
 mod tests {
-    use super::super::testing::*;
+    use super::super::policy::testing::*;
     use super::*;
     use dilu_abi::node_wire::WorkClass;
 

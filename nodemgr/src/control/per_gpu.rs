@@ -12,7 +12,8 @@
 //! ([`crate::registry::Registry::admit`]); on a one-GPU node that group is
 //! every tenant.
 
-use super::{Controller, Observation, by_name};
+use super::by_name;
+use super::policy::{Controller, Observation};
 use std::collections::BTreeMap;
 
 /// Which GPU a tenant's share is of (`None`: not placed by the daemon).
@@ -129,7 +130,7 @@ impl PerGpu {
 
 #[cfg(test)]
 mod tests {
-    use super::super::testing::*;
+    use super::super::policy::testing::*;
     use super::*;
     use dilu_abi::node_wire::WorkClass;
 

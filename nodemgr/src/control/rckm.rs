@@ -11,7 +11,7 @@
 //! limit. Inference tenants are never limited (their limit). With several
 //! latency tenants, the largest overflow decides.
 
-use super::{Controller, FULL, Observation, share_out_batch};
+use super::policy::{Controller, FULL, Observation, share_out_batch};
 use dilu_abi::node_wire::WorkClass;
 
 pub const EMERGENCY: f64 = 1.6;
@@ -84,7 +84,7 @@ impl Controller for Rckm {
 
 #[cfg(test)]
 mod tests {
-    use super::super::testing::*;
+    use super::super::policy::testing::*;
     use super::*;
 
     #[test]

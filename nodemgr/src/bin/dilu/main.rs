@@ -9,7 +9,7 @@ mod demo;
 
 use clap::{Args, Parser, Subcommand};
 use dilu_abi::node_wire::{self, SpecUpdate};
-use dilu_nodemgr::{config, daemon, launch, ops, profile_run};
+use dilu_nodemgr::{config, daemon, launch, ops, profile_run, profile_spec};
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
@@ -343,7 +343,7 @@ fn run(args: RunArgs) -> Result<ExitCode, String> {
         .spec
         .profile
         .as_deref()
-        .map(profile_run::load_spec)
+        .map(profile_spec::load_spec)
         .transpose()?;
     let from_profile = |pick: fn(&node_wire::TenantSpec) -> Option<f64>| {
         profiled.as_ref().and_then(|(spec, _)| pick(spec))

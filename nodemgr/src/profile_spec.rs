@@ -1,0 +1,25 @@
+//! A profile file (what `dilu profile` writes) read as a tenant's spec.
+
+use dilu_abi::node_wire::{TenantSpec, WorkClass};
+use dilu_profile::profile::{Class, Profile};
+use std::path::Path;
+
+/// Reads a profile file as a tenant spec (class, SLO, SM request and limit)
+/// and its batch size: what `dilu run --profile` and the node manager's
+/// `[tenants.NAME] profile` use.
+pub fn load_spec(path: &Path) -> Result<(TenantSpec, u32), String> {
+    let profile = Profile::load(path)?;
+    let spec = TenantSpec {
+        class: match profile.class {
+            Class::Latency => WorkClass::Latency,
+            Class::Batch => WorkClass::Batch,
+        },
+        slo_ms: profile.slo_ms,
+        sm_request_pct: f64::from(profile.sm_request),
+        sm_limit_pct: f64::from(profile.sm_limit),
+        mem_bytes: None,
+    };
+    spec.validate()
+        .map_err(|e| format!("{}: {e}", path.display()))?;
+    Ok((spec, profile.batch))
+}

@@ -1,0 +1,119 @@
+//! Admission: whether a tenant's spec fits beside the other tenants of
+//! each of its GPUs (SM requests sum to at most the device, memory budgets
+//! to at most its memory), the room left for a process that is already
+//! running, and the cap on tenants per user.
+
+use super::Registry;
+use super::tenant::{is_on, ppm};
+use dilu_abi::node_wire::TenantSpec;
+use dilu_layout::budget::FULL_SHARE_PPM;
+
+impl Registry {
+    /// Checks that `spec` fits beside the other tenants of each of the
+    /// tenant's GPUs (`gpu` and `more`: those it was placed on; its spec
+    /// holds on each).
+    pub fn admit_each(
+        &self,
+        name: &str,
+        spec: &TenantSpec,
+        gpu: Option<u32>,
+        more: &[u32],
+    ) -> Result<(), String> {
+        self.admit(name, spec, gpu)?;
+        for &g in more {
+            self.admit(name, spec, Some(g))
+                .map_err(|e| format!("on gpu{g}: {e}"))?;
+        }
+        Ok(())
+    }
+
+    /// Checks that `spec` fits beside every other tenant on the same GPU
+    /// (`gpu`: the one it was placed on; unplaced tenants count together,
+    /// as on a one-GPU node); `name` is the tenant being admitted or changed.
+    pub fn admit(&self, name: &str, spec: &TenantSpec, gpu: Option<u32>) -> Result<(), String> {
+        spec.validate()?;
+        let held = self
+            .held
+            .iter()
+            .filter(|(_, h)| is_on(Some(h.gpu), &h.more_gpus, gpu))
+            .map(|(n, h)| (n, &h.spec));
+        let others: Vec<(&String, &TenantSpec)> = self
+            .tenants
+            .iter()
+            .filter(|(_, t)| t.is_on(gpu))
+            .map(|(n, t)| (n, &t.spec))
+            .chain(held)
+            .filter(|(n, _)| n.as_str() != name)
+            .collect();
+        let requested: u32 = others
+            .iter()
+            .map(|(_, s)| ppm(s.sm_request_pct))
+            .sum::<u32>()
+            + ppm(spec.sm_request_pct);
+        if requested > FULL_SHARE_PPM {
+            let list: Vec<String> = others
+                .iter()
+                .map(|(n, s)| format!("{n} {}%", s.sm_request_pct))
+                .collect();
+            return Err(format!(
+                "SM requests would sum to {}% of the GPU (> 100%): {name} asks {}%, admitted: {}",
+                requested as f64 / 10_000.0,
+                spec.sm_request_pct,
+                if list.is_empty() {
+                    "none".into()
+                } else {
+                    list.join(", ")
+                }
+            ));
+        }
+        if let (Some(capacity), Some(mem)) = (self.gpu_memory, spec.mem_bytes) {
+            let used: u64 = others.iter().filter_map(|(_, s)| s.mem_bytes).sum();
+            if used.saturating_add(mem) > capacity {
+                return Err(format!(
+                    "memory budgets would sum to {} on a {} GPU: {name} asks {}, others hold {}",
+                    dilu_abi::units::format_size(used.saturating_add(mem)),
+                    dilu_abi::units::format_size(capacity),
+                    dilu_abi::units::format_size(mem),
+                    dilu_abi::units::format_size(used)
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    /// `spec` cut down to what is left beside the other tenants of `gpu`:
+    /// the SM request to the unrequested share, the memory budget to the
+    /// unbudgeted memory. What an over-admitted tenant is held to, so the
+    /// admitted tenants keep their guarantees.
+    pub(super) fn room_left(&self, name: &str, spec: &TenantSpec, gpu: Option<u32>) -> TenantSpec {
+        let others = || {
+            self.tenants
+                .iter()
+                .filter(move |(n, t)| t.is_on(gpu) && n.as_str() != name)
+                .map(|(_, t)| &t.spec)
+        };
+        let requested: u32 = others().map(|s| ppm(s.sm_request_pct)).sum();
+        let free_pct = FULL_SHARE_PPM.saturating_sub(requested) as f64 / 10_000.0;
+        let mut held = spec.clone();
+        held.sm_request_pct = spec.sm_request_pct.clamp(0.0, 100.0).min(free_pct);
+        held.sm_limit_pct = spec.sm_limit_pct.clamp(held.sm_request_pct, 100.0);
+        if let (Some(capacity), Some(mem)) = (self.gpu_memory, spec.mem_bytes) {
+            let budgeted: u64 = others().filter_map(|s| s.mem_bytes).sum();
+            held.mem_bytes = Some(mem.min(capacity.saturating_sub(budgeted)));
+        }
+        held
+    }
+
+    /// Refuses a new tenant of `uid` when that user already has
+    /// `max_tenants_per_uid` (other users' tenants do not count).
+    pub(super) fn check_tenant_cap(&self, uid: u32) -> Result<(), String> {
+        let held = self.tenants.values().filter(|t| t.uid == uid).count();
+        if held >= self.max_tenants_per_uid {
+            return Err(format!(
+                "uid {uid} already has {held} tenants registered (max_tenants_per_uid = {})",
+                self.max_tenants_per_uid
+            ));
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,93 @@
+//! What the daemon persists for re-adoption, and the tenants of a previous
+//! daemon taken back from it: they keep their requests admitted while their
+//! processes re-register (within [`READOPT_GRACE`](super::READOPT_GRACE)).
+
+use super::Registry;
+use super::regions::{configure, create_regions, write_shares};
+use super::tenant::{Tenant, more_devices};
+use crate::observe::Sampler;
+use dilu_abi::node_wire::TenantSpec;
+use dilu_abi::tenant_flags::check_tenant_name;
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+use std::time::Instant;
+
+/// What is persisted under the run directory for re-adoption.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SavedTenant {
+    pub name: String,
+    pub uid: u32,
+    pub spec: TenantSpec,
+    pub share_ppm: u32,
+    #[serde(default)]
+    pub gpu: Option<u32>,
+    #[serde(default)]
+    pub more_gpus: Vec<u32>,
+    /// The share on each of `more_gpus` (its devices 1..).
+    #[serde(default)]
+    pub more_shares: Vec<u32>,
+    #[serde(default)]
+    pub over_admitted: Option<String>,
+}
+
+impl Registry {
+    /// The state to persist.
+    pub fn saved(&self) -> Vec<SavedTenant> {
+        self.tenants
+            .values()
+            .map(|t| SavedTenant {
+                name: t.name.clone(),
+                uid: t.uid,
+                spec: t.spec.clone(),
+                share_ppm: t.share_ppm,
+                gpu: t.gpu,
+                more_gpus: t.more_gpus.clone(),
+                more_shares: t.more_devices.iter().map(|d| d.share_ppm).collect(),
+                over_admitted: t.over_admitted.clone(),
+            })
+            .collect()
+    }
+
+    /// Tenants of a previous daemon, waiting for their processes to
+    /// re-register: they keep their requests admitted meanwhile.
+    pub fn restore(&mut self, saved: Vec<SavedTenant>) {
+        for s in saved {
+            if check_tenant_name(&s.name).is_err() || self.tenants.contains_key(&s.name) {
+                continue;
+            }
+            let Ok(regions) = create_regions(&s.name, None) else {
+                continue;
+            };
+            configure(&regions, s.share_ppm, s.spec.mem_bytes);
+            let mut more = more_devices(s.more_gpus.len(), s.share_ppm);
+            for (device, &share) in more.iter_mut().zip(&s.more_shares) {
+                device.share_ppm = share;
+            }
+            write_shares(
+                &regions.budget,
+                s.share_ppm,
+                more.iter().map(|d| d.share_ppm),
+            );
+            self.tenants.insert(
+                s.name.clone(),
+                Tenant {
+                    name: s.name,
+                    uid: s.uid,
+                    spec: s.spec,
+                    regions,
+                    members: BTreeMap::new(),
+                    ledger: None,
+                    share_ppm: s.share_ppm,
+                    sampler: Sampler::default(),
+                    awaiting_since: Some(Instant::now()),
+                    audited_bytes: None,
+                    gpu: s.gpu,
+                    more_devices: more,
+                    more_gpus: s.more_gpus,
+                    over_admitted: s.over_admitted,
+                },
+            );
+            self.epoch += 1;
+        }
+    }
+}

@@ -1,0 +1,136 @@
+//! GPUs chosen for a tenant before its first process registers (`dilu run`
+//! on a node with several GPUs): chosen by the placement policy among what
+//! the tenants and the other holds leave, and held for
+//! [`PLACEMENT_GRACE`](super::PLACEMENT_GRACE) at most.
+
+use super::Registry;
+use super::tenant::{HeldPlacement, MAX_HELD_PLACEMENTS};
+use dilu_abi::node_wire::TenantSpec;
+use dilu_abi::tenant_flags::check_tenant_name;
+use std::time::Instant;
+
+impl Registry {
+    /// Chooses `count` GPUs for tenant `name` of user `uid` (`dilu run` on
+    /// a node with several GPUs, `--gpus N`) and holds them until the
+    /// tenant's first process registers. `capacities` is each GPU's memory
+    /// (bytes); the spec is the operator's for this name, else `asked`,
+    /// else the default, as at registration, and holds on each GPU. A
+    /// tenant already running keeps its GPUs (its processes share one
+    /// budget). The GPUs come back ascending; empty: one GPU, one asked,
+    /// nothing to choose.
+    pub fn place(
+        &mut self,
+        name: &str,
+        uid: u32,
+        asked: Option<TenantSpec>,
+        capacities: &[u64],
+        policy: &dyn dilu_placement::policy::PlacementPolicy,
+        count: usize,
+    ) -> Result<Vec<u32>, String> {
+        check_tenant_name(name)?;
+        let count = count.max(1);
+        if count > capacities.len().max(1) {
+            return Err(format!(
+                "{name} asks {count} GPUs; this node has {}",
+                capacities.len().max(1)
+            ));
+        }
+        if capacities.len() <= 1 {
+            return Ok(Vec::new());
+        }
+        let spec = self
+            .configured
+            .get(name)
+            .cloned()
+            .or(asked)
+            .unwrap_or_default();
+        spec.validate()?;
+        let running = |gpus: Vec<u32>| {
+            if gpus.len() == count {
+                Ok(gpus)
+            } else {
+                Err(format!(
+                    "tenant {name:?} already runs on {} GPU(s) ({}); its processes \
+                     share one placement, so start them with --gpus {}",
+                    gpus.len(),
+                    gpus.iter()
+                        .map(|g| format!("gpu{g}"))
+                        .collect::<Vec<_>>()
+                        .join(", "),
+                    gpus.len()
+                ))
+            }
+        };
+        if let Some(tenant) = self.tenants.get(name) {
+            if tenant.uid != uid {
+                return Err(format!(
+                    "tenant {name:?} belongs to another user (uid {})",
+                    tenant.uid
+                ));
+            }
+            if tenant.gpu.is_some() {
+                return running(tenant.gpus());
+            }
+        }
+        if let Some(held) = self.held.get_mut(name) {
+            if held.uid != uid {
+                return Err(format!(
+                    "tenant {name:?} belongs to another user (uid {})",
+                    held.uid
+                ));
+            }
+            held.since = Instant::now();
+            return running(held.gpus());
+        }
+        if self.held.len() >= MAX_HELD_PLACEMENTS {
+            return Err(format!(
+                "{MAX_HELD_PLACEMENTS} tenants already wait for their first process; try again later"
+            ));
+        }
+        let taken: Vec<(Vec<u32>, &TenantSpec)> = self
+            .tenants
+            .values()
+            .filter(|t| t.gpu.is_some())
+            .map(|t| (t.gpus(), &t.spec))
+            .chain(self.held.values().map(|h| (h.gpus(), &h.spec)))
+            .map(|(gpus, spec)| {
+                let gpus = gpus
+                    .into_iter()
+                    .filter(|&g| (g as usize) < capacities.len())
+                    .collect();
+                (gpus, spec)
+            })
+            .collect();
+        let taken = taken.iter().map(|(gpus, spec)| (gpus.as_slice(), *spec));
+        let gpus = crate::placement::choose(policy, capacities, taken, &spec, count)
+            .ok_or_else(|| {
+                format!(
+                    "{} {} room for {name} (SM request {}%, limit {}%{}{}) under the {} placement policy",
+                    if count == 1 {
+                        format!("no GPU of {}", capacities.len())
+                    } else {
+                        format!("fewer than {count} of the {} GPUs", capacities.len())
+                    },
+                    if count == 1 { "has" } else { "have" },
+                    spec.sm_request_pct,
+                    spec.sm_limit_pct,
+                    spec.mem_bytes
+                        .map(|m| format!(", {}", dilu_abi::units::format_size(m)))
+                        .unwrap_or_default(),
+                    if count == 1 { "" } else { " on each" },
+                    policy.name()
+                )
+            })?;
+        self.held.insert(
+            name.to_string(),
+            HeldPlacement {
+                uid,
+                spec,
+                gpu: gpus[0],
+                more_gpus: gpus[1..].to_vec(),
+                since: Instant::now(),
+            },
+        );
+        Ok(gpus)
+    }
+}
