@@ -11,6 +11,10 @@
 #   sm         SM-time accuracy over the request-style workload matrix, alone
 #              and in pairs, under dilu vs plain time slicing (simgpu trace)
 #                                             -> bench/results/sm-accuracy.md
+#   instructions  instructions per cuLaunchKernel (valgrind's callgrind), directly,
+#              through dilu without and with an SM share, and HAMi-core's
+#              libvgpu.so on the same loop (DILU_PEER_HAMI)
+#                                             -> bench/results/launch-instructions.md
 #   syscalls   no syscall on the launch path, with a memory budget and with an
 #              SM-time share (strace)
 #                                             -> bench/results/syscalls.md
@@ -89,7 +93,7 @@
 #              (needs HAMI_CORE_SRC=<HAMi-core checkout>; see scripts/peers.sh --help)
 #                                             -> bench/results/peers.md
 #
-# usage: scripts/bench.sh [all | overhead | startup | sm | syscalls | placement | demo | colocation | field | ablation | cluster | placement-latency | openb-lists | scaling | profile | soak | control-period | multigpu | frameworks | llm | peers ...] [-- ARGS]
+# usage: scripts/bench.sh [all | overhead | startup | sm | instructions | syscalls | placement | demo | colocation | field | ablation | cluster | placement-latency | openb-lists | scaling | profile | soak | control-period | multigpu | frameworks | llm | peers ...] [-- ARGS]
 #   ARGS go to the one benchmark named, e.g. `scripts/bench.sh startup -- --runs 50`
 #   or `scripts/bench.sh overhead -- cuLaunchKernel` (a criterion filter)
 #   or `scripts/bench.sh demo -- --seconds 10` (per controller; default 5)
@@ -103,9 +107,9 @@ targets=()
 while [ $# -gt 0 ] && [ "$1" != "--" ]; do
   case $1 in
     all) targets+=(overhead startup sm syscalls placement demo colocation cluster placement-latency openb-lists scaling profile control-period multigpu) ;;
-    overhead | startup | sm | syscalls | placement | demo | colocation | field | ablation | cluster | placement-latency | openb-lists | scaling | profile | soak | control-period | multigpu | frameworks | llm | peers) targets+=("$1") ;;
+    overhead | startup | sm | instructions | syscalls | placement | demo | colocation | field | ablation | cluster | placement-latency | openb-lists | scaling | profile | soak | control-period | multigpu | frameworks | llm | peers) targets+=("$1") ;;
     -h | --help) awk 'NR > 1 && !/^#/ { exit } NR > 1 { sub(/^# ?/, ""); print }' "$0"; exit 0 ;;
-    *) echo "bench: unknown benchmark '$1' (all, overhead, startup, sm, syscalls, placement, demo, colocation, field, ablation, cluster, placement-latency, openb-lists, scaling, profile, soak, control-period, multigpu, frameworks, llm, peers)" >&2; exit 2 ;;
+    *) echo "bench: unknown benchmark '$1' (all, overhead, startup, sm, instructions, syscalls, placement, demo, colocation, field, ablation, cluster, placement-latency, openb-lists, scaling, profile, soak, control-period, multigpu, frameworks, llm, peers)" >&2; exit 2 ;;
   esac
   shift
 done
@@ -163,6 +167,9 @@ for target in "${targets[@]}"; do
     sm)
       cargo bench -p dilu-bench --bench sm_accuracy -- "${extra[@]}" || failed+=(sm)
       results+=(bench/results/sm-accuracy.md) ;;
+    instructions)
+      scripts/launch-instructions.sh --no-build || failed+=(instructions)
+      results+=(bench/results/launch-instructions.md) ;;
     syscalls)
       scripts/syscalls.sh --no-build || failed+=(syscalls)
       results+=(bench/results/syscalls.md) ;;

@@ -12,6 +12,10 @@
 # that the estimates the interposer measures, and so how many launches a
 # lease covers, are the same in every run, loaded machine or not, and about
 # what they are natively with simgpu's 3.8 µs launches.
+# With DILU_PEER_HAMI naming a libvgpu.so built from HAMi-core's sources (as
+# scripts/peers.sh builds it), HAMi-core's launches are counted on the same
+# loop, LD_PRELOADed as HAMi-core documents it, with a memory limit and
+# with an SM limit of 99% too; without it, those rows say "not run".
 #                                   -> bench/results/launch-instructions.md
 #
 # usage: scripts/launch-instructions.sh [--no-build]
@@ -19,7 +23,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 command -v valgrind >/dev/null || { echo "launch-instructions: needs valgrind" >&2; exit 2; }
 if [ "${1:-}" != "--no-build" ]; then
-  cargo build --release -p simgpu -p dilu-interposer
+  cargo build --release -p simgpu -p simgpu-nvml -p dilu-interposer
 fi
 out=target/launch-instructions
 mkdir -p "$out"
@@ -44,22 +48,54 @@ run() {
   rm -f "/dev/shm/dilu-$(id -u)/$tenant-$label".* 2>/dev/null || true
 }
 
+# run_hami LABEL [VAR=VALUE...]: the loop through HAMi-core's libvgpu.so,
+# preloaded (it finds the driver by name: simgpu as libcuda.so.1).
+run_hami() {
+  local label=$1 libdir="$PWD/$out/hami-lib"
+  shift
+  mkdir -p "$libdir"
+  ln -sf "$simgpu" "$libdir/libcuda.so.1"
+  ln -sf "$simgpu" "$libdir/libcuda.so"
+  ln -sf "$PWD/target/release/libsimgpu_nvml.so" "$libdir/libnvidia-ml.so.1"
+  rm -f "$out/$label.cache"
+  env SIMGPU_NULL=1 SIMGPU_CALL_COST=0 SIMGPU_INSTANCE="$tenant-$label" \
+    LD_LIBRARY_PATH="$libdir" CUDA_DEVICE_MEMORY_LIMIT=65536m \
+    CUDA_DEVICE_MEMORY_SHARED_CACHE="$out/$label.cache" LIBCUDA_LOG_LEVEL=0 "$@" \
+    SIMGPU_LIB="$simgpu" DILU_LIB="$DILU_PEER_HAMI" \
+    CLOCK_STEP_NS=4000 LD_PRELOAD="$PWD/$out/virtual_clock.so:$DILU_PEER_HAMI" \
+    valgrind --tool=callgrind --toggle-collect=measured \
+    --callgrind-out-file="$out/$label.callgrind" "$out/launch_loop" dilu $N $N \
+    2>"$out/$label.log" || { cat "$out/$label.log" >&2; exit 1; }
+  rm -f "$out/$label.cache"
+}
+
 share=(DILU_SM_LIMIT=99)
 run direct direct
 run pass-through dilu
 run share dilu "${share[@]}" DILU_TENANT="$tenant-share" DILU_SM_ABLATE=depth=1s
 run share-turns-off dilu "${share[@]}" DILU_TENANT="$tenant-turns" DILU_SM_ABLATE=depth=1s,turns
 run share-leases-off dilu "${share[@]}" DILU_TENANT="$tenant-leases" DILU_SM_ABLATE=depth=1s,leases
+rm -f "$out"/hami-*.callgrind
+if [ -n "${DILU_PEER_HAMI:-}" ]; then
+  [ -f "$DILU_PEER_HAMI" ] || { echo "launch-instructions: DILU_PEER_HAMI=$DILU_PEER_HAMI is not a file" >&2; exit 2; }
+  run_hami hami-memory
+  run_hami hami-share CUDA_DEVICE_SM_LIMIT=99
+else
+  echo "launch-instructions: DILU_PEER_HAMI not set: HAMi-core's rows are not run" >&2
+fi
 
 machine="$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'), $(nproc) cores online, $(valgrind --version)"
 python3 - "$out" "$N" "$machine" <<'PY'
-import collections, re, subprocess, sys
+import collections, os, re, subprocess, sys
 out, n, machine = sys.argv[1], int(sys.argv[2]), sys.argv[3]
 
 def counts(label):
     """Total Ir, calls per function name, and exclusive Ir per source file of
-    the interposer's and layout's code (inlined code counts in its own file)."""
+    the interposer's and layout's code (inlined code counts in its own file);
+    None when the row was not run."""
     path = f"{out}/{label}.callgrind"
+    if not os.path.exists(path):
+        return None
     names, calls, cfn = {}, collections.Counter(), None
     total = None
     for line in open(path):
@@ -99,13 +135,17 @@ rows = [
     ("share", "through dilu, SM share 99% (defaults)"),
     ("share-turns-off", "SM share, fair turns off (`DILU_SM_ABLATE=turns`)"),
     ("share-leases-off", "SM share, leases off (`DILU_SM_ABLATE=leases`): every launch visits the bucket"),
+    ("hami-memory", "HAMi-core, memory limit (`CUDA_DEVICE_MEMORY_LIMIT`)"),
+    ("hami-share", "HAMi-core, memory limit and SM limit 99% (`CUDA_DEVICE_SM_LIMIT=99`)"),
 ]
 data = {label: counts(label) for label, _ in rows}
 direct = data["direct"][0] / n
 lines = [
     "# Instructions per launch (callgrind)",
     "",
-    "Command: `scripts/launch-instructions.sh` (valgrind's callgrind on `bench/callgrind/launch_loop.c`,",
+    "Command: `"
+    + ("DILU_PEER_HAMI=<HAMi-core's libvgpu.so> " if data["hami-memory"] is not None else "")
+    + "scripts/launch-instructions.sh` (valgrind's callgrind on `bench/callgrind/launch_loop.c`,",
     "release builds). Instruction counts, unlike timings on a shared machine, repeat from run to run",
     "(within a few instructions: which launches are sampled).",
     "",
@@ -125,14 +165,26 @@ lines = [
     "| --- | ---: | ---: | ---: | ---: |",
 ]
 for label, text in rows:
+    if data[label] is None:
+        lines.append(f"| {text} | not run (`DILU_PEER_HAMI` not set) | | | |")
+        continue
     total, calls, _ = data[label]
     per = total / n
     added = "—" if label == "direct" else f"+{per - direct:.0f}"
     visits = per_launch(calls, "launch_control::admit_through_bucket") * 1000
     timed = round(per_launch(calls, "launch_control::timed") * n)
-    visits_text = "—" if label in ("direct", "pass-through") else f"{visits:.0f}"
-    timed_text = "—" if label in ("direct", "pass-through") else f"{timed}"
+    plain = label in ("direct", "pass-through") or label.startswith("hami")
+    visits_text = "—" if plain else f"{visits:.0f}"
+    timed_text = "—" if plain else f"{timed}"
     lines.append(f"| {text} | {per:.0f} | {added} | {visits_text} | {timed_text} |")
+lines += [
+    "",
+    "A process with no SM-time state (no tenant, SM limit or co-location role) has its launch rows",
+    "pass straight to the driver (`interposer/src/entry/pass_through.rs`): the no-share row. HAMi-core",
+    "(`DILU_PEER_HAMI`, built from its sources) calls its rate limiter only in a process whose host",
+    "pid it found in NVML's process list (`pidfound`); simgpu's null driver publishes no process, so",
+    "its SM-limit row runs the same code as its memory row and is a floor for a limited launch.",
+]
 lines += [
     "",
     "Where the instructions of the interposer's own code go, by source file (exclusive: code",

@@ -68,8 +68,9 @@ mod telemetry;
 pub use dilu_abi::cuda::CUresult;
 
 /// Runs when the library is loaded: reads configuration, starts logging and
-/// counting if asked, and takes the memory budget's and SM-time state's parts
-/// in fork safety when they are configured. Does not touch the driver (that happens lazily).
+/// counting if asked, takes the memory budget's and SM-time state's parts in
+/// fork safety when they are configured, and decides which hooks have
+/// nothing to do in this process. Does not touch the driver (that happens lazily).
 extern "C" fn dilu_init() {
     let res = std::panic::catch_unwind(|| {
         let cfg = config::get();
@@ -93,6 +94,7 @@ extern "C" fn dilu_init() {
         }
         memory::at_fork::register_when_budgeted();
         sm_time::at_fork::register_when_configured();
+        entry::pass_through::decide();
         tracing::debug!(pid = std::process::id(), "dilu interposer loaded");
     });
     if res.is_err() {

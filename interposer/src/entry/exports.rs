@@ -9,7 +9,9 @@
 //!   `cudaTypedefs.h` (`PFN_<name>` in `table/driver_api.rs`, generated from
 //!   the headers: any other signature does not compile). It counts the call
 //!   ([`crate::telemetry::stats`]), loads the typed real function from its
-//!   slot ([`crate::table::REAL`], resolved by [`crate::driver`]) and calls
+//!   slot ([`crate::table::REAL`], resolved by [`crate::driver`]), calls it
+//!   at once where the row passes through in this process
+//!   ([`crate::entry::pass_through`]), and otherwise calls
 //!   `handler(cx, next, args...)` under `catch_unwind` ([`crate::table::ffi`]);
 //! - an entry in [`ROWS`]: the C name and the wrapper's address, used by the
 //!   `dlsym` override (name -> wrapper) and by the `cuGetProcAddress`
@@ -85,6 +87,11 @@ macro_rules! hook_exports {
             let Some(real) = $crate::driver::resolved(&$crate::table::REAL.$name) else {
                 return ::dilu_abi::cuda::CUDA_ERROR_NOT_FOUND;
             };
+            if $crate::entry::pass_through::passes_through(ID) {
+                // SAFETY: the C caller's arguments, unchanged, to the real
+                // function of the same ABI (this row has nothing to do here).
+                return unsafe { real( $( $arg ),* ) };
+            }
             let done = ::core::cell::Cell::new(None);
             let next = | $( $arg : $ty ),* | -> $crate::CUresult {
                 // SAFETY: forwards the C caller's arguments (or a handler's

@@ -47,8 +47,11 @@ pub use crate::memory::graph_memory::{
 
 // ---- launches -------------------------------------------------------------
 //
-// Every launch path goes through `launch_control::controlled`: charged to
-// the tenant's SM-time bucket, delayed while it is in debt, sometimes timed.
+// Every launch path goes through `launch_control::controlled` (or, for the
+// handlers with many arguments, its two halves `admit_launch` and
+// `TimedLaunch::run`, so the common launch calls the driver from the
+// handler's own frame): charged to the tenant's SM-time bucket, delayed
+// while it is in debt, sometimes timed.
 
 fn grid_blocks(x: c_uint, y: c_uint, z: c_uint) -> u64 {
     x as u64 * y as u64 * z as u64
@@ -82,7 +85,7 @@ pub fn launch_kernel(
     extra: *mut *mut c_void,
 ) -> CUresult {
     let key = || LaunchKey::kernel(f as usize, grid_blocks(grid_x, grid_y, grid_z));
-    launch_control::controlled(key, stream, cx.per_thread, || {
+    let launch = || {
         next(
             f,
             grid_x,
@@ -96,7 +99,11 @@ pub fn launch_kernel(
             params,
             extra,
         )
-    })
+    };
+    match launch_control::admit_launch(key, stream, cx.per_thread) {
+        launch_control::Admitted::Now => launch(),
+        launch_control::Admitted::Timed(timed) => timed.run(launch),
+    }
 }
 
 pub fn launch_kernel_ex(
@@ -151,7 +158,7 @@ pub fn launch_cooperative_kernel(
     params: *mut *mut c_void,
 ) -> CUresult {
     let key = || LaunchKey::kernel(f as usize, grid_blocks(grid_x, grid_y, grid_z));
-    launch_control::controlled(key, stream, cx.per_thread, || {
+    let launch = || {
         next(
             f,
             grid_x,
@@ -164,7 +171,11 @@ pub fn launch_cooperative_kernel(
             stream,
             params,
         )
-    })
+    };
+    match launch_control::admit_launch(key, stream, cx.per_thread) {
+        launch_control::Admitted::Now => launch(),
+        launch_control::Admitted::Timed(timed) => timed.run(launch),
+    }
 }
 
 pub fn launch_cooperative_kernel_multi_device(

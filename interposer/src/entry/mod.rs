@@ -3,9 +3,11 @@
 //! launch, capture and synchronisation rows ([`handlers`], which re-exports
 //! the memory rows' bodies from [`crate::memory`]), and the two ways a
 //! client finds driver functions without linking to them ([`procaddr`]:
-//! `dlsym` and `cuGetProcAddress`). Top of the call path: it may use every
+//! `dlsym` and `cuGetProcAddress`); which rows skip their handler in this
+//! process ([`pass_through`]). Top of the call path: it may use every
 //! other group, and no other group uses it.
 
 pub mod exports;
 mod handlers;
+pub mod pass_through;
 mod procaddr;

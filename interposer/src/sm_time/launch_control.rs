@@ -276,11 +276,56 @@ pub fn controlled(
     per_thread: bool,
     launch: impl FnOnce() -> CUresult,
 ) -> CUresult {
+    match admit_launch(key, stream, per_thread) {
+        Admitted::Now => launch(),
+        Admitted::Timed(timed_launch) => timed_launch.run(launch),
+    }
+}
+
+/// What a launch admitted by [`admit_launch`] does next.
+pub enum Admitted {
+    /// Launch now, untimed (the common case).
+    Now,
+    /// Launch now between the sampler's events.
+    Timed(TimedLaunch),
+}
+
+/// A launch chosen for timing: where it runs, and its kind's estimate.
+pub struct TimedLaunch {
+    entry: &'static crate::sm_time::kernel_estimates::Entry,
+    device: usize,
+    stream: sys::CUstream,
+    per_thread: bool,
+}
+
+impl TimedLaunch {
+    /// Runs `launch` between the sampler's events.
+    #[inline]
+    pub fn run(self, launch: impl FnOnce() -> CUresult) -> CUresult {
+        timed(
+            self.entry,
+            self.device,
+            self.stream,
+            self.per_thread,
+            launch,
+        )
+    }
+}
+
+/// [`controlled`]'s admission, apart from the launch itself: a launch
+/// handler with many arguments calls the driver in its own frame on the
+/// common path instead of through a closure holding them all.
+#[inline]
+pub fn admit_launch(
+    key: impl FnOnce() -> LaunchKey,
+    stream: sys::CUstream,
+    per_thread: bool,
+) -> Admitted {
     let Some(sm) = tenant_sm::get() else {
-        return launch();
+        return Admitted::Now;
     };
     if captured(stream, per_thread) {
-        return launch();
+        return Admitted::Now;
     }
     let device = sm.current_device();
     let (entry, sample) = admit(sm, key(), device, Some(StreamRef { stream, per_thread }));
@@ -290,9 +335,14 @@ pub fn controlled(
     }
     recent_streams::launching_on(device, stream, per_thread);
     if !sample {
-        return launch();
+        return Admitted::Now;
     }
-    timed(entry, device, stream, per_thread, launch)
+    Admitted::Timed(TimedLaunch {
+        entry,
+        device,
+        stream,
+        per_thread,
+    })
 }
 
 /// Runs a launch chosen for timing between the sampler's events (out of
