@@ -7,7 +7,13 @@ is written "before → after". Rows only in one version are listed as such.
 Prints markdown to stdout.
 
     python3 scripts/results_before_after.py REV FILE... > OUT.md
+    python3 scripts/results_before_after.py --before-dir TREE [--label L] FILE... > OUT.md
+
+With --before-dir, each file's earlier version is TREE/FILE (another
+checkout whose benchmarks ran: scripts/bench-before-after.sh) instead of
+the version committed at REV.
 """
+import os
 import subprocess
 import sys
 
@@ -32,13 +38,20 @@ def tables(text):
     return found
 
 
-def compare(path, rev):
-    before_text = subprocess.run(
-        ["git", "show", f"{rev}:{path}"], capture_output=True, text=True
-    )
-    if before_text.returncode != 0:
-        return f"## {path}\n\nnot in {rev}: nothing to compare.\n"
-    after, before = tables(open(path).read()), tables(before_text.stdout)
+def earlier(path, rev, before_dir):
+    """The earlier version of `path`, or None."""
+    if before_dir is not None:
+        full = os.path.join(before_dir, path)
+        return open(full).read() if os.path.exists(full) else None
+    shown = subprocess.run(["git", "show", f"{rev}:{path}"], capture_output=True, text=True)
+    return shown.stdout if shown.returncode == 0 else None
+
+
+def compare(path, rev, before_dir=None):
+    before_text = earlier(path, rev, before_dir)
+    if before_text is None:
+        return f"## {path}\n\nnot in {before_dir or rev}: nothing to compare.\n"
+    after, before = tables(open(path).read()), tables(before_text)
     out = [f"## {path}\n"]
     for index, (header, rows, order) in enumerate(after):
         if index >= len(before):
@@ -67,16 +80,36 @@ def compare(path, rev):
 
 
 def main():
-    if len(sys.argv) < 3:
+    args = sys.argv[1:]
+    before_dir, label = None, None
+    while args and args[0] in ("--before-dir", "--label"):
+        if len(args) < 2:
+            sys.exit(__doc__)
+        if args[0] == "--before-dir":
+            before_dir = args[1]
+        else:
+            label = args[1]
+        args = args[2:]
+    if before_dir is None:
+        if len(args) < 2:
+            sys.exit(__doc__)
+        rev, paths = args[0], args[1:]
+    else:
+        rev, paths = label or before_dir, args
+    if not paths:
         sys.exit(__doc__)
-    rev, paths = sys.argv[1], sys.argv[2:]
-    commit = subprocess.run(["git", "rev-parse", "--short", rev], capture_output=True, text=True).stdout.strip()
     print("# Results before and after\n")
-    print(f"Command: `python3 scripts/results_before_after.py {rev} {' '.join(paths)}`.")
-    print(f"Before: the files at {rev} ({commit}); after: the files as committed with this one.")
+    if before_dir is None:
+        commit = subprocess.run(["git", "rev-parse", "--short", rev], capture_output=True, text=True).stdout.strip()
+        print(f"Command: `python3 scripts/results_before_after.py {rev} {' '.join(paths)}`.")
+        print(f"Before: the files at {rev} ({commit}); after: the files as committed with this one.")
+    else:
+        print(f"Command: `python3 scripts/results_before_after.py --before-dir {before_dir} --label {rev} {' '.join(paths)}`.")
+        print(f"Before: the files the benchmarks wrote in a checkout of {rev} ({before_dir}), in the same run as")
+        print("after: the files they wrote in this tree.")
     print("Each changed cell reads before → after.\n")
     for path in paths:
-        print(compare(path, rev))
+        print(compare(path, rev, before_dir))
 
 
 if __name__ == "__main__":

@@ -767,7 +767,7 @@ pub(crate) fn run_with(
 /// fill (to a filler and back). A reference for a run of the primary
 /// alone: fillers that delay it (within its tolerance) can go beyond it.
 fn no_delay_bound(primary: &[&KernelRecord], from: u64, to: u64) -> f64 {
-    use dilu_layout::colocation::{DEFAULT_HOLDOFF_NS, HANDOFF_NS};
+    use dilu_colocation::{DEFAULT_HOLDOFF_NS, HANDOFF_NS};
     let mut stretches: Vec<(u64, u64)> = primary.iter().map(|r| (r.start_ns, r.end_ns)).collect();
     stretches.sort_unstable();
     let mut usable = 0u64;
@@ -953,9 +953,9 @@ fn main() {
             String::new()
         },
         machine(),
-        turn_ms = dilu_layout::colocation::FILLER_TURN_NS / 1_000_000,
-        handoff_us = dilu_layout::colocation::HANDOFF_NS / 1_000,
-        spacing = dilu_layout::colocation::SAMPLE_HOLD_SPACING,
+        turn_ms = dilu_colocation::FILLER_TURN_NS / 1_000_000,
+        handoff_us = dilu_colocation::HANDOFF_NS / 1_000,
+        spacing = dilu_colocation::SAMPLE_HOLD_SPACING,
         lead = FILLER_LEAD.as_secs(),
     );
     print!("{doc}");

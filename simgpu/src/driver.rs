@@ -378,7 +378,7 @@ impl Driver {
                 return Some(d);
             }
         }
-        crate::api::mem::vmm_dev(ptr as usize, len)
+        crate::api::vmm::vmm_dev(ptr as usize, len)
     }
 
     /// Validates that `[ptr, ptr+len)` is device memory.

@@ -713,10 +713,12 @@ fn beside_a_primary_without_an_slo_a_filler_takes_only_what_delays_it_not() {
 fn board_primary(board: &std::path::Path) -> Option<u32> {
     // SAFETY: getuid has no preconditions.
     let uid = unsafe { libc::getuid() };
-    dilu_layout::shm::Region::<dilu_layout::colocation::GapBoard>::copy_of_file(board, uid)
-        .ok()?
-        .device(0)
-        .primary_pid()
+    let seen =
+        dilu_layout::shm::Region::<dilu_layout::colocation::GapBoard>::copy_of_file(board, uid)
+            .ok()?
+            .device(0)
+            .snapshot();
+    (seen.primary_present && seen.primary_pid != 0).then_some(seen.primary_pid)
 }
 
 /// A server of several processes (vLLM: an API server, its engine, helpers

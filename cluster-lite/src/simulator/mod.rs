@@ -24,16 +24,19 @@ pub mod inflation;
 pub mod openb;
 pub mod plot;
 pub mod report;
+mod scale_in;
 pub mod trace;
 pub mod tuning;
+pub mod tuning_score;
 
 use std::cmp::Ordering;
 use std::collections::BinaryHeap;
 use std::time::Instant;
 
 use crate::consolidation::ShrinkWatch;
-use crate::model::{ClusterState, HostState, InstanceDemand, PodNeeds, SHARE_EPSILON, WorkClass};
-use crate::policy::{MoveRequest, PlacementPolicy, Replica, place_pod};
+use crate::model::{ClusterState, HostState, InstanceDemand, PodNeeds, SHARE_EPSILON};
+use crate::policy::{MoveRequest, PlacementPolicy, place_pod};
+use scale_in::{ScaleIn, is_replica};
 use trace::TraceRecord;
 
 /// How much later a restartable gang ends for each restart that moves part
@@ -207,88 +210,6 @@ impl Ord for Due {
             .total_cmp(&self.time)
             .then(other.record_index.cmp(&self.record_index))
             .then(other.old_copy_on.cmp(&self.old_copy_on))
-    }
-}
-
-/// Scale-in bookkeeping. An inference record's departure means "its
-/// function scales in by one": the trace fixes how many replicas each
-/// function runs over time, not which one stops, so the policy may stop any
-/// running replica of that function (single-GPU latency instances with the
-/// same function name). The stopped replica's own later departure then
-/// passes to the one that kept running, so every function's replica count
-/// over time is the trace's whatever the policy chooses. Training and other
-/// batch work ends when its job does and is never swapped.
-struct ScaleIn {
-    /// Function index of each record, `None` when it is not a replica.
-    function: Vec<Option<usize>>,
-    /// Running replicas (record indices) per function.
-    running: Vec<Vec<usize>>,
-    /// Departure event (record index) → instance it stops by default.
-    holder: Vec<usize>,
-    /// Instance → the departure event it currently holds.
-    event_of: Vec<usize>,
-}
-
-impl ScaleIn {
-    fn new(trace: &[TraceRecord]) -> Self {
-        let mut names = std::collections::HashMap::new();
-        let function = trace
-            .iter()
-            .map(|record| {
-                is_replica(record).then(|| {
-                    let next = names.len();
-                    *names.entry(record.function.as_str()).or_insert(next)
-                })
-            })
-            .collect();
-        Self {
-            function,
-            running: vec![Vec::new(); names.len()],
-            holder: (0..trace.len()).collect(),
-            event_of: (0..trace.len()).collect(),
-        }
-    }
-
-    fn started(&mut self, index: usize) {
-        if let Some(function) = self.function[index] {
-            self.running[function].push(index);
-        }
-    }
-
-    /// The instance that departure `event` stops, as `policy` chooses it.
-    fn stop(
-        &mut self,
-        event: usize,
-        policy: &dyn PlacementPolicy,
-        cluster: &ClusterState,
-        demands: &[InstanceDemand],
-        placed_gpus: &[Vec<usize>],
-    ) -> usize {
-        let default = self.holder[event];
-        let Some(function) = self.function[default] else {
-            return default;
-        };
-        let running = &mut self.running[function];
-        let replicas: Vec<Replica<'_>> = running
-            .iter()
-            .map(|&index| Replica {
-                demand: &demands[index],
-                gpus: &placed_gpus[index],
-            })
-            .collect();
-        let victim = policy
-            .choose_scale_in_victim(cluster, &replicas)
-            .and_then(|position| running.get(position).copied())
-            .unwrap_or(default);
-        if let Some(position) = running.iter().position(|&index| index == victim) {
-            running.swap_remove(position);
-        }
-        if victim != default {
-            let victims_event = self.event_of[victim];
-            self.holder[victims_event] = default;
-            self.event_of[default] = victims_event;
-        }
-        victim
     }
 }
 
@@ -544,12 +465,6 @@ fn within_for<'a>(
 /// that instance away leaves it idle.
 fn is_alone(gpu: &crate::model::GpuState) -> bool {
     gpu.instances() == 1 && gpu.draining == 0
-}
-
-/// Whether a record is one replica of an inference function (may be
-/// swapped on scale-in or moved while shrinking).
-fn is_replica(record: &TraceRecord) -> bool {
-    record.class == WorkClass::Latency && record.gpus <= 1
 }
 
 /// How many pending instances one event may try before it gives up: the

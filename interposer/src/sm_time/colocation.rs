@@ -1,5 +1,5 @@
 //! Work-conserving co-location, this process's side of the gap board
-//! ([`dilu_layout::colocation`]).
+//! ([`dilu_layout::colocation`], acted on through [`dilu_colocation`]).
 //!
 //! Configuration (read once; a bad value stops the process with one line):
 //! - `DILU_COLO`: `primary`, `filler` (offline) or `online-filler` (a filler
@@ -17,7 +17,7 @@
 //!   without fillers' delay, less two hand-offs, see [`learned_tolerance`]):
 //!   the delay of one filler kernel its requests can absorb, letting
 //!   fillers into gaps no history predicts. A primary without an SLO or a
-//!   set tolerance is kept as if alone ([`DeviceBoard::keep_as_if_alone`]);
+//!   set tolerance is kept as if alone ([`Board::keep_as_if_alone`](dilu_colocation::Board));
 //!   its SLO
 //!   (`slo_ms` of `DILU_SPEC`, `dilu run --slo-ms`): the tolerance in
 //!   force is at most the slack (SLO minus latency, less the hand-offs)
@@ -47,133 +47,20 @@
 //! process with a role always has (with no tenant and no SM limit, an
 //! unlimited share of its own, see [`crate::sm_time::tenant_sm`]).
 
+use crate::sm_time::colocation_config::{ColoConfig, Role, from_env};
 use crate::sm_time::honoured_holds::HonouredHolds;
 use crate::sm_time::precise_sleep::sleep_until;
 use crate::sm_time::primary_tolerance::{
     LatencyHistory, RecentLatencies, WARM_UP_REQUESTS, learned_tolerance, pushed_over_bound,
     tolerance_within_slack, waited_behind_previous,
 };
-use dilu_abi::node_wire::{SPEC_ENV, SpecVar};
-use dilu_abi::units;
-use dilu_layout::colocation::{
-    DEFAULT_HOLDOFF_NS, DeviceBoard, FillerGate, GapBoard, MAX_SAMPLE_HOLD_NS, Owed, SampleHoldPost,
-};
+use dilu_colocation::{Board, FillerGate, MAX_SAMPLE_HOLD_NS, Owed, SampleHoldPost};
+use dilu_layout::colocation::GapBoard;
 use dilu_layout::ledger::MAX_DEVICES;
 use dilu_layout::monotonic_ns;
 use dilu_layout::shm::Region;
 use std::sync::OnceLock;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Role {
-    Primary,
-    Filler { online: bool },
-}
-
-#[derive(Debug, Clone, PartialEq)]
-pub struct ColoConfig {
-    pub role: Role,
-    pub group: String,
-    pub tolerance_ns: u64,
-    /// A primary without an SLO or a set tolerance: its tolerance is
-    /// learned from its own latency ([`learned_tolerance`]).
-    pub tolerance_learned: bool,
-    pub holdoff_ns: u64,
-    pub slo_ns: Option<u64>,
-    pub guarantee_ppm: u32,
-    /// The filler's guarantee was set (`DILU_COLO_GUARANTEE`, or an SM
-    /// request): it holds beside a primary kept as if alone too.
-    pub guarantee_set: bool,
-}
-
-const ROLE_FORMS: &str = "primary, filler or online-filler";
-const GROUP_FORMS: &str = "1 to 64 characters from A-Z a-z 0-9 . _ -";
-
-/// Reads the configuration through `env`; `Err((variable, value, forms))`.
-pub fn from_env(
-    env: impl Fn(&str) -> Option<String>,
-) -> Result<Option<ColoConfig>, (String, String, String)> {
-    let bad = |var: &str, value: &str, forms: &str| (var.into(), value.into(), forms.into());
-    let Some(role) = env("DILU_COLO") else {
-        return Ok(None);
-    };
-    let role = match role.as_str() {
-        "primary" => Role::Primary,
-        "filler" => Role::Filler { online: false },
-        "online-filler" => Role::Filler { online: true },
-        other => return Err(bad("DILU_COLO", other, ROLE_FORMS)),
-    };
-    let group = env("DILU_COLO_GROUP").unwrap_or_else(|| "gpu".into());
-    if !(1..=64).contains(&group.len())
-        || group.starts_with('.')
-        || !group
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-'))
-    {
-        return Err(bad("DILU_COLO_GROUP", &group, GROUP_FORMS));
-    }
-    let duration = |var: &str| -> Result<Option<u64>, (String, String, String)> {
-        env(var)
-            .map(|v| units::parse_duration_ns(&v).map_err(|_| bad(var, &v, units::DURATION_FORMS)))
-            .transpose()
-    };
-    let spec = match env(SPEC_ENV) {
-        Some(v) => SpecVar::parse(&v).map_err(|e| bad(SPEC_ENV, &v, &e))?,
-        None => SpecVar::default(),
-    };
-    let guarantee_set = env("DILU_COLO_GUARANTEE").is_some()
-        || spec.sm_request.is_some_and(|r| r > 0.0 && r <= 100.0);
-    let guarantee_ppm = match env("DILU_COLO_GUARANTEE") {
-        None => default_guarantee_ppm(spec.sm_request.map(|r| r.to_string())),
-        Some(v) => match v.trim_end_matches('%').parse::<f64>() {
-            Ok(p) if p > 0.0 && p <= 100.0 => (p * 10_000.0).round() as u32,
-            _ => {
-                return Err(bad(
-                    "DILU_COLO_GUARANTEE",
-                    &v,
-                    "a percentage above 0, up to 100",
-                ));
-            }
-        },
-    };
-    let slo_ns = spec
-        .slo_ms
-        .filter(|_| role == Role::Primary)
-        .map(|ms| (ms * 1e6).round() as u64);
-    let tolerance = duration("DILU_COLO_TOLERANCE")?;
-    Ok(Some(ColoConfig {
-        role,
-        group,
-        tolerance_learned: tolerance.is_none() && slo_ns.is_none(),
-        tolerance_ns: tolerance.unwrap_or_else(|| slo_ns.map_or(0, default_tolerance_ns)),
-        holdoff_ns: duration("DILU_COLO_HOLDOFF")?.unwrap_or(DEFAULT_HOLDOFF_NS),
-        slo_ns,
-        guarantee_ppm,
-        guarantee_set,
-    }))
-}
-
-/// A primary's tolerance when none is set: half its SLO (4 ms of an 8 ms
-/// SLO), cut per request to the slack its recent requests left without
-/// fillers (see [`tolerance_within_slack`]). Without an SLO, none: a
-/// primary with no latency target (a training loop) is never knowingly
-/// delayed. A quarter kept fillers of 2 ms kernels beside a 6 ms SLO to
-/// their guarantees: 58.8% busy on simgpu where half gave 93.0% with no
-/// more violations.
-fn default_tolerance_ns(slo_ns: u64) -> u64 {
-    slo_ns / 2
-}
-
-/// A filler's guarantee when none is set: its SM request (the spec it gives
-/// the node manager, `--sm-request`), which is what it was promised; with
-/// no request, or a request of 0, 10% (so that a filler whose kernels fit
-/// no gap still moves).
-fn default_guarantee_ppm(sm_request: Option<String>) -> u32 {
-    sm_request
-        .and_then(|r| r.trim().parse::<f64>().ok())
-        .filter(|r| *r > 0.0 && *r <= 100.0)
-        .map_or(100_000, |r| (r * 10_000.0).round() as u32)
-}
 
 struct Colo {
     config: ColoConfig,
@@ -306,8 +193,8 @@ fn board_slots(visible: Option<&str>, order: Option<&str>) -> ([usize; MAX_DEVIC
 impl Colo {
     /// The board of in-process device `device`.
     #[inline]
-    fn board(&self, device: usize) -> &DeviceBoard {
-        self.board.device(self.slots[device.min(MAX_DEVICES - 1)])
+    fn board(&self, device: usize) -> Board<'_> {
+        Board::new(self.board.device(self.slots[device.min(MAX_DEVICES - 1)]))
     }
 }
 
@@ -320,7 +207,7 @@ fn get() -> Option<&'static Colo> {
 }
 
 /// Attaches this process to `board` as the primary.
-fn attach_as_primary(board: &DeviceBoard, config: &ColoConfig) {
+fn attach_as_primary(board: Board<'_>, config: &ColoConfig) {
     board.attach_primary(std::process::id(), config.tolerance_ns, config.holdoff_ns);
     // Without an SLO, and without a tolerance the operator set (a delay
     // the operator accepted), it is kept as if alone.
@@ -358,7 +245,7 @@ fn init() -> Option<Colo> {
             sm.activity().mark_colo_primary();
         }
         for &slot in &slots[..devices] {
-            attach_as_primary(board.device(slot), &config);
+            attach_as_primary(Board::new(board.device(slot)), &config);
         }
     }
     tracing::debug!(role = ?config.role, group = %config.group, "co-location active");
@@ -482,7 +369,7 @@ const SAMPLE_HOLD_POLL_NS: u64 = 50_000;
 /// filler's sample holds it (within its budget); returns the time waited.
 #[cold]
 #[inline(never)]
-fn honour_sample_hold(board: &DeviceBoard, device: usize, began: u64, est_ns: u64) -> u64 {
+fn honour_sample_hold(board: Board<'_>, device: usize, began: u64, est_ns: u64) -> u64 {
     if !SAMPLE_HOLDS_HONOURED.may_honour(device, began) {
         tracing::debug!("sample hold ignored: the primary's budget for holds is spent");
         return 0;
@@ -518,7 +405,7 @@ pub enum SampleHolding {
 /// time slice long (the caller's rule, as for quiet samples): the
 /// primary's next launch would preempt the kernel and sit in its sample,
 /// so the primary is asked to hold its launches until the sample was read
-/// (see [`DeviceBoard::post_sample_hold`]). The launch was let in by the
+/// (see [`Board::post_sample_hold`](dilu_colocation::Board)). The launch was let in by the
 /// board, so the primary is in a gap; a kernel that fits it costs the
 /// primary nothing, one that overruns it costs about what the overrun does
 /// anyway. Only fillers hold; the primary's own samples are taken as they
@@ -564,7 +451,7 @@ pub fn before_token_wait(device: usize) {
 /// Asks the board, saying how this filler stands against its guarantee.
 #[inline]
 fn admit(
-    board: &DeviceBoard,
+    board: Board<'_>,
     device: usize,
     now: u64,
     est_ns: u64,
@@ -581,7 +468,7 @@ fn admit(
 /// Waits until the board lets the launch go; returns the time waited.
 #[cold]
 fn hold(
-    board: &DeviceBoard,
+    board: Board<'_>,
     device: usize,
     est_ns: u64,
     online: bool,
@@ -618,7 +505,7 @@ fn hold(
 const PRIMARY_CHECK_NS: u64 = 50_000_000;
 
 #[cold]
-fn forget_a_gone_primary(board: &DeviceBoard) {
+fn forget_a_gone_primary(board: Board<'_>) {
     let Some(pid) = board.primary_pid() else {
         return;
     };

@@ -58,9 +58,9 @@
 use crate::sm_time::precise_sleep::sleep_until;
 use crate::sm_time::quiet_samples;
 use crate::sm_time::recent_streams::StreamRef;
+use dilu_colocation::HANDOFF_NS;
 use dilu_layout::bucket::TokenBucket;
 use dilu_layout::budget::is_limited;
-use dilu_layout::colocation::HANDOFF_NS;
 use dilu_layout::ledger::MAX_DEVICES;
 use dilu_layout::monotonic_ns;
 use dilu_layout::quiet::{ACTIVE_WITHIN_NS, DeviceQuiet, MAX_ENGAGED_NS, Turn};

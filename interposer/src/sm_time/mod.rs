@@ -18,11 +18,13 @@
 
 pub mod at_fork;
 pub mod colocation;
+pub mod colocation_config;
 pub mod fair_turns;
 pub mod honoured_holds;
 pub mod kernel_estimates;
 pub mod launch_control;
 pub mod launch_lease;
+pub mod nvml_sample_clock;
 pub mod precise_sleep;
 pub mod primary_tolerance;
 pub mod quiet_samples;

@@ -3,7 +3,7 @@
 //! SLO, or, without an SLO, its p99 without fillers, learned from its own
 //! requests (see `colocation.rs`, which applies the tolerance).
 
-use dilu_layout::colocation::HANDOFF_NS;
+use dilu_colocation::HANDOFF_NS;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
 /// Requests whose latency bounds the tolerance in force.

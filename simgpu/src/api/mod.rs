@@ -29,6 +29,7 @@ pub mod module;
 pub mod pointer;
 pub mod stream;
 pub mod tensor_map;
+pub mod vmm;
 
 pub use device::*;
 pub use graph_mem::*;
@@ -40,6 +41,7 @@ pub use module::*;
 pub use pointer::*;
 pub use stream::*;
 pub use tensor_map::*;
+pub use vmm::*;
 
 use crate::Res;
 use dilu_abi::cuda::*;

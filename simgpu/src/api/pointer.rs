@@ -10,7 +10,8 @@
 //! no answer for (`P2P_TOKENS`, `BUFFER_ID`, access flags, handle types,
 //! VMM mapping details) are `CUDA_ERROR_NOT_SUPPORTED`.
 
-use super::mem::{host_range_of, vmm_dev};
+use super::mem::host_range_of;
+use super::vmm::vmm_dev;
 use crate::Res;
 use crate::driver::{current, drv};
 use dilu_abi::cuda::*;

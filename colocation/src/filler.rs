@@ -1,0 +1,332 @@
+//! The fillers' side of the board: whether a filler's launch may go now
+//! (into a gap it fits, or as the one owed its guarantee), the turn that
+//! keeps the device with one filler for a while, and the claim on the next
+//! opening of a gap by a filler owed its share.
+
+use crate::board::Board;
+use crate::gap_prediction::agree;
+use crate::primary::DELAY_CREDIT_CAP;
+use crate::timing::*;
+use std::sync::atomic::Ordering::*;
+
+/// How a filler stands against its guaranteed share (its own pacing says).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Owed {
+    /// It has had its share: it goes only into gaps it fits.
+    No,
+    /// It has had less: where waiting brings no gap its kernel fits, it may
+    /// go in one it does not fit, at the least harmful moment.
+    Yes,
+    /// It has been owed for as long as one of its kernels takes at its
+    /// share: where no gap it fits is coming, it goes in the gap it is in.
+    Overdue,
+}
+
+/// What the board says to a filler's launch.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FillerGate {
+    /// Go now; the launch was reserved on the board.
+    Go,
+    /// Go now although this kernel fits no gap the board can vouch for:
+    /// the filler said it is owed its guaranteed share (it paces itself).
+    Fallback,
+    /// Ask again at this instant.
+    WaitUntil(u64),
+}
+
+/// The claim word of `filler` at `now`: its id and a coarse time (65.5 µs
+/// units, wrapping), so that a claim nobody renews expires.
+pub(crate) fn claim_word(filler: u32, now: u64) -> u64 {
+    (u64::from(filler) << 32) | ((now >> 16) & 0xFFFF_FFFF)
+}
+
+/// The live claimant in `word` at `now`, if any.
+pub(crate) fn claimant(word: u64, now: u64) -> Option<u32> {
+    let filler = (word >> 32) as u32;
+    let age = (((now >> 16) as u32).wrapping_sub(word as u32) as u64) << 16;
+    (filler != 0 && age <= CLAIM_LIFE_NS).then_some(filler)
+}
+
+impl Board<'_> {
+    /// Filler side: may a kernel of `est_ns` go at `now`? `online`: the
+    /// filler has an SLO (it goes before offline fillers); `filler`: its id
+    /// (the process id: the device hands over between processes). On
+    /// [`FillerGate::Go`] (or [`FillerGate::Fallback`]) the launch has been
+    /// reserved: the board counts it as queued filler work. A filler behind
+    /// its guaranteed share asks
+    /// with [`DeviceBoard::filler_admit_owed`].
+    #[inline]
+    pub fn filler_admit(&self, now: u64, est_ns: u64, online: bool, filler: u32) -> FillerGate {
+        self.admit_filler(now, est_ns, online, filler, Owed::No)
+    }
+
+    /// [`DeviceBoard::filler_admit`] for a filler that has had less than its
+    /// guaranteed share: where waiting would bring no gap its kernel fits
+    /// (the primary's gaps are random and it tolerates no kernel this long,
+    /// or every recent gap is shorter than the kernel), it may still go in
+    /// the gap as [`FillerGate::Fallback`], delaying a returning primary by
+    /// at most this one kernel. A guarantee is kept whatever the gaps look
+    /// like. Where the gaps repeat or are alike, such a kernel goes as one
+    /// of the longest gaps opens (a later start overruns the gap by more);
+    /// `Owed::Overdue` goes in the gap it is in. Owed, a filler goes ahead
+    /// of the turn, and while it waits it claims the next opening of a gap
+    /// it can use (one it fits, or for a kernel longer than every gap, a
+    /// long one).
+    #[inline]
+    pub fn filler_admit_owed(
+        &self,
+        now: u64,
+        est_ns: u64,
+        online: bool,
+        filler: u32,
+        owed: Owed,
+    ) -> FillerGate {
+        self.admit_filler(now, est_ns, online, filler, owed)
+    }
+
+    #[inline]
+    pub(crate) fn admit_filler(
+        &self,
+        now: u64,
+        est_ns: u64,
+        online: bool,
+        filler: u32,
+        owed: Owed,
+    ) -> FillerGate {
+        let present = self.params.primary_present.load(Acquire) != 0;
+        if !online && self.online_waiting.0.load(Relaxed) > 0 {
+            return FillerGate::WaitUntil(now + POLL_NS);
+        }
+        let queued = self.fillers_busy_until.0.load(Acquire);
+        if queued > now + QUEUE_LEAD_NS {
+            return FillerGate::WaitUntil(queued - QUEUE_LEAD_NS);
+        }
+        let mut gate = FillerGate::Go;
+        // When the current gap opened to fillers (0: no primary).
+        let mut opens = 0;
+        // A filler owed its guarantee goes ahead of the turn (and leaves it
+        // with its holder): guarantees before turns.
+        let owed_now = owed != Owed::No;
+        if present {
+            let busy_until = self.primary_busy_until.0.load(Acquire);
+            if self.primary_syncing.0.load(Acquire) > 0 {
+                return FillerGate::WaitUntil(now + POLL_NS);
+            }
+            if busy_until > now {
+                return FillerGate::WaitUntil(busy_until);
+            }
+            let synced = self.gap_start.0.load(Acquire);
+            let start = if synced != 0 { synced } else { busy_until };
+            let request_over = self.request_over.0.load(Acquire);
+            let between_requests = synced != 0 && request_over == synced;
+            let queued_request =
+                between_requests && self.params.request_queued.load(Acquire) == synced;
+            let holdoff = if between_requests && !queued_request {
+                0
+            } else {
+                self.params.holdoff_ns.load(Relaxed)
+            };
+            opens = start.saturating_add(holdoff);
+            if opens > now {
+                return FillerGate::WaitUntil(opens);
+            }
+            // Fillers start after the hold-off, but the gap is measured
+            // from its start: the primary's return is predicted from it.
+            let elapsed = now - start.min(now);
+            let predicted = self.predictor.predicted_ns.load(Relaxed);
+            let fits = predicted > 0
+                && elapsed.saturating_add(est_ns).saturating_add(HANDOFF_NS) <= predicted;
+            // A primary that reports its requests accepts the delay between
+            // them only: inside a request every gap it waits could recur
+            // once per kernel.
+            let tolerated = est_ns <= self.params.tolerance_ns.load(Relaxed)
+                && (between_requests || request_over == 0);
+            let longest = self.predictor.longest_ns.load(Relaxed);
+            let mut idle = elapsed >= longest.max(IDLE_AFTER_NS);
+            // A primary kept as if alone, out of credit for delayed returns:
+            // only a prediction from repeating gaps vouches for a gap (a
+            // random gap's length is no promise, nor is a long idle).
+            let mut fits = fits;
+            if self.params.as_if_alone.load(Relaxed) != 0
+                && (self.params.delay_credit.load(Relaxed) as i64) < DELAY_CREDIT_CAP
+            {
+                fits &= self.predictor.period.load(Relaxed) != 0;
+                idle = false;
+            }
+            // This gap is expected to be as long as the longest recent one
+            // (a long phase, or gaps all alike).
+            let long_gap = agree(predicted, longest);
+            let opening_ends = opens.saturating_add(OPENING_NS);
+            if !fits && !tolerated && !idle {
+                // Owed its guarantee, a filler goes anyway where waiting
+                // would not bring a gap it fits: the gaps are random, or
+                // all shorter than its kernel. Where they repeat and one
+                // fits, it waits for that one.
+                let random = self.predictor.period.load(Relaxed) == 0;
+                let fits_none = est_ns > longest;
+                match owed {
+                    Owed::Yes | Owed::Overdue if random || fits_none => {
+                        if owed == Owed::Overdue || (random && !long_gap) {
+                            // Overdue, or gaps of no predictable length:
+                            // no later moment is known to be better.
+                            gate = FillerGate::Fallback;
+                        } else if long_gap && now <= opening_ends {
+                            // The kernel overruns the gap least if it
+                            // starts as a long gap opens.
+                            gate = FillerGate::Fallback;
+                        } else {
+                            self.claim_next_opening(filler, est_ns, now);
+                            return FillerGate::WaitUntil(now + POLL_NS);
+                        }
+                    }
+                    // A gap it fits comes (the gaps repeat): owed, it
+                    // claims that one's opening.
+                    Owed::Yes | Owed::Overdue => {
+                        self.claim_next_opening(filler, est_ns, now);
+                        return FillerGate::WaitUntil(now + POLL_NS);
+                    }
+                    // This gap is about to end: wait for the next one.
+                    Owed::No => return FillerGate::WaitUntil(now + POLL_NS),
+                }
+            }
+            // Another filler, owed its guarantee, claimed this opening and
+            // can use this gap: it goes first.
+            if !owed_now && now < opening_ends {
+                let word = self.opening_claim.word.load(Acquire);
+                let claimed = self.opening_claim.est_ns.load(Relaxed);
+                let usable = opens - start.min(opens) + claimed + HANDOFF_NS <= predicted
+                    || (claimed > longest && long_gap);
+                if usable && claimant(word, now).is_some_and(|c| c != filler) {
+                    return FillerGate::WaitUntil(opening_ends);
+                }
+            }
+        }
+        let owner = self.turn.owner.load(Acquire);
+        let me = u64::from(filler);
+        let turn_ends = self
+            .turn
+            .began_ns
+            .load(Acquire)
+            .saturating_add(FILLER_TURN_NS);
+        let young = now < turn_ends;
+        // While the holder's work may still be followed by more of it (its
+        // queued work has just ended, or the gap has just opened and it is
+        // waking for it), the holder goes first in its turn and the others
+        // after it (or as its turn ends, when they go first).
+        let grace_ends = queued.max(opens).saturating_add(TURN_GRACE_NS);
+        if !owed_now && owner != 0 && grace_ends > now && (owner == me) != young {
+            return FillerGate::WaitUntil(if young {
+                grace_ends.min(turn_ends)
+            } else {
+                grace_ends
+            });
+        }
+        // A kernel of another filler than the last reserver's, queued
+        // behind that one's work, costs the device hand-offs between
+        // processes (uncounted, the estimate ran behind the device by them:
+        // on simgpu, three fillers taking turns left kernels waiting
+        // 20-35 ms behind what the board believed was queued).
+        let last = self.last_reserver.0.load(Acquire);
+        // Behind another filler's queued work: a hand-off to this one, and
+        // where the other's slice ends first, it is preempted and resumes
+        // after this kernel, a second hand-off.
+        let switch = if last != me && queued > now {
+            2 * HANDOFF_NS
+        } else {
+            0
+        };
+        let next = now
+            .max(queued)
+            .saturating_add(switch)
+            .saturating_add(est_ns);
+        if self
+            .fillers_busy_until
+            .0
+            .compare_exchange(queued, next, AcqRel, Relaxed)
+            .is_err()
+        {
+            // Another filler reserved first: look again at once.
+            return FillerGate::WaitUntil(now);
+        }
+        if last != me {
+            self.last_reserver.0.store(me, Release);
+        }
+        self.last_reservation
+            .0
+            .store(switch.saturating_add(est_ns), Release);
+        if owed_now {
+            // Served: the claim (if it was this filler's) is spent.
+            let claim = self.opening_claim.word.load(Acquire);
+            if claimant(claim, now) == Some(filler) {
+                let _ = self
+                    .opening_claim
+                    .word
+                    .compare_exchange(claim, 0, AcqRel, Relaxed);
+            }
+        }
+        // A filler owed its guarantee leaves the turn with its holder: the
+        // turn is for the device time beyond guarantees.
+        if !owed_now && (owner != me || !young) {
+            // A new turn: another filler's, or the holder's again when
+            // nobody took over.
+            self.turn.owner.store(me, Release);
+            self.turn.began_ns.store(now, Release);
+        }
+        if present {
+            self.filler_stats.filled_ns.fetch_add(est_ns, Relaxed);
+            if gate == FillerGate::Fallback {
+                self.filler_stats.fallbacks.fetch_add(1, Relaxed);
+            }
+        }
+        gate
+    }
+
+    /// `filler`, owed its guarantee, claims the next opening of a gap its
+    /// kernel of `est_ns` can use (renewed at every look).
+    pub(crate) fn claim_next_opening(&self, filler: u32, est_ns: u64, now: u64) {
+        self.opening_claim.est_ns.store(est_ns, Relaxed);
+        self.opening_claim
+            .word
+            .store(claim_word(filler, now), Release);
+    }
+
+    /// Filler side: an online filler begins or stops waiting for a gap.
+    pub fn online_waiting(&self, waiting: bool) {
+        if waiting {
+            self.online_waiting.0.fetch_add(1, AcqRel);
+        } else {
+            let _ = self
+                .online_waiting
+                .0
+                .fetch_update(AcqRel, Acquire, |n| n.checked_sub(1));
+        }
+    }
+
+    /// Filler side: `filler` is about to wait for its own SM-time tokens.
+    /// If it holds the turn, the turn ends now: the others would otherwise
+    /// wait for it (a grace, or its turn's end) while it sleeps and the
+    /// device idles. So does its claim on an opening, for the same reason.
+    pub fn end_turn_of(&self, filler: u32) {
+        if self.turn.owner.load(Acquire) == u64::from(filler) {
+            self.turn.began_ns.store(0, Release);
+        }
+        let claim = self.opening_claim.word.load(Acquire);
+        if (claim >> 32) as u32 == filler {
+            let _ = self
+                .opening_claim
+                .word
+                .compare_exchange(claim, 0, AcqRel, Relaxed);
+        }
+    }
+
+    /// Filler side: a launch was held at least once.
+    /// The filler work (estimated) launched while a primary was attached,
+    /// in all.
+    pub fn filled_ns(&self) -> u64 {
+        self.filler_stats.filled_ns.load(Relaxed)
+    }
+
+    pub fn record_held(&self) {
+        self.filler_stats.filler_held.fetch_add(1, Relaxed);
+    }
+}

@@ -1,0 +1,68 @@
+//! The next fillable gap of a primary, predicted from its recent ones.
+
+use dilu_layout::colocation::{MAX_PERIOD, PERIOD_ITERATIONS, RING};
+
+/// Two gaps agree when they differ by at most 1/this of the longer: sleep
+/// and scheduling noise on a loaded host stays within it, the phases of a
+/// training iteration (e.g. 4 ms loading, 1 ms all-reduce) do not.
+const AGREE_DIVISOR: u64 = 4;
+
+/// The next gap of a primary, predicted from its recent gaps.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct GapPrediction {
+    /// 0: no prediction (fewer than two gaps).
+    pub length_ns: u64,
+    /// Gaps per iteration, when the gaps repeat (0: no period found).
+    pub period: usize,
+}
+
+pub(crate) fn agree(a: u64, b: u64) -> bool {
+    a.abs_diff(b) <= a.max(b) / AGREE_DIVISOR
+}
+
+/// Predicts the gap after `recent` (fillable gaps, oldest first).
+///
+/// The smallest period `p` (1 to [`MAX_PERIOD`]) is taken for which the
+/// last `max(p × PERIOD_ITERATIONS, RING)` gaps each agree with the gap `p`
+/// before it, all but a quarter of them (one outlier spoils two
+/// comparisons); the prediction is then the shortest of those gaps at the
+/// next gap's position. Without a period it is the shortest of the last
+/// [`RING`] gaps. Either way a cautious value: the gap it predicts was
+/// seen at least that long every time.
+pub fn predict_gap(recent: &[u64]) -> GapPrediction {
+    let n = recent.len();
+    if n < 2 {
+        return GapPrediction {
+            length_ns: 0,
+            period: 0,
+        };
+    }
+    for period in 1..=MAX_PERIOD {
+        let window = (period * PERIOD_ITERATIONS).max(RING);
+        if n < window + period {
+            break;
+        }
+        let mismatches = (n - window..n)
+            .filter(|&i| !agree(recent[i], recent[i - period]))
+            .count();
+        if mismatches <= window / 4 {
+            // The next gap is at position n: the same position one, two,
+            // ... periods back, within the window.
+            let length_ns = (1..)
+                .map(|k| k * period)
+                .take_while(|&back| back <= window)
+                .map(|back| recent[n - back])
+                .min()
+                .unwrap_or(0);
+            return GapPrediction { length_ns, period };
+        }
+    }
+    GapPrediction {
+        length_ns: recent[n.saturating_sub(RING)..]
+            .iter()
+            .copied()
+            .min()
+            .unwrap_or(0),
+        period: 0,
+    }
+}

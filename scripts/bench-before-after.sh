@@ -1,0 +1,66 @@
+#!/usr/bin/env bash
+# Runs benchmarks on an earlier commit and on the working tree, one after
+# the other in one run (same machine, same load), and puts each results
+# file beside its earlier version: every changed cell of its tables reads
+# "before → after" (scripts/results_before_after.py --before-dir).
+#
+#   scripts/bench-before-after.sh REV BENCH [BENCH...] [-- ARGS]
+#   scripts/bench-before-after.sh main~3 sm control-period
+#
+# REV is checked out (detached) into target/before-after/tree and built
+# there (its own target/ inside it), so the two builds never mix; each side runs `scripts/bench.sh BENCH` of its
+# own tree (ARGS go to every benchmark named). The earlier side's results
+# files stay in its tree; the working tree's are written as usual. The
+# comparison is printed and written to target/before-after/REPORT.md
+# (--out FILE for another place).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+usage() { awk 'NR > 1 && !/^#/ { exit } NR > 1 { sub(/^# ?/, ""); print }' "$0"; }
+[ $# -ge 1 ] || { usage >&2; exit 2; }
+case $1 in -h | --help) usage; exit 0 ;; esac
+rev=$1
+shift
+benches=()
+out=target/before-after/REPORT.md
+while [ $# -gt 0 ] && [ "$1" != "--" ]; do
+  case $1 in
+    --out) out=$2; shift 2 ;;
+    *) benches+=("$1"); shift ;;
+  esac
+done
+[ "${1:-}" = "--" ] && shift
+[ ${#benches[@]} -gt 0 ] || { echo "bench-before-after: name at least one benchmark" >&2; exit 2; }
+git rev-parse --verify --quiet "$rev^{commit}" >/dev/null || { echo "bench-before-after: $rev is not a commit" >&2; exit 2; }
+
+# Each benchmark's results file (what scripts/bench.sh writes for it).
+results_of() {
+  case $1 in
+    sm) echo bench/results/sm-accuracy.md ;;
+    instructions) echo bench/results/launch-instructions.md ;;
+    *) echo "bench/results/$1.md" ;;
+  esac
+}
+
+base=$PWD/target/before-after
+tree=$base/tree
+mkdir -p "$base"
+if [ -d "$tree" ]; then
+  git -C "$tree" checkout --quiet --detach "$rev"
+else
+  git worktree add --quiet --detach "$tree" "$rev"
+fi
+echo "== before: $rev ($(git rev-parse --short "$rev")) in $tree" >&2
+for bench in "${benches[@]}"; do
+  (cd "$tree" && scripts/bench.sh "$bench" -- "$@") ||
+    echo "bench-before-after: $bench failed before" >&2
+done
+echo "== after: the working tree" >&2
+for bench in "${benches[@]}"; do
+  scripts/bench.sh "$bench" -- "$@" || echo "bench-before-after: $bench failed after" >&2
+done
+files=()
+for bench in "${benches[@]}"; do files+=("$(results_of "$bench")"); done
+mkdir -p "$(dirname "$out")"
+python3 scripts/results_before_after.py --before-dir "$tree" --label "$rev" "${files[@]}" | tee "$out"
+echo "bench-before-after: written to $out" >&2
