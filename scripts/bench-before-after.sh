@@ -10,10 +10,12 @@
 # REV is checked out (detached) into target/before-after/tree and built
 # there (its own target/ inside it), so the two builds never mix; each side runs `scripts/bench.sh BENCH` of its
 # own tree (ARGS go to every benchmark named). The earlier side's results
-# files stay in its tree; the working tree's are written as usual. The
-# comparison is printed and written to target/before-after/REPORT.md
-# (--out FILE for another place).
-set -euo pipefail
+# files stay in its tree; the working tree's are written as usual; what
+# each side printed is kept in target/before-after/BENCH-{before,after}.log
+# (a benchmark run with arguments that make it print instead of writing its
+# file is compared there). The comparison is printed and written to
+# target/before-after/REPORT.md (--out FILE for another place).
+set -uo pipefail
 cd "$(dirname "$0")/.."
 
 usage() { awk 'NR > 1 && !/^#/ { exit } NR > 1 { sub(/^# ?/, ""); print }' "$0"; }
@@ -52,12 +54,13 @@ else
 fi
 echo "== before: $rev ($(git rev-parse --short "$rev")) in $tree" >&2
 for bench in "${benches[@]}"; do
-  (cd "$tree" && scripts/bench.sh "$bench" -- "$@") ||
+  (cd "$tree" && scripts/bench.sh "$bench" -- "$@") 2>&1 | tee "$base/$bench-before.log" ||
     echo "bench-before-after: $bench failed before" >&2
 done
 echo "== after: the working tree" >&2
 for bench in "${benches[@]}"; do
-  scripts/bench.sh "$bench" -- "$@" || echo "bench-before-after: $bench failed after" >&2
+  scripts/bench.sh "$bench" -- "$@" 2>&1 | tee "$base/$bench-after.log" ||
+    echo "bench-before-after: $bench failed after" >&2
 done
 files=()
 for bench in "${benches[@]}"; do files+=("$(results_of "$bench")"); done
