@@ -4,16 +4,17 @@
 # file beside its earlier version: every changed cell of its tables reads
 # "before → after" (scripts/results_before_after.py --before-dir).
 #
-#   scripts/bench-before-after.sh REV BENCH [BENCH...] [-- ARGS]
+#   scripts/bench-before-after.sh REV BENCH [BENCH...] [--printed] [--out FILE] [-- ARGS]
 #   scripts/bench-before-after.sh main~3 sm control-period
 #
 # REV is checked out (detached) into target/before-after/tree and built
 # there (its own target/ inside it), so the two builds never mix; each side runs `scripts/bench.sh BENCH` of its
 # own tree (ARGS go to every benchmark named). The earlier side's results
 # files stay in its tree; the working tree's are written as usual; what
-# each side printed is kept in target/before-after/BENCH-{before,after}.log
-# (a benchmark run with arguments that make it print instead of writing its
-# file is compared there). The comparison is printed and written to
+# each side printed is kept in target/before-after/BENCH-{before,after}.log;
+# --printed compares those instead of the results files (for arguments that
+# make a benchmark print its tables instead of writing its file, e.g.
+# `colocation -- --class-only`). The comparison is printed and written to
 # target/before-after/REPORT.md (--out FILE for another place).
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -25,9 +26,11 @@ rev=$1
 shift
 benches=()
 out=target/before-after/REPORT.md
+printed=
 while [ $# -gt 0 ] && [ "$1" != "--" ]; do
   case $1 in
     --out) out=$2; shift 2 ;;
+    --printed) printed=yes; shift ;;
     *) benches+=("$1"); shift ;;
   esac
 done
@@ -62,8 +65,21 @@ for bench in "${benches[@]}"; do
   scripts/bench.sh "$bench" -- "$@" 2>&1 | tee "$base/$bench-after.log" ||
     echo "bench-before-after: $bench failed after" >&2
 done
-files=()
-for bench in "${benches[@]}"; do files+=("$(results_of "$bench")"); done
 mkdir -p "$(dirname "$out")"
-python3 scripts/results_before_after.py --before-dir "$tree" --label "$rev" "${files[@]}" | tee "$out"
+out=$(cd "$(dirname "$out")" && pwd)/$(basename "$out")
+if [ -n "$printed" ]; then
+  # What each side printed, as markdown files of one name in two folders.
+  mkdir -p "$base/printed/before" "$base/printed/after"
+  names=()
+  for bench in "${benches[@]}"; do
+    cp "$base/$bench-before.log" "$base/printed/before/$bench.md"
+    cp "$base/$bench-after.log" "$base/printed/after/$bench.md"
+    names+=("$bench.md")
+  done
+  (cd "$base/printed/after" && python3 "$OLDPWD/scripts/results_before_after.py" --before-dir ../before --label "$rev" "${names[@]}") | tee "$out"
+else
+  files=()
+  for bench in "${benches[@]}"; do files+=("$(results_of "$bench")"); done
+  python3 scripts/results_before_after.py --before-dir "$tree" --label "$rev" "${files[@]}" | tee "$out"
+fi
 echo "bench-before-after: written to $out" >&2

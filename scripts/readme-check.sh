@@ -4,7 +4,8 @@
 # link names a file that exists; every number in README.md's results table
 # is in a results file its row links to (scripts/readme_numbers.py, which
 # also tests itself here); docs/configuration.md names every DILU_*
-# variable the code reads, and no other. One line per problem; exit 1 if
+# variable the code reads, and no other; ARCHITECTURE.md and the crates'
+# READMEs name source files that exist. One line per problem; exit 1 if
 # there is any.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -87,6 +88,22 @@ while IFS= read -r var; do
   grep -rqE --include='*.rs' --include='*.sh' --include='*.py' --exclude-dir=target "\b$var\b" . \
     || problem "docs/configuration.md: $var is documented but nothing reads it"
 done < <(grep -oE '\bDILU_[A-Z0-9_]*[A-Z0-9]\b' docs/configuration.md | sort -u)
+
+# ARCHITECTURE.md and the crates' READMEs name source files that exist: a
+# backticked path with a slash, ending in .rs (any `::item` after it cut),
+# found from the repository root, a crate's folder or its src/.
+while IFS= read -r missing; do
+  problem "$missing"
+done < <(python3 - <<'PY'
+import glob, os, re
+roots = [""] + sorted(p.rstrip("/") + "/" for p in glob.glob("*/src") + glob.glob("*/*/src") + glob.glob("*/"))
+for doc in ["ARCHITECTURE.md"] + sorted(glob.glob("*/README.md")):
+    for number, line in enumerate(open(doc, encoding="utf-8"), 1):
+        for token in re.findall(r"`([\w./-]+/[\w.-]+\.rs)(?:::[\w:]+)?`", line):
+            if not any(os.path.exists(root + token) for root in roots):
+                print(f"{doc}:{number}: names {token}, which does not exist")
+PY
+)
 
 if (( problems > 0 )); then
   echo "readme-check: $problems problem(s)" >&2

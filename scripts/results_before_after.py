@@ -2,7 +2,8 @@
 
 For each file, every markdown table row of the current version is matched
 with the row of the same table (by position among the file's tables) that
-has the same first cell in the version at REV, and every cell that changed
+has the same leading cells (the first, or as many as tell the rows apart)
+in the earlier version, and every cell that changed
 is written "before → after". Rows only in one version are listed as such.
 Prints markdown to stdout.
 
@@ -14,12 +15,14 @@ checkout whose benchmarks ran: scripts/bench-before-after.sh) instead of
 the version committed at REV.
 """
 import os
+import shlex
 import subprocess
 import sys
 
 
 def tables(text):
-    """The file's markdown tables: a list of (header, {first cell: row})."""
+    """The file's markdown tables: a list of (header, rows), each row a list
+    of cells."""
     found, current = [], None
     for line in text.splitlines():
         line = line.strip()
@@ -28,14 +31,29 @@ def tables(text):
             continue
         cells = [c.strip() for c in line.strip("|").split("|")]
         if current is None:
-            current = (cells, {}, [])
+            current = (cells, [])
             found.append(current)
         elif set("".join(cells)) <= set("-: "):
             continue
         else:
-            current[1][cells[0]] = cells
-            current[2].append(cells[0])
+            current[1].append(cells)
     return found
+
+
+def keyed(rows, width):
+    """Rows by their first `width` cells, in order."""
+    return [(" | ".join(row[:width]), row) for row in rows]
+
+
+def key_width(*row_lists):
+    """The fewest leading cells that tell every row of each list apart (a
+    table whose first column repeats, e.g. one row per setting of several
+    columns, is matched on more of them)."""
+    widest = max((len(r) for rows in row_lists for r in rows), default=1)
+    for width in range(1, widest + 1):
+        if all(len({tuple(r[:width]) for r in rows}) == len(rows) for rows in row_lists):
+            return width
+    return widest
 
 
 def earlier(path, rev, before_dir):
@@ -53,28 +71,31 @@ def compare(path, rev, before_dir=None):
         return f"## {path}\n\nnot in {before_dir or rev}: nothing to compare.\n"
     after, before = tables(open(path).read()), tables(before_text)
     out = [f"## {path}\n"]
-    for index, (header, rows, order) in enumerate(after):
+    for index, (header, rows) in enumerate(after):
         if index >= len(before):
             out.append(f"Table {index + 1}: new.\n")
             continue
         old_rows = before[index][1]
+        width = key_width(rows, old_rows)
+        old_by_key = dict(keyed(old_rows, width))
         out.append(f"Table {index + 1}: " + " | ".join(header[:4]) + (" …" if len(header) > 4 else "") + "\n")
         out.append("| " + " | ".join(header) + " |")
         out.append("|" + "---|" * len(header))
-        for key in order:
-            new = rows[key]
-            old = old_rows.get(key)
+        new_keys = set()
+        for key, new in keyed(rows, width):
+            new_keys.add(key)
+            old = old_by_key.get(key)
             if old is None:
-                out.append("| " + " | ".join([key + " (new row)"] + new[1:]) + " |")
+                out.append("| " + " | ".join([new[0] + " (new row)"] + new[1:]) + " |")
                 continue
-            cells = [key]
-            for i, value in enumerate(new[1:], start=1):
+            cells = []
+            for i, value in enumerate(new):
                 was = old[i] if i < len(old) else ""
                 cells.append(value if was == value else f"{was} → {value}")
             out.append("| " + " | ".join(cells) + " |")
-        gone = [k for k in before[index][2] if k not in rows]
+        gone = [k for k, _ in keyed(old_rows, width) if k not in new_keys]
         if gone:
-            out.append("\nRows only before: " + ", ".join(gone))
+            out.append("\nRows only before: " + "; ".join(gone))
         out.append("")
     return "\n".join(out) + "\n"
 
@@ -104,9 +125,10 @@ def main():
         print(f"Command: `python3 scripts/results_before_after.py {rev} {' '.join(paths)}`.")
         print(f"Before: the files at {rev} ({commit}); after: the files as committed with this one.")
     else:
-        print(f"Command: `python3 scripts/results_before_after.py --before-dir {before_dir} --label {rev} {' '.join(paths)}`.")
-        print(f"Before: the files the benchmarks wrote in a checkout of {rev} ({before_dir}), in the same run as")
-        print("after: the files they wrote in this tree.")
+        command = ["python3", "scripts/results_before_after.py", "--before-dir", before_dir, "--label", rev, *paths]
+        print(f"Command: `{shlex.join(command)}`.")
+        print(f"Before: the files the benchmarks wrote in a checkout of {rev} ({before_dir}), in the same run")
+        print("(`scripts/bench-before-after.sh`) as after: the files they wrote in this tree.")
     print("Each changed cell reads before → after.\n")
     for path in paths:
         print(compare(path, rev, before_dir))
