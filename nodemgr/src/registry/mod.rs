@@ -74,6 +74,16 @@ impl Registry {
         }
     }
 
+    /// The spec tenant `name` runs with: the operator's for this name, else
+    /// what it asked, else the default.
+    pub(super) fn spec_of(&self, name: &str, asked: Option<TenantSpec>) -> TenantSpec {
+        self.configured
+            .get(name)
+            .cloned()
+            .or(asked)
+            .unwrap_or_default()
+    }
+
     /// Registers a process of tenant `name`. `fresh` are regions made for
     /// it outside the lock ([`create_regions`]; the telemetry a re-attaching
     /// process handed back, if it could be adopted): used when the tenant is
@@ -113,12 +123,7 @@ impl Registry {
             }
         }
         if !self.tenants.contains_key(name) {
-            let spec = self
-                .configured
-                .get(name)
-                .cloned()
-                .or(asked)
-                .unwrap_or_default();
+            let spec = self.spec_of(name, asked);
             // A GPU chosen for it by `dilu run` is its GPU from now on.
             let (gpu, more_gpus) = match self.held.get(name) {
                 Some(held) if held.uid != peer.uid => {

@@ -38,12 +38,7 @@ impl Registry {
         if capacities.len() <= 1 {
             return Ok(Vec::new());
         }
-        let spec = self
-            .configured
-            .get(name)
-            .cloned()
-            .or(asked)
-            .unwrap_or_default();
+        let spec = self.spec_of(name, asked);
         spec.validate()?;
         let running = |gpus: Vec<u32>| {
             if gpus.len() == count {
