@@ -54,13 +54,13 @@ impl Board<'_> {
     /// [`FillerGate::Go`] (or [`FillerGate::Fallback`]) the launch has been
     /// reserved: the board counts it as queued filler work. A filler behind
     /// its guaranteed share asks
-    /// with [`DeviceBoard::filler_admit_owed`].
+    /// with [`Board::filler_admit_owed`](crate::Board::filler_admit_owed).
     #[inline]
     pub fn filler_admit(&self, now: u64, est_ns: u64, online: bool, filler: u32) -> FillerGate {
         self.admit_filler(now, est_ns, online, filler, Owed::No)
     }
 
-    /// [`DeviceBoard::filler_admit`] for a filler that has had less than its
+    /// [`Board::filler_admit`](crate::Board::filler_admit) for a filler that has had less than its
     /// guaranteed share: where waiting would bring no gap its kernel fits
     /// (the primary's gaps are random and it tolerates no kernel this long,
     /// or every recent gap is shorter than the kernel), it may still go in

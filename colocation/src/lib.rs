@@ -20,12 +20,12 @@
 //! Gap prediction ([`predict_gap`]): gaps shorter than the hold-off (the
 //! primary's own host time between dependent launches, e.g. between the
 //! kernels of one request) are not fillable and are not learned; the last
-//! [`HISTORY`] fillable gaps are kept. When they repeat with a period (a
+//! [`HISTORY`](dilu_layout::colocation::HISTORY) fillable gaps are kept. When they repeat with a period (a
 //! training iteration with several gaps of different lengths: data
 //! loading, an all-reduce, a pipeline bubble), the next gap is predicted
 //! from the gaps at the same position of the last iterations (the shortest
 //! of them); otherwise (random gaps, e.g. an inference server's) it is the
-//! shortest of the last [`RING`], a cautious value. A filler whose kernels
+//! shortest of the last [`RING`](dilu_layout::colocation::RING), a cautious value. A filler whose kernels
 //! are longer than every recent gap falls back to its guaranteed share (the
 //! caller paces it). Where the gaps repeat or are alike, such a kernel goes
 //! as one of the longest gaps opens, where it overruns the gap least; where
@@ -38,10 +38,10 @@
 //! processes at a cost (138 µs on an H100), so the filler that ran last
 //! keeps the gaps for a while before the next one gets them, instead of
 //! fillers alternating kernel by kernel. A filler about to wait for its own
-//! SM-time tokens ends its turn ([`DeviceBoard::end_turn_of`]): the others
+//! SM-time tokens ends its turn ([`Board::end_turn_of`](crate::Board::end_turn_of)): the others
 //! would otherwise wait for a holder that is asleep.
 //!
-//! Sample holds ([`DeviceBoard::post_sample_hold`]): a filler kernel
+//! Sample holds ([`Board::post_sample_hold`](crate::Board::post_sample_hold)): a filler kernel
 //! longer than a time slice is preempted by the primary's next launch, so a
 //! sample of it timed by events also holds the primary's slice (a 3 ms
 //! kernel beside 2 ms gaps read 5.4 ms). A filler's guarantee is counted

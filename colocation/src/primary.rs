@@ -72,7 +72,7 @@ impl Board<'_> {
 
     /// Primary side, once at start, for a primary without a latency target:
     /// it is kept as if alone. Fillers then have no default guarantee (the
-    /// filler's side reads [`DeviceBoard::as_if_alone`]), and go into a gap
+    /// filler's side reads [`Board::as_if_alone`](crate::Board::as_if_alone)), and go into a gap
     /// no prediction vouches for (a random gap's predicted length, or a
     /// long idle stretch) only while the primary's budget of delayed
     /// returns ([`DELAY_BUDGET_PPM`]) holds one whole return: it starts

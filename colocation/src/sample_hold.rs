@@ -6,7 +6,7 @@ use crate::board::Board;
 use crate::timing::*;
 use std::sync::atomic::Ordering::*;
 
-/// What [`DeviceBoard::post_sample_hold`] did.
+/// What [`Board::post_sample_hold`](crate::Board::post_sample_hold) did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum SampleHoldPost {
     /// Not posted, and not needed or not possible: no primary is attached
@@ -98,7 +98,7 @@ impl Board<'_> {
         }
     }
 
-    /// Primary side, after [`DeviceBoard::primary_launch`] published the
+    /// Primary side, after [`Board::primary_launch`](crate::Board::primary_launch) published the
     /// launch: until when a filler's sample holds it (`None`: go).
     #[inline]
     pub fn sample_hold_until(&self, now: u64) -> Option<u64> {

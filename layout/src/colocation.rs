@@ -88,16 +88,16 @@ pub struct Params {
     /// opens only after the hold-off.
     pub request_queued: AtomicU64,
     /// 1 while the attached primary has no latency target (no SLO): it is
-    /// kept as if alone ([`DeviceBoard::keep_as_if_alone`]).
+    /// kept as if alone (`Board::keep_as_if_alone` (dilu-colocation)).
     pub as_if_alone: AtomicU64,
     /// The as-if-alone primary's budget of returns from a gap delayed
     /// beyond its tolerance, in millionths of one such return (an `i64`'s
-    /// bits): [`DELAY_BUDGET_PPM`] more per fillable gap, one whole return
+    /// bits): `DELAY_BUDGET_PPM` (dilu-colocation) more per fillable gap, one whole return
     /// less per delayed one. Fillers may go where no prediction vouches
     /// for the gap only while it could pay for one more delayed return.
     pub delay_credit: AtomicU64,
     /// 1 once the as-if-alone primary judges its reported requests itself
-    /// ([`DeviceBoard::primary_request_judged`]): its returns from gaps are
+    /// (`Board::primary_request_judged` (dilu-colocation)): its returns from gaps are
     /// then no longer counted.
     pub credit_by_requests: AtomicU64,
 }
@@ -131,7 +131,7 @@ pub struct OpeningClaim {
 }
 
 /// A filler's hold on the primary's launches while one of its long
-/// kernels is timed ([`DeviceBoard::post_sample_hold`]).
+/// kernels is timed (`Board::post_sample_hold` (dilu-colocation)).
 #[repr(C, align(64))]
 pub struct SampleHold {
     /// The holder's id in the high half and when the hold lapses in the
