@@ -26,10 +26,10 @@
 //!    through us. This works for every version and every `flags` value.
 //!
 //! Real functions are resolved with the real `dlsym` on the real libcuda
-//! handle (see [`driver`]), never through our own exports.
+//! handle (see `driver`), never through our own exports.
 //!
 //! # Layout, top to bottom
-//! - [`entry`]: the exported wrappers (`entry/exports.rs`, generated from the
+//! - `entry`: the exported wrappers (`entry/exports.rs`, generated from the
 //!   table's rows), the hook bodies of launches, captures and
 //!   synchronisation (`entry/handlers.rs`), `dlsym` and `cuGetProcAddress`
 //!   answers (`entry/procaddr.rs`).
@@ -51,7 +51,7 @@
 //! A module uses only its own group and the groups below it.
 //!
 //! # Configuration
-//! Environment variables, read once at load: see [`config`].
+//! Environment variables, read once at load: see `config`.
 
 // Groups, top to bottom: a module uses only its own group and the groups
 // below it (see ARCHITECTURE.md; `scripts/interposer-groups.sh` checks it).

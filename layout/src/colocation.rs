@@ -103,7 +103,7 @@ pub struct Params {
 }
 
 /// The filler whose kernels the device ran last: the others let it go on
-/// for [`FILLER_TURN_NS`] (written by the filler that reserves). The two
+/// for `FILLER_TURN_NS` (dilu-colocation) (written by the filler that reserves). The two
 /// words are written one after the other; a filler that reads them
 /// between the two writes misjudges one launch's priority, nothing more.
 #[repr(C, align(64))]
@@ -124,7 +124,7 @@ pub struct FillerTurn {
 #[repr(C, align(64))]
 pub struct OpeningClaim {
     /// The claimant's process id in the high half, when it last asked in
-    /// the low ([`claim_word`]); 0: none.
+    /// the low (`claim_word` in dilu-colocation); 0: none.
     pub word: AtomicU64,
     /// The claimant's kernel estimate.
     pub est_ns: AtomicU64,
@@ -135,7 +135,7 @@ pub struct OpeningClaim {
 #[repr(C, align(64))]
 pub struct SampleHold {
     /// The holder's id in the high half and when the hold lapses in the
-    /// low ([`hold_word`]); 0: none. One word, so that a primary never
+    /// low (`hold_word` in dilu-colocation); 0: none. One word, so that a primary never
     /// sees a holder without its deadline.
     pub word: AtomicU64,
     /// The earliest instant the next hold may be posted.

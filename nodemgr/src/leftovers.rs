@@ -30,7 +30,7 @@ impl Leftovers {
     }
 
     /// Sweeps the directory of each user whose process left at least
-    /// [`SETTLE`] ago; returns how many files went.
+    /// `SETTLE` ago; returns how many files went.
     pub fn sweep_due(&self) -> usize {
         let due: Vec<u32> = {
             let mut pending = self.pending.lock().expect("leftovers lock");
