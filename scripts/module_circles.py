@@ -7,7 +7,8 @@ subfolders (a subfolder with everything under it is one node). File A of the
 folder depends on node B when product code anywhere under A names a path
 under B: `use` trees, `crate::`/`super::`/`self::` paths in code, and a child
 module's name from the folder's face. Test modules (`#[cfg(test)]` to the end
-of a file) do not count. Prints each circle (a strongly connected set of two
+of a file) do not count, nor do `$crate::` paths in a macro's body (they
+resolve where the macro expands). Prints each circle (a strongly connected set of two
 or more nodes) with one edge that closes it, and exits 1 if there is one.
 
     python3 scripts/module_circles.py interposer nodemgr layout
