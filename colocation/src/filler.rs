@@ -57,7 +57,7 @@ impl Board<'_> {
     /// with [`Board::filler_admit_owed`](crate::Board::filler_admit_owed).
     #[inline]
     pub fn filler_admit(&self, now: u64, est_ns: u64, online: bool, filler: u32) -> FillerGate {
-        self.admit_filler(now, est_ns, online, filler, Owed::No)
+        self.filler_admit_owed(now, est_ns, online, filler, Owed::No)
     }
 
     /// [`Board::filler_admit`](crate::Board::filler_admit) for a filler that has had less than its
@@ -74,18 +74,6 @@ impl Board<'_> {
     /// long one).
     #[inline]
     pub fn filler_admit_owed(
-        &self,
-        now: u64,
-        est_ns: u64,
-        online: bool,
-        filler: u32,
-        owed: Owed,
-    ) -> FillerGate {
-        self.admit_filler(now, est_ns, online, filler, owed)
-    }
-
-    #[inline]
-    pub(crate) fn admit_filler(
         &self,
         now: u64,
         est_ns: u64,

@@ -87,7 +87,9 @@ macro_rules! hook_exports {
             let Some(real) = $crate::driver::resolved(&$crate::table::REAL.$name) else {
                 return ::dilu_abi::cuda::CUDA_ERROR_NOT_FOUND;
             };
-            if $crate::entry::pass_through::passes_through(ID) {
+            if const { $crate::entry::pass_through::is_launch(ID) }
+                && $crate::entry::pass_through::passes_through(ID)
+            {
                 // SAFETY: the C caller's arguments, unchanged, to the real
                 // function of the same ABI (this row has nothing to do here).
                 return unsafe { real( $( $arg ),* ) };

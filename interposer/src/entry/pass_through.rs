@@ -8,7 +8,7 @@
 //! row always goes through its handler.
 
 use crate::sm_time::tenant_sm;
-use crate::table::{HOOK_COUNT, HookId};
+use crate::table::HookId;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 /// The launch rows: every hook whose handler is `launch_control`'s.
@@ -24,22 +24,33 @@ const LAUNCHES: [HookId; 9] = [
     HookId::cuGraphLaunch_ptsz,
 ];
 
-static PASSES: [AtomicBool; HOOK_COUNT] = [const { AtomicBool::new(false) }; HOOK_COUNT];
+/// Whether the launch rows pass through (decided once, at load).
+static LAUNCHES_PASS: AtomicBool = AtomicBool::new(false);
 
-/// Decides which rows pass through (the library constructor, before any
-/// hooked call: a row not decided goes through its handler, always safe).
+/// Decides whether the launch rows pass through (the library constructor,
+/// before any hooked call: until then they go through their handlers,
+/// always safe).
 pub fn decide() {
-    if !tenant_sm::configured() {
-        for id in LAUNCHES {
-            PASSES[id as usize].store(true, Ordering::Relaxed);
+    LAUNCHES_PASS.store(!tenant_sm::configured(), Ordering::Relaxed);
+}
+
+/// Whether `id` is a launch row (evaluated at compile time in the
+/// wrappers: the other rows carry no check at all).
+pub const fn is_launch(id: HookId) -> bool {
+    let mut i = 0;
+    while i < LAUNCHES.len() {
+        if LAUNCHES[i] as usize == id as usize {
+            return true;
         }
+        i += 1;
     }
+    false
 }
 
 /// Whether `id`'s wrapper calls the real function directly.
 #[inline(always)]
 pub fn passes_through(id: HookId) -> bool {
-    PASSES[id as usize].load(Ordering::Relaxed)
+    is_launch(id) && LAUNCHES_PASS.load(Ordering::Relaxed)
 }
 
 #[cfg(test)]
@@ -55,6 +66,11 @@ mod tests {
                 name.starts_with("cuLaunch") || name.starts_with("cuGraphLaunch"),
                 "{name} is not a launch"
             );
+            assert!(is_launch(id));
         }
+        assert!(
+            !is_launch(HookId::cuMemAlloc_v2),
+            "an allocation never passes through"
+        );
     }
 }
