@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 const USAGE: &str =
     "usage: cudarc-loop [--seconds S] [--kernels N] [--blocks B[,B...]] [--streams K]
                    [--iters I] [--depth D] [--graph G] [--device N] [--devices N] [--wait-value]
-                   [--alloc-on-default-stream] [--json]
+                   [--alloc-on-default-stream] [--window FROM,TO] [--json]
   --seconds S   run for S seconds (default 2; with --kernels, whichever ends first)
   --kernels N   stop after N kernels
   --blocks B,.. grid sizes in blocks, used in turn (default 1320: 100 us on simgpu's default model)
@@ -32,6 +32,11 @@ const USAGE: &str =
                 context's default stream rather than on the streams that use them: a peer (XSched
                 Level 1) queues an allocation on a stream it schedules and
                 returns before the pointer is written
+  --window FROM,TO
+                also count the kernels completed between two instants (Unix time
+                in seconds), seen at the synchronisations of --depth D: a run
+                that starts before another program and ends after it reports
+                its rate while that program ran (window_kernels_per_second)
   --json        also print a one-line JSON summary";
 
 struct Options {
@@ -47,6 +52,8 @@ struct Options {
     devices: usize,
     wait_value: bool,
     alloc_on_default_stream: bool,
+    /// `--window`: Unix times in seconds.
+    window: Option<(f64, f64)>,
     json: bool,
 }
 
@@ -63,6 +70,7 @@ fn parse_options() -> Result<Options, String> {
         devices: 1,
         wait_value: false,
         alloc_on_default_stream: false,
+        window: None,
         json: false,
     };
     let mut args = std::env::args().skip(1);
@@ -100,6 +108,16 @@ fn parse_options() -> Result<Options, String> {
             "--graph" => options.graph = Some(parse(&flag, &value)?),
             "--device" => options.device = parse(&flag, &value)?,
             "--devices" => options.devices = parse(&flag, &value)?,
+            "--window" => {
+                let (from, to) = value
+                    .split_once(',')
+                    .ok_or_else(|| format!("--window {value:?}: expected FROM,TO"))?;
+                let window = (parse(&flag, from.trim())?, parse(&flag, to.trim())?);
+                if window.0 >= window.1 {
+                    return Err(format!("--window {value:?}: FROM must be before TO"));
+                }
+                options.window = Some(window);
+            }
             _ => return Err(format!("unknown option {flag}")),
         }
     }
@@ -109,6 +127,15 @@ fn parse_options() -> Result<Options, String> {
         || options.devices == 0
     {
         return Err("--streams, --depth, --blocks and --devices must be positive".into());
+    }
+    if options.window.is_some()
+        && (options.depth.is_none() || options.graph.is_some() || options.devices > 1)
+    {
+        return Err(
+            "--window counts completions at the synchronisations of --depth D: not with \
+             --depth never, --graph or --devices"
+                .into(),
+        );
     }
     Ok(options)
 }
@@ -136,15 +163,33 @@ fn run(options: &Options) -> Result<String, Box<dyn std::error::Error>> {
     if options.devices > 1 {
         return run_devices(options);
     }
-    let (launched, seconds) = run_on(options, options.device)?;
+    let mut syncs = Vec::new();
+    let (launched, seconds) = run_on(options, options.device, &mut syncs)?;
     let rate = launched as f64 / seconds;
     let mut summary = format!(
         "cudarc-loop: {launched} kernels in {seconds:.2} s on {} stream(s): {rate:.1} kernels/s",
         options.streams
     );
+    let window = options.window.map(|w| window_rate(&syncs, w));
+    if let Some(window) = &window {
+        match window {
+            Some((kernels, span)) => summary.push_str(&format!(
+                "\ncudarc-loop: {kernels} kernels completed in {span:.2} s of the window: {:.1} kernels/s",
+                *kernels as f64 / span
+            )),
+            None => summary.push_str("\ncudarc-loop: the run saw no two synchronisations inside the window"),
+        }
+    }
     if options.json {
+        let window_fields = match window {
+            Some(Some((kernels, span))) => format!(
+                ",\"window_kernels\":{kernels},\"window_seconds\":{span:.6},\"window_kernels_per_second\":{:.3}",
+                kernels as f64 / span
+            ),
+            _ => String::new(),
+        };
         summary.push_str(&format!(
-            "\n{{\"kernels\":{launched},\"seconds\":{seconds:.6},\"kernels_per_second\":{rate:.3},\"streams\":{},\"pid\":{}}}",
+            "\n{{\"kernels\":{launched},\"seconds\":{seconds:.6},\"kernels_per_second\":{rate:.3},\"streams\":{}{window_fields},\"pid\":{}}}",
             options.streams,
             std::process::id()
         ));
@@ -152,11 +197,34 @@ fn run(options: &Options) -> Result<String, Box<dyn std::error::Error>> {
     Ok(summary)
 }
 
+/// The kernels completed between the first and the last synchronisation
+/// inside `window` (Unix seconds), and the seconds between those two; `None`
+/// when fewer than two fell inside it.
+fn window_rate(syncs: &[(f64, u64)], (from, to): (f64, f64)) -> Option<(u64, f64)> {
+    let inside: Vec<&(f64, u64)> = syncs
+        .iter()
+        .filter(|(t, _)| *t >= from && *t <= to)
+        .collect();
+    let (first, last) = (inside.first()?, inside.last()?);
+    (last.0 > first.0).then(|| (last.1 - first.1, last.0 - first.0))
+}
+
+/// Now as Unix time in seconds.
+fn unix_now() -> f64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0.0, |d| d.as_secs_f64())
+}
+
 /// `--devices N`: the loop on devices 0..N at once, one thread each.
 fn run_devices(options: &Options) -> Result<String, Box<dyn std::error::Error>> {
     let results: Vec<Result<(u64, f64), String>> = std::thread::scope(|scope| {
         let threads: Vec<_> = (0..options.devices)
-            .map(|device| scope.spawn(move || run_on(options, device).map_err(|e| e.to_string())))
+            .map(|device| {
+                scope.spawn(move || {
+                    run_on(options, device, &mut Vec::new()).map_err(|e| e.to_string())
+                })
+            })
             .collect();
         threads
             .into_iter()
@@ -190,8 +258,14 @@ fn run_devices(options: &Options) -> Result<String, Box<dyn std::error::Error>> 
     Ok(summary)
 }
 
-/// The loop on `device`: kernels launched and seconds taken.
-fn run_on(options: &Options, device: usize) -> Result<(u64, f64), Box<dyn std::error::Error>> {
+/// The loop on `device`: kernels launched and seconds taken. With
+/// `--window`, `syncs` gets (Unix time, kernels completed) at each
+/// synchronisation of `--depth D`.
+fn run_on(
+    options: &Options,
+    device: usize,
+    syncs: &mut Vec<(f64, u64)>,
+) -> Result<(u64, f64), Box<dyn std::error::Error>> {
     let ctx = CudaContext::new(device)?;
     // Streams are independent here; cudarc's cross-stream event tracking
     // would add an event record and wait per launch.
@@ -300,6 +374,9 @@ fn run_on(options: &Options, device: usize) -> Result<(u64, f64), Box<dyn std::e
                     for stream in &streams {
                         stream.synchronize()?;
                     }
+                    if options.window.is_some() {
+                        syncs.push((unix_now(), launched));
+                    }
                 }
                 Some(_) => {}
                 None => {
@@ -312,6 +389,9 @@ fn run_on(options: &Options, device: usize) -> Result<(u64, f64), Box<dyn std::e
     }
     for stream in &streams {
         stream.synchronize()?;
+    }
+    if options.window.is_some() {
+        syncs.push((unix_now(), launched));
     }
     Ok((launched, started.elapsed().as_secs_f64()))
 }
