@@ -133,7 +133,7 @@ config() {
         XSCHED_SCHEDULER=GLB XSCHED_AUTO_XQUEUE=ON XSCHED_AUTO_XQUEUE_LEVEL=1 \
         XSCHED_AUTO_XQUEUE_PRIORITY="$3" XSCHED_CUDA_LIB="$driver" CUXTRA_CUDA_LIB="$driver" \
         XSCHED_IPC_NAMESPACE="gpu-colo-$$" ;;
-      tgs) printf '%s\n' LD_LIBRARY_PATH="$tgs/$([ "$3" = 1 ] && echo high || echo low):$(dirname "$driver")" ;;
+      tgs) printf '%s\n' LD_LIBRARY_PATH="$tgs/$([ "$3" = 1 ] && echo high || echo low):$scratch/tgs-driver:$(dirname "$driver")" ;;
     esac
   }
   local server=""
@@ -143,7 +143,18 @@ config() {
     server=$!
     sleep 2
   fi
-  [ "$mode" = tgs ] && mkdir -p /etc/gsharing
+  if [ "$mode" = tgs ]; then
+    # TGS's hijack is linked against libcuda.so.450.51.06 and opens the
+    # driver and NVML under the version in /proc/driver/nvidia/version.
+    mkdir -p /etc/gsharing "$scratch/tgs-driver"
+    local version nvml_lib
+    nvml_lib=$(readlink -f "$(dirname "$driver")/libnvidia-ml.so.1")
+    version=$(awk '/^NVRM/ { for (i = 1; i <= NF; i++) if ($i ~ /^[0-9]+(\.[0-9]+)+$/) { print $i; exit } }' /proc/driver/nvidia/version 2>/dev/null)
+    for v in 450.51.06 $version; do
+      ln -sf "$driver" "$scratch/tgs-driver/libcuda.so.$v"
+      ln -sf "$nvml_lib" "$scratch/tgs-driver/libnvidia-ml.so.$v"
+    done
+  fi
   local peer_p peer_f
   if [ "$mode" != alone ]; then
     # The fillers' rate counts while the primary runs: from 1.5 s after
