@@ -473,6 +473,7 @@ fn run() {
                 }
                 opened[device] = true;
                 let first_limited = first_limited_launch_us(device);
+                tracing::trace!(device, ?first_limited, now_us, "counting NVML samples");
                 tracked[device] = DriverCount::open(device, first_limited).map(|count| Tracked {
                     count,
                     charged_before: 0,
@@ -844,6 +845,31 @@ mod tests {
             ..SampleClock::default()
         };
         assert_eq!(clock.fold(7, &[(7, 1_000 * MS, 30)]), look(0, true, false));
+    }
+
+    #[test]
+    fn a_first_sample_is_no_busier_than_the_time_since_the_first_launch() {
+        // First launched 80 ms before the stamp of its first sample, which
+        // says 86% of a 200 ms period: at most the 80 ms it existed ran.
+        let first = 1_320 * MS;
+        let mut clock = SampleClock {
+            count_from_us: Some(first),
+            ..SampleClock::default()
+        };
+        let first_look = clock.fold(7, &[(7, 1_400 * MS, 86), (9, 1_200 * MS, 0)]);
+        assert_eq!(first_look.busy_ns, 80 * MS * 1_000);
+        // The next sample's period began after the launch: as NVML says.
+        let next = clock.fold(7, &[(7, 1_600 * MS, 50)]);
+        assert_eq!(next.busy_ns, 100 * MS * 1_000);
+        // A stamp on another clock (long after the launch) is left as it is.
+        let mut clock = SampleClock {
+            count_from_us: Some(5 * MS),
+            ..SampleClock::default()
+        };
+        assert_eq!(
+            clock.fold(7, &[(7, 1_400 * MS, 86)]).busy_ns,
+            172 * MS * 1_000
+        );
     }
 
     #[test]
