@@ -51,8 +51,8 @@ use crate::sm_time::colocation_config::{ColoConfig, Role, from_env};
 use crate::sm_time::honoured_holds::HonouredHolds;
 use crate::sm_time::precise_sleep::sleep_until;
 use crate::sm_time::primary_tolerance::{
-    LatencyHistory, RecentLatencies, WARM_UP_REQUESTS, learned_tolerance, pushed_over_bound,
-    tolerance_within_slack, waited_behind_previous,
+    FillerOccupancy, LatencyHistory, RecentLatencies, WARM_UP_REQUESTS, learned_tolerance,
+    pushed_over_bound, tolerance_within_slack, waited_behind_previous,
 };
 use dilu_colocation::{Board, FillerGate, MAX_SAMPLE_HOLD_NS, Owed, SampleHoldPost};
 use dilu_layout::colocation::GapBoard;
@@ -88,6 +88,9 @@ struct Colo {
     filled_before_last_report: AtomicU64,
     /// When the primary's last reported request ended (0: none yet).
     last_request_end: AtomicU64,
+    /// How much of the time fillers kept the device lately, for the
+    /// learned tolerance.
+    filler_occupancy: FillerOccupancy,
 }
 
 static STATE: OnceLock<Option<Colo>> = OnceLock::new();
@@ -264,6 +267,7 @@ fn init() -> Option<Colo> {
         filled_at_last_report: AtomicU64::new(0),
         filled_before_last_report: AtomicU64::new(0),
         last_request_end: AtomicU64::new(0),
+        filler_occupancy: FillerOccupancy::new(),
     })
 }
 
@@ -605,7 +609,12 @@ pub fn latency_reported(latency_ns: u64) {
             for device in 0..colo.devices {
                 colo.board(device).primary_request_judged(pushed_over);
             }
-            p99.map_or(0, |p99| learned_tolerance(p99, worst))
+            let in_credit = (0..colo.devices).all(|device| colo.board(device).delay_credit() > 0.0);
+            let filler_ppm = colo.filler_occupancy.update(now, filled);
+            let tail = colo.latency_history.tail_for_occupancy(filler_ppm);
+            p99.zip(tail).map_or(0, |(p99, tail)| {
+                learned_tolerance(p99, tail, worst, in_credit)
+            })
         }
         None => return,
     };
