@@ -13,8 +13,8 @@
 //!   group on different GPUs (each seeing its GPU as device 0) keep to
 //!   their own GPU's slot; otherwise device `k` uses slot `k`.
 //! - primary: `DILU_COLO_TOLERANCE` (a duration; default half its SLO;
-//!   without one, learned from its reported requests: a tenth of their p99
-//!   without fillers' delay, less two hand-offs, see [`learned_tolerance`]):
+//!   without one, learned from its reported requests without fillers'
+//!   delay and the fillers' share of the device, see [`learned_tolerance`]):
 //!   the delay of one filler kernel its requests can absorb, letting
 //!   fillers into gaps no history predicts. A primary without an SLO or a
 //!   set tolerance is kept as if alone ([`Board::keep_as_if_alone`](dilu_colocation::Board));
