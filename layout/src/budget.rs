@@ -95,6 +95,15 @@ impl TenantBudget {
         self.mem_budget[device].load(Ordering::Acquire)
     }
 
+    /// The memory budget that binds a tenant on `device`: `own`, its limit
+    /// in its ledger ([`UNLIMITED`] where none), lowered by this one, the
+    /// node manager's. The interposer refuses allocations past it and the
+    /// node manager reports and audits against it: one rule for both.
+    #[inline]
+    pub fn binding_mem_budget(&self, own: u64, device: usize) -> u64 {
+        own.min(self.mem_budget(device))
+    }
+
     /// Writer side: sets the memory budget of `device` (bytes, or
     /// [`UNLIMITED`]). Reservations already granted stay; later ones are
     /// held to the new value.
@@ -196,6 +205,24 @@ mod tests {
         // u64 the cost stays at the guard.
         assert_eq!(wall_cost_ns(3_000_000, 300_000), 10_000_000);
         assert_eq!(wall_cost_ns(u64::MAX, 1), u64::MAX / 4);
+    }
+
+    #[test]
+    fn the_lower_of_the_tenants_limit_and_the_node_managers_binds() {
+        const GIB: u64 = 1 << 30;
+        let budget = Region::<TenantBudget>::anonymous(|b| {
+            for d in 0..MAX_DEVICES {
+                b.set_mem_budget(d, UNLIMITED);
+            }
+        })
+        .unwrap();
+        assert_eq!(budget.binding_mem_budget(UNLIMITED, 0), UNLIMITED);
+        assert_eq!(budget.binding_mem_budget(4 * GIB, 0), 4 * GIB);
+        budget.set_mem_budget(0, 2 * GIB);
+        assert_eq!(budget.binding_mem_budget(4 * GIB, 0), 2 * GIB);
+        assert_eq!(budget.binding_mem_budget(UNLIMITED, 0), 2 * GIB);
+        assert_eq!(budget.binding_mem_budget(GIB, 0), GIB);
+        assert_eq!(budget.binding_mem_budget(4 * GIB, 1), 4 * GIB, "per device");
     }
 
     #[test]

@@ -353,7 +353,7 @@ impl MemoryBudget {
     pub fn budget_of(&self, device: usize) -> u64 {
         let own = self.ledger.budget(device);
         match self.managed {
-            Some(attached) => own.min(attached.budget().mem_budget(device)),
+            Some(attached) => attached.budget().binding_mem_budget(own, device),
             None => own,
         }
     }

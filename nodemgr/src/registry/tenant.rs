@@ -106,7 +106,7 @@ impl Tenant {
             .ledger
             .as_ref()
             .map_or(ledger::UNLIMITED, |l| l.budget(device));
-        let bytes = own.min(self.regions.budget.mem_budget(device));
+        let bytes = self.regions.budget.binding_mem_budget(own, device);
         (bytes != ledger::UNLIMITED).then_some(bytes)
     }
 }
