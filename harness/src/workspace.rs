@@ -53,6 +53,28 @@ pub fn unique_name(tag: &str) -> String {
     )
 }
 
+/// The UUID text (`GPU-…`, as NVML and `nvidia-smi -L` show it) of simgpu's
+/// physical device `phys` of `instance`: "simgpu", an FNV-1a hash of the
+/// instance name, the device index (simgpu/src/identity.rs), written here
+/// again so that tests check what simgpu answers rather than reuse it.
+pub fn simgpu_uuid(instance: &str, phys: u16) -> String {
+    let hash = instance.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
+        (h ^ u64::from(b)).wrapping_mul(0x100_0000_01b3)
+    });
+    let mut bytes = Vec::with_capacity(16);
+    bytes.extend_from_slice(b"simgpu");
+    bytes.extend_from_slice(&hash.to_le_bytes());
+    bytes.extend_from_slice(&phys.to_le_bytes());
+    let mut text = String::from("GPU-");
+    for (i, b) in bytes.iter().enumerate() {
+        if matches!(i, 4 | 6 | 8 | 10) {
+            text.push('-');
+        }
+        text.push_str(&format!("{b:02x}"));
+    }
+    text
+}
+
 /// Runs a command to completion, killing it if it outlives `limit` (a hung
 /// child must fail the test, not the CI run). Stdout and stderr are captured
 /// (read while it runs, so a long output cannot fill the pipe and stall it).

@@ -258,11 +258,12 @@ impl Config {
         let visible = match get("CUDA_VISIBLE_DEVICES") {
             None => (0..devices).collect(),
             Some(v) => {
-                // Like the real driver: take indices up to the first invalid one.
+                // Like the real driver: take devices (by index or UUID) up
+                // to the first entry that names none.
                 let mut out = Vec::new();
                 for part in v.split(',') {
-                    match part.trim().parse::<usize>() {
-                        Ok(i) if i < devices && !out.contains(&i) => out.push(i),
+                    match crate::identity::visible_entry(part.trim(), devices, &instance) {
+                        Some(i) if !out.contains(&i) => out.push(i),
                         _ => break,
                     }
                 }

@@ -33,7 +33,6 @@ pub(crate) fn uuid_bytes(instance: &str, phys: usize) -> [u8; 16] {
 }
 
 /// NVML's text form of a UUID: `GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx`.
-#[allow(dead_code)]
 pub(crate) fn uuid_text(bytes: &[u8; 16]) -> String {
     let mut s = String::from("GPU-");
     for (i, b) in bytes.iter().enumerate() {
@@ -43,4 +42,52 @@ pub(crate) fn uuid_text(bytes: &[u8; 16]) -> String {
         s.push_str(&format!("{b:02x}"));
     }
     s
+}
+
+/// The physical device an entry of `CUDA_VISIBLE_DEVICES` names among
+/// `devices` of `instance`, as NVIDIA's driver reads it: an index, or a
+/// UUID in NVML's text form (`GPU-…`), whole or as a prefix that only one
+/// device's UUID starts with. `None`: no such device, an ambiguous prefix
+/// or another form (`MIG-…`: simgpu has no MIG instances); the list ends
+/// there.
+pub(crate) fn visible_entry(entry: &str, devices: usize, instance: &str) -> Option<usize> {
+    if let Ok(index) = entry.parse::<usize>() {
+        return (index < devices).then_some(index);
+    }
+    let digits = entry.strip_prefix("GPU-").filter(|d| !d.is_empty())?;
+    let digits = digits.to_ascii_lowercase();
+    let mut named = (0..devices).filter(|&phys| {
+        uuid_text(&uuid_bytes(instance, phys))["GPU-".len()..].starts_with(&digits)
+    });
+    let first = named.next()?;
+    named.next().is_none().then_some(first)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn visible_entries_name_devices_by_index_or_uuid_as_nvidias_driver_reads_them() {
+        let uuid = |phys| uuid_text(&uuid_bytes("inst", phys));
+        assert_eq!(visible_entry("1", 2, "inst"), Some(1));
+        assert_eq!(visible_entry("2", 2, "inst"), None, "out of range");
+        assert_eq!(visible_entry(&uuid(1), 2, "inst"), Some(1));
+        assert_eq!(
+            visible_entry(&uuid(1).to_uppercase(), 2, "inst"),
+            Some(1),
+            "hex digits in either case"
+        );
+        // A prefix one device's UUID starts with; one both share is not.
+        let one = &uuid(1)[..uuid(1).len() - 2];
+        assert_eq!(visible_entry(one, 2, "inst"), Some(1));
+        assert_eq!(visible_entry(&uuid(1)[..12], 2, "inst"), None, "ambiguous");
+        assert_eq!(visible_entry("GPU-", 2, "inst"), None);
+        assert_eq!(
+            visible_entry(&uuid(1), 2, "other"),
+            None,
+            "another instance's"
+        );
+        assert_eq!(visible_entry("MIG-0000", 2, "inst"), None, "no MIG");
+    }
 }

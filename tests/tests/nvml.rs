@@ -10,7 +10,7 @@
 //! tenant's. The stand-in clients carry a `DT_RPATH` to it, which the loader
 //! searches before `LD_LIBRARY_PATH`. Needs `cc`.
 
-use dilu_harness::workspace::{dilu, dilu_run, output_within, unique_name};
+use dilu_harness::workspace::{dilu, dilu_run, output_within, simgpu_uuid, unique_name};
 use serde_json::Value;
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -107,11 +107,18 @@ fn query_simulated(env: &[(&str, &str)]) -> Vec<Value> {
     query_clients(["sim-client-linked", "sim-client-dlopen"], env)
 }
 
+/// The simgpu instance `env` names, or a new one.
+fn instance_in(env: &[(&str, &str)], tag: &str) -> String {
+    env.iter()
+        .find(|(key, _)| *key == "SIMGPU_INSTANCE")
+        .map_or_else(|| unique_name(tag), |(_, value)| value.to_string())
+}
+
 fn query_clients(clients: [&str; 2], env: &[(&str, &str)]) -> Vec<Value> {
     let dir = fixture();
     let mut lines = Vec::new();
     for client in clients {
-        let instance = unique_name("nvml");
+        let instance = instance_in(env, "nvml");
         let mut command = dilu_run(true, &dir.join(client), &[&(64 * MIB).to_string()]);
         command
             .env("SIMGPU_INSTANCE", &instance)
@@ -256,6 +263,27 @@ fn simulated_nvml_shows_the_budget_under_dilu_run_sim() {
 }
 
 #[test]
+fn simulated_nvml_shows_the_budget_of_a_gpu_named_by_uuid() {
+    // Schedulers, Ray and vLLM name GPUs by UUID; NVIDIA's driver also
+    // takes a prefix only one GPU's UUID starts with. CUDA device 0 is
+    // simgpu's device 1 either way: its budget shows on NVML's GPU 1.
+    let instance = unique_name("nvml-uuid");
+    let uuid = simgpu_uuid(&instance, 1);
+    let prefix = &uuid[..uuid.len() - 2];
+    for named in [uuid.as_str(), prefix] {
+        let lines = query_simulated(&[
+            ("SIMGPU_INSTANCE", &instance),
+            ("CUDA_VISIBLE_DEVICES", named),
+            ("DILU_MEM_LIMIT", "1GiB"),
+        ]);
+        for via in ["linked", "dlsym"] {
+            assert_budget(&gpu(&lines, via, 1), GIB, 320 * MIB);
+            assert_simulated(&gpu(&lines, via, 0), 0);
+        }
+    }
+}
+
+#[test]
 fn simulated_nvml_passes_through_devices_without_a_budget() {
     // The client's 64 MiB sit on device 0, which has no budget: NVML shows
     // the device's real usage there; device 1 shows its budget.
@@ -274,7 +302,7 @@ fn simulated_nvml_passes_through_devices_without_a_budget() {
 /// the parent) under `dilu run --sim FLAGS` on simgpu's NVML with `env`;
 /// returns its JSON lines, having asserted that every step succeeded.
 fn nvml_then_fork(flags: &[&str], env: &[(&str, &str)]) -> Vec<Value> {
-    let instance = unique_name("nvml-fork");
+    let instance = instance_in(env, "nvml-fork");
     let mut command = Command::new(dilu());
     command
         .args(["run", "--sim"])
@@ -346,6 +374,25 @@ fn before_cuda_starts_nvml_finds_the_budgeted_gpu_through_cuda_visible_devices()
     let lines = nvml_then_fork(
         &["--mem", "1GiB"],
         &[("SIMGPU_DEVICES", "2"), ("CUDA_VISIBLE_DEVICES", "1")],
+    );
+    assert_eq!(nvml_total(&lines, 1), GIB);
+    assert_eq!(nvml_total(&lines, 0), 80 * GIB);
+}
+
+#[test]
+fn before_cuda_starts_nvml_finds_the_budgeted_gpu_named_by_uuid() {
+    // vLLM sizes itself from NVML before CUDA starts, under a
+    // CUDA_VISIBLE_DEVICES its launcher wrote with UUIDs: the interposer
+    // matches them with NVML's to put the budget on NVML's GPU 1.
+    let instance = unique_name("nvml-fork-uuid");
+    let uuid = simgpu_uuid(&instance, 1);
+    let lines = nvml_then_fork(
+        &["--mem", "1GiB"],
+        &[
+            ("SIMGPU_INSTANCE", &instance),
+            ("SIMGPU_DEVICES", "2"),
+            ("CUDA_VISIBLE_DEVICES", &uuid),
+        ],
     );
     assert_eq!(nvml_total(&lines, 1), GIB);
     assert_eq!(nvml_total(&lines, 0), 80 * GIB);

@@ -5,7 +5,7 @@
 //! Used by the NVML memory answers ([`crate::memory::nvml`]) and by usage
 //! feedback ([`crate::sm_time::usage_feedback`]).
 
-use core::ffi::{CStr, c_int, c_uint, c_void};
+use core::ffi::{CStr, c_char, c_int, c_uint, c_void};
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use dilu_abi::cuda::CUDA_SUCCESS;
@@ -89,9 +89,10 @@ pub(crate) fn nvml_device_at(location: (u32, u32, u32)) -> Option<NvmlDevice> {
 /// without the CUDA driver (which must not be initialised on the program's
 /// behalf: a process forked after that cannot use CUDA). NVML numbers GPUs
 /// in PCI bus order; CUDA does too with `CUDA_DEVICE_ORDER=PCI_BUS_ID`, and
-/// by default (fastest first) on a node of identical GPUs. `None` when NVML
-/// cannot answer or `CUDA_VISIBLE_DEVICES` names GPUs by UUID or MIG
-/// instance: then only the initialised driver can tell.
+/// by default (fastest first) on a node of identical GPUs; GPUs named by
+/// UUID are found by NVML's. `None` when NVML cannot answer or
+/// `CUDA_VISIBLE_DEVICES` names a MIG instance: then only the initialised
+/// driver can tell.
 pub(crate) fn cuda_visible_nvml_devices() -> Option<Vec<NvmlDevice>> {
     let nvml = real_nvml();
     let init = nvml.nvmlInit_v2()?;
@@ -102,36 +103,77 @@ pub(crate) fn cuda_visible_nvml_devices() -> Option<Vec<NvmlDevice>> {
     if unsafe { init() } != NVML_SUCCESS || unsafe { count(&mut n) } != NVML_SUCCESS {
         return None;
     }
+    let device_at = |index: usize| {
+        let mut device: NvmlDevice = core::ptr::null_mut();
+        // SAFETY: the real NVML's function; `device` is a live local.
+        (unsafe { handle(index as c_uint, &mut device) } == NVML_SUCCESS).then_some(device)
+    };
     let visible = std::env::var("CUDA_VISIBLE_DEVICES").ok();
-    visible_indices(visible.as_deref(), n as usize)?
-        .into_iter()
+    let named_by_uuid = visible
+        .as_deref()
+        .is_some_and(|list| list.split(',').any(|e| e.trim().starts_with("GPU-")));
+    // UUIDs are asked for only where the list names GPUs by them.
+    let uuids: Vec<Option<String>> = (0..n as usize)
         .map(|index| {
-            let mut device: NvmlDevice = core::ptr::null_mut();
-            // SAFETY: the real NVML's function; `device` is a live local.
-            (unsafe { handle(index as c_uint, &mut device) } == NVML_SUCCESS).then_some(device)
+            named_by_uuid
+                .then(|| device_at(index).and_then(nvml_uuid))
+                .flatten()
         })
+        .collect();
+    visible_indices(visible.as_deref(), &uuids)?
+        .into_iter()
+        .map(device_at)
         .collect()
 }
 
-/// The indices of `count` GPUs that `CUDA_VISIBLE_DEVICES` (`list`) selects,
-/// in its order. As CUDA reads it, the list ends at its first entry that is
-/// not a GPU (out of range, repeated, not a number). `None` when an entry
-/// names a GPU by UUID (`GPU-…`) or MIG instance (`MIG-…`).
-fn visible_indices(list: Option<&str>, count: usize) -> Option<Vec<usize>> {
+/// The indices of the GPUs (NVML's, whose UUIDs are `uuids`) that
+/// `CUDA_VISIBLE_DEVICES` (`list`) selects, in its order. As CUDA reads it,
+/// an entry is an index or a UUID (`GPU-…`, whole or a prefix only one
+/// GPU's UUID starts with), and the list ends at its first entry that
+/// names no GPU (out of range, repeated, unknown or ambiguous UUID, not a
+/// number). `None` when an entry names a MIG instance (`MIG-…`), or a UUID
+/// where NVML gave none to match it with.
+fn visible_indices(list: Option<&str>, uuids: &[Option<String>]) -> Option<Vec<usize>> {
+    let count = uuids.len();
     let Some(list) = list else {
         return Some((0..count).collect());
     };
     let mut chosen = Vec::new();
     for entry in list.split(',').map(str::trim) {
-        if entry.starts_with("GPU-") || entry.starts_with("MIG-") {
+        if entry.starts_with("MIG-") {
             return None;
         }
-        match entry.parse::<usize>() {
-            Ok(index) if index < count && !chosen.contains(&index) => chosen.push(index),
+        let named = match entry.strip_prefix("GPU-") {
+            Some(digits) => {
+                if uuids.iter().any(Option::is_none) {
+                    return None;
+                }
+                gpu_by_uuid_prefix(digits, uuids)
+            }
+            None => entry.parse::<usize>().ok().filter(|&index| index < count),
+        };
+        match named {
+            Some(index) if !chosen.contains(&index) => chosen.push(index),
             _ => break,
         }
     }
     Some(chosen)
+}
+
+/// The one GPU whose UUID's digits start with `digits` (case aside), if
+/// exactly one does.
+fn gpu_by_uuid_prefix(digits: &str, uuids: &[Option<String>]) -> Option<usize> {
+    if digits.is_empty() {
+        return None;
+    }
+    let digits = digits.to_ascii_lowercase();
+    let mut named = uuids.iter().enumerate().filter(|(_, uuid)| {
+        uuid.as_deref()
+            .and_then(|u| u.strip_prefix("GPU-"))
+            .is_some_and(|u| u.to_ascii_lowercase().starts_with(&digits))
+    });
+    let (first, _) = named.next()?;
+    named.next().is_none().then_some(first)
 }
 
 /// Total memory of an NVML device, as the real NVML reports it.
@@ -172,6 +214,7 @@ pub(crate) struct RealNvml {
     pci_info: RealFn<PFN_nvmlDeviceGetPciInfo_v3>,
     process_utilization: RealFn<PFN_nvmlDeviceGetProcessUtilization>,
     memory_info: RealFn<PFN_nvmlDeviceGetMemoryInfo>,
+    uuid: RealFn<PFN_nvmlDeviceGetUUID>,
     memory_info_v2: RealFn<PFN_nvmlDeviceGetMemoryInfo_v2>,
 }
 
@@ -183,6 +226,7 @@ pub(crate) fn real_nvml() -> &'static RealNvml {
         pci_info: RealFn::new(),
         process_utilization: RealFn::new(),
         memory_info: RealFn::new(),
+        uuid: RealFn::new(),
         memory_info_v2: RealFn::new(),
     };
     &REAL_NVML
@@ -250,6 +294,26 @@ impl RealNvml {
         // SAFETY: see the accessors' comment.
         unsafe { lookup(&self.memory_info_v2, &[c"nvmlDeviceGetMemoryInfo_v2"]) }
     }
+    fn nvmlDeviceGetUUID(&self) -> Option<PFN_nvmlDeviceGetUUID> {
+        // SAFETY: see the accessors' comment.
+        unsafe { lookup(&self.uuid, &[c"nvmlDeviceGetUUID"]) }
+    }
+}
+
+/// NVML's UUID text of a device (`GPU-…`).
+fn nvml_uuid(device: NvmlDevice) -> Option<String> {
+    let get = real_nvml().nvmlDeviceGetUUID()?;
+    // NVML_DEVICE_UUID_V2_BUFFER_SIZE of nvml.h.
+    let mut text = [0 as c_char; 96];
+    // SAFETY: `device` is a handle the real NVML gave; `text` is a live
+    // buffer of the length passed.
+    if unsafe { get(device, text.as_mut_ptr(), text.len() as c_uint) } != NVML_SUCCESS {
+        return None;
+    }
+    // SAFETY: NVML wrote a NUL-ended string into `text` (zeroed before, so
+    // it ends within the buffer either way).
+    let text = unsafe { CStr::from_ptr(text.as_ptr()) };
+    text.to_str().ok().map(str::to_owned)
 }
 
 #[cfg(test)]
@@ -258,15 +322,41 @@ mod tests {
 
     #[test]
     fn cuda_visible_devices_selects_nvml_indices_as_cuda_reads_it() {
-        assert_eq!(visible_indices(None, 3), Some(vec![0, 1, 2]));
-        assert_eq!(visible_indices(Some("2, 0"), 3), Some(vec![2, 0]));
+        let three = [const { None }; 3];
+        assert_eq!(visible_indices(None, &three), Some(vec![0, 1, 2]));
+        assert_eq!(visible_indices(Some("2, 0"), &three), Some(vec![2, 0]));
         // The list ends at the first entry that is not a GPU.
-        assert_eq!(visible_indices(Some("1,7,0"), 3), Some(vec![1]));
-        assert_eq!(visible_indices(Some("1,1,0"), 3), Some(vec![1]));
-        assert_eq!(visible_indices(Some(""), 3), Some(vec![]));
-        assert_eq!(visible_indices(Some("-1"), 3), Some(vec![]));
-        // UUIDs need the driver.
-        assert_eq!(visible_indices(Some("GPU-8f2a,0"), 3), None);
+        assert_eq!(visible_indices(Some("1,7,0"), &three), Some(vec![1]));
+        assert_eq!(visible_indices(Some("1,1,0"), &three), Some(vec![1]));
+        assert_eq!(visible_indices(Some(""), &three), Some(vec![]));
+        assert_eq!(visible_indices(Some("-1"), &three), Some(vec![]));
+        // UUIDs NVML did not give, and MIG instances, need the driver.
+        assert_eq!(visible_indices(Some("GPU-8f2a,0"), &three), None);
+        assert_eq!(visible_indices(Some("0,MIG-8f2a"), &three), None);
+    }
+
+    #[test]
+    fn gpus_named_by_uuid_are_found_by_nvmls_uuids() {
+        let uuids = [
+            Some("GPU-8f2a0c11-0000-4000-8000-000000000000".to_string()),
+            Some("GPU-8f2a0c11-0000-4000-8000-000000000001".to_string()),
+            Some("GPU-77c05e90-0000-4000-8000-000000000000".to_string()),
+        ];
+        let whole = "GPU-8f2a0c11-0000-4000-8000-000000000001";
+        assert_eq!(visible_indices(Some(whole), &uuids), Some(vec![1]));
+        // A prefix that one GPU's UUID starts with, in any case; mixed with
+        // indices.
+        assert_eq!(
+            visible_indices(Some("GPU-77C0,0"), &uuids),
+            Some(vec![2, 0])
+        );
+        // An ambiguous prefix, or one no GPU has, ends the list.
+        assert_eq!(visible_indices(Some("2,GPU-8f2a,0"), &uuids), Some(vec![2]));
+        assert_eq!(visible_indices(Some("GPU-0000,0"), &uuids), Some(vec![]));
+        assert_eq!(visible_indices(Some("GPU-"), &uuids), Some(vec![]));
+        // The same GPU twice: the second ends it.
+        let twice = format!("{whole},1,0");
+        assert_eq!(visible_indices(Some(&twice), &uuids), Some(vec![1]));
     }
 
     #[test]
