@@ -88,6 +88,7 @@ NVML = [
     "nvmlDeviceGetProcessUtilization",
     "nvmlDeviceGetMemoryInfo",
     "nvmlDeviceGetMemoryInfo_v2",
+    "nvmlDeviceGetUUID",
 ]
 # NVML's types, as driver/nvml.rs names them.
 NVML_TYPES = {

@@ -32,10 +32,9 @@ pub type PFN_nvmlDeviceGetProcessUtilization = unsafe extern "C" fn(
 /// `nvmlDeviceGetMemoryInfo` of nvml.h.
 pub type PFN_nvmlDeviceGetMemoryInfo =
     unsafe extern "C" fn(device: NvmlDevice, memory: *mut NvmlMemory) -> NvmlReturn;
-/// `nvmlDeviceGetUUID` of nvml.h: the UUID's text (`GPU-…`), NUL-ended, in
-/// a buffer of `length` bytes.
-pub type PFN_nvmlDeviceGetUUID =
-    unsafe extern "C" fn(device: NvmlDevice, uuid: *mut c_char, length: c_uint) -> NvmlReturn;
 /// `nvmlDeviceGetMemoryInfo_v2` of nvml.h.
 pub type PFN_nvmlDeviceGetMemoryInfo_v2 =
     unsafe extern "C" fn(device: NvmlDevice, memory: *mut NvmlMemoryV2) -> NvmlReturn;
+/// `nvmlDeviceGetUUID` of nvml.h.
+pub type PFN_nvmlDeviceGetUUID =
+    unsafe extern "C" fn(device: NvmlDevice, uuid: *mut c_char, length: c_uint) -> NvmlReturn;
