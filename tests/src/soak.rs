@@ -62,6 +62,8 @@ pub struct SoakReport {
     pub max_sm_requested_pct: f64,
     pub max_mem_budgeted_bytes: u64,
     pub longest_unmanaged: Duration,
+    /// The uid the hostile clients ran as, where not the tenants' own.
+    pub hostile_uid: Option<u32>,
 }
 
 /// The simulated GPU's memory the daemon admits against.
@@ -108,6 +110,8 @@ struct Soak {
     rng: Rng,
     report: SoakReport,
     last_periods: Option<(Instant, u64, f64)>,
+    /// Hostile clients run as another user, still holding connections.
+    hostile_clients: Vec<Child>,
 }
 
 impl Soak {
@@ -269,72 +273,57 @@ impl Soak {
     }
 
     fn hostile(&mut self) {
+        let kind = self.rng.below(HOSTILE_KINDS);
+        let seed = self.rng.next();
+        let prefix = format!("{}-hog{}", self.prefix, self.rng.next() % 1000);
         let socket = self.socket();
-        let kind = self.rng.below(5);
-        let answered = |bytes: &[u8]| -> bool {
-            let Ok(connection) = seqpacket::connect(&socket, Some(Duration::from_secs(5))) else {
-                return false;
-            };
-            if seqpacket::send(&connection, bytes, &[]).is_err() {
-                return false;
-            }
-            let mut buffer = vec![0u8; seqpacket::MAX_MESSAGE];
-            matches!(
-                seqpacket::recv(&connection, &mut buffer)
-                    .ok()
-                    .and_then(|(n, _)| node_wire::decode::<FromDaemon>(&buffer[..n]).ok()),
-                Some(FromDaemon::Error { .. })
-            )
+        let Some(uid) = hostile_uid() else {
+            // Not root: the hostile client is this process, the tenants'
+            // own uid.
+            let (event, held, hold) = hostile_action(kind, &socket, &prefix, seed);
+            std::thread::spawn(move || {
+                std::thread::sleep(hold);
+                drop(held);
+            });
+            self.count(event);
+            return;
         };
-        match kind {
-            0 => {
-                let len = 1 + self.rng.below(2000) as usize;
-                let bytes: Vec<u8> = (0..len).map(|_| self.rng.next() as u8).collect();
-                let _ = answered(&bytes);
-                self.count("hostile: random packet");
-            }
-            1 => {
-                let ok = answered(&vec![0xa5; seqpacket::MAX_MESSAGE + 1000]);
-                self.count(if ok {
-                    "hostile: oversize packet, error reply"
-                } else {
-                    "hostile: oversize packet, no error reply"
-                });
-            }
-            2 => {
-                let mut bytes = node_wire::encode(&ToDaemon::Status).unwrap();
-                bytes.extend_from_slice(b"trailing");
-                let ok = answered(&bytes);
-                self.count(if ok {
-                    "hostile: trailing bytes, error reply"
-                } else {
-                    "hostile: trailing bytes, no error reply"
-                });
-            }
-            3 => {
-                // Connections that never speak, held past the daemon's timeout.
-                let held: Vec<_> = (0..20)
-                    .filter_map(|_| seqpacket::connect(&socket, None).ok())
-                    .collect();
-                std::thread::spawn(move || {
-                    std::thread::sleep(Duration::from_secs(3));
-                    drop(held);
-                });
-                self.count("hostile: 20 idle connections");
-            }
-            _ => {
-                // A registration flood, held a moment, then dropped.
-                let prefix = format!("{}-hog{}", self.prefix, self.rng.next() % 1000);
-                let held: Vec<_> = (0..100)
-                    .filter_map(|i| register(&socket, &format!("{prefix}-{i}")))
-                    .collect();
-                std::thread::spawn(move || {
-                    std::thread::sleep(Duration::from_secs(1));
-                    drop(held);
-                });
-                self.count("hostile: flood of 100 registrations");
-            }
-        }
+        // Another user: this binary's hostile mode, run as that uid, says
+        // what it did and holds its connections for their time.
+        use std::io::BufRead;
+        use std::os::unix::process::CommandExt;
+        let child = Command::new(artifact("soak"))
+            .arg("--hostile")
+            .arg(kind.to_string())
+            .arg("--socket")
+            .arg(&socket)
+            .args(["--prefix", &prefix, "--seed", &seed.to_string()])
+            .uid(uid)
+            .gid(uid)
+            .current_dir("/")
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn();
+        let Ok(mut child) = child else {
+            self.count("hostile: could not start as another user");
+            return;
+        };
+        let line = child
+            .stdout
+            .take()
+            .and_then(|out| std::io::BufReader::new(out).lines().next())
+            .and_then(Result::ok)
+            .unwrap_or_default();
+        let event = HOSTILE_EVENTS
+            .iter()
+            .find(|e| **e == line)
+            .copied()
+            .unwrap_or("hostile: the other user's client said nothing");
+        self.count(event);
+        self.hostile_clients.push(child);
+        self.hostile_clients
+            .retain_mut(|c| matches!(c.try_wait(), Ok(None)));
     }
 
     /// Reads the status and checks the invariants on it.
@@ -500,6 +489,92 @@ fn register(socket: &Path, tenant: &str) -> Option<std::os::fd::OwnedFd> {
     }
 }
 
+/// The kinds of hostile client: a random packet, an oversize one, a
+/// valid request with trailing bytes, 20 connections that never speak, a
+/// flood of 100 registrations.
+pub const HOSTILE_KINDS: u64 = 5;
+
+/// What the report counts of a hostile client's visit.
+pub const HOSTILE_EVENTS: [&str; 8] = [
+    "hostile: random packet",
+    "hostile: oversize packet, error reply",
+    "hostile: oversize packet, no error reply",
+    "hostile: trailing bytes, error reply",
+    "hostile: trailing bytes, no error reply",
+    "hostile: 20 idle connections",
+    "hostile: flood of 100 registrations",
+    "hostile: flood of 100 registrations, none admitted",
+];
+
+/// The uid the hostile clients run as, another user than the tenants':
+/// only root can play one.
+pub fn hostile_uid() -> Option<u32> {
+    // SAFETY: geteuid has no preconditions.
+    (unsafe { libc::geteuid() } == 0).then(|| 62_000 + std::process::id() % 1000)
+}
+
+/// One hostile client's visit of `kind` ([`HOSTILE_KINDS`]) to the daemon at
+/// `socket`: what it came to ([`HOSTILE_EVENTS`]), and the connections it
+/// holds and for how long.
+pub fn hostile_action(
+    kind: u64,
+    socket: &Path,
+    prefix: &str,
+    seed: u64,
+) -> (&'static str, Vec<std::os::fd::OwnedFd>, Duration) {
+    let mut rng = Rng(seed.max(1));
+    let answered = |bytes: &[u8]| -> bool {
+        let Ok(connection) = seqpacket::connect(socket, Some(Duration::from_secs(5))) else {
+            return false;
+        };
+        if seqpacket::send(&connection, bytes, &[]).is_err() {
+            return false;
+        }
+        let mut buffer = vec![0u8; seqpacket::MAX_MESSAGE];
+        matches!(
+            seqpacket::recv(&connection, &mut buffer)
+                .ok()
+                .and_then(|(n, _)| node_wire::decode::<FromDaemon>(&buffer[..n]).ok()),
+            Some(FromDaemon::Error { .. })
+        )
+    };
+    let none = (Vec::new(), Duration::ZERO);
+    let (event, (held, hold)) = match kind {
+        0 => {
+            let len = 1 + rng.below(2000) as usize;
+            let bytes: Vec<u8> = (0..len).map(|_| rng.next() as u8).collect();
+            let _ = answered(&bytes);
+            (HOSTILE_EVENTS[0], none)
+        }
+        1 => {
+            let ok = answered(&vec![0xa5; seqpacket::MAX_MESSAGE + 1000]);
+            (HOSTILE_EVENTS[if ok { 1 } else { 2 }], none)
+        }
+        2 => {
+            let mut bytes = node_wire::encode(&ToDaemon::Status).unwrap();
+            bytes.extend_from_slice(b"trailing");
+            let ok = answered(&bytes);
+            (HOSTILE_EVENTS[if ok { 3 } else { 4 }], none)
+        }
+        3 => {
+            // Connections that never speak, held past the daemon's timeout.
+            let held: Vec<_> = (0..20)
+                .filter_map(|_| seqpacket::connect(socket, None).ok())
+                .collect();
+            (HOSTILE_EVENTS[5], (held, Duration::from_secs(3)))
+        }
+        _ => {
+            // A registration flood, held a moment, then dropped.
+            let held: Vec<_> = (0..100)
+                .filter_map(|i| register(socket, &format!("{prefix}-{i}")))
+                .collect();
+            let event = HOSTILE_EVENTS[if held.is_empty() { 7 } else { 6 }];
+            (event, (held, Duration::from_secs(1)))
+        }
+    };
+    (event, held, hold)
+}
+
 fn rss_bytes(pid: u32) -> Option<u64> {
     let text = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
     let line = text.lines().find(|l| l.starts_with("VmRSS:"))?;
@@ -532,6 +607,7 @@ pub fn run(config: SoakConfig, mut progress: impl FnMut(&str)) -> SoakReport {
         generation: 0,
         report: SoakReport::default(),
         last_periods: None,
+        hostile_clients: Vec::new(),
     };
     let started = Instant::now();
     soak.start_daemon();
@@ -576,6 +652,11 @@ pub fn run(config: SoakConfig, mut progress: impl FnMut(&str)) -> SoakReport {
     }
     soak.check();
     soak.finish();
+    for client in &mut soak.hostile_clients {
+        let _ = client.kill();
+        let _ = client.wait();
+    }
+    soak.report.hostile_uid = hostile_uid();
     soak.report.elapsed = started.elapsed();
     soak.report
 }
@@ -589,8 +670,7 @@ pub fn markdown(config: &SoakConfig, report: &SoakReport, command: &str) -> Stri
     ));
     out.push_str(&format!(
         "Duration {:.0} s, {} tenant slots, seed {}, one simulated GPU ({} MiB admitted against), \
-         control period {NOMINAL_PERIOD_MS} ms, {} build, default per-user caps (the hostile \
-         clients run as the tenants' own uid, so their floods meet `max_tenants_per_uid`). \
+         control period {NOMINAL_PERIOD_MS} ms, {} build, default per-user caps ({}). \
          Each tenant asks for 32 to 256 MiB and an SM request of 0 to 40%; many are refused \
          admission by design.\n\n",
         report.elapsed.as_secs_f64(),
@@ -601,6 +681,15 @@ pub fn markdown(config: &SoakConfig, report: &SoakReport, command: &str) -> Stri
             "debug"
         } else {
             "release"
+        },
+        match report.hostile_uid {
+            Some(uid) => format!(
+                "the hostile clients run as uid {uid}, another user than the tenants', so their \
+                 floods meet that user's `max_tenants_per_uid` and `max_connections_per_uid`"
+            ),
+            None => "the hostile clients run as the tenants' own uid (another needs root), so \
+                     their floods meet `max_tenants_per_uid`"
+                .to_string(),
         }
     ));
     out.push_str("## Events\n\n| event | count |\n|---|---:|\n");

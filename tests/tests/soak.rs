@@ -1,7 +1,8 @@
 //! Issue 50: the node manager's soak, short. Tenants churn (some
 //! SIGKILLed), the daemon is SIGKILLed and restarted, budgets change and
-//! hostile clients attack, for 30 s; every invariant must hold throughout
-//! (see `dilu_tests::soak`). The long run is `scripts/bench.sh soak`.
+//! hostile clients attack (as another user where the test runs as root),
+//! for 30 s; every invariant must hold throughout (see `dilu_tests::soak`).
+//! The long run is `scripts/bench.sh soak`.
 
 use dilu_tests::soak::{self, SoakConfig};
 use std::time::Duration;
@@ -27,6 +28,18 @@ fn a_short_soak_holds_every_invariant() {
         events("status checked") >= 10,
         "invariants were checked: {text}"
     );
+    // As root the hostile clients are another user: each visit ran as that
+    // uid and said what it came to.
+    if report.hostile_uid.is_some() {
+        let visits: u64 = soak::HOSTILE_EVENTS.iter().map(|e| events(e)).sum();
+        assert!(visits > 0, "hostile clients ran as another user: {text}");
+        assert_eq!(
+            events("hostile: could not start as another user")
+                + events("hostile: the other user's client said nothing"),
+            0,
+            "{text}"
+        );
+    }
     assert!(
         report.violations.is_empty(),
         "broken invariants: {:#?}",

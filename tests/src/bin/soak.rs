@@ -4,12 +4,19 @@
 //! usage: soak [--seconds N] [--tenants N] [--seed N] [--report FILE]
 //! (defaults: 300 s, 6 tenants, seed 1, the report on stdout). Exits 1 when
 //! an invariant broke.
+//!
+//! `soak --hostile KIND --socket PATH --prefix P --seed N` is one hostile
+//! client's visit, which the soak runs as another user where it can: it
+//! prints what the visit came to, then holds its connections for their time.
 
 use dilu_tests::soak::{self, SoakConfig};
 use std::process::ExitCode;
 use std::time::Duration;
 
 fn main() -> ExitCode {
+    if std::env::args().nth(1).as_deref() == Some("--hostile") {
+        return hostile_client();
+    }
     let mut config = SoakConfig {
         duration: Duration::from_secs(300),
         tenants: 6,
@@ -77,4 +84,36 @@ fn main() -> ExitCode {
         }
         ExitCode::FAILURE
     }
+}
+
+/// `--hostile KIND --socket PATH --prefix P --seed N`: one hostile visit.
+fn hostile_client() -> ExitCode {
+    let args: Vec<String> = std::env::args().skip(2).collect();
+    let value = |flag: &str| {
+        args.iter()
+            .position(|a| a == flag)
+            .and_then(|i| args.get(i + 1))
+            .cloned()
+    };
+    let (Some(kind), Some(socket), Some(prefix), Some(seed)) = (
+        args.first().cloned(),
+        value("--socket"),
+        value("--prefix"),
+        value("--seed"),
+    ) else {
+        eprintln!("usage: soak --hostile KIND --socket PATH --prefix P --seed N");
+        return ExitCode::from(2);
+    };
+    let (Ok(kind), Ok(seed)) = (kind.parse::<u64>(), seed.parse::<u64>()) else {
+        eprintln!("soak --hostile: KIND and N are whole numbers");
+        return ExitCode::from(2);
+    };
+    let (event, held, hold) =
+        soak::hostile_action(kind, std::path::Path::new(&socket), &prefix, seed);
+    println!("{event}");
+    use std::io::Write;
+    let _ = std::io::stdout().flush();
+    std::thread::sleep(hold);
+    drop(held);
+    ExitCode::SUCCESS
 }
