@@ -126,6 +126,7 @@ def serve(args):
 
     print(json.dumps({
         "program": "serve",
+        "pid": os.getpid(),
         "model": name,
         "seq": args.seq,
         "batch": batch,
@@ -190,6 +191,7 @@ def report_steps(fields, per_step, start_ns, elapsed, step_end_ns):
     steps = len(step_end_ns)
     print(json.dumps({
         **fields,
+        "pid": os.getpid(),
         "steps": steps,
         "seconds": round(elapsed, 3),
         "steps_per_second": round(steps / elapsed, 3),

@@ -4,7 +4,8 @@
 # PyTorch programs (scripts/frameworks.py), run unmodified under: each alone,
 # no limiter, the node manager's static controller, dilu at its defaults
 # (`dilu nodemgr`, the server under `dilu run --colo primary --slo-ms`, the
-# trainer under `dilu run --colo filler`), dilu with the server's profile
+# trainer under `dilu run --colo filler`), the same without the server's SLO
+# (`--colo primary` alone: kept as if alone), dilu with the server's profile
 # (`dilu profile` of the server first, then the server under `dilu run
 # --profile`) and HAMi-core's libvgpu.so (built from a checkout, as
 # scripts/peers.sh does). Writes bench/results/frameworks.md.
@@ -27,7 +28,7 @@
 #                   the trainer gets the rest)
 # --profile-max-batch B   largest batch `dilu profile` tries (default 4)
 # --profile-trial-seconds S  each profile trial's length (default 6)
-# --only LIST       comma-separated subset of: alone,none,static,dilu,profiled,hami
+# --only LIST       comma-separated subset of: alone,none,static,dilu,noslo,profiled,hami
 #
 # HAMI_CORE_SRC=DIR a HAMi-core checkout (https://github.com/Project-HAMi/HAMi-core);
 #                   without it, or if it does not build here, the HAMi-core row
@@ -40,7 +41,7 @@ cd "$(dirname "$0")/.."
 given_args="$*"
 seconds=20 rate="" slo_ms="" train_batch=32 image=224 model=resnet50 split=50
 profile_max_batch=4 profile_trial=6
-only=alone,none,static,dilu,profiled,hami
+only=alone,none,static,dilu,noslo,profiled,hami
 while [ $# -gt 0 ]; do
   case $1 in
     --seconds) seconds=$2; shift 2 ;;
@@ -151,6 +152,10 @@ launch() {
       local spec=(--colo filler)
       [ "$role" = serve ] && spec=(--colo primary --slo-ms "$slo_ms")
       "$dilu" run --sim --tenant "$tenant" "${spec[@]}" -- "${program[@]}" ;;
+    noslo)
+      local spec=(--colo filler)
+      [ "$role" = serve ] && spec=(--colo primary)
+      "$dilu" run --sim --tenant "$tenant" "${spec[@]}" -- "${program[@]}" ;;
     profiled)
       local spec=(--colo filler)
       [ "$role" = serve ] && spec=(--colo primary --profile "$work/profile/profile.toml")
@@ -173,7 +178,7 @@ configuration() {
   # The host's load: both programs' host side runs on these cores.
   cut -d' ' -f1 /proc/loadavg >"$dir/load.before"
   export SIMGPU_INSTANCE=fw-$$-$name SIMGPU_TRACE=$dir/trace.jsonl DILU_COLO_GROUP=fw-$$-$name
-  if [ "$limiter" = static ] || [ "$limiter" = dilu ] || [ "$limiter" = profiled ]; then
+  if [ "$limiter" = static ] || [ "$limiter" = dilu ] || [ "$limiter" = noslo ] || [ "$limiter" = profiled ]; then
     : >"$dir/none.toml"
     local controller=()
     [ "$limiter" = static ] && controller=(--controller static)
@@ -237,6 +242,7 @@ wants alone && { configuration serve-alone none serve; configuration train-alone
 wants none && configuration "no-limiter" none both
 wants static && configuration static static both
 wants dilu && configuration dilu dilu both
+wants noslo && configuration dilu-noslo noslo both
 if wants profiled; then
   # The server's profile, found by running its request path alone under
   # `dilu profile` (the profiler's own node manager holds each share).

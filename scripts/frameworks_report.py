@@ -72,6 +72,12 @@ def main():
     rows = []
     train_alone = last_json(os.path.join(work, "train-alone", "train.out"))
     alone_rate = train_alone["steps_per_second"] if train_alone else None
+    # The server alone: the reference of the latency ratios, and the idle
+    # time it leaves, which the trainer's device time is a harvest of.
+    serve_alone = last_json(os.path.join(work, "serve-alone", "serve.out"))
+    alone_busy = None
+    if serve_alone:
+        alone_busy, _ = trace_busy(os.path.join(work, "serve-alone", "trace.jsonl"), *serve_alone["window_ns"])
 
     def row(label, folder, note=""):
         d = os.path.join(work, folder)
@@ -97,12 +103,16 @@ def main():
         busy, shares = trace_busy(os.path.join(d, "trace.jsonl"), *window) if window else (None, {})
         cells = [label]
         if serve:
-            cells += [f"{serve['requests']}", f"{serve['service_ms_mean']:.1f}", f"{serve['p50_ms']:.1f}", f"{serve['p99_ms']:.1f}",
-                      f"{100 * serve['slo_violation_rate']:.1f}%"]
+            cells += [f"{serve['requests']}", f"{serve['service_ms_mean']:.1f}", f"{serve['p50_ms']:.1f}", f"{serve['p99_ms']:.1f}"]
+            if serve_alone and folder != "serve-alone" and serve_alone["p50_ms"] > 0 and serve_alone["p99_ms"] > 0:
+                cells += [f"{serve['p50_ms'] / serve_alone['p50_ms']:.2f}× / {serve['p99_ms'] / serve_alone['p99_ms']:.2f}×"]
+            else:
+                cells += ["—"]
+            cells += [f"{100 * serve['slo_violation_rate']:.1f}%"]
         elif os.path.exists(os.path.join(d, "serve.err")):
-            cells += ["failed: " + tail(os.path.join(d, "serve.err"), 2)[:160], "", "", "", ""]
+            cells += ["failed: " + tail(os.path.join(d, "serve.err"), 2)[:160], "", "", "", "", ""]
         else:
-            cells += ["—", "", "", "", ""]
+            cells += ["—", "", "", "", "", ""]
         steps_in_window = None
         if train and window:
             ends = [t for t in train["step_end_ns"] if window[0] <= t <= window[1]]
@@ -117,6 +127,13 @@ def main():
         cells += [f"{100 * busy:.1f}%" if busy is not None else "—"]
         ordered = sorted(shares.values(), reverse=True)
         cells += [" + ".join(f"{100 * s:.1f}%" for s in ordered) if ordered else "—"]
+        # Harvest: the trainer's device time beside the server over the
+        # time the server leaves idle alone.
+        trainer_share = shares.get(train.get("pid")) if train and serve else None
+        if trainer_share is not None and alone_busy is not None and alone_busy < 1:
+            cells += [f"{100 * trainer_share / (1 - alone_busy):.1f}%"]
+        else:
+            cells += ["—"]
         load = [open(os.path.join(d, f)).read().strip() if os.path.exists(os.path.join(d, f)) else "?"
                 for f in ("load.before", "load.after")]
         cells += [f"{load[0]} → {load[1]}", note]
@@ -127,6 +144,7 @@ def main():
     row("no limiter", "no-limiter")
     row("static", "static", f"server SM request {split}%, trainer {100 - int(split)}%, limits 100%")
     row("dilu (defaults)", "dilu", "`--colo primary --slo-ms` / `--colo filler`, nothing else set")
+    row("dilu without SLO", "dilu-noslo", "`--colo primary` / `--colo filler`: the server kept as if alone")
     profile = last_json(os.path.join(work, "profile", "profile.json"))
     if profile:
         row("dilu, profiled", "dilu-profiled",
@@ -134,11 +152,11 @@ def main():
             f"limit {profile['sm_limit']}%), trainer `--colo filler`")
     elif os.path.isdir(os.path.join(work, "profile")):
         why = tail(os.path.join(work, "profile", "profile.err"), 1)[:160]
-        rows.append(f"| dilu, profiled | — | | | | | — | — | — | — | `dilu profile` failed: {why} |")
+        rows.append(f"| dilu, profiled | — | | | | | | — | — | — | — | — | `dilu profile` failed: {why} |")
     if os.path.isdir(os.path.join(work, "hami-core")):
         row("HAMi-core", "hami-core", f"`CUDA_DEVICE_SM_LIMIT` {split} / {100 - int(split)}")
     else:
-        rows.append(f"| HAMi-core | — | | | | | — | — | — | — | {hami_note} |")
+        rows.append(f"| HAMi-core | — | | | | | | — | — | — | — | — | {hami_note} |")
 
     serve_any = None
     for folder in ("serve-alone", "no-limiter", "dilu", "dilu-profiled"):
@@ -180,9 +198,11 @@ def main():
           "run through the server's whole window of requests; training throughput is counted over that "
           "window. Device busy and shares: device time from simgpu's kernel trace over that window "
           "(the trainer alone: its timed steps). Service: the time from a request's start to its result, queueing left out. "
+          "p50 / p99 vs alone: the server's percentiles over its own run alone (the field's yardstick). Harvest: the "
+          "trainer's device time over the time the server leaves the device idle alone. "
           "HAMi-core: " + (hami_note or "not run") + ".\n")
-    print("| configuration | requests | service ms (mean) | p50 ms | p99 ms | SLO violations | training steps/s | device busy | shares | host load | settings |")
-    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|")
+    print("| configuration | requests | service ms (mean) | p50 ms | p99 ms | p50 / p99 vs alone | SLO violations | training steps/s | device busy | shares | harvest | host load | settings |")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|")
     for r in rows:
         print(r)
     print()
