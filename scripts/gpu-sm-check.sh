@@ -10,7 +10,7 @@
 #
 # With --sim it runs the same shapes on simgpu (its defaults, each run on an
 # instance of its own, pairs sharing one) and writes bench/results/sim-sm.md,
-# each cell beside the H100's from bench/results/gpu-sm.md: how faithful
+# each cell beside the real GPU's from bench/results/gpu-sm.md: how faithful
 # simgpu's sharing model is, measured the way a real GPU allows.
 #
 #   scripts/gpu-sm-check.sh [--seconds S] [--sim] [--nvml-only]   (default 4 s per run)
@@ -92,6 +92,9 @@ capped() {
     "$bin/cudarc-loop" --seconds "$seconds" --json "$@" 2>/dev/null | rate
 }
 
+# The real GPU the --sim rows stand beside: the one gpu-sm.md was measured on.
+reference=$(sed -n 's/^GPU: NVIDIA \([A-Za-z0-9]*\).*/\1/p' bench/results/gpu-sm.md 2>/dev/null | head -1)
+reference=${reference:-real GPU}
 flags="--seconds $seconds"
 [ "$sim" = 1 ] && flags="$flags --sim"
 [ "$nvml_only" = 1 ] && flags="$flags --nvml-only"
@@ -101,11 +104,11 @@ flags="--seconds $seconds"
     echo
     echo "Command: \`scripts/gpu-sm-check.sh $flags\`, $(date -u +%Y-%m-%dT%H:%M:%SZ)."
   elif [ "$sim" = 1 ]; then
-    echo "# SM-time caps on simgpu beside the H100, by completed work"
+    echo "# SM-time caps on simgpu beside the $reference, by completed work"
     echo
     echo "Command: \`scripts/gpu-sm-check.sh $flags\`, $(date -u +%Y-%m-%dT%H:%M:%SZ)."
     echo "Device: simgpu with its defaults (\`simgpu/README.md\`, *Calibration*); each shape's second"
-    echo "row is the H100's, copied from bench/results/gpu-sm.md."
+    echo "row is the $reference's, copied from bench/results/gpu-sm.md."
   else
     echo "# SM-time caps on a real GPU, by completed work"
     echo
@@ -155,7 +158,7 @@ flags="--seconds $seconds"
     rm -f "$fa"
     echo "$row |"
     if [ "$sim" = 1 ]; then
-      grep -F "| $name |" bench/results/gpu-sm.md 2>/dev/null | head -1 | sed "s/^| $name |/| ↳ H100 |/"
+      grep -F "| $name |" bench/results/gpu-sm.md 2>/dev/null | head -1 | sed "s/^| $name |/| ↳ $reference |/"
     fi
   done
   fi

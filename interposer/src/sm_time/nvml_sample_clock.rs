@@ -173,13 +173,14 @@ impl SampleClock {
 
 /// A sample's busy time, at most the time from the process's first launch
 /// (`count_from_us`) to the sample's stamp where its period began before
-/// that launch. NVIDIA's driver counts a process's start-up (context,
-/// module, first copies) as busy: on an H200 a sample stamped 34 ms before
-/// the first launch said 44%. Counted whole, the period holding the first
-/// launch (46%, 92 ms) was settled against the 16.6 ms charged since that
-/// launch, and the 75 ms debt held a 50% tenant near 0% for its next
-/// samples. A stamp on another clock (before the launch, or a period or
-/// more after it) leaves the busy time as it is.
+/// that launch. NVIDIA's driver counts busy time before a process's first
+/// kernel launch (its start-up: context, module, first copies): on an
+/// H200 a sample stamped 34 ms before the first launch said 44%. Counted
+/// whole, the period holding the first launch (46%, 92 ms) was settled
+/// against the 16.6 ms charged since that launch, and the 75 ms debt held
+/// a 50% tenant at 0-36% in its next samples. A stamp on another clock
+/// (before the launch, or a period or more after it) leaves the busy time
+/// as it is.
 fn bounded_by_first_launch(
     busy_ns: u64,
     stamp_us: u64,
