@@ -600,20 +600,18 @@ pub fn latency_reported(latency_ns: u64) {
                 .swap(before, Ordering::Relaxed);
             let warm = colo.requests_reported.fetch_add(1, Ordering::Relaxed) >= WARM_UP_REQUESTS;
             let clean = warm && earlier == filled && delay == 0;
-            let p99 = if clean {
-                colo.latency_history.record(alone)
-            } else {
-                colo.latency_history.p99()
-            };
-            let pushed_over = pushed_over_bound(latency_ns, alone, p99);
+            if clean {
+                colo.latency_history.record(alone);
+            }
+            let filler_ppm = colo.filler_occupancy.update(now, filled);
+            let tail = colo.latency_history.tail(filler_ppm);
+            let pushed_over = pushed_over_bound(latency_ns, alone, tail.map(|t| t.p99_ns));
             for device in 0..colo.devices {
                 colo.board(device).primary_request_judged(pushed_over);
             }
             let in_credit = (0..colo.devices).all(|device| colo.board(device).delay_credit() > 0.0);
-            let filler_ppm = colo.filler_occupancy.update(now, filled);
-            let tail = colo.latency_history.tail_for_occupancy(filler_ppm);
-            p99.zip(tail).map_or(0, |(p99, tail)| {
-                learned_tolerance(p99, tail, worst, in_credit)
+            tail.map_or(0, |t| {
+                learned_tolerance(t.p99_ns, t.pushable_ns, worst, in_credit)
             })
         }
         None => return,

@@ -91,38 +91,24 @@ impl LatencyHistory {
         }
     }
 
-    /// Records one latency; returns the window's p99 ([`Self::p99`]).
-    pub(crate) fn record(&self, latency_ns: u64) -> Option<u64> {
+    /// Records one latency.
+    pub(crate) fn record(&self, latency_ns: u64) {
         let count = self.next.fetch_add(1, Ordering::Relaxed);
         self.ns[count as usize % HISTORY_WINDOW].store(latency_ns, Ordering::Relaxed);
-        self.p99()
     }
 
-    /// The window's p99 once [`HISTORY_FIRST`] requests were recorded: the
-    /// (n/100 + 2)-th longest of n, so that one outlier among few samples
-    /// (a request that waited for the host) does not set it; with the whole
-    /// window, the 4th longest of 256 (about the p99).
-    pub(crate) fn p99(&self) -> Option<u64> {
-        self.longest(|known| known / 100 + 2)
+    /// The window's p99 ([`Tail::p99_ns`]), once [`HISTORY_FIRST`] requests
+    /// were recorded.
+    #[cfg(test)]
+    fn p99(&self) -> Option<u64> {
+        self.tail(1_000_000).map(|tail| tail.p99_ns)
     }
 
-    /// The latency that only the requests fillers may push over the bound
-    /// exceed, where fillers keep the device `filler_ppm` of the time: a
-    /// request arrives during filler work about that often, and at most
-    /// [`DELAY_BUDGET_PPM`] of all requests may be pushed over, so the
-    /// latency above which lie `DELAY_BUDGET_PPM / filler_ppm` of the
-    /// window's requests (at least the two longest: one outlier does not
-    /// set it). `None` until the p99 is known.
-    pub(crate) fn tail_for_occupancy(&self, filler_ppm: u64) -> Option<u64> {
-        self.longest(|known| {
-            let share_ppm = (DELAY_BUDGET_PPM as u64 * 1_000_000) / filler_ppm.max(1);
-            ((known as u64 * share_ppm / 1_000_000) as usize).max(2)
-        })
-    }
-
-    /// The `rank(known)`-th longest of the `known` latencies in the window
-    /// (1: the longest), once [`HISTORY_FIRST`] were recorded.
-    fn longest(&self, rank: impl Fn(usize) -> usize) -> Option<u64> {
+    /// The window's p99 and the latency fillers keeping the device
+    /// `filler_ppm` of the time may push requests over the bound from
+    /// ([`Tail`]), from one sort; `None` until [`HISTORY_FIRST`] requests
+    /// were recorded.
+    pub(crate) fn tail(&self, filler_ppm: u64) -> Option<Tail> {
         let count = self.next.load(Ordering::Relaxed);
         let known = (count as usize).min(HISTORY_WINDOW);
         if count < HISTORY_FIRST {
@@ -134,8 +120,30 @@ impl LatencyHistory {
         }
         let window = &mut window[..known];
         window.sort_unstable();
-        Some(window[known.saturating_sub(rank(known).clamp(1, known))])
+        // The rank-th longest (1: the longest).
+        let longest = |rank: usize| window[known - rank.clamp(1, known)];
+        let share_ppm = (DELAY_BUDGET_PPM as u64 * 1_000_000) / filler_ppm.max(1);
+        Some(Tail {
+            p99_ns: longest(known / 100 + 2),
+            pushable_ns: longest(((known as u64 * share_ppm / 1_000_000) as usize).max(2)),
+        })
     }
+}
+
+/// What a primary's latencies alone say about its tail.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Tail {
+    /// The p99: the (n/100 + 2)-th longest of n, so that one outlier among
+    /// few samples (a request that waited for the host) does not set it;
+    /// with the whole window, the 4th longest of 256.
+    pub(crate) p99_ns: u64,
+    /// The latency that only the requests fillers may push over the bound
+    /// exceed: a request arrives during filler work about as often as
+    /// fillers keep the device, and at most [`DELAY_BUDGET_PPM`] of all
+    /// requests may be pushed over, so the latency above which lie
+    /// `DELAY_BUDGET_PPM / filler_ppm` of the window's requests (at least
+    /// the two longest: one outlier does not set it).
+    pub(crate) pushable_ns: u64,
 }
 
 /// How long fillers' share of the device is averaged over.
@@ -189,7 +197,7 @@ impl FillerOccupancy {
 /// as often as fillers keep the device, and at most [`DELAY_BUDGET_PPM`] of
 /// them may be pushed over the bound: so a filler kernel may be as long as
 /// the slack of `tail_ns`, the latency only that many exceed
-/// ([`LatencyHistory::tail_for_occupancy`]), less the hand-offs. Fillers
+/// ([`Tail::pushable_ns`]), less the hand-offs. Fillers
 /// that seldom run may go longer; ones that keep the device busy, about a
 /// tenth of the p99 (a request at the p99 then stays within the bound).
 /// Out of credit for delayed requests (`in_credit` false), that tenth.
@@ -310,19 +318,23 @@ mod tests {
             "over the bound alone: not the fillers' doing"
         );
         // Fewer than HISTORY_FIRST requests: nothing learned yet.
-        assert_eq!(history.record(30 * MS), None, "one slow request");
+        history.record(30 * MS);
+        assert_eq!(history.p99(), None, "one slow request");
         for _ in 2..HISTORY_FIRST {
-            assert_eq!(history.record(4 * MS), None);
+            history.record(4 * MS);
+            assert_eq!(history.p99(), None);
         }
+        history.record(4 * MS);
         assert_eq!(
-            history.record(4 * MS),
+            history.p99(),
             Some(4 * MS),
             "one outlier among few requests does not set the p99"
         );
         // One request of 10 ms in 200, the others 4 ms: the p99 is 4 ms.
         let mut p99 = None;
         for k in 0..400u64 {
-            p99 = history.record(if k % 200 == 199 { 10 * MS } else { 4 * MS });
+            history.record(if k % 200 == 199 { 10 * MS } else { 4 * MS });
+            p99 = history.p99();
         }
         assert_eq!(p99, Some(4 * MS));
         // In credit, fillers keeping the device busy all the time: the
@@ -350,7 +362,8 @@ mod tests {
         assert_eq!(learned_tolerance(2 * MS, 2 * MS, MS, true), 0);
         // Most requests slow, the tail follows: the p99 is the slow one.
         for _ in 0..HISTORY_WINDOW {
-            p99 = history.record(20 * MS);
+            history.record(20 * MS);
+            p99 = history.p99();
         }
         assert_eq!(p99, Some(20 * MS));
     }
@@ -366,13 +379,15 @@ mod tests {
         assert_eq!(history.p99(), Some(253 * MS), "the 4th longest");
         // Fillers on the device all the time: only the two longest
         // (0.5% of 256, at least two) may be pushed over.
-        assert_eq!(history.tail_for_occupancy(1_000_000), Some(255 * MS));
+        let pushable = |ppm| history.tail(ppm).map(|t| t.pushable_ns);
+        assert_eq!(pushable(1_000_000), Some(255 * MS));
         // A tenth of the time: a tenth of the requests arrive during
         // filler work and 0.5% of all may be pushed over, so those of the
         // 5% longest (12 of 256) may be.
-        assert_eq!(history.tail_for_occupancy(100_000), Some(245 * MS));
+        assert_eq!(pushable(100_000), Some(245 * MS));
         // Never: every request may be (the shortest).
-        assert_eq!(history.tail_for_occupancy(0), Some(MS));
+        assert_eq!(pushable(0), Some(MS));
+        assert_eq!(history.tail(0).map(|t| t.p99_ns), history.p99());
     }
 
     #[test]
