@@ -30,6 +30,7 @@ pub mod budget;
 pub mod clock;
 pub mod colocation;
 pub mod histogram;
+pub mod ipc_mappings;
 pub mod ledger;
 pub mod memfd;
 pub mod quiet;

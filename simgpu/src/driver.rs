@@ -343,6 +343,7 @@ impl Driver {
             let n = bytes.max(1).div_ceil(256) * 256;
             return Ok(self.null_next.fetch_add(n, Relaxed));
         }
+        crate::api::ipc::reclaim_let_go(self);
         let c = charged(bytes);
         self.charge(dev, c)?;
         match self.arenas[dev].alloc(c as usize) {
@@ -363,6 +364,12 @@ impl Driver {
         }
         for (d, a) in self.arenas.iter().enumerate() {
             if a.contains(ptr as usize, 1) {
+                if a.range_of(ptr as usize)
+                    .is_some_and(|(base, _)| base == ptr as usize)
+                    && crate::api::ipc::freed_while_mapped(d, ptr)
+                {
+                    return Ok(());
+                }
                 let len = a.free(ptr as usize).ok_or(CUDA_ERROR_INVALID_VALUE)?;
                 self.uncharge(d, len as u64);
                 return Ok(());
@@ -379,6 +386,7 @@ impl Driver {
             }
         }
         crate::api::vmm::vmm_dev(ptr as usize, len)
+            .or_else(|| crate::api::ipc::imported_dev(ptr, len))
     }
 
     /// Validates that `[ptr, ptr+len)` is device memory.

@@ -21,6 +21,7 @@ mod memory;
 mod proc_table;
 mod serial_timeline;
 mod shm;
+mod shm_exports;
 mod timeslice;
 mod trace;
 

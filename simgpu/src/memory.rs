@@ -1,6 +1,9 @@
 //! Per-process device memory: one lazily backed arena per device (device
 //! pointers are addresses in it, so copies are plain memcpy), a first-fit
 //! allocator, and the virtual-memory-management (cuMemCreate/cuMemMap) pieces.
+//!
+//! The arena is a memfd mapped shared, so another process can map the same
+//! bytes (`cuIpcOpenMemHandle` opens it through `/proc/<pid>/fd`).
 
 use std::collections::BTreeMap;
 use std::sync::Mutex;
@@ -11,7 +14,8 @@ pub(crate) const ALIGN: usize = 256;
 pub(crate) const CHARGE_GRANULE: u64 = 512;
 /// VMM granularity reported by cuMemGetAllocationGranularity.
 pub(crate) const VMM_GRANULE: usize = 2 << 20;
-/// Frees at least this big give their pages back with MADV_DONTNEED.
+/// Frees at least this big give their pages back (a hole punched in the
+/// memfd).
 const DONTNEED_MIN: usize = 1 << 20;
 
 pub(crate) fn charged(bytes: u64) -> u64 {
@@ -29,6 +33,9 @@ struct FirstFit {
 pub(crate) struct Arena {
     pub base: usize,
     pub size: usize,
+    /// The memfd behind the arena (-1: an anonymous private mapping, where
+    /// memfds are unavailable; nothing can be shared between processes then).
+    pub fd: i32,
     fit: Mutex<FirstFit>,
 }
 
@@ -36,21 +43,35 @@ impl Arena {
     /// Reserves `size` bytes of lazily backed address space (costs nothing
     /// until touched).
     pub(crate) fn new(size: usize) -> Result<Arena, String> {
-        // SAFETY: anonymous private mapping at a kernel-chosen address.
+        let fd = shareable_memfd(size);
+        let (flags, map_fd) = if fd >= 0 {
+            (libc::MAP_SHARED | libc::MAP_NORESERVE, fd)
+        } else {
+            (
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE,
+                -1,
+            )
+        };
+        // SAFETY: a fresh mapping at a kernel-chosen address, of our memfd
+        // (sized to `size` above) or anonymous memory.
         let p = unsafe {
             libc::mmap(
                 std::ptr::null_mut(),
                 size,
                 libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE,
-                -1,
+                flags,
+                map_fd,
                 0,
             )
         };
         if p == libc::MAP_FAILED {
+            let error = std::io::Error::last_os_error();
+            if fd >= 0 {
+                // SAFETY: we own fd and nothing maps it.
+                unsafe { libc::close(fd) };
+            }
             return Err(format!(
-                "simgpu: cannot reserve {size} bytes of address space for device memory: {}",
-                std::io::Error::last_os_error()
+                "simgpu: cannot reserve {size} bytes of address space for device memory: {error}"
             ));
         }
         let mut fit = FirstFit::default();
@@ -58,6 +79,7 @@ impl Arena {
         Ok(Arena {
             base: p as usize,
             size,
+            fd,
             fit: Mutex::new(fit),
         })
     }
@@ -101,16 +123,42 @@ impl Arena {
         f.free.insert(start, end - start);
         drop(f);
         if len >= DONTNEED_MIN {
-            let page = 4096;
-            let a = (self.base + off).div_ceil(page) * page;
-            let b = (self.base + off + len) / page * page;
-            if b > a {
-                // SAFETY: [a, b) lies inside our arena mapping and belongs to
-                // the block just freed; nobody may use it any more.
-                unsafe { libc::madvise(a as *mut libc::c_void, b - a, libc::MADV_DONTNEED) };
-            }
+            self.give_back_pages(off, len);
         }
         Some(len)
+    }
+
+    /// Returns the whole pages inside `[off, off+len)` to the system (they
+    /// read as zeros afterwards).
+    fn give_back_pages(&self, off: usize, len: usize) {
+        let page = 4096;
+        let a = off.div_ceil(page) * page;
+        let b = (off + len) / page * page;
+        if b <= a {
+            return;
+        }
+        if self.fd >= 0 {
+            // SAFETY: punches a hole in our own memfd, inside the block
+            // just freed; nobody may use those bytes any more.
+            unsafe {
+                libc::fallocate(
+                    self.fd,
+                    libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE,
+                    a as libc::off_t,
+                    (b - a) as libc::off_t,
+                )
+            };
+        } else {
+            // SAFETY: [a, b) lies inside our arena mapping and belongs to
+            // the block just freed; nobody may use it any more.
+            unsafe {
+                libc::madvise(
+                    (self.base + a) as *mut libc::c_void,
+                    b - a,
+                    libc::MADV_DONTNEED,
+                )
+            };
+        }
     }
 
     /// The live block containing `ptr`: (start, len).
@@ -122,34 +170,49 @@ impl Arena {
     }
 }
 
-/// A physical allocation made by cuMemCreate: one memfd, so every mapping of
-/// it aliases the same bytes. Charged until the handle is released and every
-/// mapping of it is gone.
+/// A memfd of `size` bytes (sparse: costs nothing until touched), or -1.
+pub(crate) fn shareable_memfd(size: usize) -> i32 {
+    // SAFETY: the name is a valid C string.
+    let fd = unsafe { libc::memfd_create(c"simgpu-device-memory".as_ptr(), libc::MFD_CLOEXEC) };
+    if fd < 0 {
+        return -1;
+    }
+    // SAFETY: fd is the memfd we just created.
+    if unsafe { libc::ftruncate(fd, size as libc::off_t) } != 0 {
+        // SAFETY: as above.
+        unsafe { libc::close(fd) };
+        return -1;
+    }
+    fd
+}
+
+/// A physical allocation made by cuMemCreate (or imported from another
+/// process's shareable handle): one memfd, so every mapping of it aliases
+/// the same bytes. Charged until the handle is released and every mapping
+/// of it is gone.
 pub(crate) struct Phys {
     pub fd: i32,
     pub size: usize,
     pub dev: usize,
     pub charge: u64,
+    /// Exported (`cuMemExportToShareableHandle`): its entry in the instance's
+    /// export table, (index, key). Its charge then stays until the last
+    /// importing process lets go too.
+    pub exported: std::sync::Mutex<Option<(usize, u64)>>,
+    /// Imported: the import record to close (the exporter keeps the charge).
+    pub imported: Option<usize>,
 }
 
 impl Phys {
     pub(crate) fn new(size: usize, dev: usize, charge: u64) -> Option<Phys> {
-        // SAFETY: the name is a valid C string.
-        let fd = unsafe { libc::memfd_create(c"simgpu-vmm".as_ptr(), libc::MFD_CLOEXEC) };
-        if fd < 0 {
-            return None;
-        }
-        // SAFETY: fd is the memfd we just created.
-        if unsafe { libc::ftruncate(fd, size as libc::off_t) } != 0 {
-            // SAFETY: as above.
-            unsafe { libc::close(fd) };
-            return None;
-        }
-        Some(Phys {
+        let fd = shareable_memfd(size);
+        (fd >= 0).then(|| Phys {
             fd,
             size,
             dev,
             charge,
+            exported: std::sync::Mutex::new(None),
+            imported: None,
         })
     }
 }
@@ -158,7 +221,20 @@ impl Drop for Phys {
     fn drop(&mut self) {
         // SAFETY: we own fd.
         unsafe { libc::close(self.fd) };
-        if let Ok(d) = crate::driver::drv() {
+        let Ok(d) = crate::driver::drv() else { return };
+        let Some(shm) = &d.shm else { return };
+        if let Some(record) = self.imported {
+            if let Some(charge) = shm.exports().close(record) {
+                shm.return_charge(charge);
+            }
+            return;
+        }
+        let exported = *self.exported.lock().unwrap_or_else(|e| e.into_inner());
+        let returned_now = exported.is_none_or(|(index, key)| {
+            shm.exports()
+                .let_go(index, u64::from(std::process::id()), key)
+        });
+        if returned_now {
             d.uncharge(self.dev, self.charge);
         }
     }

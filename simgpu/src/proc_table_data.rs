@@ -236,11 +236,11 @@ proc_table! {
     cuImportExternalMemory: [10000 stub cuImportExternalMemory];
     cuImportExternalSemaphore: [10000 stub cuImportExternalSemaphore];
     cuInit: [2000 imp cuInit];
-    cuIpcCloseMemHandle: [4010 stub cuIpcCloseMemHandle];
+    cuIpcCloseMemHandle: [4010 imp cuIpcCloseMemHandle];
     cuIpcGetEventHandle: [4010 stub cuIpcGetEventHandle];
-    cuIpcGetMemHandle: [4010 stub cuIpcGetMemHandle];
+    cuIpcGetMemHandle: [4010 imp cuIpcGetMemHandle];
     cuIpcOpenEventHandle: [4010 stub cuIpcOpenEventHandle];
-    cuIpcOpenMemHandle: [4010 stub cuIpcOpenMemHandle, 11000 stub cuIpcOpenMemHandle_v2];
+    cuIpcOpenMemHandle: [4010 imp cuIpcOpenMemHandle, 11000 imp cuIpcOpenMemHandle_v2];
     cuKernelGetAttribute: [12000 imp cuKernelGetAttribute];
     cuKernelGetFunction: [12000 imp cuKernelGetFunction];
     cuKernelGetLibrary: [12050 imp cuKernelGetLibrary];
@@ -287,7 +287,7 @@ proc_table! {
     cuMemAllocPitch: [2000 stub cuMemAllocPitch, 3020 imp cuMemAllocPitch_v2];
     cuMemBatchDecompressAsync: [12060 stub cuMemBatchDecompressAsync / 12060 stub cuMemBatchDecompressAsync_ptsz];
     cuMemCreate: [10020 imp cuMemCreate];
-    cuMemExportToShareableHandle: [10020 stub cuMemExportToShareableHandle];
+    cuMemExportToShareableHandle: [10020 imp cuMemExportToShareableHandle];
     cuMemFree: [2000 stub cuMemFree, 3020 imp cuMemFree_v2];
     cuMemFreeAsync: [11020 imp cuMemFreeAsync / 11020 imp cuMemFreeAsync_ptsz];
     cuMemFreeHost: [2000 imp cuMemFreeHost];
@@ -302,7 +302,7 @@ proc_table! {
     cuMemHostGetFlags: [2030 stub cuMemHostGetFlags];
     cuMemHostRegister: [4000 stub cuMemHostRegister, 6050 imp cuMemHostRegister_v2];
     cuMemHostUnregister: [4000 imp cuMemHostUnregister];
-    cuMemImportFromShareableHandle: [10020 stub cuMemImportFromShareableHandle];
+    cuMemImportFromShareableHandle: [10020 imp cuMemImportFromShareableHandle];
     cuMemMap: [10020 imp cuMemMap];
     cuMemMapArrayAsync: [11010 stub cuMemMapArrayAsync / 11010 stub cuMemMapArrayAsync_ptsz];
     cuMemPoolCreate: [11020 imp cuMemPoolCreate];

@@ -4,11 +4,12 @@
 //! the file and publishes the magic last; others wait for the magic.
 
 use crate::config::MAX_DEVICES;
+use crate::shm_exports::{ExportTable, Released};
 use std::ffi::CString;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering::*};
 
-const MAGIC: u64 = 0x5349_4d47_5055_0005; // "SIMGPU" + layout 5
-const VERSION: u64 = 5;
+const MAGIC: u64 = 0x5349_4d47_5055_0006; // "SIMGPU" + layout 6
+const VERSION: u64 = 6;
 pub(crate) const MAX_SLOTS: usize = 256;
 /// Slot pid value while a process is filling in its slot or reclaiming one.
 const BUSY: u64 = u64::MAX;
@@ -72,6 +73,8 @@ pub(crate) struct ShmLayout {
     _pad: [u64; 4],
     pub devs: [ShmDevice; MAX_DEVICES],
     pub slots: [ShmSlot; MAX_SLOTS],
+    /// Memory shared between processes (IPC and shareable handles).
+    pub exports: ExportTable,
 }
 
 pub(crate) struct Shm {
@@ -378,9 +381,32 @@ impl Shm {
                 continue;
             }
             if s.pid.compare_exchange(pid, BUSY, AcqRel, Relaxed).is_ok() {
-                self.drain_slot(s);
+                self.drain_slot(s, pid);
                 s.pid.store(0, Release);
             }
+        }
+    }
+
+    /// The table of memory shared between processes.
+    pub(crate) fn exports(&self) -> &'static ExportTable {
+        &self.layout.exports
+    }
+
+    /// Returns an exporter's charge whose last mapping is gone (unless the
+    /// exporter's slot was drained meanwhile, which returned it).
+    pub(crate) fn return_charge(&self, r: Released) {
+        let Some(slot) = self.layout.slots.get(r.slot) else {
+            return;
+        };
+        let pid = slot.pid.load(Acquire);
+        if (pid != r.pid && pid != BUSY) || r.phys >= MAX_DEVICES {
+            return;
+        }
+        let returned = slot.used[r.phys]
+            .fetch_update(AcqRel, Acquire, |u| u.checked_sub(r.bytes))
+            .is_ok();
+        if returned {
+            self.dev(r.phys).used.fetch_sub(r.bytes, AcqRel);
         }
     }
 
@@ -411,7 +437,16 @@ impl Shm {
         pid != 0 && (pid == BUSY || start_time(pid) == Some(s.start_time.load(Relaxed)))
     }
 
-    fn drain_slot(&self, s: &ShmSlot) {
+    fn drain_slot(&self, s: &ShmSlot, pid: u64) {
+        let index = self
+            .layout
+            .slots
+            .iter()
+            .position(|other| std::ptr::eq(other, s))
+            .unwrap_or(MAX_SLOTS);
+        for charge in self.layout.exports.forget_process(index, pid) {
+            self.return_charge(charge);
+        }
         for queued in &s.queued {
             queued.store(0, Relaxed);
         }
@@ -483,7 +518,7 @@ impl Shm {
         let s = &self.layout.slots[self.slot];
         let pid = std::process::id() as u64;
         if s.pid.compare_exchange(pid, BUSY, AcqRel, Relaxed).is_ok() {
-            self.drain_slot(s);
+            self.drain_slot(s, pid);
             s.pid.store(0, Release);
         }
         self.remove_if_last();

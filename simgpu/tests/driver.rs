@@ -24,6 +24,7 @@ fn child_entry() {
         "badenv" => role_badenv(),
         "cudarc" => role_cudarc(),
         "vmm" => role_vmm(),
+        "vmm-shareable" => role_vmm_shareable(),
         "cudart" => role_cudart(),
         "null" => role_null(),
         "graphmem" => role_graphmem(),
@@ -165,6 +166,70 @@ fn vmm_mappings_alias_and_are_charged() {
     let inst = Instance::new("vmm");
     let out = run_child(
         "vmm",
+        &[("SIMGPU_INSTANCE", &inst.0), ("SIMGPU_MEMORY", "1GiB")],
+    );
+    assert!(out.contains("OK"), "{out}");
+}
+
+fn role_vmm_shareable() {
+    let a = Api::setup();
+    let l = Lib::open();
+    let create: unsafe extern "C" fn(*mut u64, usize, *const c_void, u64) -> u32 =
+        l.f("cuMemCreate");
+    let reserve: unsafe extern "C" fn(*mut Dptr, usize, usize, Dptr, u64) -> u32 =
+        l.f("cuMemAddressReserve");
+    let map: unsafe extern "C" fn(Dptr, usize, usize, u64, u64) -> u32 = l.f("cuMemMap");
+    let unmap: unsafe extern "C" fn(Dptr, usize) -> u32 = l.f("cuMemUnmap");
+    let release: unsafe extern "C" fn(u64) -> u32 = l.f("cuMemRelease");
+    let export: unsafe extern "C" fn(*mut c_void, u64, i32, u64) -> u32 =
+        l.f("cuMemExportToShareableHandle");
+    let import: unsafe extern "C" fn(*mut u64, *mut c_void, i32) -> u32 =
+        l.f("cuMemImportFromShareableHandle");
+    let gran = 2usize << 20;
+    let mut prop = [0u8; 32];
+    prop[0] = 1;
+    prop[8] = 1;
+    let (f0, _) = a.mem_info();
+    let (mut h, mut imported, mut fd) = (0u64, 0u64, -1i32);
+    let (mut base, mut other) = (0, 0);
+    let v = [5u8; 64];
+    let mut r = [0u8; 64];
+    // SAFETY: valid out-pointers and ranges inside our reservations; the
+    // descriptor travels in the pointer's bits, as NVIDIA's API has it.
+    unsafe {
+        assert_eq!(create(&mut h, gran, prop.as_ptr().cast(), 0), 0);
+        assert_eq!(export((&raw mut fd).cast(), h, 1, 0), 0);
+        assert!(fd >= 0, "a POSIX descriptor");
+        assert_eq!(
+            export((&raw mut fd).cast(), h, 2, 0),
+            801,
+            "other kinds: not supported"
+        );
+        assert_eq!(import(&mut imported, fd as usize as *mut c_void, 1), 0);
+        assert_eq!(a.mem_info().0, f0 - gran, "imported: not charged again");
+        assert_eq!(reserve(&mut base, gran, 0, 0, 0), 0);
+        assert_eq!(reserve(&mut other, gran, 0, 0, 0), 0);
+        assert_eq!(map(base, gran, 0, h, 0), 0);
+        assert_eq!(map(other, gran, 0, imported, 0), 0);
+        assert_eq!((a.htod)(base + 100, v.as_ptr().cast(), 64), 0);
+        assert_eq!((a.dtoh)(r.as_mut_ptr().cast(), other + 100, 64), 0);
+        assert_eq!(r, v, "the imported handle is the same memory");
+        assert_eq!(unmap(base, gran), 0);
+        assert_eq!(release(h), 0);
+        assert_eq!(a.mem_info().0, f0 - gran, "imported still: still charged");
+        assert_eq!(unmap(other, gran), 0);
+        assert_eq!(release(imported), 0);
+        libc::close(fd);
+    }
+    assert_eq!(a.mem_info().0, f0, "the last holder let go: returned");
+    println!("OK");
+}
+
+#[test]
+fn shareable_vmm_handles_alias_and_are_charged_once() {
+    let inst = Instance::new("vmm-shareable");
+    let out = run_child(
+        "vmm-shareable",
         &[("SIMGPU_INSTANCE", &inst.0), ("SIMGPU_MEMORY", "1GiB")],
     );
     assert!(out.contains("OK"), "{out}");

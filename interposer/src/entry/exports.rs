@@ -31,7 +31,7 @@ use dilu_abi::cuda::sys::{
     CUDA_ARRAY_DESCRIPTOR, CUDA_ARRAY3D_DESCRIPTOR, CUDA_EXTERNAL_SEMAPHORE_WAIT_PARAMS,
     CUDA_GRAPH_INSTANTIATE_PARAMS, CUDA_LAUNCH_PARAMS, CUDA_MEM_ALLOC_NODE_PARAMS, CUarray,
     CUcontext, CUdevice, CUdeviceptr, CUevent, CUexternalSemaphore, CUfunction, CUgraph,
-    CUgraphEdgeData, CUgraphExec, CUgraphNode, CUgraphNodeParams, CUlaunchConfig,
+    CUgraphEdgeData, CUgraphExec, CUgraphNode, CUgraphNodeParams, CUipcMemHandle, CUlaunchConfig,
     CUmemAllocationProp, CUmemGenericAllocationHandle, CUmemoryPool, CUmipmappedArray, CUstream,
     CUstreamBatchMemOpParams, cuuint32_t, cuuint64_t,
 };

@@ -94,9 +94,10 @@ static WATCHER_RUNNING: AtomicBool = AtomicBool::new(false);
 static BUDGET: OnceLock<Option<MemoryBudget>> = OnceLock::new();
 
 /// What else may give charges back before a reservation is refused: set by
-/// the owner of such charges when it first holds one (graph memory the
-/// driver has released, see [`crate::memory::graph_memory`]).
-static RECLAIM_ALSO: OnceLock<fn() -> bool> = OnceLock::new();
+/// the owners of such charges when they first hold one (graph memory the
+/// driver has released, see [`crate::memory::graph_memory`]; memory other
+/// processes stopped mapping, see [`crate::memory::ipc_sharing`]).
+static RECLAIM_ALSO: std::sync::Mutex<Vec<fn() -> bool>> = std::sync::Mutex::new(Vec::new());
 
 /// The memory budget, or `None` when this process has neither a limit nor a
 /// tenant (then every memory hook passes straight through).
@@ -116,9 +117,25 @@ pub fn configured() -> bool {
 }
 
 /// Has `reclaim` run before any reservation is refused; it returns whether
-/// it gave anything back. The first caller's function is kept.
+/// it gave anything back. Each function is kept once.
 pub fn reclaim_before_refusing(reclaim: fn() -> bool) {
-    let _ = RECLAIM_ALSO.set(reclaim);
+    let mut all = RECLAIM_ALSO.lock().unwrap_or_else(|p| p.into_inner());
+    if !all
+        .iter()
+        .any(|&known| std::ptr::fn_addr_eq(known, reclaim))
+    {
+        all.push(reclaim);
+    }
+}
+
+/// Runs every function registered with [`reclaim_before_refusing`];
+/// whether any gave something back.
+fn reclaim_also() -> bool {
+    let all = RECLAIM_ALSO
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .clone();
+    all.iter().fold(false, |any, reclaim| reclaim() | any)
 }
 
 /// Rounds a request up to what it is charged.
@@ -422,7 +439,7 @@ impl MemoryBudget {
                 // Before refusing: memory of dead members, and what else
                 // can give charges back (graph memory the driver released).
                 let reclaimed = self.ledger.reclaim_dead(ledger::process_alive) > 0;
-                let reconciled = RECLAIM_ALSO.get().is_some_and(|reclaim| reclaim());
+                let reconciled = reclaim_also();
                 if (reclaimed || reconciled) && attempt().is_ok() {
                     return Ok(slot);
                 }

@@ -8,13 +8,14 @@
 use core::ffi::{c_uint, c_ulonglong};
 
 use dilu_abi::cuda::sys::{
-    CUDA_ARRAY_DESCRIPTOR, CUDA_ARRAY3D_DESCRIPTOR, CUarray, CUdevice, CUdeviceptr,
+    CUDA_ARRAY_DESCRIPTOR, CUDA_ARRAY3D_DESCRIPTOR, CUarray, CUdevice, CUdeviceptr, CUipcMemHandle,
     CUmemAllocationProp, CUmemGenericAllocationHandle, CUmemoryPool, CUmipmappedArray, CUstream,
 };
 use dilu_abi::cuda::{CUDA_ERROR_OUT_OF_MEMORY, CUDA_SUCCESS, CUresult};
 use dilu_layout::ledger::UNLIMITED;
 
 use crate::memory::budget::{self, TAG_ARRAY, TAG_HANDLE, TAG_MIPMAPPED};
+use crate::memory::ipc_sharing;
 use crate::table::Cx;
 
 /// Reads an out-parameter the driver has just written (after success).
@@ -100,8 +101,51 @@ pub fn mem_free(
 ) -> CUresult {
     match budget::get() {
         None => next(dptr),
-        Some(b) => b.free(dptr, || next(dptr)),
+        Some(b) => ipc_sharing::free(b, dptr, || next(dptr)),
     }
+}
+
+pub fn ipc_get_mem_handle(
+    _cx: Cx,
+    next: impl FnOnce(*mut CUipcMemHandle, CUdeviceptr) -> CUresult,
+    handle: *mut CUipcMemHandle,
+    dptr: CUdeviceptr,
+) -> CUresult {
+    let result = next(handle, dptr);
+    if result == CUDA_SUCCESS && budget::get().is_some() {
+        ipc_sharing::exported(dptr, &handle_bytes(&written(handle)));
+    }
+    result
+}
+
+pub fn ipc_open_mem_handle(
+    _cx: Cx,
+    next: impl FnOnce(*mut CUdeviceptr, CUipcMemHandle, c_uint) -> CUresult,
+    dptr: *mut CUdeviceptr,
+    handle: CUipcMemHandle,
+    flags: c_uint,
+) -> CUresult {
+    let result = next(dptr, handle, flags);
+    if result == CUDA_SUCCESS {
+        ipc_sharing::opened(written(dptr), &handle_bytes(&handle));
+    }
+    result
+}
+
+pub fn ipc_close_mem_handle(
+    _cx: Cx,
+    next: impl FnOnce(CUdeviceptr) -> CUresult,
+    dptr: CUdeviceptr,
+) -> CUresult {
+    let result = next(dptr);
+    if result == CUDA_SUCCESS {
+        ipc_sharing::closed(dptr);
+    }
+    result
+}
+
+fn handle_bytes(handle: &CUipcMemHandle) -> [u8; 64] {
+    handle.reserved.map(|c| c as u8)
 }
 
 /// Stream-ordered allocations are charged when enqueued, like the pool
@@ -343,6 +387,7 @@ pub fn mem_get_info(
         let _ = b.charge_context(slot, device);
     }
     crate::memory::graph_memory::reconcile_all();
+    ipc_sharing::release_unmapped();
     // SAFETY: both pointers are non-null and the driver just wrote them.
     unsafe {
         if let Some((t, f)) = b.view(device, *total as u64, *free as u64) {

@@ -8,6 +8,8 @@
 //!   (`_v2` and the pre-3.2 ABIs).
 //! - [`graph_memory`]: CUDA graph memory nodes.
 //! - [`driver_reserved`]: the device `malloc` heap and memory pools.
+//! - [`ipc_sharing`]: memory other processes map (CUDA IPC handles),
+//!   charged once, to its exporter, while any process maps it.
 //! - [`nvml`]: NVML's memory queries, answered with the budget.
 //! - [`at_fork`]: this state's part in fork safety.
 
@@ -17,5 +19,6 @@ pub mod budget;
 pub mod driver_reserved;
 pub mod graph_memory;
 pub mod hooks;
+pub mod ipc_sharing;
 pub mod nvml;
 pub mod v1;

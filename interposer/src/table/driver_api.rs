@@ -15,9 +15,9 @@ use dilu_abi::cuda::sys::{
     CUDA_ARRAY_DESCRIPTOR, CUDA_ARRAY3D_DESCRIPTOR, CUDA_EXTERNAL_SEMAPHORE_WAIT_PARAMS,
     CUDA_GRAPH_INSTANTIATE_PARAMS, CUDA_LAUNCH_PARAMS, CUDA_MEM_ALLOC_NODE_PARAMS, CUarray,
     CUcontext, CUdevice, CUdeviceptr, CUevent, CUexternalSemaphore, CUfunction, CUgraph,
-    CUgraphEdgeData, CUgraphExec, CUgraphNode, CUgraphNodeParams, CUhostFn, CUlaunchConfig,
-    CUmemAllocationProp, CUmemGenericAllocationHandle, CUmemoryPool, CUmipmappedArray, CUstream,
-    CUstreamBatchMemOpParams, CUuuid, cuuint32_t, cuuint64_t,
+    CUgraphEdgeData, CUgraphExec, CUgraphNode, CUgraphNodeParams, CUhostFn, CUipcMemHandle,
+    CUlaunchConfig, CUmemAllocationProp, CUmemGenericAllocationHandle, CUmemoryPool,
+    CUmipmappedArray, CUstream, CUstreamBatchMemOpParams, CUuuid, cuuint32_t, cuuint64_t,
 };
 
 use super::real::RealFn;
@@ -76,6 +76,23 @@ pub type PFN_cuMemCreate = unsafe extern "C" fn(
 ) -> CUresult;
 /// `PFN_cuMemRelease_v10020` of cudaTypedefs.h.
 pub type PFN_cuMemRelease = unsafe extern "C" fn(handle: CUmemGenericAllocationHandle) -> CUresult;
+/// `PFN_cuIpcGetMemHandle_v4010` of cudaTypedefs.h.
+pub type PFN_cuIpcGetMemHandle =
+    unsafe extern "C" fn(pHandle: *mut CUipcMemHandle, dptr: CUdeviceptr) -> CUresult;
+/// `PFN_cuIpcOpenMemHandle_v4010` of cudaTypedefs.h.
+pub type PFN_cuIpcOpenMemHandle = unsafe extern "C" fn(
+    pdptr: *mut CUdeviceptr,
+    handle: CUipcMemHandle,
+    Flags: c_uint,
+) -> CUresult;
+/// `PFN_cuIpcOpenMemHandle_v11000` of cudaTypedefs.h.
+pub type PFN_cuIpcOpenMemHandle_v2 = unsafe extern "C" fn(
+    pdptr: *mut CUdeviceptr,
+    handle: CUipcMemHandle,
+    Flags: c_uint,
+) -> CUresult;
+/// `PFN_cuIpcCloseMemHandle_v4010` of cudaTypedefs.h.
+pub type PFN_cuIpcCloseMemHandle = unsafe extern "C" fn(dptr: CUdeviceptr) -> CUresult;
 /// `PFN_cuArrayCreate_v3020` of cudaTypedefs.h.
 pub type PFN_cuArrayCreate_v2 = unsafe extern "C" fn(
     pHandle: *mut CUarray,
@@ -507,6 +524,10 @@ pub struct RealDriver {
     pub cuMemAllocFromPoolAsync_ptsz: RealFn<PFN_cuMemAllocFromPoolAsync_ptsz>,
     pub cuMemCreate: RealFn<PFN_cuMemCreate>,
     pub cuMemRelease: RealFn<PFN_cuMemRelease>,
+    pub cuIpcGetMemHandle: RealFn<PFN_cuIpcGetMemHandle>,
+    pub cuIpcOpenMemHandle: RealFn<PFN_cuIpcOpenMemHandle>,
+    pub cuIpcOpenMemHandle_v2: RealFn<PFN_cuIpcOpenMemHandle_v2>,
+    pub cuIpcCloseMemHandle: RealFn<PFN_cuIpcCloseMemHandle>,
     pub cuArrayCreate_v2: RealFn<PFN_cuArrayCreate_v2>,
     pub cuArray3DCreate_v2: RealFn<PFN_cuArray3DCreate_v2>,
     pub cuArrayDestroy: RealFn<PFN_cuArrayDestroy>,
@@ -614,6 +635,10 @@ pub static REAL: RealDriver = RealDriver {
     cuMemAllocFromPoolAsync_ptsz: RealFn::new(),
     cuMemCreate: RealFn::new(),
     cuMemRelease: RealFn::new(),
+    cuIpcGetMemHandle: RealFn::new(),
+    cuIpcOpenMemHandle: RealFn::new(),
+    cuIpcOpenMemHandle_v2: RealFn::new(),
+    cuIpcCloseMemHandle: RealFn::new(),
     cuArrayCreate_v2: RealFn::new(),
     cuArray3DCreate_v2: RealFn::new(),
     cuArrayDestroy: RealFn::new(),
@@ -733,6 +758,11 @@ impl RealDriver {
                     .set(lookup(c"cuMemAllocFromPoolAsync_ptsz")),
                 self.cuMemCreate.set(lookup(c"cuMemCreate")),
                 self.cuMemRelease.set(lookup(c"cuMemRelease")),
+                self.cuIpcGetMemHandle.set(lookup(c"cuIpcGetMemHandle")),
+                self.cuIpcOpenMemHandle.set(lookup(c"cuIpcOpenMemHandle")),
+                self.cuIpcOpenMemHandle_v2
+                    .set(lookup(c"cuIpcOpenMemHandle_v2")),
+                self.cuIpcCloseMemHandle.set(lookup(c"cuIpcCloseMemHandle")),
                 self.cuArrayCreate_v2.set(lookup(c"cuArrayCreate_v2")),
                 self.cuArray3DCreate_v2.set(lookup(c"cuArray3DCreate_v2")),
                 self.cuArrayDestroy.set(lookup(c"cuArrayDestroy")),

@@ -42,6 +42,14 @@ macro_rules! hooked_functions {
                 flags: c_ulonglong,
             );
             h::mem_release => fn cuMemRelease(handle: CUmemGenericAllocationHandle);
+            h::ipc_get_mem_handle => fn cuIpcGetMemHandle(handle: *mut CUipcMemHandle, dptr: CUdeviceptr);
+            h::ipc_open_mem_handle => fn cuIpcOpenMemHandle(
+                dptr: *mut CUdeviceptr, handle: CUipcMemHandle, flags: c_uint,
+            );
+            h::ipc_open_mem_handle => fn cuIpcOpenMemHandle_v2(
+                dptr: *mut CUdeviceptr, handle: CUipcMemHandle, flags: c_uint,
+            );
+            h::ipc_close_mem_handle => fn cuIpcCloseMemHandle(dptr: CUdeviceptr);
             h::array_create => fn cuArrayCreate_v2(array: *mut CUarray, desc: *const CUDA_ARRAY_DESCRIPTOR);
             h::array3d_create => fn cuArray3DCreate_v2(array: *mut CUarray, desc: *const CUDA_ARRAY3D_DESCRIPTOR);
             h::array_destroy => fn cuArrayDestroy(array: CUarray);

@@ -21,6 +21,9 @@ mod identity;
 #[allow(dead_code)]
 #[path = "../../src/shm.rs"]
 mod shm;
+#[allow(dead_code)]
+#[path = "../../src/shm_exports.rs"]
+mod shm_exports;
 
 pub mod api;
 mod sampler;

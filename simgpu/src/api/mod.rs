@@ -21,6 +21,7 @@ macro_rules! export {
 
 pub mod device;
 pub mod graph_mem;
+pub mod ipc;
 pub mod library;
 pub mod managed;
 pub mod mem;
@@ -33,6 +34,7 @@ pub mod vmm;
 
 pub use device::*;
 pub use graph_mem::*;
+pub use ipc::*;
 pub use library::*;
 pub use managed::*;
 pub use mem::*;

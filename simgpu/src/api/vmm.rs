@@ -33,6 +33,16 @@ fn granularity(_: bool, g: *mut usize, prop: *const c_void, _option: c_int) -> R
 
 static PHYS: Registry<Phys> = Registry::new();
 
+/// The physical allocation behind handle `h`.
+pub(crate) fn phys_of(h: u64) -> Option<Arc<Phys>> {
+    PHYS.get(h as usize)
+}
+
+/// Registers a physical allocation; its handle.
+pub(crate) fn insert_phys(p: Arc<Phys>) -> u64 {
+    PHYS.insert(p) as u64
+}
+
 fn reservations() -> std::sync::MutexGuard<'static, BTreeMap<usize, Reservation>> {
     static R: Mutex<BTreeMap<usize, Reservation>> = Mutex::new(BTreeMap::new());
     R.lock().unwrap_or_else(|e| e.into_inner())

@@ -18,6 +18,15 @@
 //! - `zero` → `zero N`: zeroes the tenant's usage in its own ledger (it
 //!   declares every member dead; N slots emptied), as a tenant that lies to
 //!   its budget would, so the daemon's audit has something to catch;
+//! - `share` → `share HEX` (a CUDA IPC handle of the last allocation, as
+//!   128 hex digits) or `share error CODE`;
+//! - `open HEX` → `open CODE` (`cuIpcOpenMemHandle` of another process's
+//!   handle; the mapping is kept until `close`);
+//! - `close` → `close CODE` (closes every opened handle; the worst result);
+//! - `fill BYTE` → `fill CODE` (sets every byte of the last allocation);
+//! - `peek` → `peek BYTE` (the first byte of the last opened mapping) or
+//!   `peek error CODE`;
+//! - `info` → `info FREE TOTAL` (`cuMemGetInfo`: what the process is told);
 //! - end of input: frees everything and exits 0.
 
 use dilu_abi::cuda::{self, CUresult};
@@ -30,6 +39,114 @@ use std::process::ExitCode;
 
 type MemAlloc = unsafe extern "C" fn(*mut u64, usize) -> CUresult;
 type MemFree = unsafe extern "C" fn(u64) -> CUresult;
+
+/// The driver calls of sharing memory between processes.
+struct Sharing {
+    get: unsafe extern "C" fn(*mut [u8; 64], u64) -> CUresult,
+    open: unsafe extern "C" fn(*mut u64, [u8; 64], u32) -> CUresult,
+    close: unsafe extern "C" fn(u64) -> CUresult,
+    memset: unsafe extern "C" fn(u64, u8, usize) -> CUresult,
+    to_host: unsafe extern "C" fn(*mut u8, u64, usize) -> CUresult,
+    info: unsafe extern "C" fn(*mut usize, *mut usize) -> CUresult,
+}
+
+impl Sharing {
+    fn new(driver: &Driver) -> Result<Sharing, String> {
+        Ok(Sharing {
+            get: driver.function("cuIpcGetMemHandle")?,
+            open: driver.function("cuIpcOpenMemHandle_v2")?,
+            close: driver.function("cuIpcCloseMemHandle")?,
+            memset: driver.function("cuMemsetD8_v2")?,
+            to_host: driver.function("cuMemcpyDtoH_v2")?,
+            info: driver.function("cuMemGetInfo_v2")?,
+        })
+    }
+
+    /// Answers the sharing commands (`None`: not one of them).
+    fn answer(
+        &self,
+        words: &[&str],
+        held: &[(u64, usize)],
+        opened: &mut Vec<u64>,
+    ) -> Option<String> {
+        let last = held.last().copied();
+        Some(match words {
+            ["share"] => {
+                let mut handle = [0u8; 64];
+                // SAFETY: a live 64-byte out-parameter; a pointer we allocated.
+                let result = unsafe { (self.get)(&mut handle, last.map_or(0, |(p, _)| p)) };
+                if result == cuda::CUDA_SUCCESS {
+                    format!(
+                        "share {}",
+                        handle
+                            .iter()
+                            .map(|b| format!("{b:02x}"))
+                            .collect::<String>()
+                    )
+                } else {
+                    format!("share error {result}")
+                }
+            }
+            ["open", hex] => {
+                let mut handle = [0u8; 64];
+                let parsed = hex.len() == 128
+                    && handle.iter_mut().enumerate().all(|(i, b)| {
+                        u8::from_str_radix(&hex[2 * i..2 * i + 2], 16)
+                            .map(|v| *b = v)
+                            .is_ok()
+                    });
+                if !parsed {
+                    return Some("error: a handle is 128 hex digits".into());
+                }
+                let mut pointer = 0u64;
+                // SAFETY: live out-parameter; the handle is passed by value.
+                let result = unsafe { (self.open)(&mut pointer, handle, 1) };
+                if result == cuda::CUDA_SUCCESS {
+                    opened.push(pointer);
+                }
+                format!("open {result}")
+            }
+            ["close"] => format!(
+                "close {}",
+                opened
+                    .drain(..)
+                    // SAFETY: pointers this process opened.
+                    .map(|p| unsafe { (self.close)(p) })
+                    .find(|&r| r != cuda::CUDA_SUCCESS)
+                    .unwrap_or(cuda::CUDA_SUCCESS)
+            ),
+            ["fill", byte] => match (byte.parse::<u8>(), last) {
+                // SAFETY: the whole of an allocation this process holds.
+                (Ok(v), Some((p, n))) => format!("fill {}", unsafe { (self.memset)(p, v, n) }),
+                _ => "error: fill BYTE needs an allocation".into(),
+            },
+            ["peek"] => {
+                let mut byte = 0u8;
+                let result = match opened.last() {
+                    // SAFETY: one byte of an opened mapping into a live byte.
+                    Some(&p) => unsafe { (self.to_host)(&mut byte, p, 1) },
+                    None => cuda::CUDA_ERROR_INVALID_VALUE,
+                };
+                if result == cuda::CUDA_SUCCESS {
+                    format!("peek {byte}")
+                } else {
+                    format!("peek error {result}")
+                }
+            }
+            ["info"] => {
+                let (mut free, mut total) = (0usize, 0usize);
+                // SAFETY: live out-parameters.
+                let result = unsafe { (self.info)(&mut free, &mut total) };
+                if result == cuda::CUDA_SUCCESS {
+                    format!("info {free} {total}")
+                } else {
+                    format!("info error {result}")
+                }
+            }
+            _ => return None,
+        })
+    }
+}
 
 /// The name the node manager gives the budget memfd (`memfd:` + label).
 const BUDGET_LABEL: &str = "memfd:dilu-budget-";
@@ -192,20 +309,22 @@ fn main() -> ExitCode {
         driver.primary_context()?;
         let alloc: MemAlloc = driver.function("cuMemAlloc_v2")?;
         let free: MemFree = driver.function("cuMemFree_v2")?;
-        Ok((driver, alloc, free))
+        let sharing = Sharing::new(&driver)?;
+        Ok((driver, alloc, free, sharing))
     });
-    let (driver, alloc, free) = match opened {
+    let (driver, alloc, free, sharing) = match opened {
         Ok(functions) => functions,
         Err(message) => {
             eprintln!("mem-probe: {message}");
             return ExitCode::FAILURE;
         }
     };
-    let mut held = Vec::new();
-    let free_all = |held: &mut Vec<u64>| {
+    let mut held: Vec<(u64, usize)> = Vec::new();
+    let mut opened = Vec::new();
+    let free_all = |held: &mut Vec<(u64, usize)>| {
         held.drain(..)
             // SAFETY: pointers this process allocated.
-            .map(|p| unsafe { free(p) })
+            .map(|(p, _)| unsafe { free(p) })
             .find(|&r| r != cuda::CUDA_SUCCESS)
             .unwrap_or(cuda::CUDA_SUCCESS)
     };
@@ -220,7 +339,7 @@ fn main() -> ExitCode {
                     // SAFETY: live out-parameter.
                     let result = unsafe { alloc(&mut pointer, bytes) };
                     if result == cuda::CUDA_SUCCESS {
-                        held.push(pointer);
+                        held.push((pointer, bytes));
                     }
                     format!("alloc {result}")
                 }
@@ -236,7 +355,9 @@ fn main() -> ExitCode {
             },
             ["raise"] => raise(),
             ["zero"] => zero(),
-            _ => format!("error: unknown command {line:?}"),
+            words => sharing
+                .answer(words, &held, &mut opened)
+                .unwrap_or_else(|| format!("error: unknown command {line:?}")),
         };
         let mut out = stdout.lock();
         let _ = writeln!(out, "{answer}");
