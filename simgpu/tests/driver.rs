@@ -107,16 +107,37 @@ fn data_round_trips_through_device_memory() {
     assert!(out.contains("OK"), "{out}");
 }
 
+/// The virtual-memory-management calls both VMM roles use.
+struct Vmm {
+    create: unsafe extern "C" fn(*mut u64, usize, *const c_void, u64) -> u32,
+    reserve: unsafe extern "C" fn(*mut Dptr, usize, usize, Dptr, u64) -> u32,
+    map: unsafe extern "C" fn(Dptr, usize, usize, u64, u64) -> u32,
+    unmap: unsafe extern "C" fn(Dptr, usize) -> u32,
+    release: unsafe extern "C" fn(u64) -> u32,
+}
+
+impl Vmm {
+    fn open(l: &Lib) -> Vmm {
+        Vmm {
+            create: l.f("cuMemCreate"),
+            reserve: l.f("cuMemAddressReserve"),
+            map: l.f("cuMemMap"),
+            unmap: l.f("cuMemUnmap"),
+            release: l.f("cuMemRelease"),
+        }
+    }
+}
+
 fn role_vmm() {
     let a = Api::setup();
     let l = Lib::open();
-    let create: unsafe extern "C" fn(*mut u64, usize, *const c_void, u64) -> u32 =
-        l.f("cuMemCreate");
-    let reserve: unsafe extern "C" fn(*mut Dptr, usize, usize, Dptr, u64) -> u32 =
-        l.f("cuMemAddressReserve");
-    let map: unsafe extern "C" fn(Dptr, usize, usize, u64, u64) -> u32 = l.f("cuMemMap");
-    let unmap: unsafe extern "C" fn(Dptr, usize) -> u32 = l.f("cuMemUnmap");
-    let release: unsafe extern "C" fn(u64) -> u32 = l.f("cuMemRelease");
+    let Vmm {
+        create,
+        reserve,
+        map,
+        unmap,
+        release,
+    } = Vmm::open(l);
     let set_access: unsafe extern "C" fn(Dptr, usize, *const c_void, usize) -> u32 =
         l.f("cuMemSetAccess");
     let gran = 2usize << 20;
@@ -174,13 +195,13 @@ fn vmm_mappings_alias_and_are_charged() {
 fn role_vmm_shareable() {
     let a = Api::setup();
     let l = Lib::open();
-    let create: unsafe extern "C" fn(*mut u64, usize, *const c_void, u64) -> u32 =
-        l.f("cuMemCreate");
-    let reserve: unsafe extern "C" fn(*mut Dptr, usize, usize, Dptr, u64) -> u32 =
-        l.f("cuMemAddressReserve");
-    let map: unsafe extern "C" fn(Dptr, usize, usize, u64, u64) -> u32 = l.f("cuMemMap");
-    let unmap: unsafe extern "C" fn(Dptr, usize) -> u32 = l.f("cuMemUnmap");
-    let release: unsafe extern "C" fn(u64) -> u32 = l.f("cuMemRelease");
+    let Vmm {
+        create,
+        reserve,
+        map,
+        unmap,
+        release,
+    } = Vmm::open(l);
     let export: unsafe extern "C" fn(*mut c_void, u64, i32, u64) -> u32 =
         l.f("cuMemExportToShareableHandle");
     let import: unsafe extern "C" fn(*mut u64, *mut c_void, i32) -> u32 =
