@@ -149,6 +149,53 @@ def checks(budget):
         )
 
     attempt("nn.Linear forward, backward and bfloat16 autocast", linear_backward)
+    attempt("torch.multiprocessing shares a CUDA tensor, charged once", share_with_child)
+
+
+def shared_tensor_child(inbox, outbox):
+    """The other process of share_with_child: receives the tensor (CUDA IPC
+    handles for its memory and its event) and says what it sees."""
+    import torch
+
+    free_before, _ = torch.cuda.mem_get_info()
+    t = inbox.get()
+    free, _ = torch.cuda.mem_get_info()
+    outbox.put({"shape": list(t.shape), "free_before": free_before, "free": free})
+    del t
+    inbox.get()
+
+
+def share_with_child():
+    """A 256 MiB tensor sent to a spawned process: the child maps it without
+    being charged (its free memory is what it was before it received the
+    tensor), and the parent's charge does not change by sharing."""
+    import torch
+    import torch.multiprocessing as mp
+
+    ctx = mp.get_context("spawn")
+    x = torch.empty(64 << 20, device="cuda")  # 256 MiB of float32
+    torch.cuda.synchronize()
+    free_allocated, _ = torch.cuda.mem_get_info()
+    inbox, outbox = ctx.Queue(), ctx.Queue()
+    child = ctx.Process(target=shared_tensor_child, args=(inbox, outbox))
+    child.start()
+    inbox.put(x)
+    seen = outbox.get(timeout=300)
+    free_shared, _ = torch.cuda.mem_get_info()
+    inbox.put("done")
+    child.join(timeout=120)
+    ok = (
+        seen["shape"] == [64 << 20]
+        and seen["free"] == seen["free_before"]
+        and free_shared == free_allocated
+        and child.exitcode == 0
+    )
+    mib = lambda b: f"{b / (1 << 20):.0f} MiB"
+    return ok, (
+        f"child saw shape {seen['shape']} with {mib(seen['free'])} free "
+        f"({mib(seen['free_before'])} before); parent {mib(free_allocated)} free after allocating, "
+        f"{mib(free_shared)} after sharing; child exit {child.exitcode}"
+    )
 
 
 def loop(seconds):

@@ -501,6 +501,8 @@ struct EvSt {
 pub(crate) struct Event {
     pub flags: u32,
     st: Mutex<EvSt>,
+    /// An interprocess event's page (see [`crate::api::ipc_event`]).
+    shared: Option<crate::api::ipc_event::SharedEvent>,
 }
 
 pub(crate) static EVENTS: Registry<Event> = Registry::new();
@@ -517,7 +519,21 @@ impl Event {
                 seq: 0,
                 time: None,
             }),
+            shared: None,
         }
+    }
+
+    /// An event whose records are counted on a page shared between
+    /// processes.
+    pub(crate) fn interprocess(flags: u32, shared: crate::api::ipc_event::SharedEvent) -> Event {
+        Event {
+            shared: Some(shared),
+            ..Event::new(flags)
+        }
+    }
+
+    pub(crate) fn shared(&self) -> Option<&crate::api::ipc_event::SharedEvent> {
+        self.shared.as_ref()
     }
 
     fn lock(&self) -> MutexGuard<'_, EvSt> {
@@ -530,11 +546,17 @@ impl Event {
         }
         let null = drv()?.null();
         let mut st = self.lock();
-        st.generation += 1;
+        st.generation = match &self.shared {
+            Some(shared) => shared.record(),
+            None => st.generation + 1,
+        };
         if null {
             st.time = Some(now_ns());
             st.stream = Some(stream.clone());
             st.seq = 0;
+            if let Some(shared) = &self.shared {
+                shared.complete(st.generation);
+            }
             return Ok(());
         }
         st.time = None;
@@ -552,6 +574,9 @@ impl Event {
         if st.generation == generation {
             st.time = Some(t);
         }
+        if let Some(shared) = &self.shared {
+            shared.complete(generation);
+        }
     }
 
     pub(crate) fn time(&self) -> Option<u64> {
@@ -565,6 +590,13 @@ impl Event {
     }
 
     pub(crate) fn query(&self) -> Res {
+        if let Some(shared) = &self.shared {
+            return if shared.done() {
+                Ok(())
+            } else {
+                Err(CUDA_ERROR_NOT_READY)
+            };
+        }
         let st = self.lock();
         if st.stream.is_none() || st.time.is_some() {
             Ok(())
@@ -577,8 +609,16 @@ impl Event {
         if let Some((s, seq)) = self.pending() {
             s.wait_seq(seq)?;
         }
+        if let Some(shared) = &self.shared {
+            shared.wait_for_exporter();
+        }
         drv()?.flush_trace();
         Ok(())
+    }
+
+    /// Opened from another process's handle.
+    pub(crate) fn opened(&self) -> bool {
+        self.shared.as_ref().is_some_and(|s| s.opened())
     }
 
     pub(crate) fn elapsed_ms(a: &Event, b: &Event) -> Res<f32> {

@@ -237,9 +237,9 @@ proc_table! {
     cuImportExternalSemaphore: [10000 stub cuImportExternalSemaphore];
     cuInit: [2000 imp cuInit];
     cuIpcCloseMemHandle: [4010 imp cuIpcCloseMemHandle];
-    cuIpcGetEventHandle: [4010 stub cuIpcGetEventHandle];
+    cuIpcGetEventHandle: [4010 imp cuIpcGetEventHandle];
     cuIpcGetMemHandle: [4010 imp cuIpcGetMemHandle];
-    cuIpcOpenEventHandle: [4010 stub cuIpcOpenEventHandle];
+    cuIpcOpenEventHandle: [4010 imp cuIpcOpenEventHandle];
     cuIpcOpenMemHandle: [4010 imp cuIpcOpenMemHandle, 11000 imp cuIpcOpenMemHandle_v2];
     cuKernelGetAttribute: [12000 imp cuKernelGetAttribute];
     cuKernelGetFunction: [12000 imp cuKernelGetFunction];

@@ -4,7 +4,7 @@
 mod common;
 
 use common::*;
-use std::ffi::{CString, c_int, c_void};
+use std::ffi::{CString, c_int, c_uint, c_void};
 use std::io::{BufRead, BufReader, Write};
 use std::process::Stdio;
 
@@ -25,6 +25,8 @@ fn child_entry() {
         "cudarc" => role_cudarc(),
         "vmm" => role_vmm(),
         "vmm-shareable" => role_vmm_shareable(),
+        "event-export" => role_event_export(),
+        "event-import" => role_event_import(),
         "cudart" => role_cudart(),
         "null" => role_null(),
         "graphmem" => role_graphmem(),
@@ -254,6 +256,146 @@ fn shareable_vmm_handles_alias_and_are_charged_once() {
         &[("SIMGPU_INSTANCE", &inst.0), ("SIMGPU_MEMORY", "1GiB")],
     );
     assert!(out.contains("OK"), "{out}");
+}
+
+/// `cuIpcGetEventHandle` / `cuIpcOpenEventHandle` as looked up by name.
+struct IpcEvents {
+    get: unsafe extern "C" fn(*mut [u8; 64], H) -> u32,
+    open: unsafe extern "C" fn(*mut H, [u8; 64]) -> u32,
+    query: unsafe extern "C" fn(H) -> u32,
+}
+
+impl IpcEvents {
+    fn open(l: &Lib) -> IpcEvents {
+        IpcEvents {
+            get: l.f("cuIpcGetEventHandle"),
+            open: l.f("cuIpcOpenEventHandle"),
+            query: l.f("cuEventQuery"),
+        }
+    }
+}
+
+/// Records an interprocess event after a 2 s kernel; prints its handle,
+/// when the kernel was launched and READY, then waits for a line on stdin.
+fn role_event_export() {
+    let a = Api::setup();
+    let ev = IpcEvents::open(Lib::open());
+    let f = a.function(PTX, "k");
+    let (mut plain, mut timed, mut shared) = (
+        std::ptr::null_mut(),
+        std::ptr::null_mut(),
+        std::ptr::null_mut(),
+    );
+    let mut handle = [0u8; 64];
+    // SAFETY: valid out-pointers and handles this role created.
+    unsafe {
+        assert_eq!((a.event_create)(&mut plain, 0), 0);
+        assert_eq!(
+            (ev.get)(&mut handle, plain),
+            1,
+            "not interprocess: invalid value"
+        );
+        assert_eq!(
+            (a.event_create)(&mut timed, 0x4),
+            1,
+            "interprocess needs DISABLE_TIMING"
+        );
+        assert_eq!((a.event_create)(&mut shared, 0x4 | 0x2), 0);
+        assert_eq!((ev.get)(&mut handle, shared), 0);
+        assert_eq!(
+            (ev.open)(&mut timed, handle),
+            201,
+            "its own process: invalid context"
+        );
+    }
+    // 2 s of device time (10 us per 132 blocks): longer than the other
+    // process takes to start, even on a loaded machine.
+    let launched = std::time::Instant::now();
+    assert_eq!(
+        a.launch_grid(f, [132 * 200_000, 1, 1], std::ptr::null_mut()),
+        0
+    );
+    // SAFETY: a valid event and the legacy stream.
+    unsafe { assert_eq!((a.event_record)(shared, std::ptr::null_mut()), 0) };
+    let hex: String = handle.iter().map(|b| format!("{b:02x}")).collect();
+    let launched_ns = monotonic_ns() - launched.elapsed().as_nanos() as u64;
+    println!("HANDLE={hex}\nLAUNCHED_NS={launched_ns}\nREADY");
+    std::io::stdout().flush().unwrap();
+    let mut line = String::new();
+    let _ = std::io::stdin().read_line(&mut line);
+}
+
+/// Opens SIMGPU_TEST_HANDLE, waits for its record and prints when that
+/// returned.
+fn role_event_import() {
+    let _a = Api::setup();
+    let ev = IpcEvents::open(Lib::open());
+    let hex = std::env::var("SIMGPU_TEST_HANDLE").unwrap();
+    let mut handle = [0u8; 64];
+    for (i, b) in handle.iter_mut().enumerate() {
+        *b = u8::from_str_radix(&hex[2 * i..2 * i + 2], 16).unwrap();
+    }
+    let sync: unsafe extern "C" fn(H) -> u32 = Lib::open().f("cuEventSynchronize");
+    let wait: unsafe extern "C" fn(H, H, c_uint) -> u32 = Lib::open().f("cuStreamWaitEvent");
+    let mut e = std::ptr::null_mut();
+    // SAFETY: valid out-pointer; the event is the one just opened.
+    unsafe {
+        assert_eq!((ev.open)(&mut e, handle), 0);
+        assert_eq!(wait(std::ptr::null_mut(), e, 0), 0);
+        assert_eq!(sync(e), 0);
+        assert_eq!((ev.query)(e), 0, "complete after the wait");
+    }
+    println!("SYNCED_NS={}", monotonic_ns());
+}
+
+fn monotonic_ns() -> u64 {
+    let mut t = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: a valid out-pointer.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut t) };
+    t.tv_sec as u64 * 1_000_000_000 + t.tv_nsec as u64
+}
+
+/// An event recorded in one process orders another process that opened
+/// it: the opener's wait returns only after the work before the record
+/// ran (as `torch.multiprocessing` orders a shared tensor's consumer).
+#[test]
+fn an_interprocess_event_orders_the_process_that_opened_it() {
+    let inst = Instance::new("ipc-event");
+    let mut exporter = child("event-export", &[("SIMGPU_INSTANCE", &inst.0)])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(exporter.stdout.take().unwrap()).lines();
+    let mut said = String::new();
+    for line in lines.by_ref() {
+        let line = line.unwrap();
+        said.push_str(&line);
+        said.push('\n');
+        if line == "READY" {
+            break;
+        }
+    }
+    let handle = value(&said, "HANDLE");
+    let launched: u64 = value(&said, "LAUNCHED_NS").parse().unwrap();
+    let out = run_child(
+        "event-import",
+        &[
+            ("SIMGPU_INSTANCE", &inst.0),
+            ("SIMGPU_TEST_HANDLE", &handle),
+        ],
+    );
+    let synced: u64 = value(&out, "SYNCED_NS").parse().unwrap();
+    writeln!(exporter.stdin.take().unwrap()).unwrap();
+    assert!(exporter.wait().unwrap().success(), "{said}");
+    assert!(
+        synced >= launched + 1_900_000_000,
+        "the wait returned {} ms after the 2 s kernel was launched",
+        (synced.saturating_sub(launched)) as f64 / 1e6
+    );
 }
 
 /// Allocates SIMGPU_TEST_BYTES, prints READY, waits for a line on stdin.

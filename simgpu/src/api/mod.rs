@@ -22,6 +22,7 @@ macro_rules! export {
 pub mod device;
 pub mod graph_mem;
 pub mod ipc;
+pub mod ipc_event;
 pub mod library;
 pub mod managed;
 pub mod mem;
@@ -35,6 +36,7 @@ pub mod vmm;
 pub use device::*;
 pub use graph_mem::*;
 pub use ipc::*;
+pub use ipc_event::*;
 pub use library::*;
 pub use managed::*;
 pub use mem::*;

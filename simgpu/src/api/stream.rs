@@ -111,6 +111,10 @@ fn event(e: CUevent) -> Res<Arc<Event>> {
 fn stream_wait_event(pt: bool, s: CUstream, e: CUevent, _flags: c_uint) -> Res {
     let st = resolve(s, pt)?;
     let ev = event(e)?;
+    if ev.opened() {
+        // Another process's record: waited for here (see ipc_event).
+        return ev.synchronize();
+    }
     if let Some((other, seq)) = ev.pending()
         && !Arc::ptr_eq(&other, &st)
     {
@@ -196,7 +200,16 @@ fn event_create(_: bool, e: *mut CUevent, flags: c_uint) -> Res {
     if e.is_null() || flags & !0xf != 0 {
         return Err(CUDA_ERROR_INVALID_VALUE);
     }
-    out(e, EVENTS.insert(Arc::new(Event::new(flags))) as CUevent)
+    let event = if flags & super::ipc_event::CU_EVENT_INTERPROCESS != 0 {
+        // As NVIDIA's driver: an interprocess event keeps no timestamps.
+        if flags & crate::exec::CU_EVENT_DISABLE_TIMING == 0 {
+            return Err(CUDA_ERROR_INVALID_VALUE);
+        }
+        Event::interprocess(flags, super::ipc_event::SharedEvent::create()?)
+    } else {
+        Event::new(flags)
+    };
+    out(e, EVENTS.insert(Arc::new(event)) as CUevent)
 }
 
 fn event_record(pt: bool, e: CUevent, s: CUstream) -> Res {
