@@ -6,18 +6,24 @@
 //! SLO marked) and `bench/results/demo.md` (SLO violation rate, p50/p99
 //! latency and training throughput per controller, with the command).
 //!
-//! Run: `scripts/bench.sh demo` (or `-- --seconds 10`); needs the release
-//! build of the workspace (`cargo build --release --workspace`).
+//! The inference tenant also runs alone (`dilu demo --controllers alone`,
+//! in the same run), and each controller's p50 and p99 are given as ratios
+//! to alone's, as the field judges co-location.
+//!
+//! Run: `scripts/bench.sh demo` (the demo's default length; or `--
+//! --seconds 30`); needs the release build of the workspace (`cargo build
+//! --release --workspace`).
 
 use dilu_bench::report::{Table, machine, results_path, write_result};
 use dilu_bench::svg::{LinePlot, cdf_points};
 use dilu_harness::workspace::dilu;
 use std::process::{Command, Stdio};
 
-/// The controllers, in the order the demo compares them.
-const CONTROLLERS: [&str; 3] = ["static", "dilu-rckm", "dilu"];
+/// The inference tenant alone, then the controllers in the order the demo
+/// compares them.
+const RUNS: [&str; 4] = ["alone", "static", "dilu-rckm", "dilu"];
 
-fn seconds_arg() -> u64 {
+fn seconds_arg() -> Option<u64> {
     let args: Vec<String> = std::env::args().collect();
     args.iter()
         .position(|a| a == "--seconds")
@@ -26,7 +32,6 @@ fn seconds_arg() -> u64 {
             v.parse()
                 .unwrap_or_else(|_| panic!("--seconds {v:?}: expected a whole number"))
         })
-        .unwrap_or(5)
 }
 
 fn read_latencies(path: &std::path::Path) -> Vec<f64> {
@@ -43,10 +48,18 @@ fn main() {
     }
     let seconds = seconds_arg();
     let dir = std::env::temp_dir().join(format!("dilu-bench-demo-{}", std::process::id()));
-    let command = format!("dilu demo --seconds {seconds} --json --latencies-dir DIR");
-    eprintln!("demo: {command} ({} s per controller) ...", seconds);
-    let output = Command::new(dilu())
-        .args(["demo", "--json", "--seconds", &seconds.to_string()])
+    let length = seconds.map_or(String::new(), |s| format!(" --seconds {s}"));
+    let command = format!(
+        "dilu demo --controllers {}{length} --json --latencies-dir DIR",
+        RUNS.join(",")
+    );
+    eprintln!("demo: {command} ...");
+    let mut demo = Command::new(dilu());
+    demo.args(["demo", "--json", "--controllers", &RUNS.join(",")]);
+    if let Some(s) = seconds {
+        demo.args(["--seconds", &s.to_string()]);
+    }
+    let output = demo
         .arg("--latencies-dir")
         .arg(&dir)
         .stderr(Stdio::inherit())
@@ -59,6 +72,7 @@ fn main() {
         .rev()
         .find_map(|l| serde_json::from_str(l).ok())
         .unwrap_or_else(|| panic!("no JSON summary from dilu demo: {stdout}"));
+    let seconds = summary["seconds"].as_u64().expect("seconds in the summary");
     let slo_ms = summary["slo_ms"].as_f64().expect("slo_ms in the summary");
 
     let mut plot = LinePlot::new(
@@ -70,28 +84,40 @@ fn main() {
     .steps()
     .log_x();
     let mut table = Table::new(&[
-        "controller",
+        "run",
         "requests",
         "SLO violations",
         "p50 latency (ms)",
         "p99 latency (ms)",
+        "p50 / alone",
+        "p99 / alone",
         "training iterations/s",
     ]);
-    for controller in CONTROLLERS {
-        let result = &summary["controllers"][controller];
-        let mut latencies = read_latencies(&dir.join(format!("{controller}.txt")));
+    let mut alone = (f64::NAN, f64::NAN);
+    for run in RUNS {
+        let result = &summary["controllers"][run];
+        let mut latencies = read_latencies(&dir.join(format!("{run}.txt")));
         let violations = latencies.iter().filter(|&&l| l > slo_ms).count();
         let rate = violations as f64 / latencies.len().max(1) as f64;
         let p50 = dilu_bench::percentile(&mut latencies, 50.0);
         let p99 = dilu_bench::percentile(&mut latencies, 99.0);
-        plot = plot.series(controller, &cdf_points(&latencies));
+        if run == "alone" {
+            alone = (p50, p99);
+        }
+        plot = plot.series(run, &cdf_points(&latencies));
         table.row(vec![
-            controller.to_string(),
+            run.to_string(),
             latencies.len().to_string(),
             format!("{:.1}%", rate * 100.0),
             format!("{p50:.1}"),
             format!("{p99:.1}"),
-            format!("{:.1}", result["batch_throughput"].as_f64().unwrap_or(0.0)),
+            format!("{:.2}x", p50 / alone.0),
+            format!("{:.2}x", p99 / alone.1),
+            if run == "alone" {
+                "-".to_string()
+            } else {
+                format!("{:.1}", result["batch_throughput"].as_f64().unwrap_or(0.0))
+            },
         ]);
     }
     let _ = std::fs::remove_dir_all(&dir);
@@ -102,15 +128,20 @@ fn main() {
         .unwrap_or_else(|e| panic!("write {}: {e}", svg.display()));
     eprintln!("results written to {}", svg.display());
 
+    let bench_length = if length.is_empty() {
+        String::new()
+    } else {
+        format!(" --{length}")
+    };
     let doc = format!(
         "# dilu demo: latency per controller\n\n\
-         Command: `scripts/bench.sh demo -- --seconds {seconds}` (runs `{command}` on the release build).\n\n\
+         Command: `scripts/bench.sh demo{bench_length}` (runs `{command}` on the release build).\n\n\
          An inference tenant (bursty requests of 8 × 500 µs kernels, SLO p99 {slo_ms} ms, SM request\n\
          30% limit 100%) and a training tenant (8 × 1 ms kernels per iteration after 4 ms of data\n\
          loading, request 20% limit 100%) share one simulated GPU under the node manager, {seconds} s\n\
-         per controller. Latency is each request's arrival to its last kernel's end, queueing\n\
-         included, measured by the inference program. Few requests per run (bursty arrivals), so\n\
-         p99 is close to the largest sample.\n\n\
+         per controller; `alone` is the inference tenant without the training tenant, in the same\n\
+         run, and the ratios are each run's percentile over alone's. Latency is each request's\n\
+         arrival to its last kernel's end, queueing included, measured by the inference program.\n\n\
          {}\n\
          ![latency CDF per controller](demo-latency-cdf.svg)\n\n\
          Machine: {}.\n\n\

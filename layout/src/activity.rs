@@ -117,6 +117,15 @@ impl DeviceTelemetry {
         }
     }
 
+    /// Device time the tenant's launches so far are expected to keep the
+    /// device busy after `now` (by their estimates; 0 when none is left).
+    #[inline]
+    pub fn queued_ns(&self, now: u64) -> u64 {
+        self.busy_until_ns
+            .load(Ordering::Relaxed)
+            .saturating_sub(now)
+    }
+
     pub fn record_throttle(&self, waited_ns: u64) {
         self.throttled_launches.fetch_add(1, Ordering::Relaxed);
         self.throttled_ns.fetch_add(waited_ns, Ordering::Relaxed);

@@ -42,13 +42,18 @@ pub struct TenantBudget {
     /// Memory budget per device in bytes ([`UNLIMITED`]: none), written by
     /// the node manager (v2). Standalone tenants keep theirs in the ledger.
     mem_budget: [AtomicU64; MAX_DEVICES],
+    /// Most device time the tenant may have queued ahead of a launch on
+    /// each device (ns; 0: no bound), written by the node manager for a
+    /// batch tenant sharing its GPU with a latency tenant (v3): see
+    /// [`TenantBudget::queue_bound_ns`].
+    queue_bound_ns: [AtomicU64; MAX_DEVICES],
 }
 
 // SAFETY: repr(C), atomics and padding only; all-zero is "share 0 and no
 // memory on every device", which the creator overwrites before publishing
 // the magic.
 unsafe impl SharedLayout for TenantBudget {
-    const MAGIC: u64 = 0x6469_6c75_534d_0002; // "diluSM" v2 (v2: memory budget)
+    const MAGIC: u64 = 0x6469_6c75_534d_0003; // "diluSM" v3 (v2: memory budget; v3: queue bound)
     fn magic(&self) -> &AtomicU64 {
         &self.magic
     }
@@ -87,6 +92,26 @@ impl TenantBudget {
     pub fn set_depth_ns(&self, depth_ns: u64) {
         self.depth_ns.store(depth_ns, Ordering::Relaxed);
         self.generation.fetch_add(1, Ordering::Release);
+    }
+
+    /// How much device time the tenant may have queued on `device` ahead of
+    /// a launch (ns; 0: no bound). A GPU time-slices between processes, so
+    /// a latency tenant that wakes up beside a batch tenant waits for the
+    /// batch tenant's queue, however small the batch tenant's share
+    /// becomes a period later: its queued kernels are on the device
+    /// already. Bounded, the wait is at most the bound and one kernel.
+    #[inline]
+    pub fn queue_bound_ns(&self, device: usize) -> u64 {
+        self.queue_bound_ns[device].load(Ordering::Relaxed)
+    }
+
+    /// Writer side: sets the queue bound of `device` (ns; 0: none).
+    /// Written every period: a store (and a generation) only on a change.
+    pub fn set_queue_bound_ns(&self, device: usize, bound_ns: u64) {
+        if self.queue_bound_ns[device].load(Ordering::Relaxed) != bound_ns {
+            self.queue_bound_ns[device].store(bound_ns, Ordering::Relaxed);
+            self.generation.fetch_add(1, Ordering::Release);
+        }
     }
 
     /// The memory budget of `device` in bytes, or [`UNLIMITED`].

@@ -216,20 +216,27 @@ fn control_loop(shared: Arc<Shared>) {
     let mut state = crate::period::PeriodState::default();
     let mut next = Instant::now();
     let mut timers: BTreeMap<(String, Option<u32>), SignalState> = BTreeMap::new();
+    let mut wake_watch = crate::wake_watch::WakeWatch::default();
     while !shared.stopping.load(Ordering::Acquire) {
         next += period;
         let now = Instant::now();
         if next > now {
-            std::thread::sleep(next - now);
+            next = sleep_until_period_or_wake(&shared, &wake_watch, next);
         } else {
             next = now; // overran: do not try to catch up
         }
         let started = thread_cpu_ns();
         let now_ns = dilu_layout::monotonic_ns();
         let registry = &mut *shared.registry.lock().expect("registry lock");
-        {
+        let guards = {
             let mut controllers = shared.controller.lock().expect("controller lock");
             crate::period::run(registry, &mut controllers, &mut state, now_ns);
+            controllers.guards_between_periods()
+        };
+        if guards {
+            wake_watch.arm(registry, &state.observations, &state.gpus);
+        } else {
+            wake_watch = crate::wake_watch::WakeWatch::default();
         }
         update_signals(&shared, registry, &state, &mut timers);
         // CPU time: on a busy node the wall time would count the time
@@ -238,6 +245,29 @@ fn control_loop(shared: Arc<Shared>) {
         shared.period_work_ns.fetch_add(work, Ordering::Relaxed);
         shared.period_work_max_ns.fetch_max(work, Ordering::Relaxed);
         shared.periods.fetch_add(1, Ordering::Relaxed);
+    }
+}
+
+/// Sleeps until `next`, or until a tenant `watch` watches launches (then
+/// the period runs at once); returns when the period runs.
+fn sleep_until_period_or_wake(
+    shared: &Shared,
+    watch: &crate::wake_watch::WakeWatch,
+    next: Instant,
+) -> Instant {
+    loop {
+        let now = Instant::now();
+        if next <= now {
+            return next;
+        }
+        if !watch.watching() {
+            std::thread::sleep(next - now);
+            return next;
+        }
+        std::thread::sleep((next - now).min(crate::wake_watch::POLL));
+        if watch.woke(&shared.registry.lock().expect("registry lock")) {
+            return Instant::now();
+        }
     }
 }
 

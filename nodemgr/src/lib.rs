@@ -38,6 +38,8 @@ pub mod period;
 pub mod placement;
 pub mod profile_run;
 pub mod profile_spec;
+pub mod queue_bounds;
 pub mod registry;
 pub mod server;
 pub mod shared_state;
+pub mod wake_watch;

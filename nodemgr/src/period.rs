@@ -25,6 +25,8 @@ pub struct PeriodState {
     /// This period's observations (same order).
     pub observations: Vec<Observation>,
     shares: Vec<u32>,
+    /// This period's queue bounds (same order, see [`crate::queue_bounds`]).
+    queue_bounds: Vec<u64>,
 }
 
 /// Runs one period at `now_ns`.
@@ -76,7 +78,13 @@ pub fn run(
         }
     }
     controllers.step(now_ns, &state.observations, &mut state.shares);
+    state.queue_bounds.clear();
+    if controllers.guards_between_periods() {
+        let (observations, gpus) = (&state.observations, &state.gpus);
+        crate::queue_bounds::queue_bounds(observations, gpus, &mut state.queue_bounds);
+    }
     let mut shares = state.shares.iter().copied();
+    let mut bounds = state.queue_bounds.iter().copied();
     for tenant in registry.tenants.values_mut() {
         let Some(share) = shares.next() else { break };
         tenant.share_ppm = share;
@@ -88,6 +96,12 @@ pub fn run(
             &tenant.regions.budget,
             share,
             tenant.more_devices.iter().map(|d| d.share_ppm),
+        );
+        let first = bounds.next().unwrap_or(0);
+        crate::registry::write_queue_bounds(
+            &tenant.regions.budget,
+            first,
+            bounds.by_ref().take(more),
         );
     }
 }
@@ -172,5 +186,54 @@ mod tests {
             "gpu1 is shared out between its two tenants: {} + {on_gpu1}",
             other.share_ppm
         );
+    }
+
+    fn latency(slo_ms: f64) -> TenantSpec {
+        TenantSpec {
+            class: WorkClass::Latency,
+            slo_ms: Some(slo_ms),
+            sm_request_pct: 30.0,
+            sm_limit_pct: 100.0,
+            ..TenantSpec::default()
+        }
+    }
+
+    /// A batch tenant on the GPU of a latency tenant with an SLO keeps a
+    /// short queue; one on another GPU, and the latency tenant, none.
+    #[test]
+    fn a_batch_tenant_beside_a_latency_tenant_with_an_slo_has_a_queue_bound() {
+        let mut registry = Registry::new(BTreeMap::new(), None);
+        add(&mut registry, "serve", &[0], latency(15.0));
+        add(&mut registry, "train", &[0], batch(20.0));
+        add(&mut registry, "apart", &[1], batch(20.0));
+        let mut controllers = PerGpu::new("dilu").unwrap();
+        let mut state = PeriodState::default();
+        run(&mut registry, &mut controllers, &mut state, 1_000_000_000);
+        let bound = |name: &str| registry.tenants[name].regions.budget.queue_bound_ns(0);
+        assert_eq!(bound("train"), crate::queue_bounds::QUEUE_BOUND_NS);
+        assert_eq!(bound("apart"), 0);
+        assert_eq!(bound("serve"), 0);
+    }
+
+    /// A resting latency tenant's first launch is seen between periods.
+    #[test]
+    fn the_first_launch_of_a_resting_latency_tenant_wakes_the_control_loop() {
+        let mut registry = Registry::new(BTreeMap::new(), None);
+        add(&mut registry, "serve", &[0], latency(15.0));
+        add(&mut registry, "train", &[0], batch(20.0));
+        let mut controllers = PerGpu::new("dilu").unwrap();
+        let mut state = PeriodState::default();
+        let mut watch = crate::wake_watch::WakeWatch::default();
+        run(&mut registry, &mut controllers, &mut state, 1_000_000_000);
+        watch.arm(&registry, &state.observations, &state.gpus);
+        assert!(watch.watching(), "the resting latency tenant is watched");
+        assert!(!watch.woke(&registry));
+        let serve = &registry.tenants["serve"].regions.activity.devices[0];
+        serve.record_launch(1_001_000_000, 500_000);
+        assert!(watch.woke(&registry), "its launch wakes the loop");
+        // Launching in the period, it is protected by the period itself.
+        run(&mut registry, &mut controllers, &mut state, 1_002_000_000);
+        watch.arm(&registry, &state.observations, &state.gpus);
+        assert!(!watch.watching());
     }
 }

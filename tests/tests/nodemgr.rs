@@ -638,6 +638,103 @@ fn a_tenant_started_while_the_daemon_is_down_is_managed_when_it_returns() {
     daemon.wait().unwrap();
 }
 
+/// Runs a training step loop (8 kernels of about 1 ms after 4 ms of data
+/// loading) for 2 s as tenant `name`; returns, per step, how long its 8
+/// launches took to return (ms), sorted.
+fn step_launch_spreads(scratch: &Scratch, instance: &str, name: &str) -> Vec<f64> {
+    let log = scratch.path(&format!("{name}.launches"));
+    let status = Command::new(dilu())
+        .args(["run", "--sim", "--tenant", name, "--class", "batch", "--"])
+        .arg(artifact("demo-tenant"))
+        .args([
+            "train",
+            "--seconds",
+            "2",
+            "--blocks",
+            "13200",
+            "--kernels",
+            "8",
+        ])
+        .args(["--load-ms", "4", "--launch-log"])
+        .arg(&log)
+        .env(
+            dilu_abi::node_wire::SOCKET_ENV,
+            scratch.path("nodemgr.sock"),
+        )
+        .env("SIMGPU_INSTANCE", instance)
+        .stdout(Stdio::null())
+        .status()
+        .expect("run the training tenant");
+    assert!(status.success(), "the training tenant ran");
+    let times: Vec<u64> = std::fs::read_to_string(&log)
+        .unwrap()
+        .lines()
+        .map(|l| l.parse().unwrap())
+        .collect();
+    let mut spreads: Vec<f64> = times
+        .chunks_exact(8)
+        .map(|step| (step[7] - step[0]) as f64 / 1e6)
+        .collect();
+    spreads.sort_by(f64::total_cmp);
+    spreads
+}
+
+/// A batch tenant sharing its GPU with a latency tenant that has an SLO
+/// keeps little work queued, so that the latency tenant, when it wakes,
+/// does not wait for a whole training step on a time-sliced device: the 8
+/// launches of a step, which go at once while the batch tenant has the GPU
+/// to itself, are then spread over about the step's length.
+#[test]
+fn a_batch_tenant_beside_a_latency_tenant_keeps_a_short_queue() {
+    let scratch = Scratch::new("nodemgr-queue");
+    let config = scratch.path("nodemgr.toml");
+    std::fs::write(&config, "").unwrap();
+    let daemon = start_daemon(&scratch, &config);
+    let instance = unique_name("queue");
+    let alone = step_launch_spreads(&scratch, &instance, &unique_name("alone"));
+
+    // A latency tenant with an SLO that rests (a request every few seconds).
+    let serve = unique_name("serve");
+    let mut latency_tenant = Command::new(dilu())
+        .args(["run", "--sim", "--tenant", &serve])
+        .args(["--class", "latency", "--slo-ms", "15", "--"])
+        .arg(artifact("demo-tenant"))
+        .args(["serve", "--seconds", "120", "--rate", "0.2"])
+        .env(
+            dilu_abi::node_wire::SOCKET_ENV,
+            scratch.path("nodemgr.sock"),
+        )
+        .env("SIMGPU_INSTANCE", &instance)
+        .stdout(Stdio::null())
+        .spawn()
+        .expect("start the latency tenant");
+    wait_for_tenant(&scratch, &serve);
+    let beside = step_launch_spreads(&scratch, &instance, &unique_name("beside"));
+    let _ = latency_tenant.kill();
+    let _ = latency_tenant.wait();
+    stop_daemon(daemon);
+
+    let median = |v: &[f64]| v[v.len() / 2];
+    println!(
+        "a step's 8 launches took (median ms): alone {:.3} over {} steps, beside {:.3} over {}",
+        median(&alone),
+        alone.len(),
+        median(&beside),
+        beside.len()
+    );
+    assert!(
+        median(&beside) >= 4.0,
+        "beside the latency tenant a step's launches wait for its queue: median {} ms",
+        median(&beside)
+    );
+    assert!(
+        median(&alone) < median(&beside) / 2.0,
+        "alone they go at once: median {} ms against {} ms",
+        median(&alone),
+        median(&beside)
+    );
+}
+
 /// `dilu nodemgr --sim` sees the simulated GPU as tenants of `dilu run
 /// --sim` do (simgpu's NVML, found beside simgpu, with no library path
 /// given): it lists the device with its memory and admits memory budgets

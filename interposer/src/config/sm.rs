@@ -21,7 +21,9 @@
 //! switches contexts at every slice of the other tenant (158–165 µs of
 //! device time lost per switch on an H100,
 //! `bench/results/gpu-calibration.md`). Runs are used only where NVML's
-//! samples do not show the process alone on the device (see
+//! samples do not show the process alone on the device, and not by a batch
+//! tenant the node manager keeps to a short queue beside a latency tenant
+//! (a run is a whole time slice the latency tenant may wait for; see
 //! `launch_control::releases_in_runs`). `DILU_SM_ABLATE=runs` (benchmarks
 //! only) paces launch by launch instead, and `depth=DURATION` there sets
 //! another depth.

@@ -111,6 +111,10 @@ fn admit_through_bucket(
         charged = Some((now, charge, 1 + uncounted));
     }
     let mut held = crate::sm_time::colocation::before_launch(device, cost, estimate.is_some());
+    if let Some((now, _, _)) = charged {
+        held +=
+            crate::sm_time::queue_bound::before_launch(sm, device, now + held, estimate.is_some());
+    }
     if let Some((now, paid, _)) = charged
         && is_limited(share)
     {
@@ -149,7 +153,7 @@ fn charge_bucket(
             Admission::Now => break,
             Admission::At(deadline) => {
                 crate::sm_time::colocation::before_token_wait(device);
-                let burst_ns = if releases_in_runs(device) {
+                let burst_ns = if releases_in_runs(sm, device) {
                     crate::config::sm::DEFAULT_BURST_NS
                 } else {
                     0
@@ -185,8 +189,10 @@ fn charge_bucket(
 /// pair keeps 2 to 16 points more of the device busy with runs than
 /// without.
 /// `DILU_SM_ABLATE=runs` turns runs off (launch by launch everywhere).
-fn releases_in_runs(device: usize) -> bool {
-    !crate::config::get().ablate.runs && crate::sm_time::usage_feedback::may_be_shared(device)
+fn releases_in_runs(sm: &TenantSm, device: usize) -> bool {
+    !crate::config::get().ablate.runs
+        && crate::sm_time::usage_feedback::may_be_shared(device)
+        && sm.budget().queue_bound_ns(device) == 0
 }
 
 /// How much longer than its own tokens a throttled launch waits: until

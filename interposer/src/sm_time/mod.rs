@@ -9,6 +9,8 @@
 //!   device's other processes hold their launches.
 //! - [`fair_turns`]: tenants sharing a device split the time they use by
 //!   their shares.
+//! - [`queue_bound`]: a batch tenant beside a latency tenant keeps little
+//!   work queued.
 //! - [`usage_feedback`]: charges against the device time the driver counted.
 //! - [`tenant_sm`]: the tenant's shares, telemetry and buckets as this
 //!   process maps them.
@@ -27,6 +29,7 @@ pub mod launch_lease;
 pub mod nvml_sample_clock;
 pub mod precise_sleep;
 pub mod primary_tolerance;
+pub mod queue_bound;
 pub mod quiet_samples;
 pub mod recent_streams;
 pub mod sampler;

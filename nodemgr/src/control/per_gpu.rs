@@ -34,6 +34,8 @@ pub struct PerGpu {
     /// The law as asked for (what [`by_name`] builds each GPU's from).
     law: String,
     name: &'static str,
+    /// [`Controller::guards_between_periods`] of the law.
+    guards_between_periods: bool,
     groups: BTreeMap<GpuKey, Group>,
     /// The tenant-set version of the last [`PerGpu::assign`].
     assigned: Option<u64>,
@@ -42,9 +44,11 @@ pub struct PerGpu {
 impl PerGpu {
     /// Controllers of law `name` (one of [`super::NAMES`]).
     pub fn new(name: &str) -> Result<Self, String> {
+        let law = by_name(name)?;
         Ok(PerGpu {
             law: name.to_string(),
-            name: by_name(name)?.name(),
+            name: law.name(),
+            guards_between_periods: law.guards_between_periods(),
             groups: BTreeMap::new(),
             assigned: None,
         })
@@ -52,6 +56,12 @@ impl PerGpu {
 
     pub fn name(&self) -> &'static str {
         self.name
+    }
+
+    /// Whether the law guards latency tenants between periods (see
+    /// [`Controller::guards_between_periods`]).
+    pub fn guards_between_periods(&self) -> bool {
+        self.guards_between_periods
     }
 
     /// The tenant-set version (the registry's epoch) the controllers were

@@ -90,6 +90,12 @@ impl Observation {
         self.launches > 0 || self.at_work_within(RECENT_NS) || self.throttled_ns > 0
     }
 
+    /// Whether the tenant is in the middle of its work this period: it
+    /// launched, or is inside a synchronising call now.
+    pub fn in_request(&self) -> bool {
+        self.launches > 0 || self.sync_idle_ns == 0
+    }
+
     /// Recent p99 as a fraction of the SLO (0 when unknown).
     pub fn slo_pressure(&self) -> f64 {
         match (self.latency.p99_ns, self.slo_ns) {
@@ -107,6 +113,13 @@ pub trait Controller: Send {
     fn step(&mut self, now_ns: u64, tenants: &[Observation]) -> Vec<u32>;
     /// The tenant set changed: forget per-tenant state.
     fn reset(&mut self) {}
+    /// Whether, under this law, a batch tenant beside a latency tenant with
+    /// an SLO keeps a short queue (`crate::queue_bounds`) and the control
+    /// loop runs a period at such a tenant's first launch
+    /// (`crate::wake_watch`): dilu's laws, not the baselines.
+    fn guards_between_periods(&self) -> bool {
+        false
+    }
 }
 
 /// Splits `available` ppm among batch tenants (indices) by water-filling:
@@ -117,12 +130,25 @@ pub trait Controller: Send {
 /// the next period (it keeps its request as its cap meanwhile, so its first
 /// launches go at once).
 pub fn share_out_batch(tenants: &[Observation], batch: &[usize], available: u32, out: &mut [u32]) {
+    share_out_batch_above(tenants, batch, available, out, |i| tenants[i].request_ppm);
+}
+
+/// [`share_out_batch`] with tenant `i`'s floor `floor(i)` in place of its
+/// request (a law that may hold a tenant below its request in a period,
+/// having given it its request over a longer time).
+pub fn share_out_batch_above(
+    tenants: &[Observation],
+    batch: &[usize],
+    available: u32,
+    out: &mut [u32],
+    floor: impl Fn(usize) -> u32,
+) {
     let mut left = available as i64;
     let mut hungry = Vec::with_capacity(batch.len());
     for &i in batch {
-        out[i] = tenants[i].request_ppm;
+        out[i] = floor(i);
         if tenants[i].wants_device() {
-            left -= tenants[i].request_ppm as i64;
+            left -= out[i] as i64;
             hungry.push(i);
         }
     }

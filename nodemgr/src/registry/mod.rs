@@ -32,7 +32,9 @@ pub mod regions;
 pub mod tenant;
 pub mod views;
 
-pub use regions::{Regions, create_regions, effective_share, write_share, write_shares};
+pub use regions::{
+    Regions, create_regions, effective_share, write_queue_bounds, write_share, write_shares,
+};
 pub use tenant::{
     DeviceControl, HeldPlacement, MAX_HELD_PLACEMENTS, Member, PLACEMENT_GRACE, Peer,
     READOPT_GRACE, Tenant, more_devices,

@@ -58,6 +58,18 @@ pub fn write_shares(budget: &TenantBudget, first: u32, more: impl IntoIterator<I
     }
 }
 
+/// Writes a tenant's queue bounds device by device, as [`write_shares`]
+/// writes shares: `first` to device 0 and every device past its own.
+pub fn write_queue_bounds(budget: &TenantBudget, first: u64, more: impl IntoIterator<Item = u64>) {
+    let mut bounds = [first; MAX_DEVICES];
+    for (slot, bound) in bounds[1..].iter_mut().zip(more) {
+        *slot = bound;
+    }
+    for (device, &bound) in bounds.iter().enumerate() {
+        budget.set_queue_bound_ns(device, bound);
+    }
+}
+
 /// Makes a tenant's regions. `handed_back` is an activity-region descriptor a
 /// re-attaching process gave back: adopted only if it is a memfd region whose
 /// size is (or can now be) sealed, checked without waiting; otherwise the

@@ -1,7 +1,9 @@
 //! `dilu demo`: an inference tenant with an SLO and a training tenant share
 //! one simulated GPU under an embedded node manager; the same scenario runs
 //! once per controller (`static`, `dilu-rckm`, `dilu`) and the summary
-//! compares SLO violations and training throughput.
+//! compares SLO violations and training throughput. `--controllers alone`
+//! runs the inference tenant without the training tenant: the latencies
+//! the others are judged against.
 //!
 //! The workloads are ordinary CUDA programs (`demo-tenant`) started with
 //! `dilu run --sim`; they register with the node manager through the
@@ -30,6 +32,10 @@ pub struct DemoSpec {
     /// Where to keep each controller's request latencies.
     pub latencies_dir: Option<PathBuf>,
 }
+
+/// Not a controller: the inference tenant alone under the node manager
+/// (`dilu`), the run the others' latencies are judged against.
+pub const ALONE: &str = "alone";
 
 /// The scenario: the inference SLO and both tenants' specs.
 pub const SLO_MS: f64 = 15.0;
@@ -133,7 +139,12 @@ pub fn run_one(
         socket: scratch.join("nodemgr.sock"),
         run_dir: scratch.join("run"),
         metrics: None,
-        controller: controller.to_string(),
+        controller: if controller == ALONE {
+            "dilu"
+        } else {
+            controller
+        }
+        .to_string(),
         tenants: names
             .iter()
             .cloned()
@@ -150,17 +161,22 @@ pub fn run_one(
         serve_args.extend(["--latencies", path.as_str()]);
     }
     let serve = spawn(&socket, &instance, &names[0], "serve", &serve_args, seconds);
-    let train = spawn(&socket, &instance, &names[1], "train", &TRAIN_ARGS, seconds);
+    let train = if controller == ALONE {
+        Ok(None)
+    } else {
+        spawn(&socket, &instance, &names[1], "train", &TRAIN_ARGS, seconds).map(Some)
+    };
     let (mut serve, mut train) = match (serve, train) {
         (Ok(s), Ok(t)) => (s, t),
         (s, t) => {
             let mut error = String::new();
-            for result in [s, t] {
+            for result in [s.map(Some), t] {
                 match result {
-                    Ok(mut child) => {
+                    Ok(Some(mut child)) => {
                         let _ = child.kill();
                         let _ = child.wait();
                     }
+                    Ok(None) => {}
                     Err(e) => error = e,
                 }
             }
@@ -170,7 +186,8 @@ pub fn run_one(
     };
     let started = Instant::now();
     let mut tick = 1;
-    while matches!(serve.try_wait(), Ok(None)) || matches!(train.try_wait(), Ok(None)) {
+    let running = |child: &mut Child| matches!(child.try_wait(), Ok(None));
+    while running(&mut serve) || train.as_mut().is_some_and(running) {
         std::thread::sleep(Duration::from_millis(50));
         if started.elapsed() < Duration::from_secs(tick) {
             continue;
@@ -200,10 +217,10 @@ pub fn run_one(
         }
     }
     let serve = finish(serve, "inference");
-    let train = finish(train, "training");
+    let train = train.map(|t| finish(t, "training")).transpose();
     daemon.stop();
     let _ = std::fs::remove_dir_all(&scratch);
-    let (serve, train) = (serve?, train?);
+    let (serve, train) = (serve?, train?.unwrap_or_default());
     Ok(Outcome {
         controller: controller.to_string(),
         slo_violation_rate: serve["slo_violation_rate"].as_f64().unwrap_or(1.0),
@@ -220,7 +237,7 @@ pub fn run(spec: &DemoSpec) -> Result<ExitCode, String> {
     } else {
         spec.controllers.clone()
     };
-    for c in &controllers {
+    for c in controllers.iter().filter(|c| *c != ALONE) {
         dilu_nodemgr::control::by_name(c)?;
     }
     if !spec.json {
@@ -291,6 +308,56 @@ pub fn run(spec: &DemoSpec) -> Result<ExitCode, String> {
                 o.batch_throughput
             );
         }
+        if let Some(o) = outcomes.first() {
+            println!(
+                "\np99 of {} requests: the {}{}",
+                o.requests,
+                nth_slowest(slowest_at_p99(o.requests)),
+                if o.requests < 100 {
+                    " (under 100 requests the p99 is the slowest; run longer with --seconds)"
+                } else {
+                    ""
+                }
+            );
+        }
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// Which slowest request the inference tenant's p99 of `n` is (it takes
+/// the ⌈0.99 n⌉-th fastest).
+fn slowest_at_p99(n: u64) -> u64 {
+    n.saturating_sub((n * 99).div_ceil(100)) + 1
+}
+
+/// "slowest", "2nd slowest", "11th slowest", "21st slowest", ...
+fn nth_slowest(k: u64) -> String {
+    if k == 1 {
+        return "slowest".into();
+    }
+    let suffix = match (k % 10, k % 100) {
+        (_, 11..=13) => "th",
+        (1, _) => "st",
+        (2, _) => "nd",
+        (3, _) => "rd",
+        _ => "th",
+    };
+    format!("{k}{suffix} slowest")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_p99_of_few_requests_is_the_slowest() {
+        assert_eq!(slowest_at_p99(87), 1);
+        assert_eq!(slowest_at_p99(99), 1);
+        assert_eq!(slowest_at_p99(100), 2);
+        assert_eq!(slowest_at_p99(360), 4);
+        assert_eq!(nth_slowest(1), "slowest");
+        assert_eq!(nth_slowest(4), "4th slowest");
+        assert_eq!(nth_slowest(12), "12th slowest");
+        assert_eq!(nth_slowest(22), "22nd slowest");
+    }
 }

@@ -127,13 +127,15 @@ pub struct ProfileArgs {
 
 #[derive(Args)]
 pub struct DemoArgs {
-    /// How long each controller's run lasts, in seconds.
-    #[arg(long, default_value_t = 5, value_parser = clap::value_parser!(u64).range(1..=3600))]
+    /// How long each controller's run lasts, in seconds (20: about 360
+    /// requests, enough for a p99 that is not just the slowest request).
+    #[arg(long, default_value_t = 20, value_parser = clap::value_parser!(u64).range(1..=3600))]
     seconds: u64,
     /// Print only a JSON summary.
     #[arg(long)]
     json: bool,
-    /// Run only these controllers (comma-separated; default all three).
+    /// Run only these controllers (comma-separated; default all three);
+    /// `alone` runs the inference tenant without the training tenant.
     #[arg(long, value_delimiter = ',')]
     controllers: Vec<String>,
     /// Keep every request latency of the inference tenant in
