@@ -12,9 +12,13 @@ use crate::control::per_gpu::GpuKey;
 use dilu_abi::node_wire::WorkClass;
 
 /// The bound (ns). A latency tenant waking up beside a batch tenant waits
-/// for about this and the kernel that is running. On `dilu demo` (its
-/// training step queues 8 x 1 ms kernels), with 1 ms the first request of
-/// a burst ran 1-2 ms of training work instead of 5-8 ms.
+/// for about this and the kernel that is running; the batch tenant's host
+/// has this long to launch its next kernel before the device runs out of
+/// its work (a launch takes a few µs, a loaded host's wake-up tens). On
+/// `dilu demo` (a training step queues 8 kernels of 1 ms at once) the
+/// first request of a burst ran 5-8 ms of training work without a bound,
+/// and with it, the wake-up and unmeasured kernels counted as time slices,
+/// 1-3 ms.
 pub const QUEUE_BOUND_NS: u64 = 250_000;
 
 /// One bound per observation (same order): [`QUEUE_BOUND_NS`] for a batch

@@ -53,9 +53,16 @@
 //! protects, so there is no chattering between jump and ramp; the worst
 //! case is a slow sawtooth (release over ≥ 250 ms, jump back in one period)
 //! whose high edge stays below `high × SLO` plus one period of reaction.
-//! Every output is clamped to `[request, limit]`, and requests are admitted
+//! Every output is clamped to `[request, limit]` (a batch tenant's request
+//! over the control window: it is held below it only while its own use
+//! over the window is at least its request), and requests are admitted
 //! only when they sum to at most the device, so guarantees hold whatever
-//! the telemetry says (telemetry is advisory).
+//! the telemetry says (telemetry is advisory: a latency tenant that claims
+//! to be in a request all the time holds a batch tenant at 0 only until
+//! the batch tenant's use over the window falls to its request, and a
+//! batch tenant that overstates its use only holds itself back). The
+//! window's moving average moves with the periods' lengths, so the extra
+//! periods the wake-up adds do not age it faster.
 
 use super::policy::{
     CONTROL_WINDOW_NS, Controller, FULL, Observation, share_out_batch, share_out_batch_above,

@@ -238,7 +238,8 @@ pub fn run(spec: &DemoSpec) -> Result<ExitCode, String> {
         spec.controllers.clone()
     };
     for c in controllers.iter().filter(|c| *c != ALONE) {
-        dilu_nodemgr::control::by_name(c)?;
+        dilu_nodemgr::control::by_name(c)
+            .map_err(|e| format!("{e}, or {ALONE} (the inference tenant by itself)"))?;
     }
     if !spec.json {
         println!(
@@ -299,13 +300,18 @@ pub fn run(spec: &DemoSpec) -> Result<ExitCode, String> {
             "controller", "requests", "SLO violations", "p99", "training iterations/s"
         );
         for o in &outcomes {
+            let training = if o.controller == ALONE {
+                "-".to_string()
+            } else {
+                format!("{:.1}", o.batch_throughput)
+            };
             println!(
-                "{:<10} {:>10} {:>15.1}% {:>8.1}ms {:>22.1}",
+                "{:<10} {:>10} {:>15.1}% {:>8.1}ms {:>22}",
                 o.controller,
                 o.requests,
                 o.slo_violation_rate * 100.0,
                 o.p99_ms,
-                o.batch_throughput
+                training
             );
         }
         if let Some(o) = outcomes.first() {
