@@ -36,6 +36,7 @@ pub mod memfd;
 pub mod quiet;
 pub mod shm;
 pub mod sweep;
+pub mod vmm_exports;
 
 /// Devices a layout has room for.
 pub const MAX_DEVICES: usize = 16;

@@ -1,8 +1,8 @@
 //! Device memory shared between processes with CUDA IPC handles (as
 //! `torch.multiprocessing` shares CUDA tensors, or many LoRA servers map
-//! one backbone's weights): the mapping process sees the exporter's bytes,
-//! the memory is charged once, to its exporter, for as long as any process
-//! maps it, and nobody else is charged for it.
+//! one backbone's weights) or shareable VMM handles: the mapping process
+//! sees the exporter's bytes, the memory is charged once, to its exporter,
+//! for as long as any process maps it, and nobody else is charged for it.
 
 use dilu_harness::workspace::{artifact, dilu, unique_name};
 use dilu_tests::probe::Probe;
@@ -158,4 +158,47 @@ fn a_handle_opens_in_other_processes_only_and_never_after_its_memory_is_gone() {
     );
     late.finish();
     exporter.finish();
+}
+
+/// A shareable VMM handle (a POSIX descriptor passed over a socket) follows
+/// the rule of IPC handles: the importer is charged nothing, and the
+/// exporter's release while the importer holds the memory keeps its charge
+/// until the importer lets go.
+#[test]
+fn a_shared_vmm_allocation_stays_charged_to_its_exporter_until_the_importer_releases_it() {
+    let instance = unique_name("vmm-rule");
+    let socket = std::env::temp_dir().join(format!("{}.sock", unique_name("vmm-offer")));
+    let socket = socket.to_str().unwrap();
+    let mut exporter = probe(&instance, &["--mem", "256MiB"]);
+    let mut importer = probe(&instance, &["--mem", "32MiB"]);
+    assert_eq!(
+        exporter.ask(&format!("vmm-create {}", 128 * MIB)),
+        "vmm-create 0"
+    );
+    assert_eq!(exporter.ask(&format!("vmm-offer {socket}")), "vmm-offer 0");
+    assert_eq!(importer.ask(&format!("vmm-take {socket}")), "vmm-take 0");
+    let _ = std::fs::remove_file(socket);
+    assert_eq!(
+        info(&mut importer),
+        (32 * MIB, 32 * MIB),
+        "importer: nothing charged"
+    );
+
+    assert_eq!(exporter.ask("vmm-release"), "vmm-release 0");
+    assert_eq!(
+        info(&mut exporter),
+        (128 * MIB, 256 * MIB),
+        "still held by the importer"
+    );
+    assert_eq!(
+        exporter.alloc(200 * MIB),
+        "alloc 2",
+        "the exporter cannot reuse memory another process still holds"
+    );
+
+    assert_eq!(importer.ask("vmm-drop"), "vmm-drop 0");
+    assert_eq!(info(&mut exporter), (256 * MIB, 256 * MIB));
+    assert_eq!(exporter.alloc(200 * MIB), "alloc 0");
+    exporter.finish();
+    importer.finish();
 }

@@ -34,8 +34,9 @@ use crate::telemetry::sync;
 pub use crate::memory::hooks::{
     array_create, array_destroy, array3d_create, device_total_mem, ipc_close_mem_handle,
     ipc_get_mem_handle, ipc_open_mem_handle, mem_alloc, mem_alloc_async, mem_alloc_from_pool_async,
-    mem_alloc_managed, mem_alloc_pitch, mem_create, mem_free, mem_free_async, mem_get_info,
-    mem_release, mipmapped_array_create, mipmapped_array_destroy,
+    mem_alloc_managed, mem_alloc_pitch, mem_create, mem_export_to_shareable_handle, mem_free,
+    mem_free_async, mem_get_info, mem_import_from_shareable_handle, mem_release,
+    mipmapped_array_create, mipmapped_array_destroy,
 };
 
 pub use crate::memory::driver_reserved::{ctx_set_limit, mem_pool_set_attribute};

@@ -5,7 +5,7 @@
 
 #![allow(clippy::too_many_arguments)]
 
-use core::ffi::{c_uint, c_ulonglong};
+use core::ffi::{c_int, c_uint, c_ulonglong, c_void};
 
 use dilu_abi::cuda::sys::{
     CUDA_ARRAY_DESCRIPTOR, CUDA_ARRAY3D_DESCRIPTOR, CUarray, CUdevice, CUdeviceptr, CUipcMemHandle,
@@ -15,7 +15,7 @@ use dilu_abi::cuda::{CUDA_ERROR_OUT_OF_MEMORY, CUDA_SUCCESS, CUresult};
 use dilu_layout::ledger::UNLIMITED;
 
 use crate::memory::budget::{self, TAG_ARRAY, TAG_HANDLE, TAG_MIPMAPPED};
-use crate::memory::ipc_sharing;
+use crate::memory::{ipc_sharing, vmm_sharing};
 use crate::table::Cx;
 
 /// Reads an out-parameter the driver has just written (after success).
@@ -230,10 +230,49 @@ pub fn mem_release(
     next: impl FnOnce(CUmemGenericAllocationHandle) -> CUresult,
     handle: CUmemGenericAllocationHandle,
 ) -> CUresult {
-    match budget::get() {
+    let result = match budget::get() {
         None => next(handle),
-        Some(b) => b.free(TAG_HANDLE | handle, || next(handle)),
+        Some(b) => ipc_sharing::free(b, TAG_HANDLE | handle, || next(handle)),
+    };
+    if result == CUDA_SUCCESS {
+        vmm_sharing::released(handle);
     }
+    result
+}
+
+/// `CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR`: the one kind shared by a
+/// descriptor (the others are Win32 handles and fabric handles).
+const POSIX_FILE_DESCRIPTOR: u32 = 1;
+
+pub fn mem_export_to_shareable_handle(
+    _cx: Cx,
+    next: impl FnOnce(*mut c_void, CUmemGenericAllocationHandle, c_uint, c_ulonglong) -> CUresult,
+    shareable_handle: *mut c_void,
+    handle: CUmemGenericAllocationHandle,
+    handle_type: c_uint,
+    flags: c_ulonglong,
+) -> CUresult {
+    let result = next(shareable_handle, handle, handle_type, flags);
+    if result == CUDA_SUCCESS && handle_type == POSIX_FILE_DESCRIPTOR && !shareable_handle.is_null()
+    {
+        vmm_sharing::exported(handle, written(shareable_handle.cast::<c_int>()));
+    }
+    result
+}
+
+pub fn mem_import_from_shareable_handle(
+    _cx: Cx,
+    next: impl FnOnce(*mut CUmemGenericAllocationHandle, *mut c_void, c_uint) -> CUresult,
+    handle: *mut CUmemGenericAllocationHandle,
+    os_handle: *mut c_void,
+    handle_type: c_uint,
+) -> CUresult {
+    let result = next(handle, os_handle, handle_type);
+    if result == CUDA_SUCCESS && handle_type == POSIX_FILE_DESCRIPTOR && !handle.is_null() {
+        // The descriptor travels in the pointer's bits, as NVIDIA's API has it.
+        vmm_sharing::imported(written(handle), os_handle as usize as c_int);
+    }
+    result
 }
 
 /// Bytes per channel element of a `CUarray_format` (cuda.h values). Formats

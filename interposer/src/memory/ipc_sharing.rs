@@ -9,7 +9,8 @@
 //! is refused and when the budget is queried).
 //!
 //! Mappings are counted in the user's table ([`dilu_layout::ipc_mappings`]),
-//! so exporter and mappers must run as the same user.
+//! so exporter and mappers must run as the same user. Shareable VMM handles
+//! follow the same rule (`vmm_sharing` finds whose export an import is).
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -59,28 +60,38 @@ fn table() -> Option<&'static Region<MappingTable>> {
         .as_ref()
 }
 
-fn own_pid() -> u64 {
+pub(crate) fn own_pid() -> u64 {
     u64::from(std::process::id())
 }
 
-fn alive(pid: u64, start_time: u64) -> bool {
+pub(crate) fn alive(pid: u64, start_time: u64) -> bool {
     i32::try_from(pid).is_ok_and(|pid| ledger::process_alive(pid, start_time))
 }
 
 /// `cuIpcGetMemHandle` succeeded: `dptr`'s allocation may be mapped elsewhere.
 pub fn exported(dptr: u64, handle: &[u8]) {
-    let digest = handle_digest(handle);
+    exported_as(dptr, handle_digest(handle));
+}
+
+/// The allocation charged under `key` may be mapped elsewhere, its
+/// mappings counted under `digest` (a VMM export: `vmm_sharing`).
+pub fn exported_as(key: u64, digest: u64) {
     let mut exported = EXPORTED.lock().unwrap_or_else(|p| p.into_inner());
     exported
         .get_or_insert_with(HashMap::new)
-        .insert(dptr, digest);
+        .insert(key, digest);
     ANY_EXPORTED.store(true, Ordering::Release);
 }
 
 /// `cuIpcOpenMemHandle` returned `dptr` for `handle`.
 pub fn opened(dptr: u64, handle: &[u8]) {
+    opened_as(dptr, handle_digest(handle));
+}
+
+/// This process maps, under `key`, memory whose mappings count under
+/// `digest` (until [`closed`] with the same key).
+pub fn opened_as(dptr: u64, digest: u64) {
     let Some(table) = table() else { return };
-    let digest = handle_digest(handle);
     let pid = own_pid();
     let start_time = i32::try_from(pid)
         .ok()
@@ -98,7 +109,8 @@ pub fn opened(dptr: u64, handle: &[u8]) {
         .1 += 1;
 }
 
-/// `cuIpcCloseMemHandle(dptr)` succeeded.
+/// `cuIpcCloseMemHandle(dptr)` succeeded (or an imported VMM handle, keyed
+/// as opened, was released).
 pub fn closed(dptr: u64) {
     let mut opened = OPENED.lock().unwrap_or_else(|p| p.into_inner());
     let Some(map) = opened.as_mut() else { return };

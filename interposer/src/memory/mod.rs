@@ -9,7 +9,8 @@
 //! - [`graph_memory`]: CUDA graph memory nodes.
 //! - [`driver_reserved`]: the device `malloc` heap and memory pools.
 //! - [`ipc_sharing`]: memory other processes map (CUDA IPC handles),
-//!   charged once, to its exporter, while any process maps it.
+//!   charged once, to its exporter, while any process maps it;
+//!   [`vmm_sharing`]: the same for shareable VMM handles.
 //! - [`nvml`]: NVML's memory queries, answered with the budget.
 //! - [`at_fork`]: this state's part in fork safety.
 
@@ -22,3 +23,4 @@ pub mod hooks;
 pub mod ipc_sharing;
 pub mod nvml;
 pub mod v1;
+pub mod vmm_sharing;

@@ -76,6 +76,19 @@ pub type PFN_cuMemCreate = unsafe extern "C" fn(
 ) -> CUresult;
 /// `PFN_cuMemRelease_v10020` of cudaTypedefs.h.
 pub type PFN_cuMemRelease = unsafe extern "C" fn(handle: CUmemGenericAllocationHandle) -> CUresult;
+/// `PFN_cuMemExportToShareableHandle_v10020` of cudaTypedefs.h.
+pub type PFN_cuMemExportToShareableHandle = unsafe extern "C" fn(
+    shareableHandle: *mut c_void,
+    handle: CUmemGenericAllocationHandle,
+    handleType: c_uint,
+    flags: c_ulonglong,
+) -> CUresult;
+/// `PFN_cuMemImportFromShareableHandle_v10020` of cudaTypedefs.h.
+pub type PFN_cuMemImportFromShareableHandle = unsafe extern "C" fn(
+    handle: *mut CUmemGenericAllocationHandle,
+    osHandle: *mut c_void,
+    shHandleType: c_uint,
+) -> CUresult;
 /// `PFN_cuIpcGetMemHandle_v4010` of cudaTypedefs.h.
 pub type PFN_cuIpcGetMemHandle =
     unsafe extern "C" fn(pHandle: *mut CUipcMemHandle, dptr: CUdeviceptr) -> CUresult;
@@ -524,6 +537,8 @@ pub struct RealDriver {
     pub cuMemAllocFromPoolAsync_ptsz: RealFn<PFN_cuMemAllocFromPoolAsync_ptsz>,
     pub cuMemCreate: RealFn<PFN_cuMemCreate>,
     pub cuMemRelease: RealFn<PFN_cuMemRelease>,
+    pub cuMemExportToShareableHandle: RealFn<PFN_cuMemExportToShareableHandle>,
+    pub cuMemImportFromShareableHandle: RealFn<PFN_cuMemImportFromShareableHandle>,
     pub cuIpcGetMemHandle: RealFn<PFN_cuIpcGetMemHandle>,
     pub cuIpcOpenMemHandle: RealFn<PFN_cuIpcOpenMemHandle>,
     pub cuIpcOpenMemHandle_v2: RealFn<PFN_cuIpcOpenMemHandle_v2>,
@@ -635,6 +650,8 @@ pub static REAL: RealDriver = RealDriver {
     cuMemAllocFromPoolAsync_ptsz: RealFn::new(),
     cuMemCreate: RealFn::new(),
     cuMemRelease: RealFn::new(),
+    cuMemExportToShareableHandle: RealFn::new(),
+    cuMemImportFromShareableHandle: RealFn::new(),
     cuIpcGetMemHandle: RealFn::new(),
     cuIpcOpenMemHandle: RealFn::new(),
     cuIpcOpenMemHandle_v2: RealFn::new(),
@@ -758,6 +775,10 @@ impl RealDriver {
                     .set(lookup(c"cuMemAllocFromPoolAsync_ptsz")),
                 self.cuMemCreate.set(lookup(c"cuMemCreate")),
                 self.cuMemRelease.set(lookup(c"cuMemRelease")),
+                self.cuMemExportToShareableHandle
+                    .set(lookup(c"cuMemExportToShareableHandle")),
+                self.cuMemImportFromShareableHandle
+                    .set(lookup(c"cuMemImportFromShareableHandle")),
                 self.cuIpcGetMemHandle.set(lookup(c"cuIpcGetMemHandle")),
                 self.cuIpcOpenMemHandle.set(lookup(c"cuIpcOpenMemHandle")),
                 self.cuIpcOpenMemHandle_v2

@@ -42,6 +42,14 @@ macro_rules! hooked_functions {
                 flags: c_ulonglong,
             );
             h::mem_release => fn cuMemRelease(handle: CUmemGenericAllocationHandle);
+            h::mem_export_to_shareable_handle => fn cuMemExportToShareableHandle(
+                shareable_handle: *mut c_void, handle: CUmemGenericAllocationHandle,
+                handle_type: c_uint, flags: c_ulonglong,
+            );
+            h::mem_import_from_shareable_handle => fn cuMemImportFromShareableHandle(
+                handle: *mut CUmemGenericAllocationHandle, os_handle: *mut c_void,
+                handle_type: c_uint,
+            );
             h::ipc_get_mem_handle => fn cuIpcGetMemHandle(handle: *mut CUipcMemHandle, dptr: CUdeviceptr);
             h::ipc_open_mem_handle => fn cuIpcOpenMemHandle(
                 dptr: *mut CUdeviceptr, handle: CUipcMemHandle, flags: c_uint,

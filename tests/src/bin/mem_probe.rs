@@ -27,6 +27,15 @@
 //! - `peek` → `peek BYTE` (the first byte of the last opened mapping) or
 //!   `peek error CODE`;
 //! - `info` → `info FREE TOTAL` (`cuMemGetInfo`: what the process is told);
+//! - `vmm-create BYTES` → `vmm-create CODE` (`cuMemCreate` on device 0; the
+//!   handle is kept until `vmm-release`);
+//! - `vmm-offer PATH` → `vmm-offer CODE`: exports the last created handle as
+//!   a POSIX file descriptor and hands it, over a socket listening at PATH,
+//!   to the first process that connects (as programs pass such descriptors);
+//! - `vmm-take PATH` → `vmm-take CODE`: receives a descriptor from PATH and
+//!   imports it (`cuMemImportFromShareableHandle`; kept until `vmm-drop`);
+//! - `vmm-release` / `vmm-drop` → `… CODE` (`cuMemRelease` of every created
+//!   / imported handle; the worst result);
 //! - end of input: frees everything and exits 0.
 
 use dilu_abi::cuda::{self, CUresult};
@@ -34,7 +43,7 @@ use dilu_layout::ledger::{MAX_DEVICES, TenantLedger, UNLIMITED};
 use dilu_layout::shm::Region;
 use dilu_tests::driver::Driver;
 use std::io::{BufRead, Write};
-use std::os::fd::AsRawFd;
+use std::os::fd::{AsRawFd, FromRawFd};
 use std::process::ExitCode;
 
 type MemAlloc = unsafe extern "C" fn(*mut u64, usize) -> CUresult;
@@ -143,6 +152,116 @@ impl Sharing {
                     format!("info error {result}")
                 }
             }
+            _ => return None,
+        })
+    }
+}
+
+/// The driver calls of shareable VMM handles.
+struct VmmSharing {
+    create: unsafe extern "C" fn(*mut u64, usize, *const u8, u64) -> CUresult,
+    release: unsafe extern "C" fn(u64) -> CUresult,
+    export: unsafe extern "C" fn(*mut std::ffi::c_void, u64, u32, u64) -> CUresult,
+    import: unsafe extern "C" fn(*mut u64, *mut std::ffi::c_void, u32) -> CUresult,
+}
+
+/// `CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR`.
+const POSIX_FD: u32 = 1;
+
+impl VmmSharing {
+    fn new(driver: &Driver) -> Result<VmmSharing, String> {
+        Ok(VmmSharing {
+            create: driver.function("cuMemCreate")?,
+            release: driver.function("cuMemRelease")?,
+            export: driver.function("cuMemExportToShareableHandle")?,
+            import: driver.function("cuMemImportFromShareableHandle")?,
+        })
+    }
+
+    fn release_all(&self, handles: &mut Vec<u64>) -> CUresult {
+        handles
+            .drain(..)
+            // SAFETY: handles this process created or imported.
+            .map(|h| unsafe { (self.release)(h) })
+            .find(|&r| r != cuda::CUDA_SUCCESS)
+            .unwrap_or(cuda::CUDA_SUCCESS)
+    }
+
+    /// Answers the VMM commands (`None`: not one of them).
+    fn answer(
+        &self,
+        words: &[&str],
+        created: &mut Vec<u64>,
+        imported: &mut Vec<u64>,
+    ) -> Option<String> {
+        Some(match words {
+            ["vmm-create", bytes] => {
+                let Ok(bytes) = bytes.parse::<usize>() else {
+                    return Some(format!("error: bad size {bytes:?}"));
+                };
+                // CUmemAllocationProp: pinned (1), on a device (1), device 0.
+                let mut prop = [0u8; 32];
+                prop[0] = 1;
+                prop[8] = 1;
+                let mut handle = 0u64;
+                // SAFETY: live out-parameter and property block.
+                let result = unsafe { (self.create)(&mut handle, bytes, prop.as_ptr(), 0) };
+                if result == cuda::CUDA_SUCCESS {
+                    created.push(handle);
+                }
+                format!("vmm-create {result}")
+            }
+            ["vmm-offer", path] => {
+                let Some(&handle) = created.last() else {
+                    return Some("error: vmm-offer needs a created handle".into());
+                };
+                let mut fd: i32 = -1;
+                // SAFETY: the descriptor is written where the pointer points.
+                let result = unsafe { (self.export)((&raw mut fd).cast(), handle, POSIX_FD, 0) };
+                if result != cuda::CUDA_SUCCESS {
+                    return Some(format!("vmm-offer {result}"));
+                }
+                // SAFETY: the driver handed this descriptor to us.
+                let fd = unsafe { std::os::fd::OwnedFd::from_raw_fd(fd) };
+                let listener = match dilu_abi::seqpacket::listen(std::path::Path::new(path), 0o600)
+                {
+                    Ok(l) => l,
+                    Err(e) => return Some(format!("error: {path}: {e}")),
+                };
+                std::thread::spawn(move || {
+                    if let Ok(peer) = dilu_abi::seqpacket::accept(&listener) {
+                        let _ = dilu_abi::seqpacket::send(&peer, b"fd", &[fd.as_raw_fd()]);
+                        dilu_abi::seqpacket::wait_closed(&peer);
+                    }
+                });
+                format!("vmm-offer {result}")
+            }
+            ["vmm-take", path] => {
+                let connection = match dilu_abi::seqpacket::connect(
+                    std::path::Path::new(path),
+                    Some(std::time::Duration::from_secs(30)),
+                ) {
+                    Ok(c) => c,
+                    Err(e) => return Some(format!("error: {path}: {e}")),
+                };
+                let mut buffer = [0u8; 16];
+                let fds = match dilu_abi::seqpacket::recv(&connection, &mut buffer) {
+                    Ok((_, fds)) if fds.len() == 1 => fds,
+                    Ok(_) => return Some("error: no descriptor came".into()),
+                    Err(e) => return Some(format!("error: {e}")),
+                };
+                let mut handle = 0u64;
+                let os_handle = fds[0].as_raw_fd() as usize as *mut std::ffi::c_void;
+                // SAFETY: live out-parameter; the descriptor travels in the
+                // pointer's bits, as NVIDIA's API has it.
+                let result = unsafe { (self.import)(&mut handle, os_handle, POSIX_FD) };
+                if result == cuda::CUDA_SUCCESS {
+                    imported.push(handle);
+                }
+                format!("vmm-take {result}")
+            }
+            ["vmm-release"] => format!("vmm-release {}", self.release_all(created)),
+            ["vmm-drop"] => format!("vmm-drop {}", self.release_all(imported)),
             _ => return None,
         })
     }
@@ -310,9 +429,10 @@ fn main() -> ExitCode {
         let alloc: MemAlloc = driver.function("cuMemAlloc_v2")?;
         let free: MemFree = driver.function("cuMemFree_v2")?;
         let sharing = Sharing::new(&driver)?;
-        Ok((driver, alloc, free, sharing))
+        let vmm = VmmSharing::new(&driver)?;
+        Ok((driver, alloc, free, sharing, vmm))
     });
-    let (driver, alloc, free, sharing) = match opened {
+    let (driver, alloc, free, sharing, vmm) = match opened {
         Ok(functions) => functions,
         Err(message) => {
             eprintln!("mem-probe: {message}");
@@ -321,6 +441,7 @@ fn main() -> ExitCode {
     };
     let mut held: Vec<(u64, usize)> = Vec::new();
     let mut opened = Vec::new();
+    let (mut created, mut imported) = (Vec::new(), Vec::new());
     let free_all = |held: &mut Vec<(u64, usize)>| {
         held.drain(..)
             // SAFETY: pointers this process allocated.
@@ -357,6 +478,7 @@ fn main() -> ExitCode {
             ["zero"] => zero(),
             words => sharing
                 .answer(words, &held, &mut opened)
+                .or_else(|| vmm.answer(words, &mut created, &mut imported))
                 .unwrap_or_else(|| format!("error: unknown command {line:?}")),
         };
         let mut out = stdout.lock();
