@@ -14,7 +14,7 @@ use std::sync::atomic::{AtomicU64, Ordering::*};
 /// Mappings recorded at once, per user.
 pub const RECORDS: usize = 1024;
 /// A record's pid while it is being written.
-const WRITING: u64 = u64::MAX;
+pub(crate) const WRITING: u64 = u64::MAX;
 
 #[repr(C)]
 pub struct MappingRecord {
@@ -38,6 +38,25 @@ unsafe impl SharedLayout for MappingTable {
     fn magic(&self) -> &AtomicU64 {
         &self.magic
     }
+}
+
+/// Takes a record whose owner word is `owner` for process `pid`: a free
+/// one, or one of a process `alive` says is gone. On success the owner
+/// word reads [`WRITING`] until the caller, having filled the record,
+/// stores `pid` in it (release). Shared by the user tables of processes
+/// that share memory ([`crate::vmm_exports`] too).
+pub(crate) fn claim(
+    owner: &AtomicU64,
+    start_time: &AtomicU64,
+    pid: u64,
+    alive: impl Fn(u64, u64) -> bool,
+) -> bool {
+    let current = owner.load(Acquire);
+    let free = current == 0
+        || (current != WRITING && current != pid && !alive(current, start_time.load(Acquire)));
+    free && owner
+        .compare_exchange(current, WRITING, AcqRel, Relaxed)
+        .is_ok()
 }
 
 /// The digest that names a handle: FNV-1a over its bytes.
@@ -75,14 +94,7 @@ impl MappingTable {
             return true;
         }
         for r in &self.records {
-            let owner = r.pid.load(Acquire);
-            let free = owner == 0
-                || (owner != WRITING && owner != pid && !alive(owner, r.start_time.load(Acquire)));
-            if free
-                && r.pid
-                    .compare_exchange(owner, WRITING, AcqRel, Relaxed)
-                    .is_ok()
-            {
+            if claim(&r.pid, &r.start_time, pid, &alive) {
                 r.start_time.store(start_time, Relaxed);
                 r.digest.store(digest, Relaxed);
                 r.opens.store(1, Relaxed);

@@ -8,13 +8,12 @@
 //!
 //! A record of a process that died is ignored and reused.
 
+use crate::ipc_mappings::{WRITING, claim};
 use crate::shm::SharedLayout;
 use std::sync::atomic::{AtomicU64, Ordering::*};
 
 /// Exports recorded at once, per user.
 pub const RECORDS: usize = 256;
-/// A record's pid while it is being written.
-const WRITING: u64 = u64::MAX;
 
 #[repr(C)]
 pub struct ExportRecord {
@@ -60,14 +59,7 @@ impl ExportTable {
         alive: impl Fn(u64, u64) -> bool,
     ) -> bool {
         for r in &self.records {
-            let owner = r.pid.load(Acquire);
-            let free = owner == 0
-                || (owner != WRITING && owner != pid && !alive(owner, r.start_time.load(Acquire)));
-            if free
-                && r.pid
-                    .compare_exchange(owner, WRITING, AcqRel, Relaxed)
-                    .is_ok()
-            {
+            if claim(&r.pid, &r.start_time, pid, &alive) {
                 r.start_time.store(start_time, Relaxed);
                 r.fd.store(fd, Relaxed);
                 r.digest.store(digest, Relaxed);

@@ -37,27 +37,35 @@ static ANY_EXPORTED: AtomicBool = AtomicBool::new(false);
 fn table() -> Option<&'static Region<MappingTable>> {
     static TABLE: OnceLock<Option<Region<MappingTable>>> = OnceLock::new();
     TABLE
-        .get_or_init(|| {
-            // SAFETY: getuid has no preconditions.
-            let uid = unsafe { libc::getuid() };
-            let path = table_path(uid);
-            let opened = path
-                .parent()
-                .map_or(Ok(()), dilu_layout::shm::private_dir)
-                .and_then(|()| Region::<MappingTable>::open_or_create(&path, 0o600, |_| {}));
-            match opened {
-                Ok(region) => Some(region),
-                Err(error) => {
-                    tracing::warn!(
-                        path = %path.display(),
-                        %error,
-                        "cannot open the table of IPC mappings: memory shared with other processes is charged as if nobody mapped it"
-                    );
-                    None
-                }
-            }
-        })
+        .get_or_init(|| user_table(table_path, "IPC mappings"))
         .as_ref()
+}
+
+/// This user's shared table at `path_of(uid)`, created if missing; `None`
+/// (said once) when it cannot be opened: shared memory is then charged as
+/// if nobody mapped it.
+pub(crate) fn user_table<T: dilu_layout::shm::SharedLayout>(
+    path_of: fn(u32) -> std::path::PathBuf,
+    what: &str,
+) -> Option<Region<T>> {
+    // SAFETY: getuid has no preconditions.
+    let uid = unsafe { libc::getuid() };
+    let path = path_of(uid);
+    let opened = path
+        .parent()
+        .map_or(Ok(()), dilu_layout::shm::private_dir)
+        .and_then(|()| Region::<T>::open_or_create(&path, 0o600, |_| {}));
+    match opened {
+        Ok(region) => Some(region),
+        Err(error) => {
+            tracing::warn!(
+                path = %path.display(),
+                %error,
+                "cannot open the table of {what}: memory shared with other processes is charged as if nobody mapped it"
+            );
+            None
+        }
+    }
 }
 
 pub(crate) fn own_pid() -> u64 {

@@ -38,26 +38,7 @@ const OWN_FD_FLOOR: i32 = 512;
 fn table() -> Option<&'static Region<ExportTable>> {
     static TABLE: OnceLock<Option<Region<ExportTable>>> = OnceLock::new();
     TABLE
-        .get_or_init(|| {
-            // SAFETY: getuid has no preconditions.
-            let uid = unsafe { libc::getuid() };
-            let path = table_path(uid);
-            let opened = path
-                .parent()
-                .map_or(Ok(()), dilu_layout::shm::private_dir)
-                .and_then(|()| Region::<ExportTable>::open_or_create(&path, 0o600, |_| {}));
-            match opened {
-                Ok(region) => Some(region),
-                Err(error) => {
-                    tracing::warn!(
-                        path = %path.display(),
-                        %error,
-                        "cannot open the table of VMM exports: memory shared as VMM handles is charged as if nobody mapped it"
-                    );
-                    None
-                }
-            }
-        })
+        .get_or_init(|| ipc_sharing::user_table(table_path, "VMM exports"))
         .as_ref()
 }
 
