@@ -195,15 +195,19 @@ pub fn run_one(
         tick += 1;
         if live {
             let status = daemon.shared.status();
-            let cell = |name: &str| {
+            // The server's p99 as the node manager sees it; the trainer
+            // reports no requests (its figure would be its step time).
+            let cell = |name: &str, with_p99: bool| {
                 status.tenants.iter().find(|t| t.name == name).map_or_else(
                     || format!("{:>26}", "(not running)"),
                     |t| {
+                        let p99 = match t.p99_ms {
+                            Some(p) if with_p99 => format!("~{p:.0}ms"),
+                            _ => String::new(),
+                        };
                         format!(
                             "{:>5.0}% {:>5.1}% {:>12}",
-                            t.sm_current_pct,
-                            t.sm_achieved_pct,
-                            t.p99_ms.map_or("-".into(), |p| format!("p99 {p:.1}ms"))
+                            t.sm_current_pct, t.sm_achieved_pct, p99
                         )
                     },
                 )
@@ -211,8 +215,8 @@ pub fn run_one(
             println!(
                 "{controller:>10} {:>3}s  {}   {}",
                 tick - 1,
-                cell(&names[0]),
-                cell(&names[1])
+                cell(&names[0], true),
+                cell(&names[1], false)
             );
         }
     }
@@ -249,12 +253,17 @@ pub fn run(spec: &DemoSpec) -> Result<ExitCode, String> {
             "and a training tenant (8 x 1 ms kernels per iteration after 4 ms of data loading, request 20% limit 100%)"
         );
         println!(
-            "share one simulated GPU under the node manager, {} s per controller.\n",
+            "share one simulated GPU under the node manager, {} s per controller.",
             spec.seconds
         );
         println!(
+            "Each second: each tenant's SM share and the device time it used, and the server's p99 as the\n\
+             node manager estimates it (~: from power-of-two buckets, right within a factor of 2). The\n\
+             table at the end is what the server measured, request by request.\n"
+        );
+        println!(
             "{:>10} {:>4}  {:>26}   {:>26}",
-            "controller", "time", "inference share/used/p99", "training share/used"
+            "controller", "time", "inference share/used/p99~", "training share/used"
         );
     }
     if let Some(dir) = &spec.latencies_dir {
