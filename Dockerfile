@@ -1,5 +1,5 @@
 # dilu's image: the node manager and CLI (`dilu`), the cluster layer
-# (`dilu-cluster`, `dilu-device-plugin`), the interposer at
+# (`dilu-cluster`, `dilu-device-plugin`, `dilu-dra-plugin`), the interposer at
 # /usr/local/lib/dilu/libdilu_interposer.so (where the Helm chart copies it
 # from) and the simulated GPU (for `dilu run --sim` and `dilu demo`).
 # Installed by scripts/install.sh, so it has a node's layout.

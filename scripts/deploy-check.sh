@@ -38,7 +38,7 @@ fail() { echo "deploy-check: $*" >&2; exit 1; }
 
 DESTDIR=$root scripts/install.sh --from "$from" 2>/dev/null
 prefix=$root/usr/local
-for file in bin/dilu bin/dilu-cluster bin/dilu-device-plugin lib/dilu/libdilu_interposer.so \
+for file in bin/dilu bin/dilu-cluster bin/dilu-device-plugin bin/dilu-dra-plugin lib/dilu/libdilu_interposer.so \
   lib/dilu/libsimgpu.so lib/dilu/libsimgpu_nvml.so lib/dilu/demo-tenant; do
   [ -x "$prefix/$file" ] || fail "$prefix/$file was not installed executable"
 done

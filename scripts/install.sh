@@ -3,7 +3,8 @@
 # and an example /etc/dilu/nodemgr.toml. The Dockerfile installs its image
 # with this script too, so a node and the image have one layout.
 #
-#   bin/dilu, bin/dilu-cluster, bin/dilu-device-plugin       (PREFIX, /usr/local)
+#   bin/dilu, bin/dilu-cluster, bin/dilu-device-plugin,
+#   bin/dilu-dra-plugin                                      (PREFIX, /usr/local)
 #   lib/dilu/libdilu_interposer.so                           (what `dilu run` and the device plugin preload)
 #   lib/dilu/libsimgpu.so, libsimgpu_nvml.so, demo-tenant    (the simulated GPU: `dilu run --sim`, `dilu demo`)
 #   /etc/systemd/system/dilu-nodemgr.service                 (unless --no-unit)
@@ -33,13 +34,13 @@ root=${DESTDIR:-}
 
 if [ -z "$from" ]; then
   echo "== building dilu (release; the first build takes a few minutes)" >&2
-  cargo build --release --locked -p dilu-nodemgr -p dilu-cluster -p dilu-deviceplugin \
+  cargo build --release --locked -p dilu-nodemgr -p dilu-cluster -p dilu-deviceplugin -p dilu-dra-plugin \
     -p dilu-interposer -p simgpu -p simgpu-nvml
   cargo build --release --locked -p dilu-tests --bin demo-tenant
   from=target/release
 fi
 
-bins=(dilu dilu-cluster dilu-device-plugin)
+bins=(dilu dilu-cluster dilu-device-plugin dilu-dra-plugin)
 libs=(libdilu_interposer.so libsimgpu.so libsimgpu_nvml.so demo-tenant)
 for file in "${bins[@]}" "${libs[@]}"; do
   if [ ! -f "$from/$file" ]; then

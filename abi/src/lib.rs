@@ -8,7 +8,8 @@
 //! - [`simtrace`]: simgpu's kernel-trace format.
 //! - [`node_wire`]: the node manager's socket protocol (messages);
 //!   [`seqpacket`] and [`node_client`]: the tenant's end of that socket
-//!   (connect, register, receive the region fds).
+//!   (connect, register, receive the region fds); [`operator_client`]: an
+//!   operator's one request and answer (`dilu set`, the DRA plugin's grants).
 //! - [`cluster_wire`]: what an instance asks of a GPU; [`pod_assignment`]:
 //!   the placement written on a Kubernetes pod.
 //!
@@ -23,6 +24,7 @@ pub mod cluster_wire;
 pub mod cuda;
 pub mod node_client;
 pub mod node_wire;
+pub mod operator_client;
 pub mod pod_assignment;
 pub mod seqpacket;
 pub mod simtrace;

@@ -276,6 +276,22 @@ pub enum ToDaemon {
     /// The whole [`NodeStatus`], however many tenants: answered with one
     /// or more [`FromDaemon::StatusPart`] (see [`crate::status_parts`]).
     StatusParts,
+    /// A grant from the cluster (the DRA plugin preparing a ResourceClaim):
+    /// `spec` is tenant `tenant`'s from now on, whatever its processes ask
+    /// and whatever the configuration says, until [`ToDaemon::Release`];
+    /// a running tenant changes at once. `gpus`: the GPUs the cluster
+    /// allocated (NVML indices, as [`FromDaemon::Placed`] names them; empty
+    /// on a one-GPU node), the tenant's from its first process on.
+    /// Operators only (root or the daemon's user). Answered with
+    /// [`FromDaemon::Updated`] or `Error`.
+    Grant {
+        tenant: String,
+        spec: TenantSpec,
+        gpus: Vec<u32>,
+    },
+    /// Ends a [`ToDaemon::Grant`] (the claim was unprepared). Answered with
+    /// [`FromDaemon::Released`] or `Error`.
+    Release { tenant: String },
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -310,6 +326,11 @@ pub enum FromDaemon {
     StatusPart {
         status: Box<NodeStatus>,
         last: bool,
+    },
+    /// A grant ended; `held` says whether there was one.
+    Released {
+        tenant: String,
+        held: bool,
     },
 }
 

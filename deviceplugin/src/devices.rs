@@ -14,6 +14,12 @@ use std::ffi::OsStr;
 pub struct Gpu {
     pub index: u32,
     pub uuid: String,
+    /// The product name NVML reports (`NVIDIA H100 80GB HBM3`).
+    pub model: String,
+    /// Its memory, bytes.
+    pub memory_bytes: u64,
+    /// N of its `/dev/nvidiaN` node.
+    pub minor: u32,
 }
 
 /// Lists the node's GPUs through NVML loaded from `library`
@@ -34,7 +40,23 @@ pub fn discover(library: &OsStr) -> Result<Vec<Gpu>, String> {
             let uuid = device
                 .uuid()
                 .map_err(|e| format!("NVML UUID of device {index}: {e}"))?;
-            Ok(Gpu { index, uuid })
+            let model = device
+                .name()
+                .map_err(|e| format!("NVML name of device {index}: {e}"))?;
+            let memory_bytes = device
+                .memory_info()
+                .map_err(|e| format!("NVML memory of device {index}: {e}"))?
+                .total;
+            let minor = device
+                .minor_number()
+                .map_err(|e| format!("NVML minor number of device {index}: {e}"))?;
+            Ok(Gpu {
+                index,
+                uuid,
+                model,
+                memory_bytes,
+                minor,
+            })
         })
         .collect()
 }

@@ -10,11 +10,13 @@
 //! Modules: `api` (generated protocol), `devices` (GPUs from NVML, share
 //! IDs), `pods` (finding the pod being set up), `container` (assignment →
 //! environment and mounts), `service` (the gRPC service), `kubelet`
-//! (serving and registering).
+//! (serving and registering), `plugin_start` (logging and the API server
+//! client, shared with the DRA driver).
 
 pub mod api;
 pub mod container;
 pub mod devices;
 pub mod kubelet;
+pub mod plugin_start;
 pub mod pods;
 pub mod service;

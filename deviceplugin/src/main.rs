@@ -45,13 +45,7 @@ struct Args {
 
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() -> ExitCode {
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_env("DILU_LOG")
-                .unwrap_or_else(|_| "info".into()),
-        )
-        .with_writer(std::io::stderr)
-        .init();
+    dilu_deviceplugin::plugin_start::init_logging();
     match run(Args::parse()).await {
         Ok(()) => ExitCode::SUCCESS,
         Err(error) => {
@@ -59,16 +53,6 @@ async fn main() -> ExitCode {
             ExitCode::FAILURE
         }
     }
-}
-
-async fn client(apiserver: Option<&str>) -> Result<kube::Client, String> {
-    let config = match apiserver {
-        Some(url) => kube::Config::new(url.parse().map_err(|e| format!("--apiserver {url}: {e}"))?),
-        None => kube::Config::infer()
-            .await
-            .map_err(|e| format!("no API server credentials: {e}"))?,
-    };
-    kube::Client::try_from(config).map_err(|e| format!("API server client: {e}"))
 }
 
 async fn run(args: Args) -> Result<(), String> {
@@ -82,7 +66,10 @@ async fn run(args: Args) -> Result<(), String> {
             host_socket_dir: args.socket_dir,
             socket_name: args.socket_name,
         },
-        pods: ApiServerPods::new(client(args.apiserver.as_deref()).await?, args.node),
+        pods: ApiServerPods::new(
+            dilu_deviceplugin::plugin_start::api_client(args.apiserver.as_deref()).await?,
+            args.node,
+        ),
     });
     loop {
         match kubelet::serve_and_register(plugin.clone(), &args.kubelet_dir, &args.resource).await {

@@ -15,12 +15,12 @@ use dilu_deviceplugin::api::{
     ContainerPreferredAllocationRequest, Empty, PreferredAllocationRequest, RegisterRequest,
 };
 use dilu_deviceplugin::kubelet::{KUBELET_SOCKET, PLUGIN_SOCKET, connect_unix};
-use dilu_harness::workspace::{Scratch, artifact, dilu, unique_name};
+use dilu_harness::workspace::{Scratch, artifact, unique_name};
 use std::io::{BufRead, BufReader, Write};
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 use tokio::sync::mpsc;
 use tokio_stream::StreamExt;
 use tokio_stream::wrappers::UnixListenerStream;
@@ -116,35 +116,6 @@ fn start_api_server(pods: Vec<serde_json::Value>) -> MockApiServer {
         }
     });
     MockApiServer { url, requests }
-}
-
-fn start_node_manager(scratch: &Scratch) -> Child {
-    let config = scratch.path("nodemgr.toml");
-    std::fs::write(&config, "controller = \"static\"\n").unwrap();
-    let daemon = Command::new(dilu())
-        .arg("nodemgr")
-        .arg("--config")
-        .arg(&config)
-        .arg("--socket")
-        .arg(scratch.path("nodemgr.sock"))
-        .arg("--run-dir")
-        .arg(scratch.path("run"))
-        .args(["--foreground", "--metrics", ""])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("start dilu nodemgr");
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while !Command::new(dilu())
-        .args(["status", "--json", "--socket"])
-        .arg(scratch.path("nodemgr.sock"))
-        .output()
-        .is_ok_and(|o| o.status.success())
-    {
-        assert!(Instant::now() < deadline, "the node manager never answered");
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    daemon
 }
 
 /// What a container runtime does with an Allocate answer, for a process on
@@ -354,7 +325,7 @@ async fn a_bound_pods_annotations_become_its_containers_environment_and_budget()
     );
 
     // The container's command, with that environment, on simgpu.
-    let _daemon = KilledOnDrop(start_node_manager(&scratch));
+    let _daemon = KilledOnDrop(dilu_harness::node_manager::start(&scratch, "static"));
     // The node's "driver": simgpu under the driver's names.
     let simgpu_dir = scratch.path("driver");
     std::fs::create_dir_all(&simgpu_dir).unwrap();
@@ -388,12 +359,7 @@ async fn a_bound_pods_annotations_become_its_containers_environment_and_budget()
         format!("alloc {}", dilu_abi::cuda::CUDA_ERROR_OUT_OF_MEMORY),
         "48 + 32 MiB is over the 64 MiB the extender wrote on the pod"
     );
-    let status = Command::new(dilu())
-        .args(["status", "--json", "--socket"])
-        .arg(scratch.path("nodemgr.sock"))
-        .output()
-        .unwrap();
-    let status: serde_json::Value = serde_json::from_slice(&status.stdout).unwrap();
+    let status = dilu_harness::node_manager::status(&scratch.path("nodemgr.sock")).unwrap();
     let tenant = status["tenants"]
         .as_array()
         .and_then(|ts| ts.iter().find(|t| t["name"] == "default.infer-0"))

@@ -8,10 +8,12 @@
 //! - [`sm_scenario`]: tenants of `cudarc-loop` under `dilu run --sim` and
 //!   the split of device time their trace shows.
 //! - [`workload`]: the workloads' shared `main` and request shapes.
+//! - [`node_manager`]: a test's `dilu nodemgr` and its status.
 //! - [`ptx`]: the PTX kernel the workloads run.
 //!
 //! Plain Rust and the trace format: no CUDA bindings.
 
+pub mod node_manager;
 pub mod ptx;
 pub mod sm_scenario;
 pub mod workload;

@@ -3,24 +3,12 @@
 use dilu_abi::node_wire::{
     self, ColoStatus, FromDaemon, NodeStatus, ScaleAdvice, SpecUpdate, TenantSpec, ToDaemon,
 };
-use dilu_abi::seqpacket;
 use dilu_abi::units::format_size;
 use std::fmt::Write;
 use std::path::Path;
 use std::time::Duration;
 
-/// One request to the daemon, one answer.
-pub fn ask(socket: &Path, request: &ToDaemon) -> Result<FromDaemon, String> {
-    let connection = seqpacket::connect(socket, Some(Duration::from_secs(5)))
-        .map_err(|e| dilu_abi::status_parts::cannot_reach(socket, &e))?;
-    seqpacket::send(&connection, &node_wire::encode(request)?, &[]).map_err(|e| e.to_string())?;
-    let mut buffer = vec![0u8; seqpacket::MAX_MESSAGE];
-    let (n, _) = seqpacket::recv(&connection, &mut buffer).map_err(|e| e.to_string())?;
-    if n == 0 {
-        return Err("the node manager closed the connection".into());
-    }
-    node_wire::decode(&buffer[..n])
-}
+pub use dilu_abi::operator_client::ask;
 
 /// The daemon's whole status, in as many parts as its tenants need.
 pub fn fetch_status(socket: &Path) -> Result<NodeStatus, String> {

@@ -218,13 +218,7 @@ fn handle(shared: Arc<Shared>, connection: Arc<OwnedFd>) {
             }
         }
         ToDaemon::Set { tenant, update } => {
-            // SAFETY: geteuid has no preconditions.
-            let me = unsafe { libc::geteuid() };
-            if peer.uid != 0 && peer.uid != me {
-                let reason = format!(
-                    "only root or uid {me} may change tenants (you are uid {})",
-                    peer.uid
-                );
+            if let Err(reason) = operator_only(peer.uid) {
                 reply(&connection, &FromDaemon::Error { reason }, &[]);
                 return;
             }
@@ -246,6 +240,54 @@ fn handle(shared: Arc<Shared>, connection: Arc<OwnedFd>) {
             let message = place(&shared, &tenant, peer.uid, spec, gpus);
             reply(&connection, &message, &[]);
         }
+        ToDaemon::Grant { tenant, spec, gpus } => {
+            let message = match operator_only(peer.uid) {
+                Err(reason) => FromDaemon::Error { reason },
+                Ok(()) => {
+                    let granted = shared
+                        .registry
+                        .lock()
+                        .expect("registry lock")
+                        .grant(&tenant, spec, gpus);
+                    match granted {
+                        Ok(spec) => {
+                            tracing::info!(tenant, ?spec, "spec granted by uid {}", peer.uid);
+                            FromDaemon::Updated { tenant, spec }
+                        }
+                        Err(reason) => FromDaemon::Error { reason },
+                    }
+                }
+            };
+            reply(&connection, &message, &[]);
+        }
+        ToDaemon::Release { tenant } => {
+            let message = match operator_only(peer.uid) {
+                Err(reason) => FromDaemon::Error { reason },
+                Ok(()) => {
+                    let held = shared
+                        .registry
+                        .lock()
+                        .expect("registry lock")
+                        .release(&tenant);
+                    tracing::info!(tenant, held, "grant released by uid {}", peer.uid);
+                    FromDaemon::Released { tenant, held }
+                }
+            };
+            reply(&connection, &message, &[]);
+        }
+    }
+}
+
+/// Changing tenants is for root and the daemon's own user.
+fn operator_only(uid: u32) -> Result<(), String> {
+    // SAFETY: geteuid has no preconditions.
+    let me = unsafe { libc::geteuid() };
+    if uid == 0 || uid == me {
+        Ok(())
+    } else {
+        Err(format!(
+            "only root or uid {me} may change tenants (you are uid {uid})"
+        ))
     }
 }
 

@@ -21,11 +21,13 @@
 //! - [`regions`]: the budget and activity regions the daemon makes and
 //!   writes;
 //! - [`admission`]: whether a spec fits on its GPUs;
+//! - [`grants`]: specs the cluster granted (DRA claims), which win;
 //! - [`placement_holds`]: GPUs chosen before a tenant's first process;
 //! - [`persistence`]: the saved state and re-adoption;
 //! - [`views`]: status, audit and ledger views.
 
 pub mod admission;
+pub mod grants;
 pub mod persistence;
 pub mod placement_holds;
 pub mod regions;
@@ -36,7 +38,7 @@ pub use regions::{
     Regions, create_regions, effective_share, write_queue_bounds, write_share, write_shares,
 };
 pub use tenant::{
-    DeviceControl, HeldPlacement, MAX_HELD_PLACEMENTS, Member, PLACEMENT_GRACE, Peer,
+    DeviceControl, Grant, HeldPlacement, MAX_HELD_PLACEMENTS, Member, PLACEMENT_GRACE, Peer,
     READOPT_GRACE, Tenant, more_devices,
 };
 
@@ -52,6 +54,8 @@ use tenant::initial_share;
 pub struct Registry {
     /// Specs from the operator's configuration (win over the tenant's).
     pub configured: BTreeMap<String, TenantSpec>,
+    /// What the cluster granted ([`grants`]; its specs win over both).
+    pub granted: BTreeMap<String, Grant>,
     pub gpu_memory: Option<u64>,
     pub tenants: BTreeMap<String, Tenant>,
     /// GPUs chosen for tenants not registered yet, by tenant name.
@@ -67,6 +71,7 @@ impl Registry {
     pub fn new(configured: BTreeMap<String, TenantSpec>, gpu_memory: Option<u64>) -> Self {
         Registry {
             configured,
+            granted: BTreeMap::new(),
             gpu_memory,
             tenants: BTreeMap::new(),
             held: BTreeMap::new(),
@@ -76,11 +81,14 @@ impl Registry {
         }
     }
 
-    /// The spec tenant `name` runs with: the operator's for this name, else
-    /// what it asked, else the default.
+    /// The spec tenant `name` runs with: the cluster's grant for this name,
+    /// else the operator's configuration, else what it asked, else the
+    /// default.
     pub(super) fn spec_of(&self, name: &str, asked: Option<TenantSpec>) -> TenantSpec {
-        self.configured
+        self.granted
             .get(name)
+            .map(|grant| &grant.spec)
+            .or_else(|| self.configured.get(name))
             .cloned()
             .or(asked)
             .unwrap_or_default()
@@ -126,7 +134,8 @@ impl Registry {
         }
         if !self.tenants.contains_key(name) {
             let spec = self.spec_of(name, asked);
-            // A GPU chosen for it by `dilu run` is its GPU from now on.
+            // A GPU chosen for it by `dilu run`, or granted by the
+            // cluster, is its GPU from now on.
             let (gpu, more_gpus) = match self.held.get(name) {
                 Some(held) if held.uid != peer.uid => {
                     return Err(format!(
@@ -135,7 +144,10 @@ impl Registry {
                     ));
                 }
                 Some(held) => (Some(held.gpu), held.more_gpus.clone()),
-                None => (None, Vec::new()),
+                None => match self.granted_gpus(name) {
+                    Some((gpu, more)) => (Some(gpu), more),
+                    None => (None, Vec::new()),
+                },
             };
             self.check_tenant_cap(peer.uid)?;
             // A process handing back its regions is already running (it

@@ -146,3 +146,11 @@ pub(super) fn ppm(pct: f64) -> u32 {
 pub(super) fn initial_share(spec: &TenantSpec) -> u32 {
     ppm(spec.sm_limit_pct)
 }
+
+/// What the cluster granted a tenant.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Grant {
+    pub spec: TenantSpec,
+    /// The GPUs allocated (ascending; empty on a one-GPU node).
+    pub gpus: Vec<u32>,
+}

@@ -1,0 +1,55 @@
+//! A node manager for a test: `dilu nodemgr` on a scratch directory's
+//! private socket, started and asked for its status the way an operator
+//! would (`dilu status --json`).
+
+use crate::workspace::{Scratch, dilu};
+use serde_json::Value;
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// Starts `dilu nodemgr` with control law `controller` on
+/// `<scratch>/nodemgr.sock` (state under `<scratch>/run`, no metrics) and
+/// waits up to a minute until it answers.
+pub fn start(scratch: &Scratch, controller: &str) -> Child {
+    let config = scratch.path("nodemgr.toml");
+    std::fs::write(&config, format!("controller = \"{controller}\"\n")).unwrap();
+    let mut daemon = Command::new(dilu())
+        .arg("nodemgr")
+        .arg("--config")
+        .arg(&config)
+        .arg("--socket")
+        .arg(scratch.path("nodemgr.sock"))
+        .arg("--run-dir")
+        .arg(scratch.path("run"))
+        .args(["--foreground", "--metrics", ""])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("start dilu nodemgr");
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while status(&scratch.path("nodemgr.sock")).is_none() {
+        if Instant::now() >= deadline {
+            let _ = daemon.kill();
+            let _ = daemon.wait();
+            panic!("the node manager never answered");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    daemon
+}
+
+/// The status of the node manager at `socket` (`dilu status --json`), or
+/// `None` while it does not answer.
+pub fn status(socket: &Path) -> Option<Value> {
+    let output = Command::new(dilu())
+        .args(["status", "--json", "--socket"])
+        .arg(socket)
+        .output()
+        .ok()?;
+    output
+        .status
+        .success()
+        .then(|| serde_json::from_slice(&output.stdout).ok())
+        .flatten()
+}
