@@ -333,6 +333,32 @@ impl ClusterState {
             .count()
     }
 
+    /// For each class of identical nodes (see
+    /// [`refresh_node`](Self::refresh_node)), its lowest member that fits
+    /// the host side of `needs`, classes in no particular order: the nodes
+    /// a search scores when a placement takes its GPUs from one node (the
+    /// other members offer the same costs at higher GPU indices). Its cost
+    /// grows with the classes, not the nodes, but where a class's first
+    /// member lacks host memory for `needs`, the rest are walked.
+    pub fn class_representatives<'a>(
+        &'a self,
+        needs: &'a PodNeeds,
+    ) -> impl Iterator<Item = usize> + 'a {
+        self.classes.classes.iter().filter_map(move |class| {
+            if class.members.is_empty() {
+                None
+            } else if self.host_fits(class.first, needs) {
+                Some(class.first)
+            } else {
+                class
+                    .members
+                    .iter()
+                    .copied()
+                    .find(|&member| self.host_fits(member, needs))
+            }
+        })
+    }
+
     /// How many classes of identical nodes the cluster has (what a search's
     /// cost grows with).
     pub fn node_classes(&self) -> usize {

@@ -15,7 +15,7 @@
 //! a decision's time is the least of its repeats, so that a preemption of
 //! this process (a loaded 2-core machine) does not count as placement time.
 //!
-//! usage: placement-latency [--out DIR] [--data DIR]
+//! usage: placement-latency [--out DIR] [--data DIR] [--sizes GPUS,...]
 
 use std::fmt::Write as _;
 use std::path::PathBuf;
@@ -32,7 +32,8 @@ use dilu_cluster::simulator::trace::{ArrivalPattern, TraceRecord, TraceSpec, gen
 use dilu_cluster::simulator::{ClusterShape, percentile};
 
 const GIB: u64 = 1 << 30;
-const SIZES: [usize; 4] = [1_250, 2_500, 5_000, 10_000];
+/// Cluster sizes measured by default (GPUs).
+const SIZES: [usize; 5] = [1_250, 2_500, 5_000, 10_000, 100_000];
 const MEASURED: usize = 500;
 const REPEATS: usize = 5;
 /// Shares of the GPU capacity requested before measuring.
@@ -41,12 +42,14 @@ const FILLS: [f64; 2] = [0.1, 0.5];
 struct Args {
     out: PathBuf,
     data: PathBuf,
+    sizes: Vec<usize>,
 }
 
 fn parse_args() -> Result<Args, String> {
     let mut args = Args {
         out: PathBuf::from("bench/results"),
         data: PathBuf::from("bench/data/alibaba-openb"),
+        sizes: SIZES.to_vec(),
     };
     let mut words = std::env::args().skip(1);
     while let Some(word) = words.next() {
@@ -54,8 +57,18 @@ fn parse_args() -> Result<Args, String> {
         match word.as_str() {
             "--out" => args.out = value()?.into(),
             "--data" => args.data = value()?.into(),
+            "--sizes" => {
+                let text = value()?;
+                args.sizes = text
+                    .split(',')
+                    .map(|size| size.trim().parse::<usize>().ok().filter(|&gpus| gpus >= 8))
+                    .collect::<Option<Vec<_>>>()
+                    .ok_or(format!(
+                        "--sizes {text:?}: GPU counts of 8 or more, comma-separated"
+                    ))?;
+            }
             "-h" | "--help" => {
-                println!("usage: placement-latency [--out DIR] [--data DIR]");
+                println!("usage: placement-latency [--out DIR] [--data DIR] [--sizes GPUS,...]");
                 std::process::exit(0);
             }
             other => return Err(format!("unknown argument {other:?}")),
@@ -187,12 +200,14 @@ fn measure(
 
 /// For `dilu` at each fill and shape: how busy nodes, node states and the
 /// p50 of each search grow from the smallest size to the largest.
-fn growth_table(rows: &[Row]) -> String {
+fn growth_table(rows: &[Row], sizes: &[usize]) -> String {
     let mut out = String::from(
         "| requested | shape | GPUs | busy nodes | node states | indexed p50 µs | every node p50 µs |\n\
          |---:|---|---|---|---|---|---|\n",
     );
-    let (small, large) = (SIZES[0], SIZES[SIZES.len() - 1]);
+    let (Some(&small), Some(&large)) = (sizes.iter().min(), sizes.iter().max()) else {
+        return out;
+    };
     for fill in FILLS {
         for shape in ["uniform, generated", "openb nodes, openb pods"] {
             let find = |size: usize, search: &str| {
@@ -264,7 +279,7 @@ fn run() -> Result<(), String> {
     let mut rows = Vec::new();
     for (fill, gpus) in FILLS
         .iter()
-        .flat_map(|&fill| SIZES.iter().map(move |&gpus| (fill, gpus)))
+        .flat_map(|&fill| args.sizes.iter().map(move |&gpus| (fill, gpus)))
     {
         let uniform = ClusterShape::uniform(gpus, 8, 80 * GIB);
         let generated = generate(&TraceSpec {
@@ -309,14 +324,17 @@ fn run() -> Result<(), String> {
          fragmentation, its costliest score). `indexed`: the search groups nodes into classes of\n\
          identical state (every GPU's request, limit and memory sums, instance counts and draining,\n\
          the host's CPU capacity and use, memory capacity and GPU model; `ClusterState::refresh_node`)\n\
-         and scores only the first node of each class that fits the pod's host needs, after a check\n\
-         in O(1) per node (`placement/src/policy/mod.rs`, `search`); `every node`: the scan it\n\
+         and scores only the first node of each class that fits the pod's host needs, reached\n\
+         through the classes (`ClusterState::class_representatives`), not by visiting every node;\n\
+         a gang spanning nodes still visits every node, with a check in O(1) per node\n\
+         (`placement/src/policy/mod.rs`, `search`); `every node`: the scan it\n\
          replaced, on the same cluster, which gives the same decisions (tests\n\
          `the_node_index_places_exactly_as_scanning_every_node` and\n\
          `indexed_search_matches_the_scan_on_openb_with_departures`). *busy nodes*: nodes with work\n\
          on them after the fill; *node states*: the classes then, idle ones included.\n\n\
          **How the cost grows.** The indexed search scores one node per node state, so its cost\n\
-         grows with the node states (plus the O(1) check per node), not with the busy nodes: idle\n\
+         grows with the node states (plus, for a gang across nodes, the O(1) check per node), not\n\
+         with the busy nodes: idle\n\
          nodes of one kind are one state, and busy nodes share one only when their GPUs hold the\n\
          same sums on hosts with the same CPU in use. With pods of varied shares and CPU (openb's, or\n\
          the generator's) most busy nodes are in a state of their own, so the states, and the cost,\n\
@@ -325,7 +343,7 @@ fn run() -> Result<(), String> {
          {growth}\n\
          | requested | shape | GPUs | GPUs in use | busy nodes | node states | policy | search | p50 µs | p99 µs |\n|---:|---|---:|---:|---:|---:|---|---|---:|---:|",
         seconds = started.elapsed().as_secs_f64(),
-        growth = growth_table(&rows),
+        growth = growth_table(&rows, &args.sizes),
     );
     for row in &rows {
         let _ = writeln!(

@@ -236,8 +236,17 @@ fn search(
         };
         cluster.earlier_twins_fitting(node, needs, twins) >= twins
     };
-    let scored =
-        (0..cluster.nodes.len()).filter(|&node| cluster.host_fits(node, needs) && !redundant(node));
+    // One node's GPUs: one node per class, found through the classes (in
+    // no order: ties are broken by GPU index below, as the scan in node
+    // order breaks them). A gang across nodes: nodes in order.
+    let scored: Box<dyn Iterator<Item = usize>> = if indexed && !spans_nodes {
+        Box::new(cluster.class_representatives(needs))
+    } else {
+        Box::new(
+            (0..cluster.nodes.len())
+                .filter(|&node| cluster.host_fits(node, needs) && !redundant(node)),
+        )
+    };
     if wanted == 1 || spans_nodes {
         for node in scored {
             node_costs(
@@ -265,9 +274,10 @@ fn search(
             &mut costs,
         );
         if let Some(candidate) = cheapest(std::mem::take(&mut costs), wanted)
-            && best
-                .as_ref()
-                .is_none_or(|current| candidate.cost < current.cost)
+            && best.as_ref().is_none_or(|current| {
+                candidate.cost < current.cost
+                    || (candidate.cost == current.cost && candidate.gpus[0] < current.gpus[0])
+            })
         {
             best = Some(candidate);
         }
