@@ -334,6 +334,7 @@ async fn an_allocated_claim_becomes_an_enforced_tenant_and_a_restart_loses_nothi
         .expect("NodePrepareResources")
         .into_inner();
     let answer = &prepared.claims[CLAIM_UID];
+    println!("NodePrepareResources: {answer:?}");
     assert_eq!(answer.error, "");
     assert_eq!(answer.devices.len(), 1);
     let device = &answer.devices[0];
@@ -364,7 +365,9 @@ async fn an_allocated_claim_becomes_an_enforced_tenant_and_a_restart_loses_nothi
         String::from_utf8_lossy(&validated.stdout),
         String::from_utf8_lossy(&validated.stderr)
     );
+    println!("{}", String::from_utf8_lossy(&validated.stdout).trim());
     let spec: Value = serde_json::from_slice(&std::fs::read(&spec_path).unwrap()).unwrap();
+    println!("CDI spec: {spec}");
     let env = applied_environment(&spec);
     let var = |key: &str| env.iter().find(|(k, _)| k == key).map(|(_, v)| v.clone());
     assert_eq!(var("CUDA_VISIBLE_DEVICES"), Some(simgpu_uuid(&instance, 1)));
@@ -374,13 +377,22 @@ async fn an_allocated_claim_becomes_an_enforced_tenant_and_a_restart_loses_nothi
     // The container's program asks for 1 GiB in its own DILU_SPEC: the
     // claim's 64 MiB holds (the node manager's grant wins).
     let mut probe = start_probe(&scratch, &env, &instance, &format!("mem={}", 1024 * MIB));
-    assert_eq!(ask(&mut probe, &format!("alloc {}", 48 * MIB)), "alloc 0");
+    let first = ask(&mut probe, &format!("alloc {}", 48 * MIB));
+    let second = ask(&mut probe, &format!("alloc {}", 32 * MIB));
+    println!(
+        "mem-probe asking DILU_SPEC mem=1GiB: alloc 48 MiB -> {first:?}, then 32 MiB -> {second:?}"
+    );
+    assert_eq!(first, "alloc 0");
     assert_eq!(
-        ask(&mut probe, &format!("alloc {}", 32 * MIB)),
+        second,
         format!("alloc {}", dilu_abi::cuda::CUDA_ERROR_OUT_OF_MEMORY),
         "48 + 32 MiB is over the claim's 64 MiB"
     );
     let tenant = tenant_status(&scratch, "serving.infer-gpu").expect("the claim's tenant runs");
+    println!(
+        "dilu status: tenant {} on gpu {} spec {} budget {} bytes",
+        tenant["name"], tenant["gpu"], tenant["spec"], tenant["mem_budget_bytes"]
+    );
     assert_eq!(tenant["mem_budget_bytes"], 64 * MIB);
     assert_eq!(tenant["gpu"], 1, "on the GPU the scheduler allocated");
     assert_eq!(tenant["spec"]["sm_request_pct"], 30.0);
@@ -435,6 +447,8 @@ async fn an_allocated_claim_becomes_an_enforced_tenant_and_a_restart_loses_nothi
         tenant_status(&scratch, "serving.infer-gpu").is_none()
     });
     let mut free = start_probe(&scratch, &env, &instance, &format!("mem={}", 1024 * MIB));
-    assert_eq!(ask(&mut free, &format!("alloc {}", 80 * MIB)), "alloc 0");
+    let after = ask(&mut free, &format!("alloc {}", 80 * MIB));
+    println!("after NodeUnprepareResources, the same program: alloc 80 MiB -> {after:?}");
+    assert_eq!(after, "alloc 0");
     drop(plugin_process);
 }
