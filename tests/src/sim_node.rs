@@ -69,16 +69,7 @@ impl Node {
     }
 
     pub fn status(&self) -> Option<Value> {
-        let output = Command::new(dilu())
-            .args(["status", "--json", "--socket"])
-            .arg(self.socket())
-            .output()
-            .ok()?;
-        output
-            .status
-            .success()
-            .then(|| serde_json::from_slice(&output.stdout).ok())
-            .flatten()
+        dilu_harness::node_manager::status(&self.socket())
     }
 
     /// Waits (generously: the machine may be loaded) for the daemon's

@@ -72,16 +72,7 @@ fn start_daemon_with_metrics(scratch: &Scratch, config: &Path) -> (Child, String
 }
 
 fn status_json(scratch: &Scratch) -> Option<serde_json::Value> {
-    let output = Command::new(dilu())
-        .args(["status", "--json", "--socket"])
-        .arg(scratch.path("nodemgr.sock"))
-        .output()
-        .ok()?;
-    output
-        .status
-        .success()
-        .then(|| serde_json::from_slice(&output.stdout).ok())
-        .flatten()
+    dilu_harness::node_manager::status(&scratch.path("nodemgr.sock"))
 }
 
 /// Waits (generously: the machine may be loaded) for the tenant to be
