@@ -94,27 +94,31 @@ impl<C: ClaimSource, G: GrantSink> DraService<C, G> {
     }
 
     /// Grants every prepared claim again: a node manager that restarted
-    /// has forgotten them. Returns how many were granted.
+    /// has forgotten them. Each is granted under the lock Prepare and
+    /// Unprepare take, and only while still prepared, so a claim
+    /// unprepared meanwhile is never granted back. Returns how many were
+    /// granted.
     pub async fn grant_all_again(&self) -> usize {
-        let grants: Vec<ClaimGrant> = {
+        let uids: Vec<String> = self.prepared.lock().await.claims.keys().cloned().collect();
+        let mut granted = 0;
+        for uid in uids {
             let prepared = self.prepared.lock().await;
-            prepared.claims.values().map(|c| c.grant.clone()).collect()
-        };
-        let sink = self.grants.clone();
-        tokio::task::spawn_blocking(move || {
-            grants
-                .iter()
-                .filter(|grant| match sink.grant(grant) {
-                    Ok(()) => true,
-                    Err(error) => {
-                        tracing::warn!(tenant = %grant.tenant, "granting again: {error}");
-                        false
-                    }
-                })
-                .count()
-        })
-        .await
-        .unwrap_or(0)
+            let Some(claim) = prepared.claims.get(&uid) else {
+                continue;
+            };
+            let grant = claim.grant.clone();
+            let sink = self.grants.clone();
+            let answer = tokio::task::spawn_blocking(move || sink.grant(&grant))
+                .await
+                .map_err(|e| e.to_string())
+                .and_then(|r| r);
+            drop(prepared);
+            match answer {
+                Ok(()) => granted += 1,
+                Err(error) => tracing::warn!(claim = %uid, "granting again: {error}"),
+            }
+        }
+        granted
     }
 
     fn devices_of(prepared: &PreparedClaim) -> Vec<Device> {
@@ -282,5 +286,90 @@ impl<C: ClaimSource, G: GrantSink> DraPlugin for DraService<C, G> {
             claims.insert(claim.uid, NodeUnprepareResourceResponse { error });
         }
         Ok(Response::new(NodeUnprepareResourcesResponse { claims }))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::Mutex as StdMutex;
+
+    /// The claim the API server would return: 1 GiB and 20% of GPU 0.
+    struct OneClaim;
+
+    #[tonic::async_trait]
+    impl ClaimSource for OneClaim {
+        async fn get(&self, namespace: &str, name: &str) -> Result<ResourceClaim, String> {
+            Ok(serde_json::from_value(serde_json::json!({
+                "metadata": {"name": name, "namespace": namespace, "uid": "uid-1"},
+                "spec": {},
+                "status": {"allocation": {"devices": {"results": [{
+                    "request": "gpu", "driver": crate::DRIVER, "pool": "node-a", "device": "gpu-0",
+                    "consumedCapacity": {"memory": "1Gi", "sm": "20"}}]}}},
+            }))
+            .unwrap())
+        }
+    }
+
+    /// A node manager that records what it is told.
+    #[derive(Default)]
+    struct Recorded(StdMutex<Vec<String>>);
+
+    impl GrantSink for Recorded {
+        fn grant(&self, grant: &ClaimGrant) -> Result<(), String> {
+            self.0
+                .lock()
+                .unwrap()
+                .push(format!("grant {}", grant.tenant));
+            Ok(())
+        }
+        fn release(&self, tenant: &str) -> Result<(), String> {
+            self.0.lock().unwrap().push(format!("release {tenant}"));
+            Ok(())
+        }
+    }
+
+    #[tokio::test]
+    async fn prepared_claims_are_granted_again_and_unprepared_ones_never() {
+        let dir = std::env::temp_dir().join(format!("dilu-dra-service-{}", std::process::id()));
+        let gpu = Gpu {
+            index: 0,
+            uuid: "GPU-0".into(),
+            model: "test".into(),
+            memory_bytes: 80 << 30,
+            minor: 0,
+        };
+        let layout = NodeLayout {
+            host_interposer: "/lib/interposer.so".into(),
+            host_socket_dir: "/run/dilu".into(),
+            socket_name: "nodemgr.sock".into(),
+            dev_dir: dir.join("dev"),
+        };
+        let service = DraService::new(
+            "node-a".into(),
+            vec![gpu],
+            layout,
+            dir.join("cdi"),
+            &dir,
+            OneClaim,
+            Recorded::default(),
+        )
+        .unwrap();
+        let claim = Claim {
+            namespace: "ns".into(),
+            uid: "uid-1".into(),
+            name: "c".into(),
+        };
+        let devices = service.prepare(&claim).await.unwrap();
+        assert_eq!(devices[0].device_name, "gpu-0");
+        assert_eq!(service.grant_all_again().await, 1);
+        service.unprepare(&claim).await.unwrap();
+        assert_eq!(service.grant_all_again().await, 0);
+        assert_eq!(
+            *service.grants.0.lock().unwrap(),
+            ["grant ns.c", "grant ns.c", "release ns.c"],
+            "granted at prepare and again, released at unprepare, not granted back"
+        );
+        let _ = std::fs::remove_dir_all(&dir);
     }
 }

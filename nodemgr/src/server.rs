@@ -250,8 +250,14 @@ fn handle(shared: Arc<Shared>, connection: Arc<OwnedFd>) {
                         .expect("registry lock")
                         .grant(&tenant, spec, gpus);
                     match granted {
-                        Ok(spec) => {
-                            tracing::info!(tenant, ?spec, "spec granted by uid {}", peer.uid);
+                        Ok((spec, changed)) => {
+                            // The DRA driver repeats its grants: only a
+                            // change is worth a line at the default level.
+                            if changed {
+                                tracing::info!(tenant, ?spec, "spec granted by uid {}", peer.uid);
+                            } else {
+                                tracing::debug!(tenant, "grant repeated by uid {}", peer.uid);
+                            }
                             FromDaemon::Updated { tenant, spec }
                         }
                         Err(reason) => FromDaemon::Error { reason },

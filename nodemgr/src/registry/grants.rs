@@ -17,13 +17,16 @@ impl Registry {
     /// its GPUs from its first process on (a running tenant keeps the GPUs
     /// it runs on). A running tenant changes at once if the spec fits
     /// beside the others on its GPUs; otherwise nothing changes and the
-    /// error says why.
+    /// error says why. Returns the spec and whether anything changed: the
+    /// DRA driver grants every prepared claim again every few seconds, and
+    /// the same grant again must not disturb the controllers (which start
+    /// over when the tenant set changes).
     pub fn grant(
         &mut self,
         name: &str,
         spec: TenantSpec,
         mut gpus: Vec<u32>,
-    ) -> Result<TenantSpec, String> {
+    ) -> Result<(TenantSpec, bool), String> {
         check_tenant_name(name)?;
         spec.validate()?;
         gpus.sort_unstable();
@@ -39,19 +42,24 @@ impl Registry {
                 "the node manager holds {MAX_GRANTS} grants already; release some first"
             ));
         }
-        if let Some(tenant) = self.tenants.get(name) {
+        let mut changed = false;
+        if let Some(tenant) = self.tenants.get(name)
+            && tenant.spec != spec
+        {
             self.admit_each(name, &spec, tenant.gpu, &tenant.more_gpus)?;
             let tenant = self.tenants.get_mut(name).expect("checked above");
             tenant.spec = spec.clone();
             tenant.regions.budget.set_mem_budget_all(spec.mem_bytes);
             self.epoch += 1;
+            changed = true;
         }
         let grant = Grant {
             spec: spec.clone(),
             gpus,
         };
+        changed |= self.granted.get(name) != Some(&grant);
         self.granted.insert(name.to_string(), grant);
-        Ok(spec)
+        Ok((spec, changed))
     }
 
     /// The GPUs granted to tenant `name` as (first, more), if any.
@@ -98,7 +106,7 @@ mod tests {
         let granted = spec(30.0, 64 << 20);
         assert_eq!(
             registry.grant("claim", granted.clone(), Vec::new()),
-            Ok(granted.clone())
+            Ok((granted.clone(), true))
         );
         // The process asks for the whole device: it gets the grant.
         let (_, in_force, _) = registry
@@ -115,9 +123,21 @@ mod tests {
             registry.tenants["claim"].regions.budget.mem_budget(0),
             64 << 20
         );
+        // The same grant again changes nothing (the controllers go on).
+        let epoch = registry.epoch;
+        assert_eq!(
+            registry.grant("claim", granted.clone(), Vec::new()),
+            Ok((granted.clone(), false))
+        );
+        assert_eq!(registry.epoch, epoch);
         // A new grant changes the running tenant's budget at once.
         let bigger = spec(40.0, 128 << 20);
-        registry.grant("claim", bigger.clone(), Vec::new()).unwrap();
+        assert!(
+            registry
+                .grant("claim", bigger.clone(), Vec::new())
+                .unwrap()
+                .1
+        );
         assert_eq!(registry.tenants["claim"].spec, bigger);
         assert_eq!(
             registry.tenants["claim"].regions.budget.mem_budget(0),
