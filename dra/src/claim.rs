@@ -25,7 +25,8 @@ pub const CONFIG_API_VERSION: &str = "gpu.dilu.io/v1alpha1";
 /// The `kind` of [`TenantConfig`].
 pub const CONFIG_KIND: &str = "TenantConfig";
 
-/// A claim's opaque configuration for `gpu.dilu.io`; every field optional.
+/// A claim's opaque configuration for `gpu.dilu.io`: `apiVersion` and
+/// `kind` name it; every other field is optional.
 #[derive(Debug, Clone, Default, PartialEq, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct TenantConfig {
