@@ -408,6 +408,10 @@ pub struct TenantStatus {
     /// the daemon was away and could not be admitted, registered anyway and
     /// held to the room left (None: admitted normally).
     pub over_admitted: Option<String>,
+    /// Its spec is a cluster's grant (a prepared DRA claim): it wins over
+    /// what its processes ask, and `dilu set` leaves it alone.
+    #[serde(default)]
+    pub granted: bool,
 }
 
 /// A tenant's share and use of one more of its GPUs.

@@ -183,6 +183,7 @@ mod tests {
             more_gpus: Vec::new(),
             waiting: false,
             over_admitted: None,
+            granted: false,
         }
     }
 

@@ -16,7 +16,7 @@ use dilu_dra::api::registration::registration_client::RegistrationClient;
 use dilu_dra::api::registration::{InfoRequest, RegistrationStatus};
 use dilu_dra::kubelet::registration_socket;
 use dilu_harness::node_manager;
-use dilu_harness::workspace::{Scratch, artifact, simgpu_uuid, unique_name};
+use dilu_harness::workspace::{Scratch, artifact, dilu, simgpu_uuid, unique_name};
 use serde_json::{Value, json};
 use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
@@ -395,6 +395,31 @@ async fn an_allocated_claim_becomes_an_enforced_tenant_and_a_restart_loses_nothi
     );
     assert_eq!(tenant["mem_budget_bytes"], 64 * MIB);
     assert_eq!(tenant["gpu"], 1, "on the GPU the scheduler allocated");
+    assert_eq!(
+        tenant["granted"], true,
+        "dilu status says its spec is the claim's"
+    );
+    let table = Command::new(dilu())
+        .args(["status", "--socket"])
+        .arg(scratch.path("nodemgr.sock"))
+        .output()
+        .unwrap();
+    let table = String::from_utf8_lossy(&table.stdout);
+    assert!(
+        table.contains("granted by the cluster (DRA claims; change the claim, not `dilu set`): serving.infer-gpu"),
+        "{table}"
+    );
+    let set = Command::new(dilu())
+        .args(["set", "serving.infer-gpu", "--mem", "1GiB", "--socket"])
+        .arg(scratch.path("nodemgr.sock"))
+        .output()
+        .unwrap();
+    assert!(!set.status.success(), "dilu set refuses a granted tenant");
+    assert!(
+        String::from_utf8_lossy(&set.stderr).contains("change its claim"),
+        "{}",
+        String::from_utf8_lossy(&set.stderr)
+    );
     assert_eq!(tenant["spec"]["sm_request_pct"], 30.0);
     assert_eq!(tenant["spec"]["slo_ms"], 50.0);
 

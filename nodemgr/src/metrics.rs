@@ -494,6 +494,7 @@ mod tests {
             more_gpus: Vec::new(),
             waiting: false,
             over_admitted: None,
+            granted: false,
         };
         let status = NodeStatus {
             controller: "dilu".into(),

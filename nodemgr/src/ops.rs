@@ -110,6 +110,19 @@ pub fn format_status(status: &NodeStatus) -> String {
             t.name
         );
     }
+    let granted: Vec<&str> = status
+        .tenants
+        .iter()
+        .filter(|t| t.granted)
+        .map(|t| t.name.as_str())
+        .collect();
+    if !granted.is_empty() {
+        let _ = writeln!(
+            out,
+            "granted by the cluster (DRA claims; change the claim, not `dilu set`): {}",
+            granted.join(", ")
+        );
+    }
     for t in &status.tenants {
         if let Some(reason) = &t.over_admitted {
             let _ = writeln!(

@@ -160,7 +160,32 @@ mod tests {
                 .is_err()
         );
         assert_eq!(registry.granted["claim"].spec, bigger);
+        // `dilu set` would be undone at the next grant: refused, and the
+        // status says why.
+        let set = dilu_abi::node_wire::SpecUpdate {
+            mem_bytes: Some(1 << 30),
+            ..Default::default()
+        };
+        assert!(
+            registry
+                .update("claim", &set)
+                .unwrap_err()
+                .contains("claim")
+        );
+        let flags: Vec<(String, bool)> = registry
+            .status()
+            .into_iter()
+            .map(|t| (t.name, t.granted))
+            .collect();
+        assert_eq!(
+            flags,
+            [("claim".to_string(), true), ("other".to_string(), false)]
+        );
         assert!(registry.release("claim"));
+        assert!(
+            registry.update("claim", &set).is_ok(),
+            "released: the operator's again"
+        );
         assert!(!registry.release("claim"), "released once");
         assert!(registry.grant("bad name!", granted, Vec::new()).is_err());
         assert!(registry.grant("zero", spec(10.0, 0), Vec::new()).is_err());

@@ -245,6 +245,13 @@ impl Registry {
 
     /// Applies an operator's change after admission.
     pub fn update(&mut self, name: &str, update: &SpecUpdate) -> Result<TenantSpec, String> {
+        if self.granted.contains_key(name) {
+            // The grant would put it back at its next renewal.
+            return Err(format!(
+                "tenant {name:?} runs under a cluster's grant (a DRA ResourceClaim): \
+                 change its claim instead"
+            ));
+        }
         let tenant = self
             .tenants
             .get(name)

@@ -87,6 +87,7 @@ impl Registry {
                         .collect(),
                     waiting: t.sampler.waiting_at_zero(t.share_ppm),
                     over_admitted: t.over_admitted.clone(),
+                    granted: self.granted.contains_key(&t.name),
                 }
             })
             .collect()
