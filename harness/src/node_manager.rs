@@ -2,15 +2,15 @@
 //! private socket, started and asked for its status the way an operator
 //! would (`dilu status --json`).
 
-use crate::workspace::{Scratch, dilu};
+use crate::workspace::{Scratch, dilu, wait_until_serving};
 use serde_json::Value;
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// Starts `dilu nodemgr` with control law `controller` on
 /// `<scratch>/nodemgr.sock` (state under `<scratch>/run`, no metrics) and
-/// waits up to a minute until it answers.
+/// waits up to a minute until it answers ([`wait_until_serving`]).
 pub fn start(scratch: &Scratch, controller: &str) -> Child {
     let config = scratch.path("nodemgr.toml");
     std::fs::write(&config, format!("controller = \"{controller}\"\n")).unwrap();
@@ -27,15 +27,11 @@ pub fn start(scratch: &Scratch, controller: &str) -> Child {
         .stderr(Stdio::null())
         .spawn()
         .expect("start dilu nodemgr");
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while status(&scratch.path("nodemgr.sock")).is_none() {
-        if Instant::now() >= deadline {
-            let _ = daemon.kill();
-            let _ = daemon.wait();
-            panic!("the node manager never answered");
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    wait_until_serving(
+        &mut daemon,
+        &scratch.path("nodemgr.sock"),
+        Duration::from_secs(60),
+    );
     daemon
 }
 
