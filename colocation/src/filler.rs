@@ -5,7 +5,7 @@
 
 use crate::board::Board;
 use crate::gap_prediction::agree;
-use crate::primary::DELAY_CREDIT_CAP;
+use crate::primary::{DELAY_CREDIT_CAP, RATION_CREDIT_FLOOR};
 use crate::timing::*;
 use std::sync::atomic::Ordering::*;
 
@@ -32,6 +32,17 @@ pub enum FillerGate {
     Fallback,
     /// Ask again at this instant.
     WaitUntil(u64),
+}
+
+/// What the risk ration says to a kernel beyond the tolerance.
+enum Rationed {
+    /// No ration applies (a primary with a latency target, no table yet,
+    /// or requests pushed over the bound faster than the budget allows).
+    No,
+    /// It affords the kernel now, at this cost.
+    Now(u64),
+    /// It affords it at this instant.
+    At(u64),
 }
 
 /// The claim word of `filler` at `now`: its id and a coarse time (65.5 µs
@@ -92,6 +103,8 @@ impl Board<'_> {
         let mut gate = FillerGate::Go;
         // When the current gap opened to fillers (0: no primary).
         let mut opens = 0;
+        // What this launch costs the risk ration (0: it goes without it).
+        let mut rationed = 0;
         // A filler owed its guarantee goes ahead of the turn (and leaves it
         // with its holder): guarantees before turns.
         let owed_now = owed != Owed::No;
@@ -141,11 +154,24 @@ impl Board<'_> {
                 fits &= self.predictor.period.load(Relaxed) != 0;
                 idle = false;
             }
+            // Beside a primary kept as if alone, a kernel beyond its
+            // tolerance may go where the risk ration affords it (between
+            // requests, as for the tolerance), unless requests were pushed
+            // over its bound faster than the budget allows.
+            if !fits && !tolerated && !idle && (between_requests || request_over == 0) {
+                match self.affordable(now, est_ns) {
+                    Rationed::Now(cost) => rationed = cost,
+                    Rationed::At(ready) if owed == Owed::No => {
+                        return FillerGate::WaitUntil(ready.max(now + POLL_NS));
+                    }
+                    Rationed::At(_) | Rationed::No => {}
+                }
+            }
             // This gap is expected to be as long as the longest recent one
             // (a long phase, or gaps all alike).
             let long_gap = agree(predicted, longest);
             let opening_ends = opens.saturating_add(OPENING_NS);
-            if !fits && !tolerated && !idle {
+            if !fits && !tolerated && !idle && rationed == 0 {
                 // Owed its guarantee, a filler goes anyway where waiting
                 // would not bring a gap it fits: the gaps are random, or
                 // all shorter than its kernel. Where they repeat and one
@@ -239,6 +265,9 @@ impl Board<'_> {
         if last != me {
             self.last_reserver.0.store(me, Release);
         }
+        if rationed > 0 {
+            self.spend_ration(now, rationed);
+        }
         self.last_reservation
             .0
             .store(switch.saturating_add(est_ns), Release);
@@ -267,6 +296,27 @@ impl Board<'_> {
             }
         }
         gate
+    }
+
+    /// Whether the risk ration affords a kernel of `est_ns` beside a
+    /// primary kept as if alone.
+    fn affordable(&self, now: u64, est_ns: u64) -> Rationed {
+        if self.params.as_if_alone.load(Relaxed) == 0
+            || (self.params.delay_credit.load(Relaxed) as i64) < RATION_CREDIT_FLOOR
+        {
+            return Rationed::No;
+        }
+        let Some(cost) = self.ration_cost(est_ns) else {
+            return Rationed::No;
+        };
+        // A kernel that costs nothing needs no ration (nor a CAS on it).
+        let cost = cost.max(1);
+        let ready = self.ration_ready_at(cost);
+        if ready <= now {
+            Rationed::Now(cost)
+        } else {
+            Rationed::At(ready)
+        }
     }
 
     /// `filler`, owed its guarantee, claims the next opening of a gap its

@@ -51,10 +51,16 @@
 //! kernel's overrun of the gap costs it anyway, and holds are spaced
 //! ([`SAMPLE_HOLD_SPACING`]).
 //!
+//! Risk ration ([`ration`]): beside a primary kept as if alone (no
+//! latency target), a filler kernel longer than the tolerance may still go
+//! into a gap no prediction vouches for, at a cost in the ration fillers
+//! share: the expected requests it pushes over the primary's bound, from
+//! the primary's own latencies alone, within half a percent of them.
+//!
 //! The board's memory is [`dilu_layout::colocation`]; this crate is what
 //! the processes do with it, through [`Board`]: [`primary`] (the primary's
-//! side), [`filler`] (the fillers'), [`sample_hold`], [`gap_prediction`]
-//! and the [`timing`] they share. The interposer calls it at every launch
+//! side), [`filler`] (the fillers'), [`ration`], [`sample_hold`],
+//! [`gap_prediction`] and the [`timing`] they share. The interposer calls it at every launch
 //! and synchronisation of a co-located process; nothing here blocks.
 //!
 //! It owns the rules of co-location; it touches nothing but the board it
@@ -66,6 +72,7 @@ pub mod board;
 pub mod filler;
 pub mod gap_prediction;
 pub mod primary;
+pub mod ration;
 pub mod sample_hold;
 pub mod timing;
 
@@ -73,6 +80,7 @@ pub use board::Board;
 pub use filler::{FillerGate, Owed};
 pub use gap_prediction::{GapPrediction, predict_gap};
 pub use primary::DELAY_BUDGET_PPM;
+pub use ration::{RATION_DEPTH_NS, ration_costs};
 pub use sample_hold::SampleHoldPost;
 pub use timing::*;
 

@@ -24,6 +24,12 @@ pub const DELAY_BUDGET_PPM: i64 = 5_000;
 /// would let a long quiet stretch pay for a run of delayed requests.
 pub(crate) const DELAY_CREDIT_CAP: i64 = 1_000_000;
 
+/// The least credit at which fillers still spend the risk ration: the
+/// ration is a model of the primary's tail; requests actually pushed over
+/// its bound faster than the budget earns them back (a second within 200
+/// requests) stop it until they are paid for.
+pub(crate) const RATION_CREDIT_FLOOR: i64 = -DELAY_CREDIT_CAP;
+
 /// The least credit: delays that no gamble of the fillers caused (a kernel
 /// within the tolerance that ran longer than its estimate, a filler's set
 /// guarantee) cannot ban gambles for ever.
@@ -82,6 +88,7 @@ impl Board<'_> {
     pub fn keep_as_if_alone(&self) {
         self.params.delay_credit.store(0, Relaxed);
         self.params.credit_by_requests.store(0, Relaxed);
+        self.forget_ration();
         self.params.as_if_alone.store(1, Release);
     }
 

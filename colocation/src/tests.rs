@@ -1189,3 +1189,69 @@ proptest! {
         }
     }
 }
+
+/// A request's last kernel at `at`, waited for and reported: the gap after
+/// it opens to fillers at once; returns when it began.
+fn request_ended(b: Board, at: u64) -> u64 {
+    one_kernel_waited_for(b, at);
+    b.primary_request_over(false);
+    at + 200 * US
+}
+
+#[test]
+fn beside_a_primary_kept_as_if_alone_kernels_beyond_its_tolerance_go_as_the_ration_affords() {
+    let board = board();
+    let b = Board::new(board.device(0));
+    b.attach_primary(1, 0, DEFAULT_HOLDOFF_NS);
+    b.keep_as_if_alone();
+    let t = 5_000 * MS;
+    let gap = request_ended(b, t);
+    assert!(
+        matches!(
+            b.filler_admit(gap, MS, false, FILLER),
+            FillerGate::WaitUntil(_)
+        ),
+        "no table yet: the primary's tail is not known"
+    );
+    // A 1 ms kernel costs 10 ms of the ration (20 ms deep).
+    let costs = std::array::from_fn(|j| 10 * ration::ration_point_ns(j));
+    b.publish_ration(&costs);
+    assert_eq!(b.ration_cost(MS), Some(10 * MS));
+    assert_eq!(b.filler_admit(gap, MS, false, FILLER), FillerGate::Go);
+    // The primary's next request comes back 2 ms later; in the gap after
+    // it the ration holds 12 ms.
+    let gap = request_ended(b, gap + 2 * MS);
+    assert_eq!(b.filler_admit(gap, MS, false, FILLER), FillerGate::Go);
+    // Once more, 2 ms later, and it holds 4 ms: the next kernel waits
+    // until it holds 10 ms, 10 ms after the first went.
+    let first = t + 200 * US;
+    let gap = request_ended(b, gap + 2 * MS);
+    assert_eq!(
+        b.filler_admit(gap, MS, false, FILLER),
+        FillerGate::WaitUntil(first + 10 * MS)
+    );
+    // A kernel the table says is harmless goes meanwhile.
+    b.publish_ration(&[0; dilu_layout::colocation::RATION_POINTS]);
+    assert_eq!(b.filler_admit(gap, MS, false, FILLER), FillerGate::Go);
+    b.publish_ration(&costs);
+    // Requests actually pushed over the bound faster than the budget
+    // earns them back stop the ration, full or not.
+    b.primary_request_judged(true);
+    b.primary_request_judged(true);
+    let gap = request_ended(b, gap + 100 * MS);
+    assert!(
+        matches!(
+            b.filler_admit(gap, MS, false, FILLER),
+            FillerGate::WaitUntil(_)
+        ),
+        "pushed over twice in a row: credit {}",
+        b.delay_credit()
+    );
+    // A primary with a latency target spends its slack instead.
+    b.attach_primary(2, 0, DEFAULT_HOLDOFF_NS);
+    let gap = request_ended(b, gap + 100 * MS);
+    assert!(matches!(
+        b.filler_admit(gap, MS, false, FILLER),
+        FillerGate::WaitUntil(_)
+    ));
+}

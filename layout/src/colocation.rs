@@ -24,6 +24,15 @@ pub const PERIOD_ITERATIONS: usize = 3;
 /// Fillable gaps remembered: enough to check the longest period.
 pub const HISTORY: usize = MAX_PERIOD * (PERIOD_ITERATIONS + 1);
 
+/// Kernel lengths at which an as-if-alone primary publishes what a filler
+/// kernel costs its tail ([`RiskRation::cost_ns`]): the first
+/// [`RATION_FIRST_NS`], each next twice the one before.
+pub const RATION_POINTS: usize = 10;
+
+/// The shortest kernel length of the ration's table (25 µs; the longest is
+/// 25 µs × 2⁹, 12.8 ms).
+pub const RATION_FIRST_NS: u64 = 25_000;
+
 /// The co-location state of one device.
 #[repr(C)]
 pub struct DeviceBoard {
@@ -64,6 +73,9 @@ pub struct DeviceBoard {
     pub turn: FillerTurn,
     /// Written by the primary's configuration (and its latency reports).
     pub params: Params,
+    /// The as-if-alone primary's risk ration: what each filler kernel
+    /// costs its tail, and the fillers' use of it.
+    pub ration: RiskRation,
     /// Written once per fillable gap by the primary.
     pub predictor: Predictor,
     pub history: GapHistory,
@@ -100,6 +112,20 @@ pub struct Params {
     /// (`Board::primary_request_judged` (dilu-colocation)): its returns from gaps are
     /// then no longer counted.
     pub credit_by_requests: AtomicU64,
+}
+
+/// How much of the risk of pushing an as-if-alone primary's requests over
+/// its bound fillers may take (the policy is `ration` in dilu-colocation).
+#[repr(C, align(64))]
+pub struct RiskRation {
+    /// What one filler kernel of each table length costs, in ns of the
+    /// ration's wall-time rate (written by the primary at its reports).
+    pub cost_ns: [AtomicU64; RATION_POINTS],
+    /// 1 once `cost_ns` holds a table (0: none yet, no kernel is rationed).
+    pub known: AtomicU64,
+    /// The fillers' use: the instant up to which the ration is spent (a
+    /// generic cell rate's theoretical arrival time; written by fillers).
+    pub spent_until_ns: CacheLine,
 }
 
 /// The filler whose kernels the device ran last: the others let it go on
@@ -195,7 +221,7 @@ pub struct GapBoard {
 // SAFETY: repr(C), atomics and padding only; all-zero is "no primary, no
 // history", a valid state.
 unsafe impl SharedLayout for GapBoard {
-    const MAGIC: u64 = 0x6469_6c75_4741_000a; // "diluGA" v10 (v10: as-if-alone primaries)
+    const MAGIC: u64 = 0x6469_6c75_4741_000b; // "diluGA" v11 (v11: the risk ration)
     fn magic(&self) -> &AtomicU64 {
         &self.magic
     }

@@ -3,7 +3,8 @@
 //! SLO, or, without an SLO, its p99 without fillers, learned from its own
 //! requests (see `colocation.rs`, which applies the tolerance).
 
-use dilu_colocation::{DELAY_BUDGET_PPM, HANDOFF_NS};
+use dilu_colocation::{DELAY_BUDGET_PPM, HANDOFF_NS, ration_costs};
+use dilu_layout::colocation::RATION_POINTS;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
 /// Requests whose latency bounds the tolerance in force.
@@ -101,31 +102,48 @@ impl LatencyHistory {
     /// were recorded.
     #[cfg(test)]
     fn p99(&self) -> Option<u64> {
-        self.tail(1_000_000).map(|tail| tail.p99_ns)
+        self.tail(1_000_000, 0).map(|tail| tail.p99_ns)
     }
 
-    /// The window's p99 and the latency fillers keeping the device
-    /// `filler_ppm` of the time may push requests over the bound from
-    /// ([`Tail`]), from one sort; `None` until [`HISTORY_FIRST`] requests
-    /// were recorded.
-    pub(crate) fn tail(&self, filler_ppm: u64) -> Option<Tail> {
+    /// The latencies recorded (the last [`HISTORY_WINDOW`]), ascending.
+    fn sorted(&self) -> ([u64; HISTORY_WINDOW], usize) {
         let count = self.next.load(Ordering::Relaxed);
         let known = (count as usize).min(HISTORY_WINDOW);
-        if count < HISTORY_FIRST {
-            return None;
-        }
         let mut window = [0u64; HISTORY_WINDOW];
         for (slot, n) in window.iter_mut().zip(&self.ns) {
             *slot = n.load(Ordering::Relaxed);
         }
+        window[..known].sort_unstable();
+        (window, known)
+    }
+
+    /// The window's median, once [`HISTORY_FIRST`] requests were recorded.
+    pub(crate) fn median(&self) -> Option<u64> {
+        let (window, known) = self.sorted();
+        (self.next.load(Ordering::Relaxed) >= HISTORY_FIRST).then(|| window[known / 2])
+    }
+
+    /// The window's p99 and the latency fillers keeping the device
+    /// `filler_ppm` of the time may push requests over the bound from
+    /// ([`Tail`]), from one sort, every latency taken `uncounted_ns`
+    /// shorter; `None` until [`HISTORY_FIRST`] requests were recorded.
+    pub(crate) fn tail(&self, filler_ppm: u64, uncounted_ns: u64) -> Option<Tail> {
+        if self.next.load(Ordering::Relaxed) < HISTORY_FIRST {
+            return None;
+        }
+        let (mut window, known) = self.sorted();
         let window = &mut window[..known];
-        window.sort_unstable();
+        for latency in window.iter_mut() {
+            *latency = latency.saturating_sub(uncounted_ns);
+        }
         // The rank-th longest (1: the longest).
         let longest = |rank: usize| window[known - rank.clamp(1, known)];
         let share_ppm = (DELAY_BUDGET_PPM as u64 * 1_000_000) / filler_ppm.max(1);
+        let p99_ns = longest(known / 100 + 2);
         Some(Tail {
-            p99_ns: longest(known / 100 + 2),
+            p99_ns,
             pushable_ns: longest(((known as u64 * share_ppm / 1_000_000) as usize).max(2)),
+            ration_costs: ration_costs(window, as_if_alone_bound(p99_ns)),
         })
     }
 }
@@ -144,6 +162,14 @@ pub(crate) struct Tail {
     /// `DELAY_BUDGET_PPM / filler_ppm` of the window's requests (at least
     /// the two longest: one outlier does not set it).
     pub(crate) pushable_ns: u64,
+    /// What a filler kernel of each of the ration's lengths costs this
+    /// tail (`dilu_colocation::ration`).
+    pub(crate) ration_costs: [u64; RATION_POINTS],
+}
+
+/// The bound of a primary without an SLO: 10% over its p99 alone.
+pub(crate) fn as_if_alone_bound(p99_ns: u64) -> u64 {
+    p99_ns + p99_ns * AS_IF_ALONE_P99_PERCENT / 100
 }
 
 /// How long fillers' share of the device is averaged over.
@@ -211,7 +237,7 @@ pub(crate) fn learned_tolerance(
     worst_recent_ns: u64,
     in_credit: bool,
 ) -> u64 {
-    let bound = p99_ns + p99_ns * AS_IF_ALONE_P99_PERCENT / 100;
+    let bound = as_if_alone_bound(p99_ns);
     let tenth = (p99_ns * AS_IF_ALONE_P99_PERCENT / 100).saturating_sub(2 * HANDOFF_NS);
     let tolerance = if in_credit {
         bound
@@ -230,7 +256,7 @@ pub(crate) fn learned_tolerance(
 /// before the budget earned one, so no request is theirs to judge).
 pub(crate) fn pushed_over_bound(latency_ns: u64, alone_ns: u64, p99_ns: Option<u64>) -> bool {
     p99_ns.is_some_and(|p99| {
-        let bound = p99 + p99 * AS_IF_ALONE_P99_PERCENT / 100;
+        let bound = as_if_alone_bound(p99);
         latency_ns > bound && alone_ns <= bound
     })
 }
@@ -379,7 +405,7 @@ mod tests {
         assert_eq!(history.p99(), Some(253 * MS), "the 4th longest");
         // Fillers on the device all the time: only the two longest
         // (0.5% of 256, at least two) may be pushed over.
-        let pushable = |ppm| history.tail(ppm).map(|t| t.pushable_ns);
+        let pushable = |ppm| history.tail(ppm, 0).map(|t| t.pushable_ns);
         assert_eq!(pushable(1_000_000), Some(255 * MS));
         // A tenth of the time: a tenth of the requests arrive during
         // filler work and 0.5% of all may be pushed over, so those of the
@@ -387,7 +413,11 @@ mod tests {
         assert_eq!(pushable(100_000), Some(245 * MS));
         // Never: every request may be (the shortest).
         assert_eq!(pushable(0), Some(MS));
-        assert_eq!(history.tail(0).map(|t| t.p99_ns), history.p99());
+        assert_eq!(history.tail(0, 0).map(|t| t.p99_ns), history.p99());
+        // Delay the boards missed (the median of every request's over the
+        // clean ones') comes off every latency.
+        assert_eq!(history.median(), Some(129 * MS));
+        assert_eq!(history.tail(0, 10 * MS).map(|t| t.p99_ns), Some(243 * MS));
     }
 
     #[test]

@@ -1,0 +1,205 @@
+//! The risk ration of a primary kept as if alone (no latency target): how
+//! much filler work beyond its tolerance its tail can afford.
+//!
+//! A filler kernel that a request finds on the device delays it by what is
+//! left of the kernel and the hand-offs: a request that arrives from the
+//! hand-off to the filler until the kernel ends waits `d` in
+//! `[HANDOFF_NS, k + 2·HANDOFF_NS]`, one moment as likely as another. It is
+//! pushed over the primary's bound `B` (10% over its p99 alone) if its
+//! latency alone `L` was within `B` and `L + d` is not. From the primary's
+//! latencies alone (a window of them) the expected number of requests one
+//! kernel of `k` pushes over is `λ · G(k)`, with
+//! `G(k) = mean over the window of |{d ∈ [h, k+2h] : B − d < L ≤ B}|`
+//! (`h` a hand-off, `λ` the request rate). At most [`DELAY_BUDGET_PPM`] of
+//! the requests may be pushed over, `λ · β` per second; `λ` cancels: the
+//! kernels' `G(k)` may add up to `β` per second of wall time, whatever the
+//! request rate. So a kernel of `k` costs `G(k) / β` of wall time from a
+//! ration that fills at one ns per ns, up to [`RATION_DEPTH_NS`].
+//!
+//! A kernel short enough that no request within the bound is near it costs
+//! nothing; one that would push every request it meets costs about
+//! `(k + h) / β`, 200 times its length: such fillers get half a percent of
+//! the device. Kept only by the tolerance (one length, the same for every
+//! filler), fillers harvested 10.6-31.2% of the idle time beside five of
+//! the six Poisson primaries of the field's shapes on simgpu.
+//!
+//! The primary computes the table ([`ration_costs`]) at its reports and
+//! publishes it ([`Board::publish_ration`]); a filler looks its kernel up
+//! ([`Board::ration_cost`]) and spends from the ration the fillers share.
+
+use crate::board::Board;
+use crate::primary::DELAY_BUDGET_PPM;
+use crate::timing::HANDOFF_NS;
+use dilu_layout::colocation::{RATION_FIRST_NS, RATION_POINTS};
+use std::sync::atomic::Ordering::*;
+
+/// How much unspent ration fillers may save up: a burst of risky kernels
+/// after a quiet stretch is risk at the same long-run rate, but a long save
+/// would let a run of them meet one burst of requests.
+pub const RATION_DEPTH_NS: u64 = 20_000_000;
+
+/// The kernel length of the table's point `j`.
+pub fn ration_point_ns(j: usize) -> u64 {
+    RATION_FIRST_NS << j
+}
+
+/// What one filler kernel of each table length costs a primary whose
+/// latencies alone are `sorted` (ascending) and whose bound is `bound_ns`:
+/// `G(k) / β` in ns (see the module's notes). Empty windows cost nothing
+/// to compute and say nothing: the caller publishes no table then.
+pub fn ration_costs(sorted: &[u64], bound_ns: u64) -> [u64; RATION_POINTS] {
+    let mut costs = [0u64; RATION_POINTS];
+    if sorted.is_empty() {
+        return costs;
+    }
+    let n = sorted.len() as u128;
+    // Only requests within the bound can be pushed over it; the nearer
+    // the bound, the smaller the delay that does.
+    let within = &sorted[..sorted.partition_point(|&l| l <= bound_ns)];
+    for (j, cost) in costs.iter_mut().enumerate() {
+        let longest_delay = ration_point_ns(j) + 2 * HANDOFF_NS;
+        let overlap: u128 = within
+            .iter()
+            .map(|&l| {
+                let pushes_from = (bound_ns - l).max(HANDOFF_NS);
+                u128::from(longest_delay.saturating_sub(pushes_from))
+            })
+            .sum();
+        *cost =
+            (overlap * 1_000_000 / (n * DELAY_BUDGET_PPM as u128)).min(u128::from(u64::MAX)) as u64;
+    }
+    costs
+}
+
+/// A kernel of `est_ns` in the table `costs`: interpolated between its
+/// points (the cost at the first below it), beyond the last one every
+/// further ns pushes every request it meets (the most it can).
+pub fn cost_in(costs: &[u64; RATION_POINTS], est_ns: u64) -> u64 {
+    if est_ns <= ration_point_ns(0) {
+        return costs[0];
+    }
+    for j in 1..RATION_POINTS {
+        let (k0, k1) = (ration_point_ns(j - 1), ration_point_ns(j));
+        if est_ns <= k1 {
+            let (c0, c1) = (costs[j - 1], costs[j].max(costs[j - 1]));
+            return c0 + ((c1 - c0) as u128 * u128::from(est_ns - k0) / u128::from(k1 - k0)) as u64;
+        }
+    }
+    let last = ration_point_ns(RATION_POINTS - 1);
+    costs[RATION_POINTS - 1]
+        .saturating_add((est_ns - last).saturating_mul(1_000_000 / DELAY_BUDGET_PPM as u64))
+}
+
+impl Board<'_> {
+    /// Primary side: the table of [`ration_costs`] in force.
+    pub fn publish_ration(&self, costs: &[u64; RATION_POINTS]) {
+        for (word, &cost) in self.ration.cost_ns.iter().zip(costs) {
+            word.store(cost, Relaxed);
+        }
+        self.ration.known.store(1, Release);
+    }
+
+    /// Primary side, at attach: no table yet, nothing spent.
+    pub(crate) fn forget_ration(&self) {
+        self.ration.known.store(0, Release);
+        self.ration.spent_until_ns.0.store(0, Relaxed);
+    }
+
+    /// Filler side: what a kernel of `est_ns` costs the ration (`None`: no
+    /// table is published).
+    pub fn ration_cost(&self, est_ns: u64) -> Option<u64> {
+        if self.ration.known.load(Acquire) == 0 {
+            return None;
+        }
+        let mut costs = [0u64; RATION_POINTS];
+        for (cost, word) in costs.iter_mut().zip(&self.ration.cost_ns) {
+            *cost = word.load(Relaxed);
+        }
+        Some(cost_in(&costs, est_ns))
+    }
+
+    /// Filler side: the earliest instant the ration affords `cost` (at or
+    /// before now: it does now). A cost above the depth is afforded once
+    /// the ration is full.
+    pub fn ration_ready_at(&self, cost: u64) -> u64 {
+        // `spent_until` is when the ration is full again: at an instant
+        // `t` it holds the depth less `spent_until - t`.
+        let spent_until = self.ration.spent_until_ns.0.load(Acquire);
+        spent_until
+            .saturating_add(cost.min(RATION_DEPTH_NS))
+            .saturating_sub(RATION_DEPTH_NS)
+    }
+
+    /// Filler side: a launch of `cost` went at `now`.
+    pub(crate) fn spend_ration(&self, now: u64, cost: u64) {
+        let _ = self
+            .ration
+            .spent_until_ns
+            .0
+            .fetch_update(AcqRel, Acquire, |spent| {
+                Some(spent.max(now).saturating_add(cost))
+            });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MS: u64 = 1_000_000;
+    const US: u64 = 1_000;
+    /// What one ns of delay that pushes every request costs the ration.
+    const PER_NS: u64 = 1_000_000 / DELAY_BUDGET_PPM as u64;
+
+    #[test]
+    fn a_kernel_costs_nothing_where_no_request_is_near_the_bound() {
+        // Every request 1 ms, the bound 3 ms: a kernel whose longest delay
+        // (itself and two hand-offs) is within 2 ms pushes none over.
+        let costs = ration_costs(&[MS; 100], 3 * MS);
+        for (j, &cost) in costs.iter().enumerate() {
+            let harmless = ration_point_ns(j) + 2 * HANDOFF_NS <= 2 * MS;
+            assert_eq!(
+                cost == 0,
+                harmless,
+                "{} µs: {cost}",
+                ration_point_ns(j) / US
+            );
+        }
+    }
+
+    #[test]
+    fn at_the_bound_a_kernel_costs_its_length_and_a_hand_off_over_the_budget() {
+        // Every request it meets, from the hand-off to it on, is pushed
+        // over: a request arriving in the last hand-off was not delayed
+        // enough to matter, so k + h of arrivals in all.
+        let costs = ration_costs(&[2 * MS; 10], 2 * MS);
+        for (j, &cost) in costs.iter().enumerate() {
+            assert_eq!(cost, (ration_point_ns(j) + HANDOFF_NS) * PER_NS);
+        }
+        // Requests already over the bound alone are not the fillers' to
+        // push: half of them over it, half the cost.
+        let mut mixed = [2 * MS; 10];
+        mixed[5..].fill(3 * MS);
+        let half = ration_costs(&mixed, 2 * MS);
+        assert_eq!(half[3], costs[3] / 2);
+    }
+
+    #[test]
+    fn a_kernel_between_the_table_s_lengths_costs_between_their_costs() {
+        let costs = ration_costs(&[2 * MS; 10], 2 * MS);
+        let (k1, k2) = (ration_point_ns(2), ration_point_ns(3));
+        assert_eq!(cost_in(&costs, k1), costs[2]);
+        assert_eq!(cost_in(&costs, (k1 + k2) / 2), (costs[2] + costs[3]) / 2);
+        assert_eq!(
+            cost_in(&costs, 1),
+            costs[0],
+            "the shortest, the first length's"
+        );
+        // Beyond the last length every further ns pushes every request.
+        let last = ration_point_ns(RATION_POINTS - 1);
+        assert_eq!(
+            cost_in(&costs, last + MS),
+            costs[RATION_POINTS - 1] + MS * PER_NS
+        );
+    }
+}
