@@ -159,7 +159,11 @@ impl Board<'_> {
             // requests, as for the tolerance), unless requests were pushed
             // over its bound faster than the budget allows.
             if !fits && !tolerated && !idle && (between_requests || request_over == 0) {
-                match self.affordable(now, est_ns) {
+                // Its own kernel still queued: this one follows it on the
+                // device without a hand-off.
+                let following =
+                    queued > now && self.last_reserver.0.load(Acquire) == u64::from(filler);
+                match self.affordable(now, est_ns, following) {
                     Rationed::Now(cost) => rationed = cost,
                     Rationed::At(ready) if owed == Owed::No => {
                         return FillerGate::WaitUntil(ready.max(now + POLL_NS));
@@ -300,13 +304,13 @@ impl Board<'_> {
 
     /// Whether the risk ration affords a kernel of `est_ns` beside a
     /// primary kept as if alone.
-    fn affordable(&self, now: u64, est_ns: u64) -> Rationed {
+    fn affordable(&self, now: u64, est_ns: u64, following: bool) -> Rationed {
         if self.params.as_if_alone.load(Relaxed) == 0
             || (self.params.delay_credit.load(Relaxed) as i64) < RATION_CREDIT_FLOOR
         {
             return Rationed::No;
         }
-        let Some(cost) = self.ration_cost(est_ns) else {
+        let Some(cost) = self.ration_cost(est_ns, following) else {
             return Rationed::No;
         };
         // A kernel that costs nothing needs no ration (nor a CAS on it).

@@ -106,8 +106,10 @@ impl Board<'_> {
     }
 
     /// Filler side: what a kernel of `est_ns` costs the ration (`None`: no
-    /// table is published).
-    pub fn ration_cost(&self, est_ns: u64) -> Option<u64> {
+    /// table is published). `following` its own kernel still queued, it
+    /// costs no hand-off to it: a request meeting it waits at most the
+    /// kernel and the hand-off back, `G(k - h)`.
+    pub fn ration_cost(&self, est_ns: u64, following: bool) -> Option<u64> {
         if self.ration.known.load(Acquire) == 0 {
             return None;
         }
@@ -115,7 +117,15 @@ impl Board<'_> {
         for (cost, word) in costs.iter_mut().zip(&self.ration.cost_ns) {
             *cost = word.load(Relaxed);
         }
-        Some(cost_in(&costs, est_ns))
+        Some(match following {
+            false => cost_in(&costs, est_ns),
+            true if est_ns >= HANDOFF_NS => cost_in(&costs, est_ns - HANDOFF_NS),
+            // The delays it causes run from h to h + k, the first k of the
+            // h-long range of G(0); the risk only grows with the delay, so
+            // they cost at most k/h of G(0) (of the first length's cost,
+            // which is more).
+            true => (u128::from(costs[0]) * u128::from(est_ns) / u128::from(HANDOFF_NS)) as u64,
+        })
     }
 
     /// Filler side: the earliest instant the ration affords `cost` (at or

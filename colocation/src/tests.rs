@@ -1216,7 +1216,9 @@ fn beside_a_primary_kept_as_if_alone_kernels_beyond_its_tolerance_go_as_the_rati
     // A 1 ms kernel costs 10 ms of the ration (20 ms deep).
     let costs = std::array::from_fn(|j| 10 * ration::ration_point_ns(j));
     b.publish_ration(&costs);
-    assert_eq!(b.ration_cost(MS), Some(10 * MS));
+    assert_eq!(b.ration_cost(MS, false), Some(10 * MS));
+    // Behind its own queued kernel, no hand-off to it.
+    assert_eq!(b.ration_cost(MS, true), Some(10 * (MS - HANDOFF_NS)));
     assert_eq!(b.filler_admit(gap, MS, false, FILLER), FillerGate::Go);
     // The primary's next request comes back 2 ms later; in the gap after
     // it the ration holds 12 ms.
