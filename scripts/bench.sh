@@ -85,7 +85,8 @@
 #              one simgpu: TTFT and TPOT p50/p99 against the server alone,
 #              the filler's throughput against alone, device and host busy, for
 #              time slicing, static shares, HAMi-core (DILU_PEER_HAMI) and dilu
-#              with and without an SLO; then vLLM's sleep mode and PyTorch's
+#              with and without an SLO, also with bursty arrivals; two servers
+#              on one GPU; then vLLM's sleep mode and PyTorch's
 #              expandable segments under --mem; installs vLLM into a venv the
 #              first time (see scripts/llm-bench.sh)
 #                                             -> bench/results/llm.md

@@ -2,8 +2,9 @@
 # LLM serving beside fine-tuning on one simulated GPU: vLLM's OpenAI server
 # (unmodified) judged by TTFT and TPOT against itself alone, the filler by
 # its throughput against alone, for time slicing, static shares, HAMi-core
-# (a build named by DILU_PEER_HAMI) and dilu with and without an SLO;
-# writes bench/results/llm.md (scripts/llm_bench.py says how it measures).
+# (a build named by DILU_PEER_HAMI) and dilu with and without an SLO; the
+# same with bursty arrivals; two servers on one GPU; writes
+# bench/results/llm.md (scripts/llm_bench.py says how it measures).
 #
 #   scripts/bench.sh llm [-- --seconds 90 --rate 1.0 --seed 1 --rows "server alone,..."]
 #
@@ -11,7 +12,7 @@
 # libraries (several GB) into a virtual environment (DILU_VLLM_VENV, default
 # ~/.cache/dilu/vllm-venv) the first time, as scripts/vllm-sim-check.sh
 # does, and each row starts a vLLM engine (about a minute on 2 cores): about
-# 20 minutes in all.
+# 40 minutes in all.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 venv="${DILU_VLLM_VENV:-${XDG_CACHE_HOME:-$HOME/.cache}/dilu/vllm-venv}"

@@ -7,7 +7,9 @@ vLLM and builds dilu; see there for the command).
 
 Each row starts its processes on a fresh simulated GPU (its own
 SIMGPU_INSTANCE), waits until they are warm, then sends the same requests
-(Poisson arrivals, fixed seed) to vLLM's OpenAI API for S seconds and
+(Poisson arrivals, fixed seed; the bursty rows' in bursts of twice the rate
+and pauses as long; the two-server rows' to both servers) to vLLM's OpenAI
+API for S seconds and
 measures, client side, each request's time to first token (TTFT: from its
 send to its first streamed token) and time per output token (TPOT: from the
 first token to the last, over the tokens after the first). The filler
@@ -23,6 +25,7 @@ import json
 import math
 import os
 import random
+import re
 import signal
 import subprocess
 import sys
@@ -67,6 +70,22 @@ ROWS = {
     "dilu defaults (--colo primary / filler)": (["--colo", "primary"], ["--colo", "filler"], True, True),
     "dilu with an SLO (--slo-ms)": (["--colo", "primary", "--slo-ms", "SLO"], ["--colo", "filler"], True, True),
 }
+# The rows run again with bursty arrivals (the same mean rate, all of it in
+# bursts): bursty row -> the row whose processes it runs.
+BURSTY = " - bursty arrivals"
+BURSTY_ROWS = {name + BURSTY: name for name in (
+    "server alone", "time slicing (no limiter)", "dilu defaults (--colo primary / filler)",
+    "dilu with an SLO (--slo-ms)")}
+# Arrivals come in bursts of this long at twice the rate, each followed by
+# as long without any.
+BURST_S = 10.0
+# Two servers on one GPU, each `--mem` and the same requests: row -> each
+# server's dilu flags.
+TWO_SERVERS = {
+    "two servers: time slicing (no limiter)": [],
+    "two servers: dilu --sm 50 each": ["--sm", "50"],
+}
+ALL_ROWS = [*ROWS, *BURSTY_ROWS, *TWO_SERVERS]
 
 
 def log(message):
@@ -92,7 +111,7 @@ class Row:
 
     def __init__(self, args, name, scratch):
         self.args, self.name = args, name
-        self.scratch = os.path.join(scratch, name.split(" (")[0].replace(" ", "-"))
+        self.scratch = os.path.join(scratch, re.sub(r"[^A-Za-z0-9]+", "-", name).strip("-"))
         os.makedirs(self.scratch)
         self.instance = f"llm-bench-{os.getpid()}-{len(os.listdir(scratch))}"
         self.env = dict(os.environ, SIMGPU_INSTANCE=self.instance, SIMGPU_WAVE_NS=args.wave,
@@ -135,7 +154,7 @@ class Row:
         open(os.path.join(self.scratch, "stop"), "w").close()
         for tag, process in self.processes:
             if process.poll() is None and tag != "filler":
-                os.killpg(process.pid, signal.SIGINT if tag == "server" else signal.SIGTERM)
+                os.killpg(process.pid, signal.SIGINT if tag.startswith("server") else signal.SIGTERM)
         deadline = time.monotonic() + 60
         for _, process in self.processes:
             try:
@@ -168,53 +187,58 @@ def start_filler(row, flags):
         time.sleep(0.5)
 
 
-def start_server(row, flags, model):
+def start_server(row, flags, model, tag="server", port=PORT):
     program = [os.path.join(os.path.dirname(row.args.python), "vllm"), "serve", model,
                "--load-format", "dummy", "--skip-tokenizer-init", "--enforce-eager",
                "--gpu-memory-utilization", "0.6", "--max-model-len", str(MAX_MODEL_LEN),
-               "--port", str(PORT), "--host", "127.0.0.1"]
-    argv, env = row.command(flags, SERVER_MEM, program, STATIC_SERVER_PCT, "server")
-    process = row.start(argv, env, "server")
+               "--port", str(port), "--host", "127.0.0.1"]
+    argv, env = row.command(flags, SERVER_MEM, program, STATIC_SERVER_PCT, tag)
+    process = row.start(argv, env, tag)
     started = time.monotonic()
-    while not asyncio.run(server_ready()):
+    while not asyncio.run(server_ready(port)):
         if process.poll() is not None:
-            raise RuntimeError(row.failure("server", f"exited with {process.returncode} while starting"))
+            raise RuntimeError(row.failure(tag, f"exited with {process.returncode} while starting"))
         if time.monotonic() - started > 900:
-            raise RuntimeError("server: not answering after 900 s")
+            raise RuntimeError(f"{tag}: not answering after 900 s")
         time.sleep(1)
     return time.monotonic() - started
 
 
-async def server_ready():
+async def server_ready(port):
     import aiohttp
 
     try:
         async with aiohttp.ClientSession() as session:
-            async with session.get(f"http://127.0.0.1:{PORT}/v1/models") as response:
+            async with session.get(f"http://127.0.0.1:{port}/v1/models") as response:
                 return response.status == 200
     except aiohttp.ClientError:
         return False
 
 
-def requests_for(args):
-    """The same arrivals and lengths for every row: (send offset s, prompt, output tokens)."""
+def requests_for(args, bursty=False):
+    """The same arrivals and lengths for every row of an arrival pattern:
+    (send offset s, prompt, output tokens). Bursty: Poisson at twice the
+    rate, kept only in the first half of every 2 x BURST_S."""
     draw = random.Random(args.seed)
     at, schedule = 0.0, []
+    rate = args.rate * 2 if bursty else args.rate
     while True:
-        at += draw.expovariate(args.rate)
+        at += draw.expovariate(rate)
         if at >= args.seconds:
             return schedule
         prompt = [draw.randrange(3, MODEL["vocab_size"]) for _ in range(draw.randint(*PROMPT_TOKENS))]
-        schedule.append((at, prompt, draw.randint(*OUTPUT_TOKENS)))
+        tokens = draw.randint(*OUTPUT_TOKENS)
+        if not bursty or at % (2 * BURST_S) < BURST_S:
+            schedule.append((at, prompt, tokens))
 
 
-async def one_request(session, model, prompt, tokens):
+async def one_request(session, model, prompt, tokens, port=PORT):
     body = {"model": model, "prompt": prompt, "max_tokens": tokens, "min_tokens": tokens,
             "ignore_eos": True, "temperature": 0, "stream": True}
     sent = time.monotonic()
     first = last = None
     chunks = 0
-    async with session.post(f"http://127.0.0.1:{PORT}/v1/completions", json=body) as response:
+    async with session.post(f"http://127.0.0.1:{port}/v1/completions", json=body) as response:
         if response.status != 200:
             raise RuntimeError(f"HTTP {response.status}: {(await response.text())[:200]}")
         async for line in response.content:
@@ -232,21 +256,26 @@ async def one_request(session, model, prompt, tokens):
             "chunks": chunks, "end": last}
 
 
-async def load(model, schedule):
+async def load(model, schedule, ports=(PORT,)):
+    """Sends `schedule` to the server on each of `ports` (the same requests
+    at the same instants); returns when it began and each server's results."""
     import aiohttp
 
     timeout = aiohttp.ClientTimeout(total=600)
     async with aiohttp.ClientSession(timeout=timeout) as session:
-        for _ in range(3):  # warm-up, not measured
-            await one_request(session, model, list(range(3, 67)), 16)
+        for port in ports:
+            for _ in range(3):  # warm-up, not measured
+                await one_request(session, model, list(range(3, 67)), 16, port)
         begin = time.monotonic()
 
-        async def at(offset, prompt, tokens):
+        async def at(offset, prompt, tokens, port):
             await asyncio.sleep(max(0.0, begin + offset - time.monotonic()))
-            return await one_request(session, model, prompt, tokens)
+            return await one_request(session, model, prompt, tokens, port)
 
-        results = await asyncio.gather(*(at(*r) for r in schedule), return_exceptions=True)
-    return begin, results
+        results = await asyncio.gather(*(at(*r, port) for port in ports for r in schedule),
+                                       return_exceptions=True)
+    n = len(schedule)
+    return begin, [results[i * n:(i + 1) * n] for i in range(len(ports))]
 
 
 def busy_sampler(row):
@@ -268,10 +297,24 @@ def filler_steps(row):
     raise RuntimeError(row.failure("filler", "printed no result"))
 
 
+def server_figures(results):
+    """A server's requests: how many answered, the first failure, TTFT and TPOT."""
+    failed = [r for r in results if isinstance(r, Exception)]
+    done = [r for r in results if not isinstance(r, Exception)]
+    return {"requests": len(done), "failed": len(failed),
+            "failure": str(failed[0])[:200] if failed else None,
+            "ttft": [r["ttft_ms"] for r in done],
+            "tpot": [r["tpot_ms"] for r in done if r["tpot_ms"] is not None],
+            "end": max((r["end"] for r in done), default=time.monotonic())}
+
+
 def run_row(args, name, scratch, model):
-    server_flags, filler_flags, with_server, with_filler = ROWS[name]
+    if name in TWO_SERVERS:
+        return run_two_servers(args, name, scratch, model)
+    bursty = name in BURSTY_ROWS
+    server_flags, filler_flags, with_server, with_filler = ROWS[BURSTY_ROWS.get(name, name)]
     row = Row(args, name, scratch)
-    result = {"row": name}
+    result = {"row": name, "bursty": bursty}
     try:
         if "hami" in (server_flags, filler_flags) and not args.hami:
             raise RuntimeError("not run: DILU_PEER_HAMI names no libvgpu.so built from HAMi-core's sources")
@@ -285,14 +328,9 @@ def run_row(args, name, scratch, model):
         ticks_before = host_busy_ticks()
         log(f"{name}: measuring for {args.seconds:g} s")
         if with_server:
-            begin, results = asyncio.run(load(model, requests_for(args)))
-            failed = [r for r in results if isinstance(r, Exception)]
-            done = [r for r in results if not isinstance(r, Exception)]
-            end = max((r["end"] for r in done), default=time.monotonic())
-            result.update(requests=len(done), failed=len(failed),
-                          failure=str(failed[0])[:200] if failed else None,
-                          ttft=[r["ttft_ms"] for r in done],
-                          tpot=[r["tpot_ms"] for r in done if r["tpot_ms"] is not None])
+            begin, (results,) = asyncio.run(load(model, requests_for(args, bursty)))
+            result.update(server_figures(results))
+            end = result.pop("end")
         else:
             begin = time.monotonic()
             time.sleep(args.seconds)
@@ -315,8 +353,71 @@ def run_row(args, name, scratch, model):
     return result
 
 
+def run_two_servers(args, name, scratch, model):
+    """Two servers with the same flags, each sent the same requests."""
+    row = Row(args, name, scratch)
+    result = {"row": name}
+    try:
+        for k, tag in enumerate(("server", "server-b")):
+            log(f"{name}: starting vLLM ({tag})")
+            start_server(row, TWO_SERVERS[name], model, tag, PORT + k)
+        busy_sampler(row)
+        ticks_before = host_busy_ticks()
+        log(f"{name}: measuring for {args.seconds:g} s")
+        begin, each = asyncio.run(load(model, requests_for(args), (PORT, PORT + 1)))
+        result["servers"] = [server_figures(results) for results in each]
+        end = max(server["end"] for server in result["servers"])
+        ticks_after = host_busy_ticks()
+        result["host_busy"] = (ticks_after[0] - ticks_before[0]) / max(1, ticks_after[1] - ticks_before[1])
+        lo, hi = begin * 1e9, end * 1e9
+        with open(os.path.join(row.scratch, "busy.out")) as f:
+            samples = [int(v.split()[1]) for v in f if v.strip() and lo + 1e9 <= int(v.split()[0]) <= hi]
+        result["device_busy"] = sum(samples) / len(samples) / 100 if samples else None
+        row.stop()
+    except Exception as e:  # noqa: BLE001 - the row says why it has no figures
+        result["error"] = str(e)
+        log(f"{name}: {e}")
+        row.stop()
+    return result
+
+
 def fmt(value, digits=2, suffix=""):
     return "—" if value is None or (isinstance(value, float) and math.isnan(value)) else f"{value:.{digits}f}{suffix}"
+
+
+def server_cells(r, alone):
+    """Requests, TTFT, TTFT over alone, TPOT and TPOT over alone of one server."""
+    t50, t99 = percentile(r["ttft"], 50), percentile(r["ttft"], 99)
+    p50, p99 = percentile(r["tpot"], 50), percentile(r["tpot"], 99)
+    failed = f" ({r['failed']} failed: {r['failure']})" if r["failed"] else ""
+    cells = [f"{r['requests']}{failed}", f"{fmt(t50, 1)} / {fmt(t99, 1)}"]
+    if alone:
+        cells.append(f"{fmt(t50 / percentile(alone['ttft'], 50), 2, 'x')} / "
+                     f"{fmt(t99 / percentile(alone['ttft'], 99), 2, 'x')}")
+    else:
+        cells.append("—")
+    cells.append(f"{fmt(p50, 2)} / {fmt(p99, 2)}")
+    if alone:
+        cells.append(f"{fmt(p50 / percentile(alone['tpot'], 50), 2, 'x')} / "
+                     f"{fmt(p99 / percentile(alone['tpot'], 99), 2, 'x')}")
+    else:
+        cells.append("—")
+    return cells
+
+
+def row_line(r, alone, filler_alone):
+    """One row of a server-and-filler table."""
+    if "error" in r:
+        return f"| {r['row']} | {r['error']} ||||||||"
+    cells = [r["row"]]
+    cells += server_cells(r, alone) if "ttft" in r else ["—"] * 5
+    if "filler_steps_per_s" in r and filler_alone:
+        ratio = r["filler_steps_per_s"] / filler_alone["filler_steps_per_s"]
+        cells.append(f"{ratio * 100:.0f}% ({r['filler_steps_per_s']:.2f} steps/s)")
+    else:
+        cells.append("—")
+    cells += [fmt(r.get("device_busy") and r["device_busy"] * 100, 1, "%"), fmt(r["host_busy"] * 100, 0, "%")]
+    return "| " + " | ".join(cells) + " |"
 
 
 def report(args, results, versions):
@@ -352,39 +453,50 @@ def report(args, results, versions):
       f"(a build named by `DILU_PEER_HAMI`); *dilu defaults* `--colo primary` beside `--colo filler`, no SLO declared "
       f"(the primary kept as if alone); *dilu with an SLO* adds `--slo-ms {args.slo_ms}` to the server.")
     w("")
-    w("| row | requests | TTFT p50 / p99 ms | TTFT p50 / p99 vs alone | TPOT p50 / p99 ms | TPOT p50 / p99 vs alone "
-      "| filler vs alone | device busy | host busy |")
+    header = ("| row | requests | TTFT p50 / p99 ms | TTFT p50 / p99 vs alone | TPOT p50 / p99 ms "
+              "| TPOT p50 / p99 vs alone | filler vs alone | device busy | host busy |")
+    w(header)
     w("|---|---|---|---|---|---|---|---|---|")
     for r in results:
-        if "error" in r:
-            w(f"| {r['row']} | {r['error']} ||||||||")
-            continue
-        cells = [r["row"]]
-        if "ttft" in r:
-            t50, t99 = percentile(r["ttft"], 50), percentile(r["ttft"], 99)
-            p50, p99 = percentile(r["tpot"], 50), percentile(r["tpot"], 99)
-            failed = f" ({r['failed']} failed: {r['failure']})" if r["failed"] else ""
-            cells += [f"{r['requests']}{failed}", f"{fmt(t50, 1)} / {fmt(t99, 1)}"]
-            if alone:
-                cells.append(f"{fmt(t50 / percentile(alone['ttft'], 50), 2, 'x')} / "
-                             f"{fmt(t99 / percentile(alone['ttft'], 99), 2, 'x')}")
-            else:
-                cells.append("—")
-            cells.append(f"{fmt(p50, 2)} / {fmt(p99, 2)}")
-            if alone:
-                cells.append(f"{fmt(p50 / percentile(alone['tpot'], 50), 2, 'x')} / "
-                             f"{fmt(p99 / percentile(alone['tpot'], 99), 2, 'x')}")
-            else:
-                cells.append("—")
-        else:
-            cells += ["—"] * 5
-        if "filler_steps_per_s" in r and filler_alone:
-            ratio = r["filler_steps_per_s"] / filler_alone["filler_steps_per_s"]
-            cells.append(f"{ratio * 100:.0f}% ({r['filler_steps_per_s']:.2f} steps/s)")
-        else:
-            cells.append("—")
-        cells += [fmt(r.get("device_busy") and r["device_busy"] * 100, 1, "%"), fmt(r["host_busy"] * 100, 0, "%")]
-        w("| " + " | ".join(cells) + " |")
+        if r["row"] in ROWS:
+            w(row_line(r, alone, filler_alone))
+    bursty = [r for r in results if r["row"] in BURSTY_ROWS]
+    if bursty:
+        bursty_alone = next((r for r in bursty if r["row"] == "server alone" + BURSTY and "ttft" in r), None)
+        w("")
+        w("### Bursty arrivals")
+        w("")
+        w(f"The same mean rate, {args.rate:g}/s, all of it in bursts: Poisson arrivals at {2 * args.rate:g}/s for "
+          f"{BURST_S:g} s, then none for {BURST_S:g} s (the same seed; the same requests in every row of this table). "
+          f"Ratios are over this table's server alone; the filler's over the filler alone above.")
+        w("")
+        w(header)
+        w("|---|---|---|---|---|---|---|---|---|")
+        for r in bursty:
+            w(row_line(r, bursty_alone, filler_alone))
+    two = [r for r in results if r["row"] in TWO_SERVERS]
+    if two:
+        w("")
+        w("### Two servers on one GPU")
+        w("")
+        w(f"Two `vllm serve` processes, each `--mem {SERVER_MEM}`, each sent the Poisson requests of the first table at "
+          f"the same instants; ratios over the server alone of the first table; within the SLO: TTFT p99 at most "
+          f"{args.slo_ms} ms (the SLO of the first table's SLO row).")
+        w("")
+        w("| row | server | requests | TTFT p50 / p99 ms | TTFT p50 / p99 vs alone | TTFT p99 within the SLO "
+          "| TPOT p50 / p99 ms | TPOT p50 / p99 vs alone | device busy | host busy |")
+        w("|---|---|---|---|---|---|---|---|---|---|")
+        for r in two:
+            if "error" in r:
+                w(f"| {r['row']} | {r['error']} |||||||||")
+                continue
+            for label, server in zip(("A", "B"), r["servers"]):
+                t99 = percentile(server["ttft"], 99)
+                cells = server_cells(server, alone)
+                within = "—" if t99 is None or math.isnan(t99) else ("yes" if t99 <= float(args.slo_ms) else "no")
+                w("| " + " | ".join([r["row"], label, *cells[:3], within, *cells[3:],
+                                     fmt(r.get("device_busy") and r["device_busy"] * 100, 1, "%"),
+                                     fmt(r["host_busy"] * 100, 0, "%")]) + " |")
     w("")
     w(f"p99 over a row's requests (about {int(args.rate * args.seconds)}) is its second-largest value or so; "
       "a ratio is the row's figure over the server-alone row's, measured in this run.")
@@ -417,7 +529,7 @@ def main():
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--slo-ms", default="100", help="the SLO of the 'with an SLO' row (default 100)")
     parser.add_argument("--wave", default="40us", help="SIMGPU_WAVE_NS for every process (default 40us)")
-    parser.add_argument("--rows", default=",".join(ROWS), help="rows to run, by name, comma-separated")
+    parser.add_argument("--rows", default=",".join(ALL_ROWS), help="rows to run, by name, comma-separated")
     parser.add_argument("--filler-nice", type=int, default=0,
                         help="run the filler at this nice value (default 0: as the server)")
     parser.add_argument("--no-memory-checks", action="store_true",
@@ -425,9 +537,9 @@ def main():
     args = parser.parse_args()
     args.hami = os.environ.get("DILU_PEER_HAMI")
     names = [n.strip() for n in args.rows.split(",") if n.strip()]
-    unknown = [n for n in names if n not in ROWS]
+    unknown = [n for n in names if n not in ALL_ROWS]
     if unknown:
-        sys.exit(f"llm-bench: unknown rows {unknown}; rows: {list(ROWS)}")
+        sys.exit(f"llm-bench: unknown rows {unknown}; rows: {ALL_ROWS}")
     import torch
     import vllm
 
