@@ -308,6 +308,17 @@ def server_figures(results):
             "end": max((r["end"] for r in done), default=time.monotonic())}
 
 
+def busy_over(row, ticks_before, begin, end):
+    """Host busy since `ticks_before` and the device busy samples from
+    `begin` to `end` (the first second left out), now."""
+    ticks_after = host_busy_ticks()
+    lo, hi = begin * 1e9, end * 1e9
+    with open(os.path.join(row.scratch, "busy.out")) as f:
+        samples = [int(v.split()[1]) for v in f if v.strip() and lo + 1e9 <= int(v.split()[0]) <= hi]
+    return {"host_busy": (ticks_after[0] - ticks_before[0]) / max(1, ticks_after[1] - ticks_before[1]),
+            "device_busy": sum(samples) / len(samples) / 100 if samples else None}
+
+
 def run_row(args, name, scratch, model):
     if name in TWO_SERVERS:
         return run_two_servers(args, name, scratch, model)
@@ -335,14 +346,10 @@ def run_row(args, name, scratch, model):
             begin = time.monotonic()
             time.sleep(args.seconds)
             end = time.monotonic()
-        ticks_after = host_busy_ticks()
         result["window_s"] = end - begin
-        result["host_busy"] = (ticks_after[0] - ticks_before[0]) / max(1, ticks_after[1] - ticks_before[1])
-        lo, hi = begin * 1e9, end * 1e9
-        with open(os.path.join(row.scratch, "busy.out")) as f:
-            samples = [int(v.split()[1]) for v in f if v.strip() and lo + 1e9 <= int(v.split()[0]) <= hi]
-        result["device_busy"] = sum(samples) / len(samples) / 100 if samples else None
+        result.update(busy_over(row, ticks_before, begin, end))
         row.stop()
+        lo, hi = begin * 1e9, end * 1e9
         if with_filler:
             steps = [t for t in filler_steps(row) if lo <= t <= hi]
             result["filler_steps_per_s"] = len(steps) / (end - begin)
@@ -367,12 +374,7 @@ def run_two_servers(args, name, scratch, model):
         begin, each = asyncio.run(load(model, requests_for(args), (PORT, PORT + 1)))
         result["servers"] = [server_figures(results) for results in each]
         end = max(server["end"] for server in result["servers"])
-        ticks_after = host_busy_ticks()
-        result["host_busy"] = (ticks_after[0] - ticks_before[0]) / max(1, ticks_after[1] - ticks_before[1])
-        lo, hi = begin * 1e9, end * 1e9
-        with open(os.path.join(row.scratch, "busy.out")) as f:
-            samples = [int(v.split()[1]) for v in f if v.strip() and lo + 1e9 <= int(v.split()[0]) <= hi]
-        result["device_busy"] = sum(samples) / len(samples) / 100 if samples else None
+        result.update(busy_over(row, ticks_before, begin, end))
         row.stop()
     except Exception as e:  # noqa: BLE001 - the row says why it has no figures
         result["error"] = str(e)
