@@ -74,10 +74,12 @@ struct Colo {
     /// The primary's last reported request latencies, less the delay
     /// fillers caused them.
     recent_latencies: RecentLatencies,
-    /// A primary without an SLO: its longer record of the same, from
-    /// which its tolerance is learned.
+    /// A primary without an SLO: the latencies of its requests beside
+    /// which no filler went at all (what the boards' count of the delay
+    /// misses is measured against them).
     latency_history: LatencyHistory,
-    /// Every warm request's latency less the delay the boards counted.
+    /// Every warm request's latency less the delay the boards counted,
+    /// from which its tail, tolerance and risk ration are learned.
     all_latencies: LatencyHistory,
     /// Requests reported so far.
     requests_reported: AtomicU64,
