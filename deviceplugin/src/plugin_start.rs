@@ -1,5 +1,6 @@
 //! What a node plugin binary does as it starts (this crate's and the DRA
-//! driver's): its log on stderr, and a client of the API server.
+//! driver's): its log on stderr, a client of the API server, and how it
+//! ends.
 
 /// Logs to stderr at the level `DILU_LOG` names (default `info`).
 pub fn init_logging() {
@@ -22,4 +23,16 @@ pub async fn api_client(apiserver: Option<&str>) -> Result<kube::Client, String>
             .map_err(|e| format!("no API server credentials: {e}"))?,
     };
     kube::Client::try_from(config).map_err(|e| format!("API server client: {e}"))
+}
+
+/// The exit status of `program` after its run: failure, with the error on
+/// stderr, where the run failed.
+pub fn exit_code(program: &str, run: Result<(), String>) -> std::process::ExitCode {
+    match run {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(error) => {
+            eprintln!("{program}: {error}");
+            std::process::ExitCode::FAILURE
+        }
+    }
 }

@@ -56,13 +56,7 @@ struct Args {
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() -> ExitCode {
     dilu_deviceplugin::plugin_start::init_logging();
-    match run(Args::parse()).await {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(error) => {
-            eprintln!("dilu-dra-plugin: {error}");
-            ExitCode::FAILURE
-        }
-    }
+    dilu_deviceplugin::plugin_start::exit_code("dilu-dra-plugin", run(Args::parse()).await)
 }
 
 async fn run(args: Args) -> Result<(), String> {

@@ -12,12 +12,31 @@ use std::time::Duration;
 /// `<scratch>/nodemgr.sock` (state under `<scratch>/run`, no metrics) and
 /// waits up to a minute until it answers ([`wait_until_serving`]).
 pub fn start(scratch: &Scratch, controller: &str) -> Child {
-    let config = scratch.path("nodemgr.toml");
-    std::fs::write(&config, format!("controller = \"{controller}\"\n")).unwrap();
-    let mut daemon = Command::new(dilu())
+    start_configured(scratch, &format!("controller = \"{controller}\"\n"))
+}
+
+/// [`start`] with the configuration file `config` (TOML text).
+pub fn start_configured(scratch: &Scratch, config: &str) -> Child {
+    let mut daemon = spawn(Command::new(dilu()), scratch, config);
+    wait_until_serving(
+        &mut daemon,
+        &scratch.path("nodemgr.sock"),
+        Duration::from_secs(60),
+    );
+    daemon
+}
+
+/// Spawns `command` (`dilu`, or something that execs it) as `nodemgr` with
+/// the configuration `config` written to `<scratch>/nodemgr.toml`, on
+/// `<scratch>/nodemgr.sock`, state under `<scratch>/run`, no metrics, its
+/// output discarded; does not wait for it to answer.
+pub fn spawn(mut command: Command, scratch: &Scratch, config: &str) -> Child {
+    let path = scratch.path("nodemgr.toml");
+    std::fs::write(&path, config).unwrap();
+    command
         .arg("nodemgr")
         .arg("--config")
-        .arg(&config)
+        .arg(&path)
         .arg("--socket")
         .arg(scratch.path("nodemgr.sock"))
         .arg("--run-dir")
@@ -26,13 +45,7 @@ pub fn start(scratch: &Scratch, controller: &str) -> Child {
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .spawn()
-        .expect("start dilu nodemgr");
-    wait_until_serving(
-        &mut daemon,
-        &scratch.path("nodemgr.sock"),
-        Duration::from_secs(60),
-    );
-    daemon
+        .expect("start dilu nodemgr")
 }
 
 /// The status of the node manager at `socket` (`dilu status --json`), or

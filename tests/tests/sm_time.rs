@@ -529,29 +529,14 @@ fn a_default_spec_tenant_under_the_static_controller_waits_then_runs() {
     use std::process::{Command, Stdio};
     let _serial = serial();
     let scratch = Scratch::new("zero-static");
-    let config = scratch.path("nodemgr.toml");
     let big = unique_name("all-reserved");
-    std::fs::write(
-        &config,
-        format!("controller = \"static\"\n[tenants.{big}]\nsm_request = 100\n"),
-    )
-    .unwrap();
     let socket = scratch.path("nodemgr.sock");
-    let mut daemon = Command::new(dilu())
-        .arg("nodemgr")
-        .arg("--config")
-        .arg(&config)
-        .arg("--socket")
-        .arg(&socket)
-        .arg("--run-dir")
-        .arg(scratch.path("run"))
-        .args(["--foreground", "--metrics", ""])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("start dilu nodemgr");
-    // Started before the daemon answers, `dilu run` would run unmanaged.
-    dilu_harness::workspace::wait_until_serving(&mut daemon, &socket, LIMIT);
+    // It answers before the tenants start: started before, `dilu run`
+    // would run them unmanaged.
+    let mut daemon = dilu_harness::node_manager::start_configured(
+        &scratch,
+        &format!("controller = \"static\"\n[tenants.{big}]\nsm_request = 100\n"),
+    );
     let instance = unique_name("zero-default");
     let mut reserving = Command::new(dilu())
         .args(["run", "--sim", "--tenant", &big, "--"])

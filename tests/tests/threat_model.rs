@@ -33,10 +33,8 @@ impl Daemon {
     /// A daemon whose soft and hard descriptor limits are `limit` (as
     /// under `ulimit -n`), when given.
     fn start_with_descriptors(scratch: &Scratch, config: &str, limit: Option<u32>) -> Daemon {
-        let path = scratch.path("nodemgr.toml");
-        std::fs::write(&path, config).unwrap();
         let socket = scratch.path("nodemgr.sock");
-        let mut command = match limit {
+        let command = match limit {
             Some(n) => {
                 let mut sh = Command::new("sh");
                 sh.arg("-c")
@@ -46,19 +44,7 @@ impl Daemon {
             }
             None => Command::new(dilu()),
         };
-        let child = command
-            .arg("nodemgr")
-            .arg("--config")
-            .arg(&path)
-            .arg("--socket")
-            .arg(&socket)
-            .arg("--run-dir")
-            .arg(scratch.path("run"))
-            .args(["--foreground", "--metrics", ""])
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("start dilu nodemgr");
+        let child = dilu_harness::node_manager::spawn(command, scratch, config);
         let daemon = Daemon { child, socket };
         let deadline = Instant::now() + Duration::from_secs(60);
         while daemon.status().is_none() {
