@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 
 use common::{Request, read_request, respond};
 use dilu_cluster::autoscaler::{self, AutoscalerConfig, AutoscalerHandle};
-use dilu_cluster::scaling::scalers::{IN_PERIODS, OUT_PERIODS};
+use dilu_cluster::scaling::scalers::IN_PERIODS;
 use serde_json::{Value, json};
 
 const NAMESPACE: &str = "prod";
@@ -312,11 +312,16 @@ fn saturated_functions_grow_to_their_maximum_and_quiet_ones_shrink_to_their_mini
     let mocks = Mocks::start(deployments(2), Load::Saturated);
     let scaler = mocks.autoscaler();
     mocks.wait_for("web at its maximum", |m| m.replicas("web") == 5);
-    // The rule doubles (the load at 50% of the limits): 2 -> 4, then 5 at
-    // the maximum, never above it.
+    // The rule keeps the load at 80% of the limits: 2 -> 3 at the first
+    // period; then the load has risen by one within a start time, and it
+    // keeps room for another such rise: 5, the maximum, never above it.
     let grown: Vec<usize> = mocks.patches().iter().map(|p| p.1).collect();
-    assert_eq!(grown, [4, 5], "scale-ups: {grown:?}");
-    assert!(mocks.patches()[0].2 >= OUT_PERIODS, "out before its window");
+    assert_eq!(grown, [3, 5], "scale-ups: {grown:?}");
+    assert!(
+        mocks.patches()[0].2 <= 2,
+        "out at once: {:?}",
+        mocks.patches()
+    );
     // Still saturated for a while: nothing above the maximum.
     let reads = mocks.set_load(Load::Saturated);
     mocks.wait_for("ten more periods", |m| {
@@ -324,7 +329,9 @@ fn saturated_functions_grow_to_their_maximum_and_quiet_ones_shrink_to_their_mini
     });
     assert_eq!(mocks.patches().len(), 2);
 
-    // Quiet: down one instance at a time, each after a quiet window.
+    // Quiet: down one instance at a time, each after a quiet window; the
+    // room for a rise like the last ones is kept while they are
+    // remembered (RISE_MEMORY periods), then it goes too.
     let quiet_from = mocks.set_load(Load::Quiet);
     mocks.wait_for("web at its minimum", |m| m.replicas("web") == 2);
     let shrunk: Vec<(usize, usize)> = mocks.patches()[2..].iter().map(|p| (p.1, p.2)).collect();

@@ -41,6 +41,11 @@ pub const MAX_REPLICAS: &str = "dilu.io/max-replicas";
 /// Defaults of the two bounds.
 pub const DEFAULT_MIN_REPLICAS: usize = 1;
 pub const DEFAULT_MAX_REPLICAS: usize = 10;
+/// Seconds a new replica takes to serve (pod start, CUDA context,
+/// framework, weights): the rule keeps headroom for the load's rises over
+/// that long.
+pub const START_SECONDS: &str = "dilu.io/start-seconds";
+pub const DEFAULT_START_SECONDS: f64 = 15.0;
 
 #[derive(Debug, Clone)]
 pub struct AutoscalerConfig {
@@ -138,6 +143,8 @@ pub struct Managed {
     pub min: usize,
     pub max: usize,
     pub selector: String,
+    /// Seconds a new replica takes to serve.
+    pub start_seconds: f64,
 }
 
 /// `None` for a Deployment not opted in; an error for one whose bounds do
@@ -169,6 +176,19 @@ pub fn managed(deployment: &Deployment) -> Option<Result<Managed, String>> {
             .spec
             .as_ref()
             .ok_or_else(|| format!("{namespace}/{name}: no spec"))?;
+        let start_seconds = match annotations.get(START_SECONDS) {
+            None => DEFAULT_START_SECONDS,
+            Some(text) => text
+                .trim()
+                .parse::<f64>()
+                .ok()
+                .filter(|seconds| seconds.is_finite() && (0.0..=3600.0).contains(seconds))
+                .ok_or_else(|| {
+                    format!(
+                        "{namespace}/{name}: {START_SECONDS} {text:?} is not seconds from 0 to 3600"
+                    )
+                })?,
+        };
         let selector = cluster::selector_query(&spec.selector);
         if selector.is_empty() {
             return Err(format!("{namespace}/{name}: empty pod selector"));
@@ -180,6 +200,7 @@ pub fn managed(deployment: &Deployment) -> Option<Result<Managed, String>> {
             min,
             max,
             selector,
+            start_seconds,
         })
     })())
 }
@@ -223,7 +244,13 @@ fn step(
             tracing::warn!("autoscaler: {key}: a node manager of its pods did not answer");
             continue;
         };
-        let rule = rules.entry(key.clone()).or_default();
+        // The rule counts periods: the start time in periods, at least one.
+        let start_periods = (deployment.start_seconds / config.period.as_secs_f64().max(1e-3))
+            .ceil()
+            .max(1.0) as usize;
+        let rule = rules
+            .entry(key.clone())
+            .or_insert_with(|| DiluRule::new(start_periods));
         let wanted = rule.desired(deployment.replicas, load, exhausted);
         let replicas = wanted.clamp(deployment.min, deployment.max);
         if replicas != deployment.replicas {
@@ -387,5 +414,16 @@ mod tests {
             json!({ AUTOSCALE: "true", MIN_REPLICAS: "two" }),
         ));
         assert!(bad.unwrap().unwrap_err().contains("whole number"));
+        assert_eq!(web.start_seconds, DEFAULT_START_SECONDS);
+        let slow = managed(&deployment(
+            json!({ AUTOSCALE: "true", START_SECONDS: "42.5" }),
+        ));
+        assert_eq!(slow.unwrap().unwrap().start_seconds, 42.5);
+        for text in ["soon", "-1", "NaN", "7200"] {
+            let bad = managed(&deployment(
+                json!({ AUTOSCALE: "true", START_SECONDS: text }),
+            ));
+            assert!(bad.unwrap().unwrap_err().contains(START_SECONDS), "{text}");
+        }
     }
 }

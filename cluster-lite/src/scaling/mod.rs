@@ -10,6 +10,7 @@
 //! scaling_report.rs`, `bench/results/scaling.md`). The mechanism notes are
 //! in `docs/scaling.md`.
 
+pub mod misses;
 pub mod pattern;
 pub mod scalers;
 pub mod service;

@@ -8,32 +8,37 @@
 //!   throughput at their SM limits a function's load uses (the headroom
 //!   vertical scaling has left), and whether it is *saturated* (wanted
 //!   more SM than it got, or load left over at its limits) and over its
-//!   SLO. Out when, in at least 3 of the last 6 seconds, the load used more
-//!   than 70% of that throughput or the function was saturated and over
-//!   its SLO: vertical scaling is about to run out, or has; it adds as
-//!   many instances as bring the recent peak to 50% of it. In after a long
-//!   quiet spell (30 of 40 seconds, Dilu's counts) in which one instance
-//!   fewer would have served the load at 50% of its throughput at the
-//!   limits. The rule is [`DiluRule`], which the Kubernetes autoscaler
-//!   runs too. Requests are what an instance is guaranteed; the limits carry
-//!   bursts, so instances are counted at their limits, not their requests.
+//!   SLO. It keeps enough instances for the load it expects before a new
+//!   instance could serve: the load now plus the largest rise the function
+//!   showed within one start time (cold start) in the last
+//!   [`RISE_MEMORY`] periods, or its recent trend carried over one start
+//!   time where that is higher, at [`TARGET`] of the instances' throughput
+//!   at their limits. Out at once, to that; in by one when fewer would have done for [`IN_PERIODS`] periods in a row.
+//!   Saturated and over the SLO in 3 of the last 6 periods means one more
+//!   at least. The rule is [`DiluRule`], which the
+//!   Kubernetes autoscaler runs too. Requests are what an instance is
+//!   guaranteed; the limits carry bursts, so instances are counted at their
+//!   limits, not their requests.
 //! * `dilu-paper`: Dilu's published scaler (`scheduling/scaler.py`): a
 //!   40-second history of requests per second; out by one when at least
 //!   20 seconds saw more than instances × per-instance throughput, in by
 //!   one when at least 30 saw fewer than (instances − 1) × throughput; the
 //!   history is cleared after each action. Throughput is the profile's at
-//!   the request share (the constant Dilu deploys a function with).
+//!   the request share (the constant Dilu deploys a function with), times
+//!   a target (1 as published; lower to retune it).
 //! * `kpa`: Knative's pod autoscaler on concurrency (requests in flight):
 //!   stable window 60 s, panic window 6 s (10%), panic when the panic
 //!   window asks for at least twice the ready instances, no scale-down
 //!   while panicking or within 60 s of it, target 70% of an instance's
 //!   in-flight at its request share (Little's law: throughput × latency),
-//!   at most halving per decision (Knative's defaults).
+//!   at most halving per decision (Knative's defaults; the target can be
+//!   retuned).
 //! * `hpa`: Kubernetes' horizontal pod autoscaler on utilisation (load over
 //!   the instances' throughput at their requests, as CPU utilisation is
 //!   read against the CPU request): every 15 s, desired = ⌈ready ×
 //!   utilisation / 0.7⌉ outside a 10% tolerance, scale-down stabilised
-//!   over 300 s (the highest recommendation of the window wins).
+//!   over 300 s (the highest recommendation of the window wins); the
+//!   target can be retuned.
 
 use std::collections::VecDeque;
 
@@ -66,12 +71,46 @@ pub trait Scaler {
 /// Every scaler, by its report name.
 pub const SCALER_NAMES: [&str; 4] = ["dilu", "dilu-paper", "kpa", "hpa"];
 
-pub fn scaler_by_name(name: &str) -> Option<Box<dyn Scaler>> {
+/// Each baseline's target at its published or default setting: the share
+/// of an instance's throughput (or in-flight requests) it aims to use.
+pub fn default_target(name: &str) -> Option<f64> {
+    match name {
+        "dilu-paper" => Some(1.0),
+        "kpa" => Some(KPA_TARGET_UTILISATION),
+        "hpa" => Some(HPA_TARGET),
+        "dilu" => Some(TARGET),
+        _ => None,
+    }
+}
+
+/// The scaler named `name` for a function whose new instances serve
+/// `start_periods` periods after they are started, at `target` (`None`:
+/// its default, [`default_target`]).
+pub fn scaler_by_name(
+    name: &str,
+    start_periods: usize,
+    target: Option<f64>,
+) -> Option<Box<dyn Scaler>> {
+    let target = target.or_else(|| default_target(name))?;
+    if !(target > 0.0 && target <= 1.0) {
+        return None;
+    }
     Some(match name {
-        "dilu" => Box::new(DiluSignals::default()),
-        "dilu-paper" => Box::new(DiluPaper::default()),
-        "kpa" => Box::new(Kpa::default()),
-        "hpa" => Box::new(Hpa::default()),
+        "dilu" => Box::new(DiluSignals {
+            rule: DiluRule::new(start_periods).with_target(target),
+        }),
+        "dilu-paper" => Box::new(DiluPaper {
+            target,
+            ..DiluPaper::default()
+        }),
+        "kpa" => Box::new(Kpa {
+            target,
+            ..Kpa::default()
+        }),
+        "hpa" => Box::new(Hpa {
+            target,
+            ..Hpa::default()
+        }),
         _ => return None,
     })
 }
@@ -87,6 +126,7 @@ fn push<T>(history: &mut VecDeque<T>, value: T, length: usize) {
 #[derive(Debug, Default)]
 pub struct DiluPaper {
     history: VecDeque<f64>,
+    target: f64,
 }
 
 const PAPER_HISTORY_S: usize = 40;
@@ -100,7 +140,7 @@ impl Scaler for DiluPaper {
 
     fn desired(&mut self, signals: &Signals, service: &Service) -> usize {
         let instances = signals.ready + signals.starting;
-        let per_instance = service.throughput(service.request);
+        let per_instance = service.throughput(service.request) * self.target;
         push(&mut self.history, signals.requests, PAPER_HISTORY_S);
         let most = instances as f64 * per_instance;
         let fewer = instances.saturating_sub(1) as f64 * per_instance;
@@ -119,7 +159,7 @@ impl Scaler for DiluPaper {
 
 /// dilu's rule on the node manager's signals (module docs), as the
 /// simulation feeds it: the load in instances' throughput at their limits.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct DiluSignals {
     rule: DiluRule,
 }
@@ -145,48 +185,131 @@ impl Scaler for DiluSignals {
 /// cluster: the sum of its instances' SM time over their limits);
 /// `exhausted`: the node manager saw an instance saturated at its limit and
 /// over its SLO.
-#[derive(Debug, Default)]
+///
+/// What it protects against is load that rises faster than an instance
+/// starts: it keeps the instances the load would need if it rose, within
+/// one start time, as much as it has risen within one start time lately.
+/// A steady function keeps little headroom; one with bursts keeps a burst's
+/// worth while they recur, and gives it back [`RISE_MEMORY`] periods after
+/// the last one.
+#[derive(Debug)]
 pub struct DiluRule {
-    pressure: VecDeque<bool>,
+    /// The last loads, newest last ([`RISE_MEMORY`] + start periods).
     load: VecDeque<f64>,
-    quiet: VecDeque<f64>,
+    /// Periods a new instance takes to serve.
+    start_periods: usize,
+    target: f64,
+    /// Periods since the rule last changed the instance count.
+    since_change: usize,
+    /// Periods over which rises are remembered.
+    memory: usize,
+    /// The last periods' exhaustion signals.
+    exhausted: VecDeque<bool>,
 }
 
-/// Periods in the scale-out window, and how many of them must show pressure.
+/// Share of the instances' throughput at their limits the expected load
+/// may use: the rest covers instances that share a GPU and so may not all
+/// reach their limits at once, and arrivals' noise.
+pub const TARGET: f64 = 0.8;
+/// Periods over which rises are remembered.
+pub const RISE_MEMORY: usize = 180;
+/// Periods between two scale-ins, and after a scale-out before one.
+pub const IN_PERIODS: usize = 15;
+/// Periods in the window of exhaustion signals, and how many of them must
+/// show it for one more instance than the load asks (one period's is noise).
 pub const OUT_WINDOW: usize = 6;
 pub const OUT_PERIODS: usize = 3;
-/// Share of the instances' throughput at their limits the load may use
-/// before vertical scaling is about to run out (scale out), and what it
-/// should use after scaling out.
-const OUT_AT: f64 = 0.7;
-const OUT_TO: f64 = 0.5;
-/// Share of one instance fewer's throughput at their limits below which a
-/// quiet period counts towards scaling in (the rest is kept for bursts).
-const IN_BELOW: f64 = 0.5;
-/// The scale-in window and its quiet periods (Dilu's 40 and 30 seconds).
-pub const IN_WINDOW: usize = PAPER_HISTORY_S;
-pub const IN_PERIODS: usize = PAPER_IN_SECONDS;
+/// Periods over which the trend is measured.
+const TREND_PERIODS: usize = 10;
+/// Start time assumed where none is known (the simulation's default cold
+/// start at its one-second period).
+pub const DEFAULT_START_PERIODS: usize = 15;
+
+impl Default for DiluRule {
+    fn default() -> Self {
+        Self::new(DEFAULT_START_PERIODS)
+    }
+}
 
 impl DiluRule {
+    /// A rule for instances that serve `start_periods` after they start.
+    pub fn new(start_periods: usize) -> Self {
+        Self {
+            load: VecDeque::new(),
+            start_periods: start_periods.max(1),
+            target: TARGET,
+            since_change: 0,
+            memory: RISE_MEMORY,
+            exhausted: VecDeque::new(),
+        }
+    }
+
+    /// The same rule remembering rises for `periods`.
+    pub fn with_memory(mut self, periods: usize) -> Self {
+        self.memory = periods.max(1);
+        self
+    }
+
+    /// The same rule at another target (tuning only).
+    pub fn with_target(mut self, target: f64) -> Self {
+        self.target = target;
+        self
+    }
+
+    /// The load the function may reach before an instance started now
+    /// serves: now plus the largest rise within one start time it showed
+    /// lately, or its trend carried over one start time.
+    pub fn expected_load(&self) -> f64 {
+        if self.load.is_empty() {
+            return 0.0;
+        }
+        let loads: Vec<f64> = self.load.iter().copied().collect();
+        let now = loads[loads.len() - 1];
+        let first = loads.len().saturating_sub(self.memory);
+        let mut rise: f64 = 0.0;
+        for start in first..loads.len() {
+            let end = (start + self.start_periods + 1).min(loads.len());
+            let highest = loads[start..end].iter().copied().fold(0.0, f64::max);
+            rise = rise.max(highest - loads[start]);
+        }
+        let trend_from = loads.len().saturating_sub(TREND_PERIODS);
+        let periods = loads.len() - 1 - trend_from;
+        let trend = if periods > 0 {
+            ((now - loads[trend_from]) / periods as f64).max(0.0) * self.start_periods as f64
+        } else {
+            0.0
+        };
+        now + rise.max(trend)
+    }
+
+    /// Records one period's load.
+    pub fn observe(&mut self, load: f64) {
+        push(
+            &mut self.load,
+            load.max(0.0),
+            self.memory + self.start_periods,
+        );
+    }
+
     /// Instances to run (at least 1), given how many run or start now.
     pub fn desired(&mut self, instances: usize, load: f64, exhausted: bool) -> usize {
-        let near_limits = load > OUT_AT * instances as f64;
-        push(&mut self.pressure, exhausted || near_limits, OUT_WINDOW);
-        push(&mut self.load, load, OUT_WINDOW);
-        push(&mut self.quiet, load, IN_WINDOW);
-        if self.pressure.iter().filter(|&&p| p).count() >= OUT_PERIODS {
-            let peak = self.load.iter().copied().fold(0.0, f64::max);
-            let needed = (peak / OUT_TO).ceil() as usize;
-            if needed > instances {
-                self.pressure.clear();
-                self.quiet.clear();
-                return needed;
-            }
+        self.observe(load);
+        self.since_change += 1;
+        let mut needed = (self.expected_load() / self.target).ceil().max(1.0) as usize;
+        push(&mut self.exhausted, exhausted, OUT_WINDOW);
+        if self.exhausted.iter().filter(|&&e| e).count() >= OUT_PERIODS {
+            needed = needed.max(instances + 1);
+            self.exhausted.clear();
         }
-        let fewer = instances.saturating_sub(1) as f64 * IN_BELOW;
-        let quiet = self.quiet.iter().filter(|&&x| x < fewer).count();
-        if quiet >= IN_PERIODS && instances > 1 {
-            self.quiet.clear();
+        if needed > instances {
+            self.since_change = 0;
+            return needed;
+        }
+        if needed >= instances {
+            // Fewer must have done for a whole patience, not once.
+            self.since_change = 0;
+        } else if self.since_change >= IN_PERIODS {
+            self.since_change = 0;
             return instances - 1;
         }
         instances.max(1)
@@ -196,6 +319,7 @@ impl DiluRule {
 /// Knative's KPA (module docs).
 #[derive(Debug, Default)]
 pub struct Kpa {
+    target: f64,
     concurrency: VecDeque<f64>,
     panic_until_s: Option<u64>,
     now_s: u64,
@@ -214,7 +338,7 @@ impl Scaler for Kpa {
         self.now_s += 1;
         push(&mut self.concurrency, signals.concurrency, KPA_STABLE_S);
         let instances = signals.ready + signals.starting;
-        let target = KPA_TARGET_UTILISATION
+        let target = self.target
             * service.throughput(service.request)
             * service.batch_latency(service.request);
         let mean = |window: usize| {
@@ -244,6 +368,7 @@ impl Scaler for Kpa {
 /// Kubernetes' HPA (module docs).
 #[derive(Debug, Default)]
 pub struct Hpa {
+    target: f64,
     utilisation: VecDeque<f64>,
     recommendations: VecDeque<usize>,
     now_s: u64,
@@ -270,7 +395,7 @@ impl Scaler for Hpa {
         let utilisation = if capacity > 0.0 {
             signals.requests / capacity
         } else {
-            HPA_TARGET
+            self.target
         };
         push(&mut self.utilisation, utilisation, HPA_PERIOD_S as usize);
         if !self.now_s.is_multiple_of(HPA_PERIOD_S) {
@@ -278,7 +403,7 @@ impl Scaler for Hpa {
         }
         let mean = self.utilisation.iter().sum::<f64>() / self.utilisation.len().max(1) as f64;
         let ready = signals.ready.max(1);
-        let ratio = mean / HPA_TARGET;
+        let ratio = mean / self.target;
         let recommendation = if (ratio - 1.0).abs() <= HPA_TOLERANCE {
             instances.max(1)
         } else {
@@ -296,5 +421,89 @@ impl Scaler for Hpa {
             highest.min(instances)
         };
         self.current
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Feeds `loads` one period each; returns the instance count after each.
+    fn follow(rule: &mut DiluRule, mut instances: usize, loads: &[f64]) -> Vec<usize> {
+        loads
+            .iter()
+            .map(|&load| {
+                instances = rule.desired(instances, load, false);
+                instances
+            })
+            .collect()
+    }
+
+    #[test]
+    fn a_steady_load_runs_at_the_target_of_the_limits() {
+        let mut rule = DiluRule::new(10);
+        let counts = follow(&mut rule, 1, &[2.0; 50]);
+        // 2 instances' worth at their limits, at 80% of them: 3.
+        assert_eq!(counts[0], 3, "out at once");
+        assert!(counts.iter().all(|&n| n == 3), "{counts:?}");
+    }
+
+    #[test]
+    fn a_burst_is_remembered_then_given_back_one_instance_at_a_time() {
+        let mut rule = DiluRule::new(10);
+        let mut loads = vec![1.0; 20];
+        loads.extend([4.0; 5]); // a burst of 3 more within a start time
+        loads.extend(vec![1.0; RISE_MEMORY + 10 * IN_PERIODS]);
+        let counts = follow(&mut rule, 2, &loads);
+        assert_eq!(counts[19], 2, "1 at 80%: 2");
+        // The burst: 4 now, and room for another rise like it (3, or the
+        // trend's 3.3 over a start time): 7.3 / 0.8.
+        assert_eq!(counts[20], 10);
+        // After it, 1 again, with room for a rise of 3 while remembered:
+        // (1 + 3) / 0.8 = 5 instances, reached one instance at a time.
+        assert_eq!(counts[20 + RISE_MEMORY - 10], 5);
+        // Once forgotten, back to 2.
+        assert_eq!(*counts.last().unwrap(), 2);
+        let drops: Vec<usize> = (21..counts.len())
+            .filter(|&i| counts[i] < counts[i - 1])
+            .collect();
+        assert_eq!(drops.len(), 8, "one at a time: {counts:?}");
+        assert!(drops.windows(2).all(|w| w[1] - w[0] >= IN_PERIODS));
+        assert!(counts[21..].windows(2).all(|w| w[1] <= w[0]), "no flapping");
+    }
+
+    #[test]
+    fn a_longer_start_keeps_room_for_a_longer_ramp() {
+        // A ramp of 0.1 instances a period: a start of 20 periods has to
+        // cover 2 more, a start of 2 periods 0.2 more.
+        let ramp: Vec<f64> = (0..40).map(|i| 1.0 + 0.1 * f64::from(i)).collect();
+        let slow = follow(&mut DiluRule::new(20), 1, &ramp);
+        let fast = follow(&mut DiluRule::new(2), 1, &ramp);
+        assert_eq!(*slow.last().unwrap(), 9, "(4.9 + 2.0) / 0.8: {slow:?}");
+        assert_eq!(*fast.last().unwrap(), 7, "(4.9 + 0.2) / 0.8: {fast:?}");
+    }
+
+    #[test]
+    fn exhaustion_in_three_of_six_periods_adds_an_instance() {
+        let mut rule = DiluRule::new(10);
+        let mut instances = 2;
+        for period in 0..6 {
+            // 1.0 needs 2; exhausted every other period.
+            instances = rule.desired(instances, 1.0, period % 2 == 0);
+            let expected = if period < 4 { 2 } else { 3 };
+            assert_eq!(instances, expected, "period {period}");
+        }
+    }
+
+    #[test]
+    fn baselines_take_their_published_or_a_chosen_target() {
+        for name in SCALER_NAMES {
+            assert!(scaler_by_name(name, 15, None).is_some(), "{name}");
+            assert!(scaler_by_name(name, 15, Some(0.3)).is_some(), "{name}");
+            assert!(scaler_by_name(name, 15, Some(0.0)).is_none(), "{name}");
+            assert!(scaler_by_name(name, 15, Some(1.5)).is_none(), "{name}");
+        }
+        assert!(scaler_by_name("vpa", 15, None).is_none());
+        assert_eq!(default_target("hpa"), Some(0.7));
     }
 }

@@ -13,17 +13,35 @@
 //! instances' mean share; a step with no ready instance misses the SLO for
 //! all its requests. A client gives up after `MAX_WAIT_S` (the queue is
 //! bounded, as a router's is).
+//!
+//! Start times: a new instance serves after its runtime starts (container,
+//! CUDA context, framework) and its weights load from storage. With warm
+//! starts ([`Setup::warm_starts`], SMore's idea of preloading by
+//! prediction), a function also keeps *warm* instances: processes whose
+//! weights sit in a node's host memory and that hold no GPU. An instance
+//! scaled in is offloaded to one (its weights go back to host memory), and
+//! the function's predicted need (the load [`DiluRule`] expects within one
+//! cold start) is pre-warmed ahead of load; one started on a node holding a
+//! ready warm instance of its function serves after the warm start (CUDA
+//! context, weights from host memory) instead of the cold one. Warm
+//! instances cost host memory (reported as GiB-hours), not GPU-hours.
 
 use crate::model::{ClusterState, InstanceDemand, WorkClass};
-use crate::policy::{PlacementPolicy, Replica, place, policy_by_name};
+use crate::policy::{PlacementPolicy, Replica, place, place_on_node, policy_by_name};
 use crate::rng::SeededRng;
 
 use super::pattern::Pattern;
-use super::scalers::{Scaler, Signals, scaler_by_name};
+use super::scalers::{DiluRule, Scaler, Signals, scaler_by_name};
 use super::service::Service;
 
 /// Longest a request waits before its client gives up, seconds.
 pub const MAX_WAIT_S: f64 = 2.0;
+/// With warm starts: how far back the prediction remembers rises (longer
+/// than the scaler: a warm copy costs host memory, not a GPU), and how long
+/// a warm copy beyond the prediction is kept after it was last used (the
+/// keep-alive serverless platforms give idle instances).
+pub const PREWARM_MEMORY_S: usize = 600;
+pub const KEEP_WARM_S: f64 = 600.0;
 
 /// The cluster and the clock.
 #[derive(Debug, Clone)]
@@ -31,12 +49,26 @@ pub struct Setup {
     pub gpus: usize,
     pub gpus_per_node: usize,
     pub gpu_memory: u64,
-    /// Seconds from an instance's start until it serves.
-    pub cold_start_s: f64,
+    /// Seconds from an instance's start until its weights begin to load:
+    /// container, CUDA context, framework.
+    pub runtime_start_s: f64,
+    /// Bytes per second weights load from storage (a cold start).
+    pub storage_bytes_per_s: f64,
+    /// Seconds a warm instance takes to serve again apart from its
+    /// weights (a CUDA context), and the bytes per second its weights load
+    /// from host memory.
+    pub warm_runtime_s: f64,
+    pub host_bytes_per_s: f64,
+    /// Keep warm instances: offload the ones scaled in, pre-warm the
+    /// predicted need.
+    pub warm_starts: bool,
     pub step_s: f64,
     pub seed: u64,
     /// Placement policy for new instances.
     pub policy: String,
+    /// The scaler's target (`None`: its default; see
+    /// [`super::scalers::default_target`]).
+    pub target: Option<f64>,
 }
 
 /// One function: its serving model and its load.
@@ -49,11 +81,23 @@ pub struct Function {
     /// Requests per second at the pattern's peak.
     pub peak_rps: f64,
     pub memory_bytes: u64,
+    /// Bytes of weights an instance loads before it serves.
+    pub weight_bytes: u64,
 }
 
 impl Function {
     fn rate(&self, second: usize) -> f64 {
         self.pattern.rate(second, self.offset_s) / self.pattern.peak() * self.peak_rps
+    }
+
+    /// Seconds from a cold start until the instance serves.
+    pub fn cold_start_s(&self, setup: &Setup) -> f64 {
+        setup.runtime_start_s + self.weight_bytes as f64 / setup.storage_bytes_per_s
+    }
+
+    /// Seconds from a warm instance's start until it serves.
+    pub fn warm_start_s(&self, setup: &Setup) -> f64 {
+        setup.warm_runtime_s + self.weight_bytes as f64 / setup.host_bytes_per_s
     }
 }
 
@@ -69,6 +113,13 @@ pub struct Outcome {
     pub refused: usize,
     /// Instances (ready and starting) of all functions, once a second.
     pub instances: Vec<(f64, f64)>,
+    /// Starts that were warm (from a warm instance).
+    pub warm_starts: usize,
+    /// Host memory warm instances held, GiB-hours.
+    pub warm_gib_hours: f64,
+    /// Requests that missed their SLO: (second, function index, requests),
+    /// one entry per second and function with any.
+    pub missed: Vec<(usize, usize, f64)>,
 }
 
 impl Outcome {
@@ -77,6 +128,24 @@ impl Outcome {
             return 1.0;
         }
         self.within_slo / self.requests
+    }
+
+    /// The mean of one scaler's outcomes over seeds: requests, GPU- and
+    /// GiB-hours and starts averaged, refusals and misses summed, the
+    /// first seed's instance series.
+    pub fn mean_of(outcomes: &[Outcome]) -> Outcome {
+        let count = outcomes.len().max(1) as f64;
+        let mean = |value: fn(&Outcome) -> f64| outcomes.iter().map(value).sum::<f64>() / count;
+        let mut out = outcomes.first().cloned().unwrap_or_default();
+        out.requests = mean(|o| o.requests);
+        out.within_slo = mean(|o| o.within_slo);
+        out.gpu_hours = mean(|o| o.gpu_hours);
+        out.warm_gib_hours = mean(|o| o.warm_gib_hours);
+        out.starts = mean(|o| o.starts as f64).round() as usize;
+        out.warm_starts = mean(|o| o.warm_starts as f64).round() as usize;
+        out.refused = outcomes.iter().map(|o| o.refused).sum();
+        out.missed = outcomes.iter().flat_map(|o| o.missed.clone()).collect();
+        out
     }
 
     pub fn mean_instances(&self) -> f64 {
@@ -91,8 +160,18 @@ struct Instance {
     granted: f64,
 }
 
+/// A warm instance: weights in `node`'s host memory, no GPU; usable from
+/// `ready_at` (a pre-warm loads its weights from storage first).
+struct Warm {
+    node: usize,
+    ready_at: f64,
+}
+
 struct Running {
     instances: Vec<Instance>,
+    warm: Vec<Warm>,
+    /// What predicts the warm instances to keep (warm starts only).
+    predictor: Option<DiluRule>,
     backlog: f64,
     scaler: Box<dyn Scaler>,
     second: Signals,
@@ -149,12 +228,25 @@ pub fn run(
     };
     let mut running = Vec::with_capacity(functions.len());
     for function in functions {
-        let scaler = scaler_by_name(scaler).ok_or_else(|| format!("unknown scaler {scaler:?}"))?;
+        let cold = function.cold_start_s(setup);
+        // With warm instances to call on, the scaler plans for the warm
+        // start; the predictor keeps enough of them for a cold one.
+        let scaler_start = if setup.warm_starts {
+            function.warm_start_s(setup)
+        } else {
+            cold
+        };
+        let scaler = scaler_by_name(scaler, scaler_start.ceil() as usize, setup.target)
+            .ok_or_else(|| format!("unknown scaler {scaler:?} or target {:?}", setup.target))?;
         let first = (function.rate(0) / function.service.throughput(function.service.request))
             .ceil()
             .max(1.0) as usize;
         let mut state = Running {
             instances: Vec::new(),
+            warm: Vec::new(),
+            predictor: setup
+                .warm_starts
+                .then(|| DiluRule::new(cold.ceil() as usize).with_memory(PREWARM_MEMORY_S)),
             backlog: 0.0,
             scaler,
             second: Signals::default(),
@@ -165,10 +257,10 @@ pub fn run(
             start(
                 policy.as_ref(),
                 &mut cluster,
+                setup,
                 function,
                 &mut state,
                 0.0,
-                setup.cold_start_s,
                 &mut outcome,
             );
         }
@@ -202,6 +294,7 @@ pub fn run(
             grant(functions, &mut running, &on_gpu);
             for (index, (function, state)) in functions.iter().zip(&mut running).enumerate() {
                 serve(
+                    index,
                     &function.service,
                     state,
                     arrivals[index],
@@ -226,10 +319,10 @@ pub fn run(
                 start(
                     policy.as_ref(),
                     &mut cluster,
+                    setup,
                     function,
                     state,
                     now,
-                    setup.cold_start_s,
                     &mut outcome,
                 );
                 if state.instances.len() == count {
@@ -238,8 +331,21 @@ pub fn run(
                 count = state.instances.len();
             }
             while state.instances.len() > desired {
-                stop(policy.as_ref(), &mut cluster, function, state, now);
+                stop(policy.as_ref(), &mut cluster, setup, function, state, now);
             }
+            if state.predictor.is_some() {
+                keep_warm(
+                    policy.as_ref(),
+                    &cluster,
+                    setup,
+                    function,
+                    state,
+                    signals.requests,
+                    now,
+                );
+            }
+            outcome.warm_gib_hours +=
+                state.warm.len() as f64 * function.weight_bytes as f64 / GIB / 3600.0;
             state.second = Signals::default();
             state.concurrency_sum = 0.0;
             state.steps_in_second = 0;
@@ -282,6 +388,7 @@ fn grant(functions: &[Function], running: &mut [Running], on_gpu: &[Vec<(usize, 
 }
 
 fn serve(
+    function: usize,
     service: &Service,
     state: &mut Running,
     arrivals: f64,
@@ -311,6 +418,11 @@ fn serve(
         outcome.within_slo += arrivals;
     } else if arrivals > 0.0 {
         state.second.over_slo = true;
+        let second = now as usize;
+        match outcome.missed.last_mut() {
+            Some(last) if last.0 == second && last.1 == function => last.2 += arrivals,
+            _ => outcome.missed.push((second, function, arrivals)),
+        }
     }
     if load > rate + 1e-9 {
         state.second.saturated = true;
@@ -328,23 +440,48 @@ fn serve(
     state.backlog = (state.backlog + arrivals - rate * dt).clamp(0.0, rate * MAX_WAIT_S);
 }
 
+const GIB: f64 = (1u64 << 30) as f64;
+
+/// Starts one instance of `function`: warm where the placement can use a
+/// ready warm instance's node, else cold; at time 0 every instance is warm
+/// (the run starts in a steady state).
 fn start(
     policy: &dyn PlacementPolicy,
     cluster: &mut ClusterState,
+    setup: &Setup,
     function: &Function,
     state: &mut Running,
     now: f64,
-    cold_start_s: f64,
     outcome: &mut Outcome,
 ) {
     let demand = demand(function);
-    let Some(placement) = place(policy, cluster, &demand) else {
-        outcome.refused += 1;
-        return;
+    let warm_at = state.warm.iter().enumerate().find_map(|(index, warm)| {
+        if warm.ready_at > now {
+            return None;
+        }
+        place_on_node(policy, cluster, &demand, warm.node).map(|placement| (index, placement))
+    });
+    let (placement, warm) = match warm_at {
+        Some((index, placement)) => {
+            state.warm.swap_remove(index);
+            (placement, true)
+        }
+        None => match place(policy, cluster, &demand) {
+            Some(placement) => (placement, false),
+            None => {
+                outcome.refused += 1;
+                return;
+            }
+        },
     };
     cluster.apply(&demand, &placement.gpus);
-    // The first instances are warm: the run starts in a steady state.
-    let ready_at = if now == 0.0 { 0.0 } else { now + cold_start_s };
+    let ready_at = if now == 0.0 {
+        0.0
+    } else if warm {
+        now + function.warm_start_s(setup)
+    } else {
+        now + function.cold_start_s(setup)
+    };
     state.instances.push(Instance {
         gpu: placement.gpus[0],
         ready_at,
@@ -352,13 +489,16 @@ fn start(
         granted: 0.0,
     });
     outcome.starts += usize::from(now > 0.0);
+    outcome.warm_starts += usize::from(now > 0.0 && warm);
 }
 
 /// Stops the newest starting instance, else the ready one the policy
-/// chooses (`dilu` drains lightly loaded GPUs), else the last.
+/// chooses (`dilu` drains lightly loaded GPUs), else the last. With warm
+/// starts a ready one is offloaded: it stays warm on its node.
 fn stop(
     policy: &dyn PlacementPolicy,
     cluster: &mut ClusterState,
+    setup: &Setup,
     function: &Function,
     state: &mut Running,
     now: f64,
@@ -382,6 +522,58 @@ fn stop(
     };
     let instance = state.instances.remove(victim);
     cluster.release(&demand, &[instance.gpu]);
+    if setup.warm_starts && instance.ready_at <= now {
+        state.warm.push(Warm {
+            node: cluster.gpus[instance.gpu].node,
+            ready_at: now,
+        });
+    }
+}
+
+/// Keeps as many warm instances as the prediction asks: the instances the
+/// load expected within one cold start would need, less those running.
+/// Missing ones are pre-warmed on the node the placement would choose now
+/// (ready after a cold start, holding no GPU); extra ones are dropped,
+/// those still loading first.
+fn keep_warm(
+    policy: &dyn PlacementPolicy,
+    cluster: &ClusterState,
+    setup: &Setup,
+    function: &Function,
+    state: &mut Running,
+    requests: f64,
+    now: f64,
+) {
+    let Some(predictor) = state.predictor.as_mut() else {
+        return;
+    };
+    let load = requests / function.service.throughput(function.service.limit);
+    let instances = state.instances.len();
+    predictor.observe(load);
+    let predicted = (predictor.expected_load() / super::scalers::TARGET).ceil() as usize;
+    let wanted = predicted.saturating_sub(instances);
+    // Beyond the prediction, copies stay for a keep-alive after they were
+    // last used (host memory is cheap beside a cold start); the oldest go
+    // first.
+    state.warm.sort_by(|a, b| b.ready_at.total_cmp(&a.ready_at));
+    let mut kept = 0;
+    state.warm.retain(|warm| {
+        kept += 1;
+        kept <= wanted || now - warm.ready_at < KEEP_WARM_S
+    });
+    if state.warm.len() < wanted {
+        let demand = demand(function);
+        let Some(placement) = place(policy, cluster, &demand) else {
+            return;
+        };
+        let node = cluster.gpus[placement.gpus[0]].node;
+        while state.warm.len() < wanted {
+            state.warm.push(Warm {
+                node,
+                ready_at: now + function.cold_start_s(setup),
+            });
+        }
+    }
 }
 
 #[cfg(test)]
@@ -389,12 +581,13 @@ mod tests {
     use super::*;
     use dilu_profile::table::ProfileTable;
 
-    /// One batch size; 100 req/s at 30% SM (the request), 180 at 60%
-    /// (the limit), 182 at 100%.
+    /// One batch size; 1,000 req/s at 30% SM (the request), 1,800 at 60%
+    /// (the limit), 1,820 at 100%.
     fn service() -> Service {
-        let table =
-            ProfileTable::parse("1,10,0.050,40\n1,30,0.020,100\n1,60,0.012,180\n1,100,0.011,182\n")
-                .unwrap();
+        let table = ProfileTable::parse(
+            "1,10,0.050,400\n1,30,0.020,1000\n1,60,0.012,1800\n1,100,0.011,1820\n",
+        )
+        .unwrap();
         let service = Service::profiled("f", &table, 0.021, 2.0).unwrap();
         assert_eq!((service.request, service.limit), (0.3, 0.6));
         service
@@ -413,6 +606,7 @@ mod tests {
             offset_s: 0,
             peak_rps: peak,
             memory_bytes: 1 << 30,
+            weight_bytes: 1 << 30,
         }
     }
 
@@ -421,32 +615,74 @@ mod tests {
             gpus: 8,
             gpus_per_node: 8,
             gpu_memory: 80 << 30,
-            cold_start_s: 10.0,
+            runtime_start_s: 9.0,
+            storage_bytes_per_s: (1u64 << 30) as f64,
+            warm_runtime_s: 0.5,
+            host_bytes_per_s: (2u64 << 30) as f64,
+            warm_starts: false,
             step_s: 0.1,
             seed: 3,
             policy: "dilu".into(),
+            target: None,
         }
     }
 
     #[test]
     fn load_within_one_instances_limit_stays_vertical_under_dilu_only() {
-        // 105 req/s (Poisson, seeded) after a quiet first second: mostly
-        // more than one instance serves at its request (100), well within
-        // what it serves at its limit (180). Both start with one.
-        let functions = [after_a_quiet_second(105.0, 0.5)];
+        // 1,050 req/s (Poisson, seeded): more than one instance serves at
+        // its request (1,000), well within what it serves at its limit
+        // (1,800), noise and all. Both start with two (1,050 over 1,000),
+        // Dilu's rule keeps them; dilu's gives one back.
+        let functions = [steady(1050.0)];
         let dilu = run(&setup(), &functions, "dilu", 300).unwrap();
         let paper = run(&setup(), &functions, "dilu-paper", 300).unwrap();
-        assert_eq!(dilu.instances[0].1, 1.0);
         assert_eq!((dilu.starts, dilu.instances.last().unwrap().1), (0, 1.0));
-        assert!(paper.starts >= 1, "Dilu's rule counts at the request");
+        assert_eq!(
+            paper.instances.last().unwrap().1,
+            2.0,
+            "Dilu's rule counts at the request"
+        );
         assert!(dilu.attainment() > 0.99, "{}", dilu.attainment());
         assert!(dilu.mean_instances() < paper.mean_instances());
     }
 
     #[test]
+    fn with_warm_starts_a_load_that_returns_finds_its_instances_warm() {
+        // 4,000 req/s (three instances at their limits) for 200 s, 500 for
+        // 300 s, then 4,000 again.
+        let mut text = "8\n".repeat(200);
+        text.push_str(&"1\n".repeat(300));
+        text.push_str(&"8\n".repeat(300));
+        let function = Function {
+            pattern: Pattern::parse("returns", &text).unwrap(),
+            ..steady(4000.0)
+        };
+        let functions = [function];
+        let cold = run(&setup(), &functions, "dilu", 800).unwrap();
+        let warm_setup = Setup {
+            warm_starts: true,
+            ..setup()
+        };
+        let warm = run(&warm_setup, &functions, "dilu", 800).unwrap();
+        assert_eq!((cold.warm_starts, cold.warm_gib_hours), (0, 0.0));
+        // The instances scaled in during the lull were kept warm, and the
+        // return started them warm (0.5 s and 1 GiB at 2 GiB/s: 1 s, not 10).
+        assert!(warm.warm_starts >= 2, "{} warm starts", warm.warm_starts);
+        assert!(warm.warm_gib_hours > 0.0);
+        assert!(
+            warm.attainment() > cold.attainment(),
+            "warm {} cold {}",
+            warm.attainment(),
+            cold.attainment()
+        );
+        // Warm copies hold host memory, not GPUs.
+        assert!(warm.gpu_hours <= cold.gpu_hours * 1.05);
+    }
+
+    #[test]
     fn load_beyond_the_limit_scales_out_under_every_scaler() {
-        // 400 req/s needs three instances at their limits.
-        let functions = [steady(400.0)];
+        // 4,000 req/s needs three instances at their limits.
+        let functions = [steady(4000.0)];
         for scaler in crate::scaling::scalers::SCALER_NAMES {
             let outcome = run(&setup(), &functions, scaler, 400).unwrap();
             let last = outcome.instances.last().unwrap().1;
