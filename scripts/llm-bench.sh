@@ -12,7 +12,7 @@
 # libraries (several GB) into a virtual environment (DILU_VLLM_VENV, default
 # ~/.cache/dilu/vllm-venv) the first time, as scripts/vllm-sim-check.sh
 # does, and each row starts a vLLM engine (about a minute on 2 cores): about
-# 40 minutes in all.
+# 50 minutes in all.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 venv="${DILU_VLLM_VENV:-${XDG_CACHE_HOME:-$HOME/.cache}/dilu/vllm-venv}"

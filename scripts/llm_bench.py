@@ -13,8 +13,9 @@ API for S seconds and
 measures, client side, each request's time to first token (TTFT: from its
 send to its first streamed token) and time per output token (TPOT: from the
 first token to the last, over the tokens after the first). The filler
-reports when each of its training steps ended; its throughput counts the
-steps that ended inside the measured window. Device busy is simgpu's
+reports when each of its training steps (or, offline vLLM, its batches)
+ended; its throughput counts the steps that ended inside the measured
+window. Device busy is simgpu's
 busy-time counter read through its NVML once a second; host busy is
 /proc/stat over the same window.
 """
@@ -85,7 +86,15 @@ TWO_SERVERS = {
     "two servers: time slicing (no limiter)": [],
     "two servers: dilu --sm 50 each": ["--sm", "50"],
 }
-ALL_ROWS = [*ROWS, *BURSTY_ROWS, *TWO_SERVERS]
+# The rows run again with offline vLLM batch generation as the filler
+# (scripts/llm_offline_filler.py: the server's model, 16 prompts of 256
+# tokens, 64 generated each, batch after batch) instead of fine-tuning:
+# offline row -> the row whose flags it runs.
+OFFLINE = " - offline vLLM filler"
+OFFLINE_ROWS = {name + OFFLINE: name for name in (
+    "filler alone", "time slicing (no limiter)", "dilu defaults (--colo primary / filler)",
+    "dilu with an SLO (--slo-ms)")}
+ALL_ROWS = [*ROWS, *BURSTY_ROWS, *OFFLINE_ROWS, *TWO_SERVERS]
 
 
 def log(message):
@@ -169,11 +178,14 @@ class Row:
         self.processes = []
 
 
-def start_filler(row, flags):
+def start_filler(row, flags, model, offline=False):
     nice = ["nice", "-n", str(row.args.filler_nice)] if row.args.filler_nice else []
-    program = [*nice, row.args.python, os.path.join(SCRIPTS, "frameworks.py"), "finetune", "--seconds", "100000",
-               "--ready-file", os.path.join(row.scratch, "ready"),
-               "--stop-file", os.path.join(row.scratch, "stop")]
+    files = ["--ready-file", os.path.join(row.scratch, "ready"), "--stop-file", os.path.join(row.scratch, "stop")]
+    if offline:
+        program = [*nice, row.args.python, os.path.join(SCRIPTS, "llm_offline_filler.py"), "--model", model, *files]
+    else:
+        program = [*nice, row.args.python, os.path.join(SCRIPTS, "frameworks.py"), "finetune", "--seconds",
+                   "100000", *files]
     argv, env = row.command(flags, FILLER_MEM, program, 100 - STATIC_SERVER_PCT, "filler")
     if row.name == HOST_ONLY:
         env = dict(env, SIMGPU_INSTANCE=env["SIMGPU_INSTANCE"] + "-second")
@@ -290,10 +302,13 @@ def busy_sampler(row):
 
 
 def filler_steps(row):
+    """When each of the filler's steps ended, and the tokens a step
+    generates (offline vLLM; None for fine-tuning)."""
     path = os.path.join(row.scratch, "filler.out")
     for line in open(path):
         if line.startswith("{"):
-            return json.loads(line)["step_end_ns"]
+            result = json.loads(line)
+            return result["step_end_ns"], result.get("tokens_per_step")
     raise RuntimeError(row.failure("filler", "printed no result"))
 
 
@@ -323,7 +338,9 @@ def run_row(args, name, scratch, model):
     if name in TWO_SERVERS:
         return run_two_servers(args, name, scratch, model)
     bursty = name in BURSTY_ROWS
-    server_flags, filler_flags, with_server, with_filler = ROWS[BURSTY_ROWS.get(name, name)]
+    offline = name in OFFLINE_ROWS
+    base = BURSTY_ROWS.get(name) or OFFLINE_ROWS.get(name) or name
+    server_flags, filler_flags, with_server, with_filler = ROWS[base]
     row = Row(args, name, scratch)
     result = {"row": name, "bursty": bursty}
     try:
@@ -331,7 +348,7 @@ def run_row(args, name, scratch, model):
             raise RuntimeError("not run: DILU_PEER_HAMI names no libvgpu.so built from HAMi-core's sources")
         if with_filler:
             log(f"{name}: starting the filler")
-            start_filler(row, filler_flags)
+            start_filler(row, filler_flags, model, offline)
         if with_server:
             log(f"{name}: starting vLLM")
             result["server_start_s"] = start_server(row, server_flags, model)
@@ -351,8 +368,10 @@ def run_row(args, name, scratch, model):
         row.stop()
         lo, hi = begin * 1e9, end * 1e9
         if with_filler:
-            steps = [t for t in filler_steps(row) if lo <= t <= hi]
+            ends, tokens_per_step = filler_steps(row)
+            steps = [t for t in ends if lo <= t <= hi]
             result["filler_steps_per_s"] = len(steps) / (end - begin)
+            result["filler_tokens_per_step"] = tokens_per_step
     except Exception as e:  # noqa: BLE001 - the row says why it has no figures
         result["error"] = str(e)
         log(f"{name}: {e}")
@@ -415,7 +434,10 @@ def row_line(r, alone, filler_alone):
     cells += server_cells(r, alone) if "ttft" in r else ["—"] * 5
     if "filler_steps_per_s" in r and filler_alone:
         ratio = r["filler_steps_per_s"] / filler_alone["filler_steps_per_s"]
-        cells.append(f"{ratio * 100:.0f}% ({r['filler_steps_per_s']:.2f} steps/s)")
+        tokens = r.get("filler_tokens_per_step")
+        rate = (f"{r['filler_steps_per_s'] * tokens:.0f} tokens/s" if tokens
+                else f"{r['filler_steps_per_s']:.2f} steps/s")
+        cells.append(f"{ratio * 100:.0f}% ({rate})")
     else:
         cells.append("—")
     cells += [fmt(r.get("device_busy") and r["device_busy"] * 100, 1, "%"), fmt(r["host_busy"] * 100, 0, "%")]
@@ -428,7 +450,7 @@ def report(args, results, versions):
     out = []
     w = out.append
     w("<!-- Written by scripts/llm-bench.sh (scripts/llm_bench.py); do not edit by hand. -->")
-    w("# LLM serving beside fine-tuning on one simulated GPU")
+    w("# LLM serving beside fine-tuning and batch inference on one simulated GPU")
     w("")
     w(f"Command: `scripts/bench.sh llm -- --seconds {args.seconds:g} --rate {args.rate:g} --seed {args.seed}`. {versions}")
     w("")
@@ -476,6 +498,23 @@ def report(args, results, versions):
         w("|---|---|---|---|---|---|---|---|---|")
         for r in bursty:
             w(row_line(r, bursty_alone, filler_alone))
+    offline = [r for r in results if r["row"] in OFFLINE_ROWS]
+    if offline:
+        offline_alone = next((r for r in offline if r["row"] == "filler alone" + OFFLINE
+                              and "filler_steps_per_s" in r), None)
+        w("")
+        w("### Offline vLLM batch generation as the filler")
+        w("")
+        w(f"The filler is offline batch generation with vLLM (`scripts/llm_offline_filler.py`: the server's model, "
+          f"`--mem {FILLER_MEM}`, batches of 16 prompts of 256 random token ids, 64 tokens generated for each, one "
+          f"batch after another) instead of fine-tuning: batch inference harvesting a serving GPU, as Valve and "
+          f"ConServe do. The server and its requests are the first table's; ratios over the server alone there; "
+          f"the filler's throughput (generated tokens per second) over its own alone in this table.")
+        w("")
+        w(header)
+        w("|---|---|---|---|---|---|---|---|---|")
+        for r in offline:
+            w(row_line(r, alone, offline_alone))
     two = [r for r in results if r["row"] in TWO_SERVERS]
     if two:
         w("")
