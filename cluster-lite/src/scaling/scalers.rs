@@ -13,12 +13,12 @@
 //!   showed within one start time (cold start) in the last
 //!   [`RISE_MEMORY`] periods, or its recent trend carried over one start
 //!   time where that is higher, at [`TARGET`] of the instances' throughput
-//!   at their limits. Out at once, to that; in by one when fewer would have done for [`IN_PERIODS`] periods in a row.
-//!   Saturated and over the SLO in 3 of the last 6 periods means one more
-//!   at least. The rule is [`DiluRule`], which the
-//!   Kubernetes autoscaler runs too. Requests are what an instance is
-//!   guaranteed; the limits carry bursts, so instances are counted at their
-//!   limits, not their requests.
+//!   at their limits. Out at once, to that; in by one when fewer would
+//!   have done for [`IN_PERIODS`] periods in a row. Saturated and over the
+//!   SLO in 3 of the last 6 periods means one more at least. The rule is
+//!   [`DiluRule`], which the Kubernetes autoscaler runs too. Requests are
+//!   what an instance is guaranteed; the limits carry bursts, so instances
+//!   are counted at their limits, not their requests.
 //! * `dilu-paper`: Dilu's published scaler (`scheduling/scaler.py`): a
 //!   40-second history of requests per second; out by one when at least
 //!   20 seconds saw more than instances × per-instance throughput, in by
@@ -199,8 +199,9 @@ pub struct DiluRule {
     /// Periods a new instance takes to serve.
     start_periods: usize,
     target: f64,
-    /// Periods since the rule last changed the instance count.
-    since_change: usize,
+    /// Periods in a row in which fewer instances would have done (reset
+    /// by every change).
+    fewer_would_do: usize,
     /// Periods over which rises are remembered.
     memory: usize,
     /// The last periods' exhaustion signals.
@@ -213,7 +214,8 @@ pub struct DiluRule {
 pub const TARGET: f64 = 0.8;
 /// Periods over which rises are remembered.
 pub const RISE_MEMORY: usize = 180;
-/// Periods between two scale-ins, and after a scale-out before one.
+/// Periods in a row in which fewer instances would have done before one is
+/// given back (so also the least time between two scale-ins).
 pub const IN_PERIODS: usize = 15;
 /// Periods in the window of exhaustion signals, and how many of them must
 /// show it for one more instance than the load asks (one period's is noise).
@@ -238,7 +240,7 @@ impl DiluRule {
             load: VecDeque::new(),
             start_periods: start_periods.max(1),
             target: TARGET,
-            since_change: 0,
+            fewer_would_do: 0,
             memory: RISE_MEMORY,
             exhausted: VecDeque::new(),
         }
@@ -263,7 +265,8 @@ impl DiluRule {
         if self.load.is_empty() {
             return 0.0;
         }
-        let loads: Vec<f64> = self.load.iter().copied().collect();
+        let (front, back) = self.load.as_slices();
+        let loads: Vec<f64> = front.iter().chain(back).copied().collect();
         let now = loads[loads.len() - 1];
         let first = loads.len().saturating_sub(self.memory);
         let mut rise: f64 = 0.0;
@@ -294,7 +297,6 @@ impl DiluRule {
     /// Instances to run (at least 1), given how many run or start now.
     pub fn desired(&mut self, instances: usize, load: f64, exhausted: bool) -> usize {
         self.observe(load);
-        self.since_change += 1;
         let mut needed = (self.expected_load() / self.target).ceil().max(1.0) as usize;
         push(&mut self.exhausted, exhausted, OUT_WINDOW);
         if self.exhausted.iter().filter(|&&e| e).count() >= OUT_PERIODS {
@@ -302,14 +304,17 @@ impl DiluRule {
             self.exhausted.clear();
         }
         if needed > instances {
-            self.since_change = 0;
+            self.fewer_would_do = 0;
             return needed;
         }
-        if needed >= instances {
-            // Fewer must have done for a whole patience, not once.
-            self.since_change = 0;
-        } else if self.since_change >= IN_PERIODS {
-            self.since_change = 0;
+        if needed == instances {
+            // Fewer must have done for IN_PERIODS in a row, not once.
+            self.fewer_would_do = 0;
+            return instances.max(1);
+        }
+        self.fewer_would_do += 1;
+        if self.fewer_would_do >= IN_PERIODS {
+            self.fewer_would_do = 0;
             return instances - 1;
         }
         instances.max(1)

@@ -530,11 +530,12 @@ fn stop(
     }
 }
 
-/// Keeps as many warm instances as the prediction asks: the instances the
-/// load expected within one cold start would need, less those running.
-/// Missing ones are pre-warmed on the node the placement would choose now
-/// (ready after a cold start, holding no GPU); extra ones are dropped,
-/// those still loading first.
+/// Keeps at least as many warm instances as the prediction asks: the
+/// instances the load expected within one cold start would need, less
+/// those running. Missing ones are pre-warmed on the node the placement
+/// would choose now (ready after a cold start, holding no GPU); beyond the
+/// prediction, a copy goes [`KEEP_WARM_S`] after it was last used or became
+/// ready, the oldest first.
 fn keep_warm(
     policy: &dyn PlacementPolicy,
     cluster: &ClusterState,
