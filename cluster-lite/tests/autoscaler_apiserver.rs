@@ -380,8 +380,12 @@ fn failing_api_calls_and_a_broken_node_manager_cost_periods_not_the_controller()
     let periods = scaler.periods();
     // The controller is still there: once the node manager answers, it acts.
     mocks.set_load(Load::Saturated);
+    // (The rule scales out at the first period that reads the load, which
+    // may be the period running when `periods` was read.)
     mocks.wait_for("web scaled out", |m| m.replicas("web") > 2);
-    assert!(scaler.periods() > periods);
+    mocks.wait_for("the controller's next period", |_| {
+        scaler.periods() > periods
+    });
     // More failing calls on the way up: it still gets there.
     mocks.cluster.lock().unwrap().failures_left = 4;
     mocks.wait_for("web at its maximum", |m| m.replicas("web") == 5);
