@@ -251,6 +251,10 @@ fn step(
         let rule = rules
             .entry(key.clone())
             .or_insert_with(|| DiluRule::new(start_periods));
+        if rule.start_periods() != start_periods {
+            // The annotation changed: a rule for the new start time.
+            *rule = DiluRule::new(start_periods);
+        }
         let wanted = rule.desired(deployment.replicas, load, exhausted);
         let replicas = wanted.clamp(deployment.min, deployment.max);
         if replicas != deployment.replicas {

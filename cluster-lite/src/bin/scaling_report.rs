@@ -15,9 +15,9 @@
 //! `PEAK_INSTANCES` instances' throughput at their request share.
 //!
 //! Each case runs dilu at its defaults, with and without warm starts, and
-//! every baseline at its published setting and retuned: its target swept
-//! over a grid on that very load, the cheapest setting that reaches 99%
-//! (else its best attainment) kept.
+//! every baseline at its published setting and retuned, with and without
+//! warm starts: its target swept over a grid on that very load, the
+//! cheapest setting that reaches 99% (else its best attainment) kept.
 //!
 //! usage: scaling-report [--out DIR] [--data DIR] [--seeds N]
 
@@ -146,8 +146,8 @@ struct Case {
     seeds: Vec<u64>,
 }
 
-/// Functions following `patterns` (one each, cycled), each `offset` of its
-/// pattern's length times its index into it.
+/// The functions of `services`: the `i`-th follows `patterns[i % n]`,
+/// starting `i × offset` of that pattern's length into it.
 fn functions(services: &[Service], patterns: &[&Pattern], offset: f64) -> Vec<Function> {
     services
         .iter()

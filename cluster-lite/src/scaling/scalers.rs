@@ -246,6 +246,11 @@ impl DiluRule {
         }
     }
 
+    /// Periods a new instance takes to serve, as this rule assumes.
+    pub fn start_periods(&self) -> usize {
+        self.start_periods
+    }
+
     /// The same rule remembering rises for `periods`.
     pub fn with_memory(mut self, periods: usize) -> Self {
         self.memory = periods.max(1);
