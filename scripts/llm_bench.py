@@ -444,6 +444,19 @@ def row_line(r, alone, filler_alone):
     return "| " + " | ".join(cells) + " |"
 
 
+def table(w, header, title, text, rows, alone, filler_alone):
+    """A section of server-and-filler rows under its own title and text."""
+    w("")
+    w(f"### {title}")
+    w("")
+    w(text)
+    w("")
+    w(header)
+    w("|---|---|---|---|---|---|---|---|---|")
+    for r in rows:
+        w(row_line(r, alone, filler_alone))
+
+
 def report(args, results, versions):
     alone = next((r for r in results if r["row"] == "server alone" and "ttft" in r), None)
     filler_alone = next((r for r in results if r["row"] == "filler alone" and "filler_steps_per_s" in r), None)
@@ -487,34 +500,22 @@ def report(args, results, versions):
     bursty = [r for r in results if r["row"] in BURSTY_ROWS]
     if bursty:
         bursty_alone = next((r for r in bursty if r["row"] == "server alone" + BURSTY and "ttft" in r), None)
-        w("")
-        w("### Bursty arrivals")
-        w("")
-        w(f"The same mean rate, {args.rate:g}/s, all of it in bursts: Poisson arrivals at {2 * args.rate:g}/s for "
-          f"{BURST_S:g} s, then none for {BURST_S:g} s (the same seed; the same requests in every row of this table). "
-          f"Ratios are over this table's server alone; the filler's over the filler alone above.")
-        w("")
-        w(header)
-        w("|---|---|---|---|---|---|---|---|---|")
-        for r in bursty:
-            w(row_line(r, bursty_alone, filler_alone))
+        table(w, header, "Bursty arrivals",
+              f"The same mean rate, {args.rate:g}/s, all of it in bursts: Poisson arrivals at {2 * args.rate:g}/s "
+              f"for {BURST_S:g} s, then none for {BURST_S:g} s (the same seed; the same requests in every row of "
+              f"this table). Ratios are over this table's server alone; the filler's over the filler alone above.",
+              bursty, bursty_alone, filler_alone)
     offline = [r for r in results if r["row"] in OFFLINE_ROWS]
     if offline:
         offline_alone = next((r for r in offline if r["row"] == "filler alone" + OFFLINE
                               and "filler_steps_per_s" in r), None)
-        w("")
-        w("### Offline vLLM batch generation as the filler")
-        w("")
-        w(f"The filler is offline batch generation with vLLM (`scripts/llm_offline_filler.py`: the server's model, "
-          f"`--mem {FILLER_MEM}`, batches of 16 prompts of 256 random token ids, 64 tokens generated for each, one "
-          f"batch after another) instead of fine-tuning: batch inference harvesting a serving GPU, as Valve and "
-          f"ConServe do. The server and its requests are the first table's; ratios over the server alone there; "
-          f"the filler's throughput (generated tokens per second) over its own alone in this table.")
-        w("")
-        w(header)
-        w("|---|---|---|---|---|---|---|---|---|")
-        for r in offline:
-            w(row_line(r, alone, offline_alone))
+        table(w, header, "Offline vLLM batch generation as the filler",
+              f"The filler is offline batch generation with vLLM (`scripts/llm_offline_filler.py`: the server's "
+              f"model, `--mem {FILLER_MEM}`, batches of 16 prompts of 256 random token ids, 64 tokens generated for "
+              f"each, one batch after another) instead of fine-tuning: batch inference harvesting a serving GPU, as "
+              f"Valve and ConServe do. The server and its requests are the first table's; ratios over the server "
+              f"alone there; the filler's throughput (generated tokens per second) over its own alone in this table.",
+              offline, alone, offline_alone)
     two = [r for r in results if r["row"] in TWO_SERVERS]
     if two:
         w("")
