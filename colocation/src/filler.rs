@@ -163,7 +163,10 @@ impl Board<'_> {
                 // device without a hand-off.
                 let following =
                     queued > now && self.last_reserver.0.load(Acquire) == u64::from(filler);
-                match self.affordable(now, est_ns, following) {
+                // The kernel starts behind what is queued: the gap will
+                // have lasted that long by then.
+                let starts_at = elapsed.saturating_add(queued.saturating_sub(now));
+                match self.affordable(now, est_ns, following, starts_at) {
                     Rationed::Now(cost) => rationed = cost,
                     Rationed::At(ready) if owed == Owed::No => {
                         return FillerGate::WaitUntil(ready.max(now + POLL_NS));
@@ -303,8 +306,9 @@ impl Board<'_> {
     }
 
     /// Whether the risk ration affords a kernel of `est_ns` beside a
-    /// primary kept as if alone.
-    fn affordable(&self, now: u64, est_ns: u64, following: bool) -> Rationed {
+    /// primary kept as if alone, starting in a gap that will have lasted
+    /// `gap_so_far_ns`.
+    fn affordable(&self, now: u64, est_ns: u64, following: bool, gap_so_far_ns: u64) -> Rationed {
         if self.params.as_if_alone.load(Relaxed) == 0
             || (self.params.delay_credit.load(Relaxed) as i64) < RATION_CREDIT_FLOOR
         {
@@ -312,6 +316,19 @@ impl Board<'_> {
         }
         let Some(cost) = self.ration_cost(est_ns, following) else {
             return Rationed::No;
+        };
+        // Priced for a moment like any other of the idle time; this one
+        // may be likelier or less likely to meet the primary's return
+        // (mid-burst, or deep in a pause between bursts).
+        let exposure = est_ns
+            + if following {
+                HANDOFF_NS
+            } else {
+                2 * HANDOFF_NS
+            };
+        let cost = match self.risk_scale(gap_so_far_ns, exposure) {
+            Some(scale) => (cost as f64 * scale) as u64,
+            None => cost,
         };
         // A kernel that costs nothing needs no ration (nor a CAS on it).
         let cost = cost.max(1);

@@ -55,12 +55,15 @@
 //! latency target), a filler kernel longer than the tolerance may still go
 //! into a gap no prediction vouches for, at a cost in the ration fillers
 //! share: the expected requests it pushes over the primary's bound, from
-//! the primary's own latencies alone, within half a percent of them.
+//! the primary's own latencies alone, within half a percent of them,
+//! scaled by how likely the primary is to return while the kernel runs
+//! given how long the gap has lasted ([`gap_lengths`]: a pause between
+//! bursts is cheap, a moment mid-burst dear).
 //!
 //! The board's memory is [`dilu_layout::colocation`]; this crate is what
 //! the processes do with it, through [`Board`]: [`primary`] (the primary's
-//! side), [`filler`] (the fillers'), [`ration`], [`sample_hold`],
-//! [`gap_prediction`] and the [`timing`] they share. The interposer calls it at every launch
+//! side), [`filler`] (the fillers'), [`ration`], [`gap_lengths`],
+//! [`sample_hold`], [`gap_prediction`] and the [`timing`] they share. The interposer calls it at every launch
 //! and synchronisation of a co-located process; nothing here blocks.
 //!
 //! It owns the rules of co-location; it touches nothing but the board it
@@ -70,6 +73,7 @@
 
 pub mod board;
 pub mod filler;
+pub mod gap_lengths;
 pub mod gap_prediction;
 pub mod primary;
 pub mod ration;

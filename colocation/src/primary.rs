@@ -177,6 +177,15 @@ impl Board<'_> {
             let length = now.saturating_sub(start);
             if start != 0 && length > 0 {
                 self.gap_ended(length);
+                // Between requests fillers go at once, so the gaps shorter
+                // than the hold-off there are returns they risk meeting
+                // too (left out, gaps of a steady random 4 ms on average
+                // looked 0.6 times as likely to end within 0.4 ms of a
+                // request as they were).
+                let between_requests = synced != 0 && self.request_over.0.load(Acquire) == synced;
+                if between_requests && length < self.params.holdoff_ns.load(Relaxed) {
+                    self.record_gap_length(length);
+                }
             }
             // Filler work still queued, or ended less than a hand-off ago:
             // the device hands back to the primary after it (a hand-off
@@ -315,6 +324,7 @@ impl Board<'_> {
             return;
         }
         self.primary_stats.gaps_seen.fetch_add(1, Relaxed);
+        self.record_gap_length(length_ns);
         self.primary_stats.gap_ns.fetch_add(length_ns, Relaxed);
         let h = &self.history;
         let count = h.next.fetch_add(1, Relaxed) + 1;

@@ -25,7 +25,10 @@
 //!
 //! The primary computes the table ([`ration_costs`]) at its reports and
 //! publishes it ([`Board::publish_ration`]); a filler looks its kernel up
-//! ([`Board::ration_cost`]) and spends from the ration the fillers share.
+//! ([`Board::ration_cost`]), scales it by how likely the primary is to
+//! return while it runs at this moment of the gap rather than at a random
+//! one ([`Board::risk_scale`]), and spends from the ration the fillers
+//! share.
 
 use crate::board::Board;
 use crate::primary::DELAY_BUDGET_PPM;

@@ -1257,3 +1257,46 @@ fn beside_a_primary_kept_as_if_alone_kernels_beyond_its_tolerance_go_as_the_rati
         FillerGate::WaitUntil(_)
     ));
 }
+
+#[test]
+fn beside_a_bursty_primary_kept_as_if_alone_risky_kernels_go_in_its_pauses() {
+    let board = board();
+    let b = Board::new(board.device(0));
+    b.attach_primary(1, 0, DEFAULT_HOLDOFF_NS);
+    b.keep_as_if_alone();
+    // Bursts of 75 requests at 250 req/s (gaps of 4 ms on average), each
+    // followed by a 300 ms pause.
+    for _ in 0..13 {
+        for i in 0..75 {
+            let u = (i as f64 + 0.5) / 75.0;
+            b.record_gap_length((-(1.0 - u).ln() * 4.0 * MS as f64) as u64);
+        }
+        b.record_gap_length(300 * MS);
+    }
+    // A 1 ms kernel costs 5 ms of the ration (20 ms deep) at a moment like
+    // any other of the idle time.
+    let costs = std::array::from_fn(|j| 5 * ration::ration_point_ns(j));
+    b.publish_ration(&costs);
+    // Filler kernels of 1 ms back to back from `from` on: how many go
+    // before the first waits.
+    let run = |from: u64| {
+        let mut at = from;
+        for went in 0..10 {
+            match b.filler_admit(at, MS, false, FILLER) {
+                FillerGate::Go => at += MS,
+                FillerGate::WaitUntil(_) => return went,
+                FillerGate::Fallback => panic!("no guarantee is owed"),
+            }
+        }
+        10
+    };
+    // Just after a request, mid-burst, the primary soon returns: the
+    // ration (full) pays for two.
+    let gap = request_ended(b, 5_000 * MS);
+    let mid_burst = run(gap);
+    assert!(mid_burst <= 2, "{mid_burst}");
+    // Deep in a pause a return within the next milliseconds is rare: every
+    // kernel goes.
+    let gap = request_ended(b, 6_000 * MS);
+    assert_eq!(run(gap + 60 * MS), 10);
+}

@@ -33,6 +33,14 @@ pub const RATION_POINTS: usize = 10;
 /// 25 µs × 2⁹, 12.8 ms).
 pub const RATION_FIRST_NS: u64 = 25_000;
 
+/// Length classes of the primary's gap lengths ([`GapLengths`]): the first
+/// ends at [`GAP_CLASS_FIRST_NS`], each next √2 times longer (the last
+/// about 110 s, and holds every longer gap).
+pub const GAP_CLASSES: usize = 40;
+
+/// Where the first gap-length class ends (100 µs).
+pub const GAP_CLASS_FIRST_NS: u64 = 100_000;
+
 /// The co-location state of one device.
 #[repr(C)]
 pub struct DeviceBoard {
@@ -79,6 +87,9 @@ pub struct DeviceBoard {
     /// Written once per fillable gap by the primary.
     pub predictor: Predictor,
     pub history: GapHistory,
+    /// How long the primary's recent gaps lasted, by length class (written
+    /// by the primary, read by fillers weighing a risky kernel).
+    pub gap_lengths: GapLengths,
     /// Counters each side writes on its own cache line (relaxed adds), so
     /// a filler's launch never contends with the primary's.
     pub primary_stats: PrimaryStats,
@@ -189,6 +200,24 @@ pub struct GapHistory {
     pub next: AtomicU64,
 }
 
+/// The primary's recent gaps by length, each class's count in
+/// units of [`GAP_WEIGHT`] per gap, all halved whenever the total passes
+/// twice [`GAP_LENGTHS_REMEMBERED`] gaps (older gaps fade).
+#[repr(C, align(64))]
+pub struct GapLengths {
+    /// Class `j` holds gaps shorter than `GAP_CLASS_FIRST_NS · √2^j` (and
+    /// not in an earlier class); the last class holds every longer gap.
+    pub weight: [AtomicU64; GAP_CLASSES],
+    /// The sum of `weight`.
+    pub total: AtomicU64,
+}
+
+/// One gap's weight when it is recorded.
+pub const GAP_WEIGHT: u64 = 1 << 16;
+
+/// About how many gaps [`GapLengths`] remembers (between this and twice it).
+pub const GAP_LENGTHS_REMEMBERED: u64 = 1024;
+
 /// Written by the primary only.
 #[repr(C, align(64))]
 pub struct PrimaryStats {
@@ -221,7 +250,7 @@ pub struct GapBoard {
 // SAFETY: repr(C), atomics and padding only; all-zero is "no primary, no
 // history", a valid state.
 unsafe impl SharedLayout for GapBoard {
-    const MAGIC: u64 = 0x6469_6c75_4741_000b; // "diluGA" v11 (v11: the risk ration)
+    const MAGIC: u64 = 0x6469_6c75_4741_000c; // "diluGA" v12 (v12: gap lengths)
     fn magic(&self) -> &AtomicU64 {
         &self.magic
     }
