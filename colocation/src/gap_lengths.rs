@@ -119,9 +119,12 @@ impl Survival {
             if x <= a0 {
                 break;
             }
-            let end = x.min(a1);
-            let (s0, s_end) = (self.share[j - 1], self.share_at(end));
-            sum += (s0 + s_end) / 2.0 * (end - a0);
+            let (end, s_end) = if x < a1 {
+                (x, self.share_at(x))
+            } else {
+                (a1, self.share[j])
+            };
+            sum += (self.share[j - 1] + s_end) / 2.0 * (end - a0);
         }
         sum
     }
