@@ -88,6 +88,8 @@ machine="$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'), $(
 python3 - "$out" "$N" "$machine" <<'PY'
 import collections, os, re, subprocess, sys
 out, n, machine = sys.argv[1], int(sys.argv[2]), sys.argv[3]
+# The loop's calls of cuLaunchKernel, counted apart from every other call.
+LOOP_LAUNCHES = "(launches from the loop)"
 
 def counts(label):
     """Total Ir, calls per function name, and exclusive Ir per source file of
@@ -96,16 +98,22 @@ def counts(label):
     path = f"{out}/{label}.callgrind"
     if not os.path.exists(path):
         return None
-    names, calls, cfn = {}, collections.Counter(), None
+    names, calls, fn, cfn = {}, collections.Counter(), None, None
     total = None
     for line in open(path):
         m = re.match(r"(c?fn)=\((\d+)\)(?: (.*))?", line)
         if m:
             if m.group(3):
                 names[m.group(2)] = m.group(3)
-            cfn = names[m.group(2)] if m.group(1) == "cfn" else None
+            if m.group(1) == "fn":
+                fn, cfn = names[m.group(2)], None
+            else:
+                cfn = names[m.group(2)]
         elif line.startswith("calls=") and cfn:
-            calls[cfn] += int(line.split("=")[1].split()[0])
+            count = int(line.split("=")[1].split()[0])
+            calls[cfn] += count
+            if fn == "launches" and cfn == "cuLaunchKernel":
+                calls[LOOP_LAUNCHES] += count
         elif line.startswith("summary:"):
             total = int(line.split()[1])
     annotate = subprocess.run(["callgrind_annotate", "--threshold=100", "--auto=no", path],
@@ -123,10 +131,10 @@ def called(calls, suffix):
     return sum(c for name, c in calls.items() if name.endswith(suffix))
 
 def per_launch(calls, suffix):
-    """Calls of `suffix` per launch through the interposer (callgrind's call
-    counts inside the library come out doubled; the launch handler, entered
-    once a launch, counts them in the same unit)."""
-    launches = called(calls, "entry::handlers::launch_kernel")
+    """Calls of `suffix` per launch (callgrind's call counts come out
+    doubled; the loop's calls of cuLaunchKernel count launches in the same
+    unit)."""
+    launches = calls[LOOP_LAUNCHES]
     return called(calls, suffix) / launches if launches else 0.0
 
 rows = [

@@ -103,14 +103,16 @@ macro_rules! hook_exports {
                 r
             };
             let cx = $crate::table::Cx { hook: ID, per_thread: $per_thread };
-            $crate::table::ffi::entry(
+            match $crate::table::ffi::entry(
                 Some(cx),
                 &done,
                 || $handler(cx, next, $( $arg ),* ),
+            ) {
+                Ok(result) => result,
                 // SAFETY: as above; only reached when the handler panicked
                 // before calling the real function.
-                || unsafe { real( $( $arg ),* ) },
-            )
+                Err(_) => $crate::table::ffi::fall_through(|| unsafe { real( $( $arg ),* ) }),
+            }
         }
     };
 }

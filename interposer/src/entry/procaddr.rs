@@ -120,7 +120,7 @@ pub unsafe extern "C" fn cuGetProcAddress(
         return CUDA_ERROR_NOT_FOUND;
     };
     let done = Cell::new(None);
-    ffi::entry(
+    ffi::entry_or_fall_through(
         None,
         &done,
         || {
@@ -153,7 +153,7 @@ pub unsafe extern "C" fn cuGetProcAddress_v2(
         return CUDA_ERROR_NOT_FOUND;
     };
     let done = Cell::new(None);
-    ffi::entry(
+    ffi::entry_or_fall_through(
         None,
         &done,
         || {

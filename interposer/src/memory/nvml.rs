@@ -99,14 +99,16 @@ macro_rules! nvml_table {
                     done.set(Some(r));
                     r
                 };
-                crate::table::ffi::entry_named(
+                match crate::table::ffi::entry_named(
                     ROWS[ID].name,
                     &done,
                     || $handler(next, $( $arg ),* ),
+                ) {
+                    Ok(result) => result,
                     // SAFETY: as above; only reached when the handler
                     // panicked before calling the real function.
-                    || unsafe { real( $( $arg ),* ) },
-                )
+                    Err(_) => crate::table::ffi::fall_through(|| unsafe { real( $( $arg ),* ) }),
+                }
             }
         )*
     };

@@ -99,34 +99,27 @@ fn admit_through_bucket(
     if launches_before == 0 {
         crate::sm_time::usage_feedback::first_launch(device, is_limited(share));
     }
-    // (when, GPU time charged, launches counted) for telemetry: none for a
-    // launch already paid for by its thread's lease (no clock read, no
-    // shared write); the lease's launches count with the one that renews it.
-    let mut charged = None;
-    if !is_limited(share) {
-        charged = Some((monotonic_ns(), cost, 1));
-    } else if !launch_lease::spend(device, cost) {
+    // When, GPU time charged and launches counted, for telemetry: a
+    // lease's launches count with the one that renews it. The lease is not
+    // spent from first: [`admit`] tried that where the kind had an
+    // estimate, and a renewal keeps what is left of it anyway.
+    let (now, charged_ns, launches) = if is_limited(share) {
         let (charge, uncounted) = launch_lease::renew(device, cost);
         let now = charge_bucket(sm, device, stream, charge, share);
-        charged = Some((now, charge, 1 + uncounted));
-    }
+        (now, charge, 1 + uncounted)
+    } else {
+        (monotonic_ns(), cost, 1)
+    };
     let mut held = crate::sm_time::colocation::before_launch(device, cost, estimate.is_some());
-    if let Some((now, _, _)) = charged {
-        held +=
-            crate::sm_time::queue_bound::before_launch(sm, device, now + held, estimate.is_some());
-    }
-    if let Some((now, paid, _)) = charged
-        && is_limited(share)
-    {
-        held += crate::sm_time::fair_turns::before_launch(device, now, paid, cost, share);
+    held += crate::sm_time::queue_bound::before_launch(sm, device, now + held, estimate.is_some());
+    if is_limited(share) {
+        held += crate::sm_time::fair_turns::before_launch(device, now, charged_ns, cost, share);
     }
     if held > 0 {
         telemetry.record_throttle(held);
     }
-    if let Some((now, gpu_ns, launches)) = charged {
-        telemetry.record_launches(now + held, gpu_ns, launches);
-        crate::sm_time::quiet_samples::launched(device, now);
-    }
+    telemetry.record_launches(now + held, charged_ns, launches);
+    crate::sm_time::quiet_samples::launched(device, now);
     let sample = placed
         && (estimate.is_none() || entry.due_for_sample(launches_before))
         && entry.start_sampling();

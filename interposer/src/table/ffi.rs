@@ -8,25 +8,33 @@ use dilu_abi::cuda::{CUDA_ERROR_UNKNOWN, CUresult};
 
 use crate::table::Cx;
 
+/// The body of a hook panicked before it called the real function: the
+/// caller makes that call itself, with the C caller's arguments, through
+/// [`fall_through`].
+#[derive(Debug, PartialEq, Eq)]
+pub struct RealNotCalled;
+
 /// Runs a hook `body` and contains any panic.
 ///
-/// `cx` names the hook (None for the `cuGetProcAddress` wrappers). `done` is set by the body's call to the real driver (if it got that far).
-/// On panic: if the real function already ran, its result is returned (the
-/// call happened, the caller must see it); otherwise the call falls through to
-/// `real` with the caller's original arguments. Only if that also panics is
-/// `CUDA_ERROR_UNKNOWN` returned.
+/// `cx` names the hook (None for the `cuGetProcAddress` wrappers). `done` is
+/// set by the body's call to the real driver (if it got that far). On panic:
+/// if the real function already ran, its result is returned (the call
+/// happened, the caller must see it); otherwise [`RealNotCalled`], and the
+/// wrapper falls through to the real function with the caller's original
+/// arguments ([`fall_through`]). The fall-through is built by the wrapper
+/// only on that path: a closure made before the call, holding every
+/// argument, cost a launch about 25 instructions.
 #[inline(always)]
 pub fn entry(
     cx: Option<Cx>,
     done: &Cell<Option<CUresult>>,
     body: impl FnOnce() -> CUresult,
-    real: impl FnOnce() -> CUresult,
-) -> CUresult {
+) -> Result<CUresult, RealNotCalled> {
     let name = || match cx {
         Some(cx) => (cx.name(), cx.per_thread),
         None => (c"cuGetProcAddress", false),
     };
-    contain(name, done, body, real)
+    contain(name, done, body)
 }
 
 /// [`entry`] for an entry point outside the driver's hook table (NVML),
@@ -37,9 +45,8 @@ pub fn entry_named(
     name: &'static CStr,
     done: &Cell<Option<CUresult>>,
     body: impl FnOnce() -> CUresult,
-    real: impl FnOnce() -> CUresult,
-) -> CUresult {
-    contain(|| (name, false), done, body, real)
+) -> Result<CUresult, RealNotCalled> {
+    contain(|| (name, false), done, body)
 }
 
 #[inline(always)]
@@ -47,13 +54,12 @@ fn contain(
     name: impl FnOnce() -> (&'static CStr, bool),
     done: &Cell<Option<CUresult>>,
     body: impl FnOnce() -> CUresult,
-    real: impl FnOnce() -> CUresult,
-) -> CUresult {
+) -> Result<CUresult, RealNotCalled> {
     match catch_unwind(AssertUnwindSafe(body)) {
-        Ok(r) => r,
+        Ok(r) => Ok(r),
         Err(_) => {
             let (name, per_thread) = name();
-            after_panic(name, per_thread, done.get(), real)
+            after_panic(name, per_thread, done.get())
         }
     }
 }
@@ -64,18 +70,35 @@ fn after_panic(
     name: &CStr,
     per_thread: bool,
     done: Option<CUresult>,
-    real: impl FnOnce() -> CUresult,
-) -> CUresult {
+) -> Result<CUresult, RealNotCalled> {
     tracing::error!(
         hook = ?name,
         per_thread,
         real_called = done.is_some(),
         "panic inside a dilu hook; passing the call through"
     );
-    match done {
-        Some(r) => r,
-        None => catch_unwind(AssertUnwindSafe(real)).unwrap_or(CUDA_ERROR_UNKNOWN),
-    }
+    done.ok_or(RealNotCalled)
+}
+
+/// Calls the real function after a hook panicked before calling it; only
+/// if that panics too is `CUDA_ERROR_UNKNOWN` returned.
+#[cold]
+#[inline(never)]
+pub fn fall_through(real: impl FnOnce() -> CUresult) -> CUresult {
+    catch_unwind(AssertUnwindSafe(real)).unwrap_or(CUDA_ERROR_UNKNOWN)
+}
+
+/// [`entry`], then [`fall_through`] where the body panicked before the
+/// real call: for wrappers off the launch path, where building `real`
+/// before the call costs nothing that matters.
+#[inline(always)]
+pub fn entry_or_fall_through(
+    cx: Option<Cx>,
+    done: &Cell<Option<CUresult>>,
+    body: impl FnOnce() -> CUresult,
+    real: impl FnOnce() -> CUresult,
+) -> CUresult {
+    entry(cx, done, body).unwrap_or_else(|RealNotCalled| fall_through(real))
 }
 
 #[cfg(test)]
@@ -94,7 +117,10 @@ mod tests {
     #[test]
     fn no_panic_returns_the_body_result() {
         let done = Cell::new(None);
-        assert_eq!(entry(None, &done, || 7, || unreachable!()), 7);
+        assert_eq!(
+            entry_or_fall_through(None, &done, || 7, || unreachable!()),
+            7
+        );
     }
 
     #[test]
@@ -102,7 +128,7 @@ mod tests {
         let done = Cell::new(None);
         let calls = Cell::new(0);
         let r = quiet(|| {
-            entry(
+            entry_or_fall_through(
                 None,
                 &done,
                 || panic!("bug in a hook"),
@@ -119,7 +145,7 @@ mod tests {
     fn panic_after_the_real_call_keeps_its_result_and_does_not_repeat_it() {
         let done = Cell::new(None);
         let r = quiet(|| {
-            entry(
+            entry_or_fall_through(
                 None,
                 &done,
                 || {
@@ -135,7 +161,7 @@ mod tests {
     #[test]
     fn panic_everywhere_is_unknown_error() {
         let done = Cell::new(None);
-        let r = quiet(|| entry(None, &done, || panic!("a"), || panic!("b")));
+        let r = quiet(|| entry_or_fall_through(None, &done, || panic!("a"), || panic!("b")));
         assert_eq!(r, CUDA_ERROR_UNKNOWN);
     }
 }
