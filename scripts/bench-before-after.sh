@@ -50,11 +50,13 @@ results_of() {
 base=$PWD/target/before-after
 tree=$base/tree
 mkdir -p "$base"
+# The tree is scratch: results an earlier run wrote there are discarded
+# (without --force the checkout refused, and the old commit was measured).
 if [ -d "$tree" ]; then
-  git -C "$tree" checkout --quiet --detach "$rev"
+  git -C "$tree" checkout --quiet --force --detach "$rev"
 else
   git worktree add --quiet --detach "$tree" "$rev"
-fi
+fi || { echo "bench-before-after: cannot check out $rev in $tree" >&2; exit 1; }
 echo "== before: $rev ($(git rev-parse --short "$rev")) in $tree" >&2
 for bench in "${benches[@]}"; do
   (cd "$tree" && scripts/bench.sh "$bench" -- "$@") 2>&1 | tee "$base/$bench-before.log" ||

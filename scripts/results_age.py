@@ -36,7 +36,7 @@ def main():
         commit, date = last.split()
         behind = int(git("rev-list", "--count", f"{commit}..HEAD", "--", *PRODUCT) or 0)
         head = "".join(open(path, encoding="utf-8").readlines()[:8])
-        found = re.search(r"`((?:[A-Z_]+=\S+ )*(?:scripts/|python3 scripts/|cargo )[^`]*)`", head) or re.search(
+        found = re.search(r"`((?:[A-Z_]+=(?:<[^>`]*>|\S+) )*(?:scripts/|python3 scripts/|cargo )[^`]*)`", head) or re.search(
             r"Written by (scripts/\S+)", head
         )
         name = os.path.basename(path)
@@ -46,7 +46,8 @@ def main():
             command = "scripts/gpu-check.sh"
         else:
             command = "(no command named in its first lines)"
-        gpu = "scripts/gpu-" in command
+        # `--sim` runs a GPU check's workload on simgpu: no GPU needed.
+        gpu = "scripts/gpu-" in command and "--sim" not in command
         rows.append((behind, path, date, command, gpu))
     rows = [r for r in rows if r[0] >= args.older_than]
     rows.sort(key=lambda r: -r[0])
