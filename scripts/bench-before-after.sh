@@ -36,7 +36,8 @@ while [ $# -gt 0 ] && [ "$1" != "--" ]; do
 done
 [ "${1:-}" = "--" ] && shift
 [ ${#benches[@]} -gt 0 ] || { echo "bench-before-after: name at least one benchmark" >&2; exit 2; }
-git rev-parse --verify --quiet "$rev^{commit}" >/dev/null || { echo "bench-before-after: $rev is not a commit" >&2; exit 2; }
+# Resolved here: in the scratch tree, a name like HEAD would mean its own.
+commit=$(git rev-parse --verify --quiet "$rev^{commit}") || { echo "bench-before-after: $rev is not a commit" >&2; exit 2; }
 
 # Each benchmark's results file (what scripts/bench.sh writes for it).
 results_of() {
@@ -53,11 +54,12 @@ mkdir -p "$base"
 # The tree is scratch: results an earlier run wrote there are discarded
 # (without --force the checkout refused, and the old commit was measured).
 if [ -d "$tree" ]; then
-  git -C "$tree" checkout --quiet --force --detach "$rev"
+  git -C "$tree" checkout --quiet --force --detach "$commit"
 else
-  git worktree add --quiet --detach "$tree" "$rev"
+  git worktree add --quiet --detach "$tree" "$commit"
 fi || { echo "bench-before-after: cannot check out $rev in $tree" >&2; exit 1; }
-echo "== before: $rev ($(git rev-parse --short "$rev")) in $tree" >&2
+[ "$(git -C "$tree" rev-parse HEAD)" = "$commit" ] || { echo "bench-before-after: $tree is not at $rev" >&2; exit 1; }
+echo "== before: $rev ($(git rev-parse --short "$commit")) in $tree" >&2
 for bench in "${benches[@]}"; do
   (cd "$tree" && scripts/bench.sh "$bench" -- "$@") 2>&1 | tee "$base/$bench-before.log" ||
     echo "bench-before-after: $bench failed before" >&2

@@ -19,11 +19,14 @@ use dilu_layout::ledger::MAX_DEVICES;
 use std::cell::Cell;
 
 /// GPU time a thread takes from its bucket at once for launches shorter
-/// than this. A hundredth of a time slice (about 2 ms on an H100) and of a
-/// 2 ms bucket depth: what one thread holds cannot move a share measurably,
-/// and launches of a few µs (where the bucket's cost shows) share one
-/// bucket visit between about six of them.
-pub const LEASE_GPU_NS: u64 = 20_000;
+/// than this. A thirtieth of a time slice (about 2 ms on an H100) and of
+/// the 2 ms of vtime fair turns let one process run ahead, an eightieth of
+/// the default 5 ms bucket depth: what one thread holds cannot move a share
+/// measurably. Launches of a few µs (where the bucket's cost shows) share
+/// one bucket visit between about sixteen of them: a visit costs about 440
+/// instructions, and at 20 µs (six launches a visit) visits were a third of
+/// what a launch with a share added (`bench/results/launch-instructions.md`).
+pub const LEASE_GPU_NS: u64 = 64_000;
 
 #[derive(Clone, Copy)]
 struct Lease {
@@ -89,7 +92,8 @@ mod tests {
     fn short_launches_pay_the_bucket_once_a_lease() {
         // Each test runs on a thread of its own: a fresh lease.
         let device = 3;
-        let cost = 3_000;
+        // A lease holds six of these and two thirds of a seventh.
+        let cost = LEASE_GPU_NS * 3 / 20;
         let mut charged = 0;
         let mut counted = 0;
         for _ in 0..20 {
@@ -99,9 +103,9 @@ mod tests {
                 counted += uncounted + 1;
             }
         }
-        // 20 launches of 3 µs: a lease of 20 µs, then three that top it up
-        // by 18 µs (the 2 µs left each time is kept).
-        assert_eq!(charged, 20_000 + 3 * 18_000);
+        // 20 launches: a whole lease, then three renewals that top it up by
+        // six launches' worth (the two thirds left each time are kept).
+        assert_eq!(charged, LEASE_GPU_NS + 3 * 6 * cost);
         let left = LEASES.with(|l| l[device].get().left_ns);
         assert_eq!(
             charged - 20 * cost,
