@@ -212,12 +212,40 @@ fn p(run: &Run, key: &str) -> f64 {
     run.primary[key].as_f64().unwrap_or(0.0)
 }
 
+/// The range of a p99 ratio, a row's over alone's. Each run's p99 range
+/// (`p99_low_ms`, `p99_high_ms`: `dilu_harness::quantile`) misses its true
+/// p99 with at most 1.25% chance a side, so this one misses the true ratio
+/// with at most 5%. Its low end is 0 where alone's p99 has no upper end;
+/// its high end `None` (unbounded) where the row's p99 has no upper end.
+fn p99_ratio_range(run: &Run, alone: &Run) -> (f64, Option<f64>) {
+    let end = |r: &Run, key: &str| r.primary[key].as_f64().filter(|&ms| ms > 0.0);
+    let low = match (end(run, "p99_low_ms"), end(alone, "p99_high_ms")) {
+        (Some(row), Some(alone)) => row / alone,
+        _ => 0.0,
+    };
+    let high = match (end(run, "p99_high_ms"), end(alone, "p99_low_ms")) {
+        (Some(row), Some(alone)) => Some(row / alone),
+        _ => None,
+    };
+    (low, high)
+}
+
+/// A p99 ratio with its range, `1.05× (0.93–1.21)`.
+fn p99_ratio_text(run: &Run, alone: &Run) -> String {
+    let (low, high) = p99_ratio_range(run, alone);
+    format!(
+        "{:.2}× ({low:.2}–{})",
+        ratio(p(run, "p99_ms"), p(alone, "p99_ms")),
+        high.map_or("∞".to_string(), |h| format!("{h:.2}"))
+    )
+}
+
 fn shape_table(result: &ShapeResult) -> String {
     let mut table = if result.inference {
         Table::new(&[
             "row",
             "p50 vs alone",
-            "p99 vs alone",
+            "p99 vs alone (95% range)",
             "harvest",
             "device busy",
             "SLO violations",
@@ -235,7 +263,18 @@ fn shape_table(result: &ShapeResult) -> String {
         },
     ];
     if result.inference {
-        alone_row.push(format!("{:.2} ms", p(alone, "p99_ms")));
+        // An end the run could not bound: 0 below, ∞ above.
+        let end = |key: &str, unbounded: &str| {
+            alone.primary[key]
+                .as_f64()
+                .map_or(unbounded.to_string(), |ms| format!("{ms:.2}"))
+        };
+        alone_row.push(format!(
+            "{:.2} ms ({}–{})",
+            p(alone, "p99_ms"),
+            end("p99_low_ms", "0"),
+            end("p99_high_ms", "∞")
+        ));
     }
     alone_row.push(format!(
         "(no-delay bound {:.1}%)",
@@ -250,7 +289,7 @@ fn shape_table(result: &ShapeResult) -> String {
         let cells = match outcome {
             Ok(run) if result.inference => vec![
                 format!("{:.2}×", ratio(p(run, "p50_ms"), p(alone, "p50_ms"))),
-                format!("{:.2}×", ratio(p(run, "p99_ms"), p(alone, "p99_ms"))),
+                p99_ratio_text(run, alone),
                 format!("{:.1}%", harvest(run, alone) * 100.0),
                 format!("{:.1}%", run.device_busy * 100.0),
                 format!("{:.2}%", 100.0 * p(run, "slo_violation_rate")),
@@ -281,13 +320,15 @@ fn shape_table(result: &ShapeResult) -> String {
 }
 
 /// Per row over the shapes: the worst and median p99 ratio (iterations/s
-/// for training), mean harvest, and the shapes within the as-if-alone bar.
+/// for training), mean harvest, and the shapes within the as-if-alone bar
+/// (by the p99 measured, and by its whole range).
 fn summary_table(results: &[ShapeResult], rows: &[&str], inference: bool) -> String {
     let mut table = if inference {
         Table::new(&[
             "row",
             "p99 vs alone: median / worst",
             &format!("shapes with p99 ≤ {AS_IF_ALONE_P99:.2}× alone"),
+            &format!("p99 range wholly ≤ / wholly > {AS_IF_ALONE_P99:.2}×"),
             "harvest: mean / lowest",
             "harvest over the no-delay bound: mean",
             "shapes with more violations than alone (+1 point)",
@@ -310,6 +351,8 @@ fn summary_table(results: &[ShapeResult], rows: &[&str], inference: bool) -> Str
         let mut harvests = Vec::new();
         let mut over_bound = Vec::new();
         let mut within = 0;
+        // Shapes whose p99 ratio's range is wholly within the bar / over it.
+        let (mut surely_within, mut surely_over) = (0, 0);
         let mut worse_violations = 0;
         let mut failed = 0;
         for result in &shapes {
@@ -332,6 +375,11 @@ fn summary_table(results: &[ShapeResult], rows: &[&str], inference: bool) -> Str
             if (inference && r <= AS_IF_ALONE_P99) || (!inference && r >= AS_IF_ALONE_RATE) {
                 within += 1;
             }
+            if inference {
+                let (low, high) = p99_ratio_range(run, alone);
+                surely_within += usize::from(high.is_some_and(|h| h <= AS_IF_ALONE_P99));
+                surely_over += usize::from(low > AS_IF_ALONE_P99);
+            }
             if inference
                 && 100.0 * (p(run, "slo_violation_rate") - p(alone, "slo_violation_rate")) > 1.0
             {
@@ -349,7 +397,7 @@ fn summary_table(results: &[ShapeResult], rows: &[&str], inference: bool) -> Str
         }
         if ratios.is_empty() {
             let mut cells = vec![row.to_string(), format!("not run in {failed} shapes")];
-            cells.extend((0..if inference { 4 } else { 3 }).map(|_| "—".to_string()));
+            cells.extend((0..if inference { 5 } else { 3 }).map(|_| "—".to_string()));
             table.row(cells);
             continue;
         }
@@ -365,13 +413,18 @@ fn summary_table(results: &[ShapeResult], rows: &[&str], inference: bool) -> Str
             row.to_string(),
             format!("{median:.2}× / {worst:.2}×"),
             format!("{within} of {n}"),
+        ];
+        if inference {
+            cells.push(format!("{surely_within} / {surely_over} of {n}"));
+        }
+        cells.extend([
             format!(
                 "{:.1}% / {:.1}%",
                 mean(&harvests) * 100.0,
                 harvests.iter().copied().fold(f64::MAX, f64::min) * 100.0
             ),
             format!("{:.0}%", mean(&over_bound) * 100.0),
-        ];
+        ]);
         if inference {
             cells.push(format!("{worse_violations} of {n}"));
         }
@@ -505,7 +558,12 @@ fn main() {
          and `--colo filler`; `{DILU_NO_SLO}`: the same without `--slo-ms` (the primary is kept as\n\
          if alone); `{DILU_TRAINING}` (training): `--colo primary` and `--colo filler`.\n\n\
          Columns: the primary's p50 and p99 over its own in `alone` (training: iterations/s over\n\
-         alone's); harvest: the fillers' device time over the time the primary leaves the device\n\
+         alone's). A p99 is one order statistic (of 200 requests, the second largest), so beside\n\
+         each p99 ratio is its 95% range: each run's p99 range holds its true p99 but with at most\n\
+         1.25% chance a side, whatever the latencies' distribution (order statistics, binomial\n\
+         ranks: `harness/src/quantile.rs`); ∞ where a run has too few requests to bound its p99\n\
+         from above. A shape counts as surely within the bar only where the whole range is, and\n\
+         surely over it where the whole range is above. Harvest: the fillers' device time over the time the primary leaves the device\n\
          idle alone; device busy: all tenants' device time per wall time, from simgpu's trace over\n\
          the primary's run; SLO violations: requests over the shape's SLO (counted by the program\n\
          in every row, also where dilu was not told the SLO). The no-delay bound (in `alone`'s\n\

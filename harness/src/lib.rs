@@ -10,11 +10,14 @@
 //! - [`workload`]: the workloads' shared `main` and request shapes.
 //! - [`node_manager`]: a test's `dilu nodemgr` and its status.
 //! - [`ptx`]: the PTX kernel the workloads run.
+//! - [`quantile`]: a latency quantile and the interval that holds the
+//!   true one (a p99 ratio's range).
 //!
 //! Plain Rust and the trace format: no CUDA bindings.
 
 pub mod node_manager;
 pub mod ptx;
+pub mod quantile;
 pub mod sm_scenario;
 pub mod workload;
 pub mod workspace;

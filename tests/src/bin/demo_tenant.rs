@@ -23,7 +23,9 @@
 //!   dominates, and both latency and throughput grow with the batch (a small
 //!   batch leaves waves part-empty). Each request's latency is reported.
 //!
-//! Prints one JSON line at the end. `serve --latencies FILE` also writes
+//! Prints one JSON line at the end (`serve`: with its p99's range,
+//! `p99_low_ms`/`p99_high_ms`, null where the run cannot bound it; see
+//! `dilu_harness::quantile`). `serve --latencies FILE` also writes
 //! every request's latency (ms, one per line, in completion order) to FILE.
 //! `serve` and `train` with `--launch-log FILE` write, for every kernel
 //! launch, the CLOCK_MONOTONIC time (ns) at which the launch call returned,
@@ -33,8 +35,12 @@
 use cudarc::driver::{CudaContext, CudaSlice, LaunchConfig, PushKernelArg};
 use cudarc::nvrtc::Ptx;
 use dilu_harness::ptx::{BLOCK_THREADS, BUSY_KERNEL, PTX};
+use dilu_harness::quantile;
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
+
+/// The chance, a side, that a run's p99 range misses the true p99.
+const P99_TAIL: f64 = 0.0125;
 
 const USAGE: &str = "usage: demo-tenant serve|train|model [--seconds S] [--blocks B] [--kernels K] [--iters N] [--stream default|new]
     serve: [--rate R/s] [--on-ms MS] [--off-ms MS] [--slo-ms MS] [--seed N] [--latencies FILE] [--launch-log FILE]
@@ -302,19 +308,18 @@ fn run(o: &Options) -> Result<String, Box<dyn std::error::Error>> {
     write_launch_log()?;
     latencies.sort_by(f64::total_cmp);
     let n = latencies.len();
-    let quantile = |q: f64| {
-        if n == 0 {
-            0.0
-        } else {
-            latencies[((q * n as f64).ceil() as usize).clamp(1, n) - 1]
-        }
-    };
     let violations = latencies.iter().filter(|&&l| l > o.slo_ms).count();
+    // The p99's range: holds the true p99 but with at most 1.25% chance a
+    // side (two of them, alone and beside, bound a ratio at 95%).
+    let (low, high) = quantile::interval(&latencies, 0.99, P99_TAIL);
+    let json = |bound: Option<f64>| bound.map_or("null".to_string(), |ms| format!("{ms:.3}"));
     Ok(format!(
-        "{{\"mode\":\"serve\",\"requests\":{n},\"violations\":{violations},\"slo_violation_rate\":{:.4},\"p50_ms\":{:.3},\"p99_ms\":{:.3},\"reported\":{}}}",
+        "{{\"mode\":\"serve\",\"requests\":{n},\"violations\":{violations},\"slo_violation_rate\":{:.4},\"p50_ms\":{:.3},\"p99_ms\":{:.3},\"p99_low_ms\":{},\"p99_high_ms\":{},\"reported\":{}}}",
         violations as f64 / n.max(1) as f64,
-        quantile(0.5),
-        quantile(0.99),
+        quantile::quantile(&latencies, 0.5),
+        quantile::quantile(&latencies, 0.99),
+        json(low),
+        json(high),
         report.is_some()
     ))
 }
