@@ -65,7 +65,7 @@ fn draw_fillers(draws: &mut Draws) -> (Vec<String>, String) {
 /// arrivals at 10-500 req/s, 1-10 kernels of 0.05-1 ms per request (rate
 /// and kernel length log-uniform), busy 2-50% of the time alone, an SLO of
 /// 5-20 ms that is at least three times the request's kernel time.
-fn inference_shapes(count: usize, draws: &mut Draws) -> Vec<Shape> {
+fn inference_shapes(count: usize, draws: &mut Draws) -> Vec<(Shape, f64)> {
     let mut shapes = Vec::new();
     while shapes.len() < count {
         let kernels = draws.uniform(1.0, 11.0).floor() as u32;
@@ -81,7 +81,9 @@ fn inference_shapes(count: usize, draws: &mut Draws) -> Vec<Shape> {
         let bursty = draws.uniform(0.0, 1.0) < 0.5;
         let (filler_blocks, filler_names) = draw_fillers(draws);
         let primary = serve_args(rate, kernels, &blocks(kernel_ms), bursty);
-        shapes.push(Shape {
+        // Bursty arrivals come half the time: half the requests a second.
+        let mean_rate = if bursty { rate / 2.0 } else { rate };
+        let shape = Shape {
             name: format!(
                 "{} {rate} req/s, {kernels} × {:.0} µs, SLO {slo_ms} ms; fillers {filler_names}",
                 if bursty { "bursty" } else { "Poisson" },
@@ -95,9 +97,28 @@ fn inference_shapes(count: usize, draws: &mut Draws) -> Vec<Shape> {
             filler_blocks,
             long_filler: None,
             own_streams: true,
-        });
+        };
+        shapes.push((shape, mean_rate));
     }
     shapes
+}
+
+/// Requests a run of an inference shape aims for: a p99 of fewer than 436
+/// has no upper end to its range (1.25% a side), and of 1,000 one
+/// about 10 requests wide either side of the 990th.
+const REQUESTS_PER_RUN: f64 = 1000.0;
+/// The longest run a low-rate shape gets (12 req/s: 480 requests).
+const MAX_RUN_SECONDS: u64 = 40;
+
+/// How long each run of a shape lasts: `seconds`, or for an inference
+/// shape whose requests come too slowly for its p99 to be bounded in that
+/// time, long enough for [`REQUESTS_PER_RUN`] (at most
+/// [`MAX_RUN_SECONDS`]).
+fn run_seconds(seconds: u64, mean_rate: Option<f64>) -> u64 {
+    mean_rate.map_or(seconds, |rate| {
+        let needed = (REQUESTS_PER_RUN / rate.max(1.0)).ceil() as u64;
+        seconds.max(needed.min(MAX_RUN_SECONDS))
+    })
 }
 
 /// Training primaries: iterations of one to three phases, each a gap of
@@ -200,6 +221,8 @@ fn measure(
 /// What each row of one shape gave.
 struct ShapeResult {
     shape: String,
+    /// Seconds each of its runs lasted.
+    seconds: u64,
     inference: bool,
     alone: Run,
     /// The primary's no-delay bound as a harvest: the share of its idle
@@ -316,7 +339,12 @@ fn shape_table(result: &ShapeResult) -> String {
         row.extend(cells);
         table.row(row);
     }
-    format!("### {}\n\n{}\n", result.shape, table.markdown())
+    format!(
+        "### {} ({} s runs)\n\n{}\n",
+        result.shape,
+        result.seconds,
+        table.markdown()
+    )
 }
 
 /// Per row over the shapes: the worst and median p99 ratio (iterations/s
@@ -448,14 +476,15 @@ fn main() {
     let mut draws = seed.map_or(Draws::from_state(FIELD_SEED), |s| {
         Draws::from_seed(s, FIELD_SEED)
     });
-    let mut shapes: Vec<(Shape, bool)> = inference_shapes(inference_count, &mut draws)
+    // (shape, whether it serves requests, seconds per run)
+    let mut shapes: Vec<(Shape, bool, u64)> = inference_shapes(inference_count, &mut draws)
         .into_iter()
-        .map(|s| (s, true))
+        .map(|(s, rate)| (s, true, run_seconds(seconds, Some(rate))))
         .collect();
     shapes.extend(
         training_shapes(training_count, &mut draws)
             .into_iter()
-            .map(|s| (s, false)),
+            .map(|s| (s, false, run_seconds(seconds, None))),
     );
     let scratch = Scratch::new("field-peers");
     let started: StartedPeers = PEERS
@@ -474,11 +503,12 @@ fn main() {
             .is_none_or(|o| o.iter().any(|r| r == row))
     };
     let mut results = Vec::new();
-    for (index, (shape, inference)) in shapes.iter().enumerate() {
+    for (index, (shape, inference, seconds)) in shapes.iter().enumerate() {
+        let seconds = *seconds;
         if only_shape.is_some_and(|k| k != index) {
             continue;
         }
-        eprintln!("field, shape {index}: {}", shape.name);
+        eprintln!("field, shape {index}: {} ({seconds} s a run)", shape.name);
         let mut rows: Vec<&str> = vec![TIME_SLICING, STATIC];
         rows.extend(PEERS);
         rows.extend(if *inference {
@@ -515,6 +545,7 @@ fn main() {
         }
         results.push(ShapeResult {
             shape: shape.name.clone(),
+            seconds,
             inference: *inference,
             alone,
             harvest_bound,
@@ -545,8 +576,9 @@ fn main() {
          time); training primaries of one to three phases per iteration, each a 1-10 ms gap then\n\
          2-12 kernels of 0.05-1 ms; beside one to three deep-queue fillers (cudarc-loop, 32 launches\n\
          per synchronisation) with kernels of 0.05-3 ms. Rates and lengths are log-uniform. The\n\
-         fillers start 1 s before the primary; {seconds} s per run, every row of a shape one after\n\
-         the other in one run on one simulated GPU (simgpu, its default timing: a time slice of\n\
+         fillers start 1 s before the primary; {seconds} s per run, longer where a shape's requests\n\
+         come too slowly for that: time for {REQUESTS_PER_RUN} requests, at most {MAX_RUN_SECONDS} s (each shape\n\
+         names its length); every row of a shape one after the other in one run on one simulated GPU (simgpu, its default timing: a time slice of\n\
          2 ms, a hand-off between processes of 140 µs as measured on an H100).\n\n\
          Rows: `alone`, the primary by itself (its p50 and p99, the reference); `{TIME_SLICING}`:\n\
          no limiter, the device's own time slicing; `{STATIC}`: dilu's node manager with its\n\
