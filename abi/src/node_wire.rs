@@ -372,11 +372,14 @@ pub struct TenantStatus {
     pub uid: u32,
     pub spec: TenantSpec,
     pub pids: Vec<i32>,
-    /// Memory in use and budget on device 0 (bytes), from the tenant's ledger.
+    /// Memory in use and budget on its device 0 (bytes), from the tenant's
+    /// ledger (its other GPUs' are in `more_gpus`).
     pub mem_used_bytes: u64,
     pub mem_budget_bytes: Option<u64>,
-    /// Device memory the tenant's processes really hold on device 0, from
-    /// the daemon's audit (NVML); None when no audit has seen it.
+    /// Device memory the tenant's processes really hold on its device 0's
+    /// GPU, from the daemon's audit (NVML; for a tenant not placed by the
+    /// node manager, the most they hold on one GPU); None when no audit
+    /// has seen it.
     pub mem_audited_bytes: Option<u64>,
     /// The share the controller set now (percent; 100 = whole device).
     pub sm_current_pct: f64,
@@ -415,7 +418,7 @@ pub struct TenantStatus {
 }
 
 /// A tenant's share and use of one more of its GPUs.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct GpuShare {
     /// NVML index.
     pub gpu: u32,
@@ -423,6 +426,15 @@ pub struct GpuShare {
     pub sm_current_pct: f64,
     /// Device time used there over the last second (percent).
     pub sm_achieved_pct: f64,
+    /// Memory in use there from the tenant's ledger, and its budget there
+    /// (bytes).
+    #[serde(default)]
+    pub mem_used_bytes: u64,
+    #[serde(default)]
+    pub mem_budget_bytes: Option<u64>,
+    /// What the daemon's audit saw its processes hold there (NVML).
+    #[serde(default)]
+    pub mem_audited_bytes: Option<u64>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

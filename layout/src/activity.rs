@@ -37,6 +37,27 @@ pub struct DeviceTelemetry {
     correction_ns: AtomicU64,
     /// Gaps between the tenant's kernels (device idle for this tenant).
     pub bubbles: Log2Histogram,
+    /// Which of the node's GPUs this device is, as the tenant's processes
+    /// found it (see [`NodeGpu`]): NVML index + 1, 0 while none said,
+    /// [`MIXED_GPUS`] once two processes said different GPUs.
+    node_gpu: AtomicU64,
+}
+
+/// What [`DeviceTelemetry::node_gpu`] holds once two processes of a tenant
+/// named different GPUs for the same device ordinal (each chose its own
+/// with `CUDA_VISIBLE_DEVICES`).
+pub const MIXED_GPUS: u64 = u64::MAX;
+
+/// Which node GPU a tenant's device is, as its processes published it. A
+/// tenant's claim: the node manager checks it against the GPUs it knows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NodeGpu {
+    /// No process said (yet).
+    Unknown,
+    /// NVML index.
+    Gpu(u32),
+    /// Processes of the tenant use different GPUs under this ordinal.
+    Mixed,
 }
 
 /// A tenant's activity region: its SM-time buckets and its telemetry (see
@@ -73,7 +94,7 @@ pub struct TenantActivity {
 
 // SAFETY: repr(C), atomics only; all-zero is "nothing recorded".
 unsafe impl SharedLayout for TenantActivity {
-    const MAGIC: u64 = 0x6469_6c75_5445_4c05; // "diluTEL" v5 (v2: buckets apart; v3: skips, tenant key; v4: co-location primary; v5: threads in a sync)
+    const MAGIC: u64 = 0x6469_6c75_5445_4c06; // "diluTEL" v6 (v2: buckets apart; v3: skips, tenant key; v4: co-location primary; v5: threads in a sync; v6: node GPU per device)
     fn magic(&self) -> &AtomicU64 {
         &self.magic
     }
@@ -151,6 +172,29 @@ impl DeviceTelemetry {
             self.launches.load(Ordering::Relaxed),
             self.throttled_ns.load(Ordering::Relaxed),
         ]
+    }
+
+    /// Publishes that this device is the node's GPU `nvml_index` (once per
+    /// process, when it first launches). A second process naming another
+    /// GPU makes it [`NodeGpu::Mixed`] for good.
+    pub fn publish_node_gpu(&self, nvml_index: u32) {
+        let mine = u64::from(nvml_index) + 1;
+        if let Err(seen) =
+            self.node_gpu
+                .compare_exchange(0, mine, Ordering::Relaxed, Ordering::Relaxed)
+            && seen != mine
+        {
+            self.node_gpu.store(MIXED_GPUS, Ordering::Relaxed);
+        }
+    }
+
+    /// Which node GPU the tenant's processes said this device is.
+    pub fn node_gpu(&self) -> NodeGpu {
+        match self.node_gpu.load(Ordering::Relaxed) {
+            0 => NodeGpu::Unknown,
+            MIXED_GPUS => NodeGpu::Mixed,
+            plus_one => u32::try_from(plus_one - 1).map_or(NodeGpu::Mixed, NodeGpu::Gpu),
+        }
     }
 
     /// A consistent-enough copy for readers (each counter read once).
@@ -277,6 +321,22 @@ mod tests {
         assert_eq!(snap.busy_ns, 40_000);
         use crate::histogram::HistogramSnapshot;
         assert_eq!(snap.bubbles.total(), 1, "the lease's work ran out at 21 µs");
+    }
+
+    #[test]
+    fn a_device_is_the_gpu_its_processes_name_unless_they_disagree() {
+        let t = activity();
+        let dev = &t.devices[1];
+        assert_eq!(dev.node_gpu(), NodeGpu::Unknown);
+        dev.publish_node_gpu(0);
+        assert_eq!(dev.node_gpu(), NodeGpu::Gpu(0), "index 0 is a GPU");
+        dev.publish_node_gpu(0);
+        assert_eq!(dev.node_gpu(), NodeGpu::Gpu(0), "the same again");
+        dev.publish_node_gpu(3);
+        assert_eq!(dev.node_gpu(), NodeGpu::Mixed);
+        dev.publish_node_gpu(0);
+        assert_eq!(dev.node_gpu(), NodeGpu::Mixed, "for good");
+        assert_eq!(t.devices[0].node_gpu(), NodeGpu::Unknown, "per device");
     }
 
     #[test]

@@ -52,13 +52,30 @@ impl AuditAction {
     }
 }
 
-/// A tenant as the audit sees it: its processes and its budget per device.
+/// A tenant as the audit sees it: its processes and its budget on each
+/// GPU. NVML numbers the node's GPUs; a tenant's budget is per device of
+/// its own processes, so a placed tenant's budgets are found by the GPUs
+/// it was given.
 #[derive(Debug, Clone)]
 pub struct AuditedTenant {
     pub name: String,
     pub pids: Vec<i32>,
-    /// Budget per device index (None: unlimited).
-    pub budgets: Vec<Option<u64>>,
+    /// Its budget on each GPU it was placed on: (NVML index, budget; None:
+    /// unlimited).
+    pub placed: Vec<(u32, Option<u64>)>,
+    /// Its budget on any other GPU (a tenant not placed by the node
+    /// manager: on whichever its processes use).
+    pub elsewhere: Option<u64>,
+}
+
+impl AuditedTenant {
+    /// Its budget on node GPU `gpu` (None: unlimited).
+    pub fn budget_on(&self, gpu: u32) -> Option<u64> {
+        self.placed
+            .iter()
+            .find(|(g, _)| *g == gpu)
+            .map_or(self.elsewhere, |(_, budget)| *budget)
+    }
 }
 
 /// A tenant holding more than its budget (plus slack) on a device.
@@ -113,8 +130,7 @@ pub fn find_overruns(
             continue;
         };
         for (&device, (used, pids)) in devices {
-            let budget = tenant.budgets.get(device as usize).copied().flatten();
-            if let Some(budget) = budget
+            if let Some(budget) = tenant.budget_on(device)
                 && *used > budget.saturating_add(slack)
             {
                 overruns.push(Overrun {
@@ -182,7 +198,8 @@ mod tests {
         AuditedTenant {
             name: name.into(),
             pids: pids.to_vec(),
-            budgets: vec![budget; 2],
+            placed: Vec::new(),
+            elsewhere: budget,
         }
     }
 

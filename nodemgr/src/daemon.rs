@@ -101,6 +101,7 @@ impl Daemon {
         let mut registry = Registry::new(config.tenants.clone(), config.gpu_memory);
         registry.max_tenants_per_uid = config.max_tenants_per_uid;
         let gpus = nvml::probe();
+        registry.node_gpus = gpus.len();
         if registry.gpu_memory.is_none() {
             registry.gpu_memory = gpus.first().and_then(|g| g.memory_total_bytes);
         }
@@ -329,7 +330,10 @@ fn housekeeping_loop(shared: Arc<Shared>) {
             let previous = shared.gpus.lock().expect("gpus lock").clone();
             let gpus = nvml::refresh(&previous);
             *shared.gpus.lock().expect("gpus lock") = gpus;
-            if shared.config.audit != AuditAction::Off {
+            // On a node of several GPUs the same query also says which
+            // GPUs each tenant's processes are on (`devices_in_use`).
+            let several_gpus = shared.registry.lock().expect("registry lock").node_gpus > 1;
+            if shared.config.audit != AuditAction::Off || several_gpus {
                 audit_memory(&shared, &mut usage, &mut audit_failed);
             }
         }
@@ -337,7 +341,8 @@ fn housekeeping_loop(shared: Arc<Shared>) {
 }
 
 /// Compares every tenant's real device memory with its budget and acts on
-/// an overrun (see [`crate::audit`]). The query runs outside the lock.
+/// an overrun as configured (see [`crate::audit`]; `off`: only records
+/// what each tenant holds where). The query runs outside the lock.
 fn audit_memory(shared: &Shared, source: &mut dyn UsageSource, failed: &mut bool) {
     let tenants = shared.registry.lock().expect("registry lock").audit_view();
     if tenants.is_empty() {
@@ -360,11 +365,13 @@ fn audit_memory(shared: &Shared, source: &mut dyn UsageSource, failed: &mut bool
     {
         let mut registry = shared.registry.lock().expect("registry lock");
         for tenant in &tenants {
-            let on_device_0 = totals
+            let held_on: BTreeMap<u32, u64> = totals
                 .get(&tenant.name)
-                .and_then(|devices| devices.get(&0))
-                .map_or(0, |(bytes, _)| *bytes);
-            registry.set_audited(&tenant.name, Some(on_device_0));
+                .into_iter()
+                .flatten()
+                .map(|(&gpu, (bytes, _))| (gpu, *bytes))
+                .collect();
+            registry.set_audited(&tenant.name, &held_on);
         }
     }
     for overrun in audit::find_overruns(&usage, &tenants, shared.config.audit_slack) {

@@ -3,11 +3,11 @@
 //! its tenants' requests reserve, and its co-location primary.
 //!
 //! Derived from a [`NodeStatus`] snapshot. A tenant's GPU is the one the
-//! node manager placed it on; on a node with one GPU (or none NVML shows)
-//! every tenant is on it. On a node with several, tenants the node manager
-//! did not place (their user chose the device, e.g. with
-//! `CUDA_VISIBLE_DEVICES`) are shown apart: their shares are controlled
-//! together, as one GPU's.
+//! node manager placed it on, or for one it did not place (its user chose
+//! the device, e.g. with `CUDA_VISIBLE_DEVICES`) the one its processes
+//! launch on; on a node with one GPU (or none NVML shows) every tenant is
+//! on it. Tenants on no known GPU yet are shown apart: their shares are
+//! controlled together, as one GPU's.
 
 use dilu_abi::node_wire::{NodeStatus, TenantStatus};
 use serde::Serialize;
@@ -39,9 +39,9 @@ pub fn gpu_of(status: &NodeStatus, tenant: &TenantStatus) -> Option<u32> {
         .or_else(|| (status.gpus.len() == 1).then(|| status.gpus[0].index))
 }
 
-/// `tenant` as seen on `gpu`: itself on its first GPU, with the share and
-/// use of that GPU on another of its GPUs (`dilu run --gpus N`), `None`
-/// where it does not run.
+/// `tenant` as seen on `gpu`: itself on its first GPU, with the share,
+/// use and memory of that GPU on another of its GPUs (`dilu run --gpus
+/// N`), `None` where it does not run.
 pub fn on_gpu<'a>(
     status: &NodeStatus,
     tenant: &'a TenantStatus,
@@ -54,6 +54,9 @@ pub fn on_gpu<'a>(
     let mut seen = tenant.clone();
     seen.sm_current_pct = more.sm_current_pct;
     seen.sm_achieved_pct = more.sm_achieved_pct;
+    seen.mem_used_bytes = more.mem_used_bytes;
+    seen.mem_budget_bytes = more.mem_budget_bytes;
+    seen.mem_audited_bytes = more.mem_audited_bytes;
     Some(Cow::Owned(seen))
 }
 
@@ -225,6 +228,7 @@ mod tests {
             gpu: 2,
             sm_current_pct: 45.0,
             sm_achieved_pct: 40.0,
+            ..Default::default()
         }];
         let status = NodeStatus {
             controller: "dilu".into(),

@@ -186,11 +186,14 @@ fn tenant_gpu(status: &NodeStatus, t: &TenantStatus) -> (String, String) {
 /// The per-tenant gauges that are a tenant's figure on one GPU: a tenant
 /// on several GPUs has one series per GPU of these (its share and use
 /// there); its other series are of its first GPU.
-const PER_GPU_TENANT_GAUGES: [&str; 4] = [
+const PER_GPU_TENANT_GAUGES: [&str; 7] = [
     "dilu_tenant_sm_request_ratio",
     "dilu_tenant_sm_limit_ratio",
     "dilu_tenant_sm_share_ratio",
     "dilu_tenant_sm_achieved_ratio",
+    "dilu_tenant_memory_used_bytes",
+    "dilu_tenant_memory_audited_bytes",
+    "dilu_tenant_memory_budget_bytes",
 ];
 
 type ViewValue = fn(&crate::gpu_view::GpuView) -> f64;
@@ -507,6 +510,9 @@ mod tests {
                     gpu: 1,
                     sm_current_pct: 30.0,
                     sm_achieved_pct: 25.0,
+                    mem_used_bytes: 3 << 30,
+                    mem_budget_bytes: Some(8 << 30),
+                    mem_audited_bytes: Some(4 << 30),
                 }];
                 wide
             }],
@@ -525,6 +531,10 @@ mod tests {
             r#"dilu_tenant_sm_share_ratio{gpu="0",uuid="GPU-0",tenant="wide"} 1.0"#,
             r#"dilu_tenant_sm_share_ratio{gpu="1",uuid="GPU-1",tenant="wide"} 0.3"#,
             r#"dilu_tenant_sm_achieved_ratio{gpu="1",uuid="GPU-1",tenant="wide"} 0.25"#,
+            // And its memory there.
+            r#"dilu_tenant_memory_used_bytes{gpu="1",uuid="GPU-1",tenant="wide"} 3221225472.0"#,
+            r#"dilu_tenant_memory_budget_bytes{gpu="1",uuid="GPU-1",tenant="wide"} 8589934592.0"#,
+            r#"dilu_tenant_memory_audited_bytes{gpu="1",uuid="GPU-1",tenant="wide"} 4294967296.0"#,
             r#"dilu_gpu_tenants{gpu="1"} 2.0"#,
             r#"dilu_gpu_sm_reserved_ratio{gpu="1"} 0.8"#,
         ] {

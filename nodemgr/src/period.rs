@@ -15,10 +15,9 @@ use crate::registry::Registry;
 pub struct PeriodState {
     /// The registry epoch the controllers were last assigned at.
     epoch: Option<u64>,
-    /// The tenants' devices in observation order: each tenant's device 0,
-    /// then its other devices when it was given several GPUs. Each with
-    /// its tenant's name, the GPU it is (its controller group) and its
-    /// in-process device ordinal.
+    /// The tenants' devices in observation order: each tenant's devices in
+    /// its own order. Each with its tenant's name, the GPU it is (its
+    /// controller group) and its in-process device ordinal.
     pub names: Vec<String>,
     pub gpus: Vec<GpuKey>,
     pub devices: Vec<usize>,
@@ -36,19 +35,17 @@ pub fn run(
     state: &mut PeriodState,
     now_ns: u64,
 ) {
+    registry.follow_devices_in_use();
     if state.epoch != Some(registry.epoch) {
         state.epoch = Some(registry.epoch);
         state.names.clear();
         state.gpus.clear();
         state.devices.clear();
         for t in registry.tenants.values() {
-            state.names.push(t.name.clone());
-            state.gpus.push(t.gpu);
-            state.devices.push(0);
-            for (k, &gpu) in t.more_gpus.iter().enumerate().take(t.more_devices.len()) {
+            for device in &t.devices {
                 state.names.push(t.name.clone());
-                state.gpus.push(Some(gpu));
-                state.devices.push(k + 1);
+                state.gpus.push(device.gpu);
+                state.devices.push(device.ordinal);
             }
         }
     }
@@ -63,13 +60,7 @@ pub fn run(
     state.observations.clear();
     for tenant in registry.tenants.values_mut() {
         let activity = &tenant.regions.activity;
-        let share = tenant.share_ppm;
-        let o = tenant
-            .sampler
-            .observe(activity, now_ns, &tenant.spec, share);
-        state.observations.push(o);
-        let more = tenant.more_devices.iter_mut().take(tenant.more_gpus.len());
-        for device in more {
+        for device in &mut tenant.devices {
             let share = device.share_ppm;
             let o = device
                 .sampler
@@ -86,35 +77,22 @@ pub fn run(
     let mut shares = state.shares.iter().copied();
     let mut bounds = state.queue_bounds.iter().copied();
     for tenant in registry.tenants.values_mut() {
-        let Some(share) = shares.next() else { break };
-        tenant.share_ppm = share;
-        let more = tenant.more_gpus.len().min(tenant.more_devices.len());
-        for device in &mut tenant.more_devices[..more] {
+        for device in &mut tenant.devices {
             device.share_ppm = shares.next().unwrap_or(device.share_ppm);
         }
-        crate::registry::write_shares(
-            &tenant.regions.budget,
-            share,
-            tenant.more_devices.iter().map(|d| d.share_ppm),
-        );
-        let first = bounds.next().unwrap_or(0);
-        crate::registry::write_queue_bounds(
-            &tenant.regions.budget,
-            first,
-            bounds.by_ref().take(more),
-        );
+        crate::registry::write_shares(&tenant.regions.budget, tenant.shares());
+        // No bounds at all where the law does not guard between periods.
+        let own_bounds = (tenant.devices.iter()).map(|d| (d.ordinal, bounds.next().unwrap_or(0)));
+        crate::registry::write_queue_bounds(&tenant.regions.budget, own_bounds);
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::registry::{HeldPlacement, Peer, create_regions};
     use dilu_abi::node_wire::{TenantSpec, WorkClass};
     use dilu_layout::budget::UNLIMITED_SHARE;
     use std::collections::BTreeMap;
-    use std::sync::Arc;
-    use std::time::Instant;
 
     const PERIOD_NS: u64 = 5_000_000;
 
@@ -128,23 +106,8 @@ mod tests {
     }
 
     fn add(registry: &mut Registry, name: &str, gpus: &[u32], spec: TenantSpec) {
-        registry.held.insert(
-            name.into(),
-            HeldPlacement {
-                uid: 1,
-                spec: spec.clone(),
-                gpu: gpus[0],
-                more_gpus: gpus[1..].to_vec(),
-                since: Instant::now(),
-            },
-        );
-        let peer = Peer {
-            pid: std::process::id() as i32,
-            uid: 1,
-            connection: Arc::new(std::fs::File::open("/dev/null").unwrap().into()),
-        };
-        let fresh = create_regions(name, None).unwrap();
-        registry.register(name, peer, 0, Some(spec), fresh).unwrap();
+        let pid = std::process::id() as i32;
+        crate::registry::testing::register_on(registry, name, pid, gpus, spec);
     }
 
     /// A tenant on gpu0 and gpu1 takes part in both GPUs' control: alone on
@@ -162,7 +125,7 @@ mod tests {
             now_ns += PERIOD_NS;
             // Both keep every device they have busy, and wait for tokens.
             for tenant in registry.tenants.values() {
-                for device in 0..=tenant.more_gpus.len() {
+                for device in 0..tenant.devices.len() {
                     let telemetry = &tenant.regions.activity.devices[device];
                     telemetry.record_launch(now_ns, PERIOD_NS);
                     telemetry.record_throttle(PERIOD_NS / 2);
@@ -176,15 +139,16 @@ mod tests {
         let budget = &wide.regions.budget;
         assert_eq!(budget.share_ppm(0), UNLIMITED_SHARE, "alone on gpu0");
         let on_gpu1 = budget.share_ppm(1);
-        assert_eq!(on_gpu1, wide.more_devices[0].share_ppm);
+        assert_eq!(on_gpu1, wide.devices[1].share_ppm);
         assert!(
             (200_000..1_000_000).contains(&on_gpu1),
             "on gpu1 at least its request, beside the other tenant: {on_gpu1}"
         );
         assert!(
-            other.share_ppm >= 600_000 && other.share_ppm + on_gpu1 <= 1_000_000,
+            other.devices[0].share_ppm >= 600_000
+                && other.devices[0].share_ppm + on_gpu1 <= 1_000_000,
             "gpu1 is shared out between its two tenants: {} + {on_gpu1}",
-            other.share_ppm
+            other.devices[0].share_ppm
         );
     }
 

@@ -27,29 +27,32 @@ pub const POLL: Duration = Duration::from_micros(500);
 pub struct WakeWatch {
     /// The registry epoch the positions below belong to.
     epoch: Option<u64>,
-    /// (position among the registry's tenants, launches on its device 0
-    /// at the last period), in position order.
-    resting: Vec<(usize, u64)>,
+    /// (position among the registry's tenants, its device ordinal,
+    /// launches on that device at the last period), in position order.
+    resting: Vec<(usize, usize, u64)>,
 }
 
 impl WakeWatch {
-    /// After a period: watches the tenants to wake for. `observations` and
-    /// `gpus` are the period's, one per tenant device in the registry's
-    /// order (each tenant's device 0, then its other devices).
+    /// After a period: watches the tenant devices to wake for.
+    /// `observations` and `gpus` are the period's, one per tenant device in
+    /// the registry's order (each tenant's devices in its own order).
     pub fn arm(&mut self, registry: &Registry, observations: &[Observation], gpus: &[GpuKey]) {
         self.epoch = Some(registry.epoch);
         self.resting.clear();
         let with_batch = gpus_with(observations, gpus, |o| o.class == WorkClass::Batch);
         let mut at = 0;
         for (position, tenant) in registry.tenants.values().enumerate() {
-            let (Some(o), Some(gpu)) = (observations.get(at), gpus.get(at)) else {
-                break;
-            };
-            if resting_latency_tenant(o) && with_batch.contains(gpu) {
-                let launches = tenant.regions.activity.devices[0].pulse()[1];
-                self.resting.push((position, launches));
+            for device in &tenant.devices {
+                let (Some(o), Some(gpu)) = (observations.get(at), gpus.get(at)) else {
+                    return;
+                };
+                at += 1;
+                if resting_latency_tenant(o) && with_batch.contains(gpu) {
+                    let ordinal = device.ordinal;
+                    let launches = tenant.regions.activity.devices[ordinal].pulse()[1];
+                    self.resting.push((position, ordinal, launches));
+                }
             }
-            at += 1 + tenant.more_gpus.len().min(tenant.more_devices.len());
         }
     }
 
@@ -65,14 +68,17 @@ impl WakeWatch {
         }
         let mut watched = self.resting.iter().peekable();
         for (position, tenant) in registry.tenants.values().enumerate() {
-            let Some(&&(at, launches)) = watched.peek() else {
-                return false;
-            };
-            if at == position {
-                if tenant.regions.activity.devices[0].pulse()[1] != launches {
+            while let Some(&&(at, device, launches)) = watched.peek() {
+                if at != position {
+                    break;
+                }
+                if tenant.regions.activity.devices[device].pulse()[1] != launches {
                     return true;
                 }
                 watched.next();
+            }
+            if watched.peek().is_none() {
+                return false;
             }
         }
         false

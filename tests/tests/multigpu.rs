@@ -26,17 +26,22 @@ fn summary(output: &Output) -> Value {
 /// A batch tenant with a 60% request and a 100% limit, with a deep queue
 /// of 1 ms kernels for `seconds`: its kernels per second.
 fn train(node: &Node, name: &str, seconds: &str) -> (f64, Value) {
-    let output = node
-        .command(&dilu(), GPUS)
-        .args(["run", "--sim", "--tenant", name])
-        .args([
-            "--class",
-            "batch",
-            "--sm-request",
-            "60",
-            "--sm-limit",
-            "100",
-        ])
+    let output = batch_loop(node, GPUS, name, ["60", "100"], seconds)
+        .arg("--json")
+        .output()
+        .expect("run the batch tenant");
+    assert!(output.status.success(), "{output:?}");
+    let rate = summary(&output)["kernels_per_second"].as_f64().unwrap();
+    (rate, node.status().unwrap_or(Value::Null))
+}
+
+/// `dilu run --sim` of batch tenant `name` with SM `[request, limit]`,
+/// a deep queue of 1 ms kernels for `seconds`, on a node of `gpus` GPUs.
+fn batch_loop(node: &Node, gpus: u32, name: &str, sm: [&str; 2], seconds: &str) -> Command {
+    let mut command = node.command(&dilu(), gpus);
+    command
+        .args(["run", "--sim", "--tenant", name, "--class", "batch"])
+        .args(["--sm-request", sm[0], "--sm-limit", sm[1]])
         .arg("--")
         .arg(artifact("cudarc-loop"))
         .args([
@@ -47,13 +52,8 @@ fn train(node: &Node, name: &str, seconds: &str) -> (f64, Value) {
             "--depth",
             "never",
         ])
-        .arg("--json")
-        .stdin(Stdio::null())
-        .output()
-        .expect("run the batch tenant");
-    assert!(output.status.success(), "{output:?}");
-    let rate = summary(&output)["kernels_per_second"].as_f64().unwrap();
-    (rate, node.status().unwrap_or(Value::Null))
+        .stdin(Stdio::null());
+    command
 }
 
 /// The issue's case: a nearly idle latency tenant that requests 60% of its
@@ -395,18 +395,29 @@ fn a_two_gpu_tenants_memory_budget_holds_on_each_device() {
 /// the limits on a GPU to 135%.)
 #[test]
 fn a_two_gpu_tenants_share_on_each_gpu_follows_that_gpus_tenants() {
-    const TWO: u32 = 2;
     let node = Node::new("multigpu-wide-control");
     let mut daemon = node.start_daemon(TWO, "dilu");
+    let (busy, shared) = start_busy_beside(&node, "12");
+    let wide = unique_name("wide");
+    let output = two_device_loop(&node, &["--gpus", "2", "--tenant", &wide], "4")
+        .output()
+        .expect("run the two-GPU tenant");
+    assert!(output.status.success(), "{output:?}");
+    let summary = summary(&output);
+    assert_eq!(summary["visible"], "0,1", "{summary}");
+    assert_held_beside_busy("two-GPU tenant", &rates(&summary), shared);
+    let _ = busy.wait_with_output();
+    daemon.kill().unwrap();
+    daemon.wait().unwrap();
+}
+
+const TWO: u32 = 2;
+
+/// A busy batch tenant (60% request and limit) placed on one GPU of a
+/// two-GPU node for `seconds`, and the GPU it is on.
+fn start_busy_beside(node: &Node, seconds: &str) -> (std::process::Child, u64) {
     let other = unique_name("busy");
-    let busy = node
-        .command(&dilu(), TWO)
-        .args(["run", "--sim", "--tenant", &other, "--class", "batch"])
-        .args(["--sm-request", "60", "--sm-limit", "60"])
-        .arg("--")
-        .arg(artifact("cudarc-loop"))
-        .args(["--seconds", "12", "--blocks", "13200", "--depth", "never"])
-        .stdin(Stdio::null())
+    let busy = batch_loop(node, TWO, &other, ["60", "60"], seconds)
         .stdout(Stdio::null())
         .spawn()
         .expect("start the busy tenant");
@@ -414,26 +425,32 @@ fn a_two_gpu_tenants_share_on_each_gpu_follows_that_gpus_tenants() {
         tenant(s, &other).is_some_and(|t| t["gpu"].is_u64())
     });
     let shared = tenant(&status, &other).unwrap()["gpu"].as_u64().unwrap();
+    (busy, shared)
+}
 
-    let wide = unique_name("wide");
-    let output = node
-        .command(&dilu(), TWO)
-        .args(["run", "--sim", "--gpus", "2", "--tenant", &wide])
+/// `dilu run --sim RUN_ARGS` of a batch tenant (20% request, 75% limit)
+/// with a deep queue of 1 ms kernels on two devices for `seconds`.
+fn two_device_loop(node: &Node, run_args: &[&str], seconds: &str) -> Command {
+    let mut command = node.command(&dilu(), TWO);
+    command
+        .args(["run", "--sim"])
+        .args(run_args)
         .args(["--class", "batch", "--sm-request", "20", "--sm-limit", "75"])
         .arg("--")
         .arg(artifact("cudarc-loop"))
-        .args(["--devices", "2", "--seconds", "4"])
+        .args(["--devices", "2", "--seconds", seconds])
         .args(["--blocks", "13200", "--depth", "never", "--json"])
-        .stdin(Stdio::null())
-        .output()
-        .expect("run the two-GPU tenant");
-    assert!(output.status.success(), "{output:?}");
-    let summary = summary(&output);
-    assert_eq!(summary["visible"], "0,1", "{summary}");
-    let rates = rates(&summary);
+        .stdin(Stdio::null());
+    command
+}
+
+/// A two-device tenant's rates: on the GPU it has alone it runs at its
+/// limit, beside the busy tenant's 60% request (on gpu `shared`) it
+/// does not.
+fn assert_held_beside_busy(what: &str, rates: &[f64], shared: u64) {
     let (on_shared, alone) = (rates[shared as usize], rates[1 - shared as usize]);
     eprintln!(
-        "two-GPU tenant: {alone:.1} kernels/s on the GPU it has alone, \
+        "{what}: {alone:.1} kernels/s on the GPU it has alone, \
          {on_shared:.1} on gpu{shared} beside a 60% request"
     );
     // 1 ms kernels: ~1000/s is the whole GPU. Alone it may use 75% of
@@ -443,6 +460,38 @@ fn a_two_gpu_tenants_share_on_each_gpu_follows_that_gpus_tenants() {
         "alone on a GPU it runs at its limit, beside a 60% request it does not: \
          {alone:.1} vs {on_shared:.1} kernels/s"
     );
+}
+
+/// A tenant its user put on two GPUs (`CUDA_VISIBLE_DEVICES`, so `dilu run`
+/// places nothing) is controlled on each GPU it launches on, beside that
+/// GPU's tenants, as a tenant the node manager placed is. Before, both of
+/// its devices followed its device 0 alone.
+#[test]
+fn a_tenant_on_gpus_its_user_chose_is_controlled_on_each_gpu_it_uses() {
+    let node = Node::new("multigpu-chosen");
+    let mut daemon = node.start_daemon(TWO, "dilu");
+    let (busy, shared) = start_busy_beside(&node, "14");
+    let chosen = unique_name("chosen");
+    let run = two_device_loop(&node, &["--tenant", &chosen], "5")
+        .env("CUDA_VISIBLE_DEVICES", "0,1")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("run the tenant on the GPUs its user chose");
+    // While it runs, the status shows it on both GPUs.
+    let status = node.wait_for("the chosen tenant on both GPUs", |s| {
+        tenant(s, &chosen).is_some_and(|t| {
+            t["gpu"].is_u64() && t["more_gpus"].as_array().is_some_and(|m| m.len() == 1)
+        })
+    });
+    let seen = tenant(&status, &chosen).unwrap();
+    let mut on: Vec<u64> = vec![seen["gpu"].as_u64().unwrap()];
+    on.push(seen["more_gpus"][0]["gpu"].as_u64().unwrap());
+    on.sort_unstable();
+    assert_eq!(on, [0, 1], "{seen}");
+    let output = run.wait_with_output().expect("wait for the chosen tenant");
+    assert!(output.status.success(), "{output:?}");
+    assert_held_beside_busy("tenant on chosen GPUs", &rates(&summary(&output)), shared);
     let _ = busy.wait_with_output();
     daemon.kill().unwrap();
     daemon.wait().unwrap();

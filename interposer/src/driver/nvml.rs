@@ -64,6 +64,17 @@ pub(crate) fn cuda_pci_location(ordinal: CUdevice) -> Option<(u32, u32, u32)> {
 /// for this process: `nvmlInit` counts references, so the program's own
 /// use of NVML is unaffected).
 pub(crate) fn nvml_device_at(location: (u32, u32, u32)) -> Option<NvmlDevice> {
+    nvml_index_and_device_at(location).map(|(_, device)| device)
+}
+
+/// NVML's index (the node's number for a GPU) of CUDA device `ordinal`,
+/// found by its PCI location: exact whatever `CUDA_VISIBLE_DEVICES` and
+/// `CUDA_DEVICE_ORDER` say. Needs the initialised driver.
+pub(crate) fn nvml_index_of_cuda_device(ordinal: CUdevice) -> Option<u32> {
+    nvml_index_and_device_at(cuda_pci_location(ordinal)?).map(|(index, _)| index)
+}
+
+fn nvml_index_and_device_at(location: (u32, u32, u32)) -> Option<(u32, NvmlDevice)> {
     let nvml = real_nvml();
     let init = nvml.nvmlInit_v2()?;
     let count = nvml.nvmlDeviceGetCount_v2()?;
@@ -80,7 +91,7 @@ pub(crate) fn nvml_device_at(location: (u32, u32, u32)) -> Option<NvmlDevice> {
         (0..n).find_map(|i| {
             let mut device: NvmlDevice = core::ptr::null_mut();
             (handle(i, &mut device) == NVML_SUCCESS && nvml_pci_location(device) == Some(location))
-                .then_some(device)
+                .then_some((i, device))
         })
     }
 }

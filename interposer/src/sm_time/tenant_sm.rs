@@ -163,8 +163,29 @@ impl TenantSm {
     #[inline]
     pub fn current_device(&self) -> usize {
         self.current_device
-            .get_or_init(|| CurrentDevice::new(devices::cuda_device_count()))
+            .get_or_init(|| {
+                let count = devices::cuda_device_count();
+                self.publish_node_gpus(count);
+                CurrentDevice::new(count)
+            })
             .get()
+    }
+
+    /// Says, in the activity region, which of the node's GPUs each of this
+    /// process's devices is: the node manager controls a tenant it did not
+    /// place (whose processes chose their GPUs) on each GPU it uses, beside
+    /// that GPU's other tenants. Once per process, at its first launch
+    /// (the driver is initialised then).
+    #[cold]
+    fn publish_node_gpus(&self, count: usize) {
+        if !matches!(self.regions, Regions::Managed(_)) {
+            return;
+        }
+        for ordinal in 0..count.min(ledger::MAX_DEVICES) {
+            if let Some(index) = crate::driver::nvml::nvml_index_of_cuda_device(ordinal as i32) {
+                self.activity().devices[ordinal].publish_node_gpu(index);
+            }
+        }
     }
 
     #[inline]

@@ -6,9 +6,11 @@
 //! tenants nor the idle time of another GPU. Each GPU keeps its own
 //! controller state, and only a GPU whose tenant set changed starts over.
 //!
-//! Tenants not placed on a GPU by the daemon (`gpu: None`, e.g. a program
-//! started without `dilu run` on a node whose GPUs it chose itself) form
-//! one group of their own, as admission counts them
+//! A tenant's device is on the GPU the daemon placed it on, or for a
+//! tenant it did not place, the one its processes launch on
+//! ([`crate::registry::devices_in_use`]). Devices on no known GPU
+//! (`None`: before their first launch, or on a one-GPU node) form one
+//! group of their own, as admission counts unplaced tenants
 //! ([`crate::registry::Registry::admit`]); on a one-GPU node that group is
 //! every tenant.
 

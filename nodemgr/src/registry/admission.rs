@@ -10,16 +10,13 @@ use dilu_layout::budget::FULL_SHARE_PPM;
 
 impl Registry {
     /// Checks that `spec` fits beside the other tenants of each of the
-    /// tenant's GPUs (`gpu` and `more`: those it was placed on; its spec
-    /// holds on each).
-    pub fn admit_each(
-        &self,
-        name: &str,
-        spec: &TenantSpec,
-        gpu: Option<u32>,
-        more: &[u32],
-    ) -> Result<(), String> {
-        self.admit(name, spec, gpu)?;
+    /// tenant's GPUs (`gpus`: those it was placed on, empty when unplaced;
+    /// its spec holds on each).
+    pub fn admit_each(&self, name: &str, spec: &TenantSpec, gpus: &[u32]) -> Result<(), String> {
+        let Some((&first, more)) = gpus.split_first() else {
+            return self.admit(name, spec, None);
+        };
+        self.admit(name, spec, Some(first))?;
         for &g in more {
             self.admit(name, spec, Some(g))
                 .map_err(|e| format!("on gpu{g}: {e}"))?;
@@ -35,7 +32,7 @@ impl Registry {
         let held = self
             .held
             .iter()
-            .filter(|(_, h)| is_on(Some(h.gpu), &h.more_gpus, gpu))
+            .filter(|(_, h)| is_on(&h.gpus, gpu))
             .map(|(n, h)| (n, &h.spec));
         let others: Vec<(&String, &TenantSpec)> = self
             .tenants

@@ -46,7 +46,7 @@ impl Registry {
         if let Some(tenant) = self.tenants.get(name)
             && tenant.spec != spec
         {
-            self.admit_each(name, &spec, tenant.gpu, &tenant.more_gpus)?;
+            self.admit_each(name, &spec, &tenant.gpus())?;
             let tenant = self.tenants.get_mut(name).expect("checked above");
             tenant.spec = spec.clone();
             tenant.regions.budget.set_mem_budget_all(spec.mem_bytes);
@@ -62,10 +62,11 @@ impl Registry {
         Ok((spec, changed))
     }
 
-    /// The GPUs granted to tenant `name` as (first, more), if any.
-    pub(super) fn granted_gpus(&self, name: &str) -> Option<(u32, Vec<u32>)> {
-        let gpus = &self.granted.get(name)?.gpus;
-        Some((*gpus.first()?, gpus[1..].to_vec()))
+    /// The GPUs granted to tenant `name`, ascending (empty: none named).
+    pub(super) fn granted_gpus(&self, name: &str) -> Vec<u32> {
+        self.granted
+            .get(name)
+            .map_or_else(Vec::new, |grant| grant.gpus.clone())
     }
 
     /// Ends tenant `name`'s grant; whether it had one. A running tenant

@@ -21,12 +21,15 @@
 //! - [`regions`]: the budget and activity regions the daemon makes and
 //!   writes;
 //! - [`admission`]: whether a spec fits on its GPUs;
+//! - [`devices_in_use`]: the devices of a tenant not placed, as its
+//!   processes use them;
 //! - [`grants`]: specs the cluster granted (DRA claims), which win;
 //! - [`placement_holds`]: GPUs chosen before a tenant's first process;
 //! - [`persistence`]: the saved state and re-adoption;
 //! - [`views`]: status, audit and ledger views.
 
 pub mod admission;
+pub mod devices_in_use;
 pub mod grants;
 pub mod persistence;
 pub mod placement_holds;
@@ -38,8 +41,8 @@ pub use regions::{
     Regions, create_regions, effective_share, write_queue_bounds, write_share, write_shares,
 };
 pub use tenant::{
-    DeviceControl, Grant, HeldPlacement, MAX_HELD_PLACEMENTS, Member, PLACEMENT_GRACE, Peer,
-    READOPT_GRACE, Tenant, more_devices,
+    Grant, HeldPlacement, MAX_HELD_PLACEMENTS, Member, PLACEMENT_GRACE, Peer, READOPT_GRACE,
+    Tenant, TenantDevice, devices_on,
 };
 
 use crate::observe::Sampler;
@@ -57,6 +60,9 @@ pub struct Registry {
     /// What the cluster granted ([`grants`]; its specs win over both).
     pub granted: BTreeMap<String, Grant>,
     pub gpu_memory: Option<u64>,
+    /// The node's GPUs (NVML's count; 0 or 1: every tenant is on the one
+    /// GPU, placed or not).
+    pub node_gpus: usize,
     pub tenants: BTreeMap<String, Tenant>,
     /// GPUs chosen for tenants not registered yet, by tenant name.
     pub held: BTreeMap<String, HeldPlacement>,
@@ -73,6 +79,7 @@ impl Registry {
             configured,
             granted: BTreeMap::new(),
             gpu_memory,
+            node_gpus: 0,
             tenants: BTreeMap::new(),
             held: BTreeMap::new(),
             epoch: 0,
@@ -120,34 +127,26 @@ impl Registry {
             // Re-adopted from the state file: the first process back hands
             // over the telemetry its processes write.
             let regions = fresh.take().expect("checked above");
-            configure(&regions, tenant.share_ppm, tenant.spec.mem_bytes);
-            write_shares(
-                &regions.budget,
-                tenant.share_ppm,
-                tenant.more_devices.iter().map(|d| d.share_ppm),
-            );
+            configure(&regions, tenant.devices[0].share_ppm, tenant.spec.mem_bytes);
+            write_shares(&regions.budget, tenant.shares());
             tenant.regions = regions;
-            tenant.sampler = Sampler::default();
-            for (k, device) in tenant.more_devices.iter_mut().enumerate() {
-                device.sampler = Sampler::for_device(k + 1);
+            for device in &mut tenant.devices {
+                device.sampler = Sampler::for_device(device.ordinal);
             }
         }
         if !self.tenants.contains_key(name) {
             let spec = self.spec_of(name, asked);
             // A GPU chosen for it by `dilu run`, or granted by the
             // cluster, is its GPU from now on.
-            let (gpu, more_gpus) = match self.held.get(name) {
+            let gpus = match self.held.get(name) {
                 Some(held) if held.uid != peer.uid => {
                     return Err(format!(
                         "tenant {name:?} belongs to another user (uid {})",
                         held.uid
                     ));
                 }
-                Some(held) => (Some(held.gpu), held.more_gpus.clone()),
-                None => match self.granted_gpus(name) {
-                    Some((gpu, more)) => (Some(gpu), more),
-                    None => (None, Vec::new()),
-                },
+                Some(held) => held.gpus.clone(),
+                None => self.granted_gpus(name),
             };
             self.check_tenant_cap(peer.uid)?;
             // A process handing back its regions is already running (it
@@ -155,11 +154,11 @@ impl Registry {
             // one): refusing it would leave it unmanaged, so it is held to
             // the room left and named as over-admitted.
             let running = fresh.as_ref().is_some_and(|r| r.adopted);
-            let (spec, over_admitted) = match self.admit_each(name, &spec, gpu, &more_gpus) {
+            let (spec, over_admitted) = match self.admit_each(name, &spec, &gpus) {
                 Ok(()) => (spec, None),
                 Err(reason) if running => {
-                    let mut held = self.room_left(name, &spec, gpu);
-                    for &g in &more_gpus {
+                    let mut held = self.room_left(name, &spec, gpus.first().copied());
+                    for &g in gpus.iter().skip(1) {
                         let room = self.room_left(name, &spec, Some(g));
                         held.sm_request_pct = held.sm_request_pct.min(room.sm_request_pct);
                         held.sm_limit_pct = held.sm_limit_pct.max(held.sm_request_pct);
@@ -192,13 +191,10 @@ impl Registry {
                     regions,
                     members: BTreeMap::new(),
                     ledger: None,
-                    share_ppm: share,
-                    sampler: Sampler::default(),
                     awaiting_since: None,
-                    audited_bytes: None,
-                    gpu,
-                    more_devices: more_devices(more_gpus.len(), share),
-                    more_gpus,
+                    placed: !gpus.is_empty(),
+                    seen_on_gpus: Vec::new(),
+                    devices: devices_on(&gpus, share),
                     over_admitted,
                 },
             );
@@ -273,7 +269,7 @@ impl Registry {
         if let Some(v) = update.mem_bytes {
             spec.mem_bytes = Some(v);
         }
-        self.admit_each(name, &spec, tenant.gpu, &tenant.more_gpus)?;
+        self.admit_each(name, &spec, &tenant.gpus())?;
         let tenant = self.tenants.get_mut(name).expect("checked above");
         tenant.spec = spec.clone();
         // Live: every member's next allocation is held to the new budget.
@@ -294,6 +290,42 @@ impl Registry {
             self.epoch += 1;
         }
         self.held.retain(|_, h| h.since.elapsed() < PLACEMENT_GRACE);
+    }
+}
+
+/// Registering tenants in unit tests.
+#[cfg(test)]
+pub(crate) mod testing {
+    use super::{HeldPlacement, Peer, Registry, create_regions};
+    use dilu_abi::node_wire::TenantSpec;
+    use std::sync::Arc;
+    use std::time::Instant;
+
+    /// Registers a process `pid` of tenant `name` (uid 1) with `spec`,
+    /// placed on `gpus` (empty: not placed).
+    pub fn register_on(
+        registry: &mut Registry,
+        name: &str,
+        pid: i32,
+        gpus: &[u32],
+        spec: TenantSpec,
+    ) {
+        if !gpus.is_empty() {
+            let held = HeldPlacement {
+                uid: 1,
+                spec: spec.clone(),
+                gpus: gpus.to_vec(),
+                since: Instant::now(),
+            };
+            registry.held.insert(name.into(), held);
+        }
+        let peer = Peer {
+            pid,
+            uid: 1,
+            connection: Arc::new(std::fs::File::open("/dev/null").unwrap().into()),
+        };
+        let fresh = create_regions(name, None).unwrap();
+        registry.register(name, peer, 0, Some(spec), fresh).unwrap();
     }
 }
 
@@ -361,7 +393,7 @@ mod tests {
                 .unwrap();
         }
         assert!(registry.held.is_empty());
-        assert_eq!(registry.tenants["a"].gpu, Some(a));
+        assert_eq!(registry.tenants["a"].gpus(), vec![a]);
         assert_eq!(
             place(&mut registry, "a", 1),
             Ok(Some(a)),
@@ -407,14 +439,14 @@ mod tests {
         assert_eq!(registry.tenants["wide"].gpus(), wide);
         assert_eq!(registry.saved()[0].more_gpus, wide[1..]);
         // A restarted daemon gives each device back its own share.
-        registry.tenants.get_mut("wide").unwrap().more_devices[0].share_ppm = 450_000;
+        registry.tenants.get_mut("wide").unwrap().devices[1].share_ppm = 450_000;
         let mut restarted = Registry::new(BTreeMap::new(), None);
         restarted.restore(registry.saved());
         let back = &restarted.tenants["wide"];
         assert_eq!(back.gpus(), wide);
-        assert_eq!(back.more_devices[0].share_ppm, 450_000);
+        assert_eq!(back.devices[1].share_ppm, 450_000);
         assert_eq!(back.regions.budget.share_ppm(1), 450_000);
-        assert_eq!(back.regions.budget.share_ppm(0), back.share_ppm);
+        assert_eq!(back.regions.budget.share_ppm(0), back.devices[0].share_ppm);
         // Each of its GPUs is full for another 60%: the other two are left.
         let two = place(&mut registry, "other", 2).unwrap();
         assert!(two.iter().all(|g| !wide.contains(g)), "{two:?} {wide:?}");
@@ -426,8 +458,7 @@ mod tests {
             HeldPlacement {
                 uid: 1,
                 spec: shares(30.0, 30.0),
-                gpu: wide[1],
-                more_gpus: Vec::new(),
+                gpus: vec![wide[1]],
                 since: Instant::now(),
             },
         );

@@ -4,15 +4,16 @@
 
 use super::Registry;
 use super::regions::{configure, create_regions, write_shares};
-use super::tenant::{Tenant, more_devices};
-use crate::observe::Sampler;
+use super::tenant::{Tenant, devices_on};
 use dilu_abi::node_wire::TenantSpec;
 use dilu_abi::tenant_flags::check_tenant_name;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::time::Instant;
 
-/// What is persisted under the run directory for re-adoption.
+/// What is persisted under the run directory for re-adoption. Its shape
+/// stays readable by the daemon that wrote it before (device 0's share
+/// and GPU apart from the others').
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct SavedTenant {
     pub name: String,
@@ -39,10 +40,17 @@ impl Registry {
                 name: t.name.clone(),
                 uid: t.uid,
                 spec: t.spec.clone(),
-                share_ppm: t.share_ppm,
-                gpu: t.gpu,
-                more_gpus: t.more_gpus.clone(),
-                more_shares: t.more_devices.iter().map(|d| d.share_ppm).collect(),
+                share_ppm: t.devices[0].share_ppm,
+                // The GPUs its processes chose are found again from their
+                // use; only the daemon's placement is kept.
+                gpu: t.devices[0].gpu.filter(|_| t.placed),
+                more_gpus: (t.devices[1..].iter())
+                    .filter_map(|d| d.gpu.filter(|_| t.placed))
+                    .collect(),
+                more_shares: (t.devices[1..].iter())
+                    .filter(|_| t.placed)
+                    .map(|d| d.share_ppm)
+                    .collect(),
                 over_admitted: t.over_admitted.clone(),
             })
             .collect()
@@ -59,14 +67,15 @@ impl Registry {
                 continue;
             };
             configure(&regions, s.share_ppm, s.spec.mem_bytes);
-            let mut more = more_devices(s.more_gpus.len(), s.share_ppm);
-            for (device, &share) in more.iter_mut().zip(&s.more_shares) {
+            // A saved tenant has more GPUs only if it has a first one.
+            let gpus: Vec<u32> = s.gpu.into_iter().chain(s.more_gpus).collect();
+            let mut devices = devices_on(&gpus, s.share_ppm);
+            for (device, &share) in devices[1..].iter_mut().zip(&s.more_shares) {
                 device.share_ppm = share;
             }
             write_shares(
                 &regions.budget,
-                s.share_ppm,
-                more.iter().map(|d| d.share_ppm),
+                devices.iter().map(|d| (d.ordinal, d.share_ppm)),
             );
             self.tenants.insert(
                 s.name.clone(),
@@ -77,13 +86,10 @@ impl Registry {
                     regions,
                     members: BTreeMap::new(),
                     ledger: None,
-                    share_ppm: s.share_ppm,
-                    sampler: Sampler::default(),
                     awaiting_since: Some(Instant::now()),
-                    audited_bytes: None,
-                    gpu: s.gpu,
-                    more_devices: more,
-                    more_gpus: s.more_gpus,
+                    placed: !gpus.is_empty(),
+                    seen_on_gpus: Vec::new(),
+                    devices,
                     over_admitted: s.over_admitted,
                 },
             );

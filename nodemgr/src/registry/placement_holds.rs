@@ -63,7 +63,7 @@ impl Registry {
                     tenant.uid
                 ));
             }
-            if tenant.gpu.is_some() {
+            if tenant.placed {
                 return running(tenant.gpus());
             }
         }
@@ -75,7 +75,7 @@ impl Registry {
                 ));
             }
             held.since = Instant::now();
-            return running(held.gpus());
+            return running(held.gpus.clone());
         }
         if self.held.len() >= MAX_HELD_PLACEMENTS {
             return Err(format!(
@@ -85,9 +85,9 @@ impl Registry {
         let taken: Vec<(Vec<u32>, &TenantSpec)> = self
             .tenants
             .values()
-            .filter(|t| t.gpu.is_some())
             .map(|t| (t.gpus(), &t.spec))
-            .chain(self.held.values().map(|h| (h.gpus(), &h.spec)))
+            .filter(|(gpus, _)| !gpus.is_empty())
+            .chain(self.held.values().map(|h| (h.gpus.clone(), &h.spec)))
             .map(|(gpus, spec)| {
                 let gpus = gpus
                     .into_iter()
@@ -121,8 +121,7 @@ impl Registry {
             HeldPlacement {
                 uid,
                 spec,
-                gpu: gpus[0],
-                more_gpus: gpus[1..].to_vec(),
+                gpus: gpus.clone(),
                 since: Instant::now(),
             },
         );

@@ -38,15 +38,12 @@ pub fn write_share(budget: &TenantBudget, share_ppm: u32) {
     }
 }
 
-/// Writes a tenant's shares device by device: `first` to device 0 (and to
-/// every device past its own), the `more` shares to devices 1, 2, ...
-/// With no more devices, the same as [`write_share`].
-pub fn write_shares(budget: &TenantBudget, first: u32, more: impl IntoIterator<Item = u32>) {
-    let mut shares = [first; MAX_DEVICES];
-    for (slot, share) in shares[1..].iter_mut().zip(more) {
-        *slot = share;
-    }
-    for (device, &share) in shares.iter().enumerate() {
+/// Writes a tenant's shares device by device: (ordinal, share) for each
+/// of its devices, the first listed also to every device not listed (a
+/// tenant not placed by the daemon may start using one any time: it is
+/// held to that share until the daemon counts the device).
+pub fn write_shares(budget: &TenantBudget, shares: impl IntoIterator<Item = (usize, u32)>) {
+    for (device, share) in per_device(shares, 0).into_iter().enumerate() {
         let value = if share >= FULL_SHARE_PPM {
             UNLIMITED_SHARE
         } else {
@@ -59,15 +56,25 @@ pub fn write_shares(budget: &TenantBudget, first: u32, more: impl IntoIterator<I
 }
 
 /// Writes a tenant's queue bounds device by device, as [`write_shares`]
-/// writes shares: `first` to device 0 and every device past its own.
-pub fn write_queue_bounds(budget: &TenantBudget, first: u64, more: impl IntoIterator<Item = u64>) {
-    let mut bounds = [first; MAX_DEVICES];
-    for (slot, bound) in bounds[1..].iter_mut().zip(more) {
-        *slot = bound;
-    }
-    for (device, &bound) in bounds.iter().enumerate() {
+/// writes shares.
+pub fn write_queue_bounds(budget: &TenantBudget, bounds: impl IntoIterator<Item = (usize, u64)>) {
+    for (device, bound) in per_device(bounds, 0).into_iter().enumerate() {
         budget.set_queue_bound_ns(device, bound);
     }
+}
+
+/// One value per device slot: each listed (ordinal, value) in its slot,
+/// the first listed (else `none`) in every other.
+fn per_device<T: Copy>(listed: impl IntoIterator<Item = (usize, T)>, none: T) -> [T; MAX_DEVICES] {
+    let mut listed = listed.into_iter().peekable();
+    let first = listed.peek().map_or(none, |&(_, value)| value);
+    let mut all = [first; MAX_DEVICES];
+    for (ordinal, value) in listed {
+        if let Some(slot) = all.get_mut(ordinal) {
+            *slot = value;
+        }
+    }
+    all
 }
 
 /// Makes a tenant's regions. `handed_back` is an activity-region descriptor a

@@ -38,65 +38,85 @@ pub struct Tenant {
     pub regions: Regions,
     pub members: BTreeMap<u64, Member>,
     pub ledger: Option<Region<TenantLedger>>,
-    pub share_ppm: u32,
-    pub sampler: Sampler,
     /// Re-adopted from the persisted state and not re-registered yet.
     pub awaiting_since: Option<Instant>,
-    /// What the audit last saw its processes hold on device 0.
-    pub audited_bytes: Option<u64>,
-    /// The GPU the daemon placed it on (NVML index); `None`: not placed.
-    /// Admission counts a tenant only against tenants of the same GPU.
-    /// A tenant given several GPUs (`dilu run --gpus N`) has its first
-    /// (lowest) here and the others in `more_gpus`: its device `k` is
-    /// `[gpu, more_gpus..][k]`.
-    pub gpu: Option<u32>,
-    /// Its other GPUs, ascending (empty for a one-GPU tenant).
-    pub more_gpus: Vec<u32>,
-    /// The share and sampler of each of its other devices (device `k + 1`
-    /// is `more_gpus[k]`): on each GPU it takes part in that GPU's control
-    /// and gets its share there from that GPU's controller alone.
-    /// `share_ppm` and `sampler` above are device 0's.
-    pub more_devices: Vec<DeviceControl>,
+    /// Its devices by ordinal (its processes' numbering), never empty. A
+    /// tenant the daemon placed (`dilu run` on a multi-GPU node, a
+    /// cluster's grant) has one per GPU it was given, ascending, fixed. One
+    /// not placed has the devices its processes use, each on the GPU they
+    /// said it is ([`super::devices_in_use`]; device 0 alone, of no known
+    /// GPU, until they launch). Admission counts a tenant only against
+    /// tenants of the same GPU.
+    pub devices: Vec<TenantDevice>,
+    /// The daemon chose its GPUs (they never change while it runs).
+    pub placed: bool,
+    /// The GPUs NVML last showed its processes on (the memory audit's
+    /// query, a source the tenant cannot write): a device its processes
+    /// say is on a GPU counts there only if NVML saw them there.
+    pub seen_on_gpus: Vec<u32>,
     /// Why it did not fit when it registered, for a process that was
     /// already running (it started while the daemon was away): it was
     /// registered anyway, held to the room that was left.
     pub over_admitted: Option<String>,
 }
 
-/// The control state of one more device of a tenant given several GPUs.
-pub struct DeviceControl {
+/// One device of a tenant: where it is, the share its GPU's controller
+/// gives it there and what was seen of it there. Every device of a tenant
+/// is handled the same; device 0 has no rule of its own.
+pub struct TenantDevice {
+    /// Its number among its processes' devices (theirs as CUDA counts).
+    pub ordinal: usize,
+    /// The node GPU (NVML index) the daemon placed it on; `None`: a
+    /// tenant not placed by the daemon (its processes chose the device).
+    pub gpu: Option<u32>,
     pub share_ppm: u32,
     pub sampler: Sampler,
+    /// What the audit last saw its processes hold on this GPU.
+    pub audited_bytes: Option<u64>,
 }
 
-/// Control states for devices 1..=`more` of a tenant at `share_ppm`.
-pub fn more_devices(more: usize, share_ppm: u32) -> Vec<DeviceControl> {
-    (1..=more)
-        .map(|device| DeviceControl {
+impl TenantDevice {
+    /// Device `ordinal` on node GPU `gpu`, starting at `share_ppm`.
+    pub fn new(ordinal: usize, gpu: Option<u32>, share_ppm: u32) -> Self {
+        TenantDevice {
+            ordinal,
+            gpu,
             share_ppm,
-            sampler: Sampler::for_device(device),
-        })
+            sampler: Sampler::for_device(ordinal),
+            audited_bytes: None,
+        }
+    }
+}
+
+/// The devices of a tenant on `gpus` (empty: not placed), each starting
+/// at `share_ppm`.
+pub fn devices_on(gpus: &[u32], share_ppm: u32) -> Vec<TenantDevice> {
+    if gpus.is_empty() {
+        return vec![TenantDevice::new(0, None, share_ppm)];
+    }
+    (gpus.iter().enumerate())
+        .map(|(ordinal, &gpu)| TenantDevice::new(ordinal, Some(gpu), share_ppm))
         .collect()
 }
 
-/// Whether a tenant whose GPUs are `first` and `more` is on `gpu` (its
-/// group for admission and control).
-pub(super) fn is_on(first: Option<u32>, more: &[u32], gpu: Option<u32>) -> bool {
-    first == gpu || gpu.is_some_and(|g| more.contains(&g))
+/// Whether a tenant placed on `gpus` (empty: not placed) is on `gpu` (its
+/// group for admission and control; `None`: the unplaced tenants' group).
+pub(super) fn is_on(gpus: &[u32], gpu: Option<u32>) -> bool {
+    match gpu {
+        Some(g) => gpus.contains(&g),
+        None => gpus.is_empty(),
+    }
 }
 
 impl Tenant {
     /// Whether it runs on `gpu` (one of its GPUs; `None`: unplaced).
     pub fn is_on(&self, gpu: Option<u32>) -> bool {
-        is_on(self.gpu, &self.more_gpus, gpu)
+        self.devices.iter().any(|d| d.gpu == gpu)
     }
 
-    /// Its GPUs in device order (empty when unplaced).
+    /// The GPUs it runs on in device order (empty while none is known).
     pub fn gpus(&self) -> Vec<u32> {
-        self.gpu
-            .into_iter()
-            .chain(self.more_gpus.iter().copied())
-            .collect()
+        self.devices.iter().filter_map(|d| d.gpu).collect()
     }
 
     /// The memory budget that binds on `device`: the daemon's, lowered by
@@ -109,6 +129,11 @@ impl Tenant {
         let bytes = self.regions.budget.binding_mem_budget(own, device);
         (bytes != ledger::UNLIMITED).then_some(bytes)
     }
+
+    /// Each device's (ordinal, share).
+    pub fn shares(&self) -> impl Iterator<Item = (usize, u32)> + '_ {
+        self.devices.iter().map(|d| (d.ordinal, d.share_ppm))
+    }
 }
 
 /// A GPU chosen for a tenant whose first process has not registered yet.
@@ -116,19 +141,9 @@ impl Tenant {
 pub struct HeldPlacement {
     pub uid: u32,
     pub spec: TenantSpec,
-    pub gpu: u32,
-    /// Its other GPUs (`dilu run --gpus N`), ascending.
-    pub more_gpus: Vec<u32>,
+    /// Its GPUs (`dilu run --gpus N`: several), ascending, never empty.
+    pub gpus: Vec<u32>,
     pub since: Instant,
-}
-
-impl HeldPlacement {
-    /// Its GPUs, ascending.
-    pub fn gpus(&self) -> Vec<u32> {
-        std::iter::once(self.gpu)
-            .chain(self.more_gpus.iter().copied())
-            .collect()
-    }
 }
 
 /// Where a registering process comes from.

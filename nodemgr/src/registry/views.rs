@@ -2,10 +2,11 @@
 //! metrics), what the memory audit needs, and the ledger copies and audit
 //! results read outside the lock.
 
-use super::Registry;
-use dilu_abi::node_wire::TenantStatus;
+use super::{Registry, Tenant};
+use dilu_abi::node_wire::{GpuShare, TenantStatus};
 use dilu_layout::ledger::{self, TenantLedger};
 use dilu_layout::shm::Region;
+use std::collections::BTreeMap;
 
 impl Registry {
     /// Each tenant's (name, uid), to read their ledgers without the lock.
@@ -29,43 +30,58 @@ impl Registry {
     /// The budget audited is the daemon's (the sealed region), never the
     /// tenant's own ledger, which the tenant can rewrite.
     pub fn audit_view(&self) -> Vec<crate::audit::AuditedTenant> {
+        let daemon_budget = |t: &Tenant, device: usize| {
+            let bytes = t.regions.budget.mem_budget(device);
+            (bytes != ledger::UNLIMITED).then_some(bytes)
+        };
         self.tenants
             .values()
             .map(|t| crate::audit::AuditedTenant {
                 name: t.name.clone(),
                 pids: t.members.values().map(|m| m.pid).collect(),
-                budgets: (0..ledger::MAX_DEVICES)
-                    .map(|d| {
-                        let bytes = t.regions.budget.mem_budget(d);
-                        (bytes != ledger::UNLIMITED).then_some(bytes)
-                    })
+                placed: (t.devices.iter())
+                    .filter_map(|d| Some((d.gpu?, daemon_budget(t, d.ordinal))))
                     .collect(),
+                elsewhere: daemon_budget(t, t.devices[0].ordinal),
             })
             .collect()
     }
 
-    /// Records what the audit saw a tenant hold on device 0.
-    pub fn set_audited(&mut self, name: &str, bytes: Option<u64>) {
-        if let Some(t) = self.tenants.get_mut(name) {
-            t.audited_bytes = bytes;
+    /// Records what NVML showed a tenant's processes hold, by node GPU
+    /// (NVML index): each placed device its own GPU's; a device of a
+    /// tenant not placed (whose processes chose their GPUs) the most they
+    /// hold on one GPU, the figure its per-device budget is judged by.
+    /// `held_on` lists every GPU NVML showed its processes on.
+    pub fn set_audited(&mut self, name: &str, held_on: &BTreeMap<u32, u64>) {
+        let Some(t) = self.tenants.get_mut(name) else {
+            return;
+        };
+        t.seen_on_gpus = held_on.keys().copied().collect();
+        for device in &mut t.devices {
+            device.audited_bytes = Some(match device.gpu {
+                Some(gpu) => held_on.get(&gpu).copied().unwrap_or(0),
+                None => held_on.values().copied().max().unwrap_or(0),
+            });
         }
     }
 
-    /// Tenants as they are now, for `dilu status` and metrics.
+    /// Tenants as they are now, for `dilu status` and metrics: the
+    /// figures of each one's device 0, and of each other GPU it was given.
     pub fn status(&self) -> Vec<TenantStatus> {
         self.tenants
             .values()
             .map(|t| {
-                let recent = t.sampler.recent();
+                let first = &t.devices[0];
+                let recent = first.sampler.recent();
                 TenantStatus {
                     name: t.name.clone(),
                     uid: t.uid,
                     spec: t.spec.clone(),
                     pids: t.members.values().map(|m| m.pid).collect(),
-                    mem_used_bytes: t.ledger.as_ref().map_or(0, |l| l.used(0)),
-                    mem_budget_bytes: t.mem_budget(0),
-                    mem_audited_bytes: t.audited_bytes,
-                    sm_current_pct: t.share_ppm as f64 / 10_000.0,
+                    mem_used_bytes: t.ledger.as_ref().map_or(0, |l| l.used(first.ordinal)),
+                    mem_budget_bytes: t.mem_budget(first.ordinal),
+                    mem_audited_bytes: first.audited_bytes,
+                    sm_current_pct: first.share_ppm as f64 / 10_000.0,
                     sm_achieved_pct: recent.achieved * 100.0,
                     busy_seconds_total: recent.busy_total_ns as f64 / 1e9,
                     launches_total: recent.launches_total,
@@ -74,22 +90,89 @@ impl Registry {
                     latency_reports_total: recent.latency_reports_total,
                     latency_seconds_total: recent.latency_sum_total_ns as f64 / 1e9,
                     bubble_ratio: recent.bubble_ratio,
-                    gpu: t.gpu,
-                    more_gpus: t
-                        .more_gpus
-                        .iter()
-                        .zip(&t.more_devices)
-                        .map(|(&gpu, d)| dilu_abi::node_wire::GpuShare {
-                            gpu,
-                            sm_current_pct: d.share_ppm as f64 / 10_000.0,
-                            sm_achieved_pct: d.sampler.recent().achieved * 100.0,
+                    gpu: first.gpu,
+                    more_gpus: (t.devices.iter().skip(1))
+                        .filter_map(|d| {
+                            let k = d.ordinal;
+                            Some(GpuShare {
+                                gpu: d.gpu?,
+                                sm_current_pct: d.share_ppm as f64 / 10_000.0,
+                                sm_achieved_pct: d.sampler.recent().achieved * 100.0,
+                                mem_used_bytes: t.ledger.as_ref().map_or(0, |l| l.used(k)),
+                                mem_budget_bytes: t.mem_budget(k),
+                                mem_audited_bytes: d.audited_bytes,
+                            })
                         })
                         .collect(),
-                    waiting: t.sampler.waiting_at_zero(t.share_ppm),
+                    waiting: first.sampler.waiting_at_zero(first.share_ppm),
                     over_admitted: t.over_admitted.clone(),
                     granted: self.granted.contains_key(&t.name),
                 }
             })
             .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::audit::{ProcessMemory, find_overruns, usage_by_tenant};
+    use dilu_abi::node_wire::TenantSpec;
+
+    const MIB: u64 = 1 << 20;
+
+    fn add(registry: &mut Registry, name: &str, pid: i32, gpus: &[u32]) {
+        let spec = TenantSpec {
+            mem_bytes: Some(64 * MIB),
+            sm_request_pct: 10.0,
+            ..TenantSpec::default()
+        };
+        crate::registry::testing::register_on(registry, name, pid, gpus, spec);
+    }
+
+    /// NVML numbers the node's GPUs, a tenant its own devices: a tenant
+    /// placed on gpu1 and gpu3 is audited on those two, and its status
+    /// shows what it holds on each (not what NVML's gpu0 holds).
+    #[test]
+    fn a_placed_tenant_is_audited_and_shown_on_the_gpus_it_was_given() {
+        let mut registry = Registry::new(BTreeMap::new(), None);
+        add(&mut registry, "wide", 100, &[1, 3]);
+        add(&mut registry, "free", 200, &[]);
+        let held = |pid, device, mib| ProcessMemory {
+            pid,
+            device,
+            used_bytes: mib * MIB,
+        };
+        let usage = [
+            held(100, 1, 10),
+            held(100, 3, 96),
+            held(200, 0, 5),
+            held(200, 2, 30),
+        ];
+        let tenants = registry.audit_view();
+        let totals = usage_by_tenant(&usage, &tenants);
+        for (name, devices) in &totals {
+            let held_on = devices.iter().map(|(&g, (b, _))| (g, *b)).collect();
+            registry.set_audited(name, &held_on);
+        }
+        let overruns = find_overruns(&usage, &tenants, 4 * MIB);
+        let over: Vec<(&str, u32)> = overruns
+            .iter()
+            .map(|o| (o.tenant.as_str(), o.device))
+            .collect();
+        assert_eq!(over, [("wide", 3)], "96 MiB on its second GPU, budget 64");
+        let status = registry.status();
+        let wide = status.iter().find(|t| t.name == "wide").unwrap();
+        assert_eq!(wide.gpu, Some(1));
+        assert_eq!(wide.mem_audited_bytes, Some(10 * MIB));
+        assert_eq!(wide.more_gpus.len(), 1);
+        assert_eq!(wide.more_gpus[0].gpu, 3);
+        assert_eq!(wide.more_gpus[0].mem_audited_bytes, Some(96 * MIB));
+        assert_eq!(wide.more_gpus[0].mem_budget_bytes, Some(64 * MIB));
+        // Not placed: the most it holds on one GPU, what its per-device
+        // budget is judged by.
+        let free = status.iter().find(|t| t.name == "free").unwrap();
+        assert_eq!(free.gpu, None);
+        assert_eq!(free.mem_audited_bytes, Some(30 * MIB));
     }
 }
