@@ -35,7 +35,6 @@ pub fn run(
     state: &mut PeriodState,
     now_ns: u64,
 ) {
-    registry.follow_devices_in_use();
     if state.epoch != Some(registry.epoch) {
         state.epoch = Some(registry.epoch);
         state.names.clear();

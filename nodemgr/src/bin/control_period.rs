@@ -70,10 +70,6 @@ const IDLE: &str = "idle";
 /// unplaced, one group), and `idle` idle tenants on GPU 0.
 fn node(gpus: u32, per_gpu: usize, placed: bool, idle: usize) -> Result<Registry, String> {
     let mut registry = Registry::new(BTreeMap::new(), None);
-    // The node's GPU count: each period then also looks for the devices
-    // unplaced tenants use (these launch on their device 0 only, on no
-    // GPU they name, so they stay one group).
-    registry.node_gpus = gpus as usize;
     // All tenants here are this process's uid: the per-uid cap (a guard
     // against one user filling the node) does not apply to a made-up node.
     registry.max_tenants_per_uid = usize::MAX;

@@ -25,7 +25,10 @@ use dilu_layout::activity::NodeGpu;
 impl Registry {
     /// Brings the devices of every tenant not placed by the daemon up to
     /// what its processes use; a change starts the controllers over (the
-    /// epoch moves). Memory reads only: run once per control period.
+    /// epoch moves). Memory reads only, of every device's counters of every
+    /// such tenant: run at housekeeping (every ~100 ms), so a device is
+    /// controlled on its GPU within about a tenth of a second of its first
+    /// launch.
     pub fn follow_devices_in_use(&mut self) {
         if self.node_gpus < 2 {
             return;

@@ -278,9 +278,13 @@ impl Registry {
         Ok(spec)
     }
 
-    /// Housekeeping every ~100 ms: re-adoption grace expired. Memory only
-    /// (the ledgers are read outside the lock: [`Registry::ledger_sources`]).
+    /// Housekeeping every ~100 ms: re-adoption grace expired; the devices
+    /// unplaced tenants use ([`Registry::follow_devices_in_use`]: here, not
+    /// in the control period, whose cost it doubled at 64 tenants, reading
+    /// every device's counters). Memory only (the ledgers are read outside
+    /// the lock: [`Registry::ledger_sources`]).
     pub fn housekeeping(&mut self) {
+        self.follow_devices_in_use();
         let before = self.tenants.len();
         self.tenants.retain(|_, t| {
             t.awaiting_since
