@@ -573,6 +573,20 @@ mod tests {
         assert!(refused.unwrap_err().contains("try again later"));
     }
 
+    /// A tenant's regions hold 16 devices: a node of more GPUs gives no
+    /// tenant more than that (its 17th device would have no share).
+    #[test]
+    fn no_tenant_is_placed_on_more_gpus_than_its_regions_hold() {
+        let dilu = dilu_placement::policy::policy_by_name("dilu").unwrap();
+        let mut registry = Registry::new(BTreeMap::new(), None);
+        let gpus = [80u64 << 30; 20];
+        let small = Some(shares(1.0, 1.0));
+        let refused = registry.place("wide", 1, small.clone(), &gpus, dilu.as_ref(), 17);
+        assert!(refused.unwrap_err().contains("at most 16"));
+        let placed = registry.place("wide", 1, small, &gpus, dilu.as_ref(), 16);
+        assert_eq!(placed.map(|g| g.len()), Ok(16));
+    }
+
     proptest::proptest! {
         /// Whatever name and spec a tenant sends, registration admits it
         /// within the GPU or refuses it with a reason; admitted requests

@@ -7,6 +7,7 @@ use super::regions::{configure, create_regions, write_shares};
 use super::tenant::{Tenant, devices_on};
 use dilu_abi::node_wire::TenantSpec;
 use dilu_abi::tenant_flags::check_tenant_name;
+use dilu_layout::MAX_DEVICES;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::time::Instant;
@@ -60,7 +61,11 @@ impl Registry {
     /// re-register: they keep their requests admitted meanwhile.
     pub fn restore(&mut self, saved: Vec<SavedTenant>) {
         for s in saved {
-            if check_tenant_name(&s.name).is_err() || self.tenants.contains_key(&s.name) {
+            let devices = 1 + s.more_gpus.len();
+            if check_tenant_name(&s.name).is_err()
+                || self.tenants.contains_key(&s.name)
+                || devices > MAX_DEVICES
+            {
                 continue;
             }
             let Ok(regions) = create_regions(&s.name, None) else {

@@ -7,6 +7,7 @@ use super::Registry;
 use super::tenant::{HeldPlacement, MAX_HELD_PLACEMENTS};
 use dilu_abi::node_wire::TenantSpec;
 use dilu_abi::tenant_flags::check_tenant_name;
+use dilu_layout::MAX_DEVICES;
 use std::time::Instant;
 
 impl Registry {
@@ -33,6 +34,12 @@ impl Registry {
             return Err(format!(
                 "{name} asks {count} GPUs; this node has {}",
                 capacities.len().max(1)
+            ));
+        }
+        if count > MAX_DEVICES {
+            // A tenant's regions hold a share and a budget per device.
+            return Err(format!(
+                "{name} asks {count} GPUs; a tenant runs on at most {MAX_DEVICES}"
             ));
         }
         if capacities.len() <= 1 {
