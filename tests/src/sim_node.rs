@@ -10,6 +10,30 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+/// A node manager a test started: killed and reaped when dropped.
+pub struct Daemon(Child);
+
+impl std::ops::Deref for Daemon {
+    type Target = Child;
+    fn deref(&self) -> &Child {
+        &self.0
+    }
+}
+
+impl std::ops::DerefMut for Daemon {
+    fn deref_mut(&mut self) -> &mut Child {
+        &mut self.0
+    }
+}
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        // Already ended where the test stopped it: both calls then fail.
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
 /// The simulated node every process of one test shares.
 pub struct Node {
     scratch: Scratch,
@@ -44,8 +68,11 @@ impl Node {
     }
 
     /// Starts the node manager (control law `controller`) and waits until
-    /// it lists `gpus` GPUs.
-    pub fn start_daemon(&self, gpus: u32, controller: &str) -> Child {
+    /// it lists `gpus` GPUs. It is killed when the handle is dropped, so a
+    /// test that fails leaves no daemon behind (one left running after a
+    /// failed test cost later benchmarks on the same machine their
+    /// timings).
+    pub fn start_daemon(&self, gpus: u32, controller: &str) -> Daemon {
         let config = self.scratch.path("nodemgr.toml");
         std::fs::write(&config, format!("controller = \"{controller}\"\n")).unwrap();
         let daemon = self
@@ -62,6 +89,7 @@ impl Node {
             .stderr(Stdio::null())
             .spawn()
             .expect("start dilu nodemgr");
+        let daemon = Daemon(daemon);
         self.wait_for("the daemon to list its GPUs", |status| {
             status["gpus"].as_array().map(Vec::len) == Some(gpus as usize)
         });
