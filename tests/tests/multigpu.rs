@@ -470,9 +470,11 @@ fn assert_held_beside_busy(what: &str, rates: &[f64], shared: u64) {
 fn a_tenant_on_gpus_its_user_chose_is_controlled_on_each_gpu_it_uses() {
     let node = Node::new("multigpu-chosen");
     let mut daemon = node.start_daemon(TWO, "dilu");
-    let (busy, shared) = start_busy_beside(&node, "14");
+    // Long enough for the daemon to see it on both GPUs while it runs
+    // (NVML is read once a second) on a loaded machine.
+    let (busy, shared) = start_busy_beside(&node, "17");
     let chosen = unique_name("chosen");
-    let run = two_device_loop(&node, &["--tenant", &chosen], "5")
+    let run = two_device_loop(&node, &["--tenant", &chosen], "8")
         .env("CUDA_VISIBLE_DEVICES", "0,1")
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
