@@ -372,12 +372,12 @@ pub struct TenantStatus {
     pub uid: u32,
     pub spec: TenantSpec,
     pub pids: Vec<i32>,
-    /// Memory in use and budget on its device 0 (bytes), from the tenant's
-    /// ledger (its other GPUs' are in `more_gpus`).
+    /// Memory in use and budget on its first device (bytes), from the
+    /// tenant's ledger (its other GPUs' are in `more_gpus`).
     pub mem_used_bytes: u64,
     pub mem_budget_bytes: Option<u64>,
-    /// Device memory the tenant's processes really hold on its device 0's
-    /// GPU, from the daemon's audit (NVML; for a tenant not placed by the
+    /// Device memory the tenant's processes really hold on its first
+    /// device's GPU, from the daemon's audit (NVML; for a tenant not placed by the
     /// node manager, the most they hold on one GPU); None when no audit
     /// has seen it.
     pub mem_audited_bytes: Option<u64>,
@@ -396,12 +396,14 @@ pub struct TenantStatus {
     pub latency_seconds_total: f64,
     /// Fraction of the last second in which the tenant had no kernel.
     pub bubble_ratio: f64,
-    /// The GPU the node manager placed the tenant on (`dilu run` on a
-    /// multi-GPU node), as an NVML index; `None`: not placed by it.
+    /// The GPU of its first device, as an NVML index: the one the node
+    /// manager placed it on (`dilu run` on a multi-GPU node), or for a
+    /// tenant it did not place the one its processes run on (as NVML
+    /// confirms); `None`: not known.
     pub gpu: Option<u32>,
-    /// Its other GPUs when it was given several (`dilu run --gpus N`),
-    /// ascending, each with its share and use there; the figures above
-    /// are those of its first GPU (`gpu`, its device 0).
+    /// Its other GPUs (`dilu run --gpus N`, or those a tenant not placed
+    /// uses), in device order, each with its share, use and memory there; the
+    /// figures above are those of its first GPU (`gpu`).
     #[serde(default)]
     pub more_gpus: Vec<GpuShare>,
     /// Its launches wait at a share of 0 (a limit of 0, or a device fully

@@ -69,6 +69,24 @@ fn write_shares(budget: &TenantBudget) {
     budget.set_depth_ns(config.ablate.depth_ns.unwrap_or(DEFAULT_DEPTH_NS));
 }
 
+/// [`TenantSm::publish_node_gpus`] once per process, at its first launch
+/// (the driver is initialised then), on a thread of its own: NVML's first
+/// initialisation in a process can take tens of milliseconds on a real
+/// driver, which the launch must not wait for.
+#[cold]
+fn publish_node_gpus_apart(count: usize) {
+    let spawned = std::thread::Builder::new()
+        .name("dilu-gpus".into())
+        .spawn(move || {
+            if let Some(sm) = get() {
+                sm.publish_node_gpus(count);
+            }
+        });
+    // Without the thread the node manager only knows the device by its
+    // use, on no named GPU, as before.
+    drop(spawned);
+}
+
 /// Whether (pid, low 32 bits of its start time) is a running process.
 fn writer_alive(pid: i32, start_low: u64) -> bool {
     ledger::process_start_time(pid).is_some_and(|start| start & 0xffff_ffff == start_low)
@@ -165,7 +183,9 @@ impl TenantSm {
         self.current_device
             .get_or_init(|| {
                 let count = devices::cuda_device_count();
-                self.publish_node_gpus(count);
+                if matches!(self.regions, Regions::Managed(_)) {
+                    publish_node_gpus_apart(count);
+                }
                 CurrentDevice::new(count)
             })
             .get()
@@ -174,13 +194,8 @@ impl TenantSm {
     /// Says, in the activity region, which of the node's GPUs each of this
     /// process's devices is: the node manager controls a tenant it did not
     /// place (whose processes chose their GPUs) on each GPU it uses, beside
-    /// that GPU's other tenants. Once per process, at its first launch
-    /// (the driver is initialised then).
-    #[cold]
+    /// that GPU's other tenants.
     fn publish_node_gpus(&self, count: usize) {
-        if !matches!(self.regions, Regions::Managed(_)) {
-            return;
-        }
         for ordinal in 0..count.min(ledger::MAX_DEVICES) {
             if let Some(index) = crate::driver::nvml::nvml_index_of_cuda_device(ordinal as i32) {
                 self.activity().devices[ordinal].publish_node_gpu(index);

@@ -43,10 +43,10 @@ pub struct Tenant {
     /// Its devices by ordinal (its processes' numbering), never empty. A
     /// tenant the daemon placed (`dilu run` on a multi-GPU node, a
     /// cluster's grant) has one per GPU it was given, ascending, fixed. One
-    /// not placed has the devices its processes use, each on the GPU they
-    /// said it is ([`super::devices_in_use`]; device 0 alone, of no known
-    /// GPU, until they launch). Admission counts a tenant only against
-    /// tenants of the same GPU.
+    /// not placed has the devices its processes launched on, each on the
+    /// GPU they said it is where NVML confirms it ([`super::devices_in_use`];
+    /// device 0 alone until they launch). Admission counts a tenant only
+    /// against tenants of the same GPU.
     pub devices: Vec<TenantDevice>,
     /// The daemon chose its GPUs (they never change while it runs).
     pub placed: bool,
@@ -66,8 +66,10 @@ pub struct Tenant {
 pub struct TenantDevice {
     /// Its number among its processes' devices (theirs as CUDA counts).
     pub ordinal: usize,
-    /// The node GPU (NVML index) the daemon placed it on; `None`: a
-    /// tenant not placed by the daemon (its processes chose the device).
+    /// The node GPU (NVML index) it is: the one the daemon placed it on,
+    /// or, for a tenant not placed, the one its processes named for this
+    /// device and NVML confirmed; `None`: not known (the device is then
+    /// controlled with the unplaced tenants).
     pub gpu: Option<u32>,
     pub share_ppm: u32,
     pub sampler: Sampler,

@@ -48,9 +48,9 @@ impl Registry {
     }
 
     /// Records what NVML showed a tenant's processes hold, by node GPU
-    /// (NVML index): each placed device its own GPU's; a device of a
-    /// tenant not placed (whose processes chose their GPUs) the most they
-    /// hold on one GPU, the figure its per-device budget is judged by.
+    /// (NVML index): a device on a known GPU that GPU's; a device on none
+    /// (of a tenant not placed, before its GPU is known) the most they hold
+    /// on one GPU, the figure its per-device budget is judged by.
     /// `held_on` lists every GPU NVML showed its processes on.
     pub fn set_audited(&mut self, name: &str, held_on: &BTreeMap<u32, u64>) {
         let Some(t) = self.tenants.get_mut(name) else {
@@ -66,7 +66,8 @@ impl Registry {
     }
 
     /// Tenants as they are now, for `dilu status` and metrics: the
-    /// figures of each one's device 0, and of each other GPU it was given.
+    /// figures of each one's first device, and of each other device on a
+    /// known GPU.
     pub fn status(&self) -> Vec<TenantStatus> {
         self.tenants
             .values()
