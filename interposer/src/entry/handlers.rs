@@ -89,8 +89,8 @@ pub fn launch_kernel(
     params: *mut *mut c_void,
     extra: *mut *mut c_void,
 ) -> CUresult {
-    let key = || LaunchKey::kernel(f as usize, grid_blocks(grid_x, grid_y, grid_z));
-    let launch = || {
+    let key = move || LaunchKey::kernel(f as usize, grid_blocks(grid_x, grid_y, grid_z));
+    let launch = move || {
         next(
             f,
             grid_x,
@@ -131,10 +131,10 @@ pub fn launch_kernel_ex(
         (grid_blocks(c.gridDimX, c.gridDimY, c.gridDimZ), c.hStream)
     };
     launch_control::controlled(
-        || LaunchKey::kernel(f as usize, blocks),
+        move || LaunchKey::kernel(f as usize, blocks),
         stream,
         cx.per_thread,
-        || next(config, f, params, extra),
+        move || next(config, f, params, extra),
     )
 }
 
@@ -164,8 +164,8 @@ pub fn launch_cooperative_kernel(
     stream: CUstream,
     params: *mut *mut c_void,
 ) -> CUresult {
-    let key = || LaunchKey::kernel(f as usize, grid_blocks(grid_x, grid_y, grid_z));
-    let launch = || {
+    let key = move || LaunchKey::kernel(f as usize, grid_blocks(grid_x, grid_y, grid_z));
+    let launch = move || {
         next(
             f,
             grid_x,
@@ -216,10 +216,10 @@ pub fn graph_launch(
     stream: CUstream,
 ) -> CUresult {
     launch_control::controlled(
-        || LaunchKey::graph(exec as usize),
+        move || LaunchKey::graph(exec as usize),
         stream,
         cx.per_thread,
-        || next(exec, stream),
+        move || next(exec, stream),
     )
 }
 

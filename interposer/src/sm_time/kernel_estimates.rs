@@ -9,7 +9,8 @@
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
-const CAPACITY: usize = 4096;
+const CAPACITY_BITS: u32 = 12;
+const CAPACITY: usize = 1 << CAPACITY_BITS;
 const MAX_PROBES: usize = 64;
 
 /// What a launch is charged before anything of its kind was measured.
@@ -29,11 +30,22 @@ impl LaunchKey {
         Self::mix(exec as u64, 0, 0xD6E8_FEB8_6659_FD93)
     }
 
+    /// One multiplication by an odd constant (a bijection, so distinct
+    /// `a ^ seed ^ b.rotate_left(32)` stay distinct keys): its high bits
+    /// depend on every input bit and place the key in the table
+    /// ([`EstimateTable::entry`]). A full 64-bit finaliser cost every
+    /// launch about 15 instructions more for nothing the table needs.
     fn mix(a: u64, b: u64, seed: u64) -> Self {
-        let mut z = a ^ seed ^ b.rotate_left(29).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        LaunchKey((z ^ (z >> 31)).max(1))
+        LaunchKey(
+            (a ^ seed ^ b.rotate_left(32))
+                .wrapping_mul(0xBF58_476D_1CE4_E5B9)
+                .max(1),
+        )
+    }
+
+    /// Where the key's probe starts: its high bits (Fibonacci hashing).
+    fn slot(self) -> usize {
+        (self.0 >> (64 - CAPACITY_BITS)) as usize
     }
 }
 
@@ -213,9 +225,20 @@ impl EstimateTable {
     /// The entry for `key`, inserting it if new, and whether it is the key's
     /// own (`false`: the table is full around this key and the shared
     /// overflow entry was returned).
-    #[inline]
+    #[inline(always)]
     pub fn entry(&self, key: LaunchKey) -> (&Entry, bool) {
-        let start = key.0 as usize % CAPACITY;
+        // The common case, a kind found where its probe starts, inline;
+        // the probe onwards out of line.
+        let first = &self.entries[key.slot()];
+        if first.key.load(Ordering::Acquire) == key.0 {
+            return (first, true);
+        }
+        self.probe(key)
+    }
+
+    #[inline(never)]
+    fn probe(&self, key: LaunchKey) -> (&Entry, bool) {
+        let start = key.slot();
         for probe in 0..MAX_PROBES {
             let entry = &self.entries[(start + probe) % CAPACITY];
             let current = entry.key.load(Ordering::Acquire);
@@ -344,6 +367,20 @@ mod tests {
         // A kind that became much slower is timed at the base rate again.
         entry.settle_sample(3_000, 9_000, true);
         assert_eq!(every(), MAX_SAMPLE_EVERY);
+    }
+
+    #[test]
+    fn kinds_of_aligned_functions_and_common_grids_spread_over_the_table() {
+        // Function handles are aligned heap addresses close together; grids
+        // are small counts. 1,024 such kinds placed at random in 4,096 slots
+        // start their probes at about 906 distinct slots.
+        let mut slots = std::collections::HashSet::new();
+        for function in 0..256usize {
+            for blocks in [1u64, 108, 132, 4096] {
+                slots.insert(LaunchKey::kernel(0x5555_0000_1000 + function * 0x40, blocks).slot());
+            }
+        }
+        assert!(slots.len() > 850, "{} distinct slots", slots.len());
     }
 
     #[test]

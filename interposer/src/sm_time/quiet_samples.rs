@@ -161,11 +161,18 @@ pub(crate) fn member(device: usize, now_ns: u64) -> Option<(&'static DeviceQuiet
 }
 
 /// This process's slot on `device`'s board, joining it if new.
+#[inline(always)]
 fn slot(device: usize, board: &DeviceQuiet, now_ns: u64) -> Option<usize> {
     let slot = SLOT[device].load(Ordering::Relaxed);
     if slot != NO_SLOT {
         return Some(slot as usize);
     }
+    join(device, board, now_ns)
+}
+
+#[cold]
+#[inline(never)]
+fn join(device: usize, board: &DeviceQuiet, now_ns: u64) -> Option<usize> {
     let joined = board.join(MY_PID.load(Ordering::Relaxed), now_ns, |pid| {
         dilu_layout::ledger::process_start_time(pid as i32).is_some()
     })?;
