@@ -4,6 +4,7 @@
 //! (a cargo `target/<profile>` directory), then `<prefix>/lib/dilu` for an
 //! installed layout (`<prefix>/bin/dilu`).
 
+use crate::error::{self, Error};
 use std::path::{Path, PathBuf};
 
 pub const INTERPOSER_FILE: &str = "libdilu_interposer.so";
@@ -28,7 +29,7 @@ fn search_dirs() -> Vec<PathBuf> {
 }
 
 /// Finds `file` in the search directories, or explains where it looked.
-pub fn find(file: &str) -> Result<PathBuf, String> {
+pub fn find(file: &str) -> error::Result<PathBuf> {
     let dirs = search_dirs();
     for dir in &dirs {
         let candidate = dir.join(file);
@@ -37,10 +38,10 @@ pub fn find(file: &str) -> Result<PathBuf, String> {
         }
     }
     let looked: Vec<String> = dirs.iter().map(|d| d.display().to_string()).collect();
-    Err(format!(
+    Err(Error::System(format!(
         "cannot find {file} (looked in: {}); build it with `cargo build --workspace` or set DILU_LIB_DIR",
         looked.join(", ")
-    ))
+    )))
 }
 
 /// Returns a directory in which `libcuda.so.1` and `libcuda.so` both resolve
@@ -49,7 +50,7 @@ pub fn find(file: &str) -> Result<PathBuf, String> {
 /// When simgpu's simulated NVML lies beside the driver, `libnvidia-ml.so.1`
 /// (and `libnvidia-ml.so`) resolve to it, so programs, the interposer and
 /// peers such as HAMi-core see the same simulated GPU through NVML.
-pub fn simgpu_driver_dir(simgpu: &Path) -> Result<PathBuf, String> {
+pub fn simgpu_driver_dir(simgpu: &Path) -> error::Result<PathBuf> {
     let preferred = simgpu
         .parent()
         .map(|dir| dir.join("simgpu-driver"))
@@ -64,9 +65,9 @@ pub fn simgpu_driver_dir(simgpu: &Path) -> Result<PathBuf, String> {
             Err(err) => last_error = format!("{}: {err}", dir.display()),
         }
     }
-    Err(format!(
+    Err(Error::System(format!(
         "cannot prepare the simulated driver directory ({last_error})"
-    ))
+    )))
 }
 
 fn link_driver_names(dir: &Path, simgpu: &Path) -> std::io::Result<()> {

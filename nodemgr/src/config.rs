@@ -29,6 +29,7 @@
 
 use crate::audit::AuditAction;
 use crate::control;
+use crate::error::{self, Error};
 use dilu_abi::node_wire::{self, TenantSpec};
 use dilu_abi::units;
 use serde::Deserialize;
@@ -155,18 +156,22 @@ fn seconds(what: &str, value: f64) -> Result<Duration, String> {
 impl Config {
     /// Reads `path` (a missing file is fine unless `required`), then applies
     /// the flags.
-    pub fn load(path: &Path, required: bool, overrides: &Overrides) -> Result<Config, String> {
+    pub fn load(path: &Path, required: bool, overrides: &Overrides) -> error::Result<Config> {
         let mut config = match std::fs::read_to_string(path) {
-            Ok(text) => Config::parse(&text).map_err(|e| format!("{}: {e}", path.display()))?,
+            Ok(text) => Config::parse(&text).map_err(|e| e.context(path.display()))?,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound && !required => Config::default(),
-            Err(e) => return Err(format!("{}: {e}", path.display())),
+            Err(e) => return Err(Error::System(format!("{}: {e}", path.display()))),
         };
-        config.apply(overrides)?;
+        config.apply(overrides).map_err(Error::Invalid)?;
         Ok(config)
     }
 
     /// Parses the TOML text of a configuration file.
-    pub fn parse(text: &str) -> Result<Config, String> {
+    pub fn parse(text: &str) -> error::Result<Config> {
+        Config::parse_text(text).map_err(Error::Invalid)
+    }
+
+    fn parse_text(text: &str) -> Result<Config, String> {
         let file: FileConfig = toml::from_str(text).map_err(|e| e.to_string())?;
         let mut config = Config::default();
         if let Some(v) = file.socket {
@@ -310,8 +315,9 @@ mod tests {
         assert_eq!(serve.class, WorkClass::Latency);
         assert_eq!(serve.slo_ms, Some(8.0));
         assert_eq!((serve.sm_request_pct, serve.sm_limit_pct), (30.0, 70.0));
-        let missing =
-            Config::parse("[tenants.x]\nprofile = \"/nonexistent/p.toml\"\n").unwrap_err();
+        let missing = Config::parse("[tenants.x]\nprofile = \"/nonexistent/p.toml\"\n")
+            .unwrap_err()
+            .to_string();
         assert!(
             missing.contains("tenants.x.profile") && missing.contains("/nonexistent/p.toml"),
             "{missing}"
@@ -350,7 +356,9 @@ mod tests {
             .unwrap();
         assert_eq!(flagged.controller, "static");
 
-        let error = Config::parse("[tenants.x]\nsm_request = 90\nsm_limit = 50\n").unwrap_err();
+        let error = Config::parse("[tenants.x]\nsm_request = 90\nsm_limit = 50\n")
+            .unwrap_err()
+            .to_string();
         assert!(
             error.contains("tenants.x") && error.contains("above the limit"),
             "{error}"
@@ -358,6 +366,7 @@ mod tests {
         assert!(
             Config::parse("controller = \"pid\"")
                 .unwrap_err()
+                .to_string()
                 .contains("unknown controller")
         );
         assert!(
@@ -370,6 +379,28 @@ mod tests {
             &Overrides::default(),
         );
         assert_eq!(missing.unwrap().controller, "dilu");
+    }
+
+    #[test]
+    fn a_missing_required_file_is_the_machines_fault_and_a_bad_value_the_inputs() {
+        let required = Config::load(
+            Path::new("/nonexistent/dilu.toml"),
+            true,
+            &Overrides::default(),
+        );
+        assert!(
+            matches!(&required, Err(Error::System(m)) if m.contains("/nonexistent/dilu.toml")),
+            "{required:?}"
+        );
+        let flag = Overrides {
+            period_ms: Some(0.0),
+            ..Overrides::default()
+        };
+        let bad = Config::load(Path::new("/nonexistent/dilu.toml"), false, &flag);
+        assert!(
+            matches!(&bad, Err(Error::Invalid(m)) if m.contains("period_ms")),
+            "{bad:?}"
+        );
     }
 
     fn value() -> impl proptest::strategy::Strategy<Value = String> {
@@ -407,7 +438,7 @@ mod tests {
         #[test]
         fn any_text_parses_or_is_refused_with_one_line(text in "\\PC{0,200}") {
             if let Err(error) = Config::parse(&text) {
-                proptest::prop_assert!(!error.is_empty());
+                proptest::prop_assert!(!error.message().is_empty());
             }
         }
 
@@ -423,7 +454,7 @@ mod tests {
                         proptest::prop_assert!(spec.validate().is_ok());
                     }
                 }
-                Err(error) => proptest::prop_assert!(!error.is_empty()),
+                Err(error) => proptest::prop_assert!(!error.message().is_empty()),
             }
         }
     }

@@ -20,6 +20,7 @@
 use crate::audit::{self, AuditAction, UsageSource};
 use crate::config::Config;
 use crate::control::per_gpu::PerGpu;
+use crate::error::{self, Error};
 use crate::registry::Registry;
 use crate::registry::persistence::SavedTenant;
 use crate::shared_state::Shared;
@@ -90,13 +91,14 @@ fn with_hint(message: String, error: &std::io::Error) -> String {
 impl Daemon {
     /// Starts the daemon's threads. Tenants of a previous daemon (from the
     /// state file) are waited for.
-    pub fn start(config: Config) -> Result<Daemon, String> {
+    pub fn start(config: Config) -> error::Result<Daemon> {
         let controller = PerGpu::new(&config.controller)?;
-        std::fs::create_dir_all(&config.run_dir)
-            .map_err(|e| with_hint(format!("{}: {e}", config.run_dir.display()), &e))?;
+        std::fs::create_dir_all(&config.run_dir).map_err(|e| {
+            Error::System(with_hint(format!("{}: {e}", config.run_dir.display()), &e))
+        })?;
         if let Some(dir) = config.socket.parent() {
             std::fs::create_dir_all(dir)
-                .map_err(|e| with_hint(format!("{}: {e}", dir.display()), &e))?;
+                .map_err(|e| Error::System(with_hint(format!("{}: {e}", dir.display()), &e)))?;
         }
         let mut registry = Registry::new(config.tenants.clone(), config.gpu_memory);
         registry.max_tenants_per_uid = config.max_tenants_per_uid;
@@ -115,10 +117,10 @@ impl Daemon {
         registry.restore(saved);
         // Tenants of any user connect; admission and SO_PEERCRED decide.
         let listener = Arc::new(seqpacket::listen(&config.socket, 0o666).map_err(|e| {
-            with_hint(
+            Error::System(with_hint(
                 format!("cannot listen on {}: {e}", config.socket.display()),
                 &e,
-            )
+            ))
         })?);
         let shared = Arc::new(Shared {
             connections: crate::peer_limits::ConnectionCounts::new(config.max_connections_per_uid),
@@ -137,7 +139,7 @@ impl Daemon {
         let mut threads = Vec::new();
         let mut metrics_addr = None;
         if let Some(addr) = &shared.config.metrics {
-            let (server, bound) = metrics::bind(addr)?;
+            let (server, bound) = metrics::bind(addr).map_err(Error::System)?;
             metrics_addr = Some(bound);
             let s = shared.clone();
             threads.push(spawn("dilu-metrics", move || metrics::serve(s, server))?);
@@ -157,7 +159,7 @@ impl Daemon {
     }
 
     /// Switches the control law (the demo compares them on one daemon).
-    pub fn set_controller(&self, name: &str) -> Result<(), String> {
+    pub fn set_controller(&self, name: &str) -> error::Result<()> {
         *self.shared.controller.lock().expect("controller lock") = PerGpu::new(name)?;
         Ok(())
     }
@@ -190,11 +192,11 @@ impl Daemon {
     }
 }
 
-fn spawn(name: &str, f: impl FnOnce() + Send + 'static) -> Result<JoinHandle<()>, String> {
+fn spawn(name: &str, f: impl FnOnce() + Send + 'static) -> error::Result<JoinHandle<()>> {
     std::thread::Builder::new()
         .name(name.into())
         .spawn(f)
-        .map_err(|e| format!("cannot start thread {name}: {e}"))
+        .map_err(|e| Error::System(format!("cannot start thread {name}: {e}")))
 }
 
 /// How long a latency tenant must be seen meeting its SLO (or below its
@@ -458,13 +460,14 @@ pub fn notify_ready() {
 /// `dilu nodemgr`: runs until SIGTERM or SIGINT, in this process (it never
 /// forks). `foreground` adds a banner for a person at a terminal (see
 /// [`crate::logging`]).
-pub fn run(config: Config, foreground: bool) -> Result<(), String> {
+pub fn run(config: Config, foreground: bool) -> error::Result<()> {
     use nix::sys::signal::{SigSet, Signal};
     // Block the signals in every thread, then wait for them here.
     let mut set = SigSet::empty();
     set.add(Signal::SIGTERM);
     set.add(Signal::SIGINT);
-    set.thread_block().map_err(|e| e.to_string())?;
+    set.thread_block()
+        .map_err(|e| Error::System(format!("cannot block SIGTERM and SIGINT: {e}")))?;
     match crate::peer_limits::raise_descriptor_limit(config.open_files_limit) {
         Ok(limit) => tracing::info!(limit, "descriptor limit"),
         Err(e) => tracing::warn!("cannot raise the descriptor limit: {e}"),
@@ -486,7 +489,9 @@ pub fn run(config: Config, foreground: bool) -> Result<(), String> {
         );
     }
     notify_ready();
-    let signal = set.wait().map_err(|e| e.to_string())?;
+    let signal = set
+        .wait()
+        .map_err(|e| Error::System(format!("cannot wait for SIGTERM or SIGINT: {e}")))?;
     tracing::info!(?signal, "stopping; tenants keep their budgets");
     daemon.stop();
     Ok(())

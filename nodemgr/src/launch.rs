@@ -21,6 +21,7 @@
 //! changes.
 
 use crate::artifacts;
+use crate::error::{self, Error};
 use dilu_abi::node_wire::{self, FromDaemon, TenantSpec, ToDaemon};
 use dilu_abi::tenant_flags;
 use std::ffi::OsString;
@@ -54,7 +55,7 @@ pub struct LaunchSpec {
 
 /// Builds the child's environment changes: `LD_PRELOAD` gets the interposer
 /// first; with `sim`, `LD_LIBRARY_PATH` gets the simgpu driver directory first.
-pub fn environment(spec: &LaunchSpec) -> Result<Vec<(String, OsString)>, String> {
+pub fn environment(spec: &LaunchSpec) -> error::Result<Vec<(String, OsString)>> {
     let interposer = artifacts::find(artifacts::INTERPOSER_FILE)?;
     let mut env = vec![(
         "LD_PRELOAD".to_string(),
@@ -245,12 +246,12 @@ fn warn_without_driver() {
 
 /// Replaces this process with the command (so signals and the exit status
 /// are the program's own). Returns only on failure.
-pub fn run(spec: &LaunchSpec) -> Result<ExitCode, String> {
+pub fn run(spec: &LaunchSpec) -> error::Result<ExitCode> {
     let (program, args) = spec
         .command
         .split_first()
-        .ok_or("nothing to run: give a command after `--`")?;
-    validate(spec)?;
+        .ok_or_else(|| Error::Invalid("nothing to run: give a command after `--`".into()))?;
+    validate(spec).map_err(Error::Invalid)?;
     let mut command = Command::new(program);
     command.args(args);
     let mut env = environment(spec)?;
@@ -291,7 +292,7 @@ pub fn run(spec: &LaunchSpec) -> Result<ExitCode, String> {
     if expected {
         // The spec the interposer will register with, checked now.
         let child_view = child_lookup(&env);
-        TenantSpec::from_vars(child_view)?;
+        TenantSpec::from_vars(child_view).map_err(Error::Invalid)?;
     }
     if managed {
         if let Some(tenant) = &default_name {
@@ -316,7 +317,7 @@ pub fn run(spec: &LaunchSpec) -> Result<ExitCode, String> {
         command.env(key, value);
     }
     let error = command.exec();
-    Err(format!("cannot start {program}: {error}"))
+    Err(Error::System(format!("cannot start {program}: {error}")))
 }
 
 /// A variable as the child will see it: what this launch sets, else what
@@ -335,7 +336,7 @@ fn child_lookup(env: &[(String, OsString)]) -> impl Fn(&str) -> Option<String> +
 /// ascending, when it has a choice to make (see the module docs); `env` is
 /// what the child gets beside this process's environment. A refusal stops
 /// the launch (the daemon would refuse the tenant's registration too).
-fn placed_gpus(env: &[(String, OsString)], socket: &Path, count: u32) -> Result<Vec<u32>, String> {
+fn placed_gpus(env: &[(String, OsString)], socket: &Path, count: u32) -> error::Result<Vec<u32>> {
     if std::env::var_os("CUDA_VISIBLE_DEVICES").is_some() {
         return Ok(Vec::new());
     }
@@ -343,7 +344,7 @@ fn placed_gpus(env: &[(String, OsString)], socket: &Path, count: u32) -> Result<
     let Some(tenant) = lookup("DILU_TENANT").filter(|t| !t.is_empty()) else {
         return Ok(Vec::new());
     };
-    let spec = TenantSpec::from_vars(lookup)?;
+    let spec = TenantSpec::from_vars(lookup).map_err(Error::Invalid)?;
     let request = ToDaemon::Place {
         tenant: tenant.clone(),
         spec,
@@ -353,11 +354,11 @@ fn placed_gpus(env: &[(String, OsString)], socket: &Path, count: u32) -> Result<
         // No daemon behind the socket: the tenant runs standalone.
         Err(_) => Ok(Vec::new()),
         Ok(FromDaemon::Placed { gpus, .. }) => Ok(gpus),
-        Ok(FromDaemon::Refused { reason } | FromDaemon::Error { reason }) => Err(format!(
-            "the node manager has no GPU for tenant {tenant}: {reason}"
+        Ok(FromDaemon::Refused { reason } | FromDaemon::Error { reason }) => Err(Error::Refused(
+            format!("the node manager has no GPU for tenant {tenant}: {reason}"),
         )),
-        Ok(other) => Err(format!(
+        Ok(other) => Err(Error::NodeManager(format!(
             "unexpected answer from the node manager: {other:?}"
-        )),
+        ))),
     }
 }

@@ -18,6 +18,7 @@
 //! - [`placement`]: which GPU `dilu run` puts a tenant on (the cluster
 //!   layer's placement rule, on this node's GPUs).
 //! - [`ops`]: `dilu status`, `dilu top`, `dilu set`.
+//! - [`error`]: the errors its callers get, by kind.
 
 pub mod artifacts;
 pub mod audit;
@@ -25,6 +26,7 @@ pub mod colo_status;
 pub mod config;
 pub mod control;
 pub mod daemon;
+pub mod error;
 pub mod gpu_view;
 pub mod launch;
 pub mod leftovers;

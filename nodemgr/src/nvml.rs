@@ -16,10 +16,10 @@ static LIBRARY: OnceLock<PathBuf> = OnceLock::new();
 
 /// Makes every later NVML query go to the library at `path` (and fail,
 /// rather than fall back to another NVML, where it cannot be loaded).
-pub fn use_library(path: &Path) -> Result<(), String> {
+pub fn use_library(path: &Path) -> crate::error::Result<()> {
     LIBRARY
         .set(path.to_path_buf())
-        .map_err(|_| "the NVML library was chosen twice".to_string())
+        .map_err(|_| crate::error::Error::Invalid("the NVML library was chosen twice".to_string()))
 }
 
 fn nvml() -> Option<&'static Nvml> {

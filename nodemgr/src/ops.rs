@@ -1,5 +1,6 @@
 //! Operator commands: `dilu status`, `dilu top`, `dilu set`.
 
+use crate::error::{self, Error};
 use dilu_abi::node_wire::{
     self, ColoStatus, FromDaemon, NodeStatus, ScaleAdvice, SpecUpdate, TenantSpec, ToDaemon,
 };
@@ -11,8 +12,8 @@ use std::time::Duration;
 pub use dilu_abi::operator_client::ask;
 
 /// The daemon's whole status, in as many parts as its tenants need.
-pub fn fetch_status(socket: &Path) -> Result<NodeStatus, String> {
-    dilu_abi::status_parts::fetch(socket, Duration::from_secs(5))
+pub fn fetch_status(socket: &Path) -> error::Result<NodeStatus> {
+    dilu_abi::status_parts::fetch(socket, Duration::from_secs(5)).map_err(Error::NodeManager)
 }
 
 fn pct(v: f64) -> String {
@@ -218,12 +219,13 @@ pub fn format_colocation(c: &ColoStatus) -> String {
     )
 }
 
-pub fn status(socket: &Path, json: bool) -> Result<(), String> {
+pub fn status(socket: &Path, json: bool) -> error::Result<()> {
     let status = fetch_status(socket)?;
     if json {
         println!(
             "{}",
-            serde_json::to_string_pretty(&status).map_err(|e| e.to_string())?
+            serde_json::to_string_pretty(&status)
+                .map_err(|e| Error::NodeManager(format!("its status as JSON: {e}")))?
         );
     } else {
         print!("{}", format_status(&status));
@@ -235,7 +237,7 @@ pub fn status(socket: &Path, json: bool) -> Result<(), String> {
 /// On a terminal each refresh replaces the last (the screen is cleared, as
 /// `top` does); otherwise (a pipe, a file, a test) the tables follow one
 /// another, separated by a blank line, with no control characters.
-pub fn top(socket: &Path, interval: Duration, rounds: Option<u64>) -> Result<(), String> {
+pub fn top(socket: &Path, interval: Duration, rounds: Option<u64>) -> error::Result<()> {
     use std::io::{IsTerminal, Write as _};
     let terminal = std::io::stdout().is_terminal();
     let mut shown = 0;
@@ -257,16 +259,18 @@ pub fn top(socket: &Path, interval: Duration, rounds: Option<u64>) -> Result<(),
     }
 }
 
-pub fn set(socket: &Path, tenant: &str, update: SpecUpdate) -> Result<TenantSpec, String> {
-    match ask(
+pub fn set(socket: &Path, tenant: &str, update: SpecUpdate) -> error::Result<TenantSpec> {
+    let answer = ask(
         socket,
         &ToDaemon::Set {
             tenant: tenant.to_string(),
             update,
         },
-    )? {
+    )
+    .map_err(Error::NodeManager)?;
+    match answer {
         FromDaemon::Updated { spec, .. } => Ok(spec),
-        FromDaemon::Error { reason } => Err(reason),
-        other => Err(format!("unexpected answer: {other:?}")),
+        FromDaemon::Error { reason } => Err(Error::Refused(reason)),
+        other => Err(Error::NodeManager(format!("unexpected answer: {other:?}"))),
     }
 }

@@ -27,6 +27,7 @@
 use crate::artifacts;
 use crate::config::Config;
 use crate::daemon::Daemon;
+use crate::error::{self, Error};
 use crate::launch::{self, LaunchSpec};
 use dilu_abi::node_wire::{SOCKET_ENV, SpecUpdate, WorkClass};
 use dilu_profile::measure::{Measure, Trials};
@@ -73,7 +74,8 @@ fn catch_interrupts() {
     }
 }
 
-pub fn run(spec: &ProfileSpec) -> Result<ExitCode, String> {
+/// The flags' own checks, before anything runs.
+fn validate(spec: &ProfileSpec) -> Result<(), String> {
     if spec.class == Class::Latency && spec.slo_ms.is_none() {
         return Err("a latency-class profile needs --slo-ms".into());
     }
@@ -84,6 +86,11 @@ pub fn run(spec: &ProfileSpec) -> Result<ExitCode, String> {
             "--slo-ms {slo} must be a positive number of milliseconds"
         ));
     }
+    Ok(())
+}
+
+pub fn run(spec: &ProfileSpec) -> error::Result<ExitCode> {
+    validate(spec).map_err(Error::Invalid)?;
     let mut progress = |trial: Trial, sample: Option<Sample>| {
         let what = sample.map_or("cannot run".to_string(), |s| {
             format!(
@@ -99,19 +106,23 @@ pub fn run(spec: &ProfileSpec) -> Result<ExitCode, String> {
     };
     let (result, headroom) = match (&spec.table, spec.command.is_empty()) {
         (Some(_), false) => {
-            return Err("give either --table FILE or a command after --, not both".into());
+            return Err(Error::Invalid(
+                "give either --table FILE or a command after --, not both".into(),
+            ));
         }
         (None, true) => {
-            return Err("nothing to profile: give --table FILE.csv or a command after --".into());
+            return Err(Error::Invalid(
+                "nothing to profile: give --table FILE.csv or a command after --".into(),
+            ));
         }
         (Some(path), true) => {
-            let mut table = ProfileTable::load(path)?;
+            let mut table = ProfileTable::load(path).map_err(Error::Invalid)?;
             let grid = table.grid();
             let mut trials = Trials::with_progress(&mut table, &mut progress);
             (profile::find(&mut trials, &grid, &question(spec, 0.0)), 0.0)
         }
         (None, false) => {
-            let grid = Grid::standard(spec.max_batch, spec.sm_step)?;
+            let grid = Grid::standard(spec.max_batch, spec.sm_step).map_err(Error::Invalid)?;
             catch_interrupts();
             let mut program = ProgramTrials::start(spec)?;
             let result = {
@@ -122,15 +133,22 @@ pub fn run(spec: &ProfileSpec) -> Result<ExitCode, String> {
             (result, spec.headroom)
         }
     };
-    let mut profile = result?;
+    // No configuration meets the question (or the program never ran):
+    // the question, or the program, needs changing.
+    let mut profile = result.map_err(Error::Invalid)?;
     // The file records the SLO asked for, not the tightened one searched.
     profile.slo_ms = spec.slo_ms;
-    std::fs::write(&spec.output, profile.to_toml())
-        .map_err(|e| format!("cannot write the profile to {}: {e}", spec.output.display()))?;
+    std::fs::write(&spec.output, profile.to_toml()).map_err(|e| {
+        Error::System(format!(
+            "cannot write the profile to {}: {e}",
+            spec.output.display()
+        ))
+    })?;
     if spec.json {
         println!(
             "{}",
-            serde_json::to_string(&profile).map_err(|e| e.to_string())?
+            serde_json::to_string(&profile)
+                .map_err(|e| Error::System(format!("the profile as JSON: {e}")))?
         );
     } else {
         println!(
@@ -185,23 +203,24 @@ struct Running {
 }
 
 impl ProgramTrials {
-    fn start(spec: &ProfileSpec) -> Result<ProgramTrials, String> {
+    fn start(spec: &ProfileSpec) -> error::Result<ProgramTrials> {
         if !(0.5..=600.0).contains(&spec.trial_seconds) {
-            return Err(format!(
+            return Err(Error::Invalid(format!(
                 "--trial-seconds {} must be from 0.5 to 600",
                 spec.trial_seconds
-            ));
+            )));
         }
         if !(1.0..=3600.0).contains(&spec.startup_seconds) {
-            return Err(format!(
+            return Err(Error::Invalid(format!(
                 "--startup-seconds {} must be from 1 to 3600",
                 spec.startup_seconds
-            ));
+            )));
         }
         artifacts::find(artifacts::INTERPOSER_FILE)?;
         let tag = format!("profile-{}", std::process::id());
         let scratch = std::env::temp_dir().join(format!("dilu-{tag}"));
-        std::fs::create_dir_all(&scratch).map_err(|e| format!("{}: {e}", scratch.display()))?;
+        std::fs::create_dir_all(&scratch)
+            .map_err(|e| Error::System(format!("{}: {e}", scratch.display())))?;
         let config = Config {
             socket: scratch.join("nodemgr.sock"),
             run_dir: scratch.join("run"),
@@ -255,7 +274,8 @@ impl ProgramTrials {
             colo: None,
             gpus: 1,
             command: Vec::new(),
-        })?;
+        })
+        .map_err(|e| e.to_string())?;
         let log = std::fs::File::create(log).map_err(|e| format!("{}: {e}", log.display()))?;
         Command::new(program)
             .args(args)
@@ -402,7 +422,8 @@ impl ProgramTrials {
                 .registry
                 .lock()
                 .expect("registry lock")
-                .update(&running.tenant, &update)?;
+                .update(&running.tenant, &update)
+                .map_err(|e| e.to_string())?;
             return Ok(true);
         }
         self.end_program();

@@ -1,5 +1,6 @@
 //! A profile file (what `dilu profile` writes) read as a tenant's spec.
 
+use crate::error::{self, Error};
 use dilu_abi::node_wire::{TenantSpec, WorkClass};
 use dilu_profile::profile::{Class, Profile};
 use std::path::Path;
@@ -7,8 +8,8 @@ use std::path::Path;
 /// Reads a profile file as a tenant spec (class, SLO, SM request and limit)
 /// and its batch size: what `dilu run --profile` and the node manager's
 /// `[tenants.NAME] profile` use.
-pub fn load_spec(path: &Path) -> Result<(TenantSpec, u32), String> {
-    let profile = Profile::load(path)?;
+pub fn load_spec(path: &Path) -> error::Result<(TenantSpec, u32)> {
+    let profile = Profile::load(path).map_err(Error::Invalid)?;
     let spec = TenantSpec {
         class: match profile.class {
             Class::Latency => WorkClass::Latency,
@@ -20,6 +21,6 @@ pub fn load_spec(path: &Path) -> Result<(TenantSpec, u32), String> {
         mem_bytes: None,
     };
     spec.validate()
-        .map_err(|e| format!("{}: {e}", path.display()))?;
+        .map_err(|e| Error::Invalid(format!("{}: {e}", path.display())))?;
     Ok((spec, profile.batch))
 }

@@ -178,7 +178,13 @@ fn handle(shared: Arc<Shared>, connection: Arc<OwnedFd>) {
                     Ok(id)
                 }
                 Err(reason) => {
-                    reply(&connection, &FromDaemon::Refused { reason }, &[]);
+                    reply(
+                        &connection,
+                        &FromDaemon::Refused {
+                            reason: reason.to_string(),
+                        },
+                        &[],
+                    );
                     Err(())
                 }
             };
@@ -232,7 +238,9 @@ fn handle(shared: Arc<Shared>, connection: Arc<OwnedFd>) {
                     tracing::info!(tenant, ?spec, "spec changed by uid {}", peer.uid);
                     FromDaemon::Updated { tenant, spec }
                 }
-                Err(reason) => FromDaemon::Error { reason },
+                Err(reason) => FromDaemon::Error {
+                    reason: reason.to_string(),
+                },
             };
             reply(&connection, &message, &[]);
         }
@@ -260,7 +268,9 @@ fn handle(shared: Arc<Shared>, connection: Arc<OwnedFd>) {
                             }
                             FromDaemon::Updated { tenant, spec }
                         }
-                        Err(reason) => FromDaemon::Error { reason },
+                        Err(reason) => FromDaemon::Error {
+                            reason: reason.to_string(),
+                        },
                     }
                 }
             };

@@ -101,6 +101,7 @@ fn node(gpus: u32, per_gpu: usize, placed: bool, idle: usize) -> Result<Registry
         registry
             .register(&name, peer, 0, Some(spec), fresh)
             .map(|_| ())
+            .map_err(|e| e.to_string())
     };
     for i in 0..gpus as usize * per_gpu {
         add(
@@ -165,7 +166,7 @@ fn quantile(sorted: &[f64], q: f64) -> f64 {
 }
 
 fn measure(registry: &mut Registry, law: &str, periods: u64) -> Result<Row, String> {
-    let mut controllers = PerGpu::new(law)?;
+    let mut controllers = PerGpu::new(law).map_err(|e| e.to_string())?;
     let mut state = PeriodState::default();
     let mut now_ns = dilu_layout::monotonic_ns();
     let mut cpu = Vec::with_capacity(periods as usize);

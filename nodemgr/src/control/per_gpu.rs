@@ -45,8 +45,8 @@ pub struct PerGpu {
 
 impl PerGpu {
     /// Controllers of law `name` (one of [`super::NAMES`]).
-    pub fn new(name: &str) -> Result<Self, String> {
-        let law = by_name(name)?;
+    pub fn new(name: &str) -> crate::error::Result<Self> {
+        let law = by_name(name).map_err(crate::error::Error::Invalid)?;
         Ok(PerGpu {
             law: name.to_string(),
             name: law.name(),

@@ -5,6 +5,7 @@
 
 use super::Registry;
 use super::tenant::{is_on, ppm};
+use crate::error::{self, Error};
 use dilu_abi::node_wire::TenantSpec;
 use dilu_layout::budget::FULL_SHARE_PPM;
 
@@ -12,14 +13,14 @@ impl Registry {
     /// Checks that `spec` fits beside the other tenants of each of the
     /// tenant's GPUs (`gpus`: those it was placed on, empty when unplaced;
     /// its spec holds on each).
-    pub fn admit_each(&self, name: &str, spec: &TenantSpec, gpus: &[u32]) -> Result<(), String> {
+    pub fn admit_each(&self, name: &str, spec: &TenantSpec, gpus: &[u32]) -> error::Result<()> {
         let Some((&first, more)) = gpus.split_first() else {
             return self.admit(name, spec, None);
         };
         self.admit(name, spec, Some(first))?;
         for &g in more {
             self.admit(name, spec, Some(g))
-                .map_err(|e| format!("on gpu{g}: {e}"))?;
+                .map_err(|e| e.context(format_args!("on gpu{g}")))?;
         }
         Ok(())
     }
@@ -27,8 +28,8 @@ impl Registry {
     /// Checks that `spec` fits beside every other tenant on the same GPU
     /// (`gpu`: the one it was placed on; unplaced tenants count together,
     /// as on a one-GPU node); `name` is the tenant being admitted or changed.
-    pub fn admit(&self, name: &str, spec: &TenantSpec, gpu: Option<u32>) -> Result<(), String> {
-        spec.validate()?;
+    pub fn admit(&self, name: &str, spec: &TenantSpec, gpu: Option<u32>) -> error::Result<()> {
+        spec.validate().map_err(Error::Invalid)?;
         let held = self
             .held
             .iter()
@@ -52,7 +53,7 @@ impl Registry {
                 .iter()
                 .map(|(n, s)| format!("{n} {}%", s.sm_request_pct))
                 .collect();
-            return Err(format!(
+            return Err(Error::Refused(format!(
                 "SM requests would sum to {}% of the GPU (> 100%): {name} asks {}%, admitted: {}",
                 requested as f64 / 10_000.0,
                 spec.sm_request_pct,
@@ -61,18 +62,18 @@ impl Registry {
                 } else {
                     list.join(", ")
                 }
-            ));
+            )));
         }
         if let (Some(capacity), Some(mem)) = (self.gpu_memory, spec.mem_bytes) {
             let used: u64 = others.iter().filter_map(|(_, s)| s.mem_bytes).sum();
             if used.saturating_add(mem) > capacity {
-                return Err(format!(
+                return Err(Error::Refused(format!(
                     "memory budgets would sum to {} on a {} GPU: {name} asks {}, others hold {}",
                     dilu_abi::units::format_size(used.saturating_add(mem)),
                     dilu_abi::units::format_size(capacity),
                     dilu_abi::units::format_size(mem),
                     dilu_abi::units::format_size(used)
-                ));
+                )));
             }
         }
         Ok(())
@@ -103,13 +104,13 @@ impl Registry {
 
     /// Refuses a new tenant of `uid` when that user already has
     /// `max_tenants_per_uid` (other users' tenants do not count).
-    pub(super) fn check_tenant_cap(&self, uid: u32) -> Result<(), String> {
+    pub(super) fn check_tenant_cap(&self, uid: u32) -> error::Result<()> {
         let held = self.tenants.values().filter(|t| t.uid == uid).count();
         if held >= self.max_tenants_per_uid {
-            return Err(format!(
+            return Err(Error::Refused(format!(
                 "uid {uid} already has {held} tenants registered (max_tenants_per_uid = {})",
                 self.max_tenants_per_uid
-            ));
+            )));
         }
         Ok(())
     }

@@ -4,6 +4,7 @@
 
 use super::Registry;
 use super::tenant::Grant;
+use crate::error::{self, Error};
 use dilu_abi::node_wire::TenantSpec;
 use dilu_abi::tenant_flags::check_tenant_name;
 use dilu_layout::MAX_DEVICES;
@@ -26,21 +27,21 @@ impl Registry {
         name: &str,
         spec: TenantSpec,
         mut gpus: Vec<u32>,
-    ) -> Result<(TenantSpec, bool), String> {
-        check_tenant_name(name)?;
-        spec.validate()?;
+    ) -> error::Result<(TenantSpec, bool)> {
+        check_tenant_name(name).map_err(Error::Invalid)?;
+        spec.validate().map_err(Error::Invalid)?;
         gpus.sort_unstable();
         gpus.dedup();
         if gpus.len() > MAX_DEVICES {
-            return Err(format!(
+            return Err(Error::Invalid(format!(
                 "{} GPUs granted; at most {MAX_DEVICES}",
                 gpus.len()
-            ));
+            )));
         }
         if !self.granted.contains_key(name) && self.granted.len() >= MAX_GRANTS {
-            return Err(format!(
+            return Err(Error::Refused(format!(
                 "the node manager holds {MAX_GRANTS} grants already; release some first"
-            ));
+            )));
         }
         let mut changed = false;
         if let Some(tenant) = self.tenants.get(name)
@@ -167,12 +168,10 @@ mod tests {
             mem_bytes: Some(1 << 30),
             ..Default::default()
         };
-        assert!(
-            registry
-                .update("claim", &set)
-                .unwrap_err()
-                .contains("claim")
-        );
+        assert!(matches!(
+            registry.update("claim", &set),
+            Err(Error::Refused(reason)) if reason.contains("claim")
+        ));
         let flags: Vec<(String, bool)> = registry
             .status()
             .into_iter()
@@ -216,6 +215,9 @@ mod tests {
                 create_regions("test", None).unwrap(),
             )
             .unwrap_err();
-        assert!(refused.contains("SM"), "{refused}");
+        assert!(
+            matches!(&refused, Error::Refused(reason) if reason.contains("SM")),
+            "{refused:?}"
+        );
     }
 }

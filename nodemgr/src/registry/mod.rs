@@ -45,6 +45,7 @@ pub use tenant::{
     Tenant, TenantDevice, devices_on,
 };
 
+use crate::error::{self, Error};
 use crate::observe::Sampler;
 use dilu_abi::node_wire::{SpecUpdate, TenantSpec};
 use dilu_abi::tenant_flags::check_tenant_name;
@@ -116,8 +117,8 @@ impl Registry {
         start_time: u64,
         asked: Option<TenantSpec>,
         fresh: Regions,
-    ) -> Result<(u64, TenantSpec, [Arc<OwnedFd>; 2]), String> {
-        check_tenant_name(name)?;
+    ) -> error::Result<(u64, TenantSpec, [Arc<OwnedFd>; 2])> {
+        check_tenant_name(name).map_err(Error::Invalid)?;
         let mut fresh = Some(fresh);
         if let Some(tenant) = self.tenants.get_mut(name)
             && tenant.uid == peer.uid
@@ -140,10 +141,10 @@ impl Registry {
             // cluster, is its GPU from now on.
             let gpus = match self.held.get(name) {
                 Some(held) if held.uid != peer.uid => {
-                    return Err(format!(
+                    return Err(Error::Refused(format!(
                         "tenant {name:?} belongs to another user (uid {})",
                         held.uid
-                    ));
+                    )));
                 }
                 Some(held) => held.gpus.clone(),
                 None => self.granted_gpus(name),
@@ -174,7 +175,7 @@ impl Registry {
                         held.mem_bytes
                             .map_or("unlimited".into(), dilu_abi::units::format_size)
                     );
-                    (held, Some(reason))
+                    (held, Some(reason.to_string()))
                 }
                 Err(reason) => return Err(reason),
             };
@@ -202,10 +203,10 @@ impl Registry {
         }
         let tenant = self.tenants.get_mut(name).expect("inserted above");
         if tenant.uid != peer.uid {
-            return Err(format!(
+            return Err(Error::Refused(format!(
                 "tenant {name:?} belongs to another user (uid {})",
                 tenant.uid
-            ));
+            )));
         }
         let id = self.next_member;
         self.next_member += 1;
@@ -240,18 +241,18 @@ impl Registry {
     }
 
     /// Applies an operator's change after admission.
-    pub fn update(&mut self, name: &str, update: &SpecUpdate) -> Result<TenantSpec, String> {
+    pub fn update(&mut self, name: &str, update: &SpecUpdate) -> error::Result<TenantSpec> {
         if self.granted.contains_key(name) {
             // The grant would put it back at its next renewal.
-            return Err(format!(
+            return Err(Error::Refused(format!(
                 "tenant {name:?} runs under a cluster's grant (a DRA ResourceClaim): \
                  change its claim instead"
-            ));
+            )));
         }
         let tenant = self
             .tenants
             .get(name)
-            .ok_or_else(|| format!("no tenant named {name:?}"))?;
+            .ok_or_else(|| Error::Invalid(format!("no tenant named {name:?}")))?;
         let mut spec = tenant.spec.clone();
         if let Some(v) = update.class {
             spec.class = v;
@@ -474,8 +475,9 @@ mod tests {
         registry.update("wide", &raise(70.0)).unwrap();
         let refused = registry.update("wide", &raise(80.0)).unwrap_err();
         assert!(
-            refused.starts_with(&format!("on gpu{}:", wide[1])),
-            "{refused}"
+            matches!(&refused, Error::Refused(reason)
+                if reason.starts_with(&format!("on gpu{}:", wide[1]))),
+            "{refused:?}"
         );
     }
 
@@ -493,7 +495,10 @@ mod tests {
             register(&mut registry, &format!("hog{i}"), 1000).unwrap();
         }
         let refused = register(&mut registry, "hog3", 1000).unwrap_err();
-        assert!(refused.contains("max_tenants_per_uid = 3"), "{refused}");
+        assert!(
+            matches!(&refused, Error::Refused(reason) if reason.contains("max_tenants_per_uid = 3")),
+            "{refused:?}"
+        );
         // More processes of a tenant it has are not more tenants.
         register(&mut registry, "hog0", 1000).unwrap();
         // Another user registers as if the first had none.
@@ -611,7 +616,7 @@ mod tests {
                 };
                 let Ok(fresh) = create_regions("fuzz", None) else { continue };
                 if let Err(reason) = registry.register(&name, peer(uid), 0, Some(spec), fresh) {
-                    proptest::prop_assert!(!reason.is_empty());
+                    proptest::prop_assert!(!reason.message().is_empty());
                 }
             }
             let requested: u32 = registry.tenants.values().map(|t| ppm(t.spec.sm_request_pct)).sum();

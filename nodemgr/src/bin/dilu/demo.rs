@@ -86,7 +86,7 @@ fn spawn(
     args: &[&str],
     seconds: u64,
 ) -> Result<Child, String> {
-    let workload = artifacts::find("demo-tenant")?;
+    let workload = artifacts::find("demo-tenant").map_err(|e| e.to_string())?;
     let me = std::env::current_exe().map_err(|e| e.to_string())?;
     Command::new(me)
         .args(["run", "--sim", "--tenant", tenant, "--"])
@@ -152,7 +152,7 @@ pub fn run_one(
             .collect::<BTreeMap<_, _>>(),
         ..Config::default()
     };
-    let daemon = Daemon::start(config)?;
+    let daemon = Daemon::start(config).map_err(|e| e.to_string())?;
     let instance = format!("demo-{tag}");
     let socket = daemon.shared.config.socket.clone();
     let mut serve_args: Vec<&str> = SERVE_ARGS.to_vec();

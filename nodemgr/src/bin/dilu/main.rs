@@ -9,6 +9,7 @@ mod demo;
 
 use clap::{Args, Parser, Subcommand};
 use dilu_abi::node_wire::{self, SpecUpdate};
+use dilu_nodemgr::error::{Error, Result};
 use dilu_nodemgr::{config, daemon, launch, ops, profile_run, profile_spec};
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -320,14 +321,15 @@ struct SetArgs {
     mem: Option<String>,
 }
 
-fn parse_class(text: Option<&str>) -> Result<Option<node_wire::WorkClass>, String> {
+fn parse_class(text: Option<&str>) -> Result<Option<node_wire::WorkClass>> {
     text.map(|c| {
-        node_wire::parse_class(c).ok_or_else(|| format!("--class {c:?}: expected latency or batch"))
+        node_wire::parse_class(c)
+            .ok_or_else(|| Error::Invalid(format!("--class {c:?}: expected latency or batch")))
     })
     .transpose()
 }
 
-fn run(args: RunArgs) -> Result<ExitCode, String> {
+fn run(args: RunArgs) -> Result<ExitCode> {
     // A co-location primary is a latency tenant, whichever flag says so.
     let primary = args.spec.class.as_deref() == Some("primary")
         || (args.spec.class.is_none() && args.spec.colo.as_deref() == Some("primary"));
@@ -373,12 +375,12 @@ fn run(args: RunArgs) -> Result<ExitCode, String> {
     })
 }
 
-fn profile(args: ProfileArgs) -> Result<ExitCode, String> {
+fn profile(args: ProfileArgs) -> Result<ExitCode> {
     if !(0.0..90.0).contains(&args.headroom) {
-        return Err(format!(
+        return Err(Error::Invalid(format!(
             "--headroom {} must be a percentage from 0 to 90",
             args.headroom
-        ));
+        )));
     }
     profile_run::run(&profile_run::ProfileSpec {
         class: if args.class == "batch" {
@@ -388,7 +390,7 @@ fn profile(args: ProfileArgs) -> Result<ExitCode, String> {
         },
         slo_ms: args.slo_ms,
         batch: args.batch,
-        method: dilu_profile::search::Method::parse(&args.method)?,
+        method: dilu_profile::search::Method::parse(&args.method).map_err(Error::Invalid)?,
         table: args.table,
         command: args.command,
         sim: args.sim,
@@ -402,7 +404,7 @@ fn profile(args: ProfileArgs) -> Result<ExitCode, String> {
     })
 }
 
-fn nodemgr(args: NodemgrArgs) -> Result<ExitCode, String> {
+fn nodemgr(args: NodemgrArgs) -> Result<ExitCode> {
     dilu_nodemgr::logging::init(args.foreground);
     let overrides = config::Overrides {
         // The variable tenants and tools read names the daemon's socket too
@@ -428,21 +430,22 @@ fn nodemgr(args: NodemgrArgs) -> Result<ExitCode, String> {
 }
 
 /// Points the daemon's NVML at simgpu's simulated one, or says why not.
-fn use_simulated_nvml() -> Result<(), String> {
-    let simgpu = dilu_nodemgr::artifacts::find(dilu_nodemgr::artifacts::SIMGPU_FILE)?;
+fn use_simulated_nvml() -> Result<()> {
+    let simgpu = dilu_nodemgr::artifacts::find(dilu_nodemgr::artifacts::SIMGPU_FILE)
+        .map_err(|e| e.context("--sim"))?;
     let library = simgpu.with_file_name(dilu_nodemgr::artifacts::SIMGPU_NVML_FILE);
     if !library.is_file() {
-        return Err(format!(
+        return Err(Error::System(format!(
             "--sim: simgpu's simulated NVML is not beside {} (build it with `cargo build -p simgpu-nvml`)",
             simgpu.display()
-        ));
+        )));
     }
     dilu_nodemgr::nvml::use_library(&library)?;
     if !dilu_nodemgr::nvml::available() {
-        return Err(format!(
+        return Err(Error::System(format!(
             "--sim: the simulated NVML {} did not load (see the log above)",
             library.display()
-        ));
+        )));
     }
     tracing::info!(nvml = %library.display(), "managing the simulated GPU");
     Ok(())
@@ -457,23 +460,24 @@ fn main() -> ExitCode {
             json: args.json,
             controllers: args.controllers,
             latencies_dir: args.latencies_dir,
-        }),
+        })
+        .map_err(Error::System),
         Command::Nodemgr(args) => nodemgr(args),
         Command::Profile(args) => profile(args),
         Command::Status(args) => {
             ops::status(&args.socket.path(), args.json).map(|()| ExitCode::SUCCESS)
         }
         Command::Top(args) => Duration::try_from_secs_f64(args.interval)
-            .map_err(|_| "--interval must be a positive number of seconds".to_string())
+            .map_err(|_| Error::Invalid("--interval must be a positive number of seconds".into()))
             .and_then(|interval| ops::top(&args.socket.path(), interval, args.count))
             .map(|()| ExitCode::SUCCESS),
         Command::Set(args) => (|| {
             if args.spec.colo.is_some() || args.spec.profile.is_some() {
-                return Err(
+                return Err(Error::Invalid(
                     "--colo and --profile are given to `dilu run` when a tenant starts; \
                      `dilu set` changes --class, --slo-ms, --sm-request, --sm-limit and --mem"
                         .to_string(),
-                );
+                ));
             }
             let update = SpecUpdate {
                 class: parse_class(args.spec.class.as_deref())?,
@@ -485,7 +489,7 @@ fn main() -> ExitCode {
                     .as_deref()
                     .map(dilu_abi::units::parse_size)
                     .transpose()
-                    .map_err(|e| format!("--mem: {e}"))?,
+                    .map_err(|e| Error::Invalid(format!("--mem: {e}")))?,
             };
             let spec = ops::set(&args.socket.path(), &args.tenant, update)?;
             println!(
