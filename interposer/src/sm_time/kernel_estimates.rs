@@ -30,14 +30,16 @@ impl LaunchKey {
         Self::mix(exec as u64, 0, 0xD6E8_FEB8_6659_FD93)
     }
 
-    /// One multiplication by an odd constant (a bijection, so distinct
-    /// `a ^ seed ^ b.rotate_left(32)` stay distinct keys): its high bits
-    /// depend on every input bit and place the key in the table
-    /// ([`EstimateTable::entry`]). A full 64-bit finaliser cost every
-    /// launch about 15 instructions more for nothing the table needs.
+    /// `b` spread over all 64 bits by one multiplication (so that two
+    /// functions at nearby addresses with different grids do not meet), then
+    /// the sum multiplied by an odd constant (a bijection: distinct sums stay
+    /// distinct keys) whose high bits depend on every input bit and place the
+    /// key in the table ([`EstimateTable::entry`]). A full 64-bit finaliser
+    /// cost every launch about 15 instructions more for nothing the table
+    /// needs.
     fn mix(a: u64, b: u64, seed: u64) -> Self {
         LaunchKey(
-            (a ^ seed ^ b.rotate_left(32))
+            (a ^ seed ^ b.wrapping_mul(0x94D0_49BB_1331_11EB))
                 .wrapping_mul(0xBF58_476D_1CE4_E5B9)
                 .max(1),
         )
@@ -381,6 +383,19 @@ mod tests {
             }
         }
         assert!(slots.len() > 850, "{} distinct slots", slots.len());
+    }
+
+    #[test]
+    fn functions_whose_addresses_differ_like_their_grids_are_still_apart() {
+        // Addresses that differ only in the bits a grid count would touch
+        // if it were folded in without mixing.
+        let f = 0x5555_0000_1000usize;
+        for (b1, b2) in [(1u64, 2u64), (108, 132), (1, 4096)] {
+            for shift in [0, 29, 32] {
+                let g = f ^ (((b1 ^ b2) << shift) as usize);
+                assert_ne!(LaunchKey::kernel(f, b1), LaunchKey::kernel(g, b2));
+            }
+        }
     }
 
     #[test]
