@@ -184,7 +184,14 @@ impl Board<'_> {
                 // all shorter than its kernel. Where they repeat and one
                 // fits, it waits for that one.
                 let random = self.predictor.period.load(Relaxed) == 0;
-                let fits_none = est_ns > longest;
+                // Judged as `fits` is: against the gaps the prediction
+                // vouches for, from the gap's opening, with the hand-off.
+                // (Against the longest recent gap, without the hand-off, a
+                // filler of 2 ms kernels beside gaps of 2.06 ms waited for
+                // a gap it fits as long as the primary ran.)
+                let opening = opens - start.min(opens);
+                let vouched = self.predictor.longest_vouched_ns.load(Relaxed);
+                let fits_none = opening.saturating_add(est_ns).saturating_add(HANDOFF_NS) > vouched;
                 match owed {
                     Owed::Yes | Owed::Overdue if random || fits_none => {
                         if owed == Owed::Overdue || (random && !long_gap) {

@@ -14,6 +14,10 @@ pub struct GapPrediction {
     pub length_ns: u64,
     /// Gaps per iteration, when the gaps repeat (0: no period found).
     pub period: usize,
+    /// The longest gap predicted at any position of the next period (the
+    /// next gap's prediction where there is no period): a kernel longer
+    /// than it fits no gap that is coming.
+    pub longest_vouched_ns: u64,
 }
 
 pub(crate) fn agree(a: u64, b: u64) -> bool {
@@ -35,6 +39,7 @@ pub fn predict_gap(recent: &[u64]) -> GapPrediction {
         return GapPrediction {
             length_ns: 0,
             period: 0,
+            longest_vouched_ns: 0,
         };
     }
     for period in 1..=MAX_PERIOD {
@@ -46,23 +51,34 @@ pub fn predict_gap(recent: &[u64]) -> GapPrediction {
             .filter(|&i| !agree(recent[i], recent[i - period]))
             .count();
         if mismatches <= window / 4 {
-            // The next gap is at position n: the same position one, two,
-            // ... periods back, within the window.
-            let length_ns = (1..)
-                .map(|k| k * period)
-                .take_while(|&back| back <= window)
-                .map(|back| recent[n - back])
-                .min()
-                .unwrap_or(0);
-            return GapPrediction { length_ns, period };
+            // The gap `ahead` positions after the next (at position
+            // n + ahead): the same position one, two, ... periods back,
+            // within the window.
+            let at = |ahead: usize| {
+                (1..)
+                    .map(|k| k * period)
+                    .take_while(|&back| back <= window + ahead)
+                    .filter(|&back| back > ahead)
+                    .map(|back| recent[n + ahead - back])
+                    .min()
+                    .unwrap_or(0)
+            };
+            let longest_vouched_ns = (0..period).map(at).max().unwrap_or(0);
+            return GapPrediction {
+                length_ns: at(0),
+                period,
+                longest_vouched_ns,
+            };
         }
     }
+    let length_ns = recent[n.saturating_sub(RING)..]
+        .iter()
+        .copied()
+        .min()
+        .unwrap_or(0);
     GapPrediction {
-        length_ns: recent[n.saturating_sub(RING)..]
-            .iter()
-            .copied()
-            .min()
-            .unwrap_or(0),
+        length_ns,
         period: 0,
+        longest_vouched_ns: length_ns,
     }
 }

@@ -348,6 +348,8 @@ impl Board<'_> {
         p.period.store(prediction.period as u64, Relaxed);
         p.longest_ns.store(longest, Relaxed);
         p.known.store(known as u64, Relaxed);
+        p.longest_vouched_ns
+            .store(prediction.longest_vouched_ns, Relaxed);
     }
 
     /// Undoes `push` of the fillers' queue end (not before `now`).

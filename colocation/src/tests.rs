@@ -334,6 +334,61 @@ fn a_kernel_longer_than_every_gap_goes_as_a_gap_opens() {
     assert_eq!(b.turn.owner.load(Relaxed), u64::from(short));
 }
 
+/// A primary that has learned alike gaps of `gap_ns` after 4 ms of work,
+/// at the opening of one more: returns that instant.
+fn at_the_opening_of_alike_gaps(b: Board, gap_ns: u64) -> u64 {
+    let mut t = 1_000 * MS;
+    let mut opens = 0;
+    for _ in 0..2 * RING {
+        b.primary_launch(t, 4 * MS);
+        b.primary_sync_begin();
+        b.primary_sync_end(t + 4 * MS);
+        opens = t + 4 * MS + DEFAULT_HOLDOFF_NS;
+        t += 4 * MS + gap_ns;
+    }
+    opens
+}
+
+/// Alike gaps of 2.06 ms and a filler owed its guarantee whose 2 ms
+/// kernels fit none of them once the hold-off and the hand-off are
+/// counted: no gap it fits is coming, so it goes as a gap opens (it
+/// waited for one it fits for as long as the primary ran).
+#[test]
+fn a_kernel_a_hand_off_short_of_the_gaps_goes_as_a_gap_opens() {
+    let gap_ns = 2_060 * US;
+    let kernel = 2 * MS;
+    for owed in [Owed::Yes, Owed::Overdue] {
+        let board = board();
+        let b = Board::new(board.device(0));
+        b.attach_primary(1, 0, DEFAULT_HOLDOFF_NS);
+        let opens = at_the_opening_of_alike_gaps(b, gap_ns);
+        let s = b.snapshot();
+        assert_eq!((s.gap_period, s.predicted_gap_ns), (1, gap_ns));
+        // Not owed, it waits (the kernel would delay the primary).
+        assert!(matches!(
+            b.filler_admit(opens, kernel, false, FILLER),
+            FillerGate::WaitUntil(_)
+        ));
+        assert_eq!(
+            b.filler_admit_owed(opens, kernel, false, FILLER, owed),
+            FillerGate::Fallback,
+            "{owed:?}"
+        );
+    }
+}
+
+#[test]
+fn a_kernel_that_fits_alike_gaps_goes_into_them_unowed() {
+    let board = board();
+    let b = Board::new(board.device(0));
+    b.attach_primary(1, 0, DEFAULT_HOLDOFF_NS);
+    let opens = at_the_opening_of_alike_gaps(b, 2_060 * US);
+    assert_eq!(
+        b.filler_admit(opens, 1_500 * US, false, FILLER),
+        FillerGate::Go
+    );
+}
+
 /// A primary with a 4 ms and a 1 ms gap per iteration; the filler
 /// `short` (500 µs kernels) holds the turn, `long` (1.5 ms kernels,
 /// which fit only the 4 ms gap) is owed its guarantee.
@@ -965,6 +1020,40 @@ fn alike_gaps_are_predicted_by_the_shortest_recent_one() {
         predict_gap(&gaps[..2]).length_ns,
         gaps[..2].iter().copied().min().unwrap()
     );
+}
+
+#[test]
+fn the_longest_vouched_gap_is_the_longest_phase_seen_that_long_every_time() {
+    // Phases of 1, 5 and 2 ms (±5%): whichever gap is next, a 5 ms one
+    // (at least its shortest showing) is vouched for within the period.
+    let gaps = noisy_loop(&[MS, 5 * MS, 2 * MS], 5);
+    for cut in 0..3 {
+        let p = predict_gap(&gaps[..gaps.len() - cut]);
+        assert!(
+            (4_750 * US..=5 * MS).contains(&p.longest_vouched_ns),
+            "cut {cut}: {p:?}"
+        );
+    }
+    // Alike gaps with one longer among them: that one is no promise.
+    let mut gaps = noisy_loop(&[2 * MS], 12);
+    let last = gaps.len() - 3;
+    gaps[last] = 2_400 * US;
+    let p = predict_gap(&gaps);
+    assert_eq!(p.period, 1);
+    assert!(p.longest_vouched_ns < 2_100 * US, "{p:?}");
+    // Without a period, the next gap's prediction.
+    let p = predict_gap(&[
+        7 * MS,
+        MS,
+        13 * MS,
+        3 * MS,
+        9 * MS,
+        2 * MS,
+        11 * MS,
+        5 * MS,
+        8 * MS,
+    ]);
+    assert_eq!((p.period, p.longest_vouched_ns), (0, p.length_ns));
 }
 
 #[test]

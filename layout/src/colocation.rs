@@ -190,6 +190,10 @@ pub struct Predictor {
     pub period: AtomicU64,
     /// Gaps remembered (up to [`HISTORY`]).
     pub known: AtomicU64,
+    /// The longest gap the prediction vouches for within the next period
+    /// (the longest of its positions' predictions; without a period, the
+    /// next gap's).
+    pub longest_vouched_ns: AtomicU64,
 }
 
 /// The primary's recent fillable gaps (its own, rarely written).
@@ -250,7 +254,7 @@ pub struct GapBoard {
 // SAFETY: repr(C), atomics and padding only; all-zero is "no primary, no
 // history", a valid state.
 unsafe impl SharedLayout for GapBoard {
-    const MAGIC: u64 = 0x6469_6c75_4741_000c; // "diluGA" v12 (v12: gap lengths)
+    const MAGIC: u64 = 0x6469_6c75_4741_000d; // "diluGA" v13 (v13: the longest vouched gap)
     fn magic(&self) -> &AtomicU64 {
         &self.magic
     }
