@@ -327,13 +327,17 @@ pub fn before_launch(device: usize, est_ns: u64, measured: bool) -> u64 {
     let board = colo.board(device);
     match colo.config.role {
         Role::Primary => {
-            if board.primary_pid().is_none() {
+            let now = monotonic_ns();
+            match board.primary_pid() {
                 // Another process of the primary (a server's helper that
                 // launched a kernel, then exited) was attached last and is
                 // gone: fillers would take the device as free.
-                attach_as_primary(board, &colo.config);
+                None => attach_as_primary(board, &colo.config),
+                Some(pid) if pid != MY_PID.load(Ordering::Relaxed) => {
+                    attach_if_sibling_gone(board, device, &colo.config, pid, now)
+                }
+                Some(_) => {}
             }
-            let now = monotonic_ns();
             board.primary_launch(now, est_ns);
             match board.sample_hold_until(now) {
                 None => 0,
@@ -510,8 +514,39 @@ fn hold(
 }
 
 /// How often a held filler checks that the primary it waits for still
-/// exists (a primary killed inside a synchronisation would hold it forever).
+/// exists (a primary killed inside a synchronisation would hold it forever),
+/// and a primary process that another one of its tenant's attached after.
 const PRIMARY_CHECK_NS: u64 = 50_000_000;
+
+/// Per device, when this primary process next looks whether the process
+/// attached as the primary after it still exists.
+static NEXT_SIBLING_CHECK: [AtomicU64; MAX_DEVICES] = [const { AtomicU64::new(0) }; MAX_DEVICES];
+
+/// A primary process launching while `sibling`, another process of the
+/// primary, is the board's primary: where that one is gone, this one is
+/// the primary again. Fillers detach a gone primary only while they wait,
+/// so a filler that was let in all along (or none at all) left a dead
+/// sibling on the board, and the primary's own launches unpublished.
+#[cold]
+#[inline(never)]
+fn attach_if_sibling_gone(
+    board: Board<'_>,
+    device: usize,
+    config: &ColoConfig,
+    sibling: u32,
+    now: u64,
+) {
+    let next_check = &NEXT_SIBLING_CHECK[device.min(MAX_DEVICES - 1)];
+    if now < next_check.load(Ordering::Relaxed) {
+        return;
+    }
+    next_check.store(now + PRIMARY_CHECK_NS, Ordering::Relaxed);
+    forget_a_gone_primary(board);
+    if board.primary_pid().is_none() {
+        tracing::debug!(sibling, "co-location: the primary is this process again");
+        attach_as_primary(board, config);
+    }
+}
 
 #[cold]
 fn forget_a_gone_primary(board: Board<'_>) {
