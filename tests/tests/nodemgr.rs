@@ -111,6 +111,21 @@ fn wait_for_status(
     }
 }
 
+/// Waits for the daemon's saved state (what a restarted daemon re-adopts)
+/// to name `tenant`.
+fn wait_for_saved_state(scratch: &Scratch, tenant: &str) {
+    let state = scratch.path("run").join("state.json");
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !std::fs::read_to_string(&state).is_ok_and(|text| text.contains(tenant)) {
+        assert!(
+            Instant::now() < deadline,
+            "the daemon never saved {tenant} in {}",
+            state.display()
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
 #[test]
 fn a_killed_daemon_leaves_tenants_on_their_budgets_and_a_new_one_readopts_them() {
     let scratch = Scratch::new("nodemgr-restart");
@@ -159,6 +174,7 @@ fn a_killed_daemon_leaves_tenants_on_their_budgets_and_a_new_one_readopts_them()
         |t| t["sm_current_pct"] == 40.0,
     );
     std::thread::sleep(Duration::from_millis(500));
+    wait_for_saved_state(&scratch, &tenant);
 
     daemon.kill().unwrap();
     daemon.wait().unwrap();
@@ -555,6 +571,10 @@ fn a_tenant_started_while_the_daemon_is_down_is_managed_when_it_returns() {
     );
     assert_eq!(admitted.alloc(MIB), "alloc 0");
     wait_for_tenant(&scratch, &early);
+    // The daemon writes the state it re-adopts from every ~100 ms: killed
+    // before that, it would forget the early tenant (on a loaded machine
+    // the write can come well after the status lists it).
+    wait_for_saved_state(&scratch, &early);
     daemon.kill().unwrap();
     daemon.wait().unwrap();
 

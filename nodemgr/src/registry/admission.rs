@@ -102,6 +102,22 @@ impl Registry {
         held
     }
 
+    /// `spec` cut down to the room left on every one of `gpus` (empty: the
+    /// unplaced tenants' group): what a running process that does not fit
+    /// there is held to.
+    pub(super) fn room_left_on(&self, name: &str, spec: &TenantSpec, gpus: &[u32]) -> TenantSpec {
+        let mut held = self.room_left(name, spec, gpus.first().copied());
+        for &g in gpus.iter().skip(1) {
+            let room = self.room_left(name, spec, Some(g));
+            held.sm_request_pct = held.sm_request_pct.min(room.sm_request_pct);
+            held.sm_limit_pct = held.sm_limit_pct.max(held.sm_request_pct);
+            if let (Some(a), Some(b)) = (held.mem_bytes, room.mem_bytes) {
+                held.mem_bytes = Some(a.min(b));
+            }
+        }
+        held
+    }
+
     /// Refuses a new tenant of `uid` when that user already has
     /// `max_tenants_per_uid` (other users' tenants do not count).
     pub(super) fn check_tenant_cap(&self, uid: u32) -> error::Result<()> {

@@ -17,6 +17,13 @@
 //! controlled with the other tenants not placed, as before. A tenant can
 //! so join the control of a GPU only where its processes run. On a node
 //! with one GPU nothing changes: every tenant is on it already.
+//!
+//! Found on a GPU it was not on, the tenant is admitted there: it was
+//! admitted among the tenants not placed, not beside that GPU's. Its
+//! processes run already, so where its spec does not fit it is held to the
+//! room left there and named over-admitted, as a running process that
+//! registers without room is, and the tenants admitted on that GPU keep
+//! their guarantees.
 
 use super::Registry;
 use super::tenant::{Tenant, TenantDevice};
@@ -34,12 +41,52 @@ impl Registry {
             return;
         }
         let mut changed = false;
+        let mut joined: Vec<(String, Vec<u32>)> = Vec::new();
         for tenant in self.tenants.values_mut().filter(|t| !t.placed) {
-            changed |= follow(tenant, self.node_gpus);
+            let before = tenant.gpus();
+            if follow(tenant, self.node_gpus) {
+                changed = true;
+                let new: Vec<u32> = (tenant.gpus().into_iter())
+                    .filter(|g| !before.contains(g))
+                    .collect();
+                if !new.is_empty() {
+                    joined.push((tenant.name.clone(), new));
+                }
+            }
+        }
+        for (name, gpus) in joined {
+            self.admit_where_found(&name, &gpus);
         }
         if changed {
             self.epoch += 1;
         }
+    }
+
+    /// Tenant `name`, found on `gpus` it was not on, admitted there (see
+    /// the module's text).
+    fn admit_where_found(&mut self, name: &str, gpus: &[u32]) {
+        let Some(tenant) = self.tenants.get(name) else {
+            return;
+        };
+        let spec = tenant.spec.clone();
+        let Err(reason) = self.admit_each(name, &spec, gpus) else {
+            return;
+        };
+        let held = self.room_left_on(name, &spec, gpus);
+        let found = gpus.iter().map(|g| format!("gpu{g}")).collect::<Vec<_>>();
+        let reason = format!("found on {}: {reason}", found.join(", "));
+        tracing::warn!(
+            tenant = name,
+            "over-admitted: {reason}; held to SM request {}% and memory {}",
+            held.sm_request_pct,
+            held.mem_bytes
+                .map_or("unlimited".into(), dilu_abi::units::format_size)
+        );
+        let tenant = self.tenants.get_mut(name).expect("looked up above");
+        // Live: every process's next allocation is held to it.
+        tenant.regions.budget.set_mem_budget_all(held.mem_bytes);
+        tenant.spec = held;
+        tenant.over_admitted.get_or_insert(reason);
     }
 }
 
@@ -138,6 +185,50 @@ mod tests {
             registry.epoch, epoch,
             "nothing changed: the controllers go on"
         );
+    }
+
+    /// A tenant not placed, asking 50% and 6 GiB, found on gpu1 beside a
+    /// tenant placed there with 70% and 4 GiB of its 8 GiB: held to the
+    /// room left (30%, 4 GiB) and named over-admitted; found on gpu0,
+    /// where nothing else runs, it keeps its spec.
+    #[test]
+    fn a_tenant_not_placed_found_on_a_full_gpu_is_held_to_the_room_left_there() {
+        let gib = 1u64 << 30;
+        let asks = TenantSpec {
+            sm_request_pct: 50.0,
+            mem_bytes: Some(6 * gib),
+            ..TenantSpec::default()
+        };
+        for (gpu, over) in [(1, true), (0, false)] {
+            let mut registry = Registry::new(BTreeMap::new(), Some(8 * gib));
+            registry.node_gpus = 2;
+            let pid = std::process::id() as i32;
+            let placed = TenantSpec {
+                sm_request_pct: 70.0,
+                mem_bytes: Some(4 * gib),
+                ..TenantSpec::default()
+            };
+            crate::registry::testing::register_on(&mut registry, "placed", pid, &[1], placed);
+            crate::registry::testing::register_on(&mut registry, "chose", pid, &[], asks.clone());
+            registry.tenants.get_mut("chose").unwrap().seen_on_gpus = vec![gpu];
+            let activity = &registry.tenants["chose"].regions.activity;
+            activity.devices[0].publish_node_gpu(gpu);
+            activity.devices[0].record_launch(1_000, 1_000);
+            registry.follow_devices_in_use();
+            assert_eq!(devices(&registry, "chose"), [(0, Some(gpu))]);
+            let chose = &registry.tenants["chose"];
+            if over {
+                let reason = chose.over_admitted.as_deref().unwrap_or("");
+                assert!(reason.contains("found on gpu1"), "{reason:?}");
+                assert_eq!(chose.spec.sm_request_pct, 30.0);
+                assert_eq!(chose.spec.mem_bytes, Some(4 * gib));
+                assert_eq!(chose.mem_budget(0), Some(4 * gib), "live in its budget");
+                assert_eq!(registry.tenants["placed"].spec.sm_request_pct, 70.0);
+            } else {
+                assert_eq!(chose.over_admitted, None);
+                assert_eq!(chose.spec, asks);
+            }
+        }
     }
 
     #[test]

@@ -158,15 +158,7 @@ impl Registry {
             let (spec, over_admitted) = match self.admit_each(name, &spec, &gpus) {
                 Ok(()) => (spec, None),
                 Err(reason) if running => {
-                    let mut held = self.room_left(name, &spec, gpus.first().copied());
-                    for &g in gpus.iter().skip(1) {
-                        let room = self.room_left(name, &spec, Some(g));
-                        held.sm_request_pct = held.sm_request_pct.min(room.sm_request_pct);
-                        held.sm_limit_pct = held.sm_limit_pct.max(held.sm_request_pct);
-                        if let (Some(a), Some(b)) = (held.mem_bytes, room.mem_bytes) {
-                            held.mem_bytes = Some(a.min(b));
-                        }
-                    }
+                    let held = self.room_left_on(name, &spec, &gpus);
                     tracing::warn!(
                         tenant = name,
                         uid = peer.uid,
