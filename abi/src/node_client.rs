@@ -41,7 +41,9 @@
 //! answers, handing over its activity region like a re-attaching process.
 //! Where there is no socket at all it runs standalone.
 
-use crate::node_wire::{self, FromDaemon, PROTOCOL_VERSION, SOCKET_ENV, TenantSpec, ToDaemon};
+use crate::node_wire::{
+    self, FromDaemon, PROTOCOL_VERSION, SOCKET_ENV, SmShare, TenantSpec, ToDaemon,
+};
 use crate::seqpacket;
 use dilu_layout::activity::TenantActivity;
 use dilu_layout::budget::{DEFAULT_DEPTH_NS, TenantBudget, UNLIMITED_SHARE};
@@ -213,9 +215,9 @@ fn start_keeper(
 pub fn own_budget(budget: &TenantBudget, spec: Option<&TenantSpec>) {
     budget.set_depth_ns(DEFAULT_DEPTH_NS);
     let share = spec
-        .map(|s| (s.sm_limit_pct * 10_000.0).round())
-        .filter(|&ppm| ppm < 1_000_000.0)
-        .map_or(UNLIMITED_SHARE, |ppm| ppm as u32);
+        .map(|s| s.sm_limit)
+        .filter(|&limit| limit < SmShare::FULL)
+        .map_or(UNLIMITED_SHARE, SmShare::ppm);
     for device in 0..dilu_layout::ledger::MAX_DEVICES {
         budget.set_share_ppm(device, share);
     }
@@ -265,7 +267,7 @@ fn describe_own(spec: Option<&TenantSpec>) -> String {
     let memory = spec.mem_bytes.map_or("no memory budget".to_string(), |b| {
         format!("memory budget {}", crate::units::format_size(b))
     });
-    format!("SM share {}%, {memory}", spec.sm_limit_pct)
+    format!("SM share {}, {memory}", spec.sm_limit)
 }
 
 fn map_budget(fd: &OwnedFd) -> Result<Region<TenantBudget>, String> {

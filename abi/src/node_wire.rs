@@ -16,6 +16,7 @@
 //! variant index).
 
 pub use crate::cluster_wire::WorkClass;
+pub use crate::units::SmShare;
 use serde::{Deserialize, Serialize};
 
 /// Carried in [`ToDaemon::Register`]; a daemon refuses other versions.
@@ -25,17 +26,21 @@ pub const DEFAULT_SOCKET: &str = "/run/dilu/nodemgr.sock";
 /// Environment variable naming the daemon's socket.
 pub const SOCKET_ENV: &str = "DILU_NODEMGR_SOCKET";
 
-/// What a tenant asks for. Shares are percentages of one device's time;
-/// `mem_bytes` is per device.
+/// What a tenant asks for. Shares are of one device's time (serialised as
+/// percentages: `sm_request_pct`, `sm_limit_pct`); `mem_bytes` is per
+/// device.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct TenantSpec {
     pub class: WorkClass,
     /// Target p99 request latency (latency tenants).
     pub slo_ms: Option<f64>,
-    /// Guaranteed share (0–100).
-    pub sm_request_pct: f64,
-    /// Most it may take when others leave the device idle (request–100).
-    pub sm_limit_pct: f64,
+    /// Guaranteed share.
+    #[serde(rename = "sm_request_pct")]
+    pub sm_request: SmShare,
+    /// Most it may take when others leave the device idle (request or
+    /// more).
+    #[serde(rename = "sm_limit_pct")]
+    pub sm_limit: SmShare,
     pub mem_bytes: Option<u64>,
 }
 
@@ -45,8 +50,8 @@ impl Default for TenantSpec {
         TenantSpec {
             class: WorkClass::Batch,
             slo_ms: None,
-            sm_request_pct: 0.0,
-            sm_limit_pct: 100.0,
+            sm_request: SmShare::NONE,
+            sm_limit: SmShare::FULL,
             mem_bytes: None,
         }
     }
@@ -55,14 +60,10 @@ impl Default for TenantSpec {
 impl TenantSpec {
     /// Checks the spec on its own (admission against others is the daemon's).
     pub fn validate(&self) -> Result<(), String> {
-        let pct = |v: f64| (0.0..=100.0).contains(&v);
-        if !pct(self.sm_request_pct) || !pct(self.sm_limit_pct) {
-            return Err("SM request and limit must be percentages from 0 to 100".into());
-        }
-        if self.sm_request_pct > self.sm_limit_pct {
+        if self.sm_request > self.sm_limit {
             return Err(format!(
-                "SM request {}% is above the limit {}%",
-                self.sm_request_pct, self.sm_limit_pct
+                "SM request {} is above the limit {}",
+                self.sm_request, self.sm_limit
             ));
         }
         if self.mem_bytes == Some(0) {
@@ -106,10 +107,10 @@ impl TenantSpec {
         }
         spec.slo_ms = given.slo_ms;
         if let Some(v) = given.sm_request.or(fixed) {
-            spec.sm_request_pct = v;
+            spec.sm_request = v;
         }
         if let Some(v) = given.sm_limit.or(fixed) {
-            spec.sm_limit_pct = v;
+            spec.sm_limit = v;
         }
         spec.mem_bytes = given.mem;
         spec.validate()?;
@@ -135,8 +136,8 @@ pub const SPEC_KEYS: &str = "class, slo_ms, sm_request, sm_limit and mem";
 pub struct SpecVar {
     pub class: Option<WorkClass>,
     pub slo_ms: Option<f64>,
-    pub sm_request: Option<f64>,
-    pub sm_limit: Option<f64>,
+    pub sm_request: Option<SmShare>,
+    pub sm_limit: Option<SmShare>,
     pub mem: Option<u64>,
 }
 
@@ -146,8 +147,8 @@ impl SpecVar {
         SpecVar {
             class: Some(spec.class),
             slo_ms: spec.slo_ms,
-            sm_request: Some(spec.sm_request_pct),
-            sm_limit: Some(spec.sm_limit_pct),
+            sm_request: Some(spec.sm_request),
+            sm_limit: Some(spec.sm_limit),
             mem: spec.mem_bytes,
         }
     }
@@ -168,14 +169,19 @@ impl SpecVar {
                     .parse::<f64>()
                     .map_err(|_| invalid("a number"))
             };
+            let share = || {
+                value
+                    .parse::<SmShare>()
+                    .map_err(|_| invalid("a percentage from 0 to 100"))
+            };
             let twice = match key {
                 "class" => spec
                     .class
                     .replace(parse_class(value).ok_or_else(|| invalid("latency or batch"))?)
                     .is_some(),
                 "slo_ms" => spec.slo_ms.replace(number()?).is_some(),
-                "sm_request" => spec.sm_request.replace(number()?).is_some(),
-                "sm_limit" => spec.sm_limit.replace(number()?).is_some(),
+                "sm_request" => spec.sm_request.replace(share()?).is_some(),
+                "sm_limit" => spec.sm_limit.replace(share()?).is_some(),
                 "mem" => spec
                     .mem
                     .replace(value.parse().map_err(|_| invalid("a byte count"))?)
@@ -208,8 +214,8 @@ impl SpecVar {
         }
         for (key, value) in [
             ("slo_ms", self.slo_ms),
-            ("sm_request", self.sm_request),
-            ("sm_limit", self.sm_limit),
+            ("sm_request", self.sm_request.map(SmShare::as_percent)),
+            ("sm_limit", self.sm_limit.map(SmShare::as_percent)),
         ] {
             if let Some(value) = value {
                 parts.push(format!("{key}={value}"));
@@ -244,8 +250,10 @@ pub fn class_name(class: WorkClass) -> &'static str {
 pub struct SpecUpdate {
     pub class: Option<WorkClass>,
     pub slo_ms: Option<f64>,
-    pub sm_request_pct: Option<f64>,
-    pub sm_limit_pct: Option<f64>,
+    #[serde(rename = "sm_request_pct")]
+    pub sm_request: Option<SmShare>,
+    #[serde(rename = "sm_limit_pct")]
+    pub sm_limit: Option<SmShare>,
     pub mem_bytes: Option<u64>,
 }
 
@@ -528,8 +536,8 @@ mod tests {
             spec: Some(TenantSpec {
                 class: WorkClass::Latency,
                 slo_ms: Some(50.0),
-                sm_request_pct: 20.0,
-                sm_limit_pct: 80.0,
+                sm_request: SmShare::percent(20.0),
+                sm_limit: SmShare::percent(80.0),
                 mem_bytes: Some(8 << 30),
             }),
             reattach: false,
@@ -543,8 +551,8 @@ mod tests {
         assert!(error.contains("5 bytes after the end"), "{error}");
 
         let bad = TenantSpec {
-            sm_request_pct: 90.0,
-            sm_limit_pct: 50.0,
+            sm_request: SmShare::percent(90.0),
+            sm_limit: SmShare::percent(50.0),
             ..TenantSpec::default()
         };
         assert!(bad.validate().unwrap_err().contains("above the limit"));
@@ -564,12 +572,18 @@ mod tests {
     #[test]
     fn an_sm_limit_becomes_the_request_and_limit_under_the_node_manager() {
         let spec = spec_of(&[("DILU_SM_LIMIT", "50")]).unwrap().unwrap();
-        assert_eq!((spec.sm_request_pct, spec.sm_limit_pct), (50.0, 50.0));
+        assert_eq!(
+            (spec.sm_request, spec.sm_limit),
+            (SmShare::percent(50.0), SmShare::percent(50.0))
+        );
         // The spec's own flags win.
         let spec = spec_of(&[("DILU_SM_LIMIT", "50"), ("DILU_SPEC", "sm_limit=80")])
             .unwrap()
             .unwrap();
-        assert_eq!((spec.sm_request_pct, spec.sm_limit_pct), (50.0, 80.0));
+        assert_eq!(
+            (spec.sm_request, spec.sm_limit),
+            (SmShare::percent(50.0), SmShare::percent(80.0))
+        );
         let error = spec_of(&[("DILU_SM_LIMIT", "0:30,1:50")]).unwrap_err();
         assert!(error.contains("--sm-request"), "{error}");
         assert_eq!(spec_of(&[]), Ok(None));
@@ -582,8 +596,8 @@ mod tests {
         let full = TenantSpec {
             class: WorkClass::Latency,
             slo_ms: Some(8.5),
-            sm_request_pct: 20.0,
-            sm_limit_pct: 80.0,
+            sm_request: SmShare::percent(20.0),
+            sm_limit: SmShare::percent(80.0),
             mem_bytes: Some(8 << 30),
         };
         let (name, value) = SpecVar::of(&full).env().unwrap();
@@ -600,13 +614,17 @@ mod tests {
             .unwrap();
         assert_eq!(spec.class, WorkClass::Latency);
         assert_eq!(spec.slo_ms, Some(5.0));
-        assert_eq!((spec.sm_request_pct, spec.sm_limit_pct), (0.0, 100.0));
+        assert_eq!(
+            (spec.sm_request, spec.sm_limit),
+            (SmShare::NONE, SmShare::FULL)
+        );
         assert_eq!(spec_of(&[("DILU_SPEC", "")]), Ok(None));
         for (bad, named) in [
             ("class=gpu", "class to be latency or batch, not \"gpu\""),
             ("slo_ms=soon", "slo_ms to be a number, not \"soon\""),
-            ("sm_request=x", "sm_request to be a number, not \"x\""),
-            ("sm_limit=", "sm_limit to be a number, not \"\""),
+            ("sm_request=x", "sm_request to be a percentage from 0 to 100, not \"x\""),
+            ("sm_limit=", "sm_limit to be a percentage from 0 to 100, not \"\""),
+            ("sm_limit=140", "sm_limit to be a percentage from 0 to 100, not \"140\""),
             ("mem=8GiB", "mem to be a byte count, not \"8GiB\""),
             ("class=batch,colour=red", "not \"colour\""),
             ("latency", "key=value pairs"),
@@ -668,24 +686,42 @@ mod tests {
             }
         }
 
-        /// Specs with any numbers (NaN, infinities, negatives) are judged,
-        /// never accepted when they are not percentages and a positive SLO.
+        /// Specs sent with any numbers (NaN, infinities, negatives) are
+        /// judged, never accepted when the shares are not percentages
+        /// (refused as they are decoded) or the SLO is not positive.
         #[test]
         fn any_spec_is_validated(
             request in proptest::num::f64::ANY,
             limit in proptest::num::f64::ANY,
             slo in proptest::option::of(proptest::num::f64::ANY),
         ) {
-            let spec = TenantSpec {
+            /// What a peer can put on the wire in a spec's place.
+            #[derive(Serialize)]
+            struct SentSpec {
+                class: WorkClass,
+                slo_ms: Option<f64>,
+                sm_request_pct: f64,
+                sm_limit_pct: f64,
+                mem_bytes: Option<u64>,
+            }
+            let sent = SentSpec {
+                class: WorkClass::Batch,
+                slo_ms: slo,
                 sm_request_pct: request,
                 sm_limit_pct: limit,
-                slo_ms: slo,
-                ..TenantSpec::default()
+                mem_bytes: None,
             };
-            if spec.validate().is_ok() {
-                proptest::prop_assert!((0.0..=100.0).contains(&request));
-                proptest::prop_assert!((0.0..=100.0).contains(&limit) && request <= limit);
-                proptest::prop_assert!(slo.is_none_or(|s| s > 0.0 && s.is_finite()));
+            let bytes = postcard::to_allocvec(&sent).unwrap();
+            let percent = |v: f64| (0.0..=100.0).contains(&v);
+            match decode::<TenantSpec>(&bytes) {
+                Ok(spec) => {
+                    proptest::prop_assert!(percent(request) && percent(limit));
+                    if spec.validate().is_ok() {
+                        proptest::prop_assert!(spec.sm_request <= spec.sm_limit);
+                        proptest::prop_assert!(slo.is_none_or(|s| s > 0.0 && s.is_finite()));
+                    }
+                }
+                Err(_) => proptest::prop_assert!(!(percent(request) && percent(limit))),
             }
         }
     }

@@ -106,7 +106,7 @@ pub fn tenant_name(namespace: &str, name: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::node_wire::WorkClass;
+    use crate::node_wire::{SmShare, WorkClass};
 
     #[test]
     fn annotations_round_trip_and_pods_without_them_are_not_dilu_pods() {
@@ -116,8 +116,8 @@ mod tests {
             spec: TenantSpec {
                 class: WorkClass::Latency,
                 slo_ms: Some(50.0),
-                sm_request_pct: 30.0,
-                sm_limit_pct: 45.0,
+                sm_request: SmShare::percent(30.0),
+                sm_limit: SmShare::percent(45.0),
                 mem_bytes: Some(8 << 30),
             },
             bound_at_ms: 1_700_000_000_000,

@@ -111,7 +111,7 @@ pub fn parse_sm_limits(value: &str) -> Option<[Option<f64>; MAX_DEVICES]> {
 /// The one share `DILU_SM_LIMIT` gives every device (`30`, `30%`), which
 /// the node manager takes as a request and a limit; `Err` for a per-device
 /// value, which it cannot take (its shares are per tenant).
-pub fn uniform_sm_limit(value: &str) -> Result<f64, String> {
+pub fn uniform_sm_limit(value: &str) -> Result<crate::units::SmShare, String> {
     if value.contains(':') {
         return Err(format!(
             "DILU_SM_LIMIT={value:?} (--sm) gives devices different shares, which the node \
@@ -119,6 +119,7 @@ pub fn uniform_sm_limit(value: &str) -> Result<f64, String> {
         ));
     }
     sm_percent(value)
+        .and_then(crate::units::SmShare::from_percent)
         .ok_or_else(|| format!("DILU_SM_LIMIT={value:?} is invalid: expected {SM_LIMIT_FORMS}"))
 }
 
@@ -168,7 +169,10 @@ mod tests {
         for bad in ["0", "101", "abc", "0:30,0:40"] {
             assert!(parse_sm_limits(bad).is_none(), "{bad}");
         }
-        assert_eq!(uniform_sm_limit("50"), Ok(50.0));
+        assert_eq!(
+            uniform_sm_limit("50"),
+            Ok(crate::units::SmShare::percent(50.0))
+        );
         assert!(
             uniform_sm_limit("0:30")
                 .unwrap_err()

@@ -98,6 +98,112 @@ pub fn parse_duration_ns(text: &str) -> Result<u64, UnitError> {
     Ok(ns.round() as u64)
 }
 
+/// A share of one device's SM time, held in millionths (ppm, what the
+/// budgets and the controllers use) and written by people as a percent
+/// (what flags, configuration files, status and the wire carry: serialised
+/// as a percent number, so state files and `dilu status --json` read as
+/// they did). One type, so a share is converted in one place.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct SmShare(u32);
+
+impl SmShare {
+    pub const NONE: SmShare = SmShare(0);
+    /// The whole device.
+    pub const FULL: SmShare = SmShare(1_000_000);
+
+    /// A share in millionths of the device, at most the whole device.
+    pub const fn from_ppm(ppm: u32) -> SmShare {
+        SmShare(if ppm > Self::FULL.0 {
+            Self::FULL.0
+        } else {
+            ppm
+        })
+    }
+
+    /// `percent` of the device, to the nearest millionth; `None` outside
+    /// 0-100 (or not a number).
+    pub fn from_percent(percent: f64) -> Option<SmShare> {
+        (0.0..=100.0)
+            .contains(&percent)
+            .then(|| SmShare((percent * 10_000.0).round() as u32))
+    }
+
+    /// For shares written in code: `percent` must be 0-100.
+    pub fn percent(percent: f64) -> SmShare {
+        Self::from_percent(percent)
+            .unwrap_or_else(|| panic!("an SM share of {percent}% is not 0-100%"))
+    }
+
+    /// A share a computation gave as a fraction of the device (a
+    /// placement's demand), held to 0-1.
+    pub fn of_fraction(fraction: f64) -> SmShare {
+        // `as` saturates: below 0 (or NaN) is none.
+        SmShare::from_ppm((fraction * 1_000_000.0).round() as u32)
+    }
+
+    pub const fn ppm(self) -> u32 {
+        self.0
+    }
+
+    pub fn as_percent(self) -> f64 {
+        f64::from(self.0) / 10_000.0
+    }
+
+    /// The share as a fraction of the device (0-1).
+    pub fn as_fraction(self) -> f64 {
+        f64::from(self.0) / 1_000_000.0
+    }
+
+    /// What is left of the device beside `used` (none when over it).
+    pub const fn rest_beside(used: u32) -> SmShare {
+        SmShare(Self::FULL.0.saturating_sub(used))
+    }
+}
+
+pub const SM_SHARE_FORMS: &str = "a percentage from 0 to 100 such as 30, 30% or 12.5";
+
+/// `30`, `30%`, `12.5`.
+impl std::str::FromStr for SmShare {
+    type Err = UnitError;
+    fn from_str(text: &str) -> Result<SmShare, UnitError> {
+        let number = text.trim().strip_suffix('%').unwrap_or(text.trim()).trim();
+        number
+            .parse()
+            .ok()
+            .and_then(SmShare::from_percent)
+            .ok_or_else(|| UnitError {
+                value: text.to_string(),
+                expected: SM_SHARE_FORMS,
+            })
+    }
+}
+
+/// `30%`, `12.5%`.
+impl fmt::Display for SmShare {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}%", self.as_percent())
+    }
+}
+
+impl serde::Serialize for SmShare {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.serialize_f64(self.as_percent())
+    }
+}
+
+impl<'de> serde::Deserialize<'de> for SmShare {
+    /// A percent from 0 to 100; anything else is an error, never clamped
+    /// (a tenant's message is untrusted).
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<SmShare, D::Error> {
+        let percent = f64::deserialize(deserializer)?;
+        SmShare::from_percent(percent).ok_or_else(|| {
+            serde::de::Error::custom(format!(
+                "an SM share is a percentage from 0 to 100, not {percent}"
+            ))
+        })
+    }
+}
+
 /// Formats bytes the way the CLI prints them (`8.00 GiB`).
 pub fn format_size(bytes: u64) -> String {
     const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
@@ -147,6 +253,33 @@ mod tests {
         assert_eq!(parse_duration_ns("2m").unwrap(), 120_000_000_000);
         assert_eq!(parse_duration_ns("1.5h").unwrap(), 5_400_000_000_000);
         assert!(parse_duration_ns("soon").is_err());
+    }
+
+    #[test]
+    fn a_share_is_kept_in_millionths_and_read_as_a_percent() {
+        let share = SmShare::from_percent(33.33).unwrap();
+        assert_eq!(share.ppm(), 333_300);
+        assert_eq!(share.as_percent(), 33.33);
+        assert_eq!(share.to_string(), "33.33%");
+        assert_eq!(SmShare::percent(25.0).as_fraction(), 0.25);
+        for bad in [-1.0, 100.5, f64::NAN, f64::INFINITY] {
+            assert_eq!(SmShare::from_percent(bad), None, "{bad}");
+        }
+        assert_eq!(SmShare::from_ppm(2_000_000), SmShare::FULL);
+        assert_eq!(" 30% ".parse(), Ok(SmShare::percent(30.0)));
+        assert_eq!("12.5".parse(), Ok(SmShare::from_ppm(125_000)));
+        let error = "101".parse::<SmShare>().unwrap_err();
+        assert!(error.to_string().contains("from 0 to 100"), "{error}");
+        assert_eq!(SmShare::rest_beside(700_000), SmShare::percent(30.0));
+        assert_eq!(SmShare::rest_beside(1_200_000), SmShare::NONE);
+        // On the wire and in state files: a percent number, checked.
+        assert_eq!(serde_json::to_string(&share).unwrap(), "33.33");
+        assert_eq!(
+            serde_json::from_str::<SmShare>("40").unwrap(),
+            SmShare::percent(40.0)
+        );
+        assert!(serde_json::from_str::<SmShare>("140").is_err());
+        assert!(serde_json::from_str::<SmShare>("-3").is_err());
     }
 
     #[test]

@@ -7,6 +7,7 @@
 //! mounts `Allocate` returns then start `mem-probe` on simgpu under a node
 //! manager, which holds it to the memory the extender wrote on the pod.
 
+use dilu_abi::node_wire::SmShare;
 use dilu_abi::pod_assignment::{self, PodAssignment};
 use dilu_deviceplugin::api::device_plugin_client::DevicePluginClient;
 use dilu_deviceplugin::api::registration_server::{Registration, RegistrationServer};
@@ -160,8 +161,8 @@ async fn a_bound_pods_annotations_become_its_containers_environment_and_budget()
         spec: dilu_abi::node_wire::TenantSpec {
             class: dilu_abi::node_wire::WorkClass::Latency,
             slo_ms: Some(50.0),
-            sm_request_pct: 30.0,
-            sm_limit_pct: 45.0,
+            sm_request: SmShare::percent(30.0),
+            sm_limit: SmShare::percent(45.0),
             mem_bytes: Some(64 * MIB),
         },
         bound_at_ms: 1_735_689_600_000,

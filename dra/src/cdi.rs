@@ -141,6 +141,7 @@ pub fn remove(dir: &Path, claim_uid: &str) -> Result<(), String> {
 mod tests {
     use super::*;
     use crate::claim::{ClaimDevice, ClaimGrant};
+    use dilu_abi::node_wire::SmShare;
     use dilu_abi::node_wire::TenantSpec;
 
     /// A name segment as the CDI specification defines it: alphanumeric
@@ -186,7 +187,7 @@ mod tests {
             tenant: "serving.infer".into(),
             spec: TenantSpec {
                 mem_bytes: Some(1 << 30),
-                sm_request_pct: 20.0,
+                sm_request: SmShare::percent(20.0),
                 ..TenantSpec::default()
             },
             colocation: Some("filler".into()),

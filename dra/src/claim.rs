@@ -15,7 +15,7 @@
 use crate::DRIVER;
 use crate::quantity;
 use crate::slice::{MEMORY, SM, gpu_index};
-use dilu_abi::node_wire::{TenantSpec, WorkClass, parse_class};
+use dilu_abi::node_wire::{SmShare, TenantSpec, WorkClass, parse_class};
 use dilu_abi::pod_assignment::tenant_name;
 use k8s_openapi::api::resource::v1::{DeviceRequestAllocationResult, ResourceClaim};
 use serde::{Deserialize, Serialize};
@@ -207,12 +207,17 @@ pub fn grant_of(claim: &ResourceClaim, node: &str) -> Result<ClaimGrant, String>
     }
     spec.slo_ms = config.slo_ms;
     // Without consumable capacity the claim holds the whole GPU.
-    spec.sm_request_pct = sm.unwrap_or(100.0);
-    spec.sm_limit_pct = config.sm_limit.unwrap_or(100.0);
-    if spec.sm_limit_pct < spec.sm_request_pct {
+    let share = |what: &str, percent: Option<f64>| match percent {
+        None => Ok(SmShare::FULL),
+        Some(percent) => SmShare::from_percent(percent)
+            .ok_or_else(|| format!("{what} {percent}% is not a percentage from 0 to 100")),
+    };
+    spec.sm_request = share(SM, sm)?;
+    spec.sm_limit = share("smLimit", config.sm_limit)?;
+    if spec.sm_limit < spec.sm_request {
         return Err(format!(
-            "smLimit {}% is below the {}% of {SM} the claim consumed",
-            spec.sm_limit_pct, spec.sm_request_pct
+            "smLimit {} is below the {} of {SM} the claim consumed",
+            spec.sm_limit, spec.sm_request
         ));
     }
     spec.mem_bytes = memory.map(|bytes| bytes.ceil() as u64);
@@ -279,8 +284,8 @@ mod tests {
             TenantSpec {
                 class: WorkClass::Latency,
                 slo_ms: Some(50.0),
-                sm_request_pct: 30.0,
-                sm_limit_pct: 50.0,
+                sm_request: SmShare::percent(30.0),
+                sm_limit: SmShare::percent(50.0),
                 mem_bytes: Some(8 << 30),
             }
         );
@@ -294,7 +299,7 @@ mod tests {
         let mut whole = result("gpu-0", "0", "0");
         whole.as_object_mut().unwrap().remove("consumedCapacity");
         let grant = grant_of(&allocated(json!([whole]), json!([])), "node-a").unwrap();
-        assert_eq!(grant.spec.sm_request_pct, 100.0);
+        assert_eq!(grant.spec.sm_request, SmShare::FULL);
         assert_eq!(grant.spec.mem_bytes, None);
         assert_eq!(grant.spec.class, WorkClass::Batch);
     }

@@ -30,7 +30,7 @@
 use crate::audit::AuditAction;
 use crate::control;
 use crate::error::{self, Error};
-use dilu_abi::node_wire::{self, TenantSpec};
+use dilu_abi::node_wire::{self, SmShare, TenantSpec};
 use dilu_abi::units;
 use serde::Deserialize;
 use std::collections::BTreeMap;
@@ -237,8 +237,14 @@ impl Config {
                 })?;
             }
             spec.slo_ms = t.slo_ms.or(spec.slo_ms);
-            spec.sm_request_pct = t.sm_request.unwrap_or(spec.sm_request_pct);
-            spec.sm_limit_pct = t.sm_limit.unwrap_or(spec.sm_limit_pct);
+            let share = |key: &str, percent: Option<f64>, or: SmShare| match percent {
+                None => Ok(or),
+                Some(percent) => SmShare::from_percent(percent).ok_or_else(|| {
+                    format!("tenants.{name}.{key} = {percent}: expected a percentage from 0 to 100")
+                }),
+            };
+            spec.sm_request = share("sm_request", t.sm_request, spec.sm_request)?;
+            spec.sm_limit = share("sm_limit", t.sm_limit, spec.sm_limit)?;
             if let Some(mem) = t.mem {
                 spec.mem_bytes = Some(size(&format!("tenants.{name}.mem"), &mem)?);
             }
@@ -314,7 +320,10 @@ mod tests {
         let serve = &config.tenants["serve"];
         assert_eq!(serve.class, WorkClass::Latency);
         assert_eq!(serve.slo_ms, Some(8.0));
-        assert_eq!((serve.sm_request_pct, serve.sm_limit_pct), (30.0, 70.0));
+        assert_eq!(
+            (serve.sm_request, serve.sm_limit),
+            (SmShare::percent(30.0), SmShare::percent(70.0))
+        );
         let missing = Config::parse("[tenants.x]\nprofile = \"/nonexistent/p.toml\"\n")
             .unwrap_err()
             .to_string();

@@ -107,7 +107,7 @@ pub fn by_gpu(status: &NodeStatus) -> Vec<GpuView> {
         let view = &mut views[at];
         view.tenants.push(t.name.clone());
         view.achieved_pct += achieved;
-        view.reserved_pct += t.spec.sm_request_pct;
+        view.reserved_pct += t.spec.sm_request.as_percent();
         view.waiting += usize::from(t.waiting);
     }
     // A board's slot is the node GPU of a primary the node manager placed
@@ -136,6 +136,7 @@ pub fn by_gpu(status: &NodeStatus) -> Vec<GpuView> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use dilu_abi::node_wire::SmShare;
     use dilu_abi::node_wire::{GpuStatus, TenantSpec};
 
     fn gpu(index: u32) -> GpuStatus {
@@ -154,7 +155,7 @@ mod tests {
             name: name.into(),
             uid: 0,
             spec: TenantSpec {
-                sm_request_pct: request,
+                sm_request: SmShare::percent(request),
                 ..TenantSpec::default()
             },
             pids: vec![1],

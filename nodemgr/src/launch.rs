@@ -22,7 +22,7 @@
 
 use crate::artifacts;
 use crate::error::{self, Error};
-use dilu_abi::node_wire::{self, FromDaemon, TenantSpec, ToDaemon};
+use dilu_abi::node_wire::{self, FromDaemon, SmShare, TenantSpec, ToDaemon};
 use dilu_abi::tenant_flags;
 use std::ffi::OsString;
 use std::os::unix::process::CommandExt;
@@ -41,8 +41,8 @@ pub struct LaunchSpec {
     /// The tenant's spec for the node manager (ignored without one).
     pub class: Option<dilu_abi::node_wire::WorkClass>,
     pub slo_ms: Option<f64>,
-    pub sm_request: Option<f64>,
-    pub sm_limit: Option<f64>,
+    pub sm_request: Option<SmShare>,
+    pub sm_limit: Option<SmShare>,
     /// The batch size from a profile (`DILU_BATCH`, unless already set).
     pub batch: Option<u32>,
     /// Co-location role (`DILU_COLO`): primary, filler or online-filler.

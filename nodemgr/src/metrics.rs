@@ -31,12 +31,12 @@ const TENANT_GAUGES: [(&str, &str, TenantValue); 13] = [
     (
         "dilu_tenant_sm_request_ratio",
         "Guaranteed SM-time share (0-1).",
-        |t| Some(t.spec.sm_request_pct / 100.0),
+        |t| Some(t.spec.sm_request.as_fraction()),
     ),
     (
         "dilu_tenant_sm_limit_ratio",
         "Most SM-time share a tenant may borrow (0-1).",
-        |t| Some(t.spec.sm_limit_pct / 100.0),
+        |t| Some(t.spec.sm_limit.as_fraction()),
     ),
     (
         "dilu_tenant_sm_share_ratio",
@@ -421,6 +421,7 @@ pub fn serve(shared: Arc<Shared>, server: tiny_http::Server) {
 mod tests {
     use super::*;
     use dilu_abi::node_wire::ColoStatus;
+    use dilu_abi::node_wire::SmShare;
 
     #[test]
     fn co_location_counters_are_exported_per_gpu_group_and_primary() {
@@ -477,7 +478,7 @@ mod tests {
             name: name.into(),
             uid: 0,
             spec: TenantSpec {
-                sm_request_pct: 40.0,
+                sm_request: SmShare::percent(40.0),
                 ..TenantSpec::default()
             },
             pids: vec![1],

@@ -305,8 +305,8 @@ impl Sampler {
         Observation {
             class: spec.class,
             slo_ns: spec.slo_ms.map(|ms| (ms * 1e6) as u64),
-            request_ppm: (spec.sm_request_pct * 10_000.0).round() as u32,
-            limit_ppm: (spec.sm_limit_pct * 10_000.0).round() as u32,
+            request_ppm: spec.sm_request.ppm(),
+            limit_ppm: spec.sm_limit.ppm(),
             share_ppm,
             period_ns: wall_ns.max(1),
             busy_ns,

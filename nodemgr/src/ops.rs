@@ -1,6 +1,7 @@
 //! Operator commands: `dilu status`, `dilu top`, `dilu set`.
 
 use crate::error::{self, Error};
+use dilu_abi::node_wire::SmShare;
 use dilu_abi::node_wire::{
     self, ColoStatus, FromDaemon, NodeStatus, ScaleAdvice, SpecUpdate, TenantSpec, ToDaemon,
 };
@@ -94,7 +95,7 @@ pub fn format_status(status: &NodeStatus) -> String {
         let _ = writeln!(out, "(no tenants)");
     }
     for t in status.tenants.iter().filter(|t| t.waiting) {
-        let (why, fix) = if t.spec.sm_limit_pct == 0.0 {
+        let (why, fix) = if t.spec.sm_limit == SmShare::NONE {
             (
                 "its SM limit is 0",
                 format!("`dilu set {} --sm-limit PCT`", t.name),
@@ -131,7 +132,7 @@ pub fn format_status(status: &NodeStatus) -> String {
                 "over-admitted: {} started while the node manager was away and did not fit ({reason}); \
                  held to SM request {}% and memory {}",
                 t.name,
-                t.spec.sm_request_pct,
+                t.spec.sm_request.as_percent(),
                 t.spec.mem_bytes.map_or("unlimited".into(), format_size)
             );
         }
@@ -179,8 +180,8 @@ fn tenant_row(out: &mut String, t: &dilu_abi::node_wire::TenantStatus) {
             pids.join(",")
         },
         memory,
-        pct(t.spec.sm_request_pct),
-        pct(t.spec.sm_limit_pct),
+        pct(t.spec.sm_request.as_percent()),
+        pct(t.spec.sm_limit.as_percent()),
         if t.waiting {
             "0% wait".to_string()
         } else {

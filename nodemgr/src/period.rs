@@ -89,6 +89,7 @@ pub fn run(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use dilu_abi::node_wire::SmShare;
     use dilu_abi::node_wire::{TenantSpec, WorkClass};
     use dilu_layout::budget::UNLIMITED_SHARE;
     use std::collections::BTreeMap;
@@ -98,8 +99,8 @@ mod tests {
     fn batch(request: f64) -> TenantSpec {
         TenantSpec {
             class: WorkClass::Batch,
-            sm_request_pct: request,
-            sm_limit_pct: 100.0,
+            sm_request: SmShare::percent(request),
+            sm_limit: SmShare::percent(100.0),
             ..TenantSpec::default()
         }
     }
@@ -155,8 +156,8 @@ mod tests {
         TenantSpec {
             class: WorkClass::Latency,
             slo_ms: Some(slo_ms),
-            sm_request_pct: 30.0,
-            sm_limit_pct: 100.0,
+            sm_request: SmShare::percent(30.0),
+            sm_limit: SmShare::percent(100.0),
             ..TenantSpec::default()
         }
     }

@@ -16,8 +16,8 @@ use dilu_placement::policy::{PlacementPolicy, place_on_node};
 pub fn demand(spec: &TenantSpec, gpus: usize) -> InstanceDemand {
     InstanceDemand {
         class: spec.class,
-        sm_request: spec.sm_request_pct / 100.0,
-        sm_limit: spec.sm_limit_pct / 100.0,
+        sm_request: spec.sm_request.as_fraction(),
+        sm_limit: spec.sm_limit.as_fraction(),
         memory_bytes: spec.mem_bytes.unwrap_or(0),
         gpus: gpus.max(1) as u32,
     }
@@ -56,6 +56,7 @@ pub fn choose<'a>(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use dilu_abi::node_wire::SmShare;
     use dilu_abi::node_wire::WorkClass;
     use dilu_placement::policy::policy_by_name;
 
@@ -63,8 +64,8 @@ mod tests {
         TenantSpec {
             class: WorkClass::Batch,
             slo_ms: None,
-            sm_request_pct: request,
-            sm_limit_pct: limit,
+            sm_request: SmShare::percent(request),
+            sm_limit: SmShare::percent(limit),
             mem_bytes: Some(mem_gib << 30),
         }
     }

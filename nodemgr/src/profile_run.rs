@@ -29,6 +29,7 @@ use crate::config::Config;
 use crate::daemon::Daemon;
 use crate::error::{self, Error};
 use crate::launch::{self, LaunchSpec};
+use dilu_abi::node_wire::SmShare;
 use dilu_abi::node_wire::{SOCKET_ENV, SpecUpdate, WorkClass};
 use dilu_profile::measure::{Measure, Trials};
 use dilu_profile::profile::{self, Class, Question};
@@ -259,7 +260,7 @@ impl ProgramTrials {
     fn spawn(&self, tenant: &str, trial: Trial, log: &Path) -> Result<Child, String> {
         let daemon = self.daemon.as_ref().ok_or("the node manager has stopped")?;
         let (program, args) = self.command.split_first().ok_or("no command")?;
-        let share = f64::from(trial.sm);
+        let share = SmShare::percent(f64::from(trial.sm));
         let env = launch::environment(&LaunchSpec {
             sim: self.sim,
             mem: None,
@@ -410,10 +411,10 @@ impl ProgramTrials {
             && running.batch == trial.batch
             && matches!(running.child.try_wait(), Ok(None))
         {
-            let share = f64::from(trial.sm);
+            let share = SmShare::percent(f64::from(trial.sm));
             let update = SpecUpdate {
-                sm_request_pct: Some(share),
-                sm_limit_pct: Some(share),
+                sm_request: Some(share),
+                sm_limit: Some(share),
                 ..SpecUpdate::default()
             };
             let daemon = self.daemon.as_ref().ok_or("the node manager has stopped")?;

@@ -1,7 +1,7 @@
 //! A profile file (what `dilu profile` writes) read as a tenant's spec.
 
 use crate::error::{self, Error};
-use dilu_abi::node_wire::{TenantSpec, WorkClass};
+use dilu_abi::node_wire::{SmShare, TenantSpec, WorkClass};
 use dilu_profile::profile::{Class, Profile};
 use std::path::Path;
 
@@ -10,14 +10,22 @@ use std::path::Path;
 /// `[tenants.NAME] profile` use.
 pub fn load_spec(path: &Path) -> error::Result<(TenantSpec, u32)> {
     let profile = Profile::load(path).map_err(Error::Invalid)?;
+    let share = |key: &str, percent: u32| {
+        SmShare::from_percent(f64::from(percent)).ok_or_else(|| {
+            Error::Invalid(format!(
+                "{}: {key} {percent} is not a percentage from 0 to 100",
+                path.display()
+            ))
+        })
+    };
     let spec = TenantSpec {
         class: match profile.class {
             Class::Latency => WorkClass::Latency,
             Class::Batch => WorkClass::Batch,
         },
         slo_ms: profile.slo_ms,
-        sm_request_pct: f64::from(profile.sm_request),
-        sm_limit_pct: f64::from(profile.sm_limit),
+        sm_request: share("sm_request", profile.sm_request)?,
+        sm_limit: share("sm_limit", profile.sm_limit)?,
         mem_bytes: None,
     };
     spec.validate()

@@ -2,6 +2,7 @@
 //! tenant cannot write, admission, operator changes, dead tenants, metrics.
 
 use dilu_abi::node_client;
+use dilu_abi::node_wire::SmShare;
 use dilu_abi::node_wire::{self, FromDaemon, SpecUpdate, TenantSpec, ToDaemon, WorkClass};
 use dilu_abi::seqpacket;
 use dilu_layout::budget::TenantBudget;
@@ -107,8 +108,8 @@ fn latency_spec(request: f64, limit: f64) -> TenantSpec {
     TenantSpec {
         class: WorkClass::Latency,
         slo_ms: Some(50.0),
-        sm_request_pct: request,
-        sm_limit_pct: limit,
+        sm_request: SmShare::percent(request),
+        sm_limit: SmShare::percent(limit),
         mem_bytes: None,
     }
 }
@@ -208,7 +209,7 @@ fn a_tenant_cannot_raise_its_own_budget() {
         &socket,
         "victim",
         SpecUpdate {
-            sm_limit_pct: Some(60.0),
+            sm_limit: Some(SmShare::percent(60.0)),
             mem_bytes: Some(128 << 20),
             ..SpecUpdate::default()
         },
@@ -236,12 +237,12 @@ fn admission_identity_departure_and_metrics() {
     let attached = node_client::attach_at(&socket, "infer", Some(latency_spec(30.0, 80.0)))
         .unwrap()
         .expect("a daemon is listening");
-    assert_eq!(attached.spec().sm_limit_pct, 80.0);
+    assert_eq!(attached.spec().sm_limit.as_percent(), 80.0);
     let refused = register_raw(
         &socket,
         "greedy",
         Some(TenantSpec {
-            sm_request_pct: 80.0,
+            sm_request: SmShare::percent(80.0),
             ..TenantSpec::default()
         }),
     )
@@ -276,11 +277,11 @@ fn admission_identity_departure_and_metrics() {
         };
         assert_eq!(
             get("dilu_tenant_sm_request_ratio"),
-            t.spec.sm_request_pct / 100.0
+            t.spec.sm_request.as_percent() / 100.0
         );
         assert_eq!(
             get("dilu_tenant_sm_limit_ratio"),
-            t.spec.sm_limit_pct / 100.0
+            t.spec.sm_limit.as_percent() / 100.0
         );
         assert_eq!(get("dilu_tenant_processes"), t.pids.len() as f64);
         assert!(get("dilu_tenant_launches_total") >= 0.0);
@@ -304,7 +305,7 @@ fn admission_identity_departure_and_metrics() {
         &socket,
         "bigger",
         Some(TenantSpec {
-            sm_request_pct: 70.0,
+            sm_request: SmShare::percent(70.0),
             ..TenantSpec::default()
         }),
     )

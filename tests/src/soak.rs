@@ -334,7 +334,11 @@ impl Soak {
         };
         self.count("status checked");
         let now = Instant::now();
-        let requested: f64 = status.tenants.iter().map(|t| t.spec.sm_request_pct).sum();
+        let requested: f64 = status
+            .tenants
+            .iter()
+            .map(|t| t.spec.sm_request.as_percent())
+            .sum();
         let budgeted: u64 = status.tenants.iter().filter_map(|t| t.spec.mem_bytes).sum();
         let r = &mut self.report;
         r.max_sm_requested_pct = r.max_sm_requested_pct.max(requested);

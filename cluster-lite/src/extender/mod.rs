@@ -25,6 +25,7 @@ pub(crate) mod apiserver;
 pub mod pod_demand;
 pub mod wire;
 
+use dilu_abi::node_wire::SmShare;
 use std::collections::{BTreeMap, HashMap};
 use std::io::Read;
 use std::net::SocketAddr;
@@ -552,8 +553,8 @@ fn assignment_for(
         spec: TenantSpec {
             class: demand.class,
             slo_ms: None,
-            sm_request_pct: demand.sm_request * 100.0,
-            sm_limit_pct: demand.sm_limit * 100.0,
+            sm_request: SmShare::of_fraction(demand.sm_request),
+            sm_limit: SmShare::of_fraction(demand.sm_limit),
             mem_bytes: Some(demand.memory_bytes),
         },
         bound_at_ms: std::time::SystemTime::now()
@@ -566,8 +567,8 @@ fn assignment_for(
 fn demand_of(assignment: &PodAssignment) -> InstanceDemand {
     InstanceDemand {
         class: assignment.spec.class,
-        sm_request: assignment.spec.sm_request_pct / 100.0,
-        sm_limit: assignment.spec.sm_limit_pct / 100.0,
+        sm_request: assignment.spec.sm_request.as_fraction(),
+        sm_limit: assignment.spec.sm_limit.as_fraction(),
         memory_bytes: assignment.spec.mem_bytes.unwrap_or(0),
         gpus: assignment.gpu_indices.len() as u32,
     }

@@ -2,7 +2,7 @@
 //! `DILU_COLO_TOLERANCE`, `DILU_COLO_HOLDOFF`, `DILU_COLO_GUARANTEE` and the
 //! SLO and SM request of its spec), read once and checked.
 
-use dilu_abi::node_wire::{SPEC_ENV, SpecVar};
+use dilu_abi::node_wire::{SPEC_ENV, SmShare, SpecVar};
 use dilu_abi::units;
 use dilu_colocation::DEFAULT_HOLDOFF_NS;
 
@@ -63,12 +63,12 @@ pub fn from_env(
         Some(v) => SpecVar::parse(&v).map_err(|e| bad(SPEC_ENV, &v, &e))?,
         None => SpecVar::default(),
     };
-    let guarantee_set = env("DILU_COLO_GUARANTEE").is_some()
-        || spec.sm_request.is_some_and(|r| r > 0.0 && r <= 100.0);
+    let guarantee_set =
+        env("DILU_COLO_GUARANTEE").is_some() || spec.sm_request.is_some_and(|r| r > SmShare::NONE);
     let guarantee_ppm = match env("DILU_COLO_GUARANTEE") {
-        None => default_guarantee_ppm(spec.sm_request.map(|r| r.to_string())),
-        Some(v) => match v.trim_end_matches('%').parse::<f64>() {
-            Ok(p) if p > 0.0 && p <= 100.0 => (p * 10_000.0).round() as u32,
+        None => default_guarantee(spec.sm_request).ppm(),
+        Some(v) => match v.parse::<SmShare>() {
+            Ok(share) if share > SmShare::NONE => share.ppm(),
             _ => {
                 return Err(bad(
                     "DILU_COLO_GUARANTEE",
@@ -110,9 +110,8 @@ fn default_tolerance_ns(slo_ns: u64) -> u64 {
 /// the node manager, `--sm-request`), which is what it was promised; with
 /// no request, or a request of 0, 10% (so that a filler whose kernels fit
 /// no gap still moves).
-fn default_guarantee_ppm(sm_request: Option<String>) -> u32 {
+fn default_guarantee(sm_request: Option<SmShare>) -> SmShare {
     sm_request
-        .and_then(|r| r.trim().parse::<f64>().ok())
-        .filter(|r| *r > 0.0 && *r <= 100.0)
-        .map_or(100_000, |r| (r * 10_000.0).round() as u32)
+        .filter(|&r| r > SmShare::NONE)
+        .unwrap_or(SmShare::from_ppm(100_000))
 }

@@ -10,6 +10,7 @@
 //!
 //! usage: control-period [--periods N]   (markdown on stdout)
 
+use dilu_abi::node_wire::SmShare;
 use dilu_abi::node_wire::{TenantSpec, WorkClass};
 use dilu_nodemgr::control::per_gpu::PerGpu;
 use dilu_nodemgr::period::{self, PeriodState};
@@ -33,16 +34,16 @@ fn spec(index: usize, groups: u32) -> TenantSpec {
         TenantSpec {
             class: WorkClass::Latency,
             slo_ms: Some(50.0),
-            sm_request_pct: 2.0 / groups as f64,
-            sm_limit_pct: 100.0,
+            sm_request: SmShare::percent(2.0 / groups as f64),
+            sm_limit: SmShare::percent(100.0),
             mem_bytes: None,
         }
     } else {
         TenantSpec {
             class: WorkClass::Batch,
             slo_ms: None,
-            sm_request_pct: 1.0 / groups as f64,
-            sm_limit_pct: 100.0,
+            sm_request: SmShare::percent(1.0 / groups as f64),
+            sm_limit: SmShare::percent(100.0),
             mem_bytes: None,
         }
     }
@@ -112,7 +113,7 @@ fn node(gpus: u32, per_gpu: usize, placed: bool, idle: usize) -> Result<Registry
     }
     for i in 0..idle {
         let spec = TenantSpec {
-            sm_request_pct: 0.0,
+            sm_request: SmShare::percent(0.0),
             ..spec(1, groups)
         };
         add(format!("{IDLE}{i:05}"), 0, spec)?;

@@ -4,9 +4,9 @@
 //! running, and the cap on tenants per user.
 
 use super::Registry;
-use super::tenant::{is_on, ppm};
+use super::tenant::is_on;
 use crate::error::{self, Error};
-use dilu_abi::node_wire::TenantSpec;
+use dilu_abi::node_wire::{SmShare, TenantSpec};
 use dilu_layout::budget::FULL_SHARE_PPM;
 
 impl Registry {
@@ -43,20 +43,17 @@ impl Registry {
             .chain(held)
             .filter(|(n, _)| n.as_str() != name)
             .collect();
-        let requested: u32 = others
-            .iter()
-            .map(|(_, s)| ppm(s.sm_request_pct))
-            .sum::<u32>()
-            + ppm(spec.sm_request_pct);
+        let requested: u32 =
+            others.iter().map(|(_, s)| s.sm_request.ppm()).sum::<u32>() + spec.sm_request.ppm();
         if requested > FULL_SHARE_PPM {
             let list: Vec<String> = others
                 .iter()
-                .map(|(n, s)| format!("{n} {}%", s.sm_request_pct))
+                .map(|(n, s)| format!("{n} {}", s.sm_request))
                 .collect();
             return Err(Error::Refused(format!(
-                "SM requests would sum to {}% of the GPU (> 100%): {name} asks {}%, admitted: {}",
+                "SM requests would sum to {}% of the GPU (> 100%): {name} asks {}, admitted: {}",
                 requested as f64 / 10_000.0,
-                spec.sm_request_pct,
+                spec.sm_request,
                 if list.is_empty() {
                     "none".into()
                 } else {
@@ -90,11 +87,10 @@ impl Registry {
                 .filter(move |(n, t)| t.is_on(gpu) && n.as_str() != name)
                 .map(|(_, t)| &t.spec)
         };
-        let requested: u32 = others().map(|s| ppm(s.sm_request_pct)).sum();
-        let free_pct = FULL_SHARE_PPM.saturating_sub(requested) as f64 / 10_000.0;
+        let requested: u32 = others().map(|s| s.sm_request.ppm()).sum();
         let mut held = spec.clone();
-        held.sm_request_pct = spec.sm_request_pct.clamp(0.0, 100.0).min(free_pct);
-        held.sm_limit_pct = spec.sm_limit_pct.clamp(held.sm_request_pct, 100.0);
+        held.sm_request = spec.sm_request.min(SmShare::rest_beside(requested));
+        held.sm_limit = spec.sm_limit.max(held.sm_request);
         if let (Some(capacity), Some(mem)) = (self.gpu_memory, spec.mem_bytes) {
             let budgeted: u64 = others().filter_map(|s| s.mem_bytes).sum();
             held.mem_bytes = Some(mem.min(capacity.saturating_sub(budgeted)));
@@ -109,8 +105,8 @@ impl Registry {
         let mut held = self.room_left(name, spec, gpus.first().copied());
         for &g in gpus.iter().skip(1) {
             let room = self.room_left(name, spec, Some(g));
-            held.sm_request_pct = held.sm_request_pct.min(room.sm_request_pct);
-            held.sm_limit_pct = held.sm_limit_pct.max(held.sm_request_pct);
+            held.sm_request = held.sm_request.min(room.sm_request);
+            held.sm_limit = held.sm_limit.max(held.sm_request);
             if let (Some(a), Some(b)) = (held.mem_bytes, room.mem_bytes) {
                 held.mem_bytes = Some(a.min(b));
             }

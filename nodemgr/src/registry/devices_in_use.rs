@@ -77,8 +77,8 @@ impl Registry {
         let reason = format!("found on {}: {reason}", found.join(", "));
         tracing::warn!(
             tenant = name,
-            "over-admitted: {reason}; held to SM request {}% and memory {}",
-            held.sm_request_pct,
+            "over-admitted: {reason}; held to SM request {} and memory {}",
+            held.sm_request,
             held.mem_bytes
                 .map_or("unlimited".into(), dilu_abi::units::format_size)
         );
@@ -132,7 +132,7 @@ fn follow(tenant: &mut Tenant, node_gpus: usize) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use dilu_abi::node_wire::TenantSpec;
+    use dilu_abi::node_wire::{SmShare, TenantSpec};
     use std::collections::BTreeMap;
 
     /// A registry of a node of `gpus` GPUs with tenant `name`, not placed,
@@ -195,7 +195,7 @@ mod tests {
     fn a_tenant_not_placed_found_on_a_full_gpu_is_held_to_the_room_left_there() {
         let gib = 1u64 << 30;
         let asks = TenantSpec {
-            sm_request_pct: 50.0,
+            sm_request: SmShare::percent(50.0),
             mem_bytes: Some(6 * gib),
             ..TenantSpec::default()
         };
@@ -204,7 +204,7 @@ mod tests {
             registry.node_gpus = 2;
             let pid = std::process::id() as i32;
             let placed = TenantSpec {
-                sm_request_pct: 70.0,
+                sm_request: SmShare::percent(70.0),
                 mem_bytes: Some(4 * gib),
                 ..TenantSpec::default()
             };
@@ -220,10 +220,13 @@ mod tests {
             if over {
                 let reason = chose.over_admitted.as_deref().unwrap_or("");
                 assert!(reason.contains("found on gpu1"), "{reason:?}");
-                assert_eq!(chose.spec.sm_request_pct, 30.0);
+                assert_eq!(chose.spec.sm_request, SmShare::percent(30.0));
                 assert_eq!(chose.spec.mem_bytes, Some(4 * gib));
                 assert_eq!(chose.mem_budget(0), Some(4 * gib), "live in its budget");
-                assert_eq!(registry.tenants["placed"].spec.sm_request_pct, 70.0);
+                assert_eq!(
+                    registry.tenants["placed"].spec.sm_request,
+                    SmShare::percent(70.0)
+                );
             } else {
                 assert_eq!(chose.over_admitted, None);
                 assert_eq!(chose.spec, asks);

@@ -81,6 +81,7 @@ impl Registry {
 mod tests {
     use super::*;
     use crate::registry::{Peer, create_regions};
+    use dilu_abi::node_wire::SmShare;
     use std::collections::BTreeMap;
     use std::sync::Arc;
 
@@ -94,8 +95,8 @@ mod tests {
 
     fn spec(request: f64, mem: u64) -> TenantSpec {
         TenantSpec {
-            sm_request_pct: request,
-            sm_limit_pct: request.max(50.0),
+            sm_request: SmShare::percent(request),
+            sm_limit: SmShare::percent(request.max(50.0)),
             mem_bytes: Some(mem),
             ..TenantSpec::default()
         }

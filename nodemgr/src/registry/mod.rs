@@ -162,8 +162,8 @@ impl Registry {
                     tracing::warn!(
                         tenant = name,
                         uid = peer.uid,
-                        "over-admitted: {reason}; held to SM request {}% and memory {}",
-                        held.sm_request_pct,
+                        "over-admitted: {reason}; held to SM request {} and memory {}",
+                        held.sm_request,
                         held.mem_bytes
                             .map_or("unlimited".into(), dilu_abi::units::format_size)
                     );
@@ -252,12 +252,12 @@ impl Registry {
         if let Some(v) = update.slo_ms {
             spec.slo_ms = Some(v);
         }
-        if let Some(v) = update.sm_request_pct {
-            spec.sm_request_pct = v;
+        if let Some(v) = update.sm_request {
+            spec.sm_request = v;
         }
-        if let Some(v) = update.sm_limit_pct {
-            spec.sm_limit_pct = v;
-            spec.sm_request_pct = spec.sm_request_pct.min(v);
+        if let Some(v) = update.sm_limit {
+            spec.sm_limit = v;
+            spec.sm_request = spec.sm_request.min(v);
         }
         if let Some(v) = update.mem_bytes {
             spec.mem_bytes = Some(v);
@@ -328,8 +328,8 @@ pub(crate) mod testing {
 
 #[cfg(test)]
 mod tests {
-    use super::tenant::ppm;
     use super::*;
+    use dilu_abi::node_wire::SmShare;
     use dilu_layout::activity::TenantActivity;
     use dilu_layout::budget::FULL_SHARE_PPM;
     use dilu_layout::memfd;
@@ -345,8 +345,8 @@ mod tests {
 
     fn shares(request: f64, limit: f64) -> TenantSpec {
         TenantSpec {
-            sm_request_pct: request,
-            sm_limit_pct: limit,
+            sm_request: SmShare::percent(request),
+            sm_limit: SmShare::percent(limit),
             ..TenantSpec::default()
         }
     }
@@ -460,8 +460,8 @@ mod tests {
             },
         );
         let raise = |pct| SpecUpdate {
-            sm_request_pct: Some(pct),
-            sm_limit_pct: Some(pct),
+            sm_request: Some(SmShare::percent(pct)),
+            sm_limit: Some(SmShare::percent(pct)),
             ..SpecUpdate::default()
         };
         registry.update("wide", &raise(70.0)).unwrap();
@@ -526,7 +526,11 @@ mod tests {
         let (_, spec, _) = registry
             .register("second", peer(1), 0, Some(big.clone()), fresh)
             .unwrap();
-        assert_eq!(spec.sm_request_pct, 30.0, "the unrequested share");
+        assert_eq!(
+            spec.sm_request,
+            SmShare::percent(30.0),
+            "the unrequested share"
+        );
         assert_eq!(spec.mem_bytes, Some(2 * gib), "the unbudgeted memory");
         let reason = registry.tenants["second"].over_admitted.clone().unwrap();
         assert!(reason.contains("SM requests would sum"), "{reason}");
@@ -592,8 +596,8 @@ mod tests {
         fn any_registration_is_admitted_within_the_gpu_or_refused(
             asks in proptest::collection::vec((
                 "[ -~]{0,70}",
-                proptest::num::f64::ANY,
-                proptest::num::f64::ANY,
+                proptest::num::u32::ANY,
+                proptest::num::u32::ANY,
                 proptest::option::of(proptest::num::u64::ANY),
                 0u32..3,
             ), 1..6),
@@ -601,8 +605,8 @@ mod tests {
             let mut registry = Registry::new(BTreeMap::new(), Some(80 << 30));
             for (name, request, limit, mem, uid) in asks {
                 let spec = TenantSpec {
-                    sm_request_pct: request,
-                    sm_limit_pct: limit,
+                    sm_request: SmShare::from_ppm(request),
+                    sm_limit: SmShare::from_ppm(limit),
                     mem_bytes: mem,
                     ..TenantSpec::default()
                 };
@@ -611,7 +615,7 @@ mod tests {
                     proptest::prop_assert!(!reason.message().is_empty());
                 }
             }
-            let requested: u32 = registry.tenants.values().map(|t| ppm(t.spec.sm_request_pct)).sum();
+            let requested: u32 = registry.tenants.values().map(|t| t.spec.sm_request.ppm()).sum();
             proptest::prop_assert!(requested <= FULL_SHARE_PPM);
             let _ = registry.status();
         }

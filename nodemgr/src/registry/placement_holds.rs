@@ -114,8 +114,8 @@ impl Registry {
                         format!("fewer than {count} of the {} GPUs", capacities.len())
                     },
                     if count == 1 { "has" } else { "have" },
-                    spec.sm_request_pct,
-                    spec.sm_limit_pct,
+                    spec.sm_request.as_percent(),
+                    spec.sm_limit.as_percent(),
                     spec.mem_bytes
                         .map(|m| format!(", {}", dilu_abi::units::format_size(m)))
                         .unwrap_or_default(),

@@ -155,13 +155,9 @@ pub struct Peer {
     pub connection: Arc<OwnedFd>,
 }
 
-pub(super) fn ppm(pct: f64) -> u32 {
-    (pct * 10_000.0).round() as u32
-}
-
 /// The share a tenant starts with before the controller's first period.
 pub(super) fn initial_share(spec: &TenantSpec) -> u32 {
-    ppm(spec.sm_limit_pct)
+    spec.sm_limit.ppm()
 }
 
 /// What the cluster granted a tenant.

@@ -118,6 +118,7 @@ impl Registry {
 mod tests {
     use super::*;
     use crate::audit::{ProcessMemory, find_overruns, usage_by_tenant};
+    use dilu_abi::node_wire::SmShare;
     use dilu_abi::node_wire::TenantSpec;
 
     const MIB: u64 = 1 << 20;
@@ -125,7 +126,7 @@ mod tests {
     fn add(registry: &mut Registry, name: &str, pid: i32, gpus: &[u32]) {
         let spec = TenantSpec {
             mem_bytes: Some(64 * MIB),
-            sm_request_pct: 10.0,
+            sm_request: SmShare::percent(10.0),
             ..TenantSpec::default()
         };
         crate::registry::testing::register_on(registry, name, pid, gpus, spec);

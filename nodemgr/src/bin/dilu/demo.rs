@@ -15,6 +15,7 @@
 //! `DIR/<controller>.txt` (ms, one per line): `scripts/bench.sh demo` turns
 //! them into `bench/results/demo-latency-cdf.svg` and `demo.md`.
 
+use dilu_abi::node_wire::SmShare;
 use dilu_abi::node_wire::{TenantSpec, WorkClass};
 use dilu_nodemgr::artifacts;
 use dilu_nodemgr::config::Config;
@@ -49,8 +50,8 @@ fn specs() -> [(&'static str, TenantSpec); 2] {
             TenantSpec {
                 class: WorkClass::Latency,
                 slo_ms: Some(SLO_MS),
-                sm_request_pct: 30.0,
-                sm_limit_pct: 100.0,
+                sm_request: SmShare::percent(30.0),
+                sm_limit: SmShare::percent(100.0),
                 mem_bytes: None,
             },
         ),
@@ -59,8 +60,8 @@ fn specs() -> [(&'static str, TenantSpec); 2] {
             TenantSpec {
                 class: WorkClass::Batch,
                 slo_ms: None,
-                sm_request_pct: 20.0,
-                sm_limit_pct: 100.0,
+                sm_request: SmShare::percent(20.0),
+                sm_limit: SmShare::percent(100.0),
                 mem_bytes: None,
             },
         ),

@@ -8,7 +8,7 @@
 mod demo;
 
 use clap::{Args, Parser, Subcommand};
-use dilu_abi::node_wire::{self, SpecUpdate};
+use dilu_abi::node_wire::{self, SmShare, SpecUpdate};
 use dilu_nodemgr::error::{Error, Result};
 use dilu_nodemgr::{config, daemon, launch, ops, profile_run, profile_spec};
 use std::path::PathBuf;
@@ -206,10 +206,10 @@ struct SpecArgs {
     /// which the primary pays for by their overrun; DILU_COLO_GUARANTEE
     /// sets another).
     #[arg(long, value_name = "PCT")]
-    sm_request: Option<f64>,
+    sm_request: Option<SmShare>,
     /// Most SM-time share the tenant may use when others idle, percent.
     #[arg(long, value_name = "PCT")]
-    sm_limit: Option<f64>,
+    sm_limit: Option<SmShare>,
     /// A profile written by `dilu profile`: its class, SLO, SM request and
     /// limit become the spec (the flags above win), its batch size DILU_BATCH.
     #[arg(long, value_name = "FILE")]
@@ -349,9 +349,7 @@ fn run(args: RunArgs) -> Result<ExitCode> {
         .as_deref()
         .map(profile_spec::load_spec)
         .transpose()?;
-    let from_profile = |pick: fn(&node_wire::TenantSpec) -> Option<f64>| {
-        profiled.as_ref().and_then(|(spec, _)| pick(spec))
-    };
+    let profiled_spec = profiled.as_ref().map(|(spec, _)| spec);
     launch::run(&launch::LaunchSpec {
         sim: args.sim,
         mem: args.mem,
@@ -359,15 +357,9 @@ fn run(args: RunArgs) -> Result<ExitCode> {
         tenant: args.tenant,
         socket: args.socket,
         class: class.or(profiled.as_ref().map(|(spec, _)| spec.class)),
-        slo_ms: args.spec.slo_ms.or(from_profile(|s| s.slo_ms)),
-        sm_request: args
-            .spec
-            .sm_request
-            .or(from_profile(|s| Some(s.sm_request_pct))),
-        sm_limit: args
-            .spec
-            .sm_limit
-            .or(from_profile(|s| Some(s.sm_limit_pct))),
+        slo_ms: args.spec.slo_ms.or(profiled_spec.and_then(|s| s.slo_ms)),
+        sm_request: args.spec.sm_request.or(profiled_spec.map(|s| s.sm_request)),
+        sm_limit: args.spec.sm_limit.or(profiled_spec.map(|s| s.sm_limit)),
         batch: profiled.map(|(_, batch)| batch),
         colo,
         gpus: args.gpus,
@@ -482,8 +474,8 @@ fn main() -> ExitCode {
             let update = SpecUpdate {
                 class: parse_class(args.spec.class.as_deref())?,
                 slo_ms: args.spec.slo_ms,
-                sm_request_pct: args.spec.sm_request,
-                sm_limit_pct: args.spec.sm_limit,
+                sm_request: args.spec.sm_request,
+                sm_limit: args.spec.sm_limit,
                 mem_bytes: args
                     .mem
                     .as_deref()
@@ -493,11 +485,11 @@ fn main() -> ExitCode {
             };
             let spec = ops::set(&args.socket.path(), &args.tenant, update)?;
             println!(
-                "{}: {} request {}% limit {}%{}",
+                "{}: {} request {} limit {}{}",
                 args.tenant,
                 node_wire::class_name(spec.class),
-                spec.sm_request_pct,
-                spec.sm_limit_pct,
+                spec.sm_request,
+                spec.sm_limit,
                 spec.slo_ms
                     .map(|s| format!(" SLO {s} ms"))
                     .unwrap_or_default()
