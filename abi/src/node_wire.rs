@@ -622,9 +622,18 @@ mod tests {
         for (bad, named) in [
             ("class=gpu", "class to be latency or batch, not \"gpu\""),
             ("slo_ms=soon", "slo_ms to be a number, not \"soon\""),
-            ("sm_request=x", "sm_request to be a percentage from 0 to 100, not \"x\""),
-            ("sm_limit=", "sm_limit to be a percentage from 0 to 100, not \"\""),
-            ("sm_limit=140", "sm_limit to be a percentage from 0 to 100, not \"140\""),
+            (
+                "sm_request=x",
+                "sm_request to be a percentage from 0 to 100, not \"x\"",
+            ),
+            (
+                "sm_limit=",
+                "sm_limit to be a percentage from 0 to 100, not \"\"",
+            ),
+            (
+                "sm_limit=140",
+                "sm_limit to be a percentage from 0 to 100, not \"140\"",
+            ),
             ("mem=8GiB", "mem to be a byte count, not \"8GiB\""),
             ("class=batch,colour=red", "not \"colour\""),
             ("latency", "key=value pairs"),

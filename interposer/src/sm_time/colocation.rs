@@ -514,8 +514,9 @@ fn hold(
 }
 
 /// How often a held filler checks that the primary it waits for still
-/// exists (a primary killed inside a synchronisation would hold it forever),
-/// and a primary process that another one of its tenant's attached after.
+/// exists (a primary killed inside a synchronisation would hold it
+/// forever), and a primary process that the board's primary is another
+/// process of the primary that still exists.
 const PRIMARY_CHECK_NS: u64 = 50_000_000;
 
 /// Per device, when this primary process next looks whether the process
