@@ -50,7 +50,7 @@ const TENANT_GAUGES: [(&str, &str, TenantValue); 13] = [
     ),
     (
         "dilu_tenant_over_admitted",
-        "1 for a tenant registered beyond admission (it started while the node manager was away and did not fit).",
+        "1 for a tenant registered beyond admission (its processes were running already and it did not fit: it started while the node manager was away, or was found on a GPU without room).",
         |t| Some(f64::from(u8::from(t.over_admitted.is_some()))),
     ),
     (

@@ -129,10 +129,10 @@ pub fn format_status(status: &NodeStatus) -> String {
         if let Some(reason) = &t.over_admitted {
             let _ = writeln!(
                 out,
-                "over-admitted: {} started while the node manager was away and did not fit ({reason}); \
-                 held to SM request {}% and memory {}",
+                "over-admitted: {} was running already and did not fit ({reason}); \
+                 held to SM request {} and memory {}",
                 t.name,
-                t.spec.sm_request.as_percent(),
+                t.spec.sm_request,
                 t.spec.mem_bytes.map_or("unlimited".into(), format_size)
             );
         }
