@@ -34,11 +34,13 @@
 //! launch racing the swap reads valid memory).
 //!
 //! A process that finds the socket but no daemon behind it (`ECONNREFUSED`:
-//! the daemon crashed, or is between a stop and a start) is not left
-//! unmanaged: it starts on budgets of its own, made from its own spec (its
-//! SM limit as its share, its memory budget; no spec: unlimited), says so
-//! once on stderr, and the same thread registers it as soon as the daemon
-//! answers, handing over its activity region like a re-attaching process.
+//! the daemon crashed, or is between a stop and a start), or a daemon that
+//! does not answer within [`REGISTER_TIMEOUT`] (stalled, or overloaded), is
+//! neither stopped nor left unmanaged: it starts on budgets of its own,
+//! made from its own spec (its SM limit as its share, its memory budget;
+//! no spec: unlimited), says so once on stderr, and the same thread
+//! registers it as soon as the daemon answers, handing over its activity
+//! region like a re-attaching process. Only a refusal stops it.
 //! Where there is no socket at all it runs standalone.
 
 use crate::node_wire::{
@@ -150,7 +152,10 @@ pub fn attach_at(
         Ok(fd) => fd,
         Err(e) if e.raw_os_error() == Some(libc::ENOENT) => return Ok(None),
         Err(e) if e.raw_os_error() == Some(libc::ECONNREFUSED) => {
-            return attach_later(socket, tenant, spec).map(Some);
+            return attach_later(socket, tenant, spec, "does not answer").map(Some);
+        }
+        Err(e) if no_answer(&e) => {
+            return attach_later(socket, tenant, spec, &waited_in_vain()).map(Some);
         }
         Err(e) => {
             return Err(format!(
@@ -159,7 +164,16 @@ pub fn attach_at(
             ));
         }
     };
-    let (spec, budget_fd, activity_fd) = register(&connection, tenant, spec, None)?;
+    let (spec, budget_fd, activity_fd) = match register(&connection, tenant, spec.clone(), None) {
+        Ok(registered) => registered,
+        // A stalled or overloaded daemon, or one that died mid-way: the
+        // tenant is not stopped for it (it may answer later).
+        Err(NotRegistered::NoAnswer(why)) => {
+            drop(connection);
+            return attach_later(socket, tenant, spec, &why).map(Some);
+        }
+        Err(NotRegistered::Refused(reason)) => return Err(reason),
+    };
     let budget = map_budget(&budget_fd)?;
     let activity = Region::<TenantActivity>::from_fd(activity_fd.as_raw_fd(), true)
         .map_err(|e| format!("cannot map the activity region: {e}"))?;
@@ -224,12 +238,26 @@ pub fn own_budget(budget: &TenantBudget, spec: Option<&TenantSpec>) {
     budget.set_mem_budget_all(spec.and_then(|s| s.mem_bytes));
 }
 
-/// The socket is there but no daemon answers: run on budgets of our own and
-/// register in the background when it returns.
+/// Whether a failed connect or exchange means nobody answered in time
+/// (rather than a refusal or a broken socket).
+fn no_answer(e: &std::io::Error) -> bool {
+    matches!(
+        e.kind(),
+        std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+    )
+}
+
+fn waited_in_vain() -> String {
+    format!("did not answer in {} s", REGISTER_TIMEOUT.as_secs())
+}
+
+/// The socket is there but no daemon answers (`why`: how it did not): run
+/// on budgets of our own and register in the background when it answers.
 fn attach_later(
     socket: &Path,
     tenant: &str,
     spec: Option<TenantSpec>,
+    why: &str,
 ) -> Result<&'static Attached, String> {
     let (budget, budget_fd) =
         memfd::create::<TenantBudget>(c"dilu-own-budget", |b| own_budget(b, spec.as_ref()))
@@ -240,8 +268,8 @@ fn attach_later(
     memfd::seal_size(&activity_fd)
         .map_err(|e| format!("cannot seal the tenant's activity region: {e}"))?;
     eprintln!(
-        "dilu-interposer: the node manager at {} does not answer; tenant {tenant} runs on its \
-         own limits ({}) and registers when the node manager is back",
+        "dilu-interposer: the node manager at {} {why}; tenant {tenant} runs on its own limits \
+         ({}) and registers when the node manager answers",
         socket.display(),
         describe_own(spec.as_ref())
     );
@@ -275,42 +303,62 @@ fn map_budget(fd: &OwnedFd) -> Result<Region<TenantBudget>, String> {
         .map_err(|e| format!("cannot map the budget region: {e}"))
 }
 
+/// Why a registration did not go through.
+enum NotRegistered {
+    /// Nobody answered in time, or the daemon went away mid-way: the
+    /// process may run on its own limits until it answers.
+    NoAnswer(String),
+    /// The daemon refused the tenant, or answered what this process cannot
+    /// use: the process must not run as if admitted.
+    Refused(String),
+}
+
 /// One registration exchange; `old` carries the regions to hand back.
 fn register(
     connection: &OwnedFd,
     tenant: &str,
     spec: Option<TenantSpec>,
     old: Option<(&OwnedFd, &OwnedFd)>,
-) -> Result<(TenantSpec, OwnedFd, OwnedFd), String> {
+) -> Result<(TenantSpec, OwnedFd, OwnedFd), NotRegistered> {
     let request = node_wire::encode(&ToDaemon::Register {
         version: PROTOCOL_VERSION,
         tenant: tenant.to_string(),
         spec,
         reattach: old.is_some(),
-    })?;
+    })
+    .map_err(NotRegistered::Refused)?;
     let fds: Vec<i32> = old
         .map(|(b, t)| vec![b.as_raw_fd(), t.as_raw_fd()])
         .unwrap_or_default();
-    seqpacket::send(connection, &request, &fds)
-        .map_err(|e| format!("cannot register with the node manager: {e}"))?;
+    // Any failure to send or hear back is the daemon not answering: timed
+    // out, or gone (closed, reset) while we registered.
+    let unanswered = |e: std::io::Error| {
+        NotRegistered::NoAnswer(if no_answer(&e) {
+            waited_in_vain()
+        } else {
+            format!("did not answer ({e})")
+        })
+    };
+    seqpacket::send(connection, &request, &fds).map_err(unanswered)?;
     let mut buffer = vec![0u8; seqpacket::MAX_MESSAGE];
-    let (n, mut received) = seqpacket::recv(connection, &mut buffer)
-        .map_err(|e| format!("no answer from the node manager: {e}"))?;
+    let (n, mut received) = seqpacket::recv(connection, &mut buffer).map_err(unanswered)?;
     if n == 0 {
-        return Err("the node manager closed the connection while registering".into());
+        return Err(NotRegistered::NoAnswer(
+            "closed the connection while the tenant registered".into(),
+        ));
     }
-    match node_wire::decode::<FromDaemon>(&buffer[..n])? {
+    match node_wire::decode::<FromDaemon>(&buffer[..n]).map_err(NotRegistered::Refused)? {
         FromDaemon::Registered { spec, .. } if received.len() == 2 => {
             let telemetry = received.pop().expect("two fds");
             let budget = received.pop().expect("two fds");
             Ok((spec, budget, telemetry))
         }
-        FromDaemon::Refused { reason } => Err(format!(
+        FromDaemon::Refused { reason } => Err(NotRegistered::Refused(format!(
             "the node manager refused tenant {tenant:?}: {reason}"
-        )),
-        other => Err(format!(
+        ))),
+        other => Err(NotRegistered::Refused(format!(
             "unexpected answer from the node manager: {other:?}"
-        )),
+        ))),
     }
 }
 

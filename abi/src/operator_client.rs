@@ -16,9 +16,17 @@ pub const ANSWER_TIMEOUT: Duration = Duration::from_secs(5);
 pub fn ask(socket: &Path, request: &ToDaemon) -> Result<FromDaemon, String> {
     let connection =
         seqpacket::connect(socket, Some(ANSWER_TIMEOUT)).map_err(|e| cannot_reach(socket, &e))?;
-    seqpacket::send(&connection, &node_wire::encode(request)?, &[]).map_err(|e| e.to_string())?;
+    let unanswered = |e: std::io::Error| match e.kind() {
+        std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut => format!(
+            "the node manager at {} did not answer in {} s",
+            socket.display(),
+            ANSWER_TIMEOUT.as_secs()
+        ),
+        _ => e.to_string(),
+    };
+    seqpacket::send(&connection, &node_wire::encode(request)?, &[]).map_err(unanswered)?;
     let mut buffer = vec![0u8; seqpacket::MAX_MESSAGE];
-    let (n, _) = seqpacket::recv(&connection, &mut buffer).map_err(|e| e.to_string())?;
+    let (n, _) = seqpacket::recv(&connection, &mut buffer).map_err(unanswered)?;
     if n == 0 {
         return Err("the node manager closed the connection".into());
     }

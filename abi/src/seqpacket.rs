@@ -266,9 +266,38 @@ pub fn wait_closed(fd: &OwnedFd) {
     }
 }
 
+/// Whether the peer has closed its end already (a request whose asker
+/// gave up waiting): never blocks.
+pub fn peer_gone(fd: &OwnedFd) -> bool {
+    let mut poll = libc::pollfd {
+        fd: fd.as_raw_fd(),
+        events: libc::POLLRDHUP,
+        revents: 0,
+    };
+    // SAFETY: one valid pollfd, a zero timeout.
+    let ready = unsafe { libc::poll(&mut poll, 1, 0) };
+    ready > 0 && poll.revents & (libc::POLLHUP | libc::POLLRDHUP) != 0
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_peer_that_closed_is_gone_and_one_that_did_not_is_not() {
+        let dir = std::env::temp_dir().join(format!("dilu-seqpacket-gone-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("s.sock");
+        let listener = listen(&path, 0o600).unwrap();
+        let client = connect(&path, Some(Duration::from_secs(5))).unwrap();
+        let server = accept(&listener).unwrap();
+        assert!(!peer_gone(&server));
+        send(&client, b"asked", &[]).unwrap();
+        drop(client);
+        // The request is still there to read, and its asker is gone.
+        assert!(peer_gone(&server));
+        let _ = std::fs::remove_dir_all(&dir);
+    }
 
     #[test]
     fn messages_carry_fds_and_the_peer_is_known() {

@@ -8,8 +8,9 @@
 //! one of its tenants: the one `--tenant` (or `DILU_TENANT`) names, else
 //! `<program>-<pid>` (said on stderr), so that the daemon counts it and
 //! shares the device with it. Where its socket is there but nothing answers
-//! (the daemon is restarting), the same holds: the program starts on its own
-//! limits and registers when the daemon is back. Flags that only the node
+//! (the daemon is restarting) or nothing answers in time (it stalls), the
+//! same holds: the program starts on its own limits and registers when the
+//! daemon answers. Flags that only the node
 //! manager reads, given where there is no socket, are said to do nothing.
 //!
 //! On a node with several GPUs, a tenant whose user set no
@@ -351,8 +352,17 @@ fn placed_gpus(env: &[(String, OsString)], socket: &Path, count: u32) -> error::
         gpus: count,
     };
     match crate::ops::ask(socket, &request) {
-        // No daemon behind the socket: the tenant runs standalone.
-        Err(_) => Ok(Vec::new()),
+        // The daemon answered the connection a moment ago: it stalls, or
+        // went away since. The tenant still registers (when it answers)
+        // and is controlled where its processes run.
+        Err(why) => {
+            eprintln!(
+                "dilu: the node manager did not say where tenant {tenant} runs ({why}); the \
+                 program starts on the GPUs CUDA shows it and is controlled on those it uses \
+                 once the node manager answers"
+            );
+            Ok(Vec::new())
+        }
         Ok(FromDaemon::Placed { gpus, .. }) => Ok(gpus),
         Ok(FromDaemon::Refused { reason } | FromDaemon::Error { reason }) => Err(Error::Refused(
             format!("the node manager has no GPU for tenant {tenant}: {reason}"),

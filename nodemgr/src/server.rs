@@ -50,7 +50,9 @@ pub fn serve(shared: Arc<Shared>, listener: Arc<OwnedFd>) {
     }
 }
 
-fn reply(connection: &OwnedFd, message: &FromDaemon, fds: &[i32]) {
+/// Sends `message`; false where it did not reach the peer (gone, or its
+/// buffer full past [`PEER_TIMEOUT`]).
+fn reply(connection: &OwnedFd, message: &FromDaemon, fds: &[i32]) -> bool {
     match node_wire::encode(message) {
         Ok(bytes) if bytes.len() > seqpacket::MAX_MESSAGE => {
             let reason = format!(
@@ -60,13 +62,19 @@ fn reply(connection: &OwnedFd, message: &FromDaemon, fds: &[i32]) {
                 seqpacket::MAX_MESSAGE
             );
             reply(connection, &FromDaemon::Error { reason }, &[]);
+            false
         }
-        Ok(bytes) => {
-            if let Err(e) = seqpacket::send(connection, &bytes, fds) {
+        Ok(bytes) => match seqpacket::send(connection, &bytes, fds) {
+            Ok(_) => true,
+            Err(e) => {
                 tracing::debug!("reply: {e}");
+                false
             }
+        },
+        Err(e) => {
+            tracing::warn!("{e}");
+            false
         }
-        Err(e) => tracing::warn!("{e}"),
     }
 }
 
@@ -132,6 +140,16 @@ fn handle(shared: Arc<Shared>, connection: Arc<OwnedFd>) {
                     "protocol version {version} is not {PROTOCOL_VERSION}: the interposer and the daemon come from different dilu versions"
                 );
                 reply(&connection, &FromDaemon::Refused { reason }, &[]);
+                return;
+            }
+            // A process that gave up waiting (the daemon stalled) runs on
+            // its own limits and registers again: this try is stale.
+            if seqpacket::peer_gone(&connection) {
+                tracing::debug!(
+                    tenant,
+                    pid = peer.pid,
+                    "registration given up by its process"
+                );
                 return;
             }
             // Only a re-attaching process hands back (budget, activity);
@@ -220,7 +238,9 @@ fn handle(shared: Arc<Shared>, connection: Arc<OwnedFd>) {
                         reply(&connection, &message, &[]);
                     }
                 }
-                Err(reason) => reply(&connection, &FromDaemon::Error { reason }, &[]),
+                Err(reason) => {
+                    reply(&connection, &FromDaemon::Error { reason }, &[]);
+                }
             }
         }
         ToDaemon::Set { tenant, update } => {
@@ -245,8 +265,27 @@ fn handle(shared: Arc<Shared>, connection: Arc<OwnedFd>) {
             reply(&connection, &message, &[]);
         }
         ToDaemon::Place { tenant, spec, gpus } => {
+            // A `dilu run` that gave up waiting (the daemon stalled) starts
+            // its program on the GPUs CUDA shows it: a hold it never heard
+            // of would have its tenant controlled on GPUs it is not on.
+            if seqpacket::peer_gone(&connection) {
+                tracing::info!(
+                    tenant,
+                    "placement asked by a dilu run gone since; none made"
+                );
+                return;
+            }
+            let held_before = holds(&shared, &tenant);
             let message = place(&shared, &tenant, peer.uid, spec, gpus);
-            reply(&connection, &message, &[]);
+            if !reply(&connection, &message, &[]) && !held_before && holds(&shared, &tenant) {
+                shared
+                    .registry
+                    .lock()
+                    .expect("registry lock")
+                    .held
+                    .remove(&tenant);
+                tracing::info!(tenant, "placement not delivered; its GPUs are not held");
+            }
         }
         ToDaemon::Grant { tenant, spec, gpus } => {
             let message = match operator_only(peer.uid) {
@@ -292,6 +331,12 @@ fn handle(shared: Arc<Shared>, connection: Arc<OwnedFd>) {
             reply(&connection, &message, &[]);
         }
     }
+}
+
+/// Whether GPUs are held for `tenant`'s first process.
+fn holds(shared: &Shared, tenant: &str) -> bool {
+    let registry = shared.registry.lock().expect("registry lock");
+    registry.held.contains_key(tenant)
 }
 
 /// Changing tenants is for root and the daemon's own user.

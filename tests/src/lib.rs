@@ -12,3 +12,4 @@ pub mod driver;
 pub mod probe;
 pub mod sim_node;
 pub mod soak;
+pub mod stalled;

@@ -117,6 +117,44 @@ impl Node {
         }
     }
 
+    /// [`Node::wait_for`] while `program` runs: a program that ends first
+    /// fails the wait with what it said (its stdout and stderr, when
+    /// piped), not a minute later with the daemon's status alone.
+    pub fn wait_for_while_running(
+        &self,
+        what: &str,
+        program: &mut std::process::Child,
+        check: impl Fn(&Value) -> bool,
+    ) -> Value {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        let mut last = Value::Null;
+        loop {
+            if let Some(status) = self.status() {
+                if check(&status) {
+                    return status;
+                }
+                last = status;
+            }
+            if let Ok(Some(exit)) = program.try_wait() {
+                let read = |pipe: Option<&mut dyn std::io::Read>| {
+                    let mut text = String::new();
+                    if let Some(pipe) = pipe {
+                        let _ = pipe.read_to_string(&mut text);
+                    }
+                    text
+                };
+                let stdout = read(program.stdout.as_mut().map(|p| p as _));
+                let stderr = read(program.stderr.as_mut().map(|p| p as _));
+                panic!(
+                    "{what}: the program ended first ({exit})\nstdout: {stdout}\nstderr: \
+                     {stderr}\nlast status {last}"
+                );
+            }
+            assert!(Instant::now() < deadline, "{what}: last status {last}");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
     /// `dilu run --sim --tenant NAME SPEC -- mem-probe`, driven by line.
     pub fn probe(&self, gpus: u32, tenant: &str, spec: &[&str]) -> Probe {
         let mut command = self.command(&dilu(), gpus);

@@ -66,7 +66,7 @@ fn a_busy_tenant_alone_on_its_gpu_runs_as_fast_as_alone_beside_a_request_on_anot
     let (alone, _) = train(&node, &unique_name("train-alone"), "4");
 
     let infer = unique_name("infer");
-    let server = node
+    let mut server = node
         .command(&dilu(), GPUS)
         .args(["run", "--sim", "--tenant", &infer])
         .args(["--class", "latency", "--slo-ms", "50"])
@@ -91,9 +91,10 @@ fn a_busy_tenant_alone_on_its_gpu_runs_as_fast_as_alone_beside_a_request_on_anot
         .stderr(Stdio::piped())
         .spawn()
         .expect("start the latency tenant");
-    let status = node.wait_for("the latency tenant registered on a GPU", |s| {
-        tenant(s, &infer).is_some_and(|t| t["gpu"].is_u64())
-    });
+    let status =
+        node.wait_for_while_running("the latency tenant registered on a GPU", &mut server, |s| {
+            tenant(s, &infer).is_some_and(|t| t["gpu"].is_u64())
+        });
     let infer_gpu = tenant(&status, &infer).unwrap()["gpu"].clone();
 
     let beside = unique_name("train-beside");
@@ -417,11 +418,11 @@ const TWO: u32 = 2;
 /// two-GPU node for `seconds`, and the GPU it is on.
 fn start_busy_beside(node: &Node, seconds: &str) -> (std::process::Child, u64) {
     let other = unique_name("busy");
-    let busy = batch_loop(node, TWO, &other, ["60", "60"], seconds)
+    let mut busy = batch_loop(node, TWO, &other, ["60", "60"], seconds)
         .stdout(Stdio::null())
         .spawn()
         .expect("start the busy tenant");
-    let status = node.wait_for("the busy tenant on a GPU", |s| {
+    let status = node.wait_for_while_running("the busy tenant on a GPU", &mut busy, |s| {
         tenant(s, &other).is_some_and(|t| t["gpu"].is_u64())
     });
     let shared = tenant(&status, &other).unwrap()["gpu"].as_u64().unwrap();
@@ -474,14 +475,14 @@ fn a_tenant_on_gpus_its_user_chose_is_controlled_on_each_gpu_it_uses() {
     // (NVML is read once a second) on a loaded machine.
     let (busy, shared) = start_busy_beside(&node, "17");
     let chosen = unique_name("chosen");
-    let run = two_device_loop(&node, &["--tenant", &chosen], "8")
+    let mut run = two_device_loop(&node, &["--tenant", &chosen], "8")
         .env("CUDA_VISIBLE_DEVICES", "0,1")
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
         .expect("run the tenant on the GPUs its user chose");
     // While it runs, the status shows it on both GPUs.
-    let status = node.wait_for("the chosen tenant on both GPUs", |s| {
+    let status = node.wait_for_while_running("the chosen tenant on both GPUs", &mut run, |s| {
         tenant(s, &chosen).is_some_and(|t| {
             t["gpu"].is_u64() && t["more_gpus"].as_array().is_some_and(|m| m.len() == 1)
         })

@@ -642,7 +642,66 @@ fn a_tenant_started_while_the_daemon_is_down_is_managed_when_it_returns() {
     admitted.finish();
     let stderr = said.join().unwrap();
     assert!(
-        stderr.contains("registers when the node manager is back"),
+        stderr.contains("registers when the node manager answers"),
+        "it said what it runs under: {stderr}"
+    );
+    daemon.kill().unwrap();
+    daemon.wait().unwrap();
+}
+
+/// A daemon that accepts connections but does not answer for a while (a
+/// stalled or overloaded node) neither stops a tenant that starts then nor
+/// leaves it unmanaged: the tenant starts on its own limits, says so, and
+/// registers once the daemon answers.
+#[test]
+fn a_tenant_starting_while_the_daemon_stalls_runs_and_registers_when_it_answers() {
+    let scratch = Scratch::new("nodemgr-stalled");
+    let config = scratch.path("nodemgr.toml");
+    std::fs::write(
+        &config,
+        "controller = \"static\"\ngpu_memory = \"256MiB\"\n",
+    )
+    .unwrap();
+    let socket = scratch.path("nodemgr.sock");
+    let mut daemon = start_daemon(&scratch, &config);
+    let stalled = dilu_tests::stalled::stall(daemon.id());
+    let tenant = unique_name("stalled");
+    let mut command = Command::new(dilu());
+    command
+        .args(["run", "--sim", "--tenant", &tenant, "--mem", "128MiB", "--"])
+        .arg(artifact("mem-probe"))
+        .env(dilu_abi::node_wire::SOCKET_ENV, &socket)
+        .env("SIMGPU_INSTANCE", unique_name("stalled"))
+        .env("DILU_CONTEXT_MEMORY", "0")
+        .stderr(Stdio::piped());
+    let mut probe = Probe::spawn(command);
+    let stderr = probe.child.stderr.take().unwrap();
+    let said = std::thread::spawn(move || {
+        let mut text = String::new();
+        let _ = std::io::Read::read_to_string(&mut BufReader::new(stderr), &mut text);
+        text
+    });
+    assert_eq!(
+        probe.alloc(96 * MIB),
+        "alloc 0",
+        "it runs on its own 128 MiB while the daemon stalls"
+    );
+    assert_eq!(
+        probe.alloc(64 * MIB),
+        format!("alloc {}", dilu_abi::cuda::CUDA_ERROR_OUT_OF_MEMORY),
+        "and is held to them"
+    );
+    drop(stalled);
+    let listed = wait_for_tenant(&scratch, &tenant);
+    assert_eq!(listed["mem_budget_bytes"], 128 * MIB, "{listed}");
+    assert!(
+        listed["over_admitted"].is_null(),
+        "it fits beside nobody: {listed}"
+    );
+    probe.finish();
+    let stderr = said.join().unwrap();
+    assert!(
+        stderr.contains("registers when the node manager answers"),
         "it said what it runs under: {stderr}"
     );
     daemon.kill().unwrap();

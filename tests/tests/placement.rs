@@ -112,3 +112,75 @@ fn one_gpu_leaves_dilu_run_as_it_was() {
     daemon.kill().unwrap();
     daemon.wait().unwrap();
 }
+
+/// `dilu run` whose daemon stalls while it places the tenant starts the
+/// program anyway, on the GPUs CUDA shows it (so on GPU 0), and says so;
+/// once the daemon answers, the tenant is controlled on the GPU it runs on,
+/// not on the one the daemon chose for an answer nobody heard (GPU 1:
+/// GPU 0's tenant leaves no room for a second 60% request).
+#[test]
+fn a_tenant_the_stalled_daemon_could_not_place_is_controlled_where_it_runs() {
+    let node = Node::new("placement-stalled");
+    let mut daemon = node.start_daemon(2, "static");
+    let sixty = ["--sm-request", "60", "--sm-limit", "60"];
+    let first = unique_name("first");
+    let mut resident = node.probe(2, &first, &sixty);
+    assert_eq!(resident.alloc(MIB), "alloc 0");
+    let status = node.wait_for("the first tenant registered with its GPU", |s| {
+        tenant(s, &first).is_some_and(|t| t["gpu"].is_u64())
+    });
+    let taken = tenant(&status, &first).unwrap()["gpu"].as_u64().unwrap();
+
+    let stalled = dilu_tests::stalled::stall(daemon.id());
+    let late = unique_name("late");
+    let mut run = node
+        .command(&dilu(), 2)
+        .args(["run", "--sim", "--tenant", &late, "--class", "batch"])
+        .args(sixty)
+        .arg("--")
+        .arg(artifact("cudarc-loop"))
+        .args(["--seconds", "30", "--blocks", "1320"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start the late tenant");
+    let (lines, said) = std::sync::mpsc::channel();
+    let stderr = run.stderr.take().unwrap();
+    std::thread::spawn(move || {
+        for line in std::io::BufRead::lines(std::io::BufReader::new(stderr)).map_while(Result::ok) {
+            let _ = lines.send(line);
+        }
+    });
+    // `dilu run` says it goes on without a placement; the daemon answers
+    // again as the program starts, and finds the placement it chose
+    // undelivered.
+    let mut heard = Vec::new();
+    while !heard
+        .iter()
+        .any(|l: &String| l.contains("did not say where tenant"))
+    {
+        match said.recv_timeout(std::time::Duration::from_secs(60)) {
+            Ok(line) => heard.push(line),
+            Err(e) => panic!("the late tenant said ({e}): {heard:#?}"),
+        }
+    }
+    drop(stalled);
+    let status =
+        node.wait_for_while_running("the late tenant found where it runs", &mut run, |s| {
+            tenant(s, &late).is_some_and(|t| t["gpu"].is_u64())
+        });
+    let entry = tenant(&status, &late).unwrap();
+    assert_eq!(entry["gpu"], 0, "controlled where it runs: {entry}");
+    if taken == 0 {
+        assert!(
+            !entry["over_admitted"].is_null(),
+            "beside the first tenant's 60% it is named over-admitted: {entry}"
+        );
+    }
+    let _ = run.kill();
+    let _ = run.wait();
+    resident.finish();
+    daemon.kill().unwrap();
+    daemon.wait().unwrap();
+}
