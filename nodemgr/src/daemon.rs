@@ -22,8 +22,8 @@ use crate::config::Config;
 use crate::control::per_gpu::PerGpu;
 use crate::error::{self, Error};
 use crate::registry::Registry;
-use crate::registry::persistence::SavedTenant;
 use crate::shared_state::Shared;
+use crate::state_file::StateFile;
 use crate::{metrics, nvml, server};
 use dilu_abi::node_wire::{ScaleAdvice, ScaleSignal, WorkClass};
 use dilu_abi::seqpacket;
@@ -35,7 +35,7 @@ use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-pub const STATE_FILE: &str = "state.json";
+pub use crate::state_file::STATE_FILE;
 
 /// A running daemon.
 pub struct Daemon {
@@ -44,34 +44,6 @@ pub struct Daemon {
     threads: Vec<JoinHandle<()>>,
     /// Where the metrics endpoint actually listens (port 0 picks one).
     pub metrics_addr: Option<String>,
-}
-
-fn state_path(config: &Config) -> PathBuf {
-    config.run_dir.join(STATE_FILE)
-}
-
-fn load_state(config: &Config) -> Vec<SavedTenant> {
-    let Ok(text) = std::fs::read_to_string(state_path(config)) else {
-        return Vec::new();
-    };
-    serde_json::from_str(&text).unwrap_or_else(|e| {
-        tracing::warn!("ignoring {}: {e}", state_path(config).display());
-        Vec::new()
-    })
-}
-
-fn save_state(config: &Config, saved: &[SavedTenant]) {
-    let Ok(text) = serde_json::to_string_pretty(saved) else {
-        return;
-    };
-    let path = state_path(config);
-    let staging = path.with_extension("json.new");
-    if std::fs::write(&staging, text)
-        .and_then(|()| std::fs::rename(&staging, &path))
-        .is_err()
-    {
-        tracing::warn!("cannot write {}", path.display());
-    }
 }
 
 /// A start-up error, with the way out where it is a permission error (a
@@ -107,7 +79,8 @@ impl Daemon {
         if registry.gpu_memory.is_none() {
             registry.gpu_memory = gpus.first().and_then(|g| g.memory_total_bytes);
         }
-        let saved = load_state(&config);
+        let state_file = StateFile::in_dir(&config.run_dir);
+        let saved = state_file.load();
         if !saved.is_empty() {
             tracing::info!(
                 tenants = saved.len(),
@@ -135,6 +108,7 @@ impl Daemon {
             period_work_ns: AtomicU64::new(0),
             period_work_max_ns: AtomicU64::new(0),
             leftovers: Default::default(),
+            state_file,
         });
         let mut threads = Vec::new();
         let mut metrics_addr = None;
@@ -290,7 +264,6 @@ fn thread_cpu_ns() -> u64 {
 /// takes the registry lock only to copy data in or out.
 fn housekeeping_loop(shared: Arc<Shared>) {
     let mut last_slow = Instant::now();
-    let mut last_saved = String::new();
     let mut usage = nvml::NvmlUsage;
     let mut audit_failed = false;
     while !shared.stopping.load(Ordering::Acquire) {
@@ -321,12 +294,7 @@ fn housekeeping_loop(shared: Arc<Shared>) {
         }
         // The state a restarted daemon re-adopts from (shares included: a
         // re-attaching tenant's own word is never taken for its share).
-        let saved = shared.registry.lock().expect("registry lock").saved();
-        let text = serde_json::to_string(&saved).unwrap_or_default();
-        if text != last_saved {
-            save_state(&shared.config, &saved);
-            last_saved = text;
-        }
+        shared.save_state();
         if last_slow.elapsed() >= Duration::from_secs(1) {
             last_slow = Instant::now();
             let previous = shared.gpus.lock().expect("gpus lock").clone();

@@ -44,4 +44,5 @@ pub mod queue_bounds;
 pub mod registry;
 pub mod server;
 pub mod shared_state;
+pub mod state_file;
 pub mod wake_watch;

@@ -184,6 +184,9 @@ fn handle(shared: Arc<Shared>, connection: Arc<OwnedFd>) {
             // descriptors stay open until it is sent.
             let result = match registered {
                 Ok((id, spec, fds)) => {
+                    // Saved before it is answered: a daemon killed right
+                    // after still re-adopts it.
+                    shared.save_state();
                     let raw = [fds[0].as_raw_fd(), fds[1].as_raw_fd()];
                     reply(
                         &connection,
@@ -255,6 +258,7 @@ fn handle(shared: Arc<Shared>, connection: Arc<OwnedFd>) {
                 .update(&tenant, &update);
             let message = match result {
                 Ok(spec) => {
+                    shared.save_state();
                     tracing::info!(tenant, ?spec, "spec changed by uid {}", peer.uid);
                     FromDaemon::Updated { tenant, spec }
                 }
@@ -298,6 +302,7 @@ fn handle(shared: Arc<Shared>, connection: Arc<OwnedFd>) {
                         .grant(&tenant, spec, gpus);
                     match granted {
                         Ok((spec, changed)) => {
+                            shared.save_state();
                             // The DRA driver repeats its grants: only a
                             // change is worth a line at the default level.
                             if changed {

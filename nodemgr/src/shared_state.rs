@@ -31,9 +31,17 @@ pub struct Shared {
     pub period_work_max_ns: AtomicU64,
     /// Users whose tenant processes left files to sweep.
     pub leftovers: crate::leftovers::Leftovers,
+    /// What a restarted daemon re-adopts from.
+    pub state_file: crate::state_file::StateFile,
 }
 
 impl Shared {
+    /// Saves the registry's state if it changed (see
+    /// [`crate::state_file`]).
+    pub fn save_state(&self) {
+        self.state_file.save(&self.registry);
+    }
+
     pub fn status(&self) -> NodeStatus {
         let tenants = self.registry.lock().expect("registry lock").status();
         // Board files are read after the lock is released.
