@@ -212,8 +212,13 @@ pub struct DiluRule {
 /// may use: the rest covers instances that share a GPU and so may not all
 /// reach their limits at once, and arrivals' noise.
 pub const TARGET: f64 = 0.8;
-/// Periods over which rises are remembered.
-pub const RISE_MEMORY: usize = 180;
+/// Periods over which rises are remembered: five minutes. Bursts that
+/// recur at random (exponential gaps) a couple of minutes apart on average
+/// were forgotten between two of them one time in five at 180 periods,
+/// and each such burst came unguarded; a longer memory guarded no more
+/// and kept headroom longer (`bench/results/scaling.md`, where the day
+/// this was chosen on is named).
+pub const RISE_MEMORY: usize = 300;
 /// Periods in a row in which fewer instances would have done before one is
 /// given back (so also the least time between two scale-ins).
 pub const IN_PERIODS: usize = 15;
