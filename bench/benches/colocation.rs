@@ -664,6 +664,11 @@ pub(crate) fn run_with(
             ])
         };
         for (i, blocks) in shape.filler_blocks.iter().enumerate() {
+            if i > 0
+                && let Some(peer) = peer.filter(|_| bare)
+            {
+                std::thread::sleep(peer.filler_spacing());
+            }
             let filler_seconds = (seconds + 1 + FILLER_LEAD.as_secs()).to_string();
             let mut filler = tenant(
                 &format!("filler{i}"),

@@ -611,7 +611,8 @@ fn main() {
          stream, and queues a `cuMemAllocAsync` on a stream it schedules, returning before the\n\
          pointer is written (the program then fails). TGS pairs one high- and one low-priority\n\
          process per GPU (the low one listens on one socket per GPU, so beside several fillers\n\
-         only the last started is throttled), and its low-priority side runs at a trickle until\n\
+         only the last started is throttled; they start 200 ms apart, as two starting together\n\
+         race for that socket and one exits), and its low-priority side runs at a trickle until\n\
          its 5 s rate profile settles, longer than these runs.\n\n\
          Peers in this run (the builds the variables named):\n{}\n\n## Summary over the inference shapes\n\n{}\n\
          ## Summary over the training shapes\n\n{}\n## Each shape\n\n",

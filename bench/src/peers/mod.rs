@@ -41,6 +41,11 @@ pub trait Peer {
     /// ignore it. The caller sets simgpu's own variables (`SIMGPU_INSTANCE`,
     /// `SIMGPU_TRACE`).
     fn configure(&self, command: &mut Command, role: Role, tenant: usize, share_percent: u32);
+
+    /// How long to wait between starting two fillers (none by default).
+    fn filler_spacing(&self) -> std::time::Duration {
+        std::time::Duration::ZERO
+    }
 }
 
 /// Starts the peer named `name` (one of [`PEERS`]) with its scratch files

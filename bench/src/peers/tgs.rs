@@ -113,4 +113,12 @@ impl Peer for Tgs {
             .expect("library folders without ':'");
         command.env("LD_LIBRARY_PATH", path);
     }
+
+    /// Each low-priority process unlinks, binds and listens on the GPU's
+    /// socket as it starts: two starting together race (one binds, the
+    /// other's bind fails, its listen fails and it exits), so fillers start
+    /// apart.
+    fn filler_spacing(&self) -> std::time::Duration {
+        std::time::Duration::from_millis(200)
+    }
 }
