@@ -103,6 +103,17 @@ impl Node {
     /// Waits (generously: the machine may be loaded) for the daemon's
     /// status to satisfy `check`; returns it.
     pub fn wait_for(&self, what: &str, check: impl Fn(&Value) -> bool) -> Value {
+        self.wait_for_unless(what, check, |_| {})
+    }
+
+    /// [`Node::wait_for`], calling `stop_if(last status)` between two
+    /// looks (it panics to stop the wait).
+    fn wait_for_unless(
+        &self,
+        what: &str,
+        check: impl Fn(&Value) -> bool,
+        mut stop_if: impl FnMut(&Value),
+    ) -> Value {
         let deadline = Instant::now() + Duration::from_secs(60);
         let mut last = Value::Null;
         loop {
@@ -112,6 +123,7 @@ impl Node {
                 }
                 last = status;
             }
+            stop_if(&last);
             assert!(Instant::now() < deadline, "{what}: last status {last}");
             std::thread::sleep(Duration::from_millis(50));
         }
@@ -126,33 +138,24 @@ impl Node {
         program: &mut std::process::Child,
         check: impl Fn(&Value) -> bool,
     ) -> Value {
-        let deadline = Instant::now() + Duration::from_secs(60);
-        let mut last = Value::Null;
-        loop {
-            if let Some(status) = self.status() {
-                if check(&status) {
-                    return status;
+        self.wait_for_unless(what, check, |last| {
+            let Ok(Some(exit)) = program.try_wait() else {
+                return;
+            };
+            let read = |pipe: Option<&mut dyn std::io::Read>| {
+                let mut text = String::new();
+                if let Some(pipe) = pipe {
+                    let _ = pipe.read_to_string(&mut text);
                 }
-                last = status;
-            }
-            if let Ok(Some(exit)) = program.try_wait() {
-                let read = |pipe: Option<&mut dyn std::io::Read>| {
-                    let mut text = String::new();
-                    if let Some(pipe) = pipe {
-                        let _ = pipe.read_to_string(&mut text);
-                    }
-                    text
-                };
-                let stdout = read(program.stdout.as_mut().map(|p| p as _));
-                let stderr = read(program.stderr.as_mut().map(|p| p as _));
-                panic!(
-                    "{what}: the program ended first ({exit})\nstdout: {stdout}\nstderr: \
-                     {stderr}\nlast status {last}"
-                );
-            }
-            assert!(Instant::now() < deadline, "{what}: last status {last}");
-            std::thread::sleep(Duration::from_millis(50));
-        }
+                text
+            };
+            let stdout = read(program.stdout.as_mut().map(|p| p as _));
+            let stderr = read(program.stderr.as_mut().map(|p| p as _));
+            panic!(
+                "{what}: the program ended first ({exit})\nstdout: {stdout}\nstderr: {stderr}\n\
+                 last status {last}"
+            );
+        })
     }
 
     /// `dilu run --sim --tenant NAME SPEC -- mem-probe`, driven by line.

@@ -256,6 +256,27 @@ fn start_probe(socket: &Path, instance: &str, run_args: &[&str]) -> Probe {
     Probe::spawn(command)
 }
 
+/// `mem-probe` as tenant `tenant` with a 128 MiB budget, and what it says
+/// on stderr (ready once it has exited).
+fn start_probe_of_128_mib(socket: &Path, tenant: &str) -> (Probe, std::thread::JoinHandle<String>) {
+    let mut command = Command::new(dilu());
+    command
+        .args(["run", "--sim", "--tenant", tenant, "--mem", "128MiB", "--"])
+        .arg(artifact("mem-probe"))
+        .env(dilu_abi::node_wire::SOCKET_ENV, socket)
+        .env("SIMGPU_INSTANCE", unique_name(tenant))
+        .env("DILU_CONTEXT_MEMORY", "0")
+        .stderr(Stdio::piped());
+    let mut probe = Probe::spawn(command);
+    let stderr = probe.child.stderr.take().unwrap();
+    let said = std::thread::spawn(move || {
+        let mut text = String::new();
+        let _ = std::io::Read::read_to_string(&mut BufReader::new(stderr), &mut text);
+        text
+    });
+    (probe, said)
+}
+
 fn set_mem(scratch: &Scratch, tenant: &str, mem: &str) {
     let output = Command::new(dilu())
         .args(["set", tenant, "--mem", mem, "--socket"])
@@ -580,21 +601,7 @@ fn a_tenant_started_while_the_daemon_is_down_is_managed_when_it_returns() {
     // The socket is there, nobody answers: the tenant starts on its own
     // 128 MiB and says so.
     let late = unique_name("late");
-    let mut command = Command::new(dilu());
-    command
-        .args(["run", "--sim", "--tenant", &late, "--mem", "128MiB", "--"])
-        .arg(artifact("mem-probe"))
-        .env(dilu_abi::node_wire::SOCKET_ENV, &socket)
-        .env("SIMGPU_INSTANCE", unique_name("late"))
-        .env("DILU_CONTEXT_MEMORY", "0")
-        .stderr(Stdio::piped());
-    let mut probe = Probe::spawn(command);
-    let stderr = probe.child.stderr.take().unwrap();
-    let said = std::thread::spawn(move || {
-        let mut text = String::new();
-        let _ = std::io::Read::read_to_string(&mut BufReader::new(stderr), &mut text);
-        text
-    });
+    let (mut probe, said) = start_probe_of_128_mib(&socket, &late);
     assert_eq!(
         probe.alloc(96 * MIB),
         "alloc 0",
@@ -665,21 +672,7 @@ fn a_tenant_starting_while_the_daemon_stalls_runs_and_registers_when_it_answers(
     let mut daemon = start_daemon(&scratch, &config);
     let stalled = dilu_tests::stalled::stall(daemon.id());
     let tenant = unique_name("stalled");
-    let mut command = Command::new(dilu());
-    command
-        .args(["run", "--sim", "--tenant", &tenant, "--mem", "128MiB", "--"])
-        .arg(artifact("mem-probe"))
-        .env(dilu_abi::node_wire::SOCKET_ENV, &socket)
-        .env("SIMGPU_INSTANCE", unique_name("stalled"))
-        .env("DILU_CONTEXT_MEMORY", "0")
-        .stderr(Stdio::piped());
-    let mut probe = Probe::spawn(command);
-    let stderr = probe.child.stderr.take().unwrap();
-    let said = std::thread::spawn(move || {
-        let mut text = String::new();
-        let _ = std::io::Read::read_to_string(&mut BufReader::new(stderr), &mut text);
-        text
-    });
+    let (mut probe, said) = start_probe_of_128_mib(&socket, &tenant);
     assert_eq!(
         probe.alloc(96 * MIB),
         "alloc 0",
