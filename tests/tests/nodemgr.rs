@@ -256,6 +256,21 @@ fn start_probe(socket: &Path, instance: &str, run_args: &[&str]) -> Probe {
     Probe::spawn(command)
 }
 
+/// A daemon with the static controller on a GPU of 256 MiB: its
+/// configuration file, its socket and the daemon.
+fn start_static_daemon_of_256_mib(
+    scratch: &Scratch,
+) -> (std::path::PathBuf, std::path::PathBuf, Child) {
+    let config = scratch.path("nodemgr.toml");
+    std::fs::write(
+        &config,
+        "controller = \"static\"\ngpu_memory = \"256MiB\"\n",
+    )
+    .unwrap();
+    let daemon = start_daemon(scratch, &config);
+    (config, scratch.path("nodemgr.sock"), daemon)
+}
+
 /// `mem-probe` as tenant `tenant` with a 128 MiB budget, and what it says
 /// on stderr (ready once it has exited).
 fn start_probe_of_128_mib(socket: &Path, tenant: &str) -> (Probe, std::thread::JoinHandle<String>) {
@@ -576,14 +591,7 @@ fn scale_signals_reach_the_api_metrics_and_top() {
 #[test]
 fn a_tenant_started_while_the_daemon_is_down_is_managed_when_it_returns() {
     let scratch = Scratch::new("nodemgr-late");
-    let config = scratch.path("nodemgr.toml");
-    std::fs::write(
-        &config,
-        "controller = \"static\"\ngpu_memory = \"256MiB\"\n",
-    )
-    .unwrap();
-    let socket = scratch.path("nodemgr.sock");
-    let mut daemon = start_daemon(&scratch, &config);
+    let (config, socket, mut daemon) = start_static_daemon_of_256_mib(&scratch);
     let early = unique_name("early");
     let mut admitted = start_probe(
         &socket,
@@ -662,14 +670,7 @@ fn a_tenant_started_while_the_daemon_is_down_is_managed_when_it_returns() {
 #[test]
 fn a_tenant_starting_while_the_daemon_stalls_runs_and_registers_when_it_answers() {
     let scratch = Scratch::new("nodemgr-stalled");
-    let config = scratch.path("nodemgr.toml");
-    std::fs::write(
-        &config,
-        "controller = \"static\"\ngpu_memory = \"256MiB\"\n",
-    )
-    .unwrap();
-    let socket = scratch.path("nodemgr.sock");
-    let mut daemon = start_daemon(&scratch, &config);
+    let (_, socket, mut daemon) = start_static_daemon_of_256_mib(&scratch);
     let stalled = dilu_tests::stalled::stall(daemon.id());
     let tenant = unique_name("stalled");
     let (mut probe, said) = start_probe_of_128_mib(&socket, &tenant);
