@@ -515,8 +515,8 @@ fn hold(
 
 /// How often a held filler checks that the primary it waits for still
 /// exists (a primary killed inside a synchronisation would hold it
-/// forever), and a primary process that the board's primary is another
-/// process of the primary that still exists.
+/// forever), and how often a primary process checks that another process
+/// of its tenant, attached as the board's primary after it, still exists.
 const PRIMARY_CHECK_NS: u64 = 50_000_000;
 
 /// Per device, when this primary process next looks whether the process
