@@ -12,7 +12,10 @@
 //!   slot ([`crate::table::REAL`], resolved by [`crate::driver`]), calls it
 //!   at once where the row passes through in this process
 //!   ([`crate::entry::pass_through`]), and otherwise calls
-//!   `handler(cx, next, args...)` under `catch_unwind` ([`crate::table::ffi`]);
+//!   `handler(cx, next, args...)` under `catch_unwind` ([`crate::table::ffi`]),
+//!   then, where the handler's [`Outcome`](crate::table::Outcome) asks for
+//!   it (a launch admitted now), the real function with the caller's
+//!   arguments, outside the guard;
 //! - an entry in [`ROWS`]: the C name and the wrapper's address, used by the
 //!   `dlsym` override (name -> wrapper) and by the `cuGetProcAddress`
 //!   wrappers (real pointer -> wrapper).
@@ -21,7 +24,8 @@
 //! sees `cx.per_thread == true`.
 //!
 //! A handler has the shape
-//! `fn(cx: Cx, next: impl FnOnce(args...) -> CUresult, args...) -> CUresult`;
+//! `fn(cx: Cx, next: impl FnOnce(args...) -> CUresult, args...) -> R`, `R`
+//! a `CUresult` or (launch rows) a [`Launch`](crate::table::Launch);
 //! `next` calls the real driver function (it may be called with adjusted
 //! arguments, or not at all to refuse the call).
 
@@ -80,6 +84,8 @@ macro_rules! hook_exports {
         #[unsafe(no_mangle)]
         pub unsafe extern "C" fn $name( $( $arg : $ty ),* ) -> $crate::CUresult {
             const ID: $crate::table::HookId = $crate::table::HookId::$name;
+            const CX: $crate::table::Cx = $crate::table::Cx { hook: ID, per_thread: $per_thread };
+
             // This wrapper has the signature of the header's typedef, or
             // the crate does not compile (the row is checked, not trusted).
             $crate::table::REAL.$name.same_signature($name);
@@ -102,16 +108,38 @@ macro_rules! hook_exports {
                 done.set(Some(r));
                 r
             };
-            let cx = $crate::table::Cx { hook: ID, per_thread: $per_thread };
-            match $crate::table::ffi::entry(
-                Some(cx),
+            let outcome = $crate::table::ffi::guard(
+                CX,
                 &done,
-                || $handler(cx, next, $( $arg ),* ),
-            ) {
-                Ok(result) => result,
-                // SAFETY: as above; only reached when the handler panicked
-                // before calling the real function.
-                Err(_) => $crate::table::ffi::fall_through(|| unsafe { real( $( $arg ),* ) }),
+                || $handler(CX, next, $( $arg ),* ),
+                // SAFETY: as above, with the caller's arguments.
+                move || unsafe { real( $( $arg ),* ) },
+            );
+            match $crate::table::Outcome::next_step(outcome) {
+                $crate::table::AfterHook::Return(result) => result,
+                // SAFETY: the C caller's arguments, unchanged, to the real
+                // function of the same ABI: the handler admitted the call
+                // and left it to the wrapper.
+                $crate::table::AfterHook::CallReal => unsafe { real( $( $arg ),* ) },
+                $crate::table::AfterHook::CallRealAround(around) => {
+                    let done = ::core::cell::Cell::new(None);
+                    let call = || {
+                        // SAFETY: as above.
+                        let r = unsafe { real( $( $arg ),* ) };
+                        done.set(Some(r));
+                        r
+                    };
+                    match $crate::table::ffi::entry(
+                        Some(CX),
+                        &done,
+                        || $crate::table::Around::run(around, call),
+                    ) {
+                        Ok(result) => result,
+                        // SAFETY: as above; only reached when it panicked
+                        // before calling the real function.
+                        Err(_) => $crate::table::ffi::fall_through(|| unsafe { real( $( $arg ),* ) }),
+                    }
+                }
             }
         }
     };

@@ -49,22 +49,34 @@ pub use crate::memory::graph_memory::{
 
 // ---- launches -------------------------------------------------------------
 //
-// Every launch path goes through `launch_control::controlled` (or, for the
-// handlers with many arguments, its two halves `admit_launch` and
-// `TimedLaunch::run`, so the common launch calls the driver from the
-// handler's own frame): charged to the tenant's SM-time bucket, delayed
-// while it is in debt, sometimes timed. The launch handlers are inlined
-// into their exported wrappers: called, an 11-argument handler had its
-// arguments copied again and cost a launch about 30 instructions.
+// Every launch is admitted by `launch_control::admit_launch` (charged to the
+// tenant's SM-time bucket, delayed while it is in debt, sometimes chosen for
+// timing). The launch itself is left to the exported wrapper, which makes
+// it from its own arguments: at once (`Launch::Now`), as its last act, or
+// between the sampler's events (`Launch::Around` a `TimedLaunch`). A handler that held the arguments in a closure for the
+// timed case had them copied on every launch. The launch handlers are
+// inlined into their exported wrappers: called, an 11-argument handler had
+// its arguments copied again and cost a launch about 30 instructions.
 
 fn grid_blocks(x: c_uint, y: c_uint, z: c_uint) -> u64 {
     x as u64 * y as u64 * z as u64
 }
 
+/// What the wrapper does with a launch admitted by `admit_launch`.
+type Launch = crate::table::Launch<launch_control::TimedLaunch>;
+
+#[inline(always)]
+fn admitted(admission: launch_control::Admitted) -> Launch {
+    match admission {
+        launch_control::Admitted::Now => Launch::Now,
+        launch_control::Admitted::Timed(timed) => Launch::Around(timed),
+    }
+}
+
 #[inline(always)]
 pub fn launch_kernel(
     cx: Cx,
-    next: impl FnOnce(
+    _next: impl FnOnce(
         CUfunction,
         c_uint,
         c_uint,
@@ -81,47 +93,34 @@ pub fn launch_kernel(
     grid_x: c_uint,
     grid_y: c_uint,
     grid_z: c_uint,
-    block_x: c_uint,
-    block_y: c_uint,
-    block_z: c_uint,
-    shared_mem_bytes: c_uint,
+    _block_x: c_uint,
+    _block_y: c_uint,
+    _block_z: c_uint,
+    _shared_mem_bytes: c_uint,
     stream: CUstream,
-    params: *mut *mut c_void,
-    extra: *mut *mut c_void,
-) -> CUresult {
+    _params: *mut *mut c_void,
+    _extra: *mut *mut c_void,
+) -> Launch {
     let key = move || LaunchKey::kernel(f as usize, grid_blocks(grid_x, grid_y, grid_z));
-    let launch = move || {
-        next(
-            f,
-            grid_x,
-            grid_y,
-            grid_z,
-            block_x,
-            block_y,
-            block_z,
-            shared_mem_bytes,
-            stream,
-            params,
-            extra,
-        )
-    };
-    match launch_control::admit_launch(key, stream, cx.per_thread) {
-        launch_control::Admitted::Now => launch(),
-        launch_control::Admitted::Timed(timed) => timed.run(launch),
-    }
+    admitted(launch_control::admit_launch(key, stream, cx.per_thread))
 }
 
 #[inline(always)]
 pub fn launch_kernel_ex(
     cx: Cx,
-    next: impl FnOnce(*const CUlaunchConfig, CUfunction, *mut *mut c_void, *mut *mut c_void) -> CUresult,
+    _next: impl FnOnce(
+        *const CUlaunchConfig,
+        CUfunction,
+        *mut *mut c_void,
+        *mut *mut c_void,
+    ) -> CUresult,
     config: *const CUlaunchConfig,
     f: CUfunction,
-    params: *mut *mut c_void,
-    extra: *mut *mut c_void,
-) -> CUresult {
+    _params: *mut *mut c_void,
+    _extra: *mut *mut c_void,
+) -> Launch {
     if config.is_null() {
-        return next(config, f, params, extra);
+        return Launch::Now;
     }
     // SAFETY: a non-null config is, by cuLaunchKernelEx's contract, a valid
     // CUlaunchConfig for the duration of the call; we read three grid
@@ -130,18 +129,17 @@ pub fn launch_kernel_ex(
         let c = &*config;
         (grid_blocks(c.gridDimX, c.gridDimY, c.gridDimZ), c.hStream)
     };
-    launch_control::controlled(
+    admitted(launch_control::admit_launch(
         move || LaunchKey::kernel(f as usize, blocks),
         stream,
         cx.per_thread,
-        move || next(config, f, params, extra),
-    )
+    ))
 }
 
 #[inline(always)]
 pub fn launch_cooperative_kernel(
     cx: Cx,
-    next: impl FnOnce(
+    _next: impl FnOnce(
         CUfunction,
         c_uint,
         c_uint,
@@ -157,41 +155,24 @@ pub fn launch_cooperative_kernel(
     grid_x: c_uint,
     grid_y: c_uint,
     grid_z: c_uint,
-    block_x: c_uint,
-    block_y: c_uint,
-    block_z: c_uint,
-    shared_mem_bytes: c_uint,
+    _block_x: c_uint,
+    _block_y: c_uint,
+    _block_z: c_uint,
+    _shared_mem_bytes: c_uint,
     stream: CUstream,
-    params: *mut *mut c_void,
-) -> CUresult {
+    _params: *mut *mut c_void,
+) -> Launch {
     let key = move || LaunchKey::kernel(f as usize, grid_blocks(grid_x, grid_y, grid_z));
-    let launch = move || {
-        next(
-            f,
-            grid_x,
-            grid_y,
-            grid_z,
-            block_x,
-            block_y,
-            block_z,
-            shared_mem_bytes,
-            stream,
-            params,
-        )
-    };
-    match launch_control::admit_launch(key, stream, cx.per_thread) {
-        launch_control::Admitted::Now => launch(),
-        launch_control::Admitted::Timed(timed) => timed.run(launch),
-    }
+    admitted(launch_control::admit_launch(key, stream, cx.per_thread))
 }
 
 pub fn launch_cooperative_kernel_multi_device(
     _cx: Cx,
-    next: impl FnOnce(*mut CUDA_LAUNCH_PARAMS, c_uint, c_uint) -> CUresult,
+    _next: impl FnOnce(*mut CUDA_LAUNCH_PARAMS, c_uint, c_uint) -> CUresult,
     list: *mut CUDA_LAUNCH_PARAMS,
     num_devices: c_uint,
-    flags: c_uint,
-) -> CUresult {
+    _flags: c_uint,
+) -> Launch {
     if !list.is_null() {
         // SAFETY: by the API's contract `list` holds `num_devices` launch
         // parameter structs; we read the function, grid and stream of each.
@@ -205,22 +186,21 @@ pub fn launch_cooperative_kernel_multi_device(
             );
         }
     }
-    next(list, num_devices, flags)
+    Launch::Now
 }
 
 #[inline(always)]
 pub fn graph_launch(
     cx: Cx,
-    next: impl FnOnce(CUgraphExec, CUstream) -> CUresult,
+    _next: impl FnOnce(CUgraphExec, CUstream) -> CUresult,
     exec: CUgraphExec,
     stream: CUstream,
-) -> CUresult {
-    launch_control::controlled(
+) -> Launch {
+    admitted(launch_control::admit_launch(
         move || LaunchKey::graph(exec as usize),
         stream,
         cx.per_thread,
-        move || next(exec, stream),
-    )
+    ))
 }
 
 // ---- stream capture ---------------------------------------------------------

@@ -264,23 +264,6 @@ fn wait_for_first_measurement(entry: &crate::sm_time::kernel_estimates::Entry) -
     }
 }
 
-/// Runs `launch` (the real driver call) under SM-time control: charged,
-/// possibly delayed, possibly timed. Launches being captured into a graph
-/// and processes without SM state pass straight through (without even
-/// working out the launch's `key`).
-#[inline]
-pub fn controlled(
-    key: impl FnOnce() -> LaunchKey,
-    stream: sys::CUstream,
-    per_thread: bool,
-    launch: impl FnOnce() -> CUresult,
-) -> CUresult {
-    match admit_launch(key, stream, per_thread) {
-        Admitted::Now => launch(),
-        Admitted::Timed(timed_launch) => timed_launch.run(launch),
-    }
-}
-
 /// What a launch admitted by [`admit_launch`] does next.
 pub enum Admitted {
     /// Launch now, untimed (the common case).
@@ -297,10 +280,10 @@ pub struct TimedLaunch {
     per_thread: bool,
 }
 
-impl TimedLaunch {
-    /// Runs `launch` between the sampler's events.
+impl crate::table::Around for TimedLaunch {
+    /// Runs the launch between the sampler's events.
     #[inline]
-    pub fn run(self, launch: impl FnOnce() -> CUresult) -> CUresult {
+    fn run(self, launch: impl FnOnce() -> CUresult) -> CUresult {
         timed(
             self.entry,
             self.device,
@@ -311,9 +294,12 @@ impl TimedLaunch {
     }
 }
 
-/// [`controlled`]'s admission, apart from the launch itself: a launch
-/// handler with many arguments calls the driver in its own frame on the
-/// common path instead of through a closure holding them all.
+/// Admits a launch on `stream` (of the kind `key` names): charged, possibly
+/// delayed, possibly chosen for timing. Launches being captured into a
+/// graph and processes without SM state are admitted at once (without even
+/// working out the launch's `key`). The launch itself is the caller's: a
+/// launch admitted [`Admitted::Now`] is made by the exported wrapper with
+/// the C caller's arguments, not through a closure holding them all.
 #[inline]
 pub fn admit_launch(
     key: impl FnOnce() -> LaunchKey,

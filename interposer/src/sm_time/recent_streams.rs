@@ -70,6 +70,9 @@ const STREAM_PER_THREAD: u64 = 0x2;
 pub const REMEMBERED: usize = 4;
 
 struct Recent {
+    /// The latest encoded stream (0 once forgotten): what the launch path
+    /// compares with, in one load.
+    last: AtomicU64,
     /// Ring of encoded streams; `newest` indexes the latest.
     streams: [AtomicU64; REMEMBERED],
     newest: AtomicUsize,
@@ -77,6 +80,7 @@ struct Recent {
 
 static RECENT: [Recent; MAX_DEVICES] = [const {
     Recent {
+        last: AtomicU64::new(0),
         streams: [const { AtomicU64::new(0) }; REMEMBERED],
         newest: AtomicUsize::new(0),
     }
@@ -123,17 +127,23 @@ impl Previous {
 }
 
 /// Notes a launch on `stream` of `device` (on the launch path: a load, and
-/// two stores when the stream changed).
+/// three stores when the stream changed).
 #[inline]
 pub fn launching_on(device: usize, stream: sys::CUstream, per_thread: bool) {
     let recent = &RECENT[device];
     let word = encode(stream, per_thread);
-    let newest = recent.newest.load(Ordering::Relaxed) % REMEMBERED;
-    if recent.streams[newest].load(Ordering::Relaxed) != word {
-        let next = (newest + 1) % REMEMBERED;
-        recent.streams[next].store(word, Ordering::Relaxed);
-        recent.newest.store(next, Ordering::Relaxed);
+    if recent.last.load(Ordering::Relaxed) != word {
+        noted(recent, word);
     }
+}
+
+/// A launch on another stream than the last one: the ring moves on.
+#[inline(never)]
+fn noted(recent: &Recent, word: u64) {
+    let next = (recent.newest.load(Ordering::Relaxed) + 1) % REMEMBERED;
+    recent.streams[next].store(word, Ordering::Relaxed);
+    recent.newest.store(next, Ordering::Relaxed);
+    recent.last.store(word, Ordering::Relaxed);
 }
 
 /// The distinct streams other than `stream` launched on recently on
@@ -158,7 +168,10 @@ pub fn others(_pin: &Pin, device: usize, stream: sys::CUstream, per_thread: bool
 /// launch can still record on it.
 pub fn forget(stream: sys::CUstream) {
     let handle = stream as u64 & HANDLE_MASK;
-    for slot in RECENT.iter().flat_map(|recent| &recent.streams) {
+    for slot in RECENT
+        .iter()
+        .flat_map(|recent| std::iter::once(&recent.last).chain(&recent.streams))
+    {
         let word = slot.load(Ordering::SeqCst);
         if word & NOTED != 0 && word & HANDLE_MASK == handle {
             let _ = slot.compare_exchange(word, 0, Ordering::SeqCst, Ordering::SeqCst);
@@ -170,7 +183,10 @@ pub fn forget(stream: sys::CUstream) {
 /// Forgets every stream (a context is about to be destroyed or reset);
 /// returns once no timed launch can still record on one.
 pub fn forget_all() {
-    for slot in RECENT.iter().flat_map(|recent| &recent.streams) {
+    for slot in RECENT
+        .iter()
+        .flat_map(|recent| std::iter::once(&recent.last).chain(&recent.streams))
+    {
         slot.store(0, Ordering::SeqCst);
     }
     wait_for_readers();

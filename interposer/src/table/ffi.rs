@@ -6,7 +6,7 @@ use std::panic::{AssertUnwindSafe, catch_unwind};
 
 use dilu_abi::cuda::{CUDA_ERROR_UNKNOWN, CUresult};
 
-use crate::table::Cx;
+use crate::table::{Cx, Outcome};
 
 /// The body of a hook panicked before it called the real function: the
 /// caller makes that call itself, with the C caller's arguments, through
@@ -80,6 +80,26 @@ fn after_panic(
     done.ok_or(RealNotCalled)
 }
 
+/// Runs the handler `body` of the hook `cx`, whose outcome is an
+/// [`Outcome`], and contains any panic: logged, then `R::after_panic` with
+/// the real call's result where the handler made it (`done`) and `real`,
+/// the call with the C caller's arguments, where it did not.
+#[inline(always)]
+pub fn guard<R: Outcome>(
+    cx: Cx,
+    done: &Cell<Option<CUresult>>,
+    body: impl FnOnce() -> R,
+    real: impl FnOnce() -> CUresult,
+) -> R {
+    match catch_unwind(AssertUnwindSafe(body)) {
+        Ok(outcome) => outcome,
+        Err(_) => {
+            let done = after_panic(cx.name(), cx.per_thread, done.get()).ok();
+            R::after_panic(done, real)
+        }
+    }
+}
+
 /// Calls the real function after a hook panicked before calling it; only
 /// if that panics too is `CUDA_ERROR_UNKNOWN` returned.
 #[cold]
@@ -147,6 +167,59 @@ mod tests {
         let r = quiet(|| {
             entry_or_fall_through(
                 None,
+                &done,
+                || {
+                    done.set(Some(CUDA_SUCCESS));
+                    panic!("bug after the driver call")
+                },
+                || unreachable!("the real call must not be repeated"),
+            )
+        });
+        assert_eq!(r, CUDA_SUCCESS);
+    }
+
+    fn launch_cx() -> Cx {
+        Cx {
+            hook: crate::table::HookId::cuLaunchKernel,
+            per_thread: false,
+        }
+    }
+
+    #[test]
+    fn a_launch_whose_admission_panicked_is_made_all_the_same() {
+        use crate::table::{AfterHook, Launch, Outcome};
+        let done = Cell::new(None);
+        let outcome: Launch<core::convert::Infallible> = quiet(|| {
+            guard(
+                launch_cx(),
+                &done,
+                || panic!("bug in an admission"),
+                || unreachable!("the wrapper makes the launch"),
+            )
+        });
+        assert!(matches!(outcome.next_step(), AfterHook::CallReal));
+    }
+
+    #[test]
+    fn a_result_handler_that_panicked_is_answered_once_by_the_real_call() {
+        let done = Cell::new(None);
+        let calls = Cell::new(0);
+        let r: CUresult = quiet(|| {
+            guard(
+                launch_cx(),
+                &done,
+                || panic!("bug before the driver call"),
+                || {
+                    calls.set(calls.get() + 1);
+                    CUDA_ERROR_OUT_OF_MEMORY
+                },
+            )
+        });
+        assert_eq!((r, calls.get()), (CUDA_ERROR_OUT_OF_MEMORY, 1));
+        let done = Cell::new(None);
+        let r: CUresult = quiet(|| {
+            guard(
+                launch_cx(),
                 &done,
                 || {
                     done.set(Some(CUDA_SUCCESS));

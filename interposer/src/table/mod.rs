@@ -4,18 +4,21 @@
 //! interposer hooks or calls and the one typed table of their real
 //! addresses, [`REAL`] (`driver_api.rs`, generated from NVIDIA's headers by
 //! `scripts/gen-driver-types.py`), the call context every handler receives
-//! ([`Cx`]) and panic containment at the FFI edge ([`ffi`]). The exported
+//! ([`Cx`]), what it hands back ([`Outcome`]) and panic containment at the
+//! FFI edge ([`ffi`]). The exported
 //! wrappers are generated from the same rows in [`crate::entry::exports`],
 //! the only place that knows the handlers.
 
 mod driver_api;
 pub mod ffi;
 mod ids;
+mod outcome;
 mod real;
 mod rows;
 
 pub use driver_api::*;
 use ids::hook_ids;
+pub use outcome::{AfterHook, Around, Launch, Outcome};
 pub use real::RealFn;
 pub(crate) use rows::hooked_functions;
 
