@@ -53,10 +53,11 @@ pub use crate::memory::graph_memory::{
 // tenant's SM-time bucket, delayed while it is in debt, sometimes chosen for
 // timing). The launch itself is left to the exported wrapper, which makes
 // it from its own arguments: at once (`Launch::Now`), as its last act, or
-// between the sampler's events (`Launch::Around` a `TimedLaunch`). A handler that held the arguments in a closure for the
-// timed case had them copied on every launch. The launch handlers are
-// inlined into their exported wrappers: called, an 11-argument handler had
-// its arguments copied again and cost a launch about 30 instructions.
+// between the sampler's events (`Launch::Around` a `TimedLaunch`). A
+// handler that held the arguments in a closure for the timed case had them
+// copied on every launch. The launch handlers are inlined into their
+// exported wrappers: called, an 11-argument handler had its arguments
+// copied again and cost a launch about 30 instructions.
 
 fn grid_blocks(x: c_uint, y: c_uint, z: c_uint) -> u64 {
     x as u64 * y as u64 * z as u64
