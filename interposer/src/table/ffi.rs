@@ -83,7 +83,8 @@ fn after_panic(
 /// Runs the handler `body` of the hook `cx`, whose outcome is an
 /// [`Outcome`], and contains any panic: logged, then `R::after_panic` with
 /// the real call's result where the handler made it (`done`) and `real`,
-/// the call with the C caller's arguments, where it did not.
+/// the call with the C caller's arguments, where it did not (through
+/// [`fall_through`]).
 #[inline(always)]
 pub fn guard<R: Outcome>(
     cx: Cx,
@@ -95,7 +96,7 @@ pub fn guard<R: Outcome>(
         Ok(outcome) => outcome,
         Err(_) => {
             let done = after_panic(cx.name(), cx.per_thread, done.get()).ok();
-            R::after_panic(done, real)
+            R::after_panic(done, move || fall_through(real))
         }
     }
 }

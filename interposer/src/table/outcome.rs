@@ -11,16 +11,15 @@ use core::convert::Infallible;
 
 use dilu_abi::cuda::CUresult;
 
-use crate::table::ffi;
-
 /// A handler's return type: a plain `CUresult` (every row but the
 /// launches), or [`Launch`].
 pub trait Outcome: Sized {
     /// What a call "around" runs (`Infallible` where there is none).
     type Around: Around;
-    /// What the panic guard ([`ffi::guard`]) makes of a handler that
+    /// What the panic guard (`ffi::guard`) makes of a handler that
     /// panicked: `done` is the real call's result where the handler made
-    /// that call; `real` makes it, with the C caller's arguments.
+    /// that call; `real` makes it, with the C caller's arguments (itself
+    /// guarded).
     fn after_panic(done: Option<CUresult>, real: impl FnOnce() -> CUresult) -> Self;
     /// What the wrapper does next.
     fn next_step(self) -> AfterHook<Self::Around>;
@@ -53,7 +52,7 @@ impl Outcome for CUresult {
     /// The real call's result, or the call made now.
     #[inline(always)]
     fn after_panic(done: Option<CUresult>, real: impl FnOnce() -> CUresult) -> Self {
-        done.unwrap_or_else(|| ffi::fall_through(real))
+        done.unwrap_or_else(real)
     }
 
     #[inline(always)]
