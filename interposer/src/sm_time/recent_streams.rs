@@ -241,6 +241,14 @@ mod tests {
         assert_eq!(others_of(3, 0x1000), [0x0, 0x5000]);
         forget_all();
         assert_eq!(others_of(3, 0x1000), Vec::<usize>::new());
+
+        // A handle destroyed and made again (the driver reuses them) is
+        // noted at its next launch, even right after its last one.
+        launching_on(3, handle(0x6000), false);
+        forget(handle(0x6000));
+        launching_on(3, handle(0x6000), false);
+        assert_eq!(others_of(3, 0x1000), [0x6000]);
+        forget_all();
     }
 
     // A launch that read a stream records on it after a destroying thread

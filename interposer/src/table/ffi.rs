@@ -144,46 +144,77 @@ mod tests {
         );
     }
 
-    #[test]
-    fn panic_before_the_real_call_falls_through_to_it() {
-        let done = Cell::new(None);
-        let calls = Cell::new(0);
-        let r = quiet(|| {
-            entry_or_fall_through(
-                None,
-                &done,
-                || panic!("bug in a hook"),
-                || {
-                    calls.set(calls.get() + 1);
-                    CUDA_ERROR_OUT_OF_MEMORY
-                },
-            )
-        });
-        assert_eq!((r, calls.get()), (CUDA_ERROR_OUT_OF_MEMORY, 1));
-    }
-
-    #[test]
-    fn panic_after_the_real_call_keeps_its_result_and_does_not_repeat_it() {
-        let done = Cell::new(None);
-        let r = quiet(|| {
-            entry_or_fall_through(
-                None,
-                &done,
-                || {
-                    done.set(Some(CUDA_SUCCESS));
-                    panic!("bug after the driver call")
-                },
-                || unreachable!("the real call must not be repeated"),
-            )
-        });
-        assert_eq!(r, CUDA_SUCCESS);
-    }
-
     fn launch_cx() -> Cx {
         Cx {
             hook: crate::table::HookId::cuLaunchKernel,
             per_thread: false,
         }
+    }
+
+    // The two guards a hook's result goes through: `entry_or_fall_through`
+    // (the `cuGetProcAddress` wrappers) and `guard` (every hooked row).
+    fn via_entry(
+        done: &Cell<Option<CUresult>>,
+        body: impl FnOnce() -> CUresult,
+        real: impl FnOnce() -> CUresult,
+    ) -> CUresult {
+        entry_or_fall_through(None, done, body, real)
+    }
+
+    fn via_guard(
+        done: &Cell<Option<CUresult>>,
+        body: impl FnOnce() -> CUresult,
+        real: impl FnOnce() -> CUresult,
+    ) -> CUresult {
+        guard(launch_cx(), done, body, real)
+    }
+
+    macro_rules! for_each_guard {
+        ($check:ident) => {
+            $check(|d, b, r| via_entry(d, b, r));
+            $check(|d, b, r| via_guard(d, b, r));
+        };
+    }
+
+    type Body<'a> = Box<dyn FnOnce() -> CUresult + 'a>;
+
+    #[test]
+    fn panic_before_the_real_call_falls_through_to_it() {
+        fn check(run: impl Fn(&Cell<Option<CUresult>>, Body, Body) -> CUresult) {
+            let done = Cell::new(None);
+            let calls = Cell::new(0);
+            let r = quiet(|| {
+                run(
+                    &done,
+                    Box::new(|| panic!("bug in a hook")),
+                    Box::new(|| {
+                        calls.set(calls.get() + 1);
+                        CUDA_ERROR_OUT_OF_MEMORY
+                    }),
+                )
+            });
+            assert_eq!((r, calls.get()), (CUDA_ERROR_OUT_OF_MEMORY, 1));
+        }
+        for_each_guard!(check);
+    }
+
+    #[test]
+    fn panic_after_the_real_call_keeps_its_result_and_does_not_repeat_it() {
+        fn check(run: impl Fn(&Cell<Option<CUresult>>, Body, Body) -> CUresult) {
+            let done = Cell::new(None);
+            let r = quiet(|| {
+                run(
+                    &done,
+                    Box::new(|| {
+                        done.set(Some(CUDA_SUCCESS));
+                        panic!("bug after the driver call")
+                    }),
+                    Box::new(|| unreachable!("the real call must not be repeated")),
+                )
+            });
+            assert_eq!(r, CUDA_SUCCESS);
+        }
+        for_each_guard!(check);
     }
 
     #[test]
@@ -199,37 +230,6 @@ mod tests {
             )
         });
         assert!(matches!(outcome.next_step(), AfterHook::CallReal));
-    }
-
-    #[test]
-    fn a_result_handler_that_panicked_is_answered_once_by_the_real_call() {
-        let done = Cell::new(None);
-        let calls = Cell::new(0);
-        let r: CUresult = quiet(|| {
-            guard(
-                launch_cx(),
-                &done,
-                || panic!("bug before the driver call"),
-                || {
-                    calls.set(calls.get() + 1);
-                    CUDA_ERROR_OUT_OF_MEMORY
-                },
-            )
-        });
-        assert_eq!((r, calls.get()), (CUDA_ERROR_OUT_OF_MEMORY, 1));
-        let done = Cell::new(None);
-        let r: CUresult = quiet(|| {
-            guard(
-                launch_cx(),
-                &done,
-                || {
-                    done.set(Some(CUDA_SUCCESS));
-                    panic!("bug after the driver call")
-                },
-                || unreachable!("the real call must not be repeated"),
-            )
-        });
-        assert_eq!(r, CUDA_SUCCESS);
     }
 
     #[test]
