@@ -97,7 +97,15 @@ pub(crate) fn acquire(
         let word = dev.slice.load(Acquire);
         let now = now_ns();
         let wait_until = match Holder::decode(word) {
-            Holder::Busy { owner, start_ns } if owner == me => return ready.max(start_ns),
+            // The caller holds no slice, so the word is a dead process's
+            // that had this slot: take it over with a start of our own, or
+            // the caller's renewals (a CAS on the start) would never match.
+            Holder::Busy { owner, start_ns } if owner == me => {
+                match take(shm, phys, word, ready.max(start_ns)) {
+                    Some(start) => return start,
+                    None => continue,
+                }
+            }
             Holder::Free { last, since_ns } => {
                 let wait = if last == me && others_have_work(shm, phys) {
                     let since = *giving_way_since.get_or_insert(now);
@@ -113,24 +121,10 @@ pub(crate) fn acquire(
                         } else {
                             0
                         };
-                        let start = ready.max(since_ns + switch);
-                        let next = Holder::Busy {
-                            owner: me,
-                            start_ns: start,
-                        };
-                        if dev
-                            .slice
-                            .compare_exchange(word, next.encode(), AcqRel, Acquire)
-                            .is_ok()
-                        {
-                            changed(shm, phys);
-                            // The word keeps 100 ns units: start where it says.
-                            return match Holder::decode(next.encode()) {
-                                Holder::Busy { start_ns, .. } => start_ns,
-                                Holder::Free { .. } => start,
-                            };
+                        match take(shm, phys, word, ready.max(since_ns + switch)) {
+                            Some(start) => return start,
+                            None => continue,
                         }
-                        continue;
                     }
                 }
             }
@@ -164,6 +158,26 @@ pub(crate) fn acquire(
             seq,
             wait_until.saturating_sub(now_ns()).max(1_000),
         );
+    }
+}
+
+/// Replaces the device word `word` with a slice of this process starting
+/// at `start`; returns the start as the word keeps it (100 ns units), or
+/// None when the word changed meanwhile.
+fn take(shm: &Shm, phys: usize, word: u64, start: u64) -> Option<u64> {
+    let next = Holder::Busy {
+        owner: me(shm),
+        start_ns: start,
+    }
+    .encode();
+    shm.dev(phys)
+        .slice
+        .compare_exchange(word, next, AcqRel, Acquire)
+        .ok()?;
+    changed(shm, phys);
+    match Holder::decode(next) {
+        Holder::Busy { start_ns, .. } => Some(start_ns),
+        Holder::Free { .. } => Some(start),
     }
 }
 

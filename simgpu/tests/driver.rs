@@ -21,6 +21,7 @@ fn child_entry() {
         "meminfo" => role_meminfo(),
         "cost" => role_cost(),
         "busy" => role_busy(),
+        "hold-device" => role_hold_device(),
         "badenv" => role_badenv(),
         "cudarc" => role_cudarc(),
         "vmm" => role_vmm(),
@@ -612,6 +613,25 @@ fn role_busy() {
     println!("DONE");
 }
 
+/// Keeps the device busy with 500 queued kernels, prints
+/// READY once its engine holds the device, then waits to be killed.
+fn role_hold_device() {
+    let a = Api::setup();
+    let f = a.function(PTX, "k");
+    let mut s: H = std::ptr::null_mut();
+    // SAFETY: valid out-pointer.
+    unsafe { assert_eq!((a.stream_create)(&mut s, 1), 0) };
+    for _ in 0..500 {
+        assert_eq!(a.launch_grid(f, [1, 1, 1], s), 0);
+    }
+    // Long enough for the engine to take the device for the first kernel.
+    std::thread::sleep(std::time::Duration::from_millis(100));
+    println!("READY");
+    std::io::stdout().flush().unwrap();
+    let mut line = String::new();
+    let _ = std::io::stdin().read_line(&mut line);
+}
+
 /// Timer slack (ns) of each thread of this process whose name starts with
 /// `prefix`, read from `/proc/<tid>/timerslack_ns`.
 fn timer_slack_of_threads(prefix: &str) -> Vec<(String, u64)> {
@@ -672,6 +692,53 @@ fn simgpu_threads_wake_when_their_kernels_end_and_leave_the_callers_alone() {
     );
     let expected = std::fs::read_to_string("/proc/self/timerslack_ns").unwrap();
     assert_eq!(value(&out, "CALLER_SLACK"), expected.trim());
+}
+
+/// A process killed while it held the device used to leave the device
+/// word naming its slot; the next process given that slot took the word
+/// for its own slice with another start and spun forever renewing it.
+#[test]
+fn a_process_killed_while_holding_the_device_does_not_stall_the_next() {
+    let inst = Instance::new("held-kill");
+    let env = [
+        ("SIMGPU_INSTANCE", inst.0.as_str()),
+        // Longer than a time slice: the next process's kernels run across
+        // slice ends, where it renews its slice.
+        ("SIMGPU_KERNEL_COST", "k=5ms"),
+    ];
+    let mut holder = child("hold-device", &env)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut out = BufReader::new(holder.stdout.take().unwrap());
+    let mut line = String::new();
+    // The harness prints its "test child_entry ... " in front of READY.
+    while !line.trim_end().ends_with("READY") {
+        line.clear();
+        assert_ne!(out.read_line(&mut line).unwrap(), 0, "holder exited early");
+    }
+    // SAFETY: sending SIGKILL to our own child.
+    unsafe { libc::kill(holder.id() as i32, libc::SIGKILL) };
+    holder.wait().unwrap();
+    // The next process gets the killed one's slot; a second of kernels
+    // must finish in well under a minute even on a loaded machine.
+    let mut next = child("busy", &env).stdout(Stdio::piped()).spawn().unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    let status = loop {
+        if let Some(status) = next.try_wait().unwrap() {
+            break Some(status);
+        }
+        if std::time::Instant::now() > deadline {
+            let _ = next.kill();
+            let _ = next.wait();
+            break None;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    };
+    let _ = std::fs::remove_file(inst.shm_path());
+    let status = status.expect("the next process stalled for a minute on the device");
+    assert!(status.success(), "the next process failed: {status}");
 }
 
 #[test]
