@@ -44,7 +44,7 @@
 //! Where there is no socket at all it runs standalone.
 
 use crate::node_wire::{
-    self, FromDaemon, PROTOCOL_VERSION, SOCKET_ENV, SmShare, TenantSpec, ToDaemon,
+    self, Bytes, FromDaemon, PROTOCOL_VERSION, SOCKET_ENV, SmShare, TenantSpec, ToDaemon,
 };
 use crate::seqpacket;
 use dilu_layout::activity::TenantActivity;
@@ -235,7 +235,7 @@ pub fn own_budget(budget: &TenantBudget, spec: Option<&TenantSpec>) {
     for device in 0..dilu_layout::ledger::MAX_DEVICES {
         budget.set_share_ppm(device, share);
     }
-    budget.set_mem_budget_all(spec.and_then(|s| s.mem_bytes));
+    budget.set_mem_budget_all(spec.and_then(|s| s.mem).map(Bytes::get));
 }
 
 /// Whether a failed connect or exchange means nobody answered in time
@@ -292,8 +292,8 @@ fn describe_own(spec: Option<&TenantSpec>) -> String {
                 DILU_MEM_LIMIT still apply"
             .into();
     };
-    let memory = spec.mem_bytes.map_or("no memory budget".to_string(), |b| {
-        format!("memory budget {}", crate::units::format_size(b))
+    let memory = spec.mem.map_or("no memory budget".to_string(), |b| {
+        format!("memory budget {b}")
     });
     format!("SM share {}, {memory}", spec.sm_limit)
 }

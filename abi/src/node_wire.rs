@@ -16,7 +16,7 @@
 //! variant index).
 
 pub use crate::cluster_wire::WorkClass;
-pub use crate::units::SmShare;
+pub use crate::units::{Bytes, SmShare};
 use serde::{Deserialize, Serialize};
 
 /// Carried in [`ToDaemon::Register`]; a daemon refuses other versions.
@@ -27,8 +27,8 @@ pub const DEFAULT_SOCKET: &str = "/run/dilu/nodemgr.sock";
 pub const SOCKET_ENV: &str = "DILU_NODEMGR_SOCKET";
 
 /// What a tenant asks for. Shares are of one device's time (serialised as
-/// percentages: `sm_request_pct`, `sm_limit_pct`); `mem_bytes` is per
-/// device.
+/// percentages: `sm_request_pct`, `sm_limit_pct`); the memory budget is per
+/// device (serialised as a byte count, `mem_bytes`).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct TenantSpec {
     pub class: WorkClass,
@@ -41,7 +41,8 @@ pub struct TenantSpec {
     /// more).
     #[serde(rename = "sm_limit_pct")]
     pub sm_limit: SmShare,
-    pub mem_bytes: Option<u64>,
+    #[serde(rename = "mem_bytes")]
+    pub mem: Option<Bytes>,
 }
 
 impl Default for TenantSpec {
@@ -52,7 +53,7 @@ impl Default for TenantSpec {
             slo_ms: None,
             sm_request: SmShare::NONE,
             sm_limit: SmShare::FULL,
-            mem_bytes: None,
+            mem: None,
         }
     }
 }
@@ -66,7 +67,7 @@ impl TenantSpec {
                 self.sm_request, self.sm_limit
             ));
         }
-        if self.mem_bytes == Some(0) {
+        if self.mem == Some(Bytes::ZERO) {
             return Err("a memory budget of 0 bytes leaves no room for the CUDA context".into());
         }
         match (self.class, self.slo_ms) {
@@ -112,7 +113,7 @@ impl TenantSpec {
         if let Some(v) = given.sm_limit.or(fixed) {
             spec.sm_limit = v;
         }
-        spec.mem_bytes = given.mem;
+        spec.mem = given.mem;
         spec.validate()?;
         Ok(Some(spec))
     }
@@ -138,7 +139,7 @@ pub struct SpecVar {
     pub slo_ms: Option<f64>,
     pub sm_request: Option<SmShare>,
     pub sm_limit: Option<SmShare>,
-    pub mem: Option<u64>,
+    pub mem: Option<Bytes>,
 }
 
 impl SpecVar {
@@ -149,7 +150,7 @@ impl SpecVar {
             slo_ms: spec.slo_ms,
             sm_request: Some(spec.sm_request),
             sm_limit: Some(spec.sm_limit),
-            mem: spec.mem_bytes,
+            mem: spec.mem,
         }
     }
 
@@ -184,7 +185,9 @@ impl SpecVar {
                 "sm_limit" => spec.sm_limit.replace(share()?).is_some(),
                 "mem" => spec
                     .mem
-                    .replace(value.parse().map_err(|_| invalid("a byte count"))?)
+                    .replace(Bytes::new(
+                        value.parse().map_err(|_| invalid("a byte count"))?,
+                    ))
                     .is_some(),
                 _ => return Err(format!("keys {SPEC_KEYS}, not {key:?}")),
             };
@@ -222,7 +225,7 @@ impl SpecVar {
             }
         }
         if let Some(mem) = self.mem {
-            parts.push(format!("mem={mem}"));
+            parts.push(format!("mem={}", mem.get()));
         }
         (!parts.is_empty()).then(|| (SPEC_ENV.to_string(), parts.join(",")))
     }
@@ -254,7 +257,8 @@ pub struct SpecUpdate {
     pub sm_request: Option<SmShare>,
     #[serde(rename = "sm_limit_pct")]
     pub sm_limit: Option<SmShare>,
-    pub mem_bytes: Option<u64>,
+    #[serde(rename = "mem_bytes")]
+    pub mem: Option<Bytes>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -538,7 +542,7 @@ mod tests {
                 slo_ms: Some(50.0),
                 sm_request: SmShare::percent(20.0),
                 sm_limit: SmShare::percent(80.0),
-                mem_bytes: Some(8 << 30),
+                mem: Some(Bytes::gib(8)),
             }),
             reattach: false,
         };
@@ -598,7 +602,7 @@ mod tests {
             slo_ms: Some(8.5),
             sm_request: SmShare::percent(20.0),
             sm_limit: SmShare::percent(80.0),
-            mem_bytes: Some(8 << 30),
+            mem: Some(Bytes::gib(8)),
         };
         let (name, value) = SpecVar::of(&full).env().unwrap();
         assert_eq!(name, "DILU_SPEC");

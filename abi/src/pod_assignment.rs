@@ -118,7 +118,7 @@ mod tests {
                 slo_ms: Some(50.0),
                 sm_request: SmShare::percent(30.0),
                 sm_limit: SmShare::percent(45.0),
-                mem_bytes: Some(8 << 30),
+                mem: Some(crate::units::Bytes::gib(8)),
             },
             bound_at_ms: 1_700_000_000_000,
         };

@@ -204,6 +204,80 @@ impl<'de> serde::Deserialize<'de> for SmShare {
     }
 }
 
+/// An amount of device memory in bytes (a tenant's budget per device): written
+/// by people as a size (`8GiB`, see [`parse_size`]), printed as one
+/// (`8.00 GiB`), and carried on the wire and in state files as the plain
+/// byte count, so files written before read the same. One type, so a budget
+/// is never taken for a count of MiB or a share.
+#[derive(
+    Debug,
+    Clone,
+    Copy,
+    Default,
+    PartialEq,
+    Eq,
+    PartialOrd,
+    Ord,
+    Hash,
+    serde::Serialize,
+    serde::Deserialize,
+)]
+#[serde(transparent)]
+pub struct Bytes(u64);
+
+impl Bytes {
+    pub const ZERO: Bytes = Bytes(0);
+
+    pub const fn new(bytes: u64) -> Bytes {
+        Bytes(bytes)
+    }
+
+    /// `n` MiB.
+    pub const fn mib(n: u64) -> Bytes {
+        Bytes(n << 20)
+    }
+
+    /// `n` GiB.
+    pub const fn gib(n: u64) -> Bytes {
+        Bytes(n << 30)
+    }
+
+    /// The count of bytes (for the shared-memory budgets and the driver).
+    pub const fn get(self) -> u64 {
+        self.0
+    }
+
+    /// What is left of `self` beside `used` (none when over it).
+    pub const fn saturating_sub(self, used: Bytes) -> Bytes {
+        Bytes(self.0.saturating_sub(used.0))
+    }
+
+    pub const fn saturating_add(self, more: Bytes) -> Bytes {
+        Bytes(self.0.saturating_add(more.0))
+    }
+}
+
+impl std::iter::Sum for Bytes {
+    fn sum<I: Iterator<Item = Bytes>>(iter: I) -> Bytes {
+        Bytes(iter.map(|b| b.0).fold(0, u64::saturating_add))
+    }
+}
+
+/// `8GiB`, `512MiB`, `4096m`, a plain byte count ([`parse_size`]).
+impl std::str::FromStr for Bytes {
+    type Err = UnitError;
+    fn from_str(text: &str) -> Result<Bytes, UnitError> {
+        parse_size(text).map(Bytes)
+    }
+}
+
+/// `8.00 GiB` ([`format_size`]).
+impl fmt::Display for Bytes {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&format_size(self.0))
+    }
+}
+
 /// Formats bytes the way the CLI prints them (`8.00 GiB`).
 pub fn format_size(bytes: u64) -> String {
     const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
@@ -233,6 +307,21 @@ mod tests {
         assert_eq!(parse_size("1.5GiB").unwrap(), 3 << 29);
         assert_eq!(parse_size("2GB").unwrap(), 2_000_000_000);
         assert_eq!(parse_size("12345").unwrap(), 12345);
+    }
+
+    #[test]
+    fn a_memory_amount_reads_and_prints_as_a_size_and_travels_as_a_count() {
+        let budget: Bytes = "8GiB".parse().unwrap();
+        assert_eq!(budget, Bytes::gib(8));
+        assert_eq!(budget.to_string(), "8.00 GiB");
+        assert_eq!(serde_json::to_string(&budget).unwrap(), "8589934592");
+        assert_eq!(serde_json::from_str::<Bytes>("8589934592").unwrap(), budget);
+        assert!("8 apples".parse::<Bytes>().is_err());
+        assert_eq!(
+            [Bytes::gib(1), Bytes::mib(512)].into_iter().sum::<Bytes>(),
+            Bytes::mib(1536)
+        );
+        assert_eq!(Bytes::mib(1).saturating_sub(Bytes::gib(1)), Bytes::ZERO);
     }
 
     #[test]

@@ -163,7 +163,7 @@ async fn a_bound_pods_annotations_become_its_containers_environment_and_budget()
             slo_ms: Some(50.0),
             sm_request: SmShare::percent(30.0),
             sm_limit: SmShare::percent(45.0),
-            mem_bytes: Some(64 * MIB),
+            mem: Some(dilu_abi::units::Bytes::new(64 * MIB)),
         },
         bound_at_ms: 1_735_689_600_000,
     };

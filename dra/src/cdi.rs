@@ -186,7 +186,7 @@ mod tests {
         let grant = ClaimGrant {
             tenant: "serving.infer".into(),
             spec: TenantSpec {
-                mem_bytes: Some(1 << 30),
+                mem: Some(dilu_abi::units::Bytes::gib(1)),
                 sm_request: SmShare::percent(20.0),
                 ..TenantSpec::default()
             },

@@ -15,7 +15,7 @@
 use crate::DRIVER;
 use crate::quantity;
 use crate::slice::{MEMORY, SM, gpu_index};
-use dilu_abi::node_wire::{SmShare, TenantSpec, WorkClass, parse_class};
+use dilu_abi::node_wire::{Bytes, SmShare, TenantSpec, WorkClass, parse_class};
 use dilu_abi::pod_assignment::tenant_name;
 use k8s_openapi::api::resource::v1::{DeviceRequestAllocationResult, ResourceClaim};
 use serde::{Deserialize, Serialize};
@@ -220,7 +220,7 @@ pub fn grant_of(claim: &ResourceClaim, node: &str) -> Result<ClaimGrant, String>
             spec.sm_limit, spec.sm_request
         ));
     }
-    spec.mem_bytes = memory.map(|bytes| bytes.ceil() as u64);
+    spec.mem = memory.map(|bytes| Bytes::new(bytes.ceil() as u64));
     spec.validate()
         .map_err(|e| format!("claim {namespace}/{name}: {e}"))?;
     Ok(ClaimGrant {
@@ -286,7 +286,7 @@ mod tests {
                 slo_ms: Some(50.0),
                 sm_request: SmShare::percent(30.0),
                 sm_limit: SmShare::percent(50.0),
-                mem_bytes: Some(8 << 30),
+                mem: Some(Bytes::gib(8)),
             }
         );
         assert_eq!(grant.colocation.as_deref(), Some("primary"));
@@ -300,7 +300,7 @@ mod tests {
         whole.as_object_mut().unwrap().remove("consumedCapacity");
         let grant = grant_of(&allocated(json!([whole]), json!([])), "node-a").unwrap();
         assert_eq!(grant.spec.sm_request, SmShare::FULL);
-        assert_eq!(grant.spec.mem_bytes, None);
+        assert_eq!(grant.spec.mem, None);
         assert_eq!(grant.spec.class, WorkClass::Batch);
     }
 

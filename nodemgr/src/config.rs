@@ -30,7 +30,7 @@
 use crate::audit::AuditAction;
 use crate::control;
 use crate::error::{self, Error};
-use dilu_abi::node_wire::{self, SmShare, TenantSpec};
+use dilu_abi::node_wire::{self, Bytes, SmShare, TenantSpec};
 use dilu_abi::units;
 use serde::Deserialize;
 use std::collections::BTreeMap;
@@ -246,7 +246,7 @@ impl Config {
             spec.sm_request = share("sm_request", t.sm_request, spec.sm_request)?;
             spec.sm_limit = share("sm_limit", t.sm_limit, spec.sm_limit)?;
             if let Some(mem) = t.mem {
-                spec.mem_bytes = Some(size(&format!("tenants.{name}.mem"), &mem)?);
+                spec.mem = Some(Bytes::new(size(&format!("tenants.{name}.mem"), &mem)?));
             }
             spec.validate()
                 .map_err(|e| format!("tenants.{name}: {e}"))?;
@@ -354,7 +354,7 @@ mod tests {
         assert_eq!(config.metrics, None);
         let infer = &config.tenants["infer"];
         assert_eq!(infer.class, WorkClass::Latency);
-        assert_eq!(infer.mem_bytes, Some(8 << 30));
+        assert_eq!(infer.mem, Some(Bytes::gib(8)));
 
         let mut flagged = config.clone();
         flagged

@@ -87,7 +87,7 @@ pub fn environment(spec: &LaunchSpec) -> error::Result<Vec<(String, OsString)>> 
         mem: spec
             .mem
             .as_deref()
-            .and_then(|m| dilu_abi::units::parse_size(m).ok()),
+            .and_then(|m| m.parse::<dilu_abi::units::Bytes>().ok()),
     };
     if let Some((name, value)) = given.env() {
         env.push((name, value.into()));

@@ -133,7 +133,7 @@ pub fn format_status(status: &NodeStatus) -> String {
                  held to SM request {} and memory {}",
                 t.name,
                 t.spec.sm_request,
-                t.spec.mem_bytes.map_or("unlimited".into(), format_size)
+                t.spec.mem.map_or("unlimited".into(), |b| b.to_string())
             );
         }
     }

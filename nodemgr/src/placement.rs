@@ -7,7 +7,7 @@
 //! (`dilu run --gpus N`: its spec holds on each). This module only translates
 //! between the daemon's specs and that model; it owns no rule of its own.
 
-use dilu_abi::node_wire::TenantSpec;
+use dilu_abi::node_wire::{Bytes, TenantSpec};
 use dilu_placement::model::{ClusterState, InstanceDemand};
 use dilu_placement::policy::{PlacementPolicy, place_on_node};
 
@@ -18,7 +18,7 @@ pub fn demand(spec: &TenantSpec, gpus: usize) -> InstanceDemand {
         class: spec.class,
         sm_request: spec.sm_request.as_fraction(),
         sm_limit: spec.sm_limit.as_fraction(),
-        memory_bytes: spec.mem_bytes.unwrap_or(0),
+        memory_bytes: spec.mem.map_or(0, Bytes::get),
         gpus: gpus.max(1) as u32,
     }
 }
@@ -66,7 +66,7 @@ mod tests {
             slo_ms: None,
             sm_request: SmShare::percent(request),
             sm_limit: SmShare::percent(limit),
-            mem_bytes: Some(mem_gib << 30),
+            mem: Some(Bytes::gib(mem_gib)),
         }
     }
 

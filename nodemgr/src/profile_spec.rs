@@ -26,7 +26,7 @@ pub fn load_spec(path: &Path) -> error::Result<(TenantSpec, u32)> {
         slo_ms: profile.slo_ms,
         sm_request: share("sm_request", profile.sm_request)?,
         sm_limit: share("sm_limit", profile.sm_limit)?,
-        mem_bytes: None,
+        mem: None,
     };
     spec.validate()
         .map_err(|e| Error::Invalid(format!("{}: {e}", path.display())))?;

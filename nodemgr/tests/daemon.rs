@@ -3,7 +3,7 @@
 
 use dilu_abi::node_client;
 use dilu_abi::node_wire::SmShare;
-use dilu_abi::node_wire::{self, FromDaemon, SpecUpdate, TenantSpec, ToDaemon, WorkClass};
+use dilu_abi::node_wire::{self, Bytes, FromDaemon, SpecUpdate, TenantSpec, ToDaemon, WorkClass};
 use dilu_abi::seqpacket;
 use dilu_layout::budget::TenantBudget;
 use dilu_layout::shm::Region;
@@ -110,7 +110,7 @@ fn latency_spec(request: f64, limit: f64) -> TenantSpec {
         slo_ms: Some(50.0),
         sm_request: SmShare::percent(request),
         sm_limit: SmShare::percent(limit),
-        mem_bytes: None,
+        mem: None,
     }
 }
 
@@ -120,7 +120,7 @@ fn a_tenant_cannot_raise_its_own_budget() {
     let daemon = start(&dir);
     let socket = dir.join("nodemgr.sock");
     let spec = TenantSpec {
-        mem_bytes: Some(64 << 20),
+        mem: Some(Bytes::mib(64)),
         ..latency_spec(30.0, 40.0)
     };
     let (_connection, budget_fd, _telemetry_fd) =
@@ -210,7 +210,7 @@ fn a_tenant_cannot_raise_its_own_budget() {
         "victim",
         SpecUpdate {
             sm_limit: Some(SmShare::percent(60.0)),
-            mem_bytes: Some(128 << 20),
+            mem: Some(Bytes::mib(128)),
             ..SpecUpdate::default()
         },
     )

@@ -339,7 +339,12 @@ impl Soak {
             .iter()
             .map(|t| t.spec.sm_request.as_percent())
             .sum();
-        let budgeted: u64 = status.tenants.iter().filter_map(|t| t.spec.mem_bytes).sum();
+        let budgeted: u64 = status
+            .tenants
+            .iter()
+            .filter_map(|t| t.spec.mem)
+            .map(dilu_abi::units::Bytes::get)
+            .sum();
         let r = &mut self.report;
         r.max_sm_requested_pct = r.max_sm_requested_pct.max(requested);
         r.max_mem_budgeted_bytes = r.max_mem_budgeted_bytes.max(budgeted);

@@ -36,7 +36,7 @@ use std::time::Duration;
 
 use dilu_abi::node_wire::TenantSpec;
 use dilu_abi::pod_assignment::{self, PodAssignment};
-use dilu_abi::units::parse_size;
+use dilu_abi::units::{Bytes, parse_size};
 use k8s_openapi::api::core::v1::{Node, Pod};
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
@@ -555,7 +555,7 @@ fn assignment_for(
             slo_ms: None,
             sm_request: SmShare::of_fraction(demand.sm_request),
             sm_limit: SmShare::of_fraction(demand.sm_limit),
-            mem_bytes: Some(demand.memory_bytes),
+            mem: Some(Bytes::new(demand.memory_bytes)),
         },
         bound_at_ms: std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
@@ -569,7 +569,7 @@ fn demand_of(assignment: &PodAssignment) -> InstanceDemand {
         class: assignment.spec.class,
         sm_request: assignment.spec.sm_request.as_fraction(),
         sm_limit: assignment.spec.sm_limit.as_fraction(),
-        memory_bytes: assignment.spec.mem_bytes.unwrap_or(0),
+        memory_bytes: assignment.spec.mem.map_or(0, Bytes::get),
         gpus: assignment.gpu_indices.len() as u32,
     }
 }

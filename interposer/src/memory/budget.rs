@@ -153,7 +153,7 @@ fn init() -> Option<MemoryBudget> {
     let managed = crate::node::attached();
     // The daemon's budget binds; this process's own limit goes in the ledger
     // only when the tenant did not ask the daemon for one.
-    let daemon_decides = managed.is_some_and(|a| a.spec().mem_bytes.is_some());
+    let daemon_decides = managed.is_some_and(|a| a.spec().mem.is_some());
     let budgets: Vec<u64> = (0..MAX_DEVICES)
         .map(|device| match cfg.memory.per_device[device] {
             Some(limit) if device < device_count && !daemon_decides => {

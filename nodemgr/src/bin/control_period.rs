@@ -36,7 +36,7 @@ fn spec(index: usize, groups: u32) -> TenantSpec {
             slo_ms: Some(50.0),
             sm_request: SmShare::percent(2.0 / groups as f64),
             sm_limit: SmShare::percent(100.0),
-            mem_bytes: None,
+            mem: None,
         }
     } else {
         TenantSpec {
@@ -44,7 +44,7 @@ fn spec(index: usize, groups: u32) -> TenantSpec {
             slo_ms: None,
             sm_request: SmShare::percent(1.0 / groups as f64),
             sm_limit: SmShare::percent(100.0),
-            mem_bytes: None,
+            mem: None,
         }
     }
 }

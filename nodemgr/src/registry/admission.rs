@@ -6,7 +6,7 @@
 use super::Registry;
 use super::tenant::is_on;
 use crate::error::{self, Error};
-use dilu_abi::node_wire::{SmShare, TenantSpec};
+use dilu_abi::node_wire::{Bytes, SmShare, TenantSpec};
 use dilu_layout::budget::FULL_SHARE_PPM;
 
 impl Registry {
@@ -61,15 +61,13 @@ impl Registry {
                 }
             )));
         }
-        if let (Some(capacity), Some(mem)) = (self.gpu_memory, spec.mem_bytes) {
-            let used: u64 = others.iter().filter_map(|(_, s)| s.mem_bytes).sum();
+        if let (Some(capacity), Some(mem)) = (self.gpu_memory.map(Bytes::new), spec.mem) {
+            let used: Bytes = others.iter().filter_map(|(_, s)| s.mem).sum();
             if used.saturating_add(mem) > capacity {
                 return Err(Error::Refused(format!(
-                    "memory budgets would sum to {} on a {} GPU: {name} asks {}, others hold {}",
-                    dilu_abi::units::format_size(used.saturating_add(mem)),
-                    dilu_abi::units::format_size(capacity),
-                    dilu_abi::units::format_size(mem),
-                    dilu_abi::units::format_size(used)
+                    "memory budgets would sum to {} on a {capacity} GPU: {name} asks {mem}, \
+                     others hold {used}",
+                    used.saturating_add(mem),
                 )));
             }
         }
@@ -91,9 +89,9 @@ impl Registry {
         let mut held = spec.clone();
         held.sm_request = spec.sm_request.min(SmShare::rest_beside(requested));
         held.sm_limit = spec.sm_limit.max(held.sm_request);
-        if let (Some(capacity), Some(mem)) = (self.gpu_memory, spec.mem_bytes) {
-            let budgeted: u64 = others().filter_map(|s| s.mem_bytes).sum();
-            held.mem_bytes = Some(mem.min(capacity.saturating_sub(budgeted)));
+        if let (Some(capacity), Some(mem)) = (self.gpu_memory.map(Bytes::new), spec.mem) {
+            let budgeted: Bytes = others().filter_map(|s| s.mem).sum();
+            held.mem = Some(mem.min(capacity.saturating_sub(budgeted)));
         }
         held
     }
@@ -107,8 +105,8 @@ impl Registry {
             let room = self.room_left(name, spec, Some(g));
             held.sm_request = held.sm_request.min(room.sm_request);
             held.sm_limit = held.sm_limit.max(held.sm_request);
-            if let (Some(a), Some(b)) = (held.mem_bytes, room.mem_bytes) {
-                held.mem_bytes = Some(a.min(b));
+            if let (Some(a), Some(b)) = (held.mem, room.mem) {
+                held.mem = Some(a.min(b));
             }
         }
         held

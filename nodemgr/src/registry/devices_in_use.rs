@@ -79,12 +79,14 @@ impl Registry {
             tenant = name,
             "over-admitted: {reason}; held to SM request {} and memory {}",
             held.sm_request,
-            held.mem_bytes
-                .map_or("unlimited".into(), dilu_abi::units::format_size)
+            held.mem.map_or("unlimited".into(), |b| b.to_string())
         );
         let tenant = self.tenants.get_mut(name).expect("looked up above");
         // Live: every process's next allocation is held to it.
-        tenant.regions.budget.set_mem_budget_all(held.mem_bytes);
+        tenant
+            .regions
+            .budget
+            .set_mem_budget_all(held.mem.map(dilu_abi::units::Bytes::get));
         tenant.spec = held;
         tenant.over_admitted.get_or_insert(reason);
     }
@@ -132,7 +134,7 @@ fn follow(tenant: &mut Tenant, node_gpus: usize) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use dilu_abi::node_wire::{SmShare, TenantSpec};
+    use dilu_abi::node_wire::{Bytes, SmShare, TenantSpec};
     use std::collections::BTreeMap;
 
     /// A registry of a node of `gpus` GPUs with tenant `name`, not placed,
@@ -196,7 +198,7 @@ mod tests {
         let gib = 1u64 << 30;
         let asks = TenantSpec {
             sm_request: SmShare::percent(50.0),
-            mem_bytes: Some(6 * gib),
+            mem: Some(Bytes::new(6 * gib)),
             ..TenantSpec::default()
         };
         for (gpu, over) in [(1, true), (0, false)] {
@@ -205,7 +207,7 @@ mod tests {
             let pid = std::process::id() as i32;
             let placed = TenantSpec {
                 sm_request: SmShare::percent(70.0),
-                mem_bytes: Some(4 * gib),
+                mem: Some(Bytes::new(4 * gib)),
                 ..TenantSpec::default()
             };
             crate::registry::testing::register_on(&mut registry, "placed", pid, &[1], placed);
@@ -221,7 +223,7 @@ mod tests {
                 let reason = chose.over_admitted.as_deref().unwrap_or("");
                 assert!(reason.contains("found on gpu1"), "{reason:?}");
                 assert_eq!(chose.spec.sm_request, SmShare::percent(30.0));
-                assert_eq!(chose.spec.mem_bytes, Some(4 * gib));
+                assert_eq!(chose.spec.mem, Some(Bytes::new(4 * gib)));
                 assert_eq!(chose.mem_budget(0), Some(4 * gib), "live in its budget");
                 assert_eq!(
                     registry.tenants["placed"].spec.sm_request,

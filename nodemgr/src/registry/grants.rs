@@ -5,7 +5,7 @@
 use super::Registry;
 use super::tenant::Grant;
 use crate::error::{self, Error};
-use dilu_abi::node_wire::TenantSpec;
+use dilu_abi::node_wire::{Bytes, TenantSpec};
 use dilu_abi::tenant_flags::check_tenant_name;
 use dilu_layout::MAX_DEVICES;
 
@@ -50,7 +50,10 @@ impl Registry {
             self.admit_each(name, &spec, &tenant.gpus())?;
             let tenant = self.tenants.get_mut(name).expect("checked above");
             tenant.spec = spec.clone();
-            tenant.regions.budget.set_mem_budget_all(spec.mem_bytes);
+            tenant
+                .regions
+                .budget
+                .set_mem_budget_all(spec.mem.map(Bytes::get));
             self.epoch += 1;
             changed = true;
         }
@@ -97,7 +100,7 @@ mod tests {
         TenantSpec {
             sm_request: SmShare::percent(request),
             sm_limit: SmShare::percent(request.max(50.0)),
-            mem_bytes: Some(mem),
+            mem: Some(Bytes::new(mem)),
             ..TenantSpec::default()
         }
     }
@@ -166,7 +169,7 @@ mod tests {
         // `dilu set` would be undone at the next grant: refused, and the
         // status says why.
         let set = dilu_abi::node_wire::SpecUpdate {
-            mem_bytes: Some(1 << 30),
+            mem: Some(Bytes::gib(1)),
             ..Default::default()
         };
         assert!(matches!(

@@ -128,7 +128,7 @@ impl Registry {
             // Re-adopted from the state file: the first process back hands
             // over the telemetry its processes write.
             let regions = fresh.take().expect("checked above");
-            configure(&regions, tenant.devices[0].share_ppm, tenant.spec.mem_bytes);
+            configure(&regions, tenant.devices[0].share_ppm, tenant.spec.mem);
             write_shares(&regions.budget, tenant.shares());
             tenant.regions = regions;
             for device in &mut tenant.devices {
@@ -164,8 +164,7 @@ impl Registry {
                         uid = peer.uid,
                         "over-admitted: {reason}; held to SM request {} and memory {}",
                         held.sm_request,
-                        held.mem_bytes
-                            .map_or("unlimited".into(), dilu_abi::units::format_size)
+                        held.mem.map_or("unlimited".into(), |b| b.to_string())
                     );
                     (held, Some(reason.to_string()))
                 }
@@ -174,7 +173,7 @@ impl Registry {
             self.held.remove(name);
             let share = initial_share(&spec);
             let regions = fresh.take().expect("not used above for a new tenant");
-            configure(&regions, share, spec.mem_bytes);
+            configure(&regions, share, spec.mem);
             self.tenants.insert(
                 name.to_string(),
                 Tenant {
@@ -259,14 +258,17 @@ impl Registry {
             spec.sm_limit = v;
             spec.sm_request = spec.sm_request.min(v);
         }
-        if let Some(v) = update.mem_bytes {
-            spec.mem_bytes = Some(v);
+        if let Some(v) = update.mem {
+            spec.mem = Some(v);
         }
         self.admit_each(name, &spec, &tenant.gpus())?;
         let tenant = self.tenants.get_mut(name).expect("checked above");
         tenant.spec = spec.clone();
         // Live: every member's next allocation is held to the new budget.
-        tenant.regions.budget.set_mem_budget_all(spec.mem_bytes);
+        tenant
+            .regions
+            .budget
+            .set_mem_budget_all(spec.mem.map(dilu_abi::units::Bytes::get));
         self.epoch += 1;
         Ok(spec)
     }
@@ -329,7 +331,7 @@ pub(crate) mod testing {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use dilu_abi::node_wire::SmShare;
+    use dilu_abi::node_wire::{Bytes, SmShare};
     use dilu_layout::activity::TenantActivity;
     use dilu_layout::budget::FULL_SHARE_PPM;
     use dilu_layout::memfd;
@@ -507,7 +509,7 @@ mod tests {
         let gib = 1u64 << 30;
         let mut registry = Registry::new(BTreeMap::new(), Some(8 * gib));
         let big = TenantSpec {
-            mem_bytes: Some(6 * gib),
+            mem: Some(Bytes::new(6 * gib)),
             ..shares(70.0, 100.0)
         };
         let fresh = create_regions("test", None).unwrap();
@@ -531,7 +533,7 @@ mod tests {
             SmShare::percent(30.0),
             "the unrequested share"
         );
-        assert_eq!(spec.mem_bytes, Some(2 * gib), "the unbudgeted memory");
+        assert_eq!(spec.mem, Some(Bytes::new(2 * gib)), "the unbudgeted memory");
         let reason = registry.tenants["second"].over_admitted.clone().unwrap();
         assert!(reason.contains("SM requests would sum"), "{reason}");
         let status = registry.status();
@@ -548,7 +550,7 @@ mod tests {
         // Admission holds with it counted: nothing more fits.
         let fresh = create_regions("test", None).unwrap();
         let small = TenantSpec {
-            mem_bytes: Some(gib),
+            mem: Some(Bytes::new(gib)),
             ..shares(1.0, 100.0)
         };
         assert!(
@@ -607,7 +609,7 @@ mod tests {
                 let spec = TenantSpec {
                     sm_request: SmShare::from_ppm(request),
                     sm_limit: SmShare::from_ppm(limit),
-                    mem_bytes: mem,
+                    mem: mem.map(Bytes::new),
                     ..TenantSpec::default()
                 };
                 let Ok(fresh) = create_regions("fuzz", None) else { continue };

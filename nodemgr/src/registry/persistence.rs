@@ -71,7 +71,7 @@ impl Registry {
             let Ok(regions) = create_regions(&s.name, None) else {
                 continue;
             };
-            configure(&regions, s.share_ppm, s.spec.mem_bytes);
+            configure(&regions, s.share_ppm, s.spec.mem);
             // A saved tenant has more GPUs only if it has a first one.
             let gpus: Vec<u32> = s.gpu.into_iter().chain(s.more_gpus).collect();
             let mut devices = devices_on(&gpus, s.share_ppm);

@@ -116,9 +116,7 @@ impl Registry {
                     if count == 1 { "has" } else { "have" },
                     spec.sm_request.as_percent(),
                     spec.sm_limit.as_percent(),
-                    spec.mem_bytes
-                        .map(|m| format!(", {}", dilu_abi::units::format_size(m)))
-                        .unwrap_or_default(),
+                    spec.mem.map(|m| format!(", {m}")).unwrap_or_default(),
                     if count == 1 { "" } else { " on each" },
                     policy.name()
                 )

@@ -2,6 +2,7 @@
 //! them: the sealed budget region (SM share and memory budget per device,
 //! only the daemon writes it) and the activity region its processes write.
 
+use dilu_abi::units::Bytes;
 use dilu_layout::activity::TenantActivity;
 use dilu_layout::budget::{self, DEFAULT_DEPTH_NS, FULL_SHARE_PPM, TenantBudget, UNLIMITED_SHARE};
 use dilu_layout::ledger::MAX_DEVICES;
@@ -123,9 +124,9 @@ pub fn create_regions(name: &str, handed_back: Option<OwnedFd>) -> Result<Region
 
 /// Sets a fresh budget region to a tenant's share and memory budget
 /// (memory writes only: runs under the registry lock).
-pub(super) fn configure(regions: &Regions, share_ppm: u32, mem_bytes: Option<u64>) {
+pub(super) fn configure(regions: &Regions, share_ppm: u32, mem: Option<Bytes>) {
     write_share(&regions.budget, share_ppm);
-    regions.budget.set_mem_budget_all(mem_bytes);
+    regions.budget.set_mem_budget_all(mem.map(Bytes::get));
 }
 
 /// A share as the interposer reads it (for tests and tools).

@@ -125,7 +125,7 @@ mod tests {
 
     fn add(registry: &mut Registry, name: &str, pid: i32, gpus: &[u32]) {
         let spec = TenantSpec {
-            mem_bytes: Some(64 * MIB),
+            mem: Some(dilu_abi::units::Bytes::new(64 * MIB)),
             sm_request: SmShare::percent(10.0),
             ..TenantSpec::default()
         };

@@ -52,7 +52,7 @@ fn specs() -> [(&'static str, TenantSpec); 2] {
                 slo_ms: Some(SLO_MS),
                 sm_request: SmShare::percent(30.0),
                 sm_limit: SmShare::percent(100.0),
-                mem_bytes: None,
+                mem: None,
             },
         ),
         (
@@ -62,7 +62,7 @@ fn specs() -> [(&'static str, TenantSpec); 2] {
                 slo_ms: None,
                 sm_request: SmShare::percent(20.0),
                 sm_limit: SmShare::percent(100.0),
-                mem_bytes: None,
+                mem: None,
             },
         ),
     ]

@@ -476,10 +476,10 @@ fn main() -> ExitCode {
                 slo_ms: args.spec.slo_ms,
                 sm_request: args.spec.sm_request,
                 sm_limit: args.spec.sm_limit,
-                mem_bytes: args
+                mem: args
                     .mem
                     .as_deref()
-                    .map(dilu_abi::units::parse_size)
+                    .map(str::parse::<dilu_abi::units::Bytes>)
                     .transpose()
                     .map_err(|e| Error::Invalid(format!("--mem: {e}")))?,
             };
