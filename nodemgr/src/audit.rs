@@ -39,7 +39,7 @@ pub enum AuditAction {
 }
 
 impl AuditAction {
-    pub fn parse(text: &str) -> Result<AuditAction, String> {
+    pub(crate) fn parse(text: &str) -> Result<AuditAction, String> {
         match text {
             "off" => Ok(AuditAction::Off),
             "log" => Ok(AuditAction::Log),

@@ -252,7 +252,7 @@ impl Config {
                 .map_err(|e| format!("tenants.{name}: {e}"))?;
             config.tenants.insert(name, spec);
         }
-        control::by_name(&config.controller)?;
+        control::by_name(&config.controller).map_err(|e| e.to_string())?;
         Ok(config)
     }
 
@@ -270,7 +270,7 @@ impl Config {
             self.period = period(v)?;
         }
         if let Some(v) = &o.controller {
-            control::by_name(v)?;
+            control::by_name(v).map_err(|e| e.to_string())?;
             self.controller = v.clone();
         }
         if let Some(v) = &o.gpu_memory {

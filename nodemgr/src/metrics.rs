@@ -370,7 +370,7 @@ pub fn render(status: &NodeStatus) -> String {
 }
 
 /// Binds the endpoint; returns the server and the address it got.
-pub fn bind(addr: &str) -> Result<(tiny_http::Server, String), String> {
+pub(crate) fn bind(addr: &str) -> Result<(tiny_http::Server, String), String> {
     let server = tiny_http::Server::http(addr)
         .map_err(|e| format!("cannot serve metrics on {addr}: {e}"))?;
     let bound = match server.server_addr() {

@@ -27,7 +27,7 @@ impl ConnectionCounts {
     }
 
     /// Counts a new connection of `uid`, or says why it is refused.
-    pub fn enter(self: &Arc<Self>, uid: u32) -> Result<ConnectionSlot, String> {
+    pub(crate) fn enter(self: &Arc<Self>, uid: u32) -> Result<ConnectionSlot, String> {
         let mut by_uid = self.by_uid.lock().expect("connection counts lock");
         let count = by_uid.entry(uid).or_insert(0);
         if *count >= self.max_per_uid {

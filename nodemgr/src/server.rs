@@ -164,7 +164,8 @@ fn handle(shared: Arc<Shared>, connection: Arc<OwnedFd>) {
             let start_time = dilu_layout::ledger::process_start_time(peer.pid).unwrap_or(0);
             let fresh = match crate::registry::create_regions(&tenant, handed_back) {
                 Ok(regions) => regions,
-                Err(reason) => {
+                Err(error) => {
+                    let reason = error.to_string();
                     reply(&connection, &FromDaemon::Refused { reason }, &[]);
                     return;
                 }
@@ -396,6 +397,8 @@ fn place(
                 gpus,
             }
         }
-        Err(reason) => FromDaemon::Refused { reason },
+        Err(error) => FromDaemon::Refused {
+            reason: error.to_string(),
+        },
     }
 }

@@ -98,7 +98,7 @@ fn node(gpus: u32, per_gpu: usize, placed: bool, idle: usize) -> Result<Registry
             uid,
             connection: connection.clone(),
         };
-        let fresh = registry::create_regions(&name, None)?;
+        let fresh = registry::create_regions(&name, None).map_err(|e| e.to_string())?;
         registry
             .register(&name, peer, 0, Some(spec), fresh)
             .map(|_| ())

@@ -27,11 +27,14 @@ pub use policy::{
     share_out_batch,
 };
 
+use crate::error::Error;
+
 /// The names `--controller` accepts.
 pub const NAMES: [&str; 4] = ["dilu", "dilu-colo", "dilu-rckm", "static"];
 
-/// Builds a controller by name.
-pub fn by_name(name: &str) -> Result<Box<dyn Controller>, String> {
+/// Builds a controller by name; an unknown name is [`Error::Invalid`],
+/// naming the ones there are.
+pub fn by_name(name: &str) -> crate::error::Result<Box<dyn Controller>> {
     match name {
         "dilu" => Ok(Box::new(dilu::Dilu::default())),
         "dilu-colo" => Ok(Box::new(dilu::Dilu::new(dilu::Params {
@@ -40,10 +43,10 @@ pub fn by_name(name: &str) -> Result<Box<dyn Controller>, String> {
         }))),
         "dilu-rckm" | "rckm" => Ok(Box::new(rckm::Rckm::default())),
         "static" => Ok(Box::new(fixed::Static)),
-        other => Err(format!(
+        other => Err(Error::Invalid(format!(
             "unknown controller {other:?}: expected one of {}",
             NAMES.join(", ")
-        )),
+        ))),
     }
 }
 
@@ -69,7 +72,9 @@ mod tests {
             900_000,
             "the idle tenant's request is lent: nothing left unused"
         );
-        assert!(by_name("nope").err().unwrap().contains("dilu-rckm"));
+        let unknown = by_name("nope").err().unwrap();
+        assert!(matches!(unknown, Error::Invalid(_)), "{unknown:?}");
+        assert!(unknown.message().contains("dilu-rckm"), "{unknown}");
     }
 
     /// Every controller, a tenant without a request held at share 0 whose

@@ -46,7 +46,7 @@ pub struct PerGpu {
 impl PerGpu {
     /// Controllers of law `name` (one of [`super::NAMES`]).
     pub fn new(name: &str) -> crate::error::Result<Self> {
-        let law = by_name(name).map_err(crate::error::Error::Invalid)?;
+        let law = by_name(name)?;
         Ok(PerGpu {
             law: name.to_string(),
             name: law.name(),

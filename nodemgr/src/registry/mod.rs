@@ -374,6 +374,7 @@ mod tests {
         assert!(
             place(&mut registry, "a", 2)
                 .unwrap_err()
+                .message()
                 .contains("another user")
         );
         let b = place(&mut registry, "b", 1).unwrap().unwrap();
@@ -381,6 +382,7 @@ mod tests {
         assert!(
             place(&mut registry, "c", 1)
                 .unwrap_err()
+                .message()
                 .contains("no GPU of 2")
         );
         // Registration takes the held GPU; 60% + 60% is admitted because
@@ -420,7 +422,7 @@ mod tests {
         };
         assert_eq!(
             place(&mut registry, "wide", 5).unwrap_err(),
-            "wide asks 5 GPUs; this node has 4"
+            Error::Invalid("wide asks 5 GPUs; this node has 4".into())
         );
         let wide = place(&mut registry, "wide", 2).unwrap();
         assert_eq!(wide.len(), 2);
@@ -428,6 +430,7 @@ mod tests {
         assert!(
             place(&mut registry, "wide", 1)
                 .unwrap_err()
+                .message()
                 .contains("--gpus 2"),
             "its processes share one placement"
         );
@@ -450,7 +453,11 @@ mod tests {
         let two = place(&mut registry, "other", 2).unwrap();
         assert!(two.iter().all(|g| !wide.contains(g)), "{two:?} {wide:?}");
         let refused = place(&mut registry, "third", 1).unwrap_err();
-        assert!(refused.contains("no GPU of 4 has room"), "{refused}");
+        assert!(matches!(refused, Error::Refused(_)), "{refused:?}");
+        assert!(
+            refused.message().contains("no GPU of 4 has room"),
+            "{refused}"
+        );
         // Raising its request past what its second GPU has left is refused.
         registry.held.insert(
             "small".into(),
@@ -573,7 +580,9 @@ mod tests {
                 .unwrap();
         }
         let refused = registry.place("more", 1, Some(small), &gpus, dilu.as_ref(), 1);
-        assert!(refused.unwrap_err().contains("try again later"));
+        let refused = refused.unwrap_err();
+        assert!(matches!(refused, Error::Refused(_)), "{refused:?}");
+        assert!(refused.message().contains("try again later"), "{refused}");
     }
 
     /// A tenant's regions hold 16 devices: a node of more GPUs gives no
@@ -585,7 +594,9 @@ mod tests {
         let gpus = [80u64 << 30; 20];
         let small = Some(shares(1.0, 1.0));
         let refused = registry.place("wide", 1, small.clone(), &gpus, dilu.as_ref(), 17);
-        assert!(refused.unwrap_err().contains("at most 16"));
+        let refused = refused.unwrap_err();
+        assert!(matches!(refused, Error::Invalid(_)), "{refused:?}");
+        assert!(refused.message().contains("at most 16"), "{refused}");
         let placed = registry.place("wide", 1, small, &gpus, dilu.as_ref(), 16);
         assert_eq!(placed.map(|g| g.len()), Ok(16));
     }

@@ -2,6 +2,7 @@
 //! them: the sealed budget region (SM share and memory budget per device,
 //! only the daemon writes it) and the activity region its processes write.
 
+use crate::error::{self, Error};
 use dilu_abi::units::Bytes;
 use dilu_layout::activity::TenantActivity;
 use dilu_layout::budget::{self, DEFAULT_DEPTH_NS, FULL_SHARE_PPM, TenantBudget, UNLIMITED_SHARE};
@@ -81,8 +82,14 @@ fn per_device<T: Copy>(listed: impl IntoIterator<Item = (usize, T)>, none: T) ->
 /// Makes a tenant's regions. `handed_back` is an activity-region descriptor a
 /// re-attaching process gave back: adopted only if it is a memfd region whose
 /// size is (or can now be) sealed, checked without waiting; otherwise the
-/// tenant starts with a fresh one. Runs outside the registry lock.
-pub fn create_regions(name: &str, handed_back: Option<OwnedFd>) -> Result<Regions, String> {
+/// tenant starts with a fresh one. Runs outside the registry lock. A
+/// failure is the machine's ([`Error::System`]: out of memory, or of file
+/// descriptors).
+pub fn create_regions(name: &str, handed_back: Option<OwnedFd>) -> error::Result<Regions> {
+    fresh_regions(name, handed_back).map_err(Error::System)
+}
+
+fn fresh_regions(name: &str, handed_back: Option<OwnedFd>) -> Result<Regions, String> {
     let label = CString::new(format!("dilu-budget-{name}")).map_err(|e| e.to_string())?;
     let (budget, budget_fd) = memfd::create::<TenantBudget>(&label, |b| {
         b.set_depth_ns(DEFAULT_DEPTH_NS);
