@@ -3,7 +3,7 @@
 //! published with the Dilu paper.
 
 use super::{OPEN_GPU_COST, PlacementPolicy};
-use crate::model::{GpuState, InstanceDemand, SHARE_EPSILON};
+use crate::model::{GpuCell, GpuState, InstanceDemand, SHARE_EPSILON};
 
 /// One instance per GPU (what the Kubernetes device plugin gives); first fit.
 pub struct Exclusive;
@@ -17,6 +17,9 @@ impl PlacementPolicy for Exclusive {
     }
     fn cost(&self, _gpu: &GpuState, _demand: &InstanceDemand) -> f64 {
         0.0
+    }
+    fn cost_floor(&self, cell: &GpuCell, _demand: &InstanceDemand) -> Option<f64> {
+        Some(if cell.idle { 0.0 } else { f64::INFINITY })
     }
 }
 
@@ -33,6 +36,13 @@ impl PlacementPolicy for InflessLimits {
     fn cost(&self, gpu: &GpuState, demand: &InstanceDemand) -> f64 {
         1.0 - (gpu.sm_limit_sum + demand.sm_limit)
     }
+    fn cost_floor(&self, cell: &GpuCell, demand: &InstanceDemand) -> Option<f64> {
+        if !cell.may_fit_limit(demand, 1.0) {
+            return Some(f64::INFINITY);
+        }
+        let most = if cell.idle { 0.0 } else { cell.sm_limit_sum[1] };
+        Some(1.0 - (most + demand.sm_limit).min(1.0 + SHARE_EPSILON))
+    }
 }
 
 /// Reserves each instance's SM request: Σrequests ≤ 1, limits unbounded,
@@ -48,6 +58,12 @@ impl PlacementPolicy for InflessRequests {
     }
     fn cost(&self, gpu: &GpuState, demand: &InstanceDemand) -> f64 {
         1.0 - (gpu.sm_request_sum + demand.sm_request)
+    }
+    fn cost_floor(&self, cell: &GpuCell, demand: &InstanceDemand) -> Option<f64> {
+        if !cell.may_fit_request(demand) {
+            return Some(f64::INFINITY);
+        }
+        Some(1.0 - cell.most_sm_after(demand))
     }
 }
 
@@ -74,6 +90,16 @@ impl PlacementPolicy for DiluPaper {
         let memory_use = gpu.memory_share_with(demand.memory_bytes);
         let tier = if gpu.is_active() { 0.0 } else { OPEN_GPU_COST };
         tier + 0.6 * (1.0 - sm_use) + 0.4 * (1.0 - memory_use)
+    }
+    fn cost_floor(&self, cell: &GpuCell, demand: &InstanceDemand) -> Option<f64> {
+        if !cell.may_fit_request(demand) || !cell.may_fit_limit(demand, DILU_PAPER_LIMIT_BOUND) {
+            return Some(f64::INFINITY);
+        }
+        let tier = if cell.idle { OPEN_GPU_COST } else { 0.0 };
+        Some(
+            tier + 0.6 * (1.0 - cell.most_sm_after(demand))
+                + 0.4 * (1.0 - cell.most_memory_after(demand)),
+        )
     }
     fn gang_on_one_node(&self) -> bool {
         false

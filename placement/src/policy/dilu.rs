@@ -133,7 +133,7 @@ use std::sync::Arc;
 use super::{
     FragmentationGradient, MoveRequest, OPEN_GPU_COST, PlacementPolicy, Replica, WorkloadMix,
 };
-use crate::model::{ClusterState, GpuState, InstanceDemand, PodNeeds, SHARE_EPSILON};
+use crate::model::{ClusterState, GpuCell, GpuState, InstanceDemand, PodNeeds, SHARE_EPSILON};
 
 /// Which GPUs' free shares `dilu`'s fragmentation fit counts (see the
 /// module docs, "Real clusters").
@@ -247,6 +247,25 @@ impl PlacementPolicy for Complementary {
         let memory_after = gpu.memory_share_with(demand.memory_bytes);
         let slack = 1.0 - sm_after.max(memory_after);
         open + slack + self.risk_weight * new_excess(gpu, demand)
+    }
+
+    /// Under the slack fit: the open cost, the least slack and the least
+    /// new limit excess the cell allows. The fragmentation fit has none
+    /// (nor has a negative limit, whose excess does not grow with the
+    /// limits already there).
+    fn cost_floor(&self, cell: &GpuCell, demand: &InstanceDemand) -> Option<f64> {
+        if self.fragmentation.is_some() || demand.sm_limit < 0.0 {
+            return None;
+        }
+        if !cell.may_fit_request(demand) || !cell.may_fit_limit(demand, self.limit_bound) {
+            return Some(f64::INFINITY);
+        }
+        let open = if cell.idle { OPEN_GPU_COST } else { 0.0 };
+        let slack = 1.0
+            - cell
+                .most_sm_after(demand)
+                .max(cell.most_memory_after(demand));
+        Some(open + slack + self.risk_weight * cell.least_new_excess(demand))
     }
 
     fn costs_on_node(

@@ -21,7 +21,7 @@ mod fgd;
 
 use std::sync::Arc;
 
-use crate::model::{ClusterState, GpuState, InstanceDemand, PodNeeds};
+use crate::model::{ClusterState, GpuCell, GpuState, InstanceDemand, PodNeeds};
 
 pub use baselines::{DiluPaper, Exclusive, InflessLimits, InflessRequests};
 pub use dilu::{
@@ -40,6 +40,16 @@ pub trait PlacementPolicy: Send + Sync {
     fn admits(&self, gpu: &GpuState, demand: &InstanceDemand) -> bool;
     /// Preference for `gpu` (lower is better); only asked when it admits.
     fn cost(&self, gpu: &GpuState, demand: &InstanceDemand) -> f64;
+    /// A floor under [`cost`](Self::cost) (and
+    /// [`costs_on_node`](Self::costs_on_node)) on every GPU of `cell` that
+    /// admits `demand`: `Some(f64::INFINITY)` when none can, `None` (the
+    /// default) when the policy cannot say. With floors the search scores
+    /// the classes of nodes cell by cell, cheapest floor first, and stops
+    /// where the floor passes the best cost found (see `search`).
+    fn cost_floor(&self, cell: &GpuCell, demand: &InstanceDemand) -> Option<f64> {
+        let _ = (cell, demand);
+        None
+    }
     /// Costs of placing one share of a pod on each of `candidates` (GPUs
     /// of node `node` that admit it and are not draining), pushed to `out`
     /// as (cost, GPU). The default asks [`cost`](Self::cost) per GPU; a
@@ -223,6 +233,9 @@ fn search(
     // gang of `wanted` GPUs across nodes may take a GPU of each of the
     // first `wanted` twins; of idle twins, whose GPUs all cost alike, only
     // as many as hold `wanted` GPUs.
+    if indexed && let Some(found) = search_by_floor(policy, cluster, demand, needs, spans_nodes) {
+        return found;
+    }
     let redundant = |node: usize| {
         if !indexed {
             return false;
@@ -274,15 +287,133 @@ fn search(
             &mut costs,
         );
         if let Some(candidate) = cheapest(std::mem::take(&mut costs), wanted)
-            && best.as_ref().is_none_or(|current| {
-                candidate.cost < current.cost
-                    || (candidate.cost == current.cost && candidate.gpus[0] < current.gpus[0])
-            })
+            && beats(&candidate, best.as_ref())
         {
             best = Some(candidate);
         }
     }
     best
+}
+
+/// Whether `candidate` is better than `best`: cheaper, or as cheap on a
+/// lower GPU index (the scan in node order breaks ties so).
+fn beats(candidate: &Placement, best: Option<&Placement>) -> bool {
+    best.is_none_or(|current| {
+        candidate.cost < current.cost
+            || (candidate.cost == current.cost && candidate.gpus[0] < current.gpus[0])
+    })
+}
+
+/// Room for rounding between a cell's floor and the costs it bounds.
+const FLOOR_SLACK: f64 = 1e-9;
+
+/// The search by the policy's cost floors, or `None` when the policy gives
+/// none: the occupied cells of the grid (see `GpuCell`) go cheapest floor
+/// first, each class of nodes is scored once, at the first cell that holds
+/// one of its GPUs, and the search stops at a cell whose floor exceeds the
+/// cost to beat: every class not yet scored has all its GPUs in that cell
+/// or later ones, so none can cost less or tie. The cost to beat is the
+/// best placement's, or for a gang across nodes the cost of the dearest of
+/// the `wanted` cheapest GPUs found. The result is the scan's.
+fn search_by_floor(
+    policy: &dyn PlacementPolicy,
+    cluster: &ClusterState,
+    demand: &InstanceDemand,
+    needs: &PodNeeds,
+    spans_nodes: bool,
+) -> Option<Option<Placement>> {
+    let wanted = demand.gpus.max(1) as usize;
+    let mut cells = Vec::new();
+    for (cell, bounds) in cluster.occupied_cells() {
+        let floor = policy.cost_floor(&bounds, demand)?;
+        if floor.is_finite() {
+            cells.push((floor, cell));
+        }
+    }
+    cells.sort_unstable_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)));
+    let mut seen = vec![false; cluster.class_slots()];
+    let (mut candidates, mut costs) = (Vec::new(), Vec::new());
+    let mut best: Option<Placement> = None;
+    // A gang across nodes: its `wanted` cheapest GPUs so far, by (cost, GPU).
+    let mut cheapest_gpus: Vec<(f64, usize)> = Vec::new();
+    for (floor, cell) in cells {
+        let to_beat = if spans_nodes {
+            (cheapest_gpus.len() == wanted).then(|| cheapest_gpus[wanted - 1].0)
+        } else {
+            best.as_ref().map(|best| best.cost)
+        };
+        if to_beat.is_some_and(|cost| floor > cost + FLOOR_SLACK) {
+            break;
+        }
+        for class in cluster.classes_in_cell(cell, &mut seen) {
+            if !spans_nodes {
+                let Some(node) = cluster.class_members_fitting(class, needs).next() else {
+                    continue;
+                };
+                costs.clear();
+                node_costs(
+                    policy,
+                    cluster,
+                    demand,
+                    needs,
+                    node,
+                    &mut candidates,
+                    &mut costs,
+                );
+                if let Some(candidate) = cheapest(std::mem::take(&mut costs), wanted)
+                    && beats(&candidate, best.as_ref())
+                {
+                    best = Some(candidate);
+                }
+                continue;
+            }
+            // As the scan: the first `twins` fitting members of a class (see
+            // `search`), each GPU of theirs a candidate.
+            let members: Vec<usize> = cluster
+                .class_members_fitting(class, needs)
+                .take(wanted)
+                .collect();
+            let Some(&first) = members.first() else {
+                continue;
+            };
+            let twins = if cluster.node_is_idle(first) {
+                wanted.div_ceil(cluster.nodes[first].len().max(1))
+            } else {
+                wanted
+            };
+            for &node in members.iter().take(twins) {
+                costs.clear();
+                node_costs(
+                    policy,
+                    cluster,
+                    demand,
+                    needs,
+                    node,
+                    &mut candidates,
+                    &mut costs,
+                );
+                for &entry in &costs {
+                    keep_cheapest(&mut cheapest_gpus, entry, wanted);
+                }
+            }
+        }
+    }
+    if spans_nodes {
+        return Some(cheapest(cheapest_gpus, wanted));
+    }
+    Some(best)
+}
+
+/// Adds `entry` (cost, GPU) to `kept`, the at most `wanted` cheapest
+/// entries in (cost, GPU) order.
+fn keep_cheapest(kept: &mut Vec<(f64, usize)>, entry: (f64, usize), wanted: usize) {
+    let order = |a: &(f64, usize), b: &(f64, usize)| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1));
+    if kept.len() == wanted && kept.last().is_some_and(|last| order(&entry, last).is_ge()) {
+        return;
+    }
+    let at = kept.partition_point(|kept| order(kept, &entry).is_lt());
+    kept.insert(at, entry);
+    kept.truncate(wanted);
 }
 
 /// Like [`place`], but every GPU of the placement is on one node, whatever

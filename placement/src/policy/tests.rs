@@ -467,10 +467,12 @@ impl Lcg {
 #[test]
 fn the_node_index_places_exactly_as_scanning_every_node() {
     // Nodes of three kinds (8 GPUs of model 0, 4 of model 1 with few
-    // cores, 2 of model 0), interleaved one by one and in runs of four,
-    // filled by every policy with single pods and gangs of a few sizes (so
-    // that busy nodes share states), pods departing now and then (sums
-    // that went up and down); after each step both searches must agree.
+    // cores and half the memory, 2 of model 0), interleaved one by one and
+    // in runs of four, filled by every policy with single pods and gangs
+    // of a few sizes (so that busy nodes share states) and memory that
+    // binds now and then, pods departing and GPUs draining now and then
+    // (sums that went up and down); after each step both searches (and,
+    // for policies with cost floors, the search by floors) must agree.
     let mut random = Lcg(7);
     let workload = Arc::new(WorkloadMix {
         types: vec![
@@ -498,8 +500,8 @@ fn the_node_index_places_exactly_as_scanning_every_node() {
             let policy = policy_for_workload(name, mix).unwrap();
             let mut cluster = ClusterState::default();
             for node in 0..24 {
-                let (gpus, cpu, model) =
-                    [(8, 96_000, 0), (4, 8_000, 1), (2, 32_000, 0)][node / run % 3];
+                let (gpus, cpu, model, memory_gib) =
+                    [(8, 96_000, 0, 80), (4, 8_000, 1, 40), (2, 32_000, 0, 80)][node / run % 3];
                 let host = HostState {
                     cpu_milli: cpu,
                     cpu_used: 0,
@@ -507,7 +509,7 @@ fn the_node_index_places_exactly_as_scanning_every_node() {
                     memory_used: 0,
                     model,
                 };
-                cluster.add_host(gpus, 80 * GIB, host);
+                cluster.add_host(gpus, memory_gib * GIB, host);
             }
             let mut running: Vec<(InstanceDemand, PodNeeds, Vec<usize>)> = Vec::new();
             for _ in 0..120 {
@@ -517,13 +519,22 @@ fn the_node_index_places_exactly_as_scanning_every_node() {
                     cluster.release(&pod, &gpus);
                     cluster.release_host(cluster.gpus[gpus[0]].node, &needs);
                 }
+                if random.next(10) == 0 {
+                    let gpu = random.next(cluster.gpus.len() as u64) as usize;
+                    let draining = if cluster.gpus[gpu].is_active() {
+                        random.next(2) as u32
+                    } else {
+                        0
+                    };
+                    cluster.set_draining(gpu, draining);
+                }
                 let gpus = [1, 1, 1, 2, 4][random.next(5) as usize];
                 let request = [0.25, 0.5, 1.0][random.next(3) as usize];
                 let pod = demand(
                     WorkClass::Latency,
                     request,
                     (request * 1.4).min(1.0),
-                    8,
+                    [8, 20, 30][random.next(3) as usize],
                     gpus,
                 );
                 let needs = PodNeeds {

@@ -10,10 +10,11 @@
 //! `ClusterState` is the only mutable view; it knows nothing about policies,
 //! networking or time.
 
-use std::collections::BTreeSet;
+mod classes;
+
 use std::ops::Range;
 
-use crate::fast_hash::FastMap;
+use classes::{IDLE_CELL, MemoryRow, NodeClasses};
 
 pub use dilu_abi::cluster_wire::{InstanceDemand, WorkClass};
 
@@ -138,6 +139,15 @@ impl HostState {
             && self.memory_used.saturating_add(needs.memory_mib) <= self.memory_mib
             && needs.allows(self.model)
     }
+
+    /// Whether a host like this one (same CPU capacity and use, memory
+    /// capacity and GPU model; host memory in use aside) may fit `needs`:
+    /// false when every node of its class of identical nodes lacks it.
+    fn class_may_fit(&self, needs: &PodNeeds) -> bool {
+        self.cpu_used.saturating_add(needs.cpu_milli) <= self.cpu_milli
+            && needs.memory_mib <= self.memory_mib
+            && needs.allows(self.model)
+    }
 }
 
 /// What a pod needs of a node besides its GPU shares (a real cluster's pod
@@ -173,42 +183,89 @@ pub struct ClusterState {
     /// The same per node (same indices as `nodes`): a node with none is
     /// idle (its GPUs pristine: a GPU's last release zeroes it).
     busy_per_node: Vec<u32>,
-    /// Nodes grouped by what a search reads of them (see [`NodeClasses`]).
+    /// Nodes grouped into classes of identical state as a search sees it:
+    /// every GPU's state but its node index, in order, and the host's CPU
+    /// (capacity and use), memory capacity and GPU model. Host memory in
+    /// use is left out, so that nodes which differ only there share a
+    /// class: it decides only whether a pod fits the host, which the search
+    /// checks per member. Members of a class score alike under every policy
+    /// (a policy sees a node only through these), so a search scores the
+    /// first fitting member of each class instead of every node. The
+    /// classes are also filed by the cells of their GPUs ([`GpuCell`]), so
+    /// that a search can score first the classes whose GPUs may cost least
+    /// and stop where no other can beat what it found. Kept by every method
+    /// that changes a node ([`apply`](ClusterState::apply),
+    /// [`release`](ClusterState::release), the host and draining ones); a
+    /// change made to `gpus` or `hosts` by hand must be followed by
+    /// [`refresh_node`](ClusterState::refresh_node).
     classes: NodeClasses,
 }
 
-/// Nodes grouped into classes of identical state as a search sees it:
-/// every GPU's state but its node index, in order, and the host's CPU
-/// (capacity and use), memory capacity and GPU model. Host memory in use is
-/// left out, so that nodes which differ only there share a class: it
-/// decides only whether a pod fits the host, which the search checks per
-/// member. Members of a class score alike under every policy (a policy sees
-/// a node only through these), so a search scores the first fitting member
-/// of each class instead of every node, and its cost grows with the number
-/// of classes rather than of nodes. Kept by every method that changes a
-/// node ([`apply`](ClusterState::apply), [`release`](ClusterState::release),
-/// the host and draining ones); a change made to `gpus` or `hosts` by hand
-/// must be followed by [`refresh_node`](ClusterState::refresh_node).
-#[derive(Debug, Clone, Default)]
-struct NodeClasses {
-    /// Class of each node (same indices as `nodes`).
-    of_node: Vec<u32>,
-    /// Class ids by state key.
-    ids: FastMap<Vec<u64>, u32>,
-    /// Classes by id; an emptied one waits in `free` for reuse.
-    classes: Vec<NodeClass>,
-    free: Vec<u32>,
+/// A cell of the grid by which the cluster files its classes of identical
+/// nodes: every GPU in it is idle (the sums below all 0), or busy with
+/// Σ SM requests and Σ SM limits in `[low, high)` (high may be infinite:
+/// the top row and column hold all above), with memory in use counted by
+/// GPU memory size. A policy prices a cell with
+/// [`PlacementPolicy::cost_floor`](crate::policy::PlacementPolicy::cost_floor).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct GpuCell<'a> {
+    pub idle: bool,
+    pub sm_request_sum: [f64; 2],
+    pub sm_limit_sum: [f64; 2],
+    memory: &'a [MemoryRow],
 }
 
-#[derive(Debug, Clone, Default)]
-struct NodeClass {
-    key: Vec<u64>,
-    members: BTreeSet<usize>,
-    /// The lowest member (kept apart: the search asks for it per node).
-    first: usize,
-}
+impl GpuCell<'_> {
+    /// Whether some GPU here may have room for `demand`'s SM request.
+    pub fn may_fit_request(&self, demand: &InstanceDemand) -> bool {
+        let low = if self.idle {
+            0.0
+        } else {
+            self.sm_request_sum[0]
+        };
+        low + demand.sm_request <= 1.0 + SHARE_EPSILON
+    }
 
-const NO_CLASS: u32 = u32::MAX;
+    /// The most Σ SM requests a GPU here that admits `demand` by its
+    /// request can reach with it (at most 1).
+    pub fn most_sm_after(&self, demand: &InstanceDemand) -> f64 {
+        if self.idle {
+            return demand.sm_request;
+        }
+        (self.sm_request_sum[1] + demand.sm_request).min(1.0 + SHARE_EPSILON)
+    }
+
+    /// The most memory share a GPU here that has room for `demand`'s
+    /// memory can reach with it (at most 1).
+    pub fn most_memory_after(&self, demand: &InstanceDemand) -> f64 {
+        let mut most: f64 = 0.0;
+        for row in self.memory {
+            let Some(before) = row.most_share() else {
+                continue;
+            };
+            if row.capacity == 0 {
+                return 1.0;
+            }
+            let before = if self.idle { 0.0 } else { before };
+            most = most.max(before + demand.memory_bytes as f64 / row.capacity as f64);
+        }
+        most.min(1.0)
+    }
+
+    /// Whether some GPU here may keep Σ SM limits within `bound` with
+    /// `demand`'s limit.
+    pub fn may_fit_limit(&self, demand: &InstanceDemand, bound: f64) -> bool {
+        let low = if self.idle { 0.0 } else { self.sm_limit_sum[0] };
+        low + demand.sm_limit <= bound + SHARE_EPSILON
+    }
+
+    /// The least limit excess (Σ SM limits above 1) that `demand` adds to
+    /// a GPU here: it grows with the limits already there.
+    pub fn least_new_excess(&self, demand: &InstanceDemand) -> f64 {
+        let low = if self.idle { 0.0 } else { self.sm_limit_sum[0] };
+        ((low + demand.sm_limit - 1.0).max(0.0) - (low - 1.0).max(0.0)).max(0.0)
+    }
+}
 
 impl ClusterState {
     /// A uniform cluster: `nodes` nodes of `gpus_per_node` GPUs each.
@@ -234,7 +291,7 @@ impl ClusterState {
         self.nodes.push(start..self.gpus.len());
         self.hosts.push(host);
         self.busy_per_node.push(0);
-        self.classes.of_node.push(NO_CLASS);
+        self.classes.push_node();
         self.refresh_node(node);
         node
     }
@@ -256,7 +313,7 @@ impl ClusterState {
             ]),
             None => key.extend([u64::MAX; 4]),
         }
-        for gpu in &self.gpus[range] {
+        for gpu in &self.gpus[range.clone()] {
             key.extend([
                 gpu.memory_capacity,
                 gpu.memory_used,
@@ -266,43 +323,23 @@ impl ClusterState {
                 u64::from(gpu.draining),
             ]);
         }
-        let classes = &mut self.classes;
-        let old = classes.of_node[node];
-        if old != NO_CLASS {
-            if classes.classes[old as usize].key == key {
-                return;
-            }
-            let class = &mut classes.classes[old as usize];
-            class.members.remove(&node);
-            if let Some(&first) = class.members.first() {
-                class.first = first;
-            } else {
-                let key = std::mem::take(&mut class.key);
-                classes.ids.remove(&key);
-                classes.free.push(old);
-            }
-        }
-        let id = match classes.ids.get(&key) {
-            Some(&id) => id,
-            None => {
-                let id = match classes.free.pop() {
-                    Some(id) => id,
-                    None => {
-                        classes.classes.push(NodeClass::default());
-                        (classes.classes.len() - 1) as u32
-                    }
-                };
-                classes.classes[id as usize].key = key.clone();
-                classes.ids.insert(key, id);
-                id
-            }
-        };
-        classes.of_node[node] = id;
-        let class = &mut classes.classes[id as usize];
-        if class.members.first().is_none_or(|&first| node < first) {
-            class.first = node;
-        }
-        class.members.insert(node);
+        let points = self.gpus[range]
+            .iter()
+            .filter(|gpu| gpu.draining == 0)
+            .map(|gpu| {
+                if gpu.is_active() {
+                    classes::point_of(
+                        gpu.sm_request_sum,
+                        gpu.sm_limit_sum,
+                        gpu.memory_share_with(0),
+                        gpu.memory_capacity,
+                    )
+                } else {
+                    classes::idle_point(gpu.memory_capacity)
+                }
+            })
+            .collect();
+        self.classes.file(node, key, points);
     }
 
     /// How many nodes of `node`'s class of identical nodes (see
@@ -311,24 +348,19 @@ impl ClusterState {
     /// the first of its class or `enough` is 1 and the first fits; else a
     /// walk of the class's earlier members.
     pub fn earlier_twins_fitting(&self, node: usize, needs: &PodNeeds, enough: usize) -> usize {
-        let Some(class) = self
-            .classes
-            .of_node
-            .get(node)
-            .and_then(|&id| self.classes.classes.get(id as usize))
-        else {
+        let Some(id) = self.classes.of(node) else {
             return 0;
         };
-        if class.first >= node || enough == 0 {
+        let first = self.classes.first(id);
+        if first >= node || enough == 0 {
             return 0;
         }
-        if enough == 1 && self.host_fits(class.first, needs) {
+        if enough == 1 && self.host_fits(first, needs) {
             return 1;
         }
-        class
-            .members
-            .range(..node)
-            .filter(|&&twin| self.host_fits(twin, needs))
+        self.classes
+            .members_before(id, node)
+            .filter(|&twin| self.host_fits(twin, needs))
             .take(enough)
             .count()
     }
@@ -338,31 +370,92 @@ impl ClusterState {
     /// the host side of `needs`, classes in no particular order: the nodes
     /// a search scores when a placement takes its GPUs from one node (the
     /// other members offer the same costs at higher GPU indices). Its cost
-    /// grows with the classes, not the nodes, but where a class's first
-    /// member lacks host memory for `needs`, the rest are walked.
+    /// grows with the classes, not the nodes.
     pub fn class_representatives<'a>(
         &'a self,
         needs: &'a PodNeeds,
     ) -> impl Iterator<Item = usize> + 'a {
-        self.classes.classes.iter().filter_map(move |class| {
-            if class.members.is_empty() {
-                None
-            } else if self.host_fits(class.first, needs) {
-                Some(class.first)
-            } else {
-                class
-                    .members
-                    .iter()
-                    .copied()
-                    .find(|&member| self.host_fits(member, needs))
-            }
-        })
+        self.classes
+            .ids()
+            .filter_map(move |id| self.class_representative(id, needs))
+    }
+
+    /// The lowest member of class `id` that fits the host side of `needs`.
+    fn class_representative(&self, id: u32, needs: &PodNeeds) -> Option<usize> {
+        self.class_members_fitting(id, needs).next()
+    }
+
+    /// The members of class `id` (an id from
+    /// [`classes_in_cell`](Self::classes_in_cell)) that fit the host side
+    /// of `needs`, in node order. Where the first member lacks host memory
+    /// the rest are walked; a class whose CPU, memory capacity or GPU model
+    /// rules the pod out yields none at once (its members share those).
+    pub fn class_members_fitting<'a>(
+        &'a self,
+        id: u32,
+        needs: &'a PodNeeds,
+    ) -> impl Iterator<Item = usize> + 'a {
+        let first = self.classes.first(id);
+        let ruled_out = self
+            .hosts
+            .get(first)
+            .is_some_and(|host| !host.class_may_fit(needs));
+        self.classes
+            .members(id)
+            .take(if ruled_out { 0 } else { usize::MAX })
+            .filter(move |&member| self.host_fits(member, needs))
+    }
+
+    /// The cells of the grid that hold a GPU of some class (see
+    /// [`GpuCell`]), each with a handle for
+    /// [`classes_in_cell`](Self::classes_in_cell).
+    pub fn occupied_cells(&self) -> impl Iterator<Item = (u16, GpuCell<'_>)> + '_ {
+        (0..classes::CELLS as u16)
+            .filter(|&cell| !self.classes.in_cell(cell).is_empty())
+            .map(|cell| {
+                let (sm_request_sum, sm_limit_sum) =
+                    classes::cell_ranges(cell).unwrap_or(([0.0; 2], [0.0; 2]));
+                (
+                    cell,
+                    GpuCell {
+                        idle: cell == IDLE_CELL,
+                        sm_request_sum,
+                        sm_limit_sum,
+                        memory: self.classes.memory_in(cell),
+                    },
+                )
+            })
+    }
+
+    /// The classes with a GPU in `cell` (a cell from
+    /// [`occupied_cells`](Self::occupied_cells)) that `seen` (indexed by
+    /// class, [`class_slots`](Self::class_slots) long) does not mark, each
+    /// marked as it is yielded.
+    pub fn classes_in_cell<'a>(
+        &'a self,
+        cell: u16,
+        seen: &'a mut [bool],
+    ) -> impl Iterator<Item = u32> + 'a {
+        self.classes
+            .in_cell(cell)
+            .iter()
+            .copied()
+            .filter(move |&id| {
+                seen.get_mut(id as usize)
+                    .is_some_and(|mark| !std::mem::replace(mark, true))
+            })
+    }
+
+    /// Slots a per-class mark needs (see
+    /// [`classes_in_cell`](Self::classes_in_cell)).
+    pub fn class_slots(&self) -> usize {
+        self.classes.id_bound()
     }
 
     /// How many classes of identical nodes the cluster has (what a search's
     /// cost grows with).
     pub fn node_classes(&self) -> usize {
-        self.classes.ids.len()
+        self.classes.len()
     }
 
     /// Whether no GPU of node `node` has work (in O(1)).
