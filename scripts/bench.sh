@@ -38,8 +38,9 @@
 #              every policy, fgd included
 #                                             -> bench/results/cluster-sim.md, cluster-sim-*.svg
 #   placement-latency
-#              one placement decision as the cluster grows to 10,000 GPUs: dilu
-#              with its idle-node index and scanning every node, dilu-paper
+#              one placement decision as the cluster grows to 100,000 GPUs: dilu
+#              by its index of node classes and cost floors, and scanning every
+#              node, dilu-paper
 #                                             -> bench/results/placement-latency.md
 #   openb-lists `dilu-cluster simulate --pods --nodes` on every openb pod list in
 #              $OPENB_DIR (default bench/data/alibaba-openb): replayed in time

@@ -39,6 +39,9 @@ fn indexed_search_matches_the_scan_on_openb_with_departures() {
         let indexed_policy = policy_for_workload(name, mix.clone()).unwrap();
         let scan_policy = policy_for_workload(name, mix.clone()).unwrap();
         let mut cluster: ClusterState = shape.build();
+        // The cluster knows the workload too: the indexed search then
+        // stops early by the fragmentation's floors.
+        cluster.expect_workload(mix.clone());
         let mut running: Vec<(InstanceDemand, PodNeeds, Vec<usize>)> = Vec::new();
         let mut random = SeededRng::new(3);
         let (mut placed, mut refused, mut departed) = (0, 0, 0);

@@ -90,6 +90,7 @@ pub fn simulate_inflation(
     checkpoints: &[f64],
 ) -> InflationResult {
     let mut cluster = shape.build();
+    crate::policy::tell_cluster_the_workload(policy, &mut cluster);
     let capacity = cluster.gpus.len().max(1) as f64;
     let (mut requested, mut allocated) = (0.0, 0.0);
     let (mut placed, mut dropped) = (0usize, 0usize);

@@ -489,6 +489,7 @@ pub fn simulate(
     mut progress: impl FnMut(usize, usize),
 ) -> SimulationResult {
     let mut cluster = shape.build();
+    crate::policy::tell_cluster_the_workload(policy, &mut cluster);
     let demands: Vec<InstanceDemand> = trace.iter().map(TraceRecord::demand).collect();
     let needs: Vec<PodNeeds> = trace.iter().map(|record| record.needs(&cluster)).collect();
     let mut placed_gpus: Vec<Vec<usize>> = vec![Vec::new(); trace.len()];

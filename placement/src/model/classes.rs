@@ -12,17 +12,19 @@ use crate::fast_hash::FastMap;
 
 /// Rows of the grid by a GPU's Σ SM requests, over 0..1.
 pub const SM_ROWS: usize = 32;
-/// Columns of the grid by a GPU's Σ SM limits, over 0..`LIMIT_SPAN`.
-pub const LIMIT_COLUMNS: usize = 16;
-/// The Σ SM limits the columns span (the last also holds all above).
-pub const LIMIT_SPAN: f64 = 1.6;
+/// Columns of the grid by a second measure of a GPU (its Σ SM limits, or
+/// its fragment weight when the cluster expects a workload), over
+/// 0..span (the last also holds all above).
+pub const COLUMNS: usize = 16;
 /// Steps in which each cell counts its GPUs' memory in use (as a share of
 /// their own), so that it knows the most any of them has in use.
 pub const MEMORY_STEPS: usize = 8;
-/// The cell of idle GPUs (after the grid's cells); draining GPUs are in none.
-pub const IDLE_CELL: u16 = (SM_ROWS * LIMIT_COLUMNS) as u16;
-/// Cells in all: the grid and the idle cell.
-pub const CELLS: usize = SM_ROWS * LIMIT_COLUMNS + 1;
+/// The first cell of idle GPUs: a row after the grid's, by the same
+/// columns (its Σ SM requests and limits are 0; its columns say something
+/// only when they are fragment weights). Draining GPUs are in no cell.
+pub const IDLE_ROW: u16 = (SM_ROWS * COLUMNS) as u16;
+/// Cells in all: the grid's rows and the idle row.
+pub const CELLS: usize = (SM_ROWS + 1) * COLUMNS;
 
 /// Where a GPU stands: its cell, its memory and its step of memory in use.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -58,41 +60,48 @@ fn step(value: f64, span: f64, steps: usize) -> usize {
     ((value.max(0.0) / span * steps as f64) as usize).min(steps - 1)
 }
 
-/// Where a busy GPU with these sums and `memory_share` of its
+/// Where a busy GPU with Σ SM requests `sm_request`, `second` on the
+/// columns' measure (spanning 0..`span`) and `memory_share` of its
 /// `memory_capacity` in use stands.
 pub fn point_of(
     sm_request: f64,
-    sm_limit: f64,
+    (second, span): (f64, f64),
     memory_share: f64,
     memory_capacity: u64,
 ) -> GpuPoint {
     let row = step(sm_request, 1.0, SM_ROWS);
-    let column = step(sm_limit, LIMIT_SPAN, LIMIT_COLUMNS);
+    let column = step(second, span, COLUMNS);
     GpuPoint {
-        cell: (row * LIMIT_COLUMNS + column) as u16,
+        cell: (row * COLUMNS + column) as u16,
         memory_capacity,
         memory_step: step(memory_share, 1.0, MEMORY_STEPS) as u8,
     }
 }
 
-/// Where an idle GPU of `memory_capacity` stands.
-pub fn idle_point(memory_capacity: u64) -> GpuPoint {
+/// The idle row's column of `value`: by the cube root of its share of
+/// `span`, so that the columns are finest near 0, where idle GPUs' fragment
+/// weights mostly are and where a floor must be fine to stop a search (an
+/// idle GPU's cost differs from the open cost by little).
+fn idle_step(value: f64, span: f64) -> usize {
+    step((value.max(0.0) / span).cbrt(), 1.0, COLUMNS)
+}
+
+/// Where an idle GPU of `memory_capacity` stands, `second` on the
+/// columns' measure (spanning 0..`span`).
+pub fn idle_point(memory_capacity: u64, (second, span): (f64, f64)) -> GpuPoint {
     GpuPoint {
-        cell: IDLE_CELL,
+        cell: IDLE_ROW + idle_step(second, span) as u16,
         memory_capacity,
         memory_step: 0,
     }
 }
 
-/// The bounds of a grid cell: Σ SM requests and Σ SM limits, each
-/// `[low, high)` (the top row and column hold all above: high infinite);
-/// `None` for the idle cell.
-pub fn cell_ranges(cell: u16) -> Option<([f64; 2], [f64; 2])> {
+/// The bounds of a cell: Σ SM requests and the columns' measure (spanning
+/// 0..`span`), each `[low, high)` (the top row and column hold all above:
+/// high infinite; the idle row holds 0 requests).
+pub fn cell_ranges(cell: u16, span: f64) -> ([f64; 2], [f64; 2]) {
     let cell = usize::from(cell);
-    if cell >= SM_ROWS * LIMIT_COLUMNS {
-        return None;
-    }
-    let (row, column) = (cell / LIMIT_COLUMNS, cell % LIMIT_COLUMNS);
+    let (row, column) = (cell / COLUMNS, cell % COLUMNS);
     let range = |index: usize, count: usize, span: f64| {
         let high = if index + 1 == count {
             f64::INFINITY
@@ -101,10 +110,11 @@ pub fn cell_ranges(cell: u16) -> Option<([f64; 2], [f64; 2])> {
         };
         [index as f64 * span / count as f64, high]
     };
-    Some((
-        range(row, SM_ROWS, 1.0),
-        range(column, LIMIT_COLUMNS, LIMIT_SPAN),
-    ))
+    if row >= SM_ROWS {
+        let [low, high] = range(column, COLUMNS, 1.0);
+        return ([0.0; 2], [span * low.powi(3), span * high.powi(3)]);
+    }
+    (range(row, SM_ROWS, 1.0), range(column, COLUMNS, span))
 }
 
 pub const NO_CLASS: u32 = u32::MAX;
@@ -159,9 +169,17 @@ impl NodeClasses {
         self.of_node.push(NO_CLASS);
     }
 
+    /// Forgets every class (the nodes are to be filed again).
+    pub fn clear(&mut self) {
+        let nodes = self.of_node.len();
+        *self = Self::default();
+        self.of_node = vec![NO_CLASS; nodes];
+    }
+
     /// Files `node` in the class of state `key`, whose GPUs stand at
-    /// `points` (any order; draining GPUs left out), leaving its old class.
-    pub fn file(&mut self, node: usize, key: Vec<u64>, points: Vec<GpuPoint>) {
+    /// `points()` (any order; draining GPUs left out; asked only when the
+    /// class is new), leaving its old class.
+    pub fn file(&mut self, node: usize, key: Vec<u64>, points: impl FnOnce() -> Vec<GpuPoint>) {
         let old = self.of_node[node];
         if old != NO_CLASS {
             if self.classes[old as usize].key == key {
@@ -171,7 +189,7 @@ impl NodeClasses {
         }
         let id = match self.ids.get(&key) {
             Some(&id) => id,
-            None => self.open_class(key, points),
+            None => self.open_class(key, points()),
         };
         self.of_node[node] = id;
         let class = &mut self.classes[id as usize];

@@ -11,162 +11,17 @@
 //! networking or time.
 
 mod classes;
+mod node;
+mod workload;
 
 use std::ops::Range;
+use std::sync::Arc;
 
-use classes::{IDLE_CELL, MemoryRow, NodeClasses};
+use classes::{IDLE_ROW, MemoryRow, NodeClasses};
 
 pub use dilu_abi::cluster_wire::{InstanceDemand, WorkClass};
-
-/// Floating-point slack when comparing sums of SM shares with a bound.
-pub const SHARE_EPSILON: f64 = 1e-9;
-
-/// Allocation state of one GPU.
-#[derive(Debug, Clone, PartialEq)]
-pub struct GpuState {
-    pub node: usize,
-    pub memory_capacity: u64,
-    pub memory_used: u64,
-    pub sm_request_sum: f64,
-    pub sm_limit_sum: f64,
-    pub latency_instances: u32,
-    pub batch_instances: u32,
-    /// Old copies of moved replicas still serving here until their new
-    /// copies are warm (`consolidation`); a draining GPU admits nothing new.
-    pub draining: u32,
-}
-
-impl GpuState {
-    pub fn new(node: usize, memory_capacity: u64) -> Self {
-        Self {
-            node,
-            memory_capacity,
-            memory_used: 0,
-            sm_request_sum: 0.0,
-            sm_limit_sum: 0.0,
-            latency_instances: 0,
-            batch_instances: 0,
-            draining: 0,
-        }
-    }
-
-    pub fn instances(&self) -> u32 {
-        self.latency_instances + self.batch_instances
-    }
-
-    pub fn is_active(&self) -> bool {
-        self.instances() > 0
-    }
-
-    pub fn memory_fits(&self, demand: &InstanceDemand) -> bool {
-        self.memory_used.saturating_add(demand.memory_bytes) <= self.memory_capacity
-    }
-
-    /// Fraction of memory in use after adding `extra` bytes.
-    pub fn memory_share_with(&self, extra: u64) -> f64 {
-        if self.memory_capacity == 0 {
-            return 1.0;
-        }
-        (self.memory_used.saturating_add(extra)) as f64 / self.memory_capacity as f64
-    }
-
-    /// How much SM limit exceeds the whole GPU (0 when Σlimits ≤ 1).
-    pub fn limit_excess(&self) -> f64 {
-        (self.sm_limit_sum - 1.0).max(0.0)
-    }
-
-    fn add(&mut self, demand: &InstanceDemand) {
-        self.memory_used = self.memory_used.saturating_add(demand.memory_bytes);
-        self.sm_request_sum += demand.sm_request;
-        self.sm_limit_sum += demand.sm_limit;
-        match demand.class {
-            WorkClass::Latency => self.latency_instances += 1,
-            WorkClass::Batch => self.batch_instances += 1,
-        }
-    }
-
-    fn remove(&mut self, demand: &InstanceDemand) {
-        self.memory_used = self.memory_used.saturating_sub(demand.memory_bytes);
-        self.sm_request_sum = (self.sm_request_sum - demand.sm_request).max(0.0);
-        self.sm_limit_sum = (self.sm_limit_sum - demand.sm_limit).max(0.0);
-        match demand.class {
-            WorkClass::Latency => self.latency_instances = self.latency_instances.saturating_sub(1),
-            WorkClass::Batch => self.batch_instances = self.batch_instances.saturating_sub(1),
-        }
-        if self.instances() == 0 {
-            self.draining = 0;
-            self.sm_request_sum = 0.0;
-            self.sm_limit_sum = 0.0;
-            self.memory_used = 0;
-        }
-    }
-}
-
-/// Index into `ClusterState::models`; `ANY_MODEL` is a node whose GPU model
-/// is not known.
-pub type GpuModel = u16;
-
-/// Host side of one node: CPU (milli-cores) and memory (MiB), with what the
-/// pods on it took, and the model of its GPUs.
-#[derive(Debug, Clone, PartialEq)]
-pub struct HostState {
-    pub cpu_milli: u64,
-    pub cpu_used: u64,
-    pub memory_mib: u64,
-    pub memory_used: u64,
-    pub model: GpuModel,
-}
-
-impl HostState {
-    /// A node whose host resources never bind.
-    pub fn unlimited() -> Self {
-        Self {
-            cpu_milli: u64::MAX,
-            cpu_used: 0,
-            memory_mib: u64::MAX,
-            memory_used: 0,
-            model: 0,
-        }
-    }
-
-    pub fn cpu_free(&self) -> u64 {
-        self.cpu_milli.saturating_sub(self.cpu_used)
-    }
-
-    /// Whether a pod with `needs` fits this host (CPU, memory, GPU model).
-    pub fn fits(&self, needs: &PodNeeds) -> bool {
-        self.cpu_used.saturating_add(needs.cpu_milli) <= self.cpu_milli
-            && self.memory_used.saturating_add(needs.memory_mib) <= self.memory_mib
-            && needs.allows(self.model)
-    }
-
-    /// Whether a host like this one (same CPU capacity and use, memory
-    /// capacity and GPU model; host memory in use aside) may fit `needs`:
-    /// false when every node of its class of identical nodes lacks it.
-    fn class_may_fit(&self, needs: &PodNeeds) -> bool {
-        self.cpu_used.saturating_add(needs.cpu_milli) <= self.cpu_milli
-            && needs.memory_mib <= self.memory_mib
-            && needs.allows(self.model)
-    }
-}
-
-/// What a pod needs of a node besides its GPU shares (a real cluster's pod
-/// spec): CPU, host memory, the GPU models it may run on, and whether its
-/// GPUs must all be on one node (a Kubernetes pod always is).
-#[derive(Debug, Clone, Default, PartialEq)]
-pub struct PodNeeds {
-    pub cpu_milli: u64,
-    pub memory_mib: u64,
-    /// Allowed GPU models; empty means any.
-    pub models: Vec<GpuModel>,
-    pub one_node: bool,
-}
-
-impl PodNeeds {
-    pub fn allows(&self, model: GpuModel) -> bool {
-        self.models.is_empty() || self.models.contains(&model)
-    }
-}
+pub use node::{GpuModel, GpuState, HostState, PodNeeds, SHARE_EPSILON};
+pub use workload::{TaskType, WorkloadMix};
 
 /// All GPUs of the cluster, grouped by node (a node's GPUs are contiguous).
 #[derive(Debug, Clone, Default)]
@@ -199,19 +54,37 @@ pub struct ClusterState {
     /// change made to `gpus` or `hosts` by hand must be followed by
     /// [`refresh_node`](ClusterState::refresh_node).
     classes: NodeClasses,
+    /// The workload the cluster expects, when told
+    /// ([`expect_workload`](Self::expect_workload)): the grid's columns are
+    /// then its GPUs' fragment weights instead of their Σ SM limits.
+    workload: Option<Arc<WorkloadMix>>,
+    /// Its total weight (what the fragment-weight columns span).
+    workload_weight: f64,
+    /// The most GPUs on one node.
+    largest_node: usize,
 }
 
+/// What the grid's columns span in Σ SM limits (the last holds all above).
+const LIMIT_SPAN: f64 = 1.6;
+
 /// A cell of the grid by which the cluster files its classes of identical
-/// nodes: every GPU in it is idle (the sums below all 0), or busy with
-/// Σ SM requests and Σ SM limits in `[low, high)` (high may be infinite:
-/// the top row and column hold all above), with memory in use counted by
-/// GPU memory size. A policy prices a cell with
+/// nodes: every GPU in it is idle (its sums all 0), or busy with Σ SM
+/// requests and (when the cluster expects no workload) Σ SM limits, or
+/// (when it does) fragment weights, in `[low, high)` (high may be
+/// infinite: the top row and column hold all above), with memory in use
+/// counted by GPU memory size. A policy prices a cell with
 /// [`PlacementPolicy::cost_floor`](crate::policy::PlacementPolicy::cost_floor).
-#[derive(Debug, Clone, Copy, PartialEq)]
+#[derive(Debug, Clone, Copy)]
 pub struct GpuCell<'a> {
     pub idle: bool,
     pub sm_request_sum: [f64; 2],
-    pub sm_limit_sum: [f64; 2],
+    /// Σ SM limits of its GPUs, unless the columns are fragment weights.
+    pub sm_limit_sum: Option<[f64; 2]>,
+    /// Its GPUs' fragment weights under the workload the cluster expects
+    /// ([`WorkloadMix::fragment_weights`]), with that workload.
+    pub fragment_weight: Option<([f64; 2], &'a Arc<WorkloadMix>)>,
+    /// The most GPUs on one node of the cluster.
+    pub largest_node: usize,
     memory: &'a [MemoryRow],
 }
 
@@ -252,18 +125,35 @@ impl GpuCell<'_> {
         most.min(1.0)
     }
 
+    /// The least and the most Σ SM limits of a GPU here (0 and infinite
+    /// when the cell does not say).
+    pub fn limit_range(&self) -> [f64; 2] {
+        match (self.idle, self.sm_limit_sum) {
+            (true, _) => [0.0; 2],
+            (false, Some(range)) => range,
+            (false, None) => [0.0, f64::INFINITY],
+        }
+    }
+
     /// Whether some GPU here may keep Σ SM limits within `bound` with
     /// `demand`'s limit.
     pub fn may_fit_limit(&self, demand: &InstanceDemand, bound: f64) -> bool {
-        let low = if self.idle { 0.0 } else { self.sm_limit_sum[0] };
-        low + demand.sm_limit <= bound + SHARE_EPSILON
+        self.limit_range()[0] + demand.sm_limit <= bound + SHARE_EPSILON
     }
 
-    /// The least limit excess (Σ SM limits above 1) that `demand` adds to
-    /// a GPU here: it grows with the limits already there.
+    /// The least limit excess (Σ SM limits above 1) that `demand` (with a
+    /// limit not below 0) adds to a GPU here: it grows with the limits
+    /// already there.
     pub fn least_new_excess(&self, demand: &InstanceDemand) -> f64 {
-        let low = if self.idle { 0.0 } else { self.sm_limit_sum[0] };
+        let low = self.limit_range()[0];
         ((low + demand.sm_limit - 1.0).max(0.0) - (low - 1.0).max(0.0)).max(0.0)
+    }
+
+    /// The most fragment weight of a GPU here, if the cluster expects
+    /// `workload` (the same one, not an equal copy).
+    pub fn most_fragment_weight(&self, workload: &Arc<WorkloadMix>) -> Option<f64> {
+        let (range, expected) = self.fragment_weight?;
+        Arc::ptr_eq(expected, workload).then_some(range[1])
     }
 }
 
@@ -292,6 +182,7 @@ impl ClusterState {
         self.hosts.push(host);
         self.busy_per_node.push(0);
         self.classes.push_node();
+        self.largest_node = self.largest_node.max(gpus);
         self.refresh_node(node);
         node
     }
@@ -323,22 +214,34 @@ impl ClusterState {
                 u64::from(gpu.draining),
             ]);
         }
-        let points = self.gpus[range]
-            .iter()
-            .filter(|gpu| gpu.draining == 0)
-            .map(|gpu| {
-                if gpu.is_active() {
+        let (gpus, host) = (&self.gpus[range], self.hosts.get(node));
+        let (workload, workload_weight) = (self.workload.as_deref(), self.workload_weight);
+        let points = || {
+            let weights = workload.map(|mix| {
+                let (cpu_free, model) =
+                    host.map_or((u64::MAX, 0), |host| (host.cpu_free(), host.model));
+                mix.fragment_weights(gpus, cpu_free, model)
+            });
+            gpus.iter()
+                .enumerate()
+                .filter(|(_, gpu)| gpu.draining == 0)
+                .map(|(index, gpu)| {
+                    let second = match &weights {
+                        Some(weights) => (weights[index], workload_weight),
+                        None => (gpu.sm_limit_sum, LIMIT_SPAN),
+                    };
+                    if !gpu.is_active() {
+                        return classes::idle_point(gpu.memory_capacity, second);
+                    }
                     classes::point_of(
                         gpu.sm_request_sum,
-                        gpu.sm_limit_sum,
+                        second,
                         gpu.memory_share_with(0),
                         gpu.memory_capacity,
                     )
-                } else {
-                    classes::idle_point(gpu.memory_capacity)
-                }
-            })
-            .collect();
+                })
+                .collect()
+        };
         self.classes.file(node, key, points);
     }
 
@@ -413,14 +316,31 @@ impl ClusterState {
         (0..classes::CELLS as u16)
             .filter(|&cell| !self.classes.in_cell(cell).is_empty())
             .map(|cell| {
-                let (sm_request_sum, sm_limit_sum) =
-                    classes::cell_ranges(cell).unwrap_or(([0.0; 2], [0.0; 2]));
+                let span = if self.workload.is_some() {
+                    self.workload_weight
+                } else {
+                    LIMIT_SPAN
+                };
+                let (sm_request_sum, mut second) = classes::cell_ranges(cell, span);
+                if self.workload.is_some() {
+                    // No busy GPU's fragment weight exceeds the workload's
+                    // total, no idle GPU's that total once per GPU of its
+                    // node (`WorkloadMix::fragment_weights`).
+                    let most = if cell >= IDLE_ROW {
+                        span * self.largest_node.max(1) as f64
+                    } else {
+                        span
+                    };
+                    second[1] = second[1].min(most);
+                }
                 (
                     cell,
                     GpuCell {
-                        idle: cell == IDLE_CELL,
+                        idle: cell >= IDLE_ROW,
                         sm_request_sum,
-                        sm_limit_sum,
+                        sm_limit_sum: self.workload.is_none().then_some(second),
+                        fragment_weight: self.workload.as_ref().map(|mix| (second, mix)),
+                        largest_node: self.largest_node,
                         memory: self.classes.memory_in(cell),
                     },
                 )
@@ -450,6 +370,30 @@ impl ClusterState {
     /// [`classes_in_cell`](Self::classes_in_cell)).
     pub fn class_slots(&self) -> usize {
         self.classes.id_bound()
+    }
+
+    /// Tells the cluster the workload it expects (FGD's task types and their
+    /// popularity): its grid then files GPUs by fragment weight under it
+    /// ([`WorkloadMix::fragment_weights`]), so that policies measuring
+    /// fragmentation against the same workload can bound their costs by
+    /// cell (see `GpuCell::most_fragment_weight`), and forgets Σ SM limits
+    /// (policies bounding by limits then bound more loosely). An empty
+    /// workload, or one with a negative or non-finite weight, is no
+    /// workload. Files every node again: O(nodes).
+    pub fn expect_workload(&mut self, workload: Arc<WorkloadMix>) {
+        let usable = !workload.types.is_empty() && workload.weights_are_sound();
+        // The columns span the total weight, with room for its rounding.
+        self.workload_weight = workload.total_weight() * (1.0 + 1e-9) + 1e-12;
+        self.workload = usable.then_some(workload);
+        self.classes.clear();
+        for node in 0..self.nodes.len() {
+            self.refresh_node(node);
+        }
+    }
+
+    /// The workload the cluster expects, if told one.
+    pub fn expected_workload(&self) -> Option<&Arc<WorkloadMix>> {
+        self.workload.as_ref()
     }
 
     /// How many classes of identical nodes the cluster has (what a search's

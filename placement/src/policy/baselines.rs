@@ -40,7 +40,7 @@ impl PlacementPolicy for InflessLimits {
         if !cell.may_fit_limit(demand, 1.0) {
             return Some(f64::INFINITY);
         }
-        let most = if cell.idle { 0.0 } else { cell.sm_limit_sum[1] };
+        let most = cell.limit_range()[1];
         Some(1.0 - (most + demand.sm_limit).min(1.0 + SHARE_EPSILON))
     }
 }

@@ -249,23 +249,30 @@ impl PlacementPolicy for Complementary {
         open + slack + self.risk_weight * new_excess(gpu, demand)
     }
 
-    /// Under the slack fit: the open cost, the least slack and the least
-    /// new limit excess the cell allows. The fragmentation fit has none
-    /// (nor has a negative limit, whose excess does not grow with the
-    /// limits already there).
+    /// The open cost, and under the slack fit the least slack and the
+    /// least new limit excess the cell allows; under the fragmentation fit
+    /// the fragmentation's floor (`FragmentationGradient::increase_floor`;
+    /// none unless the cluster expects this workload). A negative limit,
+    /// whose excess does not grow with the limits already there, has none.
     fn cost_floor(&self, cell: &GpuCell, demand: &InstanceDemand) -> Option<f64> {
-        if self.fragmentation.is_some() || demand.sm_limit < 0.0 {
+        if demand.sm_limit < 0.0 {
             return None;
         }
+        let fit = match &self.fragmentation {
+            Some(fragmentation) => fragmentation.increase_floor(cell, demand)?,
+            None => {
+                let slack = 1.0
+                    - cell
+                        .most_sm_after(demand)
+                        .max(cell.most_memory_after(demand));
+                slack + self.risk_weight * cell.least_new_excess(demand)
+            }
+        };
         if !cell.may_fit_request(demand) || !cell.may_fit_limit(demand, self.limit_bound) {
             return Some(f64::INFINITY);
         }
         let open = if cell.idle { OPEN_GPU_COST } else { 0.0 };
-        let slack = 1.0
-            - cell
-                .most_sm_after(demand)
-                .max(cell.most_memory_after(demand));
-        Some(open + slack + self.risk_weight * cell.least_new_excess(demand))
+        Some(open + fit)
     }
 
     fn costs_on_node(
@@ -330,6 +337,10 @@ impl PlacementPolicy for Complementary {
             let open = if gpu.is_active() { 0.0 } else { OPEN_GPU_COST };
             entry.0 += open + price * new_excess(gpu, demand);
         }
+    }
+
+    fn workload(&self) -> Option<&Arc<WorkloadMix>> {
+        self.fragmentation.as_ref()?.workload()
     }
 
     fn fallback(&self) -> Option<Box<dyn PlacementPolicy>> {

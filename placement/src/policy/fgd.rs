@@ -30,92 +30,44 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use crate::fast_hash::FastMap;
 
 use super::PlacementPolicy;
-use crate::model::{ClusterState, GpuModel, GpuState, InstanceDemand, PodNeeds, SHARE_EPSILON};
-
-/// One kind of task in the expected workload.
-#[derive(Debug, Clone, PartialEq)]
-pub struct TaskType {
-    pub cpu_milli: u64,
-    /// Share of each GPU it takes (0 for CPU-only tasks).
-    pub share: f64,
-    /// GPUs it takes (0 for CPU-only tasks).
-    pub gpus: u32,
-    /// Allowed GPU models; empty means any.
-    pub models: Vec<GpuModel>,
-    /// Popularity: its fraction of all tasks.
-    pub weight: f64,
-}
-
-/// The task types a scheduler expects and how often each occurs.
-#[derive(Debug, Clone, Default, PartialEq)]
-pub struct WorkloadMix {
-    pub types: Vec<TaskType>,
-}
-
-impl WorkloadMix {
-    /// Counts the distinct task types of `tasks` (CPU, share per GPU, GPU
-    /// count, models) and weighs each by its frequency.
-    pub fn from_tasks<'a>(
-        tasks: impl IntoIterator<Item = (&'a InstanceDemand, &'a PodNeeds)>,
-    ) -> Self {
-        let mut types: Vec<TaskType> = Vec::new();
-        let mut total = 0.0f64;
-        for (demand, needs) in tasks {
-            total += 1.0;
-            let share = if demand.gpus == 0 {
-                0.0
-            } else {
-                demand.sm_request
-            };
-            let found = types.iter_mut().find(|task| {
-                task.cpu_milli == needs.cpu_milli
-                    && (task.share - share).abs() < 1e-6
-                    && task.gpus == demand.gpus
-                    && task.models == needs.models
-            });
-            match found {
-                Some(task) => task.weight += 1.0,
-                None => types.push(TaskType {
-                    cpu_milli: needs.cpu_milli,
-                    share,
-                    gpus: demand.gpus,
-                    models: needs.models.clone(),
-                    weight: 1.0,
-                }),
-            }
-        }
-        for task in &mut types {
-            task.weight /= total.max(1.0);
-        }
-        Self { types }
-    }
-}
+use crate::model::{
+    ClusterState, GpuCell, GpuModel, GpuState, InstanceDemand, PodNeeds, SHARE_EPSILON, TaskType,
+    WorkloadMix,
+};
 
 /// Node states already measured: a node's fragmentation depends only on
 /// its GPU model, free CPU and the multiset of its GPUs' free shares, and
 /// most nodes of a large cluster are in a few such states (idle, full).
-/// Keyed by those packed in 128 bits (`memo_key`).
-type Memo = Mutex<FastMap<u128, f64>>;
+/// Keyed by those exactly (`memo_key`), and measured on the shares in the
+/// key's order, so that a state's value does not depend on which node
+/// was measured first (two searches visiting nodes in different orders
+/// decide alike).
+type Memo = Mutex<FastMap<MemoKey, f64>>;
 
-/// Packs a node state as 16 bits of model, 32 of free CPU (milli-cores)
-/// and 10 per GPU of free share in thousandths, sorted; `None` (measure
-/// without the memo) for nodes of more than 8 GPUs or 4.29 M milli-cores.
-fn memo_key(free: &[f64], cpu_free: u64, model: GpuModel) -> Option<u128> {
-    if free.len() > 8 || cpu_free > u64::from(u32::MAX) {
+/// Model and free CPU, then each GPU's free share (its bits), sorted,
+/// unused slots `u64::MAX` (no share has those bits).
+type MemoKey = [u64; 2 + MEMO_GPUS];
+
+/// Nodes of up to this many GPUs are memoised.
+const MEMO_GPUS: usize = 8;
+
+/// The memo's key for a node state and its free shares in the key's
+/// order; `None` (measure without the memo) for nodes of more than
+/// `MEMO_GPUS` GPUs.
+fn memo_key(free: &[f64], cpu_free: u64, model: GpuModel) -> Option<(MemoKey, [f64; MEMO_GPUS])> {
+    if free.len() > MEMO_GPUS {
         return None;
     }
-    let mut shares = [0u16; 8];
-    for (slot, share) in shares.iter_mut().zip(free) {
-        // Rounds to the nearest thousandth (the cast truncates a
-        // non-negative value; `round` is a libm call in this hot loop).
-        *slot = (share.clamp(0.0, 1.0) * 1000.0 + 0.5) as u16 + 1;
+    let mut sorted = [0.0f64; MEMO_GPUS];
+    sorted[..free.len()].copy_from_slice(free);
+    sorted[..free.len()].sort_unstable_by(f64::total_cmp);
+    let mut key = [u64::MAX; 2 + MEMO_GPUS];
+    key[0] = u64::from(model);
+    key[1] = cpu_free;
+    for (slot, share) in key[2..].iter_mut().zip(&sorted[..free.len()]) {
+        *slot = share.to_bits();
     }
-    shares[..free.len()].sort_unstable();
-    let mut key = (u128::from(model) << 112) | (u128::from(cpu_free) << 80);
-    for (index, share) in shares.iter().enumerate() {
-        key |= u128::from(*share) << (10 * index);
-    }
-    Some(key)
+    Some((key, sorted))
 }
 
 /// Which GPUs' free shares a fragmentation measure counts.
@@ -137,6 +89,8 @@ const MEMO_LIMIT: usize = 200_000;
 #[derive(Debug, Clone, Default)]
 pub struct FragmentationGradient {
     mix: Arc<WorkloadMix>,
+    /// The mix's total weight (a bound's factor, asked per cell).
+    mix_weight: f64,
     memo: Arc<Memo>,
 }
 
@@ -145,9 +99,35 @@ impl FragmentationGradient {
     /// against pods like itself.
     pub fn new(mix: Arc<WorkloadMix>) -> Self {
         Self {
+            mix_weight: mix.total_weight(),
             mix,
             memo: Arc::default(),
         }
+    }
+
+    /// A floor under the change in a node's fragmentation (on every GPU or
+    /// on busy ones only) that placing `demand` on a GPU of `cell` makes,
+    /// or `None` when the cluster does not expect this policy's workload
+    /// (`ClusterState::expect_workload`): one share `s` (at most 1) lowers
+    /// it by at most `s` times a busy GPU's fragment weight, or an idle
+    /// GPU's weight (see `WorkloadMix::fragment_weights`). This is what
+    /// lets a search stop early. A gang's later GPUs see its earlier ones
+    /// placed: there no floor is finer than the node's whole free share,
+    /// every type counting it.
+    pub fn increase_floor(&self, cell: &GpuCell, demand: &InstanceDemand) -> Option<f64> {
+        let weight = cell.most_fragment_weight(&self.mix)?;
+        let share = demand.sm_request;
+        if share.is_nan() || share < 0.0 {
+            return None;
+        }
+        if demand.gpus > 1 {
+            return Some(-self.mix_weight * cell.largest_node as f64);
+        }
+        Some(if cell.idle {
+            -weight * share.max(1.0)
+        } else {
+            -share * weight
+        })
     }
 
     /// Whether a workload was given (else each pod is its own workload).
@@ -160,20 +140,20 @@ impl FragmentationGradient {
     /// lookups; `None` when the workload is unknown).
     fn memoised(
         &self,
-        memo: &mut Option<MutexGuard<'_, FastMap<u128, f64>>>,
+        memo: &mut Option<MutexGuard<'_, FastMap<MemoKey, f64>>>,
         free: &[f64],
         cpu_free: u64,
         model: GpuModel,
         fallback: &TaskType,
     ) -> f64 {
-        let (Some(memo), Some(key)) = (memo.as_mut(), memo_key(free, cpu_free, model)) else {
+        let (Some(memo), Some((key, sorted))) = (memo.as_mut(), memo_key(free, cpu_free, model))
+        else {
             return self.node_fragmentation(free, cpu_free, model, fallback);
         };
         if let Some(&value) = memo.get(&key) {
             return value;
         }
-
-        let value = self.node_fragmentation(free, cpu_free, model, fallback);
+        let value = self.node_fragmentation(&sorted[..free.len()], cpu_free, model, fallback);
         if memo.len() >= MEMO_LIMIT {
             memo.clear();
         }
@@ -183,7 +163,7 @@ impl FragmentationGradient {
 
     /// The memo, locked, if the workload is known (else states are
     /// measured against each pod and not kept).
-    fn lock_memo(&self) -> Option<MutexGuard<'_, FastMap<u128, f64>>> {
+    fn lock_memo(&self) -> Option<MutexGuard<'_, FastMap<MemoKey, f64>>> {
         if !self.knows_workload() {
             return None;
         }
@@ -266,7 +246,7 @@ impl FragmentationGradient {
     /// the cluster, the node, the pod's demand and needs).
     fn increases_in(
         &self,
-        memo: &mut Option<MutexGuard<'_, FastMap<u128, f64>>>,
+        memo: &mut Option<MutexGuard<'_, FastMap<MemoKey, f64>>>,
         on: (&ClusterState, usize, &InstanceDemand, &PodNeeds),
         candidates: &[usize],
         out: &mut Vec<(f64, usize)>,
@@ -427,6 +407,19 @@ impl PlacementPolicy for FragmentationGradient {
     /// Without a node view (a caller that scores GPUs one by one): best fit.
     fn cost(&self, gpu: &GpuState, demand: &InstanceDemand) -> f64 {
         1.0 - (gpu.sm_request_sum + demand.sm_request)
+    }
+
+    fn workload(&self) -> Option<&Arc<WorkloadMix>> {
+        self.knows_workload().then_some(&self.mix)
+    }
+
+    fn cost_floor(&self, cell: &GpuCell, demand: &InstanceDemand) -> Option<f64> {
+        let floor = self.increase_floor(cell, demand)?;
+        Some(if cell.may_fit_request(demand) {
+            floor
+        } else {
+            f64::INFINITY
+        })
     }
 
     fn costs_on_node(

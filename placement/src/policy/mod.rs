@@ -23,11 +23,12 @@ use std::sync::Arc;
 
 use crate::model::{ClusterState, GpuCell, GpuState, InstanceDemand, PodNeeds};
 
+pub use crate::model::{TaskType, WorkloadMix};
 pub use baselines::{DiluPaper, Exclusive, InflessLimits, InflessRequests};
 pub use dilu::{
     Complementary, FRAGMENTATION_LIMIT_BOUND, FRAGMENTATION_RISK_WEIGHT, FragmentationScope,
 };
-pub use fgd::{FragmentationGradient, TaskType, WorkloadMix};
+pub use fgd::FragmentationGradient;
 
 /// Cost added when a policy would rather not wake an idle GPU.
 pub const OPEN_GPU_COST: f64 = 10.0;
@@ -69,6 +70,11 @@ pub trait PlacementPolicy: Send + Sync {
                 .iter()
                 .map(|&index| (self.cost(&cluster.gpus[index], demand), index)),
         );
+    }
+    /// The workload the policy measures fragmentation against, if any
+    /// (see [`tell_cluster_the_workload`]).
+    fn workload(&self) -> Option<&Arc<WorkloadMix>> {
+        None
     }
     /// A looser form of the policy to try when this one places an
     /// instance nowhere (`dilu`'s soft limit bound); `None` by default.
@@ -162,6 +168,18 @@ pub fn policy_for_workload(name: &str, mix: Arc<WorkloadMix>) -> Option<Box<dyn 
         "exclusive" => Box::new(Exclusive),
         _ => return None,
     })
+}
+
+/// Tells `cluster` the workload `policy` measures fragmentation against
+/// (`fgd`, and `dilu` for a known workload), if any, so that searches on
+/// it can stop early by that policy's cost floors
+/// (`ClusterState::expect_workload`); without it those searches score
+/// every class of nodes. Front ends call it once, after building the
+/// cluster.
+pub fn tell_cluster_the_workload(policy: &dyn PlacementPolicy, cluster: &mut ClusterState) {
+    if let Some(workload) = policy.workload() {
+        cluster.expect_workload(workload.clone());
+    }
 }
 
 /// Chooses GPUs for `demand` anywhere in the cluster, or `None` if nothing fits.

@@ -496,8 +496,15 @@ fn the_node_index_places_exactly_as_scanning_every_node() {
         .into_iter()
         .flat_map(|name| [(name, 1), (name, 4)])
     {
-        for mix in [Arc::new(WorkloadMix::default()), workload.clone()] {
-            let policy = policy_for_workload(name, mix).unwrap();
+        // The workload known to the policy only, and to the cluster too
+        // (whose grid then lets fragmentation-measuring policies stop early).
+        let mixes = [
+            (Arc::new(WorkloadMix::default()), false),
+            (workload.clone(), false),
+            (workload.clone(), true),
+        ];
+        for (mix, cluster_expects) in mixes {
+            let policy = policy_for_workload(name, mix.clone()).unwrap();
             let mut cluster = ClusterState::default();
             for node in 0..24 {
                 let (gpus, cpu, model, memory_gib) =
@@ -510,6 +517,10 @@ fn the_node_index_places_exactly_as_scanning_every_node() {
                     model,
                 };
                 cluster.add_host(gpus, memory_gib * GIB, host);
+                if cluster_expects && node == 11 {
+                    // Told halfway: the nodes so far are filed again.
+                    cluster.expect_workload(mix.clone());
+                }
             }
             let mut running: Vec<(InstanceDemand, PodNeeds, Vec<usize>)> = Vec::new();
             for _ in 0..120 {
