@@ -119,6 +119,8 @@ pub fn cell_ranges(cell: u16, span: f64) -> ([f64; 2], [f64; 2]) {
 
 pub const NO_CLASS: u32 = u32::MAX;
 
+const NOT_OCCUPIED: u32 = u32::MAX;
+
 /// The classes of a cluster's nodes (see `ClusterState::refresh_node` for
 /// what makes two nodes identical).
 #[derive(Debug, Clone)]
@@ -132,6 +134,11 @@ pub struct NodeClasses {
     free: Vec<u32>,
     /// Per cell, the classes with a GPU in it (each once).
     in_cell: Vec<Vec<u32>>,
+    /// The cells that hold a class, in no order, and each cell's place
+    /// there (`NOT_OCCUPIED` when it holds none), so that a search visits
+    /// only these.
+    occupied: Vec<u16>,
+    occupied_at: Vec<u32>,
     /// Per cell, its GPUs (one per class holding them) by memory size and
     /// step of memory in use.
     memory: Vec<Vec<MemoryRow>>,
@@ -145,6 +152,8 @@ impl Default for NodeClasses {
             classes: Vec::new(),
             free: Vec::new(),
             in_cell: vec![Vec::new(); CELLS],
+            occupied: Vec::new(),
+            occupied_at: vec![NOT_OCCUPIED; CELLS],
             memory: vec![Vec::new(); CELLS],
         }
     }
@@ -215,6 +224,14 @@ impl NodeClasses {
         for (cell, slot) in cells {
             let list = &mut self.in_cell[usize::from(cell)];
             list.swap_remove(slot as usize);
+            if list.is_empty() {
+                let at = std::mem::replace(&mut self.occupied_at[usize::from(cell)], NOT_OCCUPIED);
+                self.occupied.swap_remove(at as usize);
+                if let Some(&moved) = self.occupied.get(at as usize) {
+                    self.occupied_at[usize::from(moved)] = at;
+                }
+            }
+            let list = &self.in_cell[usize::from(cell)];
             // The class moved into the freed slot learns its new place.
             if let Some(&moved) = list.get(slot as usize) {
                 for entry in &mut self.classes[moved as usize].cells {
@@ -245,6 +262,10 @@ impl NodeClasses {
         class.points = points;
         class.cells.clear();
         for cell in distinct {
+            if self.in_cell[usize::from(cell)].is_empty() {
+                self.occupied_at[usize::from(cell)] = self.occupied.len() as u32;
+                self.occupied.push(cell);
+            }
             let list = &mut self.in_cell[usize::from(cell)];
             class.cells.push((cell, list.len() as u32));
             list.push(id);
@@ -313,6 +334,11 @@ impl NodeClasses {
         self.memory
             .get(usize::from(cell))
             .map_or(&[], |rows| rows.as_slice())
+    }
+
+    /// The cells that hold a class, in no order.
+    pub fn occupied(&self) -> &[u16] {
+        &self.occupied
     }
 
     /// The classes with a GPU in `cell`.

@@ -313,38 +313,36 @@ impl ClusterState {
     /// [`GpuCell`]), each with a handle for
     /// [`classes_in_cell`](Self::classes_in_cell).
     pub fn occupied_cells(&self) -> impl Iterator<Item = (u16, GpuCell<'_>)> + '_ {
-        (0..classes::CELLS as u16)
-            .filter(|&cell| !self.classes.in_cell(cell).is_empty())
-            .map(|cell| {
-                let span = if self.workload.is_some() {
-                    self.workload_weight
+        self.classes.occupied().iter().map(|&cell| {
+            let span = if self.workload.is_some() {
+                self.workload_weight
+            } else {
+                LIMIT_SPAN
+            };
+            let (sm_request_sum, mut second) = classes::cell_ranges(cell, span);
+            if self.workload.is_some() {
+                // No busy GPU's fragment weight exceeds the workload's
+                // total, no idle GPU's that total once per GPU of its
+                // node (`WorkloadMix::fragment_weights`).
+                let most = if cell >= IDLE_ROW {
+                    span * self.largest_node.max(1) as f64
                 } else {
-                    LIMIT_SPAN
+                    span
                 };
-                let (sm_request_sum, mut second) = classes::cell_ranges(cell, span);
-                if self.workload.is_some() {
-                    // No busy GPU's fragment weight exceeds the workload's
-                    // total, no idle GPU's that total once per GPU of its
-                    // node (`WorkloadMix::fragment_weights`).
-                    let most = if cell >= IDLE_ROW {
-                        span * self.largest_node.max(1) as f64
-                    } else {
-                        span
-                    };
-                    second[1] = second[1].min(most);
-                }
-                (
-                    cell,
-                    GpuCell {
-                        idle: cell >= IDLE_ROW,
-                        sm_request_sum,
-                        sm_limit_sum: self.workload.is_none().then_some(second),
-                        fragment_weight: self.workload.as_ref().map(|mix| (second, mix)),
-                        largest_node: self.largest_node,
-                        memory: self.classes.memory_in(cell),
-                    },
-                )
-            })
+                second[1] = second[1].min(most);
+            }
+            (
+                cell,
+                GpuCell {
+                    idle: cell >= IDLE_ROW,
+                    sm_request_sum,
+                    sm_limit_sum: self.workload.is_none().then_some(second),
+                    fragment_weight: self.workload.as_ref().map(|mix| (second, mix)),
+                    largest_node: self.largest_node,
+                    memory: self.classes.memory_in(cell),
+                },
+            )
+        })
     }
 
     /// The classes with a GPU in `cell` (a cell from

@@ -322,8 +322,9 @@ fn beats(candidate: &Placement, best: Option<&Placement>) -> bool {
     })
 }
 
-/// Room for rounding between a cell's floor and the costs it bounds.
-const FLOOR_SLACK: f64 = 1e-9;
+/// Room for rounding between a cell's floor and the costs it bounds (the
+/// costs compare shares with `SHARE_EPSILON`, 1e-9, here and there).
+const FLOOR_SLACK: f64 = 1e-7;
 
 /// The search by the policy's cost floors, or `None` when the policy gives
 /// none: the occupied cells of the grid (see `GpuCell`) go cheapest floor
