@@ -281,10 +281,7 @@ fn search(
     if wanted == 1 || spans_nodes {
         for node in scored {
             node_costs(
-                policy,
-                cluster,
-                demand,
-                needs,
+                (policy, cluster, demand, needs),
                 node,
                 &mut candidates,
                 &mut costs,
@@ -293,24 +290,38 @@ fn search(
         return cheapest(costs, wanted);
     }
     let mut best: Option<Placement> = None;
+    let on = (policy, cluster, demand, needs);
     for node in scored {
-        costs.clear();
-        node_costs(
-            policy,
-            cluster,
-            demand,
-            needs,
-            node,
-            &mut candidates,
-            &mut costs,
-        );
-        if let Some(candidate) = cheapest(std::mem::take(&mut costs), wanted)
-            && beats(&candidate, best.as_ref())
-        {
-            best = Some(candidate);
-        }
+        keep_if_better(on, node, wanted, &mut candidates, &mut best);
     }
     best
+}
+
+/// What a search places and where: the policy, the cluster, the pod's
+/// demand and its needs.
+type Pod<'a> = (
+    &'a dyn PlacementPolicy,
+    &'a ClusterState,
+    &'a InstanceDemand,
+    &'a PodNeeds,
+);
+
+/// Scores a placement of `wanted` GPUs on `node` alone and keeps it in
+/// `best` if it beats it.
+fn keep_if_better(
+    on: Pod<'_>,
+    node: usize,
+    wanted: usize,
+    candidates: &mut Vec<usize>,
+    best: &mut Option<Placement>,
+) {
+    let mut costs = Vec::new();
+    node_costs(on, node, candidates, &mut costs);
+    if let Some(candidate) = cheapest(costs, wanted)
+        && beats(&candidate, best.as_ref())
+    {
+        *best = Some(candidate);
+    }
 }
 
 /// Whether `candidate` is better than `best`: cheaper, or as cheap on a
@@ -366,23 +377,9 @@ fn search_by_floor(
         }
         for class in cluster.classes_in_cell(cell, &mut seen) {
             if !spans_nodes {
-                let Some(node) = cluster.class_members_fitting(class, needs).next() else {
-                    continue;
-                };
-                costs.clear();
-                node_costs(
-                    policy,
-                    cluster,
-                    demand,
-                    needs,
-                    node,
-                    &mut candidates,
-                    &mut costs,
-                );
-                if let Some(candidate) = cheapest(std::mem::take(&mut costs), wanted)
-                    && beats(&candidate, best.as_ref())
-                {
-                    best = Some(candidate);
+                if let Some(node) = cluster.class_members_fitting(class, needs).next() {
+                    let on = (policy, cluster, demand, needs);
+                    keep_if_better(on, node, wanted, &mut candidates, &mut best);
                 }
                 continue;
             }
@@ -403,10 +400,7 @@ fn search_by_floor(
             for &node in members.iter().take(twins) {
                 costs.clear();
                 node_costs(
-                    policy,
-                    cluster,
-                    demand,
-                    needs,
+                    (policy, cluster, demand, needs),
                     node,
                     &mut candidates,
                     &mut costs,
@@ -461,10 +455,7 @@ pub fn place_on_node(
     let (mut candidates, mut costs) = (Vec::new(), Vec::new());
     let needs = PodNeeds::default();
     node_costs(
-        policy,
-        cluster,
-        demand,
-        &needs,
+        (policy, cluster, demand, &needs),
         node,
         &mut candidates,
         &mut costs,
@@ -475,10 +466,7 @@ pub fn place_on_node(
 /// Pushes (cost, GPU) for every GPU of `node` that admits `demand` and is
 /// not draining.
 fn node_costs(
-    policy: &dyn PlacementPolicy,
-    cluster: &ClusterState,
-    demand: &InstanceDemand,
-    needs: &PodNeeds,
+    (policy, cluster, demand, needs): Pod<'_>,
     node: usize,
     candidates: &mut Vec<usize>,
     costs: &mut Vec<(f64, usize)>,
