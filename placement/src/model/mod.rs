@@ -389,11 +389,6 @@ impl ClusterState {
         }
     }
 
-    /// The workload the cluster expects, if told one.
-    pub fn expected_workload(&self) -> Option<&Arc<WorkloadMix>> {
-        self.workload.as_ref()
-    }
-
     /// How many classes of identical nodes the cluster has (what a search's
     /// cost grows with).
     pub fn node_classes(&self) -> usize {

@@ -227,12 +227,11 @@ pub fn place_pod_scanning_every_node(
 /// the lower GPU index, so of each class of identical nodes only the first
 /// that fits the pod's host needs is scored (for a gang that may span
 /// nodes, the first few that could supply its GPUs), and the result is the
-/// full scan's. The scoring thus grows with the number of distinct node
-/// states (idle nodes of one kind are one state; so are busy nodes whose
-/// GPUs hold the same sums on hosts with the same CPU in use), not with the
-/// nodes, plus a check in O(1) per node (see
-/// `bench/results/placement-latency.md`). `indexed == false` scores every
-/// node: the scan the index replaced.
+/// full scan's. Where the policy puts floors under its costs, only the
+/// classes that could beat the best found are scored ([`search_by_floor`]);
+/// otherwise every class is, one node each, or for a gang across nodes
+/// every node with a check in O(1) (see `bench/results/placement-latency.md`).
+/// `indexed == false` scores every node: the scan the index replaced.
 fn search(
     policy: &dyn PlacementPolicy,
     cluster: &ClusterState,
@@ -244,6 +243,9 @@ fn search(
     let mut costs = Vec::new();
     let mut candidates = Vec::new();
     let spans_nodes = wanted > 1 && !needs.one_node && !policy.gang_on_one_node();
+    if indexed && let Some(found) = search_by_floor(policy, cluster, demand, needs, spans_nodes) {
+        return found;
+    }
     // Whether `node` (which fits the host needs) adds nothing to the scan's
     // result: enough identical nodes before it fit too. One is enough when
     // a placement takes its GPUs from one node or wants one GPU: its twins
@@ -251,9 +253,6 @@ fn search(
     // gang of `wanted` GPUs across nodes may take a GPU of each of the
     // first `wanted` twins; of idle twins, whose GPUs all cost alike, only
     // as many as hold `wanted` GPUs.
-    if indexed && let Some(found) = search_by_floor(policy, cluster, demand, needs, spans_nodes) {
-        return found;
-    }
     let redundant = |node: usize| {
         if !indexed {
             return false;
