@@ -43,6 +43,11 @@ impl GpuState {
         self.instances() > 0
     }
 
+    /// The share of its SM not yet requested (what FGD calls free).
+    pub fn free_share(&self) -> f64 {
+        (1.0 - self.sm_request_sum).max(0.0)
+    }
+
     pub fn memory_fits(&self, demand: &InstanceDemand) -> bool {
         self.memory_used.saturating_add(demand.memory_bytes) <= self.memory_capacity
     }

@@ -29,6 +29,14 @@ pub struct WorkloadMix {
     pub types: Vec<TaskType>,
 }
 
+impl TaskType {
+    /// Whether a GPU with `free` of its share free has room for one of
+    /// these tasks' shares (FGD's test for a usable free share).
+    pub fn fits_in(&self, free: f64) -> bool {
+        free + SHARE_EPSILON >= self.share
+    }
+}
+
 impl WorkloadMix {
     /// Counts the distinct task types of `tasks` (CPU, share per GPU, GPU
     /// count, models) and weighs each by its frequency.
@@ -99,10 +107,9 @@ impl WorkloadMix {
     /// type runnable that lacked only fitting GPUs, whose fragments were
     /// then the busy GPUs' whole free shares, at most one per fitting GPU.
     pub fn fragment_weights(&self, gpus: &[GpuState], cpu_free: u64, model: GpuModel) -> Vec<f64> {
-        let free = |gpu: &GpuState| (1.0 - gpu.sm_request_sum).max(0.0);
         let mut always = 0.0;
-        // Task types that run on the node: (share, weight).
-        let mut runnable: Vec<(f64, f64)> = Vec::new();
+        // Task types that run on the node.
+        let mut runnable: Vec<&TaskType> = Vec::new();
         // Idle GPUs: types that cannot run on every GPU's measure, and the
         // fragments that opening one could free on the busy GPUs' measure.
         let (mut idle_unrunnable, mut idle_freed) = (0.0, 0.0);
@@ -110,7 +117,7 @@ impl WorkloadMix {
             let fitting = |busy_only: bool| {
                 gpus.iter()
                     .filter(|gpu| !busy_only || gpu.is_active())
-                    .filter(|gpu| free(gpu) + SHARE_EPSILON >= task.share)
+                    .filter(|gpu| task.fits_in(gpu.free_share()))
                     .count()
             };
             let possible = task.gpus > 0
@@ -121,7 +128,7 @@ impl WorkloadMix {
             let runs_on_all = possible && on_all >= wanted;
             let runs_on_busy = possible && on_busy >= wanted;
             if runs_on_all && runs_on_busy {
-                runnable.push((task.share, task.weight));
+                runnable.push(task);
             } else {
                 always += task.weight;
             }
@@ -138,12 +145,12 @@ impl WorkloadMix {
                 if !gpu.is_active() {
                     return idle;
                 }
-                let own = free(gpu);
+                let own = gpu.free_share();
                 always
                     + runnable
                         .iter()
-                        .filter(|(share, _)| own + SHARE_EPSILON < *share)
-                        .map(|(_, weight)| weight)
+                        .filter(|task| !task.fits_in(own))
+                        .map(|task| task.weight)
                         .sum::<f64>()
             })
             .collect()

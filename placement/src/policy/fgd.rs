@@ -268,7 +268,7 @@ impl FragmentationGradient {
         for (slot, gpu) in free.iter_mut().zip(&cluster.gpus[range]) {
             *slot = match scope {
                 Scope::Busy if !gpu.is_active() => 0.0,
-                _ => free_share(gpu),
+                _ => gpu.free_share(),
             };
         }
         // What a GPU has free once work lands on it (an idle GPU all of it).
@@ -378,7 +378,7 @@ fn unusable_share(
     let mut fitting = 0u32;
     let mut unusable = 0.0;
     for &share in free {
-        if share + SHARE_EPSILON >= task.share {
+        if task.fits_in(share) {
             fitting += 1;
         } else {
             unusable += share;
@@ -389,10 +389,6 @@ fn unusable_share(
     } else {
         total
     }
-}
-
-fn free_share(gpu: &GpuState) -> f64 {
-    (1.0 - gpu.sm_request_sum).max(0.0)
 }
 
 impl PlacementPolicy for FragmentationGradient {

@@ -257,12 +257,10 @@ fn search(
         if !indexed {
             return false;
         }
-        let twins = if !spans_nodes {
-            1
-        } else if cluster.node_is_idle(node) {
-            wanted.div_ceil(cluster.nodes[node].len().max(1))
+        let twins = if spans_nodes {
+            twins_to_score(cluster, node, wanted)
         } else {
-            wanted
+            1
         };
         cluster.earlier_twins_fitting(node, needs, twins) >= twins
     };
@@ -391,12 +389,7 @@ fn search_by_floor(
             let Some(&first) = members.first() else {
                 continue;
             };
-            let twins = if cluster.node_is_idle(first) {
-                wanted.div_ceil(cluster.nodes[first].len().max(1))
-            } else {
-                wanted
-            };
-            for &node in members.iter().take(twins) {
+            for &node in members.iter().take(twins_to_score(cluster, first, wanted)) {
                 costs.clear();
                 node_costs(
                     (policy, cluster, demand, needs),
@@ -414,6 +407,17 @@ fn search_by_floor(
         return Some(cheapest(cheapest_gpus, wanted));
     }
     Some(best)
+}
+
+/// How many nodes of `node`'s class a gang of `wanted` GPUs across nodes
+/// may take GPUs from: `wanted`, or of idle nodes, whose GPUs all cost
+/// alike, as many as hold `wanted` GPUs.
+fn twins_to_score(cluster: &ClusterState, node: usize, wanted: usize) -> usize {
+    if cluster.node_is_idle(node) {
+        wanted.div_ceil(cluster.nodes[node].len().max(1))
+    } else {
+        wanted
+    }
 }
 
 /// Adds `entry` (cost, GPU) to `kept`, the at most `wanted` cheapest
