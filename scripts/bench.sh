@@ -208,15 +208,17 @@ for target in "${targets[@]}"; do
         echo
         echo "Written by \`OPENB_DIR=<folder> scripts/bench.sh openb-lists\` (the lists of Alibaba's"
         echo "cluster-trace-gpu-v2023, \`csv/\`; this repository carries the default list and the node list)."
-        echo "Policy \`dilu\`, nodes \`openb_node_list_gpu_node.csv\`, 80 GiB per GPU. For each list: what its"
-        echo "header lacks, the replay in time where it has times, FGD's protocol (seed 1, to 130%) always."
+        echo "Policies \`dilu\` and \`fgd\` (FGD, told the drawn pods' task mix), nodes \`openb_node_list_gpu_node.csv\`,"
+        echo "80 GiB per GPU. For each list: what its header lacks, the replay in time where it has times, FGD's"
+        echo "protocol (to 130%, seeds 1 to 5: each seed draws other pods) always. Pods without GPUs take cores and memory on the node each"
+        echo "policy chooses (FGD's lists \`cpu050\` to \`cpu300\` add such pods to the default list)."
         err=$(mktemp)
         for pods in "$dir"/openb_pod_list_*.csv; do
           name=$(basename "$pods")
           echo
           echo "## $name"
           echo
-          run=(target/release/dilu-cluster simulate --policy dilu --pods "$pods" --nodes "$dir/openb_node_list_gpu_node.csv")
+          run=(target/release/dilu-cluster simulate --policy dilu,fgd --pods "$pods" --nodes "$dir/openb_node_list_gpu_node.csv")
           if replay=$("${run[@]}" 2>"$err"); then
             echo "$replay"
           else
@@ -224,10 +226,15 @@ for target in "${targets[@]}"; do
           fi
           sed -n 's/^dilu-cluster: pod list [^:]*: columns/Columns/p' "$err" | head -n 1
           echo
-          "${run[@]}" --protocol fgd 2>/dev/null || echo "FGD protocol: failed"
+          for seed in 1 2 3 4 5; do
+            "${run[@]}" --protocol fgd --seed "$seed" 2>/dev/null || echo "FGD protocol (seed $seed): failed"
+            echo
+          done
         done
         rm -f "$err"
-      } >bench/results/openb-lists.md.new && mv bench/results/openb-lists.md.new bench/results/openb-lists.md || failed+=(openb-lists)
+      } >bench/results/openb-lists.md.new \
+        && python3 scripts/openb_lists_summary.py bench/results/openb-lists.md.new \
+        && mv bench/results/openb-lists.md.new bench/results/openb-lists.md || failed+=(openb-lists)
       results+=(bench/results/openb-lists.md) ;;
     scaling)
       rm -f bench/results/scaling-*.svg

@@ -37,8 +37,12 @@ fn a_list_without_times_runs_under_fgds_protocol() {
     let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
     assert!(out.status.success(), "stdout:\n{stdout}\nstderr:\n{stderr}");
     assert!(
-        stdout.contains("drawn from 5 records"),
-        "the five GPU pods are read: {stdout}"
+        stdout.contains("from 6 records"),
+        "the six pods are read, the one without GPUs too: {stdout}"
+    );
+    assert!(
+        stdout.contains("without GPUs) from"),
+        "the drawn pods without GPUs are counted: {stdout}"
     );
     assert!(
         stderr.contains("columns absent: gpu_spec, qos"),

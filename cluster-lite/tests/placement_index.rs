@@ -1,12 +1,16 @@
 //! The indexed search (`place_pod`, which scores one node of each class of
 //! identical nodes) decides exactly as the scan of every node on Alibaba's
-//! openb nodes and pods, with pods arriving and departing, at every step.
+//! openb nodes and pods, with pods arriving and departing, at every step
+//! (the list's pods without GPUs take cores on the node their policy
+//! chooses, so GPU pods meet nodes short of cores).
 
 use std::path::PathBuf;
 use std::sync::Arc;
 
 use dilu_cluster::model::{ClusterState, InstanceDemand, PodNeeds};
-use dilu_cluster::policy::{place_pod, place_pod_scanning_every_node, policy_for_workload};
+use dilu_cluster::policy::{
+    place_host_only, place_pod, place_pod_scanning_every_node, policy_for_workload,
+};
 use dilu_cluster::rng::SeededRng;
 use dilu_cluster::simulator::ClusterShape;
 use dilu_cluster::simulator::inflation;
@@ -42,25 +46,37 @@ fn indexed_search_matches_the_scan_on_openb_with_departures() {
         // The cluster knows the workload too: the indexed search then
         // stops early by the fragmentation's floors.
         cluster.expect_workload(mix.clone());
-        let mut running: Vec<(InstanceDemand, PodNeeds, Vec<usize>)> = Vec::new();
+        // Each running pod: its demand, needs, GPUs and node.
+        let mut running: Vec<(InstanceDemand, PodNeeds, Vec<usize>, usize)> = Vec::new();
         let mut random = SeededRng::new(3);
-        let (mut placed, mut refused, mut departed) = (0, 0, 0);
+        let (mut placed, mut refused, mut departed, mut without_gpus) = (0, 0, 0, 0);
         let mut requested = 0.0;
+        // Whether nodes shared classes while the cluster was full (so the
+        // index, not only a scan of classes of one, was compared).
+        let mut shared_at_the_full_point = false;
         for (step, pod) in drawn.iter().enumerate() {
             // Fill towards 90% of the capacity requested, then hover there:
             // a departure before an arrival when above it, now and then below.
             let goal = 0.9 * shape.gpus() as f64;
             let depart = !running.is_empty() && (requested > goal || random.below(4) == 0);
             if depart {
-                let (demand, needs, gpus) =
+                let (demand, needs, gpus, node) =
                     running.swap_remove(random.below(running.len() as u64) as usize);
                 cluster.release(&demand, &gpus);
-                cluster.release_host(cluster.gpus[gpus[0]].node, &needs);
-                requested -= demand.sm_request * f64::from(demand.gpus.max(1));
+                cluster.release_host(node, &needs);
+                requested -= demand.sm_request * f64::from(demand.gpus);
                 departed += 1;
             }
             let demand = pod.demand();
             let mut needs = pod.needs(&cluster);
+            if !pod.takes_gpus() {
+                if let Some(node) = place_host_only(indexed_policy.as_ref(), &cluster, &needs) {
+                    cluster.apply_host(node, &needs);
+                    running.push((demand, needs, Vec::new(), node));
+                    without_gpus += 1;
+                }
+                continue;
+            }
             // Some gangs may span nodes, to exercise that search too.
             if demand.gpus > 1 && random.below(3) == 0 {
                 needs.one_node = false;
@@ -77,11 +93,14 @@ fn indexed_search_matches_the_scan_on_openb_with_departures() {
                     cluster.apply(&demand, &placement.gpus);
                     let node = cluster.gpus[placement.gpus[0]].node;
                     cluster.apply_host(node, &needs);
-                    requested += demand.sm_request * f64::from(demand.gpus.max(1));
-                    running.push((demand, needs, placement.gpus));
+                    requested += demand.sm_request * f64::from(demand.gpus);
+                    running.push((demand, needs, placement.gpus, node));
                     placed += 1;
                 }
                 None => refused += 1,
+            }
+            if requested > goal && !shared_at_the_full_point {
+                shared_at_the_full_point = cluster.node_classes() < cluster.nodes.len();
             }
             if step == 2_500 {
                 break;
@@ -95,8 +114,12 @@ fn indexed_search_matches_the_scan_on_openb_with_departures() {
         );
         assert!(refused > 0, "{name}: the cluster never filled");
         assert!(
-            cluster.node_classes() < cluster.nodes.len(),
-            "{name}: every node in a state of its own"
+            without_gpus > 100,
+            "{name}: {without_gpus} pods without GPUs"
+        );
+        assert!(
+            shared_at_the_full_point,
+            "{name}: every node in a state of its own once the cluster was full"
         );
     }
 }

@@ -117,6 +117,11 @@ fn read_openb(args: &Args, limits: LimitRule) -> Result<(ClusterShape, Vec<Trace
     Ok((ClusterShape { nodes }, pods))
 }
 
+/// How many of `pods` take no GPU.
+fn without_gpus(pods: &[TraceRecord]) -> usize {
+    pods.iter().filter(|pod| !pod.takes_gpus()).count()
+}
+
 fn every_policy(mix: &Arc<WorkloadMix>) -> Vec<Box<dyn PlacementPolicy>> {
     POLICY_NAMES
         .iter()
@@ -194,14 +199,16 @@ fn run() -> Result<(), String> {
     let _ = writeln!(
         md,
         "\n## openb, replayed in time\n\n\
-         {} GPU pods of `openb_pod_list_default.csv` (pods without GPUs skipped), each arriving at\n\
-         its creation and leaving at its deletion, on the trace's cluster: {}.\n\
+         The {} pods of `openb_pod_list_default.csv`, each arriving at its creation and leaving at\n\
+         its deletion, on the trace's cluster: {}. {} of them take no GPU: they take cores and\n\
+         memory on the node each policy chooses for them, which GPU pods then lack.\n\
          SM request = gpu_milli/1000 per GPU, memory share = SM share, limit = 1.5 × request for\n\
          LS pods and 1.2 × for the rest (the trace has no limits; capped at 1). A pod's GPUs are on\n\
          one node with its CPU and memory; `gpu_spec` restricts its GPU models. A pod that fits\n\
          nowhere waits (\"waited\", \"wait h\"); \"never placed\" were still waiting at the end.\n\n{}",
         pods.len(),
         shape.describe(),
+        without_gpus(&pods),
         report::markdown_table(&replay)
     );
     write(
@@ -449,11 +456,12 @@ fn run() -> Result<(), String> {
     let _ = writeln!(
         md,
         "\n## openb under FGD's protocol\n\n\
-         Pods drawn at random (with replacement, seeds 1–{}) from the same {} GPU pods until their\n\
+         Pods drawn at random (with replacement, seeds 1–{}) from the same {} pods (with those\n\
+         without GPUs, whose cores compete with GPU pods', as in FGD's simulator) until their GPU\n\
          requests reach 130% of the cluster's GPU capacity; they arrive one by one, never leave, and\n\
          one that fits nowhere is dropped. Share of GPU capacity allocated as the requests cross each\n\
          share, mean of the seeds. `fgd` and `dilu` are given the drawn pods' task mix. Published\n\
-         (FGD's simulator, 10 seeds, pods without GPUs included, which this simulator skips): {}.\n\n{}\n\
+         (FGD's simulator, 10 seeds): {}.\n\n{}\n\
          ![FGD protocol](cluster-sim-fgd-protocol.svg)\n\n\
          ### Seed by seed\n\n\
          Each seed draws other pods; the policies see the same draw, so differences are paired by\n\
@@ -638,6 +646,8 @@ fn mean_inflation(per_seed: &[Vec<InflationResult>]) -> Vec<InflationResult> {
                     / runs
             };
             mean.dropped = sum(|result| result.dropped as f64).round() as usize;
+            mean.dropped_without_gpus =
+                sum(|result| result.dropped_without_gpus as f64).round() as usize;
             mean.final_limit_excess = sum(|result| result.final_limit_excess);
             mean.placement_p50_us = sum(|result| result.placement_p50_us);
             mean.placement_p99_us = sum(|result| result.placement_p99_us);

@@ -265,12 +265,17 @@ fn run() -> Result<(), String> {
             .map_err(|error| format!("cannot open {}: {error}", path.display()))
     };
     let nodes = openb::read_nodes(open("openb_node_list_gpu_node.csv")?, 80 * GIB)?;
-    let openb_pods = openb::read_pods(
+    // GPU placement decisions are what is timed: the list's pods without
+    // GPUs (placed by their cores alone) are left out.
+    let openb_pods: Vec<TraceRecord> = openb::read_pods(
         open("openb_pod_list_default.csv")?,
         LimitRule::default(),
         80 * GIB,
     )?
-    .records;
+    .records
+    .into_iter()
+    .filter(TraceRecord::takes_gpus)
+    .collect();
     let load = std::fs::read_to_string("/proc/loadavg")
         .unwrap_or_default()
         .split_whitespace()

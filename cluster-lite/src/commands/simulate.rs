@@ -18,7 +18,8 @@ use dilu_cluster::simulator::{inflation, openb};
 
 #[derive(Debug, Args)]
 pub struct SimulateArgs {
-    /// Policy to replay: dilu, dilu-paper, fgd, infless-r, infless-l, exclusive, or all.
+    /// Policies to replay: dilu, dilu-paper, fgd, infless-r, infless-l, exclusive, a
+    /// comma-separated list of them (e.g. dilu,fgd), or all.
     #[arg(long, default_value = "all")]
     pub policy: String,
     /// Number of instances in the generated trace (each arrives and departs).
@@ -59,7 +60,8 @@ pub struct SimulateArgs {
     #[arg(long, value_name = "CSV")]
     pub nodes: Option<PathBuf>,
     /// Pod list CSV of a real cluster (Alibaba openb format), replayed by
-    /// creation and deletion time; pods without GPUs are skipped.
+    /// creation and deletion time; pods without GPUs take cores and host
+    /// memory on the node the policy chooses.
     #[arg(long, value_name = "CSV", conflicts_with = "trace")]
     pub pods: Option<PathBuf>,
     /// SM limit of a pod read with --pods, as factors of its request for
@@ -142,17 +144,25 @@ fn apply_profiles(trace: &mut [TraceRecord], dir: &std::path::Path) -> Result<()
 }
 
 pub fn run(args: SimulateArgs) -> Result<(), String> {
-    let mut names: Vec<&str> = if args.policy == "all" {
-        POLICY_NAMES.to_vec()
-    } else if POLICY_NAMES.contains(&args.policy.as_str()) {
-        vec![args.policy.as_str()]
-    } else {
-        return Err(format!(
-            "unknown policy {:?}: expected one of {} or all",
-            args.policy,
-            POLICY_NAMES.join(", ")
-        ));
-    };
+    let mut names: Vec<&str> = Vec::new();
+    for name in args.policy.split(',').map(str::trim) {
+        let found: &[&str] = match POLICY_NAMES.iter().find(|known| **known == name) {
+            Some(known) => std::slice::from_ref(known),
+            None if name == "all" => &POLICY_NAMES,
+            None => {
+                return Err(format!(
+                    "unknown policy {name:?}: expected one of {}, a comma-separated list of \
+                     them, or all",
+                    POLICY_NAMES.join(", ")
+                ));
+            }
+        };
+        for known in found {
+            if !names.contains(known) {
+                names.push(known);
+            }
+        }
+    }
     if args.gpus == 0 || args.gpus_per_node == 0 {
         return Err("--gpus and --gpus-per-node must be at least 1".into());
     }
@@ -254,8 +264,10 @@ pub fn run(args: SimulateArgs) -> Result<(), String> {
                 &checkpoints,
             ));
         }
+        let without_gpus = pods.iter().filter(|pod| !pod.takes_gpus()).count();
         println!(
-            "FGD protocol: {} pods drawn from {} records (seed {}); cluster of {}\n\n{}",
+            "FGD protocol: {} pods drawn ({without_gpus} without GPUs) from {} records (seed {}); \
+             cluster of {}\n\n{}",
             pods.len(),
             trace.len(),
             args.seed,
@@ -266,7 +278,12 @@ pub fn run(args: SimulateArgs) -> Result<(), String> {
     }
     let results = replay(&names, &trace, &shape, interactive)?;
     let source = match (&args.trace, &args.pods) {
-        (_, Some(path)) => format!("pod list {} ({} GPU pods)", path.display(), trace.len()),
+        (_, Some(path)) => format!(
+            "pod list {} ({} pods, {} without GPUs)",
+            path.display(),
+            trace.len(),
+            trace.iter().filter(|pod| !pod.takes_gpus()).count()
+        ),
         (Some(path), None) => format!("trace file {}", path.display()),
         (None, None) => format!(
             "{} instances, {:?} arrivals, seed {}",

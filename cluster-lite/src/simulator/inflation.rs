@@ -11,7 +11,7 @@ use std::time::Instant;
 use super::ClusterShape;
 use super::trace::TraceRecord;
 use crate::model::{InstanceDemand, PodNeeds};
-use crate::policy::{PlacementPolicy, WorkloadMix, place_pod};
+use crate::policy::{PlacementPolicy, WorkloadMix, place_host_only, place_pod};
 use crate::rng::SeededRng;
 
 /// Readings of the protocol: every 10% of capacity from 50% to `last`.
@@ -22,13 +22,17 @@ pub fn checkpoints(last: f64) -> Vec<f64> {
         .collect()
 }
 
-/// GPU share one pod requests: its per-GPU share times its GPUs.
+/// GPU share one pod requests: its per-GPU share times its GPUs (0 for a
+/// pod without GPUs, which is drawn as FGD's protocol draws it but counts
+/// toward no checkpoint).
 pub fn requested_share(record: &TraceRecord) -> f64 {
-    record.sm_request * f64::from(record.gpus.max(1))
+    record.sm_request * f64::from(record.gpus)
 }
 
 /// Draws pods from `pods` (uniformly, with replacement) until they request
 /// `target` × `capacity_gpus` GPUs in all; ids are renumbered in order.
+/// Pods without GPUs are drawn too (their cores compete with GPU pods'),
+/// and none is drawn from a list that has no pod with GPUs.
 pub fn inflate(
     pods: &[TraceRecord],
     capacity_gpus: usize,
@@ -39,7 +43,8 @@ pub fn inflate(
     let goal = target * capacity_gpus as f64;
     let mut requested = 0.0;
     let mut out = Vec::new();
-    while requested < goal && !pods.is_empty() {
+    let requests_gpus = pods.iter().any(|pod| requested_share(pod) > 0.0);
+    while requested < goal && requests_gpus {
         let pick = rng.below(pods.len() as u64) as usize;
         let mut pod = pods[pick].clone();
         pod.id = out.len() as u64;
@@ -74,7 +79,10 @@ pub struct InflationResult {
     /// One reading per checkpoint the requests reached.
     pub points: Vec<InflationPoint>,
     pub placed: usize,
+    /// Pods that fit nowhere, with or without GPUs.
     pub dropped: usize,
+    /// Of them, pods without GPUs (no host had their cores and memory).
+    pub dropped_without_gpus: usize,
     /// Mean Σlimits − 1 over GPUs in use at the end (limit excess; 0 when ≤ 1).
     pub final_limit_excess: f64,
     pub placement_p50_us: f64,
@@ -93,7 +101,7 @@ pub fn simulate_inflation(
     crate::policy::tell_cluster_the_workload(policy, &mut cluster);
     let capacity = cluster.gpus.len().max(1) as f64;
     let (mut requested, mut allocated) = (0.0, 0.0);
-    let (mut placed, mut dropped) = (0usize, 0usize);
+    let (mut placed, mut dropped, mut dropped_without_gpus) = (0usize, 0usize, 0usize);
     let mut points = Vec::new();
     let mut next_checkpoint = 0;
     let mut latencies_ns = Vec::with_capacity(pods.len());
@@ -101,6 +109,21 @@ pub fn simulate_inflation(
         let demand = pod.demand();
         let needs = pod.needs(&cluster);
         let started = Instant::now();
+        if !pod.takes_gpus() {
+            let node = place_host_only(policy, &cluster, &needs);
+            latencies_ns.push(started.elapsed().as_nanos() as u64);
+            match node {
+                Some(node) => {
+                    cluster.apply_host(node, &needs);
+                    placed += 1;
+                }
+                None => {
+                    dropped += 1;
+                    dropped_without_gpus += 1;
+                }
+            }
+            continue;
+        }
         let placement = place_pod(policy, &cluster, &demand, &needs);
         latencies_ns.push(started.elapsed().as_nanos() as u64);
         requested += requested_share(pod);
@@ -137,6 +160,7 @@ pub fn simulate_inflation(
         points,
         placed,
         dropped,
+        dropped_without_gpus,
         final_limit_excess: active.iter().sum::<f64>() / active.len().max(1) as f64,
         placement_p50_us: super::percentile(&latencies_ns, 0.5) / 1000.0,
         placement_p99_us: super::percentile(&latencies_ns, 0.99) / 1000.0,
@@ -163,6 +187,44 @@ mod tests {
             restartable: false,
             pod: Default::default(),
         }
+    }
+
+    #[test]
+    fn pods_without_gpus_take_cores_that_gpu_pods_then_lack() {
+        // Two nodes of one GPU and 8 cores; whole-GPU pods on 6 cores, and
+        // between them a pod without GPUs on 4 cores, which fits only the
+        // second node and leaves the second GPU pod too few cores there.
+        let node = super::super::NodeSpec {
+            gpus: 1,
+            gpu_memory: 1 << 30,
+            cpu_milli: 8000,
+            memory_mib: 1 << 20,
+            model: String::new(),
+        };
+        let shape = ClusterShape {
+            nodes: vec![node.clone(), node],
+        };
+        let mut gpu_pod = pod(1.0, 1);
+        gpu_pod.pod.cpu_milli = 6000;
+        let mut cores = pod(0.0, 0);
+        cores.pod.cpu_milli = 4000;
+        assert_eq!(requested_share(&cores), 0.0);
+        let checkpoints = [0.5, 1.0];
+        let with = [gpu_pod.clone(), cores, gpu_pod.clone()];
+        let result = simulate_inflation(&InflessRequests, &with, &shape, &checkpoints);
+        assert_eq!((result.placed, result.dropped), (2, 1));
+        assert_eq!(result.dropped_without_gpus, 0);
+        assert_eq!(
+            result.points.len(),
+            2,
+            "the pod without GPUs reads no checkpoint"
+        );
+        assert!((result.points[1].allocated - 0.5).abs() < 1e-9);
+        let without = [gpu_pod.clone(), gpu_pod];
+        let result = simulate_inflation(&InflessRequests, &without, &shape, &checkpoints);
+        assert!((result.points[1].allocated - 1.0).abs() < 1e-9);
+        // A list of pods without GPUs alone draws nothing (it requests none).
+        assert!(inflate(&[pod(0.0, 0)], 2, 1.3, 1).is_empty());
     }
 
     #[test]

@@ -35,7 +35,7 @@ use std::time::Instant;
 
 use crate::consolidation::ShrinkWatch;
 use crate::model::{ClusterState, HostState, InstanceDemand, PodNeeds, SHARE_EPSILON};
-use crate::policy::{MoveRequest, PlacementPolicy, place_pod};
+use crate::policy::{MoveRequest, PlacementPolicy, place_host_only, place_pod};
 use scale_in::{ScaleIn, is_replica};
 use trace::TraceRecord;
 
@@ -493,6 +493,8 @@ pub fn simulate(
     let demands: Vec<InstanceDemand> = trace.iter().map(TraceRecord::demand).collect();
     let needs: Vec<PodNeeds> = trace.iter().map(|record| record.needs(&cluster)).collect();
     let mut placed_gpus: Vec<Vec<usize>> = vec![Vec::new(); trace.len()];
+    // The node of each running pod that takes no GPU.
+    let mut placed_host: Vec<Option<usize>> = vec![None; trace.len()];
     let mut due: BinaryHeap<Due> = BinaryHeap::new();
     let mut scale_in = ScaleIn::new(trace);
     let mut mover = Mover::new(cluster.gpus.len(), needs.clone());
@@ -514,21 +516,32 @@ pub fn simulate(
                          scale_in: &mut ScaleIn,
                          mover: &mut Mover,
                          placed_gpus: &mut [Vec<usize>],
+                         placed_host: &mut [Option<usize>],
                          due: &mut BinaryHeap<Due>|
      -> bool {
         let started = Instant::now();
-        let placement = place_pod(policy, cluster, &demands[index], &needs[index]);
-        latencies_ns.push(started.elapsed().as_nanos() as u64);
-        let Some(placement) = placement else {
-            return false;
-        };
-        cluster.apply(&demands[index], &placement.gpus);
-        if let Some(&first) = placement.gpus.first() {
-            cluster.apply_host(cluster.gpus[first].node, &needs[index]);
+        if trace[index].takes_gpus() {
+            let placement = place_pod(policy, cluster, &demands[index], &needs[index]);
+            latencies_ns.push(started.elapsed().as_nanos() as u64);
+            let Some(placement) = placement else {
+                return false;
+            };
+            cluster.apply(&demands[index], &placement.gpus);
+            if let Some(&first) = placement.gpus.first() {
+                cluster.apply_host(cluster.gpus[first].node, &needs[index]);
+            }
+            placed_gpus[index] = placement.gpus;
+        } else {
+            let node = place_host_only(policy, cluster, &needs[index]);
+            latencies_ns.push(started.elapsed().as_nanos() as u64);
+            let Some(node) = node else {
+                return false;
+            };
+            cluster.apply_host(node, &needs[index]);
+            placed_host[index] = Some(node);
         }
         scale_in.started(index);
-        mover.started(now, index, &placement.gpus, &trace[index]);
-        placed_gpus[index] = placement.gpus;
+        mover.started(now, index, &placed_gpus[index], &trace[index]);
         due.push(Due {
             time: now + trace[index].duration_s,
             record_index: index,
@@ -561,6 +574,7 @@ pub fn simulate(
                     &mut scale_in,
                     &mut mover,
                     &mut placed_gpus,
+                    &mut placed_host,
                     &mut due,
                 )
             {
@@ -590,6 +604,8 @@ pub fn simulate(
                 cluster.release(&demands[stopped], &gpus);
                 if let Some(&first) = gpus.first() {
                     cluster.release_host(cluster.gpus[first].node, &needs[stopped]);
+                } else if let Some(node) = placed_host[stopped].take() {
+                    cluster.release_host(node, &needs[stopped]);
                 }
                 mover.stopped(now, stopped, &gpus);
                 done += 1;
@@ -612,6 +628,7 @@ pub fn simulate(
                         &mut scale_in,
                         &mut mover,
                         &mut placed_gpus,
+                        &mut placed_host,
                         &mut due,
                     ) {
                         let wait = now - trace[index].arrival_s;
@@ -1105,6 +1122,45 @@ mod tests {
         more.push(extra);
         let result = simulate(&InflessRequests, &more, &shape, |_, _| {});
         assert_eq!(result.waited, 1);
+    }
+
+    #[test]
+    fn a_pod_without_gpus_holds_its_cores_until_it_leaves() {
+        // One node of 2 GPUs and 8 cores. A pod without GPUs takes 6 cores
+        // from 0 s to 100 s; a GPU pod asking 4 cores arrives at 10 s and
+        // waits for them, with both GPUs idle, until 100 s.
+        let shape = ClusterShape {
+            nodes: vec![node(2, 8000, "T4")],
+        };
+        let mut cores = pod(0, 0.0, 100.0, 0.0);
+        (cores.gpus, cores.memory_bytes, cores.pod.cpu_milli) = (0, 0, 6000);
+        let mut gpu_pod = pod(1, 10.0, 50.0, 0.5);
+        gpu_pod.pod.cpu_milli = 4000;
+        for policy in [
+            Box::new(InflessRequests) as Box<dyn PlacementPolicy>,
+            Box::new(Complementary::default()),
+        ] {
+            let result = simulate(
+                policy.as_ref(),
+                &[cores.clone(), gpu_pod.clone()],
+                &shape,
+                |_, _| {},
+            );
+            assert_eq!(result.waited, 1, "{}", policy.name());
+            assert_eq!(
+                result.rejected,
+                0,
+                "{}: cores were given back",
+                policy.name()
+            );
+            assert!(
+                (result.max_wait_s - 90.0).abs() < 1e-9,
+                "{}",
+                result.max_wait_s
+            );
+            // The GPU pod alone holds a GPU, for its 50 s.
+            assert!((result.gpu_hours * 3600.0 - 50.0).abs() < 1e-6);
+        }
     }
 
     #[test]

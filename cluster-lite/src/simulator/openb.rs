@@ -11,8 +11,11 @@
 //! for its QoS class (latency-sensitive `LS` pods are latency work, the rest
 //! batch); its memory share equals its SM share (the trace's share is one
 //! number for both); `gpu_spec` (models joined by `|`) restricts the models
-//! it may use; all its GPUs are on one node. Pods without GPUs are skipped:
-//! the simulator places GPU work only.
+//! it may use; all its GPUs are on one node. A pod without GPUs (`num_gpu`
+//! or `gpu_milli` 0) becomes a record of 0 GPUs: it takes cores and host
+//! memory on the node the policy chooses for it (`place_host_only`), which
+//! GPU pods then lack. FGD's lists of non-GPU work (`cpu050` … `cpu300`)
+//! differ from the default list only in such pods.
 
 use std::io::BufRead;
 
@@ -131,10 +134,11 @@ pub fn read_nodes(reader: impl BufRead, gpu_memory: u64) -> Result<Vec<NodeSpec>
 pub const REQUIRED_POD_COLUMNS: [&str; 5] =
     ["name", "cpu_milli", "memory_mib", "num_gpu", "gpu_milli"];
 
-/// A pod list as read: its GPU pods and what its header lacked.
+/// A pod list as read: its pods and what its header lacked.
 #[derive(Debug, Clone)]
 pub struct PodList {
-    /// GPU pods, sorted by arrival (by line when the list has no times).
+    /// Its pods, with GPUs or without, sorted by arrival (by line when the
+    /// list has no times).
     pub records: Vec<TraceRecord>,
     /// Whether the list has `creation_time` and `deletion_time`: without
     /// them it holds no arrivals or departures, only FGD's protocol (pods
@@ -145,6 +149,11 @@ pub struct PodList {
 }
 
 impl PodList {
+    /// How many of its pods take no GPU.
+    pub fn without_gpus(&self) -> usize {
+        self.records.iter().filter(|pod| !pod.takes_gpus()).count()
+    }
+
     /// The records for a replay in time, or why this list cannot give one.
     pub fn replayable(&self) -> Result<&[TraceRecord], String> {
         if self.timed {
@@ -220,9 +229,7 @@ pub fn read_pods(
     for (line, fields) in rows {
         let count = number(&fields, gpus, line, "num_gpu")?;
         let share_milli = number(&fields, milli, line, "gpu_milli")?;
-        if count == 0 || share_milli == 0 {
-            continue;
-        }
+        let takes_gpus = count > 0 && share_milli > 0;
         if share_milli > 1000 {
             return Err(format!("line {line}: gpu_milli {share_milli} > 1000"));
         }
@@ -243,7 +250,11 @@ pub fn read_pods(
             WorkClass::Latency => limits.latency_factor,
             WorkClass::Batch => limits.batch_factor,
         };
-        let request = share_milli as f64 / 1000.0;
+        let request = if takes_gpus {
+            share_milli as f64 / 1000.0
+        } else {
+            0.0
+        };
         records.push(TraceRecord {
             id: records.len() as u64,
             function: fields[name].clone(),
@@ -253,7 +264,7 @@ pub fn read_pods(
             sm_request: request,
             sm_limit: (request * factor).min(1.0),
             memory_bytes: (request * gpu_memory as f64) as u64,
-            gpus: count as u32,
+            gpus: if takes_gpus { count as u32 } else { 0 },
             restartable: false,
             pod: PodSpec {
                 cpu_milli: number(&fields, cpu, line, "cpu_milli")?,
@@ -291,10 +302,19 @@ mod tests {
                     a,12000,16384,1,460,V100M16|V100M32,LS,Running,10,110,10\n\
                     cpu,4000,1000,0,0,,BE,Running,5,50,5\n\
                     g,32000,1000,8,1000,,LS,Running,30,31,30\n";
-        let pods = read_pods(pods.as_bytes(), LimitRule::default(), 1000)
-            .unwrap()
-            .records;
-        assert_eq!(pods.len(), 3, "the CPU-only pod is skipped");
+        let list = read_pods(pods.as_bytes(), LimitRule::default(), 1000).unwrap();
+        assert_eq!(list.without_gpus(), 1);
+        let pods = list.records;
+        assert_eq!(pods.len(), 4, "the CPU-only pod is kept");
+        let cpu = &pods[0];
+        assert_eq!(cpu.function, "cpu", "sorted by arrival");
+        assert!(!cpu.takes_gpus());
+        assert_eq!(
+            (cpu.sm_request, cpu.sm_limit, cpu.memory_bytes),
+            (0.0, 0.0, 0)
+        );
+        assert_eq!((cpu.pod.cpu_milli, cpu.pod.host_memory_mib), (4000, 1000));
+        let pods = &pods[1..];
         assert_eq!(pods[0].function, "a");
         assert!((pods[0].sm_limit - 0.69).abs() < 1e-9);
         assert!((pods[1].sm_limit - 0.6).abs() < 1e-9);
@@ -312,7 +332,8 @@ mod tests {
                     cpu,4000,1000,0,0\n\
                     p2,88000,327680,8,1000\n";
         let list = read_pods(pods.as_bytes(), LimitRule::default(), 1000).unwrap();
-        assert_eq!(list.records.len(), 2);
+        assert_eq!(list.records.len(), 3);
+        assert_eq!(list.without_gpus(), 1);
         assert!(!list.timed);
         assert_eq!(
             list.absent,

@@ -49,8 +49,9 @@ pub fn markdown_table(results: &[SimulationResult]) -> String {
 }
 
 /// Markdown table of FGD's protocol: per policy, the share of GPU capacity
-/// allocated at each requested share, then pods dropped, the mean limit
-/// excess on used GPUs at the end, and placement latency.
+/// allocated at each requested share, then pods dropped (and of them pods
+/// without GPUs), the mean limit excess on used GPUs at the end, and
+/// placement latency.
 pub fn inflation_table(results: &[InflationResult]) -> String {
     let Some(first) = results.first() else {
         return String::new();
@@ -59,8 +60,10 @@ pub fn inflation_table(results: &[InflationResult]) -> String {
     for point in &first.points {
         let _ = write!(table, " {:.0}% |", 100.0 * point.requested);
     }
-    table.push_str(" dropped | end Σlim−1 | place p50 µs | place p99 µs |\n|---|");
-    table.push_str(&"---:|".repeat(first.points.len() + 4));
+    table.push_str(
+        " dropped | of them without GPUs | end Σlim−1 | place p50 µs | place p99 µs |\n|---|",
+    );
+    table.push_str(&"---:|".repeat(first.points.len() + 5));
     table.push('\n');
     for result in results {
         let _ = write!(table, "| {} |", result.policy);
@@ -69,8 +72,9 @@ pub fn inflation_table(results: &[InflationResult]) -> String {
         }
         let _ = writeln!(
             table,
-            " {} | {:.4} | {:.1} | {:.1} |",
+            " {} | {} | {:.4} | {:.1} | {:.1} |",
             result.dropped,
+            result.dropped_without_gpus,
             result.final_limit_excess,
             result.placement_p50_us,
             result.placement_p99_us
@@ -407,6 +411,7 @@ mod tests {
             }],
             placed: 0,
             dropped: 0,
+            dropped_without_gpus: 0,
             final_limit_excess: 0.0,
             placement_p50_us: 0.0,
             placement_p99_us: 0.0,

@@ -90,5 +90,5 @@ impl ScaleIn {
 /// Whether a record is one replica of an inference function (may be
 /// swapped on scale-in or moved while shrinking).
 pub(super) fn is_replica(record: &TraceRecord) -> bool {
-    record.class == WorkClass::Latency && record.gpus <= 1
+    record.class == WorkClass::Latency && record.gpus == 1
 }

@@ -39,6 +39,8 @@ pub struct TraceRecord {
     pub sm_request: f64,
     pub sm_limit: f64,
     pub memory_bytes: u64,
+    /// GPUs it takes; 0 for a pod that takes only cores and host memory
+    /// (its shares and memory are then 0).
     pub gpus: u32,
     /// Whether the instance resumes from a checkpoint when restarted, so a
     /// policy may restart it on other GPUs (see `consolidation`).
@@ -87,14 +89,21 @@ impl TraceRecord {
         }
     }
 
+    /// What it asks of GPUs (`gpus` 0 for a pod without GPUs).
     pub fn demand(&self) -> InstanceDemand {
         InstanceDemand {
             class: self.class,
             sm_request: self.sm_request,
             sm_limit: self.sm_limit,
             memory_bytes: self.memory_bytes,
-            gpus: self.gpus.max(1),
+            gpus: self.gpus,
         }
+    }
+
+    /// Whether it takes GPUs (else it is placed by its host needs alone,
+    /// `policy::place_host_only`).
+    pub fn takes_gpus(&self) -> bool {
+        self.gpus > 0
     }
 
     fn check(&self) -> Result<(), String> {
@@ -112,8 +121,11 @@ impl TraceRecord {
         if !(self.duration_s.is_finite() && self.duration_s > 0.0) {
             return Err("duration_s must be a finite number > 0".into());
         }
-        if self.gpus == 0 {
-            return Err("gpus must be >= 1".into());
+        if self.gpus == 0 && (self.sm_limit > 0.0 || self.memory_bytes > 0) {
+            return Err(
+                "gpus 0 is a pod without GPUs: its sm_request, sm_limit and memory_bytes must be 0"
+                    .into(),
+            );
         }
         Ok(())
     }

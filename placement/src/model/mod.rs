@@ -488,6 +488,16 @@ impl ClusterState {
         self.refresh_nodes_of(gpus);
     }
 
+    /// The GPU share free on `node`'s GPUs (an idle GPU's whole).
+    pub fn free_gpu_share(&self, node: usize) -> f64 {
+        self.nodes.get(node).map_or(0.0, |range| {
+            self.gpus[range.clone()]
+                .iter()
+                .map(GpuState::free_share)
+                .sum()
+        })
+    }
+
     pub fn active_gpus(&self) -> usize {
         self.gpus.iter().filter(|gpu| gpu.is_active()).count()
     }

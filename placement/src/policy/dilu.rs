@@ -343,6 +343,16 @@ impl PlacementPolicy for Complementary {
         self.fragmentation.as_ref()?.workload()
     }
 
+    /// Under the fragmentation fit, FGD's measure over the whole node (the
+    /// cores a pod without GPUs takes strand idle GPUs as much as busy
+    /// ones' free shares); else the default.
+    fn host_only_cost(&self, cluster: &ClusterState, node: usize, needs: &PodNeeds) -> f64 {
+        self.fragmentation
+            .as_ref()
+            .and_then(|fragmentation| fragmentation.host_only_increase(cluster, node, needs))
+            .unwrap_or_else(|| super::strands_least_gpu(cluster, node, needs))
+    }
+
     fn fallback(&self) -> Option<Box<dyn PlacementPolicy>> {
         let bound = self
             .soft_limit_bound

@@ -279,10 +279,7 @@ impl FragmentationGradient {
                 free[index - start]
             }
         };
-        let (cpu_free, model) = cluster
-            .hosts
-            .get(node)
-            .map_or((u64::MAX, 0), |host| (host.cpu_free(), host.model));
+        let (cpu_free, model) = cores_and_model(cluster, node);
         let fallback = TaskType {
             cpu_milli: needs.cpu_milli,
             share: demand.sm_request,
@@ -335,6 +332,39 @@ impl FragmentationGradient {
         }
     }
 
+    /// How much a pod that takes no GPU but `needs`' cores raises `node`'s
+    /// fragmentation (FGD scores such pods as any other: the cores it takes
+    /// may leave task types unable to run there, so every free share of the
+    /// node becomes their fragment). `None` when the workload is unknown
+    /// (measured against the pod alone, which uses no GPU, it is 0
+    /// everywhere).
+    pub fn host_only_increase(
+        &self,
+        cluster: &ClusterState,
+        node: usize,
+        needs: &PodNeeds,
+    ) -> Option<f64> {
+        let mut memo = self.lock_memo();
+        memo.as_ref()?;
+        let free: Vec<f64> = cluster.gpus[cluster.nodes[node].clone()]
+            .iter()
+            .map(GpuState::free_share)
+            .collect();
+        let (cpu_free, model) = cores_and_model(cluster, node);
+        // Not measured against: the workload is known.
+        let unused = TaskType {
+            cpu_milli: needs.cpu_milli,
+            share: 0.0,
+            gpus: 0,
+            models: Vec::new(),
+            weight: 1.0,
+        };
+        let before = self.memoised(&mut memo, &free, cpu_free, model, &unused);
+        let cpu_after = cpu_free.saturating_sub(needs.cpu_milli);
+        let after = self.memoised(&mut memo, &free, cpu_after, model, &unused);
+        Some(after - before)
+    }
+
     /// Fragmentation of a node with per-GPU free shares `free`, `cpu_free`
     /// milli-cores free and GPUs of `model`, for the workload (or for
     /// `fallback` alone when the workload is empty).
@@ -359,6 +389,15 @@ impl FragmentationGradient {
             .map(|task| task.weight * unusable_share(task, free, total, cpu_free, model))
             .sum()
     }
+}
+
+/// `node`'s free cores and GPU model (unbounded cores on a node without
+/// host limits).
+fn cores_and_model(cluster: &ClusterState, node: usize) -> (u64, GpuModel) {
+    cluster
+        .hosts
+        .get(node)
+        .map_or((u64::MAX, 0), |host| (host.cpu_free(), host.model))
 }
 
 /// Free GPU share of a node that `task` could not use (see the module docs).
@@ -407,6 +446,11 @@ impl PlacementPolicy for FragmentationGradient {
 
     fn workload(&self) -> Option<&Arc<WorkloadMix>> {
         self.knows_workload().then_some(&self.mix)
+    }
+
+    fn host_only_cost(&self, cluster: &ClusterState, node: usize, needs: &PodNeeds) -> f64 {
+        self.host_only_increase(cluster, node, needs)
+            .unwrap_or_else(|| super::strands_least_gpu(cluster, node, needs))
     }
 
     fn cost_floor(&self, cell: &GpuCell, demand: &InstanceDemand) -> Option<f64> {

@@ -71,6 +71,12 @@ pub trait PlacementPolicy: Send + Sync {
                 .map(|&index| (self.cost(&cluster.gpus[index], demand), index)),
         );
     }
+    /// Preference for putting a pod that takes no GPU (cores and host
+    /// memory only) on `node`, whose host fits it (lower is better; see
+    /// [`place_host_only`]). By default [`strands_least_gpu`].
+    fn host_only_cost(&self, cluster: &ClusterState, node: usize, needs: &PodNeeds) -> f64 {
+        strands_least_gpu(cluster, node, needs)
+    }
     /// The workload the policy measures fragmentation against, if any
     /// (see [`tell_cluster_the_workload`]).
     fn workload(&self) -> Option<&Arc<WorkloadMix>> {
@@ -180,6 +186,47 @@ pub fn tell_cluster_the_workload(policy: &dyn PlacementPolicy, cluster: &mut Clu
     if let Some(workload) = policy.workload() {
         cluster.expect_workload(workload.clone());
     }
+}
+
+/// Where a pod that takes no GPU goes: the node whose host fits `needs`
+/// at the least [`PlacementPolicy::host_only_cost`], ties to the lower
+/// node, or `None` when no host has its cores and memory free. Such pods
+/// matter to GPU placement because their cores are gone for GPU pods: a
+/// node with idle GPUs and no cores left strands them (openb's lists have
+/// such pods, up to 30% of the tasks in FGD's lists of non-GPU work).
+/// Nodes of one class of identical nodes cost alike, so only each class's
+/// lowest fitting member is scored.
+pub fn place_host_only(
+    policy: &dyn PlacementPolicy,
+    cluster: &ClusterState,
+    needs: &PodNeeds,
+) -> Option<usize> {
+    let mut best: Option<(f64, usize)> = None;
+    for node in cluster.class_representatives(needs) {
+        let cost = policy.host_only_cost(cluster, node, needs);
+        let better = best.is_none_or(|(best_cost, best_node)| {
+            cost < best_cost || (cost == best_cost && node < best_node)
+        });
+        if better {
+            best = Some((cost, node));
+        }
+    }
+    best.map(|(_, node)| node)
+}
+
+/// The default [`PlacementPolicy::host_only_cost`], for a policy that does
+/// not know the workload: the GPU share free on the node times the share
+/// of its free cores the pod takes (a node whose GPUs are taken loses
+/// nothing to it; one with cores to spare for its free GPUs loses least),
+/// then, a thousandth as much, the share of its cores left (best fit).
+pub fn strands_least_gpu(cluster: &ClusterState, node: usize, needs: &PodNeeds) -> f64 {
+    let Some(host) = cluster.hosts.get(node) else {
+        return 0.0;
+    };
+    let free = host.cpu_free();
+    let taken = needs.cpu_milli.min(free) as f64 / free.max(1) as f64;
+    let left = free.saturating_sub(needs.cpu_milli) as f64 / host.cpu_milli.max(1) as f64;
+    cluster.free_gpu_share(node) * taken + 1e-3 * left
 }
 
 /// Chooses GPUs for `demand` anywhere in the cluster, or `None` if nothing fits.

@@ -571,3 +571,64 @@ fn the_node_index_places_exactly_as_scanning_every_node() {
         }
     }
 }
+
+#[test]
+fn a_pod_without_gpus_takes_cores_where_they_strand_the_least_gpu() {
+    // Nodes 0 and 1: 16 cores and 2 GPUs, node 1's both taken; node 2: 64
+    // cores and 2 idle GPUs. A pod without GPUs on 12 cores would leave
+    // node 0 too few for a whole-GPU task: it goes to node 1 (nothing to
+    // strand there), under FGD's measure too (node 2 also loses nothing,
+    // and ties go to the lower node).
+    let mut cluster = ClusterState::default();
+    for cpu_milli in [16_000, 16_000, 64_000] {
+        cluster.add_host(
+            2,
+            80 * GIB,
+            HostState {
+                cpu_milli,
+                cpu_used: 0,
+                memory_mib: 1 << 20,
+                memory_used: 0,
+                model: 0,
+            },
+        );
+    }
+    let whole = demand(WorkClass::Batch, 1.0, 1.0, 1, 1);
+    cluster.apply(&whole, &[2]);
+    cluster.apply(&whole, &[3]);
+    let needs = PodNeeds {
+        cpu_milli: 12_000,
+        memory_mib: 1024,
+        ..PodNeeds::default()
+    };
+    let mix = whole_and_fifth_gpu_mix();
+    let mut policies = every_policy();
+    policies.push(Box::new(FragmentationGradient::new(mix.clone())));
+    policies.push(Box::new(Complementary::for_workload(mix.clone())));
+    let every_policy_chooses = |cluster: &ClusterState, node: usize| {
+        for policy in &policies {
+            assert_eq!(
+                place_host_only(policy.as_ref(), cluster, &needs),
+                Some(node),
+                "{}",
+                policy.name()
+            );
+        }
+    };
+    every_policy_chooses(&cluster, 1);
+    let fgd = FragmentationGradient::new(mix);
+    assert_eq!(fgd.host_only_increase(&cluster, 1, &needs), Some(0.0));
+    let on_node_0 = fgd.host_only_increase(&cluster, 0, &needs).unwrap();
+    assert!(
+        on_node_0 > 0.0,
+        "node 0's idle GPUs become fragments: {on_node_0}"
+    );
+    // Once node 1 has too few cores left, node 2 (not node 0) takes the next.
+    cluster.apply_host(1, &needs);
+    every_policy_chooses(&cluster, 2);
+    let too_big = PodNeeds {
+        cpu_milli: 100_000,
+        ..PodNeeds::default()
+    };
+    assert_eq!(place_host_only(&fgd, &cluster, &too_big), None);
+}
