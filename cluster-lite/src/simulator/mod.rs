@@ -534,9 +534,7 @@ pub fn simulate(
         } else {
             let node = place_host_only(policy, cluster, &needs[index]);
             latencies_ns.push(started.elapsed().as_nanos() as u64);
-            let Some(node) = node else {
-                return false;
-            };
+            let Some(node) = node else { return false };
             cluster.apply_host(node, &needs[index]);
             placed_host[index] = Some(node);
         }
