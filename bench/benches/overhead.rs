@@ -385,7 +385,7 @@ sources in simgpu's README), so a sampled launch's extra driver calls cost what 
 on a real driver.\n\n\
 With a share set, every launch takes the SM-time path: estimate look-up, one add on the\n\
 kind's launch count and the recent-stream note; a launch shorter than 64 µs of GPU time\n\
-spends from its thread's lease, and only a launch that finds the lease spent goes to the\n\
+spends from its process's lease, and only a launch that finds the lease spent goes to the\n\
 tenant's bucket (one `clock_gettime`, the bucket CAS, the telemetry counters) and takes a\n\
 new one. The benchmark gives the tenant's bucket an hour of depth (null mode's\n\
 events time the launch calls' host time, so a tight loop would otherwise soon wait for\n\

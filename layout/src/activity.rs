@@ -119,8 +119,8 @@ impl DeviceTelemetry {
     }
 
     /// [`record_launch`](Self::record_launch) for a launch that also counts
-    /// `launches - 1` launches charged ahead (a thread's lease, see the
-    /// interposer's `launch_lease`, counted when the thread next visits the
+    /// `launches - 1` launches charged ahead (the process's lease, see the
+    /// interposer's `launch_lease`, counted when a launch next visits the
     /// bucket): one add on the count for all of them.
     #[inline]
     pub fn record_launches(&self, now: u64, cost_ns: u64, launches: u64) {

@@ -6,7 +6,7 @@
 //! never launched pays nothing worth counting.
 
 use crate::fork::{self, Handlers, Part};
-use crate::sm_time::{colocation, quiet_samples, sampler, tenant_sm, usage_feedback};
+use crate::sm_time::{colocation, launch_lease, quiet_samples, sampler, tenant_sm, usage_feedback};
 
 /// Takes part in every fork from now on when this process has SM-time state
 /// to keep (idempotent).
@@ -29,4 +29,5 @@ fn child() {
     usage_feedback::forget_parent_state_in_child();
     colocation::forget_parent_state_in_child();
     quiet_samples::forget_parent_state_in_child();
+    launch_lease::forget_parent_state_in_child();
 }

@@ -224,18 +224,24 @@ impl EstimateTable {
         }
     }
 
+    /// The entry for `key` where it is found in the slot its probe starts
+    /// at: the common case, which the launch path tries first inline.
+    #[inline(always)]
+    pub fn found_at_start(&self, key: LaunchKey) -> Option<&Entry> {
+        let first = &self.entries[key.slot()];
+        (first.key.load(Ordering::Acquire) == key.0).then_some(first)
+    }
+
     /// The entry for `key`, inserting it if new, and whether it is the key's
     /// own (`false`: the table is full around this key and the shared
     /// overflow entry was returned).
     #[inline(always)]
     pub fn entry(&self, key: LaunchKey) -> (&Entry, bool) {
-        // The common case, a kind found where its probe starts, inline;
-        // the probe onwards out of line.
-        let first = &self.entries[key.slot()];
-        if first.key.load(Ordering::Acquire) == key.0 {
-            return (first, true);
+        // The probe onwards out of line.
+        match self.found_at_start(key) {
+            Some(first) => (first, true),
+            None => self.probe(key),
         }
-        self.probe(key)
     }
 
     #[inline(never)]

@@ -2,7 +2,7 @@
 //! token bucket, wait if the bucket is in debt, count it, and time a sample.
 //!
 //! Within budget a launch costs an estimate look-up, one add on its kind's
-//! count and either a subtraction from its thread's lease (a short launch
+//! count and either a subtraction from its process's lease (a short launch
 //! already paid for, see [`crate::sm_time::launch_lease`]) or one `clock_gettime`, one
 //! CAS on the bucket and a few counter adds: no lock, no system call, no
 //! allocation. A sampled
@@ -44,39 +44,59 @@ static ESTIMATES: EstimateTable = EstimateTable::new();
 /// bucket is in debt. Returns the kind's entry and whether to time it.
 ///
 /// The common case of a short launch, a measured kind already paid for by
-/// the thread's lease, is the only one inlined: after a real driver call
+/// the process's lease, is the only one inlined: after a real driver call
 /// every cache line of code or data the launch path touches is likely cold,
 /// so it touches few (the estimate entry, the share, the lease).
-#[inline]
+#[inline(always)]
 fn admit(
     sm: &TenantSm,
     key: LaunchKey,
     device: usize,
     stream: Option<StreamRef>,
 ) -> (&'static crate::sm_time::kernel_estimates::Entry, bool) {
-    let (entry, placed) = ESTIMATES.entry(key);
-    if placed
-        && let Some(cost) = entry.estimate_ns()
-        && is_limited(sm.budget().share_ppm(device))
+    if let Some(entry) = ESTIMATES.found_at_start(key)
+        && let Some(admitted) = admit_from_lease(sm, entry, device)
+    {
+        return admitted;
+    }
+    admit_through_bucket(sm, key, device, stream)
+}
+
+/// Admits a launch of a measured kind, `entry`, that the process's lease
+/// on `device` covers (a limited share, no co-location gate); `None` when
+/// it must go to the bucket.
+#[inline(always)]
+fn admit_from_lease(
+    sm: &TenantSm,
+    entry: &'static crate::sm_time::kernel_estimates::Entry,
+    device: usize,
+) -> Option<(&'static crate::sm_time::kernel_estimates::Entry, bool)> {
+    let cost = entry.estimate_ns()?;
+    if is_limited(sm.budget().share_ppm(device))
         && !crate::sm_time::colocation::active()
         && launch_lease::spend(device, cost)
     {
         let launches_before = entry.charge();
         let sample = entry.due_for_sample(launches_before) && entry.start_sampling();
-        return (entry, sample);
+        return Some((entry, sample));
     }
-    admit_through_bucket(sm, entry, placed, device, stream)
+    None
 }
 
 /// [`admit`] for every launch its lease does not already cover.
 #[inline(never)]
 fn admit_through_bucket(
     sm: &TenantSm,
-    entry: &'static crate::sm_time::kernel_estimates::Entry,
-    placed: bool,
+    key: LaunchKey,
     device: usize,
     stream: Option<StreamRef>,
 ) -> (&'static crate::sm_time::kernel_estimates::Entry, bool) {
+    let (entry, placed) = ESTIMATES.entry(key);
+    // A kind placed past the slot its probe starts at (a collision) is
+    // found only here: its lease as in `admit`.
+    if placed && let Some(admitted) = admit_from_lease(sm, entry, device) {
+        return admitted;
+    }
     let mut estimate = entry.estimate_ns();
     let share = sm.budget().share_ppm(device);
     // Only wait when a measurement is actually on its way, and only where

@@ -56,11 +56,14 @@ fn wait_for_readers() {
     }
 }
 
+// An encoded stream: its handle above the two low bits (handles are
+// pointers or small constants: their top two bits are always clear), so
+// the launch path encodes with a shift and an or.
 /// Set in every noted entry (a null stream handle is a real stream).
-const NOTED: u64 = 1 << 62;
+const NOTED: u64 = 1 << 1;
 /// The launch used the per-thread default stream semantics (`_ptsz`).
-const PER_THREAD: u64 = 1 << 63;
-const HANDLE_MASK: u64 = NOTED - 1;
+const PER_THREAD: u64 = 1;
+const HANDLE_SHIFT: u32 = 2;
 
 /// `CU_STREAM_PER_THREAD` from cuda.h.
 const STREAM_PER_THREAD: u64 = 0x2;
@@ -94,14 +97,19 @@ pub struct StreamRef {
 }
 
 fn encode(stream: sys::CUstream, per_thread: bool) -> u64 {
-    (stream as u64 & HANDLE_MASK) | NOTED | if per_thread { PER_THREAD } else { 0 }
+    (stream as u64) << HANDLE_SHIFT | NOTED | u64::from(per_thread)
+}
+
+/// The handle a word encodes (as [`encode`] kept it).
+fn handle_of(word: u64) -> u64 {
+    word >> HANDLE_SHIFT
 }
 
 fn decode(word: u64) -> Option<StreamRef> {
     if word & NOTED == 0 {
         return None;
     }
-    let handle = word & HANDLE_MASK;
+    let handle = handle_of(word);
     let per_thread = word & PER_THREAD != 0;
     // A per-thread default stream names a different stream on every
     // thread: it cannot be recorded on from another one.
@@ -167,13 +175,13 @@ pub fn others(_pin: &Pin, device: usize, stream: sys::CUstream, per_thread: bool
 /// Forgets `stream` (it is about to be destroyed); returns once no timed
 /// launch can still record on it.
 pub fn forget(stream: sys::CUstream) {
-    let handle = stream as u64 & HANDLE_MASK;
+    let handle = handle_of(encode(stream, false));
     for slot in RECENT
         .iter()
         .flat_map(|recent| std::iter::once(&recent.last).chain(&recent.streams))
     {
         let word = slot.load(Ordering::SeqCst);
-        if word & NOTED != 0 && word & HANDLE_MASK == handle {
+        if word & NOTED != 0 && handle_of(word) == handle {
             let _ = slot.compare_exchange(word, 0, Ordering::SeqCst, Ordering::SeqCst);
         }
     }

@@ -31,6 +31,7 @@ use dilu_layout::budget::{DEFAULT_DEPTH_NS, TenantBudget, UNLIMITED_SHARE};
 use dilu_layout::ledger;
 use dilu_layout::shm::Region;
 use std::sync::OnceLock;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 /// Where the budget and activity regions live.
 enum Regions {
@@ -47,6 +48,9 @@ pub struct TenantSm {
     regions: Regions,
     /// Resolved at the first launch, when the driver is initialised.
     current_device: OnceLock<CurrentDevice>,
+    /// Set once [`Self::current_device`] found one device: from then on a
+    /// launch reads this flag alone (most processes use one device).
+    one_device: AtomicBool,
 }
 
 static STATE: OnceLock<Option<TenantSm>> = OnceLock::new();
@@ -112,6 +116,7 @@ fn init() -> Option<TenantSm> {
         return Some(TenantSm {
             regions: Regions::Managed(attached),
             current_device: OnceLock::new(),
+            one_device: AtomicBool::new(false),
         });
     }
     if !configured() {
@@ -156,6 +161,7 @@ fn init() -> Option<TenantSm> {
     Some(TenantSm {
         regions: Regions::Standalone { budget, activity },
         current_device: OnceLock::new(),
+        one_device: AtomicBool::new(false),
     })
 }
 
@@ -180,12 +186,16 @@ impl TenantSm {
     /// with one device, without asking the driver).
     #[inline]
     pub fn current_device(&self) -> usize {
+        if self.one_device.load(Ordering::Relaxed) {
+            return 0;
+        }
         self.current_device
             .get_or_init(|| {
                 let count = devices::cuda_device_count();
                 if matches!(self.regions, Regions::Managed(_)) {
                     publish_node_gpus_apart(count);
                 }
+                self.one_device.store(count <= 1, Ordering::Relaxed);
                 CurrentDevice::new(count)
             })
             .get()
