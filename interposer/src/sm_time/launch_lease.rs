@@ -34,14 +34,15 @@ use std::sync::atomic::{AtomicU64, Ordering};
 /// instructions (`bench/results/launch-instructions.md`). Twice this cut
 /// the visits' part of a launch by half, but two tenants at 30% and 70%
 /// that synchronise after every 20 µs kernel (host-bound on two cores)
-/// then split the device 49/51 instead of 30/70 (`scripts/bench.sh sm`,
-/// its `k=1, 20 µs, 1 stream` row).
+/// then split the device 49/51 instead of 30/70 (`cargo bench -p
+/// dilu-bench --bench sm_accuracy -- --only "k=1, 20 µs, 1 stream"`, run
+/// at both sizes).
 pub const LEASE_GPU_NS: u64 = 64_000;
 
-/// A lease word: the GPU ns left above these bits, the launches spent from
-/// leases since telemetry last counted them in them. A lease holds at most
-/// [`LEASE_GPU_NS`] and a spend takes at least 1 ns, so the count stays far
-/// below 2^24 between two renewals (which take it).
+/// A lease word: in its low `UNCOUNTED_BITS`, the launches spent from
+/// leases since telemetry last counted them; above them, the GPU ns left.
+/// A lease holds at most [`LEASE_GPU_NS`] and a spend takes at least 1 ns,
+/// so the count stays far below 2^24 between two renewals (which take it).
 const UNCOUNTED_BITS: u32 = 24;
 const UNCOUNTED_MASK: u64 = (1 << UNCOUNTED_BITS) - 1;
 
