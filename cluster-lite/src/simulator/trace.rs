@@ -394,5 +394,13 @@ mod tests {
                 .unwrap_err()
                 .contains("sm_request")
         );
+        // A pod without GPUs: cores and host memory only.
+        let cores = r#"{"id":1,"function":"c","arrival_s":0,"duration_s":5,"class":"Batch","sm_request":0,"sm_limit":0,"memory_bytes":0,"gpus":0,"cpu_milli":4000}"#;
+        let read = read_json_lines(cores.as_bytes()).expect("a pod without GPUs");
+        assert!(!read[0].takes_gpus());
+        assert_eq!(read[0].pod.cpu_milli, 4000);
+        let half = cores.replace(r#""sm_limit":0,"#, r#""sm_limit":0.5,"#);
+        let error = read_json_lines(half.as_bytes()).unwrap_err();
+        assert!(error.contains("gpus 0 is a pod without GPUs"), "{error}");
     }
 }
