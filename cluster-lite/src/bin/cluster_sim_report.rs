@@ -37,7 +37,9 @@ use dilu_cluster::policy::{
 use dilu_cluster::simulator::inflation::{self, InflationResult};
 use dilu_cluster::simulator::openb::{self, LimitRule};
 use dilu_cluster::simulator::plot::{Series, line_chart_svg};
-use dilu_cluster::simulator::trace::{ArrivalPattern, TraceRecord, TraceSpec, generate};
+use dilu_cluster::simulator::trace::{
+    ArrivalPattern, TraceRecord, TraceSpec, count_without_gpus, generate,
+};
 use dilu_cluster::simulator::{ClusterShape, SimulationResult, report, simulate, tuning};
 
 const GIB: u64 = 1 << 30;
@@ -115,11 +117,6 @@ fn read_openb(args: &Args, limits: LimitRule) -> Result<(ClusterShape, Vec<Trace
     )?;
     let pods = pods.replayable()?.to_vec();
     Ok((ClusterShape { nodes }, pods))
-}
-
-/// How many of `pods` take no GPU.
-fn without_gpus(pods: &[TraceRecord]) -> usize {
-    pods.iter().filter(|pod| !pod.takes_gpus()).count()
 }
 
 fn every_policy(mix: &Arc<WorkloadMix>) -> Vec<Box<dyn PlacementPolicy>> {
@@ -208,7 +205,7 @@ fn run() -> Result<(), String> {
          nowhere waits (\"waited\", \"wait h\"); \"never placed\" were still waiting at the end.\n\n{}",
         pods.len(),
         shape.describe(),
-        without_gpus(&pods),
+        count_without_gpus(&pods),
         report::markdown_table(&replay)
     );
     write(

@@ -11,7 +11,7 @@ use std::sync::Arc;
 
 use dilu_cluster::policy::{POLICY_NAMES, policy_for_workload};
 use dilu_cluster::simulator::trace::{
-    ArrivalPattern, TraceRecord, TraceSpec, generate, read_json_lines,
+    ArrivalPattern, TraceRecord, TraceSpec, count_without_gpus, generate, read_json_lines,
 };
 use dilu_cluster::simulator::{ClusterShape, SimulationResult, report, simulate};
 use dilu_cluster::simulator::{inflation, openb};
@@ -264,7 +264,7 @@ pub fn run(args: SimulateArgs) -> Result<(), String> {
                 &checkpoints,
             ));
         }
-        let without_gpus = pods.iter().filter(|pod| !pod.takes_gpus()).count();
+        let without_gpus = count_without_gpus(&pods);
         println!(
             "FGD protocol: {} pods drawn ({without_gpus} without GPUs) from {} records (seed {}); \
              cluster of {}\n\n{}",
@@ -282,7 +282,7 @@ pub fn run(args: SimulateArgs) -> Result<(), String> {
             "pod list {} ({} pods, {} without GPUs)",
             path.display(),
             trace.len(),
-            trace.iter().filter(|pod| !pod.takes_gpus()).count()
+            count_without_gpus(&trace)
         ),
         (Some(path), None) => format!("trace file {}", path.display()),
         (None, None) => format!(

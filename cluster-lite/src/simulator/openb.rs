@@ -151,7 +151,7 @@ pub struct PodList {
 impl PodList {
     /// How many of its pods take no GPU.
     pub fn without_gpus(&self) -> usize {
-        self.records.iter().filter(|pod| !pod.takes_gpus()).count()
+        super::trace::count_without_gpus(&self.records)
     }
 
     /// The records for a replay in time, or why this list cannot give one.

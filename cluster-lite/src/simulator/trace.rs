@@ -131,6 +131,11 @@ impl TraceRecord {
     }
 }
 
+/// How many of `records` take no GPU.
+pub fn count_without_gpus(records: &[TraceRecord]) -> usize {
+    records.iter().filter(|record| !record.takes_gpus()).count()
+}
+
 /// How arrivals are spread in time.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ArrivalPattern {
