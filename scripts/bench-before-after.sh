@@ -39,10 +39,12 @@ done
 # Resolved here: in the scratch tree, a name like HEAD would mean its own.
 commit=$(git rev-parse --verify --quiet "$rev^{commit}") || { echo "bench-before-after: $rev is not a commit" >&2; exit 2; }
 
-# Each benchmark's results file (what scripts/bench.sh writes for it).
+# Each benchmark's results files (what scripts/bench.sh writes for it), one
+# per line.
 results_of() {
   case $1 in
     sm) echo bench/results/sm-accuracy.md ;;
+    overhead) printf '%s\n' bench/results/overhead.md bench/results/overhead-sm-launch.md ;;
     instructions) echo bench/results/launch-instructions.md ;;
     *) echo "bench/results/$1.md" ;;
   esac
@@ -83,7 +85,7 @@ if [ -n "$printed" ]; then
   (cd "$base/printed/after" && python3 "$OLDPWD/scripts/results_before_after.py" --before-dir ../before --label "$rev" "${names[@]}") | tee "$out"
 else
   files=()
-  for bench in "${benches[@]}"; do files+=("$(results_of "$bench")"); done
+  for bench in "${benches[@]}"; do mapfile -t -O "${#files[@]}" files < <(results_of "$bench"); done
   python3 scripts/results_before_after.py --before-dir "$tree" --label "$rev" "${files[@]}" | tee "$out"
 fi
 echo "bench-before-after: written to $out" >&2
