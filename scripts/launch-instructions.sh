@@ -192,6 +192,12 @@ lines += [
     "(`DILU_PEER_HAMI`, built from its sources) calls its rate limiter only in a process whose host",
     "pid it found in NVML's process list (`pidfound`); simgpu's null driver publishes no process, so",
     "its SM-limit row runs the same code as its memory row and is a floor for a limited launch.",
+    "",
+    "Timed launches: a kind is timed one sample at a time, the next due launch only after the",
+    "sampler's thread has read the last sample's events (it polls every 1 to 20 ms). Under valgrind,",
+    "which runs one thread at a time, that thread seldom runs while the loop launches, so few or none",
+    "of the measured launches are timed: the rows count the untimed launch, which is all but one",
+    "launch in hundreds natively (a 4 µs kind is timed at most one launch in 256, and one per poll).",
 ]
 lines += [
     "",

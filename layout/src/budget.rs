@@ -198,8 +198,18 @@ pub fn wall_cost_ns(cost_ns: u64, share_ppm: u32) -> u64 {
 pub(crate) fn mul_div(a: u64, b: u64, c: u64) -> u128 {
     match a.checked_mul(b) {
         Some(product) => u128::from(product / c),
-        None => u128::from(a) * u128::from(b) / u128::from(c),
+        None => mul_div_wide(a, b, c),
     }
+}
+
+/// [`mul_div`] in 128 bits, out of line: inlined, a division by a constant
+/// is free of side effects to the compiler, which then made the call to
+/// the 128-bit division on every bucket visit and kept one quotient of the
+/// two (about 50 instructions a visit, `scripts/launch-instructions.sh`).
+#[cold]
+#[inline(never)]
+fn mul_div_wide(a: u64, b: u64, c: u64) -> u128 {
+    u128::from(a) * u128::from(b) / u128::from(c)
 }
 
 /// Whether a share limits anything.

@@ -36,12 +36,13 @@ impl LaunchKey {
     /// distinct keys) whose high bits depend on every input bit and place the
     /// key in the table ([`EstimateTable::entry`]). A full 64-bit finaliser
     /// cost every launch about 15 instructions more for nothing the table
-    /// needs.
+    /// needs. The lowest bit is set (0 marks an empty slot): two kinds
+    /// whose products differ in that bit alone, one pair in 2^63, would
+    /// share an estimate.
     fn mix(a: u64, b: u64, seed: u64) -> Self {
         LaunchKey(
-            (a ^ seed ^ b.wrapping_mul(0x94D0_49BB_1331_11EB))
-                .wrapping_mul(0xBF58_476D_1CE4_E5B9)
-                .max(1),
+            (a ^ seed ^ b.wrapping_mul(0x94D0_49BB_1331_11EB)).wrapping_mul(0xBF58_476D_1CE4_E5B9)
+                | 1,
         )
     }
 

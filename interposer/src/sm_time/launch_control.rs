@@ -46,7 +46,9 @@ static ESTIMATES: EstimateTable = EstimateTable::new();
 /// The common case of a short launch, a measured kind already paid for by
 /// the process's lease, is the only one inlined: after a real driver call
 /// every cache line of code or data the launch path touches is likely cold,
-/// so it touches few (the estimate entry, the share, the lease).
+/// so it touches few (the estimate entry and the lease). Whether a lease
+/// may exist at all (a limited share, no co-location gate) is decided where
+/// it is renewed, in [`admit_through_bucket`], not again at each spend.
 #[inline(always)]
 fn admit(
     sm: &TenantSm,
@@ -55,7 +57,7 @@ fn admit(
     stream: Option<StreamRef>,
 ) -> (&'static crate::sm_time::kernel_estimates::Entry, bool) {
     if let Some(entry) = ESTIMATES.found_at_start(key)
-        && let Some(admitted) = admit_from_lease(sm, entry, device)
+        && let Some(admitted) = admit_from_lease(entry, device)
     {
         return admitted;
     }
@@ -63,19 +65,14 @@ fn admit(
 }
 
 /// Admits a launch of a measured kind, `entry`, that the process's lease
-/// on `device` covers (a limited share, no co-location gate); `None` when
-/// it must go to the bucket.
+/// on `device` covers; `None` when it must go to the bucket.
 #[inline(always)]
 fn admit_from_lease(
-    sm: &TenantSm,
     entry: &'static crate::sm_time::kernel_estimates::Entry,
     device: usize,
 ) -> Option<(&'static crate::sm_time::kernel_estimates::Entry, bool)> {
     let cost = entry.estimate_ns()?;
-    if is_limited(sm.budget().share_ppm(device))
-        && !crate::sm_time::colocation::active()
-        && launch_lease::spend(device, cost)
-    {
+    if launch_lease::spend(device, cost) {
         let launches_before = entry.charge();
         let sample = entry.due_for_sample(launches_before) && entry.start_sampling();
         return Some((entry, sample));
@@ -94,7 +91,7 @@ fn admit_through_bucket(
     let (entry, placed) = ESTIMATES.entry(key);
     // A kind placed past the slot its probe starts at (a collision) is
     // found only here: its lease as in `admit`.
-    if placed && let Some(admitted) = admit_from_lease(sm, entry, device) {
+    if placed && let Some(admitted) = admit_from_lease(entry, device) {
         return admitted;
     }
     let mut estimate = entry.estimate_ns();
@@ -122,13 +119,20 @@ fn admit_through_bucket(
     // When, GPU time charged and launches counted, for telemetry: a
     // lease's launches count with the one that renews it. The lease is not
     // spent from first: [`admit`] tried that where the kind had an
-    // estimate, and a renewal keeps what is left of it anyway.
+    // estimate, and a renewal keeps what is left of it anyway. Only a
+    // limited share outside co-location takes a lease (a co-location
+    // process's launches each pass its gate); a share raised to unlimited
+    // ends the lease, its launches counted.
     let (now, charged_ns, launches) = if is_limited(share) {
-        let (charge, uncounted) = launch_lease::renew(device, cost);
+        let (charge, uncounted) = if crate::sm_time::colocation::active() {
+            (cost, 0)
+        } else {
+            launch_lease::renew(device, cost)
+        };
         let now = charge_bucket(sm, device, stream, charge, share);
         (now, charge, 1 + uncounted)
     } else {
-        (monotonic_ns(), cost, 1)
+        (monotonic_ns(), cost, 1 + launch_lease::end(device))
     };
     let mut held = crate::sm_time::colocation::before_launch(device, cost, estimate.is_some());
     held += crate::sm_time::queue_bound::before_launch(sm, device, now + held, estimate.is_some());

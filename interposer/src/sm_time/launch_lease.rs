@@ -19,8 +19,10 @@
 //!
 //! What it changes: the process may have paid for up to one lease per
 //! device it has not used yet (the tenant runs that much less, never more),
-//! and a share lowered to 0 stops it after the work it has already paid
-//! for. Telemetry counts a lease's launches when the next one is taken.
+//! and a share changed (lowered to 0, raised to unlimited) applies after
+//! the work it has already paid for: a spend does not read the share, only
+//! a renewal does. Telemetry counts a lease's launches when the next one is
+//! taken or the lease ends.
 
 use dilu_layout::ledger::MAX_DEVICES;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -95,6 +97,19 @@ impl Leases {
         (LEASE_GPU_NS - (old >> UNCOUNTED_BITS), old & UNCOUNTED_MASK)
     }
 
+    #[inline]
+    fn end(&self, device: usize) -> u64 {
+        let Some(lease) = self.0.get(device) else {
+            return 0;
+        };
+        // Read first: a process without a lease (every unlimited one) does
+        // not write the line at each launch.
+        if lease.load(Ordering::Relaxed) == 0 {
+            return 0;
+        }
+        lease.swap(0, Ordering::Relaxed) & UNCOUNTED_MASK
+    }
+
     fn forget(&self) {
         for lease in &self.0 {
             lease.store(0, Ordering::Relaxed);
@@ -116,6 +131,14 @@ pub fn spend(device: usize, cost_ns: u64) -> bool {
 #[inline]
 pub fn renew(device: usize, cost_ns: u64) -> (u64, u64) {
     LEASES.renew(device, cost_ns, crate::config::get().ablate.leases)
+}
+
+/// Ends the process's lease on `device` (its share is no longer limited:
+/// what is left of the lease was paid for and is not needed). Returns the
+/// launches spent from it not yet counted.
+#[inline]
+pub fn end(device: usize) -> u64 {
+    LEASES.end(device)
 }
 
 /// A forked child starts with nothing paid: the parent's leases were paid
@@ -175,6 +198,11 @@ mod tests {
         assert!(!leases.spend(2, 1));
         leases.forget();
         assert!(!leases.spend(0, 1), "a forked child has nothing paid");
+        leases.renew(0, 1_000, false);
+        assert!(leases.spend(0, 1_000) && leases.spend(0, 1_000));
+        assert_eq!(leases.end(0), 2, "an ended lease's launches are counted");
+        assert!(!leases.spend(0, 1), "an ended lease is spent no more");
+        assert_eq!(leases.end(0), 0);
     }
 
     #[test]
