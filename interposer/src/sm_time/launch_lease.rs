@@ -32,7 +32,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 /// the 2 ms of vtime fair turns let one process run ahead, an eightieth of
 /// the default 5 ms bucket depth: what a process holds cannot move a share
 /// measurably. Launches of a few µs (where the bucket's cost shows) share
-/// one bucket visit between about sixteen of them: a visit costs about 430
+/// one bucket visit between about sixteen of them: a visit costs about 420
 /// instructions (`bench/results/launch-instructions.md`). Twice this cut
 /// the visits' part of a launch by half, but two tenants at 30% and 70%
 /// that synchronise after every 20 µs kernel (host-bound on two cores)
