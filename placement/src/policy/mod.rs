@@ -26,7 +26,8 @@ use crate::model::{ClusterState, GpuCell, GpuState, InstanceDemand, PodNeeds};
 pub use crate::model::{TaskType, WorkloadMix};
 pub use baselines::{DiluPaper, Exclusive, InflessLimits, InflessRequests};
 pub use dilu::{
-    Complementary, FRAGMENTATION_LIMIT_BOUND, FRAGMENTATION_RISK_WEIGHT, FragmentationScope,
+    Complementary, FRAGMENTATION_LIMIT_BOUND, FRAGMENTATION_RISK_WEIGHT,
+    FRAGMENTATION_SCARCITY_FULL, FragmentationScope,
 };
 pub use fgd::FragmentationGradient;
 

@@ -437,8 +437,9 @@ fn dilus_price_on_limit_excess_fades_as_idle_gpus_run_out() {
     };
     let pod = demand(WorkClass::Latency, 0.5, 0.55, 1, 1);
     let dilu = Complementary::for_workload(mix.clone());
-    // Idle GPUs plentiful (2 of 64 in use): the price (0.6 × 0.15, nearly
-    // 0.09, against 0.05 of fragment) keeps the excess off GPU 0.
+    // Idle GPUs plentiful (2 of 64 in use): the price on 0.15 of excess
+    // (most of it left, far above the 0.05 of fragment) keeps the excess
+    // off GPU 0.
     let plentiful = build(31);
     assert!(plentiful.busy_share() < 0.05);
     assert_eq!(place(&dilu, &plentiful, &pod).unwrap().gpus, vec![1]);
@@ -447,6 +448,22 @@ fn dilus_price_on_limit_excess_fades_as_idle_gpus_run_out() {
     let full = build(0);
     assert!((full.busy_share() - 1.0).abs() < 1e-12);
     assert_eq!(place(&dilu, &full, &pod).unwrap().gpus, vec![0]);
+    // Idle GPUs count as run out from `scarcity_full` on: with a quarter of
+    // the GPUs in use, a policy for which that is the point places as on
+    // the full cluster; one for which it is the whole cluster still pays
+    // most of the price.
+    let quarter = build(3);
+    assert!((quarter.busy_share() - 0.25).abs() < 1e-12);
+    let early = Complementary {
+        scarcity_full: 0.25,
+        ..dilu.clone()
+    };
+    assert_eq!(place(&early, &quarter, &pod).unwrap().gpus, vec![0]);
+    let late = Complementary {
+        scarcity_full: 1.0,
+        ..dilu.clone()
+    };
+    assert_eq!(place(&late, &quarter, &pod).unwrap().gpus, vec![1]);
     let fgd = FragmentationGradient::new(mix);
     assert_eq!(place(&fgd, &full, &pod).unwrap().gpus, vec![0]);
 }
