@@ -205,7 +205,8 @@ pub(crate) fn mul_div(a: u64, b: u64, c: u64) -> u128 {
 /// [`mul_div`] in 128 bits, out of line: inlined, a division by a constant
 /// is free of side effects to the compiler, which then made the call to
 /// the 128-bit division on every bucket visit and kept one quotient of the
-/// two (about 50 instructions a visit, `scripts/launch-instructions.sh`).
+/// two (about 20 instructions a visit more, `scripts/launch-instructions.sh`
+/// with leases off).
 #[cold]
 #[inline(never)]
 fn mul_div_wide(a: u64, b: u64, c: u64) -> u128 {
