@@ -12,9 +12,10 @@ use dilu_cluster::policy::{
     place_host_only, place_pod, place_pod_scanning_every_node, policy_for_workload,
 };
 use dilu_cluster::rng::SeededRng;
-use dilu_cluster::simulator::ClusterShape;
 use dilu_cluster::simulator::inflation;
 use dilu_cluster::simulator::openb::{self, LimitRule};
+use dilu_cluster::simulator::trace::TraceRecord;
+use dilu_cluster::simulator::{ClusterShape, NodeSpec};
 
 const GIB: u64 = 1 << 30;
 
@@ -25,8 +26,8 @@ fn openb_file(name: &str) -> std::io::BufReader<std::fs::File> {
     std::io::BufReader::new(std::fs::File::open(&path).expect("openb data in bench/data"))
 }
 
-#[test]
-fn indexed_search_matches_the_scan_on_openb_with_departures() {
+/// openb's GPU nodes and its default pod list.
+fn openb_nodes_and_pods() -> (Vec<NodeSpec>, Vec<TraceRecord>) {
     let nodes = openb::read_nodes(openb_file("openb_node_list_gpu_node.csv"), 80 * GIB).unwrap();
     let pods = openb::read_pods(
         openb_file("openb_pod_list_default.csv"),
@@ -35,6 +36,12 @@ fn indexed_search_matches_the_scan_on_openb_with_departures() {
     )
     .unwrap()
     .records;
+    (nodes, pods)
+}
+
+#[test]
+fn indexed_search_matches_the_scan_on_openb_with_departures() {
+    let (nodes, pods) = openb_nodes_and_pods();
     let shape = ClusterShape::tiled(&nodes, 400);
     let drawn = inflation::inflate(&pods, shape.gpus(), 3.0, 11);
     let mix = Arc::new(inflation::workload_mix(&drawn, &shape));
@@ -122,4 +129,63 @@ fn indexed_search_matches_the_scan_on_openb_with_departures() {
             "{name}: every node in a state of its own once the cluster was full"
         );
     }
+}
+
+#[test]
+fn standing_indexes_decide_as_the_scan_on_a_busy_openb_cluster() {
+    // Enough openb nodes (10,000 GPUs) for several hundred classes, so that
+    // the searches the floors cannot cut short build standing indexes at
+    // their default threshold (most searches here are cut short, so only
+    // some are answered by an index); once half the capacity is requested,
+    // a stream of arrivals and departures, each decision compared with the
+    // scan of every node.
+    let (nodes, pods) = openb_nodes_and_pods();
+    let shape = ClusterShape::tiled(&nodes, 10_000);
+    let drawn: Vec<_> = inflation::inflate(&pods, shape.gpus(), 1.0, 5)
+        .into_iter()
+        .filter(|pod| pod.takes_gpus())
+        .collect();
+    let mix = Arc::new(inflation::workload_mix(&drawn, &shape));
+    let policy = policy_for_workload("dilu", mix.clone()).unwrap();
+    let mut cluster: ClusterState = shape.build();
+    cluster.expect_workload(mix);
+    let mut running: Vec<(InstanceDemand, PodNeeds, Vec<usize>)> = Vec::new();
+    let mut random = SeededRng::new(9);
+    let (mut requested, mut compared) = (0.0, 0);
+    for pod in &drawn {
+        let busy = requested > 0.5 * shape.gpus() as f64;
+        if busy && random.below(2) == 0 {
+            let (demand, needs, gpus) =
+                running.swap_remove(random.below(running.len() as u64) as usize);
+            cluster.release(&demand, &gpus);
+            cluster.release_host(cluster.gpus[gpus[0]].node, &needs);
+            requested -= demand.sm_request * f64::from(demand.gpus);
+        }
+        let (demand, needs) = (pod.demand(), pod.needs(&cluster));
+        let placed = place_pod(policy.as_ref(), &cluster, &demand, &needs);
+        if busy {
+            let scanned = place_pod_scanning_every_node(policy.as_ref(), &cluster, &demand, &needs);
+            assert_eq!(placed, scanned, "{demand:?} {needs:?}");
+            compared += 1;
+        }
+        if let Some(placement) = placed {
+            cluster.apply(&demand, &placement.gpus);
+            cluster.apply_host(cluster.gpus[placement.gpus[0]].node, &needs);
+            requested += demand.sm_request * f64::from(demand.gpus);
+            running.push((demand, needs, placement.gpus));
+        }
+        if compared == 600 {
+            break;
+        }
+    }
+    let (answered, asked) = cluster.standing_answers();
+    assert!(
+        compared == 600 && cluster.node_classes() >= 256,
+        "{compared} compared, {} classes",
+        cluster.node_classes()
+    );
+    assert!(
+        answered >= 20 && cluster.standing_indexes() > 0,
+        "indexes answered {answered} of {asked} searches"
+    );
 }

@@ -1,7 +1,9 @@
 //! A cheap hasher for the search's small integer keys (node-class keys,
 //! fragmentation memo keys): std's SipHash cost more than the scoring it
 //! saves on a 10,000-GPU cluster. The keys come from node inventories and
-//! share sums, not from anyone who could choose collisions.
+//! share sums, not from anyone who could choose collisions. The same
+//! hasher folds a policy's parameters into the fingerprint that keys its
+//! standing cost indexes.
 
 use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, Hasher};
@@ -57,3 +59,13 @@ impl Hasher for WordHasher {
 
 /// A `HashMap` hashed by [`WordHasher`].
 pub type FastMap<K, V> = HashMap<K, V, BuildHasherDefault<WordHasher>>;
+
+/// Folds `words` into one fingerprint (a policy's parameters and
+/// cluster-wide inputs, for `PlacementPolicy::cost_context`).
+pub fn fingerprint(words: impl IntoIterator<Item = u64>) -> u64 {
+    let mut hasher = WordHasher::default();
+    for word in words {
+        hasher.write_u64(word);
+    }
+    hasher.finish()
+}

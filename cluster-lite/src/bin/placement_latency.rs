@@ -1,6 +1,7 @@
 //! `placement-latency`: how long one placement decision takes as the
-//! cluster grows, for `dilu` (with the node-class index and scanning every
-//! node, side by side) and `dilu-paper`; writes
+//! cluster grows, for `dilu` (its default search with standing indexes,
+//! the search by classes alone and the scan of every node, side by side)
+//! and `dilu-paper`; writes
 //! `bench/results/placement-latency.md` (run by `scripts/bench.sh
 //! placement-latency`).
 //!
@@ -10,10 +11,12 @@
 //! openb pods drawn at random (the workload known: `dilu`'s fragmentation
 //! fit). Each is filled to a share of its GPU capacity requested (pods
 //! arriving and never leaving, as in FGD's protocol; 10% is about where
-//! openb's own replay runs, 50% a busy cluster), then the next 500
-//! pods of the same source are each placed (not applied) `REPEATS` times;
-//! a decision's time is the least of its repeats, so that a preemption of
-//! this process (a loaded 2-core machine) does not count as placement time.
+//! openb's own replay runs, 50% a busy cluster), then the next `MEASURED`
+//! pods of the same source are placed and applied in turn, as a scheduler
+//! does, each decision timed once: its time includes whatever upkeep the
+//! search does (a standing index re-scoring the classes changed since its
+//! last search, or being built). Each search runs the same stream from the
+//! same filled cluster (the searches decide alike).
 //!
 //! usage: placement-latency [--out DIR] [--data DIR] [--sizes GPUS,...]
 
@@ -24,8 +27,8 @@ use std::time::Instant;
 
 use dilu_cluster::model::ClusterState;
 use dilu_cluster::policy::{
-    PlacementPolicy, place_pod, place_pod_scanning_every_node, policy_for_workload,
-    tell_cluster_the_workload,
+    PlacementPolicy, place_pod, place_pod_by_classes, place_pod_scanning_every_node,
+    policy_for_workload, tell_cluster_the_workload,
 };
 use dilu_cluster::simulator::inflation::{self, requested_share};
 use dilu_cluster::simulator::openb::{self, LimitRule};
@@ -35,8 +38,7 @@ use dilu_cluster::simulator::{ClusterShape, percentile};
 const GIB: u64 = 1 << 30;
 /// Cluster sizes measured by default (GPUs).
 const SIZES: [usize; 5] = [1_250, 2_500, 5_000, 10_000, 100_000];
-const MEASURED: usize = 500;
-const REPEATS: usize = 5;
+const MEASURED: usize = 1000;
 /// Shares of the GPU capacity requested before measuring.
 const FILLS: [f64; 2] = [0.1, 0.5];
 
@@ -90,6 +92,8 @@ struct Row {
     node_states: usize,
     policy: String,
     search: &'static str,
+    /// Share of the searches a standing index answered (`None`: none asked).
+    answered_share: Option<f64>,
     p50_us: f64,
     p99_us: f64,
 }
@@ -129,26 +133,25 @@ fn filled(
     (cluster, used)
 }
 
+/// Places and applies `pods` in turn on `cluster` by `search`, timing each
+/// decision; p50 and p99 in µs.
 fn time_decisions(
     policy: &dyn PlacementPolicy,
-    cluster: &ClusterState,
+    cluster: &mut ClusterState,
     pods: &[TraceRecord],
     search: Search,
 ) -> (f64, f64) {
-    let mut times: Vec<u64> = pods
-        .iter()
-        .map(|pod| {
-            let (demand, needs) = (pod.demand(), pod.needs(cluster));
-            (0..REPEATS)
-                .map(|_| {
-                    let started = Instant::now();
-                    std::hint::black_box(search(policy, cluster, &demand, &needs));
-                    started.elapsed().as_nanos() as u64
-                })
-                .min()
-                .unwrap_or(0)
-        })
-        .collect();
+    let mut times: Vec<u64> = Vec::with_capacity(pods.len());
+    for pod in pods {
+        let (demand, needs) = (pod.demand(), pod.needs(cluster));
+        let started = Instant::now();
+        let placement = std::hint::black_box(search(policy, cluster, &demand, &needs));
+        times.push(started.elapsed().as_nanos() as u64);
+        if let Some(placement) = placement {
+            cluster.apply(&demand, &placement.gpus);
+            cluster.apply_host(cluster.gpus[placement.gpus[0]].node, &needs);
+        }
+    }
     times.sort_unstable();
     (
         percentile(&times, 0.5) / 1000.0,
@@ -166,50 +169,77 @@ fn measure(
 ) {
     for name in ["dilu", "dilu-paper"] {
         let policy = policy_for_workload(name, mix.clone()).expect("known policy");
-        let (cluster, used) = filled(policy.as_ref(), shape, pods, fill);
+        let (mut filled, used) = filled(policy.as_ref(), shape, pods, fill);
         let sample = &pods[used..(used + MEASURED).min(pods.len())];
         let searches: &[(&'static str, Search)] = if name == "dilu" {
             &[
-                ("indexed", place_pod),
+                ("standing indexes", place_pod),
+                ("classes", place_pod_by_classes),
                 ("every node", place_pod_scanning_every_node),
             ]
         } else {
-            &[("indexed", place_pod)]
+            // `dilu-paper` says nothing of what its costs read
+            // (`PlacementPolicy::cost_context`): its default search is by
+            // classes.
+            &[("classes", place_pod)]
         };
-        for &(search_name, search) in searches {
-            let (p50_us, p99_us) = time_decisions(policy.as_ref(), &cluster, sample, search);
+        let busy_gpus = filled.active_gpus();
+        let busy_nodes = (0..filled.nodes.len())
+            .filter(|&node| !filled.node_is_idle(node))
+            .count();
+        let node_states = filled.node_classes();
+        let first_row = rows.len();
+        // The default search goes on from the fill with the indexes the
+        // fill left (a scheduler that has been running), so it runs last;
+        // the others each run on a copy of the filled cluster.
+        for &(search_name, search) in searches.iter().rev() {
+            let mut copy;
+            let cluster = if search_name == "standing indexes" {
+                &mut filled
+            } else {
+                copy = filled.clone();
+                &mut copy
+            };
+            let (answered_before, asked_before) = cluster.standing_answers();
+            let (p50_us, p99_us) = time_decisions(policy.as_ref(), cluster, sample, search);
+            let (answered, asked) = cluster.standing_answers();
+            let answered_share = (asked > asked_before)
+                .then(|| (answered - answered_before) as f64 / (asked - asked_before) as f64);
             eprintln!(
                 "{shape_name} {} GPUs {name} {search_name}: p50 {p50_us:.1} µs p99 {p99_us:.1} µs",
                 shape.gpus()
             );
-            rows.push(Row {
-                fill,
-                shape: shape_name,
-                gpus: shape.gpus(),
-                busy_gpus: cluster.active_gpus(),
-                busy_nodes: (0..cluster.nodes.len())
-                    .filter(|&node| !cluster.node_is_idle(node))
-                    .count(),
-                node_states: cluster.node_classes(),
-                policy: name.to_string(),
-                search: search_name,
-                p50_us,
-                p99_us,
-            });
+            rows.insert(
+                first_row,
+                Row {
+                    fill,
+                    shape: shape_name,
+                    gpus: shape.gpus(),
+                    busy_gpus,
+                    busy_nodes,
+                    node_states,
+                    policy: name.to_string(),
+                    search: search_name,
+                    answered_share,
+                    p50_us,
+                    p99_us,
+                },
+            );
         }
     }
 }
 
-/// For `dilu` at each fill and shape: how busy nodes, node states and the
-/// p50 of each search grow from the smallest size to the largest.
+/// For `dilu` at each fill and shape: how node states and each search's
+/// p50 and p99 grow from the smallest size to the largest.
 fn growth_table(rows: &[Row], sizes: &[usize]) -> String {
     let mut out = String::from(
-        "| requested | shape | GPUs | busy nodes | node states | indexed p50 µs | every node p50 µs |\n\
+        "| requested | shape | GPUs | node states | standing indexes p50 / p99 µs | classes p50 / p99 µs | every node p50 / p99 µs |\n\
          |---:|---|---|---|---|---|---|\n",
     );
     let (Some(&small), Some(&large)) = (sizes.iter().min(), sizes.iter().max()) else {
         return out;
     };
+    let ratio = |x: f64, y: f64| y / x.max(f64::MIN_POSITIVE);
     for fill in FILLS {
         for shape in ["uniform, generated", "openb nodes, openb pods"] {
             let find = |size: usize, search: &str| {
@@ -222,34 +252,39 @@ fn growth_table(rows: &[Row], sizes: &[usize]) -> String {
                         && row.gpus < size + 100
                 })
             };
-            let (Some(a), Some(b), Some(a_scan), Some(b_scan)) = (
-                find(small, "indexed"),
-                find(large, "indexed"),
-                find(small, "every node"),
-                find(large, "every node"),
+            let growth = |search: &str| {
+                let (Some(a), Some(b)) = (find(small, search), find(large, search)) else {
+                    return None;
+                };
+                Some(format!(
+                    "{:.1} / {:.1} → {:.1} / {:.1} (×{:.1} / ×{:.1})",
+                    a.p50_us,
+                    a.p99_us,
+                    b.p50_us,
+                    b.p99_us,
+                    ratio(a.p50_us, b.p50_us),
+                    ratio(a.p99_us, b.p99_us)
+                ))
+            };
+            let (Some(a), Some(b), Some(standing), Some(classes), Some(scan)) = (
+                find(small, "standing indexes"),
+                find(large, "standing indexes"),
+                growth("standing indexes"),
+                growth("classes"),
+                growth("every node"),
             ) else {
                 continue;
             };
-            let ratio = |x: f64, y: f64| y / x.max(f64::MIN_POSITIVE);
             let _ = writeln!(
                 out,
-                "| {:.0}% | {shape} | {} → {} (×{:.1}) | {} → {} (×{:.1}) | {} → {} (×{:.1}) | {:.1} → {:.1} (×{:.1}) | {:.1} → {:.1} (×{:.1}) |",
+                "| {:.0}% | {shape} | {} → {} (×{:.1}) | {} → {} (×{:.1}) | {standing} | {classes} | {scan} |",
                 fill * 100.0,
                 a.gpus,
                 b.gpus,
                 ratio(a.gpus as f64, b.gpus as f64),
-                a.busy_nodes,
-                b.busy_nodes,
-                ratio(a.busy_nodes as f64, b.busy_nodes as f64),
                 a.node_states,
                 b.node_states,
                 ratio(a.node_states as f64, b.node_states as f64),
-                a.p50_us,
-                b.p50_us,
-                ratio(a.p50_us, b.p50_us),
-                a_scan.p50_us,
-                b_scan.p50_us,
-                ratio(a_scan.p50_us, b_scan.p50_us),
             );
         }
     }
@@ -323,40 +358,51 @@ fn run() -> Result<(), String> {
          `cluster-lite/src/bin/placement_latency.rs`); nothing here is edited by hand. Release build,\n\
          this machine's load when it started: {load}; {seconds:.0} s in all.\n\n\
          Each cluster is filled until 10% or 50% of its GPU capacity is requested (pods arriving in\n\
-         order, never leaving; openb's own replay keeps about 1% of its GPUs in use); then each of the next {MEASURED} pods is placed (not applied) {REPEATS} times and a\n\
-         decision's time is the least of its repeats (a preemption of the process is not placement\n\
-         time). *uniform, generated*: 8-GPU nodes and the built-in generator's instances (no workload\n\
+         order, never leaving; openb's own replay keeps about 1% of its GPUs in use); then the next\n\
+         {MEASURED} pods are placed and applied in turn, as a scheduler does, each decision timed once (its\n\
+         time includes whatever upkeep the search does), by each search on the same filled cluster.\n\
+         *uniform, generated*: 8-GPU nodes and the built-in generator's instances (no workload\n\
          known: `dilu` fits by slack). *openb nodes, openb pods*: Alibaba's openb node list repeated to\n\
          the size and its default pod list drawn at random (workload known: `dilu` fits by FGD's\n\
-         fragmentation, its costliest score; the cluster is told the workload, `ClusterState::expect_workload`). `indexed`: the search groups nodes into classes of\n\
-         identical state (every GPU's request, limit and memory sums, instance counts and draining,\n\
-         the host's CPU capacity and use, memory capacity and GPU model; `ClusterState::refresh_node`)\n\
-         and files each class by the cells of its GPUs (Σ SM requests by Σ SM limits, or by fragment\n\
-         weight when the workload is known; memory in use per GPU size); the policy puts a floor under\n\
-         its cost on each cell (`PlacementPolicy::cost_floor`), and the search scores the first\n\
-         fitting node of each class, cheapest cell first, until a cell's floor exceeds the best cost found\n\
-         (`placement/src/policy/mod.rs`, `search_by_floor`); `every node`: the scan of every node, on the\n\
-         same cluster, which gives the same decisions (tests\n\
-         `the_node_index_places_exactly_as_scanning_every_node` and\n\
-         `indexed_search_matches_the_scan_on_openb_with_departures`). *busy nodes*: nodes with work\n\
-         on them after the fill; *node states*: the classes then, idle ones included.\n\n\
-         **How the cost grows.** The search scores the classes whose cells' floors are at or below the\n\
-         best cost, so its cost grows with how many classes could hold the best GPU, not with the nodes\n\
-         or the classes: few where a pod fits a GPU tightly and the floors are tight (the slack fit;\n\
-         the fragmentation fit with idle GPUs plentiful), most of them where the floors are loose. The\n\
-         fragmentation fit's floor is loose on a busy cluster: it bounds how far a pod can lower a node's\n\
-         fragmentation, not the price on limit excess or the rise that opening an idle GPU makes, so\n\
-         at 50% requested it still scores most classes for small pods and gangs. The table below gives\n\
-         the growth from the smallest cluster to the largest, measured in this run.\n\n\
+         fragmentation, its costliest score; the cluster is told the workload, `ClusterState::expect_workload`).\n\n\
+         The searches, which all decide alike (tests `the_node_index_places_exactly_as_scanning_every_node`,\n\
+         `standing_indexes_place_as_the_scan_while_pods_come_go_and_gpus_drain` and\n\
+         `indexed_search_matches_the_scan_on_openb_with_departures`):\n\n\
+         - `classes`: nodes are grouped into classes of identical state (every GPU's request, limit\n\
+         and memory sums, instance counts and draining, the host's CPU capacity and use, memory capacity\n\
+         and GPU model; `ClusterState::refresh_node`), each class filed by the cells of its GPUs (Σ SM\n\
+         requests by Σ SM limits, or by fragment weight when the workload is known; memory in use per\n\
+         GPU size); the policy puts a floor under its cost on each cell (`PlacementPolicy::cost_floor`),\n\
+         and the search scores the first fitting node of each class, cheapest cell first, until a\n\
+         cell's floor exceeds the best cost found (`search_by_floor`). Its cost grows with how many\n\
+         classes could hold the best GPU: few where the floors are tight (the slack fit; the\n\
+         fragmentation fit with idle GPUs plentiful), most of them where they are loose (the\n\
+         fragmentation fit on a busy cluster, whose floor bounds how far a pod can lower a node's\n\
+         fragmentation, not what opening an idle GPU costs).\n\
+         - `standing indexes` (the default, `place_pod`): a one-GPU pod under a policy that says what its\n\
+         costs read besides the node (`PlacementPolicy::cost_context`: `dilu`'s parameters, its\n\
+         workload and how scarce idle GPUs are) is answered from a standing index of its shape: every\n\
+         class's best (cost, GPU) in order, re-scored only for the classes that changed since that\n\
+         shape's last search (`placement/src/model/cost_index.rs`). An index is built by the next\n\
+         search of a shape after one that scored 256 classes or more in the same context, and dropped\n\
+         when unused while 256 others are newer; a class still in the state it was scored in keeps its\n\
+         cost (its first fitting member may change); gangs and other searches go by classes. It runs on from\n\
+         the fill, with the indexes the fill built (a scheduler that has been running); *answered*:\n\
+         the share of its searches an index answered.\n\
+         - `every node`: the scan of every node.\n\n\
+         `dilu-paper` does not say what its costs read, so its default search is by classes.\n\n\
+         *busy nodes*: nodes with work on them after the fill; *node states*: the classes then, idle ones\n\
+         included. The table below gives the growth from the smallest cluster to the largest, measured\n\
+         in this run.\n\n\
          {growth}\n\
-         | requested | shape | GPUs | GPUs in use | busy nodes | node states | policy | search | p50 µs | p99 µs |\n|---:|---|---:|---:|---:|---:|---|---|---:|---:|",
+         | requested | shape | GPUs | GPUs in use | busy nodes | node states | policy | search | answered | p50 µs | p99 µs |\n|---:|---|---:|---:|---:|---:|---|---|---:|---:|---:|",
         seconds = started.elapsed().as_secs_f64(),
         growth = growth_table(&rows, &args.sizes),
     );
     for row in &rows {
         let _ = writeln!(
             md,
-            "| {:.0}% | {} | {} | {} | {} | {} | {} | {} | {:.1} | {:.1} |",
+            "| {:.0}% | {} | {} | {} | {} | {} | {} | {} | {} | {:.1} | {:.1} |",
             row.fill * 100.0,
             row.shape,
             row.gpus,
@@ -365,6 +411,8 @@ fn run() -> Result<(), String> {
             row.node_states,
             row.policy,
             row.search,
+            row.answered_share
+                .map_or("–".to_string(), |share| format!("{:.0}%", share * 100.0)),
             row.p50_us,
             row.p99_us
         );

@@ -139,6 +139,8 @@ pub struct NodeClasses {
     /// only these.
     occupied: Vec<u16>,
     occupied_at: Vec<u32>,
+    /// Classes opened so far (each class's `generation` is its number).
+    opened: u64,
     /// Per cell, its GPUs (one per class holding them) by memory size and
     /// step of memory in use.
     memory: Vec<Vec<MemoryRow>>,
@@ -154,6 +156,7 @@ impl Default for NodeClasses {
             in_cell: vec![Vec::new(); CELLS],
             occupied: Vec::new(),
             occupied_at: vec![NOT_OCCUPIED; CELLS],
+            opened: 0,
             memory: vec![Vec::new(); CELLS],
         }
     }
@@ -170,6 +173,9 @@ struct NodeClass {
     cells: Vec<(u16, u32)>,
     /// Where each of its GPUs stands (draining ones left out).
     points: Vec<GpuPoint>,
+    /// Which opening of a class this is (ids are reused; a state keeps its
+    /// generation while its class has members).
+    generation: u64,
 }
 
 impl NodeClasses {
@@ -258,7 +264,9 @@ impl NodeClasses {
         for &point in &points {
             *self.memory_count(point) += 1;
         }
+        self.opened += 1;
         let class = &mut self.classes[id as usize];
+        class.generation = self.opened;
         class.points = points;
         class.cells.clear();
         for cell in distinct {
@@ -298,6 +306,13 @@ impl NodeClasses {
     /// The lowest member of class `id`.
     pub fn first(&self, id: u32) -> usize {
         self.classes[id as usize].first
+    }
+
+    /// Which opening of a class id `id` holds now (see `NodeClass`).
+    pub fn generation(&self, id: u32) -> u64 {
+        self.classes
+            .get(id as usize)
+            .map_or(0, |class| class.generation)
     }
 
     /// The members of class `id`, in node order.

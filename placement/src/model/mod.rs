@@ -11,6 +11,7 @@
 //! networking or time.
 
 mod classes;
+mod cost_index;
 mod node;
 mod workload;
 
@@ -18,7 +19,9 @@ use std::ops::Range;
 use std::sync::Arc;
 
 use classes::{IDLE_ROW, MemoryRow, NodeClasses};
+use cost_index::{ClassLog, CostIndexes};
 
+pub use cost_index::Standing;
 pub use dilu_abi::cluster_wire::{InstanceDemand, WorkClass};
 pub use node::{GpuModel, GpuState, HostState, PodNeeds, SHARE_EPSILON};
 pub use workload::{TaskType, WorkloadMix};
@@ -54,6 +57,10 @@ pub struct ClusterState {
     /// change made to `gpus` or `hosts` by hand must be followed by
     /// [`refresh_node`](ClusterState::refresh_node).
     classes: NodeClasses,
+    /// The classes each refresh touched, and the standing indexes of each
+    /// class's best cost per pod shape that replay it (see `cost_index`).
+    class_log: ClassLog,
+    cost_indexes: CostIndexes,
     /// The workload the cluster expects, when told
     /// ([`expect_workload`](Self::expect_workload)): the grid's columns are
     /// then its GPUs' fragment weights instead of their Σ SM limits.
@@ -242,7 +249,67 @@ impl ClusterState {
                 })
                 .collect()
         };
+        let left = self.classes.of(node);
         self.classes.file(node, key, points);
+        // Logged even when the class stays: a member's host memory, which
+        // decides whether it fits a pod, may have changed.
+        if let Some(left) = left {
+            self.class_log.touch(left);
+        }
+        if let Some(joined) = self.classes.of(node).filter(|&id| Some(id) != left) {
+            self.class_log.touch(joined);
+        }
+    }
+
+    /// The cheapest (cost, GPU) over every class of identical nodes for a
+    /// pod of `shape` under a policy whose cluster-wide inputs are
+    /// `context`, from a standing index (see `cost_index`), where one
+    /// answers: `representative(class)` is the class's first member that
+    /// fits the pod's host needs, `score(node)` that node's cheapest
+    /// (cost, GPU) for the pod.
+    pub fn standing_best(
+        &self,
+        shape: &[u64],
+        context: u64,
+        representative: &mut dyn FnMut(u32) -> Option<usize>,
+        score: &mut dyn FnMut(usize) -> Option<(f64, usize)>,
+    ) -> Standing {
+        let mut view = View {
+            cluster: self,
+            representative,
+            score,
+        };
+        self.cost_indexes.best(
+            shape,
+            context,
+            &self.class_log,
+            &mut self.classes.ids(),
+            self.classes.id_bound(),
+            &mut view,
+        )
+    }
+
+    /// Whether searches should ask for standing indexes: not while the
+    /// cluster has too few classes of nodes for one to pay.
+    pub fn standing_indexes_may_pay(&self) -> bool {
+        cost_index::may_build(self.classes.len())
+    }
+
+    /// How many standing indexes (pod shapes under a policy) are built.
+    pub fn standing_indexes(&self) -> usize {
+        self.cost_indexes.built()
+    }
+
+    /// How many searches standing indexes answered, of how many asked.
+    pub fn standing_answers(&self) -> (u64, u64) {
+        self.cost_indexes.answers()
+    }
+
+    /// Records that a search for `shape` in `context` scored `scored`
+    /// classes without a standing index (a costly one builds an index for
+    /// the next).
+    pub fn note_search(&self, shape: &[u64], context: u64, scored: usize) {
+        self.cost_indexes.note_search(shape, context, scored);
     }
 
     /// How many nodes of `node`'s class of identical nodes (see
@@ -384,6 +451,7 @@ impl ClusterState {
         self.workload_weight = workload.total_weight() * (1.0 + 1e-9) + 1e-12;
         self.workload = usable.then_some(workload);
         self.classes.clear();
+        self.class_log.restart();
         for node in 0..self.nodes.len() {
             self.refresh_node(node);
         }
@@ -507,6 +575,31 @@ impl ClusterState {
     /// [`release`](Self::release) did (work put on `gpus` by hand is not seen).
     pub fn busy_share(&self) -> f64 {
         self.busy.min(self.gpus.len()) as f64 / self.gpus.len().max(1) as f64
+    }
+}
+
+/// A cluster's classes and one pod's scoring, as a standing index asks.
+struct View<'a> {
+    cluster: &'a ClusterState,
+    representative: &'a mut dyn FnMut(u32) -> Option<usize>,
+    score: &'a mut dyn FnMut(usize) -> Option<(f64, usize)>,
+}
+
+impl cost_index::ClassView for View<'_> {
+    fn representative(&mut self, class: u32) -> Option<usize> {
+        (self.representative)(class)
+    }
+
+    fn generation(&self, class: u32) -> u64 {
+        self.cluster.classes.generation(class)
+    }
+
+    fn first_gpu(&self, node: usize) -> usize {
+        self.cluster.nodes[node].start
+    }
+
+    fn score(&mut self, node: usize) -> Option<(f64, usize)> {
+        (self.score)(node)
     }
 }
 

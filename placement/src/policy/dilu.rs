@@ -302,6 +302,28 @@ impl PlacementPolicy for Complementary {
         Some(open + fit)
     }
 
+    /// Every parameter, the workload, and under the fragmentation fit how
+    /// scarce idle GPUs are (which weighs the fit and the price).
+    fn cost_context(&self, cluster: &ClusterState) -> Option<u64> {
+        let (workload, scarcity) = match &self.fragmentation {
+            Some(fragmentation) => (fragmentation.fingerprint(), self.scarcity(cluster)),
+            None => (0, 0.0),
+        };
+        Some(crate::fast_hash::fingerprint([
+            workload,
+            self.fragmentation_scope as u64,
+            self.fragmentation_risk_weight.to_bits(),
+            self.scarcity_full.to_bits(),
+            self.soft_limit_bound.map_or(u64::MAX, f64::to_bits),
+            self.limit_bound.to_bits(),
+            self.risk_weight.to_bits(),
+            self.scale_in_risk_weight.to_bits(),
+            self.move_limit_cap.to_bits(),
+            self.restart_limit_cap.to_bits(),
+            scarcity.to_bits(),
+        ]))
+    }
+
     fn costs_on_node(
         &self,
         cluster: &ClusterState,

@@ -92,16 +92,25 @@ pub struct FragmentationGradient {
     /// The mix's total weight (a bound's factor, asked per cell).
     mix_weight: f64,
     memo: Arc<Memo>,
+    /// The mix, word by word (its part of `cost_context`).
+    fingerprint: u64,
 }
 
 impl FragmentationGradient {
     /// FGD for the workload `mix`; with an empty mix each pod is measured
     /// against pods like itself.
     pub fn new(mix: Arc<WorkloadMix>) -> Self {
+        let fingerprint = crate::fast_hash::fingerprint(mix.types.iter().flat_map(|task| {
+            [task.cpu_milli, task.share.to_bits(), u64::from(task.gpus)]
+                .into_iter()
+                .chain([task.models.len() as u64, task.weight.to_bits()])
+                .chain(task.models.iter().map(|&model| u64::from(model)))
+        }));
         Self {
             mix_weight: mix.total_weight(),
             mix,
             memo: Arc::default(),
+            fingerprint,
         }
     }
 
@@ -128,6 +137,12 @@ impl FragmentationGradient {
         } else {
             -share * weight
         })
+    }
+
+    /// The workload, word by word: what a policy built on this measure
+    /// puts in its [`PlacementPolicy::cost_context`].
+    pub fn fingerprint(&self) -> u64 {
+        self.fingerprint
     }
 
     /// Whether a workload was given (else each pod is its own workload).
@@ -460,6 +475,11 @@ impl PlacementPolicy for FragmentationGradient {
         } else {
             f64::INFINITY
         })
+    }
+
+    /// Costs read the node and the workload alone.
+    fn cost_context(&self, _cluster: &ClusterState) -> Option<u64> {
+        Some(self.fingerprint)
     }
 
     fn costs_on_node(

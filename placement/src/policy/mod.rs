@@ -18,10 +18,11 @@
 mod baselines;
 mod dilu;
 mod fgd;
+mod standing;
 
 use std::sync::Arc;
 
-use crate::model::{ClusterState, GpuCell, GpuState, InstanceDemand, PodNeeds};
+use crate::model::{ClusterState, GpuCell, GpuState, InstanceDemand, PodNeeds, Standing};
 
 pub use crate::model::{TaskType, WorkloadMix};
 pub use baselines::{DiluPaper, Exclusive, InflessLimits, InflessRequests};
@@ -50,6 +51,17 @@ pub trait PlacementPolicy: Send + Sync {
     /// where the floor passes the best cost found (see `search`).
     fn cost_floor(&self, cell: &GpuCell, demand: &InstanceDemand) -> Option<f64> {
         let _ = (cell, demand);
+        None
+    }
+    /// A fingerprint of all that [`costs_on_node`](Self::costs_on_node)
+    /// reads besides the node and the pod (the policy's parameters and
+    /// any cluster-wide figure, such as how scarce idle GPUs are), or
+    /// `None` (the default) when the policy cannot say. With one, a
+    /// one-GPU search may answer from a standing index of every class's
+    /// best cost for the pod's shape, kept while the fingerprint holds
+    /// (`ClusterState::standing_best`).
+    fn cost_context(&self, cluster: &ClusterState) -> Option<u64> {
+        let _ = cluster;
         None
     }
     /// Costs of placing one share of a pod on each of `candidates` (GPUs
@@ -249,10 +261,19 @@ pub fn place_pod(
     demand: &InstanceDemand,
     needs: &PodNeeds,
 ) -> Option<Placement> {
-    search(policy, cluster, demand, needs, true).or_else(|| {
-        let looser = policy.fallback()?;
-        search(looser.as_ref(), cluster, demand, needs, true)
-    })
+    search_with_fallback(policy, cluster, demand, needs, Search::Standing)
+}
+
+/// [`place_pod`] without the standing indexes: the search by classes of
+/// identical nodes and their cells' cost floors alone, kept for the
+/// benchmark that compares them (`placement-latency`).
+pub fn place_pod_by_classes(
+    policy: &dyn PlacementPolicy,
+    cluster: &ClusterState,
+    demand: &InstanceDemand,
+    needs: &PodNeeds,
+) -> Option<Placement> {
+    search_with_fallback(policy, cluster, demand, needs, Search::Classes)
 }
 
 /// [`place_pod`] scoring every node that fits the pod's host needs: the
@@ -264,10 +285,36 @@ pub fn place_pod_scanning_every_node(
     demand: &InstanceDemand,
     needs: &PodNeeds,
 ) -> Option<Placement> {
-    search(policy, cluster, demand, needs, false).or_else(|| {
+    search_with_fallback(policy, cluster, demand, needs, Search::EveryNode)
+}
+
+/// [`search`] by the policy, then by its looser form where it places
+/// nothing ([`PlacementPolicy::fallback`]).
+fn search_with_fallback(
+    policy: &dyn PlacementPolicy,
+    cluster: &ClusterState,
+    demand: &InstanceDemand,
+    needs: &PodNeeds,
+    by: Search,
+) -> Option<Placement> {
+    search(policy, cluster, demand, needs, by).or_else(|| {
         let looser = policy.fallback()?;
-        search(looser.as_ref(), cluster, demand, needs, false)
+        search(looser.as_ref(), cluster, demand, needs, by)
     })
+}
+
+/// How a search finds the cheapest placement (each gives the same one).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Search {
+    /// A one-GPU pod from the standing index of its shape, where the
+    /// policy fingerprints its costs and an index stands; else as
+    /// `Classes`.
+    Standing,
+    /// One node per class of identical nodes, cheapest cell first where
+    /// the policy puts floors under its costs.
+    Classes,
+    /// Every node.
+    EveryNode,
 }
 
 /// The search behind [`place_pod`]. Nodes in identical states score
@@ -279,19 +326,66 @@ pub fn place_pod_scanning_every_node(
 /// classes that could beat the best found are scored ([`search_by_floor`]);
 /// otherwise every class is, one node each, or for a gang across nodes
 /// every node with a check in O(1) (see `bench/results/placement-latency.md`).
-/// `indexed == false` scores every node: the scan the index replaced.
+/// `Search::EveryNode` scores every node: the scan the index replaced.
+/// A one-GPU pod under a policy that fingerprints its costs
+/// ([`PlacementPolicy::cost_context`]) is answered from the standing index
+/// of its shape where one stands (`ClusterState::standing_best`), which
+/// holds every class's best (cost, GPU) in order and re-scores only the
+/// classes changed since its last search; a search that scored many
+/// classes without one builds one for the next.
 fn search(
     policy: &dyn PlacementPolicy,
     cluster: &ClusterState,
     demand: &InstanceDemand,
     needs: &PodNeeds,
+    by: Search,
+) -> Option<Placement> {
+    let indexed = by != Search::EveryNode;
+    let standing =
+        (by == Search::Standing && demand.gpus <= 1 && cluster.standing_indexes_may_pay())
+            .then(|| policy.cost_context(cluster))
+            .flatten()
+            .map(|context| (standing::shape_key(demand, needs), context));
+    let Some((shape, context)) = standing else {
+        return search_classes(policy, cluster, demand, needs, indexed, &mut 0);
+    };
+    let (mut candidates, mut costs) = (Vec::new(), Vec::new());
+    let mut representative = |class| cluster.class_members_fitting(class, needs).next();
+    let mut score = |node| {
+        let on = (policy, cluster, demand, needs);
+        standing::best_on_node(on, node, &mut candidates, &mut costs)
+    };
+    if let Standing::Best(best) =
+        cluster.standing_best(&shape, context, &mut representative, &mut score)
+    {
+        return best.map(|(cost, gpu)| Placement {
+            gpus: vec![gpu],
+            cost,
+        });
+    }
+    let mut scored = 0;
+    let found = search_classes(policy, cluster, demand, needs, indexed, &mut scored);
+    cluster.note_search(&shape, context, scored);
+    found
+}
+
+/// [`search`] without standing indexes, counting the nodes it scores in
+/// `scored`.
+fn search_classes(
+    policy: &dyn PlacementPolicy,
+    cluster: &ClusterState,
+    demand: &InstanceDemand,
+    needs: &PodNeeds,
     indexed: bool,
+    scored: &mut usize,
 ) -> Option<Placement> {
     let wanted = demand.gpus.max(1) as usize;
     let mut costs = Vec::new();
     let mut candidates = Vec::new();
     let spans_nodes = wanted > 1 && !needs.one_node && !policy.gang_on_one_node();
-    if indexed && let Some(found) = search_by_floor(policy, cluster, demand, needs, spans_nodes) {
+    if indexed
+        && let Some(found) = search_by_floor(policy, cluster, demand, needs, spans_nodes, scored)
+    {
         return found;
     }
     // Whether `node` (which fits the host needs) adds nothing to the scan's
@@ -315,7 +409,7 @@ fn search(
     // One node's GPUs: one node per class, found through the classes (in
     // no order: ties are broken by GPU index below, as the scan in node
     // order breaks them). A gang across nodes: nodes in order.
-    let scored: Box<dyn Iterator<Item = usize>> = if indexed && !spans_nodes {
+    let nodes: Box<dyn Iterator<Item = usize>> = if indexed && !spans_nodes {
         Box::new(cluster.class_representatives(needs))
     } else {
         Box::new(
@@ -324,7 +418,8 @@ fn search(
         )
     };
     if wanted == 1 || spans_nodes {
-        for node in scored {
+        for node in nodes {
+            *scored += 1;
             node_costs(
                 (policy, cluster, demand, needs),
                 node,
@@ -336,7 +431,8 @@ fn search(
     }
     let mut best: Option<Placement> = None;
     let on = (policy, cluster, demand, needs);
-    for node in scored {
+    for node in nodes {
+        *scored += 1;
         keep_if_better(on, node, wanted, &mut candidates, &mut best);
     }
     best
@@ -396,6 +492,7 @@ fn search_by_floor(
     demand: &InstanceDemand,
     needs: &PodNeeds,
     spans_nodes: bool,
+    scored: &mut usize,
 ) -> Option<Option<Placement>> {
     let wanted = demand.gpus.max(1) as usize;
     let mut cells = Vec::new();
@@ -423,6 +520,7 @@ fn search_by_floor(
         for class in cluster.classes_in_cell(cell, &mut seen) {
             if !spans_nodes {
                 if let Some(node) = cluster.class_members_fitting(class, needs).next() {
+                    *scored += 1;
                     let on = (policy, cluster, demand, needs);
                     keep_if_better(on, node, wanted, &mut candidates, &mut best);
                 }

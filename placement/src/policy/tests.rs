@@ -471,6 +471,16 @@ fn dilus_price_on_limit_excess_fades_as_idle_gpus_run_out() {
 /// A small deterministic generator for the agreement test.
 struct Lcg(u64);
 
+/// A running pod: its demand, host needs and GPUs.
+type Running = (InstanceDemand, PodNeeds, Vec<usize>);
+
+/// Releases one of `running`, drawn at random, from `cluster`.
+fn release_one(cluster: &mut ClusterState, running: &mut Vec<Running>, random: &mut Lcg) {
+    let (pod, needs, gpus) = running.swap_remove(random.next(running.len() as u64) as usize);
+    cluster.release(&pod, &gpus);
+    cluster.release_host(cluster.gpus[gpus[0]].node, &needs);
+}
+
 impl Lcg {
     fn next(&mut self, bound: u64) -> u64 {
         self.0 = self
@@ -539,13 +549,10 @@ fn the_node_index_places_exactly_as_scanning_every_node() {
                     cluster.expect_workload(mix.clone());
                 }
             }
-            let mut running: Vec<(InstanceDemand, PodNeeds, Vec<usize>)> = Vec::new();
+            let mut running: Vec<Running> = Vec::new();
             for _ in 0..120 {
                 if !running.is_empty() && random.next(3) == 0 {
-                    let (pod, needs, gpus) =
-                        running.swap_remove(random.next(running.len() as u64) as usize);
-                    cluster.release(&pod, &gpus);
-                    cluster.release_host(cluster.gpus[gpus[0]].node, &needs);
+                    release_one(&mut cluster, &mut running, &mut random);
                 }
                 if random.next(10) == 0 {
                     let gpu = random.next(cluster.gpus.len() as u64) as usize;
@@ -585,6 +592,11 @@ fn the_node_index_places_exactly_as_scanning_every_node() {
                     running.push((pod, needs, placement.gpus));
                 }
             }
+            // Policies that fingerprint their costs answered from standing
+            // indexes (this crate's tests build one after any search that
+            // scored a class): the agreement above covered them.
+            let fingerprints = policy.cost_context(&cluster).is_some();
+            assert_eq!(cluster.standing_indexes() > 0, fingerprints, "{name}");
         }
     }
 }
@@ -648,4 +660,68 @@ fn a_pod_without_gpus_takes_cores_where_they_strand_the_least_gpu() {
         ..PodNeeds::default()
     };
     assert_eq!(place_host_only(&fgd, &cluster, &too_big), None);
+}
+
+#[test]
+fn standing_indexes_place_as_the_scan_while_pods_come_go_and_gpus_drain() {
+    // A few pod shapes over and over (as a real pod list has), so that
+    // each shape's standing index is replayed through many changes: pods
+    // placed and released, host memory that decides which twin fits, GPUs
+    // draining. Every placement must be the scan's, and the indexes must
+    // have answered most searches.
+    let mut random = Lcg(11);
+    let mix = whole_and_fifth_gpu_mix();
+    let policies: Vec<Box<dyn PlacementPolicy>> = vec![
+        Box::new(Complementary::for_workload(mix.clone())),
+        Box::new(FragmentationGradient::new(mix.clone())),
+        Box::new(Complementary::default()),
+    ];
+    let shapes = [(0.2, 0, 0), (0.2, 4000, 3), (0.5, 8000, 1), (1.0, 12000, 2)];
+    for policy in policies {
+        let mut cluster = ClusterState::default();
+        for node in 0..30 {
+            let (gpus, cpu_milli) = [(8, 96_000), (4, 24_000), (2, 32_000)][node % 3];
+            let host = HostState {
+                cpu_milli,
+                cpu_used: 0,
+                memory_mib: 6 << 10,
+                memory_used: 0,
+                model: 0,
+            };
+            cluster.add_host(gpus, 80 * GIB, host);
+        }
+        tell_cluster_the_workload(policy.as_ref(), &mut cluster);
+        let mut running: Vec<Running> = Vec::new();
+        for step in 0..600 {
+            if !running.is_empty() && random.next(5) < 2 {
+                release_one(&mut cluster, &mut running, &mut random);
+            }
+            if random.next(15) == 0 {
+                let gpu = random.next(cluster.gpus.len() as u64) as usize;
+                let draining = u32::from(cluster.gpus[gpu].is_active()) * random.next(2) as u32;
+                cluster.set_draining(gpu, draining);
+            }
+            let (request, cpu_milli, memory_gib) = shapes[random.next(4) as usize];
+            let pod = demand(WorkClass::Latency, request, request * 1.2, 10, 1);
+            let needs = PodNeeds {
+                cpu_milli,
+                memory_mib: memory_gib << 10,
+                ..PodNeeds::default()
+            };
+            let indexed = place_pod(policy.as_ref(), &cluster, &pod, &needs);
+            let scanned = place_pod_scanning_every_node(policy.as_ref(), &cluster, &pod, &needs);
+            assert_eq!(indexed, scanned, "{} step {step}", policy.name());
+            if let Some(placement) = indexed {
+                cluster.apply(&pod, &placement.gpus);
+                cluster.apply_host(cluster.gpus[placement.gpus[0]].node, &needs);
+                running.push((pod, needs, placement.gpus));
+            }
+        }
+        let (answered, searches) = cluster.standing_answers();
+        assert!(
+            searches >= 600 && answered * 2 >= searches,
+            "{}: indexes stood for {answered} of {searches} searches",
+            policy.name()
+        );
+    }
 }

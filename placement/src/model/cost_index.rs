@@ -1,0 +1,485 @@
+//! Standing cost indexes: for one pod shape under one policy, every class
+//! of identical nodes with the cheapest GPU its first fitting member offers,
+//! kept in (cost, GPU) order, so that a single-GPU search reads the best
+//! placement off the front instead of scoring classes.
+//!
+//! A class's best (cost, GPU) depends only on its state (which makes it a
+//! class), which of its members fit the pod's host needs, the pod and
+//! whatever cluster-wide figures the policy reads (its *context*, e.g. how
+//! scarce idle GPUs are). So an index stays exact as long as its context
+//! holds, if the classes a change touched are scored again: every
+//! `ClusterState::refresh_node` logs the class a node leaves and the one it
+//! joins ([`ClassLog`]), and an index replays the log since it last looked
+//! before it answers. An index is built only for a shape whose last search
+//! scored many classes in the same context (a search the cell floors could
+//! not cut short), since building scores every class once.
+
+use std::collections::BTreeSet;
+use std::sync::Mutex;
+
+use crate::fast_hash::FastMap;
+
+/// Classes a search must have scored, in a context that then holds, before
+/// the next search of its shape builds an index (below this the floors
+/// already cut the search short). The crate's tests build at once, so that
+/// their small clusters check the indexes against the scan.
+#[cfg(not(test))]
+const BUILD_AFTER_SCORED: usize = 256;
+#[cfg(test)]
+const BUILD_AFTER_SCORED: usize = 1;
+
+/// Built indexes kept at once (the least recently used goes first).
+const MOST_INDEXES: usize = 256;
+
+/// Shapes remembered without an index before they are forgotten.
+const MOST_SHAPES: usize = 4096;
+
+/// Class changes logged before the older half is dropped (an index that
+/// has not looked since then looks at every class again).
+const LOG_LIMIT: usize = 1 << 20;
+
+/// The classes each node refresh touched, in order.
+#[derive(Debug, Default)]
+pub struct ClassLog {
+    touched: Vec<u32>,
+    /// Position of `touched[0]` in the whole log.
+    start: u64,
+    /// Bumped when every class id is dealt afresh (the classes are filed
+    /// again): indexes of an older epoch are built again.
+    epoch: u64,
+}
+
+/// A copy of a cluster starts with no indexes, so its log starts empty
+/// where the original's ends.
+impl Clone for ClassLog {
+    fn clone(&self) -> Self {
+        Self {
+            touched: Vec::new(),
+            start: self.end(),
+            epoch: self.epoch,
+        }
+    }
+}
+
+impl ClassLog {
+    /// Logs that class `id` changed (gained or lost a member, or a member's
+    /// host changed).
+    pub fn touch(&mut self, id: u32) {
+        if self.touched.len() >= LOG_LIMIT {
+            let dropped = LOG_LIMIT / 2;
+            self.touched.drain(..dropped);
+            self.start += dropped as u64;
+        }
+        self.touched.push(id);
+    }
+
+    /// Forgets every class: the ids are to be dealt again.
+    pub fn restart(&mut self) {
+        self.touched.clear();
+        self.start = 0;
+        self.epoch += 1;
+    }
+
+    fn end(&self) -> u64 {
+        self.start + self.touched.len() as u64
+    }
+
+    /// The classes touched from position `from` on, or `None` when the log
+    /// no longer reaches back that far.
+    fn since(&self, from: u64) -> Option<&[u32]> {
+        let offset = from.checked_sub(self.start)?;
+        self.touched.get(offset as usize..)
+    }
+}
+
+/// What a search asks of the indexes.
+pub enum Standing {
+    /// The cheapest (cost, GPU) over every class, or `None` when no class
+    /// offers a GPU.
+    Best(Option<(f64, usize)>),
+    /// No index answers: search otherwise, then report what it scored with
+    /// [`CostIndexes::note_search`].
+    NotIndexed,
+}
+
+/// The indexes of one cluster, by shape (the pod and the policy, as the
+/// policy's search encodes them). Derived data: a clone of the cluster
+/// starts with none.
+#[derive(Default)]
+pub struct CostIndexes {
+    table: Mutex<Table>,
+}
+
+impl Clone for CostIndexes {
+    fn clone(&self) -> Self {
+        Self::default()
+    }
+}
+
+impl std::fmt::Debug for CostIndexes {
+    fn fmt(&self, formatter: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(formatter, "CostIndexes {{ built: {} }}", self.built())
+    }
+}
+
+#[derive(Default)]
+struct Table {
+    /// By shape and context (`key_of`): a context that changes leaves its
+    /// indexes to age out.
+    shapes: FastMap<Vec<u64>, ShapeIndex>,
+    built: usize,
+    /// Searches answered from an index.
+    answers: u64,
+    /// Counts searches that asked (also the clock of least-recently-used
+    /// eviction).
+    clock: u64,
+}
+
+/// A shape's key with the policy's context last.
+fn key_of(shape: &[u64], context: u64) -> Vec<u64> {
+    let mut key = Vec::with_capacity(shape.len() + 1);
+    key.extend_from_slice(shape);
+    key.push(context);
+    key
+}
+
+#[derive(Default)]
+struct ShapeIndex {
+    /// Classes the last search of this shape in this context scored
+    /// (when it was not answered here).
+    scored: usize,
+    /// The index, when built.
+    built: Option<Built>,
+    used: u64,
+}
+
+struct Built {
+    epoch: u64,
+    /// Log position replayed up to.
+    seen: u64,
+    /// (cost's order key, GPU, class) for every class offering a GPU.
+    order: BTreeSet<(u64, usize, u32)>,
+    /// What each class offered when last looked at, by class id.
+    of_class: Vec<Option<Offer>>,
+}
+
+/// What a class offered: scored on the state of its `generation`, its
+/// best (cost's order key, GPU, the GPU's place on its node), if any.
+#[derive(Clone, Copy)]
+struct Offer {
+    generation: u64,
+    best: Option<(u64, usize, usize)>,
+}
+
+/// What an index asks about the classes of a cluster, for one pod.
+pub trait ClassView {
+    /// The class's first member that fits the pod's host needs.
+    fn representative(&mut self, class: u32) -> Option<usize>;
+    /// Which state the class id holds: it changes when the id is dealt to
+    /// another state.
+    fn generation(&self, class: u32) -> u64;
+    /// The global index of `node`'s first GPU.
+    fn first_gpu(&self, node: usize) -> usize;
+    /// The cheapest (cost, GPU) on `node` for the pod, if it admits it.
+    fn score(&mut self, node: usize) -> Option<(f64, usize)>;
+}
+
+/// A key whose order is `f64::total_cmp`'s.
+fn order_key(cost: f64) -> u64 {
+    let bits = cost.to_bits();
+    if bits >> 63 == 1 {
+        !bits
+    } else {
+        bits | 1 << 63
+    }
+}
+
+fn cost_of(key: u64) -> f64 {
+    f64::from_bits(if key >> 63 == 1 {
+        key & !(1 << 63)
+    } else {
+        !key
+    })
+}
+
+impl Built {
+    /// Looks at class `class` again. Members of a class score alike, so a
+    /// class still in the state it was scored in keeps its cost and its
+    /// GPU's place on the node, and only its first fitting member may have
+    /// changed: the policy is asked again only for a state not yet scored
+    /// here.
+    fn rescore(&mut self, class: u32, view: &mut dyn ClassView) {
+        let slot = class as usize;
+        if self.of_class.len() <= slot {
+            self.of_class.resize(slot + 1, None);
+        }
+        let old = self.of_class[slot].take();
+        if let Some((key, gpu, _)) = old.and_then(|offer| offer.best) {
+            self.order.remove(&(key, gpu, class));
+        }
+        let Some(node) = view.representative(class) else {
+            return;
+        };
+        let (generation, first) = (view.generation(class), view.first_gpu(node));
+        let best = match old {
+            Some(offer) if offer.generation == generation => offer
+                .best
+                .map(|(key, _, place)| (key, first + place, place)),
+            _ => view
+                .score(node)
+                .map(|(cost, gpu)| (order_key(cost), gpu, gpu - first)),
+        };
+        if let Some((key, gpu, _)) = best {
+            self.order.insert((key, gpu, class));
+        }
+        self.of_class[slot] = Some(Offer { generation, best });
+    }
+
+    fn best(&self) -> Option<(f64, usize)> {
+        self.order.first().map(|&(key, gpu, _)| (cost_of(key), gpu))
+    }
+}
+
+/// Whether a cluster of `classes` classes could ever build an index (a
+/// search scores at most one node per class): else searches need not ask.
+pub fn may_build(classes: usize) -> bool {
+    classes >= BUILD_AFTER_SCORED
+}
+
+impl CostIndexes {
+    /// How many searches the indexes answered, of how many that asked.
+    pub fn answers(&self) -> (u64, u64) {
+        self.table
+            .try_lock()
+            .map_or((0, 0), |table| (table.answers, table.clock))
+    }
+
+    /// How many indexes are built now.
+    pub fn built(&self) -> usize {
+        self.table.try_lock().map_or(0, |table| table.built)
+    }
+
+    /// The best (cost, GPU) for `shape` in `context`, from its index, built
+    /// or brought up to date through `log` as needed; `view` answers for
+    /// the classes and the pod, `classes` lists every class in use, and
+    /// `slots` is above every class id.
+    pub fn best(
+        &self,
+        shape: &[u64],
+        context: u64,
+        log: &ClassLog,
+        classes: &mut dyn Iterator<Item = u32>,
+        slots: usize,
+        view: &mut dyn ClassView,
+    ) -> Standing {
+        // Another thread searching the same cluster: search without.
+        let Ok(mut table) = self.table.try_lock() else {
+            return Standing::NotIndexed;
+        };
+        table.clock += 1;
+        let now = table.clock;
+        let Some(index) = table.shapes.get_mut(&key_of(shape, context)) else {
+            return Standing::NotIndexed;
+        };
+        index.used = now;
+        if let Some(built) = &mut index.built
+            && built.epoch == log.epoch
+        {
+            match log.since(built.seen) {
+                Some(touched) => {
+                    let mut done = vec![false; slots.max(built.of_class.len())];
+                    for &class in touched {
+                        if let Some(mark) = done.get_mut(class as usize)
+                            && !std::mem::replace(mark, true)
+                        {
+                            built.rescore(class, view);
+                        }
+                    }
+                }
+                // The log no longer reaches back: every class is looked at
+                // again, those still in the states scored here at little cost.
+                None => {
+                    built.order.clear();
+                    for class in classes {
+                        built.rescore(class, view);
+                    }
+                }
+            }
+            built.seen = log.end();
+            let best = built.best();
+            table.answers += 1;
+            return Standing::Best(best);
+        }
+        // Never built, or built before the classes were filed again: build
+        // when the last search was costly.
+        let had = index.built.take().is_some();
+        if !had && index.scored < BUILD_AFTER_SCORED {
+            return Standing::NotIndexed;
+        }
+        let mut built = Built {
+            epoch: log.epoch,
+            seen: log.end(),
+            order: BTreeSet::new(),
+            of_class: vec![None; slots],
+        };
+        for class in classes {
+            built.rescore(class, view);
+        }
+        let best = built.best();
+        index.built = Some(built);
+        table.answers += 1;
+        if !had {
+            table.built += 1;
+            table.evict_beyond(MOST_INDEXES);
+        }
+        Standing::Best(best)
+    }
+
+    /// Records that a search of `shape` in `context` scored `scored`
+    /// classes without an index.
+    pub fn note_search(&self, shape: &[u64], context: u64, scored: usize) {
+        let Ok(mut table) = self.table.try_lock() else {
+            return;
+        };
+        if table.shapes.len() >= MOST_SHAPES {
+            table.shapes.retain(|_, index| index.built.is_some());
+            if table.shapes.len() >= MOST_SHAPES {
+                return;
+            }
+        }
+        let now = table.clock;
+        let index = table.shapes.entry(key_of(shape, context)).or_default();
+        index.scored = scored;
+        index.used = now;
+    }
+}
+
+impl Table {
+    fn evict_beyond(&mut self, most: usize) {
+        while self.built > most {
+            let oldest = self
+                .shapes
+                .iter()
+                .filter(|(_, index)| index.built.is_some())
+                .min_by_key(|(_, index)| index.used)
+                .map(|(shape, _)| shape.clone());
+            let Some(shape) = oldest else { return };
+            if let Some(index) = self.shapes.get_mut(&shape) {
+                index.built = None;
+            }
+            self.built -= 1;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn order_keys_sort_costs_as_total_cmp_and_give_them_back() {
+        let costs = [-3.5, -0.0, 0.0, 1e-9, 2.0, 10.25, f64::INFINITY];
+        for pair in costs.windows(2) {
+            assert!(order_key(pair[0]) < order_key(pair[1]), "{pair:?}");
+        }
+        for cost in costs {
+            assert_eq!(cost_of(order_key(cost)).to_bits(), cost.to_bits());
+        }
+    }
+
+    /// Two-GPU nodes; a class's representative, generation and the
+    /// policy's costs per node are set by hand, and every score counted.
+    #[derive(Default)]
+    struct Fake {
+        representative: FastMap<u32, usize>,
+        generation: FastMap<u32, u64>,
+        cost: FastMap<usize, (f64, usize)>,
+        scored: Vec<usize>,
+    }
+
+    impl ClassView for Fake {
+        fn representative(&mut self, class: u32) -> Option<usize> {
+            self.representative.get(&class).copied()
+        }
+        fn generation(&self, class: u32) -> u64 {
+            self.generation[&class]
+        }
+        fn first_gpu(&self, node: usize) -> usize {
+            2 * node
+        }
+        fn score(&mut self, node: usize) -> Option<(f64, usize)> {
+            self.scored.push(node);
+            self.cost.get(&node).copied()
+        }
+    }
+
+    #[test]
+    fn an_index_asks_the_policy_again_only_for_states_it_has_not_scored() {
+        let (indexes, mut log) = (CostIndexes::default(), ClassLog::default());
+        let mut view = Fake::default();
+        // Class 0: node 3, its second GPU at cost 2; class 1: node 5, its
+        // first GPU at cost 1.
+        view.representative.extend([(0, 3), (1, 5)]);
+        view.generation.extend([(0, 1), (1, 2)]);
+        view.cost.extend([(3, (2.0, 7)), (5, (1.0, 10))]);
+        let ask = |view: &mut Fake, log: &ClassLog| match indexes.best(
+            &[9],
+            4,
+            log,
+            &mut [0, 1].into_iter(),
+            2,
+            view,
+        ) {
+            Standing::Best(best) => best,
+            Standing::NotIndexed => panic!("no index answered"),
+        };
+        assert!(matches!(
+            indexes.best(&[9], 4, &log, &mut [0, 1].into_iter(), 2, &mut view),
+            Standing::NotIndexed
+        ));
+        indexes.note_search(&[9], 4, 2);
+        assert_eq!(ask(&mut view, &log), Some((1.0, 10)));
+        assert_eq!(view.scored, [3, 5]);
+        // Class 1's first member is now node 6, in the same state: same
+        // cost, same place on the node, no new score.
+        view.representative.insert(1, 6);
+        log.touch(1);
+        assert_eq!(ask(&mut view, &log), Some((1.0, 12)));
+        assert_eq!(view.scored, [3, 5]);
+        // Class 0's id dealt to another state (a new generation), cheaper.
+        view.generation.insert(0, 3);
+        view.cost.insert(3, (0.5, 6));
+        log.touch(0);
+        assert_eq!(ask(&mut view, &log), Some((0.5, 6)));
+        assert_eq!(view.scored, [3, 5, 3]);
+        // Class 0 has no member that fits any more.
+        view.representative.remove(&0);
+        log.touch(0);
+        assert_eq!(ask(&mut view, &log), Some((1.0, 12)));
+        // So many changes that the log no longer reaches back: every class
+        // is looked at again, class 1 (same state) without a new score.
+        view.representative.insert(1, 8);
+        for _ in 0..=LOG_LIMIT {
+            log.touch(1);
+        }
+        assert_eq!(ask(&mut view, &log), Some((1.0, 16)));
+        assert_eq!(view.scored, [3, 5, 3]);
+        // Another context is another index, not built yet.
+        assert!(matches!(
+            indexes.best(&[9], 5, &log, &mut [0, 1].into_iter(), 2, &mut view),
+            Standing::NotIndexed
+        ));
+    }
+
+    #[test]
+    fn a_log_that_dropped_an_index_s_position_asks_for_a_rebuild() {
+        let mut log = ClassLog::default();
+        for id in 0..(LOG_LIMIT as u32 + 1) {
+            log.touch(id);
+        }
+        assert!(log.since(0).is_none());
+        assert_eq!(log.since(log.end()).map(<[u32]>::len), Some(0));
+        let last = log.since(log.end() - 1).expect("recent positions stay");
+        assert_eq!(last, &[LOG_LIMIT as u32]);
+    }
+}
