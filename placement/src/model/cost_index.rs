@@ -17,6 +17,9 @@
 use std::collections::BTreeSet;
 use std::sync::Mutex;
 
+use dilu_abi::cluster_wire::{InstanceDemand, WorkClass};
+
+use super::node::PodNeeds;
 use crate::fast_hash::FastMap;
 
 /// Classes a search must have scored, in a context that then holds, before
@@ -133,6 +136,25 @@ struct Table {
     /// Counts searches that asked (also the clock of least-recently-used
     /// eviction).
     clock: u64,
+}
+
+/// Everything about a pod that a policy's costs may read, word by word:
+/// its demand and its host needs (the shape an index is kept for).
+pub fn shape_key(demand: &InstanceDemand, needs: &PodNeeds) -> Vec<u64> {
+    let mut key = Vec::with_capacity(9 + needs.models.len());
+    key.extend([
+        u64::from(matches!(demand.class, WorkClass::Batch)),
+        demand.sm_request.to_bits(),
+        demand.sm_limit.to_bits(),
+        demand.memory_bytes,
+        u64::from(demand.gpus),
+        needs.cpu_milli,
+        needs.memory_mib,
+        u64::from(needs.one_node),
+        needs.models.len() as u64,
+    ]);
+    key.extend(needs.models.iter().map(|&model| u64::from(model)));
+    key
 }
 
 /// A shape's key with the policy's context last.

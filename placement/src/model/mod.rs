@@ -21,7 +21,7 @@ use std::sync::Arc;
 use classes::{IDLE_ROW, MemoryRow, NodeClasses};
 use cost_index::{ClassLog, CostIndexes};
 
-pub use cost_index::Standing;
+pub use cost_index::{Standing, shape_key};
 pub use dilu_abi::cluster_wire::{InstanceDemand, WorkClass};
 pub use node::{GpuModel, GpuState, HostState, PodNeeds, SHARE_EPSILON};
 pub use workload::{TaskType, WorkloadMix};

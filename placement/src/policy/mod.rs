@@ -18,7 +18,6 @@
 mod baselines;
 mod dilu;
 mod fgd;
-mod standing;
 
 use std::sync::Arc;
 
@@ -345,15 +344,23 @@ fn search(
         (by == Search::Standing && demand.gpus <= 1 && cluster.standing_indexes_may_pay())
             .then(|| policy.cost_context(cluster))
             .flatten()
-            .map(|context| (standing::shape_key(demand, needs), context));
+            .map(|context| (crate::model::shape_key(demand, needs), context));
     let Some((shape, context)) = standing else {
         return search_classes(policy, cluster, demand, needs, indexed, &mut 0);
     };
     let (mut candidates, mut costs) = (Vec::new(), Vec::new());
     let mut representative = |class| cluster.class_members_fitting(class, needs).next();
+    // A node's cheapest GPU as the scan finds it; a cost of −0 is given
+    // as 0, which it equals in the scan's comparisons.
     let mut score = |node| {
-        let on = (policy, cluster, demand, needs);
-        standing::best_on_node(on, node, &mut candidates, &mut costs)
+        costs.clear();
+        node_costs(
+            (policy, cluster, demand, needs),
+            node,
+            &mut candidates,
+            &mut costs,
+        );
+        cheapest_one(&costs).map(|(cost, index)| (cost + 0.0, index))
     };
     if let Standing::Best(best) =
         cluster.standing_best(&shape, context, &mut representative, &mut score)
@@ -630,21 +637,26 @@ fn node_costs(
     }
 }
 
+/// The cheapest of `costs` (ties: lower GPU index), or `None`.
+fn cheapest_one(costs: &[(f64, usize)]) -> Option<(f64, usize)> {
+    let mut best: Option<(f64, usize)> = None;
+    for &(cost, index) in costs {
+        if best.is_none_or(|(best_cost, best_index)| {
+            cost < best_cost || (cost == best_cost && index < best_index)
+        }) {
+            best = Some((cost, index));
+        }
+    }
+    best
+}
+
 /// The `wanted` cheapest of `costs` (ties: lower GPU index), or `None`.
 fn cheapest(mut costs: Vec<(f64, usize)>, wanted: usize) -> Option<Placement> {
     if costs.len() < wanted {
         return None;
     }
     if wanted == 1 {
-        let mut best: Option<(f64, usize)> = None;
-        for &(cost, index) in &costs {
-            if best.is_none_or(|(best_cost, best_index)| {
-                cost < best_cost || (cost == best_cost && index < best_index)
-            }) {
-                best = Some((cost, index));
-            }
-        }
-        return best.map(|(cost, index)| Placement {
+        return cheapest_one(&costs).map(|(cost, index)| Placement {
             gpus: vec![index],
             cost,
         });
