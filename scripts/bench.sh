@@ -46,6 +46,12 @@
 #              $OPENB_DIR (default bench/data/alibaba-openb): replayed in time
 #              where the list has times, under FGD's protocol always
 #                                             -> bench/results/openb-lists.md
+#   power      watts in placement (PWR's model of idle and full watts per GPU
+#              and CPU socket) on openb's default, gpushare, gpuspec and
+#              multigpu lists in $OPENB_DIR (default: the one list this
+#              repository carries): fgd, PWR+FGD, dilu and dilu-power under
+#              FGD's protocol (seeds 1-5) and in time
+#                                             -> bench/results/power.md
 #   scaling    request-level 2D scaling on Dilu's three arrival patterns: dilu's
 #              scaler on the node manager's signals, Dilu's published rule, a
 #              Knative-KPA-style and an HPA-style autoscaler
@@ -95,7 +101,7 @@
 #              (needs HAMI_CORE_SRC=<HAMi-core checkout>; see scripts/peers.sh --help)
 #                                             -> bench/results/peers.md
 #
-# usage: scripts/bench.sh [all | overhead | startup | sm | instructions | syscalls | placement | demo | colocation | field | ablation | cluster | placement-latency | openb-lists | scaling | profile | soak | control-period | multigpu | frameworks | llm | peers ...] [-- ARGS]
+# usage: scripts/bench.sh [all | overhead | startup | sm | instructions | syscalls | placement | demo | colocation | field | ablation | cluster | placement-latency | openb-lists | power | scaling | profile | soak | control-period | multigpu | frameworks | llm | peers ...] [-- ARGS]
 #   ARGS go to the one benchmark named, e.g. `scripts/bench.sh startup -- --runs 50`
 #   or `scripts/bench.sh overhead -- cuLaunchKernel` (a criterion filter)
 #   or `scripts/bench.sh demo -- --seconds 10` (per controller; default 5)
@@ -108,10 +114,10 @@ cd "$(dirname "$0")/.."
 targets=()
 while [ $# -gt 0 ] && [ "$1" != "--" ]; do
   case $1 in
-    all) targets+=(overhead startup sm syscalls placement demo colocation cluster placement-latency openb-lists scaling profile control-period multigpu) ;;
-    overhead | startup | sm | instructions | syscalls | placement | demo | colocation | field | ablation | cluster | placement-latency | openb-lists | scaling | profile | soak | control-period | multigpu | frameworks | llm | peers) targets+=("$1") ;;
+    all) targets+=(overhead startup sm syscalls placement demo colocation cluster placement-latency openb-lists power scaling profile control-period multigpu) ;;
+    overhead | startup | sm | instructions | syscalls | placement | demo | colocation | field | ablation | cluster | placement-latency | openb-lists | power | scaling | profile | soak | control-period | multigpu | frameworks | llm | peers) targets+=("$1") ;;
     -h | --help) awk 'NR > 1 && !/^#/ { exit } NR > 1 { sub(/^# ?/, ""); print }' "$0"; exit 0 ;;
-    *) echo "bench: unknown benchmark '$1' (all, overhead, startup, sm, instructions, syscalls, placement, demo, colocation, field, ablation, cluster, placement-latency, openb-lists, scaling, profile, soak, control-period, multigpu, frameworks, llm, peers)" >&2; exit 2 ;;
+    *) echo "bench: unknown benchmark '$1' (all, overhead, startup, sm, instructions, syscalls, placement, demo, colocation, field, ablation, cluster, placement-latency, openb-lists, power, scaling, profile, soak, control-period, multigpu, frameworks, llm, peers)" >&2; exit 2 ;;
   esac
   shift
 done
@@ -237,6 +243,44 @@ for target in "${targets[@]}"; do
         && python3 scripts/openb_lists_summary.py bench/results/openb-lists.md.new \
         && mv bench/results/openb-lists.md.new bench/results/openb-lists.md || failed+=(openb-lists)
       results+=(bench/results/openb-lists.md) ;;
+    power)
+      dir=${OPENB_DIR:-bench/data/alibaba-openb}
+      cargo build --release -q -p dilu-cluster --bin dilu-cluster || failed+=(power)
+      policies=fgd,pwr-fgd,dilu,dilu-power
+      {
+        echo "# Watts in placement: \`dilu-cluster simulate\` on openb's pod lists"
+        echo
+        echo "Written by \`OPENB_DIR=<folder> scripts/bench.sh power\` (without the folder, the one list"
+        echo "this repository carries). Nodes \`openb_node_list_gpu_node.csv\`, 80 GiB per GPU; policies"
+        echo "$policies at their defaults (\`pwr-fgd\`: PWR 200, FGD 800; \`dilu-power\`: dilu with its"
+        echo "price on watts; \`dilu\` has none). Watts by PWR's model (\`placement/src/model/power.rs\`): a"
+        echo "GPU draws its full watts once anything runs on it, a CPU socket once any of its cores is taken."
+        echo "Lists: the default, gpushare, gpuspec and multigpu ones (the PWR paper's 13 and two more)."
+        echo "Each: FGD's protocol (to 130% of the GPU capacity requested, seeds 1 to 5) and, where the"
+        echo "list has times, its replay in time. The price \`dilu-power\` puts on watts was chosen on the"
+        echo "default list; the other lists were not looked at for it."
+        for pods in "$dir"/openb_pod_list_*.csv; do
+          name=$(basename "$pods" .csv)
+          case ${name#openb_pod_list_} in
+            default | gpushare* | gpuspec* | multigpu*) ;;
+            *) continue ;;
+          esac
+          echo "power: $name" >&2
+          echo
+          echo "## $name"
+          echo
+          run=(target/release/dilu-cluster simulate --policy "$policies" --pods "$pods" --nodes "$dir/openb_node_list_gpu_node.csv")
+          "${run[@]}" 2>/dev/null || echo "Replay: not replayable in time"
+          echo
+          for seed in 1 2 3 4 5; do
+            "${run[@]}" --protocol fgd --seed "$seed" 2>/dev/null || echo "FGD protocol (seed $seed): failed"
+            echo
+          done
+        done
+      } >bench/results/power.md.new \
+        && python3 scripts/power_summary.py bench/results/power.md.new \
+        && mv bench/results/power.md.new bench/results/power.md || failed+=(power)
+      results+=(bench/results/power.md) ;;
     scaling)
       rm -f bench/results/scaling-*.svg
       cargo run --release -q -p dilu-cluster --bin scaling-report -- "${extra[@]}" || failed+=(scaling)

@@ -71,3 +71,60 @@ fn a_bad_row_is_named_by_its_line() {
         "{stderr}"
     );
 }
+
+#[test]
+fn power_aware_policies_run_by_name_and_their_settings_need_them() {
+    let out = simulate(
+        "pods_multigpu.csv",
+        &[
+            "--protocol",
+            "fgd",
+            "--policy",
+            "fgd,pwr-fgd,dilu-power",
+            "--power-weight",
+            "0.5",
+            "--pwr-fgd-weights",
+            "100,900",
+        ],
+    );
+    let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
+    assert!(out.status.success(), "stdout:\n{stdout}\nstderr:\n{stderr}");
+    for row in ["| pwr-fgd |", "| dilu-power |", "| policy (kW drawn) |"] {
+        assert!(stdout.contains(row), "{row} in:\n{stdout}");
+    }
+    // A setting for a policy not asked for is an error, not ignored.
+    let out = simulate(
+        "pods_multigpu.csv",
+        &[
+            "--protocol",
+            "fgd",
+            "--policy",
+            "dilu",
+            "--power-weight",
+            "0.5",
+        ],
+    );
+    assert!(!out.status.success());
+    assert!(
+        text(&out.stderr).contains("--power-weight applies to --policy dilu-power only"),
+        "{}",
+        text(&out.stderr)
+    );
+    let out = simulate(
+        "pods_multigpu.csv",
+        &[
+            "--protocol",
+            "fgd",
+            "--policy",
+            "pwr-fgd",
+            "--pwr-fgd-weights",
+            "0,0",
+        ],
+    );
+    assert!(!out.status.success());
+    assert!(
+        text(&out.stderr).contains("rank nothing"),
+        "{}",
+        text(&out.stderr)
+    );
+}

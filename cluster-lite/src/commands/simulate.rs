@@ -9,7 +9,10 @@ use clap::Args;
 use dilu_abi::units::parse_size;
 use std::sync::Arc;
 
-use dilu_cluster::policy::{POLICY_NAMES, policy_for_workload};
+use dilu_cluster::policy::{
+    Complementary, POLICY_NAMES, POWER_POLICY_NAMES, POWER_WEIGHT, PWR_FGD_WEIGHTS,
+    PlacementPolicy, PowerAware, PwrFgd, WorkloadMix, policy_for_workload,
+};
 use dilu_cluster::simulator::trace::{
     ArrivalPattern, TraceRecord, TraceSpec, count_without_gpus, generate, read_json_lines,
 };
@@ -19,9 +22,18 @@ use dilu_cluster::simulator::{inflation, openb};
 #[derive(Debug, Args)]
 pub struct SimulateArgs {
     /// Policies to replay: dilu, dilu-paper, fgd, infless-r, infless-l, exclusive, a
-    /// comma-separated list of them (e.g. dilu,fgd), or all.
+    /// comma-separated list of them (e.g. dilu,fgd), or all; besides them,
+    /// the power-aware dilu-power and pwr-fgd (PWR+FGD), named only.
     #[arg(long, default_value = "all")]
     pub policy: String,
+    /// dilu-power's price per 100 W a placement adds, in dilu's cost units
+    /// (waking a GPU costs 10); only with --policy dilu-power.
+    #[arg(long, value_name = "COST", value_parser = parse_power_weight)]
+    pub power_weight: Option<f64>,
+    /// pwr-fgd's plugin weights, PWR,FGD (default 200,800); only with
+    /// --policy pwr-fgd.
+    #[arg(long, value_name = "PWR,FGD", value_parser = parse_plugin_weights)]
+    pub pwr_fgd_weights: Option<(u32, u32)>,
     /// Number of instances in the generated trace (each arrives and departs).
     #[arg(long, default_value_t = 1600)]
     pub events: usize,
@@ -95,6 +107,49 @@ fn parse_factors(text: &str) -> Result<(f64, f64), String> {
     Ok((parse(latency)?, parse(rest)?))
 }
 
+fn parse_power_weight(text: &str) -> Result<f64, String> {
+    match text.trim().parse::<f64>() {
+        Ok(weight) if weight >= 0.0 && weight.is_finite() => Ok(weight),
+        _ => Err(format!("power weight {text:?}: expected a number >= 0")),
+    }
+}
+
+fn parse_plugin_weights(text: &str) -> Result<(u32, u32), String> {
+    let (pwr, fgd) = text
+        .split_once(',')
+        .ok_or_else(|| format!("expected PWR,FGD, got {text:?}"))?;
+    let parse = |part: &str| {
+        part.trim()
+            .parse::<u32>()
+            .map_err(|error| format!("plugin weight {part:?}: {error}"))
+    };
+    let weights = (parse(pwr)?, parse(fgd)?);
+    if weights == (0, 0) {
+        return Err("plugin weights 0,0 rank nothing".into());
+    }
+    Ok(weights)
+}
+
+/// Builds the policy `name` for `mix`, power-aware ones with `args`'
+/// settings.
+fn build_policy(
+    name: &str,
+    mix: Arc<WorkloadMix>,
+    args: &SimulateArgs,
+) -> Result<Box<dyn PlacementPolicy>, String> {
+    Ok(match name {
+        "dilu-power" => Box::new(PowerAware::new(
+            Box::new(Complementary::for_workload(mix)),
+            args.power_weight.unwrap_or(POWER_WEIGHT),
+        )),
+        "pwr-fgd" => Box::new(PwrFgd::new(
+            mix,
+            args.pwr_fgd_weights.unwrap_or(PWR_FGD_WEIGHTS),
+        )),
+        _ => policy_for_workload(name, mix).ok_or_else(|| format!("unknown policy {name}"))?,
+    })
+}
+
 fn parse_seed_range(text: &str) -> Result<RangeInclusive<u64>, String> {
     let (first, last) = text
         .split_once("..")
@@ -146,14 +201,15 @@ fn apply_profiles(trace: &mut [TraceRecord], dir: &std::path::Path) -> Result<()
 pub fn run(args: SimulateArgs) -> Result<(), String> {
     let mut names: Vec<&str> = Vec::new();
     for name in args.policy.split(',').map(str::trim) {
-        let found: &[&str] = match POLICY_NAMES.iter().find(|known| **known == name) {
+        let known = POLICY_NAMES.iter().chain(&POWER_POLICY_NAMES);
+        let found: &[&str] = match known.clone().find(|known| **known == name) {
             Some(known) => std::slice::from_ref(known),
             None if name == "all" => &POLICY_NAMES,
             None => {
                 return Err(format!(
                     "unknown policy {name:?}: expected one of {}, a comma-separated list of \
                      them, or all",
-                    POLICY_NAMES.join(", ")
+                    known.copied().collect::<Vec<_>>().join(", ")
                 ));
             }
         };
@@ -161,6 +217,18 @@ pub fn run(args: SimulateArgs) -> Result<(), String> {
             if !names.contains(known) {
                 names.push(known);
             }
+        }
+    }
+    for (flag, set, policy) in [
+        ("--power-weight", args.power_weight.is_some(), "dilu-power"),
+        (
+            "--pwr-fgd-weights",
+            args.pwr_fgd_weights.is_some(),
+            "pwr-fgd",
+        ),
+    ] {
+        if set && !names.contains(&policy) {
+            return Err(format!("{flag} applies to --policy {policy} only"));
         }
     }
     if args.gpus == 0 || args.gpus_per_node == 0 {
@@ -194,7 +262,7 @@ pub fn run(args: SimulateArgs) -> Result<(), String> {
             if let Some(dir) = &args.profiles {
                 apply_profiles(&mut trace, dir)?;
             }
-            runs.push(replay(&names, &trace, &shape, interactive)?);
+            runs.push(replay(&names, &trace, &shape, interactive, &args)?);
         }
         println!(
             "{} instances, {:?} arrivals, seeds {}..{}; cluster of {}, {} per GPU\n\n{}",
@@ -254,8 +322,7 @@ pub fn run(args: SimulateArgs) -> Result<(), String> {
         let checkpoints = inflation::checkpoints(args.inflate_to);
         let mut results = Vec::new();
         for name in &names {
-            let policy = policy_for_workload(name, mix.clone())
-                .ok_or_else(|| format!("unknown policy {name}"))?;
+            let policy = build_policy(name, mix.clone(), &args)?;
             eprintln!("{name}: {} pods", pods.len());
             results.push(inflation::simulate_inflation(
                 policy.as_ref(),
@@ -267,16 +334,17 @@ pub fn run(args: SimulateArgs) -> Result<(), String> {
         let without_gpus = count_without_gpus(&pods);
         println!(
             "FGD protocol: {} pods drawn ({without_gpus} without GPUs) from {} records (seed {}); \
-             cluster of {}\n\n{}",
+             cluster of {}\n\n{}\n{}",
             pods.len(),
             trace.len(),
             args.seed,
             shape.describe(),
-            report::inflation_table(&results)
+            report::inflation_table(&results),
+            report::inflation_power_table(&results)
         );
         return Ok(());
     }
-    let results = replay(&names, &trace, &shape, interactive)?;
+    let results = replay(&names, &trace, &shape, interactive, &args)?;
     let source = match (&args.trace, &args.pods) {
         (_, Some(path)) => format!(
             "pod list {} ({} pods, {} without GPUs)",
@@ -299,6 +367,10 @@ pub fn run(args: SimulateArgs) -> Result<(), String> {
     );
     let table = report::markdown_table(&results);
     println!("{heading}\n\n{table}");
+    // Watts need the nodes' GPU and CPU models: a node list names them.
+    if args.nodes.is_some() {
+        println!("{}", report::replay_power_table(&results));
+    }
     if let Some(dir) = &args.out {
         std::fs::create_dir_all(dir)
             .map_err(|error| format!("cannot create {}: {error}", dir.display()))?;
@@ -326,6 +398,7 @@ fn replay(
     trace: &[TraceRecord],
     shape: &ClusterShape,
     interactive: bool,
+    args: &SimulateArgs,
 ) -> Result<Vec<SimulationResult>, String> {
     let mut results = Vec::with_capacity(names.len());
     // A real cluster's pod list is the workload `fgd` and `dilu` are told
@@ -336,8 +409,7 @@ fn replay(
         Default::default()
     });
     for name in names {
-        let policy = policy_for_workload(name, mix.clone())
-            .ok_or_else(|| format!("unknown policy {name}"))?;
+        let policy = build_policy(name, mix.clone(), args)?;
         results.push(simulate(policy.as_ref(), trace, shape, |done, total| {
             show_progress(name, done, total, interactive)
         }));

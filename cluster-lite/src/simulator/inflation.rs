@@ -65,11 +65,13 @@ pub fn workload_mix(pods: &[TraceRecord], shape: &ClusterShape) -> WorkloadMix {
     WorkloadMix::from_tasks(demands.iter().map(|(demand, needs)| (demand, needs)))
 }
 
-/// One reading: shares of the cluster's GPU capacity.
+/// One reading: shares of the cluster's GPU capacity, and what the
+/// cluster draws then (`crate::model::power`).
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct InflationPoint {
     pub requested: f64,
     pub allocated: f64,
+    pub watts: f64,
 }
 
 /// What one policy did with one inflated workload.
@@ -144,6 +146,7 @@ pub fn simulate_inflation(
             points.push(InflationPoint {
                 requested: checkpoints[next_checkpoint],
                 allocated: allocated / capacity,
+                watts: crate::model::power::cluster_watts(&cluster),
             });
             next_checkpoint += 1;
         }
@@ -244,5 +247,11 @@ mod tests {
         assert!((shared.points[0].allocated - 0.5).abs() < 0.1);
         assert!(shared.points[2].allocated > exclusive.points[2].allocated);
         assert!(shared.points[2].allocated <= 1.0 + 1e-9);
+        // GPUs of no named model draw as A100s: 50 W idle, 400 W in use.
+        // Sharing wakes fewer GPUs for the same requests.
+        let idle = 16.0 * 50.0;
+        assert!(shared.points[0].watts > idle);
+        assert!(shared.points[0].watts < exclusive.points[0].watts);
+        assert!(exclusive.points[2].watts <= 16.0 * 400.0);
     }
 }

@@ -21,6 +21,7 @@
 
 pub mod heterogeneous;
 pub mod inflation;
+mod integrals;
 pub mod openb;
 pub mod plot;
 pub mod report;
@@ -36,6 +37,7 @@ use std::time::Instant;
 use crate::consolidation::ShrinkWatch;
 use crate::model::{ClusterState, HostState, InstanceDemand, PodNeeds, SHARE_EPSILON};
 use crate::policy::{MoveRequest, PlacementPolicy, place_host_only, place_pod};
+use integrals::Integrals;
 use scale_in::{ScaleIn, is_replica};
 use trace::TraceRecord;
 
@@ -158,6 +160,8 @@ pub struct SimulationResult {
     pub mean_memory_fragmentation: f64,
     pub mean_limit_excess: f64,
     pub share_gpus_at_risk: f64,
+    /// Mean watts the cluster drew over the trace (`crate::model::power`).
+    pub mean_watts: f64,
     pub placement_p50_us: f64,
     pub placement_p99_us: f64,
     pub placed: usize,
@@ -210,47 +214,6 @@ impl Ord for Due {
             .total_cmp(&self.time)
             .then(other.record_index.cmp(&self.record_index))
             .then(other.old_copy_on.cmp(&self.old_copy_on))
-    }
-}
-
-#[derive(Default)]
-struct Integrals {
-    last_time: f64,
-    /// Length of the last span advanced over.
-    last_span: f64,
-    active_seconds: f64,
-    sm_free_seconds: f64,
-    memory_free_seconds: f64,
-    excess_seconds: f64,
-    at_risk_seconds: f64,
-}
-
-impl Integrals {
-    fn advance(&mut self, now: f64, cluster: &ClusterState) {
-        let span = (now - self.last_time).max(0.0);
-        self.last_time = now;
-        self.last_span = span;
-        if span == 0.0 {
-            return;
-        }
-        for gpu in cluster.gpus.iter().filter(|gpu| gpu.is_active()) {
-            self.active_seconds += span;
-            self.sm_free_seconds += span * (1.0 - gpu.sm_request_sum).max(0.0);
-            self.memory_free_seconds += span * (1.0 - gpu.memory_share_with(0)).max(0.0);
-            let excess = gpu.limit_excess();
-            self.excess_seconds += span * excess;
-            if excess > 1e-9 {
-                self.at_risk_seconds += span;
-            }
-        }
-    }
-
-    fn per_active(&self, value: f64) -> f64 {
-        if self.active_seconds > 0.0 {
-            value / self.active_seconds
-        } else {
-            0.0
-        }
     }
 }
 
@@ -676,6 +639,7 @@ pub fn simulate(
         mean_memory_fragmentation: integrals.per_active(integrals.memory_free_seconds),
         mean_limit_excess: integrals.per_active(integrals.excess_seconds),
         share_gpus_at_risk: integrals.per_active(integrals.at_risk_seconds),
+        mean_watts: integrals.mean_watts(),
         placement_p50_us: percentile(&latencies_ns, 0.50) / 1000.0,
         placement_p99_us: percentile(&latencies_ns, 0.99) / 1000.0,
         placed: trace.len() - rejected,

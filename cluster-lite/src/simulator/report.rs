@@ -83,6 +83,55 @@ pub fn inflation_table(results: &[InflationResult]) -> String {
     table
 }
 
+/// What the cluster drew over a replay, per policy (mean kW, by
+/// `crate::model::power`), and against `fgd`'s where it ran.
+pub fn replay_power_table(results: &[SimulationResult]) -> String {
+    let fgd = results
+        .iter()
+        .find(|result| result.policy == "fgd")
+        .map(|result| result.mean_watts);
+    let mut table = String::from("| policy | mean kW drawn | vs fgd |\n|---|---:|---:|\n");
+    for result in results {
+        let relative = match fgd {
+            Some(watts) if watts > 0.0 => {
+                format!("{:+.1}%", 100.0 * (result.mean_watts / watts - 1.0))
+            }
+            _ => "n/a".to_string(),
+        };
+        let _ = writeln!(
+            table,
+            "| {} | {:.1} | {relative} |",
+            result.policy,
+            result.mean_watts / 1000.0
+        );
+    }
+    table
+}
+
+/// What the cluster draws at each reading of FGD's protocol, per policy, in
+/// kW (`crate::model::power`: PWR's model of idle and full watts per GPU
+/// and CPU socket).
+pub fn inflation_power_table(results: &[InflationResult]) -> String {
+    let Some(first) = results.first() else {
+        return String::new();
+    };
+    let mut table = String::from("| policy (kW drawn) |");
+    for point in &first.points {
+        let _ = write!(table, " {:.0}% |", 100.0 * point.requested);
+    }
+    table.push_str("\n|---|");
+    table.push_str(&"---:|".repeat(first.points.len()));
+    table.push('\n');
+    for result in results {
+        let _ = write!(table, "| {} |", result.policy);
+        for point in &result.points {
+            let _ = write!(table, " {:.1} |", point.watts / 1000.0);
+        }
+        table.push('\n');
+    }
+    table
+}
+
 /// Mean, sample standard deviation, smallest and largest of `values`.
 pub fn spread(values: &[f64]) -> (f64, f64, f64, f64) {
     if values.is_empty() {
@@ -348,6 +397,7 @@ mod tests {
             mean_memory_fragmentation: 0.2,
             mean_limit_excess: 0.0,
             share_gpus_at_risk: 0.0,
+            mean_watts: 1000.0 * hours,
             placement_p50_us: 1.0,
             placement_p99_us: 2.0,
             placed: 10,
@@ -408,6 +458,7 @@ mod tests {
             points: vec![super::super::inflation::InflationPoint {
                 requested: 1.0,
                 allocated: at_100,
+                watts: 2_000.0 * at_100,
             }],
             placed: 0,
             dropped: 0,
@@ -445,5 +496,17 @@ mod tests {
         assert_eq!(verdict(0.3, 0.2), "ahead");
         assert_eq!(verdict(-0.3, 0.2), "behind");
         assert_eq!(verdict(0.1, 0.2), "tie");
+    }
+
+    #[test]
+    fn power_tables_give_kw_and_each_draw_against_fgds() {
+        let table = replay_power_table(&[result("dilu", 90.0), result("fgd", 100.0)]);
+        assert!(table.contains("| dilu | 90.0 | -10.0% |"), "{table}");
+        assert!(table.contains("| fgd | 100.0 | +0.0% |"), "{table}");
+        let alone = replay_power_table(&[result("dilu", 90.0)]);
+        assert!(alone.contains("| dilu | 90.0 | n/a |"), "{alone}");
+        let protocol = inflation_power_table(&[protocol_run("dilu", 0.95)]);
+        assert!(protocol.contains("| 100% |"), "{protocol}");
+        assert!(protocol.contains("| dilu | 1.9 |"), "{protocol}");
     }
 }

@@ -101,7 +101,7 @@ pub enum Standing {
     /// offers a GPU.
     Best(Option<(f64, usize)>),
     /// No index answers: search otherwise, then report what it scored with
-    /// [`CostIndexes::note_search`].
+    /// `ClusterState::note_search`.
     NotIndexed,
 }
 

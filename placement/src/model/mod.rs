@@ -8,11 +8,12 @@
 //! any pod, which is what the extender and the node manager use.
 //!
 //! `ClusterState` is the only mutable view; it knows nothing about policies,
-//! networking or time.
+//! networking or time. [`power`] says what a state draws in watts.
 
 mod classes;
 mod cost_index;
 mod node;
+pub mod power;
 mod workload;
 
 use std::ops::Range;

@@ -2,7 +2,7 @@
 //! INFless-style reservation of limits or of requests, and the scheduler
 //! published with the Dilu paper.
 
-use super::{OPEN_GPU_COST, PlacementPolicy};
+use super::rule::{OPEN_GPU_COST, PlacementPolicy};
 use crate::model::{GpuCell, GpuState, InstanceDemand, SHARE_EPSILON};
 
 /// One instance per GPU (what the Kubernetes device plugin gives); first fit.

@@ -139,10 +139,11 @@
 
 use std::sync::Arc;
 
-use super::{
-    FragmentationGradient, MoveRequest, OPEN_GPU_COST, PlacementPolicy, Replica, WorkloadMix,
+use super::fgd::FragmentationGradient;
+use super::rule::{MoveRequest, OPEN_GPU_COST, PlacementPolicy, Replica};
+use crate::model::{
+    ClusterState, GpuCell, GpuState, InstanceDemand, PodNeeds, SHARE_EPSILON, WorkloadMix,
 };
-use crate::model::{ClusterState, GpuCell, GpuState, InstanceDemand, PodNeeds, SHARE_EPSILON};
 
 /// Which GPUs' free shares `dilu`'s fragmentation fit counts (see the
 /// module docs, "Real clusters").
@@ -399,7 +400,7 @@ impl PlacementPolicy for Complementary {
         self.fragmentation
             .as_ref()
             .and_then(|fragmentation| fragmentation.host_only_increase(cluster, node, needs))
-            .unwrap_or_else(|| super::strands_least_gpu(cluster, node, needs))
+            .unwrap_or_else(|| super::rule::strands_least_gpu(cluster, node, needs))
     }
 
     fn fallback(&self) -> Option<Box<dyn PlacementPolicy>> {

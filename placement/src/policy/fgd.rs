@@ -29,7 +29,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 
 use crate::fast_hash::FastMap;
 
-use super::PlacementPolicy;
+use super::rule::PlacementPolicy;
 use crate::model::{
     ClusterState, GpuCell, GpuModel, GpuState, InstanceDemand, PodNeeds, SHARE_EPSILON, TaskType,
     WorkloadMix,
@@ -465,7 +465,7 @@ impl PlacementPolicy for FragmentationGradient {
 
     fn host_only_cost(&self, cluster: &ClusterState, node: usize, needs: &PodNeeds) -> f64 {
         self.host_only_increase(cluster, node, needs)
-            .unwrap_or_else(|| super::strands_least_gpu(cluster, node, needs))
+            .unwrap_or_else(|| super::rule::strands_least_gpu(cluster, node, needs))
     }
 
     fn cost_floor(&self, cell: &GpuCell, demand: &InstanceDemand) -> Option<f64> {

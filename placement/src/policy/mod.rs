@@ -1,8 +1,9 @@
-//! Placement policies behind one interface.
+//! Placement policies behind one interface ([`rule`]: what a policy says,
+//! [`search`]: how a placement follows from it, then the policies).
 //!
 //! A policy says two things about a GPU and an instance: whether the GPU
 //! *admits* one more share of the instance, and how much it *costs* to put it
-//! there (lower is better). The search in this module turns that into a
+//! there (lower is better). The search turns that into a
 //! placement: the cheapest admitting GPU for single-GPU instances, and for
 //! multi-GPU (gang) instances the cheapest set of GPUs, on one node unless the
 //! policy says otherwise. The same search answers "can this node take it, and
@@ -18,10 +19,13 @@
 mod baselines;
 mod dilu;
 mod fgd;
+mod power;
+pub mod rule;
+pub mod search;
 
 use std::sync::Arc;
 
-use crate::model::{ClusterState, GpuCell, GpuState, InstanceDemand, PodNeeds, Standing};
+use crate::model::ClusterState;
 
 pub use crate::model::{TaskType, WorkloadMix};
 pub use baselines::{DiluPaper, Exclusive, InflessLimits, InflessRequests};
@@ -30,132 +34,14 @@ pub use dilu::{
     FRAGMENTATION_SCARCITY_FULL, FragmentationScope,
 };
 pub use fgd::FragmentationGradient;
-
-/// Cost added when a policy would rather not wake an idle GPU.
-pub const OPEN_GPU_COST: f64 = 10.0;
-
-/// One placement rule.
-pub trait PlacementPolicy: Send + Sync {
-    /// The name used on the command line.
-    fn name(&self) -> &'static str;
-    /// Whether `gpu` can take one more per-GPU share of `demand`.
-    fn admits(&self, gpu: &GpuState, demand: &InstanceDemand) -> bool;
-    /// Preference for `gpu` (lower is better); only asked when it admits.
-    fn cost(&self, gpu: &GpuState, demand: &InstanceDemand) -> f64;
-    /// A floor under [`cost`](Self::cost) (and
-    /// [`costs_on_node`](Self::costs_on_node)) on every GPU of `cell` that
-    /// admits `demand`: `Some(f64::INFINITY)` when none can, `None` (the
-    /// default) when the policy cannot say. With floors the search scores
-    /// the classes of nodes cell by cell, cheapest floor first, and stops
-    /// where the floor passes the best cost found (see `search`).
-    fn cost_floor(&self, cell: &GpuCell, demand: &InstanceDemand) -> Option<f64> {
-        let _ = (cell, demand);
-        None
-    }
-    /// A fingerprint of all that [`costs_on_node`](Self::costs_on_node)
-    /// reads besides the node and the pod (the policy's parameters and
-    /// any cluster-wide figure, such as how scarce idle GPUs are), or
-    /// `None` (the default) when the policy cannot say. With one, a
-    /// one-GPU search may answer from a standing index of every class's
-    /// best cost for the pod's shape, kept while the fingerprint holds
-    /// (`ClusterState::standing_best`).
-    fn cost_context(&self, cluster: &ClusterState) -> Option<u64> {
-        let _ = cluster;
-        None
-    }
-    /// Costs of placing one share of a pod on each of `candidates` (GPUs
-    /// of node `node` that admit it and are not draining), pushed to `out`
-    /// as (cost, GPU). The default asks [`cost`](Self::cost) per GPU; a
-    /// policy that scores a whole node (`fgd`) overrides it.
-    fn costs_on_node(
-        &self,
-        cluster: &ClusterState,
-        node: usize,
-        demand: &InstanceDemand,
-        needs: &PodNeeds,
-        candidates: &[usize],
-        out: &mut Vec<(f64, usize)>,
-    ) {
-        let _ = (node, needs);
-        out.extend(
-            candidates
-                .iter()
-                .map(|&index| (self.cost(&cluster.gpus[index], demand), index)),
-        );
-    }
-    /// Preference for putting a pod that takes no GPU (cores and host
-    /// memory only) on `node`, whose host fits it (lower is better; see
-    /// [`place_host_only`]). By default [`strands_least_gpu`].
-    fn host_only_cost(&self, cluster: &ClusterState, node: usize, needs: &PodNeeds) -> f64 {
-        strands_least_gpu(cluster, node, needs)
-    }
-    /// The workload the policy measures fragmentation against, if any
-    /// (see [`tell_cluster_the_workload`]).
-    fn workload(&self) -> Option<&Arc<WorkloadMix>> {
-        None
-    }
-    /// A looser form of the policy to try when this one places an
-    /// instance nowhere (`dilu`'s soft limit bound); `None` by default.
-    fn fallback(&self) -> Option<Box<dyn PlacementPolicy>> {
-        None
-    }
-    /// Whether a multi-GPU instance must sit on GPUs of one node.
-    fn gang_on_one_node(&self) -> bool {
-        true
-    }
-    /// Which replica to stop when a function scales in by one: an index into
-    /// `replicas` (running instances of one function, interchangeable for
-    /// its clients: in the simulator its single-GPU inference replicas), or
-    /// `None` to stop the caller's default one (in the simulator the
-    /// instance the trace lets depart). Only `dilu` chooses.
-    fn choose_scale_in_victim(
-        &self,
-        _cluster: &ClusterState,
-        _replicas: &[Replica<'_>],
-    ) -> Option<usize> {
-        None
-    }
-    /// Where one GPU's share of an instance, alone on GPU `request.source`,
-    /// should move so that the source goes idle (see `consolidation`): one
-    /// of `request.within`, busy, not draining and not among the GPUs the
-    /// instance keeps; `None` leaves it where it is. Only `dilu` moves work.
-    fn consolidation_target(
-        &self,
-        _cluster: &ClusterState,
-        _request: &MoveRequest<'_>,
-    ) -> Option<usize> {
-        None
-    }
-}
-
-/// A consolidation move the caller considers: a replica (its whole demand)
-/// or one GPU's share of a restartable gang.
-#[derive(Debug, Clone, Copy)]
-pub struct MoveRequest<'a> {
-    /// What the moving work needs on one GPU (`gpus` is the instance's
-    /// count; the share is per GPU).
-    pub share: &'a InstanceDemand,
-    /// The GPU it leaves; it is the only work there.
-    pub source: usize,
-    /// GPUs the instance keeps holding (a gang's other GPUs).
-    pub keeps: &'a [usize],
-    /// GPUs the caller can put it on (the simulator: every GPU).
-    pub within: &'a [usize],
-}
-
-/// A running replica of a function, as the scale-in choice sees it.
-#[derive(Debug, Clone, Copy)]
-pub struct Replica<'a> {
-    pub demand: &'a InstanceDemand,
-    pub gpus: &'a [usize],
-}
-
-/// Where an instance goes: global GPU indices and the mean cost per GPU.
-#[derive(Debug, Clone, PartialEq)]
-pub struct Placement {
-    pub gpus: Vec<usize>,
-    pub cost: f64,
-}
+pub use power::{POWER_WEIGHT, PWR_FGD_WEIGHTS, PowerAware, PwrFgd};
+pub use rule::{
+    MoveRequest, OPEN_GPU_COST, Placement, PlacementPolicy, Replica, strands_least_gpu,
+};
+pub use search::{
+    place, place_host_only, place_on_node, place_on_one_node, place_pod, place_pod_by_classes,
+    place_pod_scanning_every_node,
+};
 
 /// Every policy name, in the order reports list them.
 pub const POLICY_NAMES: [&str; 6] = [
@@ -166,6 +52,11 @@ pub const POLICY_NAMES: [&str; 6] = [
     "infless-l",
     "exclusive",
 ];
+
+/// Policies that weigh power (`crate::model::power`), built by name like
+/// the others but not among `all`: `dilu-power` (dilu with a price on
+/// watts, [`POWER_WEIGHT`]) and `pwr-fgd` (PWR+FGD, [`PWR_FGD_WEIGHTS`]).
+pub const POWER_POLICY_NAMES: [&str; 2] = ["dilu-power", "pwr-fgd"];
 
 /// Builds a policy from its command-line name (`fgd` measures fragmentation
 /// against each arriving pod alone; see [`policy_for_workload`]).
@@ -184,6 +75,11 @@ pub fn policy_for_workload(name: &str, mix: Arc<WorkloadMix>) -> Option<Box<dyn 
         "infless-r" => Box::new(InflessRequests),
         "infless-l" => Box::new(InflessLimits),
         "exclusive" => Box::new(Exclusive),
+        "dilu-power" => Box::new(PowerAware::new(
+            Box::new(Complementary::for_workload(mix)),
+            POWER_WEIGHT,
+        )),
+        "pwr-fgd" => Box::new(PwrFgd::new(mix, PWR_FGD_WEIGHTS)),
         _ => return None,
     })
 }
@@ -198,475 +94,6 @@ pub fn tell_cluster_the_workload(policy: &dyn PlacementPolicy, cluster: &mut Clu
     if let Some(workload) = policy.workload() {
         cluster.expect_workload(workload.clone());
     }
-}
-
-/// Where a pod that takes no GPU goes: the node whose host fits `needs`
-/// at the least [`PlacementPolicy::host_only_cost`], ties to the lower
-/// node, or `None` when no host has its cores and memory free. Such pods
-/// matter to GPU placement because their cores are gone for GPU pods: a
-/// node with idle GPUs and no cores left strands them (openb's lists have
-/// such pods, up to 30% of the tasks in FGD's lists of non-GPU work).
-/// Nodes of one class of identical nodes cost alike, so only each class's
-/// lowest fitting member is scored.
-pub fn place_host_only(
-    policy: &dyn PlacementPolicy,
-    cluster: &ClusterState,
-    needs: &PodNeeds,
-) -> Option<usize> {
-    let mut best: Option<(f64, usize)> = None;
-    for node in cluster.class_representatives(needs) {
-        let cost = policy.host_only_cost(cluster, node, needs);
-        let better = best.is_none_or(|(best_cost, best_node)| {
-            cost < best_cost || (cost == best_cost && node < best_node)
-        });
-        if better {
-            best = Some((cost, node));
-        }
-    }
-    best.map(|(_, node)| node)
-}
-
-/// The default [`PlacementPolicy::host_only_cost`], for a policy that does
-/// not know the workload: the GPU share free on the node times the share
-/// of its free cores the pod takes (a node whose GPUs are taken loses
-/// nothing to it; one with cores to spare for its free GPUs loses least),
-/// then, a thousandth as much, the share of its cores left (best fit).
-pub fn strands_least_gpu(cluster: &ClusterState, node: usize, needs: &PodNeeds) -> f64 {
-    let Some(host) = cluster.hosts.get(node) else {
-        return 0.0;
-    };
-    let free = host.cpu_free();
-    let taken = needs.cpu_milli.min(free) as f64 / free.max(1) as f64;
-    let left = free.saturating_sub(needs.cpu_milli) as f64 / host.cpu_milli.max(1) as f64;
-    cluster.free_gpu_share(node) * taken + 1e-3 * left
-}
-
-/// Chooses GPUs for `demand` anywhere in the cluster, or `None` if nothing fits.
-pub fn place(
-    policy: &dyn PlacementPolicy,
-    cluster: &ClusterState,
-    demand: &InstanceDemand,
-) -> Option<Placement> {
-    place_pod(policy, cluster, demand, &PodNeeds::default())
-}
-
-/// Chooses GPUs for a pod: `demand` on GPUs of nodes whose host resources
-/// and GPU model suit `needs`. A gang stays on one node when the pod says
-/// so or the policy prefers it; otherwise it takes the cheapest GPUs of
-/// all suitable nodes.
-pub fn place_pod(
-    policy: &dyn PlacementPolicy,
-    cluster: &ClusterState,
-    demand: &InstanceDemand,
-    needs: &PodNeeds,
-) -> Option<Placement> {
-    search_with_fallback(policy, cluster, demand, needs, Search::Standing)
-}
-
-/// [`place_pod`] without the standing indexes: the search by classes of
-/// identical nodes and their cells' cost floors alone, kept for the
-/// benchmark that compares them (`placement-latency`).
-pub fn place_pod_by_classes(
-    policy: &dyn PlacementPolicy,
-    cluster: &ClusterState,
-    demand: &InstanceDemand,
-    needs: &PodNeeds,
-) -> Option<Placement> {
-    search_with_fallback(policy, cluster, demand, needs, Search::Classes)
-}
-
-/// [`place_pod`] scoring every node that fits the pod's host needs: the
-/// scan the index of identical nodes replaces, kept for the benchmark that
-/// compares them (`placement-latency`) and the tests that they agree.
-pub fn place_pod_scanning_every_node(
-    policy: &dyn PlacementPolicy,
-    cluster: &ClusterState,
-    demand: &InstanceDemand,
-    needs: &PodNeeds,
-) -> Option<Placement> {
-    search_with_fallback(policy, cluster, demand, needs, Search::EveryNode)
-}
-
-/// [`search`] by the policy, then by its looser form where it places
-/// nothing ([`PlacementPolicy::fallback`]).
-fn search_with_fallback(
-    policy: &dyn PlacementPolicy,
-    cluster: &ClusterState,
-    demand: &InstanceDemand,
-    needs: &PodNeeds,
-    by: Search,
-) -> Option<Placement> {
-    search(policy, cluster, demand, needs, by).or_else(|| {
-        let looser = policy.fallback()?;
-        search(looser.as_ref(), cluster, demand, needs, by)
-    })
-}
-
-/// How a search finds the cheapest placement (each gives the same one).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Search {
-    /// A one-GPU pod from the standing index of its shape, where the
-    /// policy fingerprints its costs and an index stands; else as
-    /// `Classes`.
-    Standing,
-    /// One node per class of identical nodes, cheapest cell first where
-    /// the policy puts floors under its costs.
-    Classes,
-    /// Every node.
-    EveryNode,
-}
-
-/// The search behind [`place_pod`]. Nodes in identical states score
-/// alike (`ClusterState::refresh_node` says what state is), and ties go to
-/// the lower GPU index, so of each class of identical nodes only the first
-/// that fits the pod's host needs is scored (for a gang that may span
-/// nodes, the first few that could supply its GPUs), and the result is the
-/// full scan's. Where the policy puts floors under its costs, only the
-/// classes that could beat the best found are scored ([`search_by_floor`]);
-/// otherwise every class is, one node each, or for a gang across nodes
-/// every node with a check in O(1) (see `bench/results/placement-latency.md`).
-/// `Search::EveryNode` scores every node: the scan the index replaced.
-/// A one-GPU pod under a policy that fingerprints its costs
-/// ([`PlacementPolicy::cost_context`]) is answered from the standing index
-/// of its shape where one stands (`ClusterState::standing_best`), which
-/// holds every class's best (cost, GPU) in order and re-scores only the
-/// classes changed since its last search; a search that scored many
-/// classes without one builds one for the next.
-fn search(
-    policy: &dyn PlacementPolicy,
-    cluster: &ClusterState,
-    demand: &InstanceDemand,
-    needs: &PodNeeds,
-    by: Search,
-) -> Option<Placement> {
-    let indexed = by != Search::EveryNode;
-    let standing =
-        (by == Search::Standing && demand.gpus <= 1 && cluster.standing_indexes_may_pay())
-            .then(|| policy.cost_context(cluster))
-            .flatten()
-            .map(|context| (crate::model::shape_key(demand, needs), context));
-    let Some((shape, context)) = standing else {
-        return search_classes(policy, cluster, demand, needs, indexed, &mut 0);
-    };
-    let (mut candidates, mut costs) = (Vec::new(), Vec::new());
-    let mut representative = |class| cluster.class_members_fitting(class, needs).next();
-    // A node's cheapest GPU as the scan finds it; a cost of −0 is given
-    // as 0, which it equals in the scan's comparisons.
-    let mut score = |node| {
-        costs.clear();
-        node_costs(
-            (policy, cluster, demand, needs),
-            node,
-            &mut candidates,
-            &mut costs,
-        );
-        cheapest_one(&costs).map(|(cost, index)| (cost + 0.0, index))
-    };
-    if let Standing::Best(best) =
-        cluster.standing_best(&shape, context, &mut representative, &mut score)
-    {
-        return best.map(|(cost, gpu)| Placement {
-            gpus: vec![gpu],
-            cost,
-        });
-    }
-    let mut scored = 0;
-    let found = search_classes(policy, cluster, demand, needs, indexed, &mut scored);
-    cluster.note_search(&shape, context, scored);
-    found
-}
-
-/// [`search`] without standing indexes, counting the nodes it scores in
-/// `scored`.
-fn search_classes(
-    policy: &dyn PlacementPolicy,
-    cluster: &ClusterState,
-    demand: &InstanceDemand,
-    needs: &PodNeeds,
-    indexed: bool,
-    scored: &mut usize,
-) -> Option<Placement> {
-    let wanted = demand.gpus.max(1) as usize;
-    let mut costs = Vec::new();
-    let mut candidates = Vec::new();
-    let spans_nodes = wanted > 1 && !needs.one_node && !policy.gang_on_one_node();
-    if indexed
-        && let Some(found) = search_by_floor(policy, cluster, demand, needs, spans_nodes, scored)
-    {
-        return found;
-    }
-    // Whether `node` (which fits the host needs) adds nothing to the scan's
-    // result: enough identical nodes before it fit too. One is enough when
-    // a placement takes its GPUs from one node or wants one GPU: its twins
-    // offer the same costs at higher GPU indices, which lose every tie. A
-    // gang of `wanted` GPUs across nodes may take a GPU of each of the
-    // first `wanted` twins; of idle twins, whose GPUs all cost alike, only
-    // as many as hold `wanted` GPUs.
-    let redundant = |node: usize| {
-        if !indexed {
-            return false;
-        }
-        let twins = if spans_nodes {
-            twins_to_score(cluster, node, wanted)
-        } else {
-            1
-        };
-        cluster.earlier_twins_fitting(node, needs, twins) >= twins
-    };
-    // One node's GPUs: one node per class, found through the classes (in
-    // no order: ties are broken by GPU index below, as the scan in node
-    // order breaks them). A gang across nodes: nodes in order.
-    let nodes: Box<dyn Iterator<Item = usize>> = if indexed && !spans_nodes {
-        Box::new(cluster.class_representatives(needs))
-    } else {
-        Box::new(
-            (0..cluster.nodes.len())
-                .filter(|&node| cluster.host_fits(node, needs) && !redundant(node)),
-        )
-    };
-    if wanted == 1 || spans_nodes {
-        for node in nodes {
-            *scored += 1;
-            node_costs(
-                (policy, cluster, demand, needs),
-                node,
-                &mut candidates,
-                &mut costs,
-            );
-        }
-        return cheapest(costs, wanted);
-    }
-    let mut best: Option<Placement> = None;
-    let on = (policy, cluster, demand, needs);
-    for node in nodes {
-        *scored += 1;
-        keep_if_better(on, node, wanted, &mut candidates, &mut best);
-    }
-    best
-}
-
-/// What a search places and where: the policy, the cluster, the pod's
-/// demand and its needs.
-type Pod<'a> = (
-    &'a dyn PlacementPolicy,
-    &'a ClusterState,
-    &'a InstanceDemand,
-    &'a PodNeeds,
-);
-
-/// Scores a placement of `wanted` GPUs on `node` alone and keeps it in
-/// `best` if it beats it.
-fn keep_if_better(
-    on: Pod<'_>,
-    node: usize,
-    wanted: usize,
-    candidates: &mut Vec<usize>,
-    best: &mut Option<Placement>,
-) {
-    let mut costs = Vec::new();
-    node_costs(on, node, candidates, &mut costs);
-    if let Some(candidate) = cheapest(costs, wanted)
-        && beats(&candidate, best.as_ref())
-    {
-        *best = Some(candidate);
-    }
-}
-
-/// Whether `candidate` is better than `best`: cheaper, or as cheap on a
-/// lower GPU index (the scan in node order breaks ties so).
-fn beats(candidate: &Placement, best: Option<&Placement>) -> bool {
-    best.is_none_or(|current| {
-        candidate.cost < current.cost
-            || (candidate.cost == current.cost && candidate.gpus[0] < current.gpus[0])
-    })
-}
-
-/// Room for rounding between a cell's floor and the costs it bounds (the
-/// costs compare shares with `SHARE_EPSILON`, 1e-9, here and there).
-const FLOOR_SLACK: f64 = 1e-7;
-
-/// The search by the policy's cost floors, or `None` when the policy gives
-/// none: the occupied cells of the grid (see `GpuCell`) go cheapest floor
-/// first, each class of nodes is scored once, at the first cell that holds
-/// one of its GPUs, and the search stops at a cell whose floor exceeds the
-/// cost to beat: every class not yet scored has all its GPUs in that cell
-/// or later ones, so none can cost less or tie. The cost to beat is the
-/// best placement's, or for a gang across nodes the cost of the dearest of
-/// the `wanted` cheapest GPUs found. The result is the scan's.
-fn search_by_floor(
-    policy: &dyn PlacementPolicy,
-    cluster: &ClusterState,
-    demand: &InstanceDemand,
-    needs: &PodNeeds,
-    spans_nodes: bool,
-    scored: &mut usize,
-) -> Option<Option<Placement>> {
-    let wanted = demand.gpus.max(1) as usize;
-    let mut cells = Vec::new();
-    for (cell, bounds) in cluster.occupied_cells() {
-        let floor = policy.cost_floor(&bounds, demand)?;
-        if floor.is_finite() {
-            cells.push((floor, cell));
-        }
-    }
-    cells.sort_unstable_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)));
-    let mut seen = vec![false; cluster.class_slots()];
-    let (mut candidates, mut costs) = (Vec::new(), Vec::new());
-    let mut best: Option<Placement> = None;
-    // A gang across nodes: its `wanted` cheapest GPUs so far, by (cost, GPU).
-    let mut cheapest_gpus: Vec<(f64, usize)> = Vec::new();
-    for (floor, cell) in cells {
-        let to_beat = if spans_nodes {
-            (cheapest_gpus.len() == wanted).then(|| cheapest_gpus[wanted - 1].0)
-        } else {
-            best.as_ref().map(|best| best.cost)
-        };
-        if to_beat.is_some_and(|cost| floor > cost + FLOOR_SLACK) {
-            break;
-        }
-        for class in cluster.classes_in_cell(cell, &mut seen) {
-            if !spans_nodes {
-                if let Some(node) = cluster.class_members_fitting(class, needs).next() {
-                    *scored += 1;
-                    let on = (policy, cluster, demand, needs);
-                    keep_if_better(on, node, wanted, &mut candidates, &mut best);
-                }
-                continue;
-            }
-            // As the scan: the first `twins` fitting members of a class (see
-            // `search`), each GPU of theirs a candidate.
-            let members: Vec<usize> = cluster
-                .class_members_fitting(class, needs)
-                .take(wanted)
-                .collect();
-            let Some(&first) = members.first() else {
-                continue;
-            };
-            for &node in members.iter().take(twins_to_score(cluster, first, wanted)) {
-                costs.clear();
-                node_costs(
-                    (policy, cluster, demand, needs),
-                    node,
-                    &mut candidates,
-                    &mut costs,
-                );
-                for &entry in &costs {
-                    keep_cheapest(&mut cheapest_gpus, entry, wanted);
-                }
-            }
-        }
-    }
-    if spans_nodes {
-        return Some(cheapest(cheapest_gpus, wanted));
-    }
-    Some(best)
-}
-
-/// How many nodes of `node`'s class a gang of `wanted` GPUs across nodes
-/// may take GPUs from: `wanted`, or of idle nodes, whose GPUs all cost
-/// alike, as many as hold `wanted` GPUs.
-fn twins_to_score(cluster: &ClusterState, node: usize, wanted: usize) -> usize {
-    if cluster.node_is_idle(node) {
-        wanted.div_ceil(cluster.nodes[node].len().max(1))
-    } else {
-        wanted
-    }
-}
-
-/// Adds `entry` (cost, GPU) to `kept`, the at most `wanted` cheapest
-/// entries in (cost, GPU) order.
-fn keep_cheapest(kept: &mut Vec<(f64, usize)>, entry: (f64, usize), wanted: usize) {
-    let order = |a: &(f64, usize), b: &(f64, usize)| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1));
-    if kept.len() == wanted && kept.last().is_some_and(|last| order(&entry, last).is_ge()) {
-        return;
-    }
-    let at = kept.partition_point(|kept| order(kept, &entry).is_lt());
-    kept.insert(at, entry);
-    kept.truncate(wanted);
-}
-
-/// Like [`place`], but every GPU of the placement is on one node, whatever
-/// the policy's gang preference (for front ends whose nodes host an instance
-/// only on their own GPUs).
-pub fn place_on_one_node(
-    policy: &dyn PlacementPolicy,
-    cluster: &ClusterState,
-    demand: &InstanceDemand,
-) -> Option<Placement> {
-    let needs = PodNeeds {
-        one_node: true,
-        ..PodNeeds::default()
-    };
-    place_pod(policy, cluster, demand, &needs)
-}
-
-/// Chooses GPUs for `demand` among the GPUs of one node.
-pub fn place_on_node(
-    policy: &dyn PlacementPolicy,
-    cluster: &ClusterState,
-    demand: &InstanceDemand,
-    node: usize,
-) -> Option<Placement> {
-    cluster.nodes.get(node)?;
-    let (mut candidates, mut costs) = (Vec::new(), Vec::new());
-    let needs = PodNeeds::default();
-    node_costs(
-        (policy, cluster, demand, &needs),
-        node,
-        &mut candidates,
-        &mut costs,
-    );
-    cheapest(costs, demand.gpus.max(1) as usize)
-}
-
-/// Pushes (cost, GPU) for every GPU of `node` that admits `demand` and is
-/// not draining.
-fn node_costs(
-    (policy, cluster, demand, needs): Pod<'_>,
-    node: usize,
-    candidates: &mut Vec<usize>,
-    costs: &mut Vec<(f64, usize)>,
-) {
-    candidates.clear();
-    candidates.extend(cluster.nodes[node].clone().filter(|&index| {
-        let gpu = &cluster.gpus[index];
-        gpu.draining == 0 && policy.admits(gpu, demand)
-    }));
-    if !candidates.is_empty() {
-        policy.costs_on_node(cluster, node, demand, needs, candidates, costs);
-    }
-}
-
-/// The cheapest of `costs` (ties: lower GPU index), or `None`.
-fn cheapest_one(costs: &[(f64, usize)]) -> Option<(f64, usize)> {
-    let mut best: Option<(f64, usize)> = None;
-    for &(cost, index) in costs {
-        if best.is_none_or(|(best_cost, best_index)| {
-            cost < best_cost || (cost == best_cost && index < best_index)
-        }) {
-            best = Some((cost, index));
-        }
-    }
-    best
-}
-
-/// The `wanted` cheapest of `costs` (ties: lower GPU index), or `None`.
-fn cheapest(mut costs: Vec<(f64, usize)>, wanted: usize) -> Option<Placement> {
-    if costs.len() < wanted {
-        return None;
-    }
-    if wanted == 1 {
-        return cheapest_one(&costs).map(|(cost, index)| Placement {
-            gpus: vec![index],
-            cost,
-        });
-    }
-    costs.sort_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)));
-    costs.truncate(wanted);
-    let cost = costs.iter().map(|(cost, _)| cost).sum::<f64>() / wanted as f64;
-    let mut gpus: Vec<usize> = costs.into_iter().map(|(_, index)| index).collect();
-    gpus.sort_unstable();
-    Some(Placement { gpus, cost })
 }
 
 #[cfg(test)]

@@ -1,7 +1,7 @@
 use super::*;
 use std::sync::Arc;
 
-use crate::model::{HostState, WorkClass};
+use crate::model::{GpuState, HostState, InstanceDemand, PodNeeds, WorkClass};
 
 const GIB: u64 = 1 << 30;
 
