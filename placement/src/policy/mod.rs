@@ -53,9 +53,10 @@ pub const POLICY_NAMES: [&str; 6] = [
     "exclusive",
 ];
 
-/// Policies that weigh power (`crate::model::power`), built by name like
-/// the others but not among `all`: `dilu-power` (dilu with a price on
-/// watts, [`POWER_WEIGHT`]) and `pwr-fgd` (PWR+FGD, [`PWR_FGD_WEIGHTS`]).
+/// Policies that weigh power (`crate::model::power`), for the simulator
+/// (which builds them with its settings: [`PowerAware`], [`PwrFgd`]): not
+/// among `all`, nor known to [`policy_by_name`], since the extender scores
+/// a node at a time and `pwr-fgd` ranks nodes against each other.
 pub const POWER_POLICY_NAMES: [&str; 2] = ["dilu-power", "pwr-fgd"];
 
 /// Builds a policy from its command-line name (`fgd` measures fragmentation
@@ -75,11 +76,6 @@ pub fn policy_for_workload(name: &str, mix: Arc<WorkloadMix>) -> Option<Box<dyn 
         "infless-r" => Box::new(InflessRequests),
         "infless-l" => Box::new(InflessLimits),
         "exclusive" => Box::new(Exclusive),
-        "dilu-power" => Box::new(PowerAware::new(
-            Box::new(Complementary::for_workload(mix)),
-            POWER_WEIGHT,
-        )),
-        "pwr-fgd" => Box::new(PwrFgd::new(mix, PWR_FGD_WEIGHTS)),
         _ => return None,
     })
 }

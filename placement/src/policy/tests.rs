@@ -34,6 +34,11 @@ fn every_listed_name_builds_and_unknown_names_do_not() {
         assert!(POLICY_NAMES.contains(&policy.name()));
     }
     assert!(policy_by_name("best-effort").is_none());
+    // The power-aware ones are the simulator's: a front end that scores a
+    // node at a time (the extender) cannot rank nodes as `pwr-fgd` does.
+    for name in POWER_POLICY_NAMES {
+        assert!(policy_by_name(name).is_none(), "{name}");
+    }
 }
 
 #[test]
