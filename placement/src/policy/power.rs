@@ -42,8 +42,9 @@ use crate::model::{ClusterState, GpuCell, GpuState, InstanceDemand, PodNeeds, Wo
 /// price that allocated most under FGD's protocol on openb's default list
 /// (seeds 1-5); the other lists judge it (`bench/results/power.md`).
 pub const POWER_WEIGHT: f64 = 0.1;
-/// `pwr-fgd`'s weights when none are given: PWR 200, FGD 800, the paper's
-/// combination that keeps FGD's allocation closest while saving power.
+/// `pwr-fgd`'s weights when none are given: PWR 200, FGD 800, one of the
+/// combinations the paper evaluates (PWR 500, 200, 100 or 50 beside FGD
+/// 500, 800, 900 or 950).
 pub const PWR_FGD_WEIGHTS: (u32, u32) = (200, 800);
 
 /// A policy with a price on the watts its placements add.
