@@ -77,7 +77,7 @@ fn physical_cores(milli_vcpus: u64) -> u64 {
 }
 
 /// The GPU model name of `node` ("" where the cluster names none).
-fn model_name(cluster: &ClusterState, node: usize) -> &str {
+pub fn model_name(cluster: &ClusterState, node: usize) -> &str {
     cluster
         .hosts
         .get(node)

@@ -35,7 +35,7 @@ use std::sync::{Arc, Mutex};
 use super::fgd::FragmentationGradient;
 use super::rule::{MoveRequest, Placement, PlacementPolicy, Replica};
 use super::search::{cheapest, node_costs};
-use crate::model::power::{cpu_watts_added, gpu_watts, watts_added};
+use crate::model::power::{cpu_watts_added, gpu_watts, model_name, watts_added};
 use crate::model::{ClusterState, GpuCell, GpuState, InstanceDemand, PodNeeds, WorkloadMix};
 
 /// `dilu-power`'s price per 100 W when none is given: of 0.003 to 1, the
@@ -67,14 +67,14 @@ impl PowerAware {
 
     /// The watts a pod of `needs` sees for waking a GPU of `node`.
     fn wake_watts(&self, cluster: &ClusterState, node: usize, needs: &PodNeeds) -> f64 {
+        let own = gpu_watts(model_name(cluster, node)).wake();
+        if !needs.models.is_empty() {
+            return own;
+        }
         let model = cluster
             .hosts
             .get(node)
             .map_or(0, |host| usize::from(host.model));
-        let own = gpu_watts(cluster.models.get(model).map_or("", String::as_str)).wake();
-        if !needs.models.is_empty() {
-            return own;
-        }
         let key = (cluster.gpus.len(), cluster.models.len());
         let mut claims = self
             .claims
