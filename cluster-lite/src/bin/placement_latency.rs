@@ -16,9 +16,13 @@
 //! does, each decision timed once: its time includes whatever upkeep the
 //! search does (a standing index re-scoring the classes changed since its
 //! last search, or being built). Each search runs the same stream from the
-//! same filled cluster (the searches decide alike).
+//! same filled cluster (the searches decide alike). The whole is done
+//! `--rounds` times (3), each from a fresh fill and a fresh policy (its
+//! memo of measured node states empty), and each figure is the median of
+//! the rounds': on a shared 2-core VM one round's p99 moves by half or
+//! more from the host alone (the decisions are the same in every round).
 //!
-//! usage: placement-latency [--out DIR] [--data DIR] [--sizes GPUS,...]
+//! usage: placement-latency [--out DIR] [--data DIR] [--sizes GPUS,...] [--rounds N]
 
 use std::fmt::Write as _;
 use std::path::PathBuf;
@@ -39,6 +43,8 @@ const GIB: u64 = 1 << 30;
 /// Cluster sizes measured by default (GPUs).
 const SIZES: [usize; 5] = [1_250, 2_500, 5_000, 10_000, 100_000];
 const MEASURED: usize = 1000;
+/// Rounds whose median each figure is, by default.
+const ROUNDS: usize = 3;
 /// Shares of the GPU capacity requested before measuring.
 const FILLS: [f64; 2] = [0.1, 0.5];
 
@@ -46,6 +52,7 @@ struct Args {
     out: PathBuf,
     data: PathBuf,
     sizes: Vec<usize>,
+    rounds: usize,
 }
 
 fn parse_args() -> Result<Args, String> {
@@ -53,6 +60,7 @@ fn parse_args() -> Result<Args, String> {
         out: PathBuf::from("bench/results"),
         data: PathBuf::from("bench/data/alibaba-openb"),
         sizes: SIZES.to_vec(),
+        rounds: ROUNDS,
     };
     let mut words = std::env::args().skip(1);
     while let Some(word) = words.next() {
@@ -70,8 +78,18 @@ fn parse_args() -> Result<Args, String> {
                         "--sizes {text:?}: GPU counts of 8 or more, comma-separated"
                     ))?;
             }
+            "--rounds" => {
+                let text = value()?;
+                args.rounds = text
+                    .parse()
+                    .ok()
+                    .filter(|&rounds| rounds >= 1)
+                    .ok_or(format!("--rounds {text:?}: a count of 1 or more"))?;
+            }
             "-h" | "--help" => {
-                println!("usage: placement-latency [--out DIR] [--data DIR] [--sizes GPUS,...]");
+                println!(
+                    "usage: placement-latency [--out DIR] [--data DIR] [--sizes GPUS,...] [--rounds N]"
+                );
                 std::process::exit(0);
             }
             other => return Err(format!("unknown argument {other:?}")),
@@ -166,11 +184,9 @@ fn measure(
     pods: &[TraceRecord],
     mix: Arc<dilu_cluster::policy::WorkloadMix>,
     fill: f64,
+    rounds: usize,
 ) {
     for name in ["dilu", "dilu-paper"] {
-        let policy = policy_for_workload(name, mix.clone()).expect("known policy");
-        let (mut filled, used) = filled(policy.as_ref(), shape, pods, fill);
-        let sample = &pods[used..(used + MEASURED).min(pods.len())];
         let searches: &[(&'static str, Search)] = if name == "dilu" {
             &[
                 ("standing indexes", place_pod),
@@ -183,49 +199,75 @@ fn measure(
             // classes.
             &[("classes", place_pod)]
         };
-        let busy_gpus = filled.active_gpus();
-        let busy_nodes = (0..filled.nodes.len())
-            .filter(|&node| !filled.node_is_idle(node))
-            .count();
-        let node_states = filled.node_classes();
-        let first_row = rows.len();
-        // The default search goes on from the fill with the indexes the
-        // fill left (a scheduler that has been running), so it runs last;
-        // the others each run on a copy of the filled cluster.
-        for &(search_name, search) in searches.iter().rev() {
-            let mut copy;
-            let cluster = if search_name == "standing indexes" {
-                &mut filled
-            } else {
-                copy = filled.clone();
-                &mut copy
-            };
-            let (answered_before, asked_before) = cluster.standing_answers();
-            let (p50_us, p99_us) = time_decisions(policy.as_ref(), cluster, sample, search);
-            let (answered, asked) = cluster.standing_answers();
-            let answered_share = (asked > asked_before)
-                .then(|| (answered - answered_before) as f64 / (asked - asked_before) as f64);
-            eprintln!(
-                "{shape_name} {} GPUs {name} {search_name}: p50 {p50_us:.1} µs p99 {p99_us:.1} µs",
-                shape.gpus()
+        // Per search, each round's p50 and p99, and the share answered.
+        let mut timed = vec![(Vec::new(), Vec::new(), None); searches.len()];
+        let mut after_fill = (0, 0, 0);
+        for round in 0..rounds {
+            // A fresh policy each round: its memo of node states starts
+            // empty, as the first round's did.
+            let policy = policy_for_workload(name, mix.clone()).expect("known policy");
+            let (mut filled, used) = filled(policy.as_ref(), shape, pods, fill);
+            let sample = &pods[used..(used + MEASURED).min(pods.len())];
+            after_fill = (
+                filled.active_gpus(),
+                (0..filled.nodes.len())
+                    .filter(|&node| !filled.node_is_idle(node))
+                    .count(),
+                filled.node_classes(),
             );
-            rows.insert(
-                first_row,
-                Row {
-                    fill,
-                    shape: shape_name,
-                    gpus: shape.gpus(),
-                    busy_gpus,
-                    busy_nodes,
-                    node_states,
-                    policy: name.to_string(),
-                    search: search_name,
-                    answered_share,
-                    p50_us,
-                    p99_us,
-                },
-            );
+            // The default search goes on from the fill with the indexes the
+            // fill left (a scheduler that has been running), so it runs last;
+            // the others each run on a copy of the filled cluster.
+            for (slot, &(search_name, search)) in searches.iter().enumerate().rev() {
+                let mut copy;
+                let cluster = if search_name == "standing indexes" {
+                    &mut filled
+                } else {
+                    copy = filled.clone();
+                    &mut copy
+                };
+                let (answered_before, asked_before) = cluster.standing_answers();
+                let (p50_us, p99_us) = time_decisions(policy.as_ref(), cluster, sample, search);
+                let (answered, asked) = cluster.standing_answers();
+                eprintln!(
+                    "{shape_name} {} GPUs {name} {search_name} round {}: p50 {p50_us:.1} µs p99 {p99_us:.1} µs",
+                    shape.gpus(),
+                    round + 1
+                );
+                let entry = &mut timed[slot];
+                entry.0.push(p50_us);
+                entry.1.push(p99_us);
+                entry.2 = (asked > asked_before)
+                    .then(|| (answered - answered_before) as f64 / (asked - asked_before) as f64);
+            }
         }
+        let (busy_gpus, busy_nodes, node_states) = after_fill;
+        for (&(search_name, _), (p50s, p99s, answered_share)) in searches.iter().zip(timed) {
+            rows.push(Row {
+                fill,
+                shape: shape_name,
+                gpus: shape.gpus(),
+                busy_gpus,
+                busy_nodes,
+                node_states,
+                policy: name.to_string(),
+                search: search_name,
+                answered_share,
+                p50_us: median(p50s),
+                p99_us: median(p99s),
+            });
+        }
+    }
+}
+
+/// The median of `values` (the mean of the middle two of an even count).
+fn median(mut values: Vec<f64>) -> f64 {
+    values.sort_by(f64::total_cmp);
+    let middle = values.len() / 2;
+    if values.len() % 2 == 1 {
+        values[middle]
+    } else {
+        (values[middle - 1] + values[middle]) / 2.0
     }
 }
 
@@ -337,6 +379,7 @@ fn run() -> Result<(), String> {
             &generated,
             Arc::default(),
             fill,
+            args.rounds,
         );
         let shape = ClusterShape::tiled(&nodes, gpus);
         let drawn = inflation::inflate(&openb_pods, shape.gpus(), fill + 0.3, 1);
@@ -348,6 +391,7 @@ fn run() -> Result<(), String> {
             &drawn,
             mix,
             fill,
+            args.rounds,
         );
     }
     let mut md = String::new();
@@ -361,6 +405,10 @@ fn run() -> Result<(), String> {
          order, never leaving; openb's own replay keeps about 1% of its GPUs in use); then the next\n\
          {MEASURED} pods are placed and applied in turn, as a scheduler does, each decision timed once (its\n\
          time includes whatever upkeep the search does), by each search on the same filled cluster.\n\
+         All of it {rounds} times, each round from a fresh fill and a fresh policy (its memo of measured\n\
+         node states empty); each p50 and p99 below is the median of the rounds' (the decisions are the\n\
+         same in every round; on this shared 2-core machine one round's p99 moves by half or more from\n\
+         the host alone).\n\
          *uniform, generated*: 8-GPU nodes and the built-in generator's instances (no workload\n\
          known: `dilu` fits by slack). *openb nodes, openb pods*: Alibaba's openb node list repeated to\n\
          the size and its default pod list drawn at random (workload known: `dilu` fits by FGD's\n\
@@ -382,8 +430,9 @@ fn run() -> Result<(), String> {
          - `standing indexes` (the default, `place_pod`): a one-GPU pod under a policy that says what its\n\
          costs read besides the node (`PlacementPolicy::cost_context`: `dilu`'s parameters, its\n\
          workload and how scarce idle GPUs are) is answered from a standing index of its shape: every\n\
-         class's best (cost, GPU) in order, re-scored only for the classes that changed since that\n\
-         shape's last search (`placement/src/model/cost_index.rs`). An index is built by the next\n\
+         class's best (cost, GPU) in order, looked at again only for the classes that changed since\n\
+         that shape's last search, a state new to the index waiting by its cell floor until an answer\n\
+         needs it (`placement/src/model/cost_index.rs`). An index is built by the next\n\
          search of a shape after one that scored 256 classes or more in the same context, and dropped\n\
          when unused while 256 others are newer; a class still in the state it was scored in keeps its\n\
          cost (its first fitting member may change); gangs and other searches go by classes. It runs on from\n\
@@ -397,6 +446,7 @@ fn run() -> Result<(), String> {
          {growth}\n\
          | requested | shape | GPUs | GPUs in use | busy nodes | node states | policy | search | answered | p50 µs | p99 µs |\n|---:|---|---:|---:|---:|---:|---|---|---:|---:|---:|",
         seconds = started.elapsed().as_secs_f64(),
+        rounds = args.rounds,
         growth = growth_table(&rows, &args.sizes),
     );
     for row in &rows {
