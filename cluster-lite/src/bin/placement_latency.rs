@@ -430,9 +430,8 @@ fn run() -> Result<(), String> {
          - `standing indexes` (the default, `place_pod`): a one-GPU pod under a policy that says what its\n\
          costs read besides the node (`PlacementPolicy::cost_context`: `dilu`'s parameters, its\n\
          workload and how scarce idle GPUs are) is answered from a standing index of its shape: every\n\
-         class's best (cost, GPU) in order, looked at again only for the classes that changed since\n\
-         that shape's last search, a state new to the index waiting by its cell floor until an answer\n\
-         needs it (`placement/src/model/cost_index.rs`). An index is built by the next\n\
+         class's best (cost, GPU) in order, re-scored only for the classes that changed since that\n\
+         shape's last search (`placement/src/model/cost_index.rs`). An index is built by the next\n\
          search of a shape after one that scored 256 classes or more in the same context, and dropped\n\
          when unused while 256 others are newer; a class still in the state it was scored in keeps its\n\
          cost (its first fitting member may change); gangs and other searches go by classes. It runs on from\n\
