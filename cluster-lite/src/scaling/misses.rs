@@ -7,13 +7,22 @@ use super::scalers::RISE_MEMORY;
 use super::sim::{Function, Outcome, Setup};
 
 /// Whether `function`'s load at `second` is, or was within one cold start,
-/// higher than anything in the [`RISE_MEMORY`] seconds before.
+/// higher than anything in the [`RISE_MEMORY`] seconds before (counted
+/// seconds and, before them, the warm-up's: the pattern wraps).
 pub fn unprecedented(function: &Function, setup: &Setup, second: usize) -> bool {
-    let rate = |s: usize| function.pattern.rate(s, function.offset_s);
-    let start = function.cold_start_s(setup).ceil() as usize;
-    let recent_from = second.saturating_sub(start);
+    let length = function.pattern.seconds().max(1) as isize;
+    let offset = function.offset_s as isize;
+    let rate = |s: isize| {
+        function
+            .pattern
+            .rate((s + offset).rem_euclid(length) as usize, 0)
+    };
+    let earliest = -(setup.warmup_s as isize);
+    let second = second as isize;
+    let start = function.cold_start_s(setup).ceil() as isize;
+    let recent_from = (second - start).max(earliest);
     let recent = (recent_from..=second).map(rate).fold(0.0, f64::max);
-    let before = (recent_from.saturating_sub(RISE_MEMORY)..recent_from)
+    let before = ((recent_from - RISE_MEMORY as isize).max(earliest)..recent_from)
         .map(rate)
         .fold(0.0, f64::max);
     recent > before
@@ -88,12 +97,21 @@ mod tests {
             seed: 1,
             policy: "dilu".into(),
             target: None,
+            warmup_s: 0,
         };
         let at = |second| unprecedented(&function, &setup, second);
         assert!(!at(299) && at(300) && at(305), "the first step");
         assert!(!at(320), "5 s after the step ended, a cold start later");
         assert!(!at(410), "the same step 100 s later was seen before");
         assert!(at(820), "400 s later it was forgotten");
+        // A warm-up plays the pattern's last seconds first (it wraps): they
+        // end with the same step, so the first one was seen before.
+        let warmed = Setup {
+            warmup_s: 400,
+            ..setup.clone()
+        };
+        assert!(!unprecedented(&function, &warmed, 300));
+        assert!(unprecedented(&function, &warmed, 820));
         let outcome = Outcome {
             missed: vec![(300, 0, 3.0), (410, 0, 1.0)],
             ..Outcome::default()
