@@ -91,8 +91,6 @@ const MODELS: [(&str, &str, f64, u64); 4] = [
         3_096_000_000,
     ),
 ];
-/// Targets each baseline is retuned over (its share of an instance's
-/// throughput or in-flight requests); the published one is among them.
 /// Seconds of each load played before it is counted (the pattern's
 /// preceding seconds; it wraps): the longest memory among the scalers and
 /// the warm-start predictor ([`PREWARM_MEMORY_S`], [`KEEP_WARM_S`];
@@ -101,6 +99,8 @@ const MODELS: [(&str, &str, f64, u64); 4] = [
 /// from a cold start, most of `dilu`'s missed requests fell in the first
 /// five minutes, before it had seen any burst of the function.
 const WARM_UP_S: usize = max(max(PREWARM_MEMORY_S, KEEP_WARM_S as usize), RISE_MEMORY);
+/// Targets each baseline is retuned over (its share of an instance's
+/// throughput or in-flight requests); the published one is among them.
 const BASELINE_TARGETS: [f64; 12] = [
     1.0, 0.8, 0.7, 0.6, 0.5, 0.4, 0.3, 0.25, 0.2, 0.15, 0.1, 0.05,
 ];
