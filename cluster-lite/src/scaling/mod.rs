@@ -7,7 +7,7 @@
 //! after a cold start. What it measures: the share of requests within
 //! their SLO, GPU-hours (GPUs with any instance, over time) and instance
 //! starts, per scaler and arrival pattern (`cluster-lite/src/bin/
-//! scaling_report.rs`, `bench/results/scaling.md`). The mechanism notes are
+//! scaling_report/`, `bench/results/scaling.md`). The mechanism notes are
 //! in `docs/scaling.md`.
 
 pub mod misses;

@@ -35,13 +35,14 @@ use dilu_cluster::scaling::sim::{Function, KEEP_WARM_S, Outcome, PREWARM_MEMORY_
 use dilu_cluster::simulator::plot::{Series, line_chart_svg};
 use dilu_profile::table::ProfileTable;
 
+mod rows;
+use rows::{GOAL, Row, judge, missed_within, table, verdict};
+
 const GIB: u64 = 1 << 30;
 /// Instances' throughput (at their requests) the busiest second asks for.
 const PEAK_INSTANCES: f64 = 6.0;
 /// A request's SLO over the batch-latency SLO its profile was searched for.
 const SLO_FACTOR: f64 = 2.0;
-/// The attainment a service owner accepts.
-const GOAL: f64 = 0.99;
 /// Seconds from an instance's start until its weights begin to load: the
 /// low ends of CUDA context set-up (5 s) and framework start-up (3 s)
 /// measured on Alibaba's serverless platform (HydraServe, NSDI'26), plus
@@ -213,17 +214,6 @@ fn setup_from(
     }
 }
 
-/// One row of a case's table.
-struct Row {
-    label: String,
-    setting: String,
-    outcome: Outcome,
-    /// A retuned baseline (judged against), or a published setting.
-    retuned: bool,
-    /// Run with warm starts (judged against rows run with them).
-    warm: bool,
-}
-
 fn run_case(
     case: &Case,
     scaler: &str,
@@ -262,19 +252,6 @@ fn run_cold(case: &Case, warm: bool) -> Result<Outcome, String> {
         })
         .collect::<Result<Vec<_>, _>>()?;
     Ok(Outcome::mean_of(&runs))
-}
-
-/// The share of `outcome`'s missed requests that came in its first
-/// `seconds` (0 where none was missed).
-fn missed_within(outcome: &Outcome, seconds: usize) -> f64 {
-    let all: f64 = outcome.missed.iter().map(|m| m.2).sum();
-    let early: f64 = outcome
-        .missed
-        .iter()
-        .filter(|m| m.0 < seconds)
-        .map(|m| m.2)
-        .sum();
-    if all > 0.0 { early / all } else { 0.0 }
 }
 
 /// `baseline` retuned on `case` (with warm starts or not): the cheapest
@@ -352,74 +329,6 @@ fn rows(case: &Case) -> Result<Vec<Row>, String> {
         }
     }
     Ok(rows)
-}
-
-fn table(rows: &[Row]) -> String {
-    let mut text = String::from(
-        "| scaler | setting | SLO attainment | GPU-hours | instance starts | of them warm | mean instances | warm GiB-h | starts refused |\n\
-         |---|---|---:|---:|---:|---:|---:|---:|---:|\n",
-    );
-    for row in rows {
-        let o = &row.outcome;
-        let _ = writeln!(
-            text,
-            "| {} | {} | {:.2}% | {:.2} | {} | {} | {:.1} | {:.1} | {} |",
-            row.label,
-            row.setting,
-            100.0 * o.attainment(),
-            o.gpu_hours,
-            o.starts,
-            o.warm_starts,
-            o.mean_instances(),
-            o.warm_gib_hours,
-            o.refused
-        );
-    }
-    text
-}
-
-/// How one dilu row fares against the retuned baselines that reach the
-/// goal, run alike (warm starts or not): (reaches the goal, the cheapest
-/// such baseline's row, fewer GPU-hours than every one of them).
-fn judge<'a>(dilu: &Row, rows: &'a [Row]) -> (bool, Option<&'a Row>, bool) {
-    let reaches = dilu.outcome.attainment() >= GOAL;
-    let cheapest = rows
-        .iter()
-        .filter(|row| row.retuned && row.warm == dilu.warm && row.outcome.attainment() >= GOAL)
-        .min_by(|a, b| a.outcome.gpu_hours.total_cmp(&b.outcome.gpu_hours));
-    let cheaper = cheapest.is_none_or(|best| dilu.outcome.gpu_hours < best.outcome.gpu_hours);
-    (reaches, cheapest, reaches && cheaper)
-}
-
-fn verdict(rows: &[Row]) -> String {
-    let mut text = String::new();
-    for dilu in &rows[..2] {
-        let (reaches, cheapest, wins) = judge(dilu, rows);
-        let baseline = match cheapest {
-            Some(best) => format!(
-                "the cheapest retuned baseline at {:.0}% is `{}` ({}): {:.2}% with {:.2} GPU-h",
-                100.0 * GOAL,
-                best.label,
-                best.setting,
-                100.0 * best.outcome.attainment(),
-                best.outcome.gpu_hours
-            ),
-            None => format!("no baseline reaches {:.0}% at any target", 100.0 * GOAL),
-        };
-        let _ = writeln!(
-            text,
-            "- `{}`: {:.2}% with {:.2} GPU-h; {baseline}. {}",
-            dilu.label,
-            100.0 * dilu.outcome.attainment(),
-            dilu.outcome.gpu_hours,
-            match (reaches, wins) {
-                (true, true) => "At the goal, with fewer GPU-hours than every baseline there.",
-                (true, false) => "At the goal, but not with fewer GPU-hours.",
-                (false, _) => "Below the goal.",
-            }
-        );
-    }
-    text
 }
 
 fn figure(args: &Args, case: &Case, rows: &[Row]) -> Result<String, String> {
@@ -535,7 +444,7 @@ fn run_report() -> Result<(), String> {
         md,
         "# 2D scaling: dilu's scaler beside Dilu's published rule, KPA and HPA, each retuned\n\n\
          Written by `scripts/bench.sh scaling` (`scaling-report --seeds {seeds}`,\n\
-         `cluster-lite/src/bin/scaling_report.rs`); nothing here is edited by hand. The model and the\n\
+         `cluster-lite/src/bin/scaling_report/`); nothing here is edited by hand. The model and the\n\
          scalers: [docs/scaling.md](../../docs/scaling.md) and `cluster-lite/src/scaling/`.\n\n\
          Four functions share a cluster of 64 GPUs (8 per node, placed by `dilu`). Every instance is\n\
          scaled vertically by the node manager (share from request up to limit under load, shared on\n\

@@ -1,0 +1,104 @@
+//! The rows of a case's table and how `dilu`'s rows are judged against
+//! the retuned baselines: rendering and verdicts only, from outcomes the
+//! report ran (`main.rs`).
+
+use std::fmt::Write as _;
+
+use dilu_cluster::scaling::sim::Outcome;
+
+/// The attainment a service owner accepts.
+pub const GOAL: f64 = 0.99;
+
+/// One row of a case's table.
+pub struct Row {
+    pub label: String,
+    pub setting: String,
+    pub outcome: Outcome,
+    /// A retuned baseline (judged against), or a published setting.
+    pub retuned: bool,
+    /// Run with warm starts (judged against rows run with them).
+    pub warm: bool,
+}
+
+/// A case's rows as a table.
+pub fn table(rows: &[Row]) -> String {
+    let mut text = String::from(
+        "| scaler | setting | SLO attainment | GPU-hours | instance starts | of them warm | mean instances | warm GiB-h | starts refused |\n\
+         |---|---|---:|---:|---:|---:|---:|---:|---:|\n",
+    );
+    for row in rows {
+        let o = &row.outcome;
+        let _ = writeln!(
+            text,
+            "| {} | {} | {:.2}% | {:.2} | {} | {} | {:.1} | {:.1} | {} |",
+            row.label,
+            row.setting,
+            100.0 * o.attainment(),
+            o.gpu_hours,
+            o.starts,
+            o.warm_starts,
+            o.mean_instances(),
+            o.warm_gib_hours,
+            o.refused
+        );
+    }
+    text
+}
+
+/// How one dilu row fares against the retuned baselines that reach the
+/// goal, run alike (warm starts or not): (reaches the goal, the cheapest
+/// such baseline's row, fewer GPU-hours than every one of them).
+pub fn judge<'a>(dilu: &Row, rows: &'a [Row]) -> (bool, Option<&'a Row>, bool) {
+    let reaches = dilu.outcome.attainment() >= GOAL;
+    let cheapest = rows
+        .iter()
+        .filter(|row| row.retuned && row.warm == dilu.warm && row.outcome.attainment() >= GOAL)
+        .min_by(|a, b| a.outcome.gpu_hours.total_cmp(&b.outcome.gpu_hours));
+    let cheaper = cheapest.is_none_or(|best| dilu.outcome.gpu_hours < best.outcome.gpu_hours);
+    (reaches, cheapest, reaches && cheaper)
+}
+
+/// What each `dilu` row's [`judge`]ment says, one line each.
+pub fn verdict(rows: &[Row]) -> String {
+    let mut text = String::new();
+    for dilu in &rows[..2] {
+        let (reaches, cheapest, wins) = judge(dilu, rows);
+        let baseline = match cheapest {
+            Some(best) => format!(
+                "the cheapest retuned baseline at {:.0}% is `{}` ({}): {:.2}% with {:.2} GPU-h",
+                100.0 * GOAL,
+                best.label,
+                best.setting,
+                100.0 * best.outcome.attainment(),
+                best.outcome.gpu_hours
+            ),
+            None => format!("no baseline reaches {:.0}% at any target", 100.0 * GOAL),
+        };
+        let _ = writeln!(
+            text,
+            "- `{}`: {:.2}% with {:.2} GPU-h; {baseline}. {}",
+            dilu.label,
+            100.0 * dilu.outcome.attainment(),
+            dilu.outcome.gpu_hours,
+            match (reaches, wins) {
+                (true, true) => "At the goal, with fewer GPU-hours than every baseline there.",
+                (true, false) => "At the goal, but not with fewer GPU-hours.",
+                (false, _) => "Below the goal.",
+            }
+        );
+    }
+    text
+}
+
+/// The share of `outcome`'s missed requests that came in its first
+/// `seconds` (0 where none was missed).
+pub fn missed_within(outcome: &Outcome, seconds: usize) -> f64 {
+    let all: f64 = outcome.missed.iter().map(|m| m.2).sum();
+    let early: f64 = outcome
+        .missed
+        .iter()
+        .filter(|m| m.0 < seconds)
+        .map(|m| m.2)
+        .sum();
+    if all > 0.0 { early / all } else { 0.0 }
+}
