@@ -57,6 +57,7 @@ STATIC_SERVER_PCT = 70
 # name -> (server's dilu flags, filler's dilu flags, runs the server, runs the filler)
 # None as flags: not under dilu (HAMi-core's library instead).
 HOST_ONLY = "host only (filler on a second simulated GPU)"
+NICE_0 = "filler at the server's CPU priority (--cpu-nice 0): dilu with "
 ROWS = {
     "server alone": ([], None, True, False),
     "filler alone": (None, [], False, True),
@@ -70,6 +71,11 @@ ROWS = {
     "HAMi-core": ("hami", "hami", True, True),
     "dilu defaults (--colo primary / filler)": (["--colo", "primary"], ["--colo", "filler"], True, True),
     "dilu with an SLO (--slo-ms)": (["--colo", "primary", "--slo-ms", "SLO"], ["--colo", "filler"], True, True),
+    # What lowering a filler's CPU priority (dilu run's default for a
+    # filler: nice 19) does, against the filler at the server's priority.
+    NICE_0 + "defaults": (["--colo", "primary"], ["--colo", "filler", "--cpu-nice", "0"], True, True),
+    NICE_0 + "an SLO": (["--colo", "primary", "--slo-ms", "SLO"], ["--colo", "filler", "--cpu-nice", "0"],
+                        True, True),
 }
 # The rows run again with bursty arrivals (the same mean rate, all of it in
 # bursts): bursty row -> the row whose processes it runs.
@@ -488,7 +494,10 @@ def report(args, results, versions):
       f"processes as the driver does); *static shares* `--sm {STATIC_SERVER_PCT}` and `--sm {100 - STATIC_SERVER_PCT}`; "
       f"*HAMi-core* its libvgpu.so preloaded with `CUDA_DEVICE_SM_LIMIT` {STATIC_SERVER_PCT} and {100 - STATIC_SERVER_PCT} "
       f"(a build named by `DILU_PEER_HAMI`); *dilu defaults* `--colo primary` beside `--colo filler`, no SLO declared "
-      f"(the primary kept as if alone); *dilu with an SLO* adds `--slo-ms {args.slo_ms}` to the server.")
+      f"(the primary kept as if alone); *dilu with an SLO* adds `--slo-ms {args.slo_ms}` to the server. `dilu run` "
+      f"lowers a `--colo filler`'s CPU priority to nice 19 by default; the rows *{NICE_0}...* keep it at the server's "
+      f"(`--cpu-nice 0`), to show what that does. The other rows' fillers run at the server's priority"
+      f"{f' plus `nice -n {args.filler_nice}`' if args.filler_nice else ''}.")
     w("")
     header = ("| row | requests | TTFT p50 / p99 ms | TTFT p50 / p99 vs alone | TPOT p50 / p99 ms "
               "| TPOT p50 / p99 vs alone | filler vs alone | device busy | host busy |")

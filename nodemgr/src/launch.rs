@@ -22,6 +22,7 @@
 //! changes.
 
 use crate::artifacts;
+use crate::cpu_priority;
 use crate::error::{self, Error};
 use dilu_abi::node_wire::{self, FromDaemon, SmShare, TenantSpec, ToDaemon};
 use dilu_abi::tenant_flags;
@@ -51,6 +52,9 @@ pub struct LaunchSpec {
     /// How many GPUs the tenant asks the node manager for (`--gpus`; its
     /// spec holds on each). 1 unless given.
     pub gpus: u32,
+    /// The program's nice value (`--cpu-nice`); by default a filler's is
+    /// lowered ([`cpu_priority`]).
+    pub cpu_nice: Option<i32>,
     pub command: Vec<String>,
 }
 
@@ -314,6 +318,11 @@ pub fn run(spec: &LaunchSpec) -> error::Result<ExitCode> {
     if !spec.sim {
         warn_without_driver();
     }
+    let role = spec
+        .colo
+        .clone()
+        .or_else(|| std::env::var("DILU_COLO").ok());
+    cpu_priority::apply(spec.cpu_nice, role.as_deref());
     for (key, value) in env {
         command.env(key, value);
     }

@@ -25,6 +25,7 @@ pub mod audit;
 pub mod colo_status;
 pub mod config;
 pub mod control;
+pub mod cpu_priority;
 pub mod daemon;
 pub mod error;
 pub mod gpu_view;

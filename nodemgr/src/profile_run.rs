@@ -274,6 +274,7 @@ impl ProgramTrials {
             batch: None,
             colo: None,
             gpus: 1,
+            cpu_nice: None,
             command: Vec::new(),
         })
         .map_err(|e| e.to_string())?;

@@ -383,6 +383,60 @@ fn mistakes_stop_before_the_program_starts() {
     assert_eq!(text(&output.stdout).trim(), "--mme");
 }
 
+/// The nice value the program `dilu run` starts with `args` runs at (read
+/// from its own /proc stat, field 19), and what dilu said.
+fn nice_under(args: &[&str]) -> (i32, String) {
+    let output = Command::new(dilu())
+        .arg("run")
+        .args(args)
+        .args(["--", "sh", "-c", "cut -d' ' -f19 /proc/self/stat"])
+        .env("DILU_NODEMGR_SOCKET", "/nonexistent/dilu.sock")
+        .env_remove("DILU_COLO")
+        .output()
+        .unwrap();
+    let stderr = text(&output.stderr);
+    assert!(output.status.success(), "{args:?}: {stderr}");
+    let nice = text(&output.stdout).trim().parse().unwrap();
+    (nice, stderr)
+}
+
+#[test]
+fn a_filler_runs_at_a_lower_cpu_priority_than_its_primary_unless_told_otherwise() {
+    let own: i32 = std::fs::read_to_string("/proc/self/stat")
+        .unwrap()
+        .rsplit(") ")
+        .next()
+        .unwrap()
+        .split(' ')
+        .nth(16)
+        .unwrap()
+        .parse()
+        .unwrap();
+    // A primary and a tenant without a role keep what they inherit.
+    assert_eq!(nice_under(&["--sim", "--colo", "primary"]).0, own);
+    assert_eq!(nice_under(&["--sim"]).0, own);
+    // Fillers get less of the host's CPU, offline ones least; a default
+    // never raises a priority already lower.
+    assert_eq!(nice_under(&["--sim", "--colo", "filler"]).0, own.max(19));
+    assert_eq!(
+        nice_under(&["--sim", "--colo", "online-filler"]).0,
+        own.max(10)
+    );
+    // The flag says what it is. Raising a priority takes privilege, so a
+    // process without it is told it runs at the one it has.
+    let (nice, stderr) = nice_under(&["--sim", "--colo", "filler", "--cpu-nice", "0"]);
+    if nice != 0 {
+        assert_eq!(nice, own);
+        assert!(
+            stderr.contains("--cpu-nice (nice 0) is not applied"),
+            "{stderr}"
+        );
+    }
+    assert_eq!(nice_under(&["--sim", "--cpu-nice", "19"]).0, 19);
+    refused_before_start(&["--sim", "--cpu-nice=-5", "--"], "0..=19");
+    refused_before_start(&["--sim", "--cpu-nice", "20", "--"], "0..=19");
+}
+
 #[test]
 fn flags_only_a_node_manager_reads_are_said_to_do_nothing_without_one() {
     let output = Command::new(dilu())

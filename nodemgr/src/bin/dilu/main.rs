@@ -174,6 +174,12 @@ pub struct RunArgs {
     /// launches to that device.
     #[arg(long, value_name = "N", default_value_t = 1)]
     gpus: u32,
+    /// Host CPU priority (nice value, 0-19) the program runs at. Default:
+    /// 19 for --colo filler, 10 for --colo online-filler (a filler's host
+    /// threads would otherwise take the cores the primary's launches
+    /// need), else the one dilu was started with.
+    #[arg(long, value_name = "NICE", value_parser = clap::value_parser!(i32).range(0..=19))]
+    cpu_nice: Option<i32>,
     #[command(flatten)]
     spec: SpecArgs,
     /// The program to run and its arguments (after `--`; a flag before the
@@ -363,6 +369,7 @@ fn run(args: RunArgs) -> Result<ExitCode> {
         batch: profiled.map(|(_, batch)| batch),
         colo,
         gpus: args.gpus,
+        cpu_nice: args.cpu_nice,
         command: args.command,
     })
 }
