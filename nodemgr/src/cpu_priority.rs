@@ -3,8 +3,9 @@
 //! A filler yields the GPU to its primary, but on a node whose cores are
 //! busy its host threads (launches, data loading, a Python interpreter)
 //! still take CPU time the primary's launches need, and a request waits
-//! for the host as it would for the device: beside vLLM on 2 cores, a
-//! filler on another GPU raised the server's TTFT p99 2.6x. So `dilu run`
+//! for the host as it would for the device (beside vLLM on 2 cores, a
+//! filler on another GPU, sharing only the cores, slowed the server's
+//! requests: `bench/results/llm.md`, the host-only row). So `dilu run`
 //! lowers a filler's priority (its nice value) before the program starts;
 //! every thread and process it creates inherits it. A primary and a tenant
 //! without a role keep the priority they were started with, and a
