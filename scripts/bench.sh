@@ -77,7 +77,7 @@
 #   frameworks a BERT-base inference server (Poisson requests, an SLO) beside a
 #              ResNet-50 training loop, unmodified PyTorch on simgpu: alone, no
 #              limiter, static, dilu (defaults, roles), HAMi-core (with
-#              HAMI_CORE_SRC); needs a torch venv, see scripts/frameworks.sh --help
+#              DILU_PEER_HAMI or HAMI_CORE_SRC); needs a torch venv, see scripts/frameworks.sh --help
 #                                             -> bench/results/frameworks.md
 #   field      the field's yardstick over shapes drawn from the co-location
 #              class: the primary's p50/p99 (training: iterations/s) against

@@ -30,9 +30,11 @@
 # --profile-trial-seconds S  each profile trial's length (default 6)
 # --only LIST       comma-separated subset of: alone,none,static,dilu,noslo,profiled,hami
 #
-# HAMI_CORE_SRC=DIR a HAMi-core checkout (https://github.com/Project-HAMi/HAMi-core);
-#                   without it, or if it does not build here, the HAMi-core row
-#                   says why it is missing. Headers (cuda.h, nvml.h) come from
+# DILU_PEER_HAMI=FILE a HAMi-core libvgpu.so already built (as the field and llm
+#                   benches take it); else
+# HAMI_CORE_SRC=DIR a HAMi-core checkout (https://github.com/Project-HAMi/HAMi-core)
+#                   built here; without either, or if it does not build here, the
+#                   HAMi-core row says why it is missing. Headers (cuda.h, nvml.h) come from
 #                   PEERS_CACHE/include (default target/peers-cache, as scripts/peers.sh
 #                   fills it), ~/.cache/dilu/cudart or the venv's NVIDIA wheels.
 set -euo pipefail
@@ -97,8 +99,16 @@ trap cleanup EXIT
 # --- HAMi-core, as scripts/peers.sh builds it
 vgpu="" hami_note=""
 if wants hami; then
-  if [ -z "${HAMI_CORE_SRC:-}" ]; then
-    hami_note="not run: HAMI_CORE_SRC is not set"
+  if [ -n "${DILU_PEER_HAMI:-}" ]; then
+    # A build already made, as the field and llm benches take it.
+    if [ -f "$DILU_PEER_HAMI" ]; then
+      vgpu=$DILU_PEER_HAMI
+      hami_note="HAMi-core's libvgpu.so named by \`DILU_PEER_HAMI\`"
+    else
+      hami_note="not run: DILU_PEER_HAMI names no file ($DILU_PEER_HAMI)"
+    fi
+  elif [ -z "${HAMI_CORE_SRC:-}" ]; then
+    hami_note="not run: neither DILU_PEER_HAMI (a built libvgpu.so) nor HAMI_CORE_SRC (a checkout to build) is set"
   else
     cache=${PEERS_CACHE:-target/peers-cache}
     mkdir -p "$cache/include"
