@@ -15,12 +15,13 @@
 //! pods of the same source are placed and applied in turn, as a scheduler
 //! does, each decision timed once: its time includes whatever upkeep the
 //! search does (a standing index re-scoring the classes changed since its
-//! last search, or being built). Each search runs the same stream from the
-//! same filled cluster (the searches decide alike). The whole is done
-//! `--rounds` times (3), each from a fresh fill and a fresh policy (its
-//! memo of measured node states empty), and each figure is the median of
-//! the rounds': on a shared 2-core VM one round's p99 moves by half or
-//! more from the host alone (the decisions are the same in every round).
+//! last search, or being built). Each search runs the same stream (the
+//! searches decide alike) from its own fill by a fresh policy, so that
+//! none reads back what another measured on the states the same pods lead
+//! to. The whole is done `--rounds` times (3), and each figure is the
+//! median of the rounds': on a shared 2-core VM one round's p99 moves by
+//! half or more from the host alone (the decisions are the same in every
+//! round).
 //!
 //! usage: placement-latency [--out DIR] [--data DIR] [--sizes GPUS,...] [--rounds N]
 
@@ -203,31 +204,24 @@ fn measure(
         let mut timed = vec![(Vec::new(), Vec::new(), None); searches.len()];
         let mut after_fill = (0, 0, 0);
         for round in 0..rounds {
-            // A fresh policy each round: its memo of node states starts
-            // empty, as the first round's did.
-            let policy = policy_for_workload(name, mix.clone()).expect("known policy");
-            let (mut filled, used) = filled(policy.as_ref(), shape, pods, fill);
-            let sample = &pods[used..(used + MEASURED).min(pods.len())];
-            after_fill = (
-                filled.active_gpus(),
-                (0..filled.nodes.len())
-                    .filter(|&node| !filled.node_is_idle(node))
-                    .count(),
-                filled.node_classes(),
-            );
-            // The default search goes on from the fill with the indexes the
-            // fill left (a scheduler that has been running), so it runs last;
-            // the others each run on a copy of the filled cluster.
-            for (slot, &(search_name, search)) in searches.iter().enumerate().rev() {
-                let mut copy;
-                let cluster = if search_name == "standing indexes" {
-                    &mut filled
-                } else {
-                    copy = filled.clone();
-                    &mut copy
-                };
+            // Each search from its own fill by a fresh policy (its memo of
+            // node states empty): a scheduler that has been running with
+            // that search, and none sees what the others measured on the
+            // states the same pods lead to.
+            for (slot, &(search_name, search)) in searches.iter().enumerate() {
+                let policy = policy_for_workload(name, mix.clone()).expect("known policy");
+                let (mut cluster, used) = filled(policy.as_ref(), shape, pods, fill);
+                let sample = &pods[used..(used + MEASURED).min(pods.len())];
+                after_fill = (
+                    cluster.active_gpus(),
+                    (0..cluster.nodes.len())
+                        .filter(|&node| !cluster.node_is_idle(node))
+                        .count(),
+                    cluster.node_classes(),
+                );
                 let (answered_before, asked_before) = cluster.standing_answers();
-                let (p50_us, p99_us) = time_decisions(policy.as_ref(), cluster, sample, search);
+                let (p50_us, p99_us) =
+                    time_decisions(policy.as_ref(), &mut cluster, sample, search);
                 let (answered, asked) = cluster.standing_answers();
                 eprintln!(
                     "{shape_name} {} GPUs {name} {search_name} round {}: p50 {p50_us:.1} µs p99 {p99_us:.1} µs",
@@ -404,9 +398,10 @@ fn run() -> Result<(), String> {
          Each cluster is filled until 10% or 50% of its GPU capacity is requested (pods arriving in\n\
          order, never leaving; openb's own replay keeps about 1% of its GPUs in use); then the next\n\
          {MEASURED} pods are placed and applied in turn, as a scheduler does, each decision timed once (its\n\
-         time includes whatever upkeep the search does), by each search on the same filled cluster.\n\
-         All of it {rounds} times, each round from a fresh fill and a fresh policy (its memo of measured\n\
-         node states empty); each p50 and p99 below is the median of the rounds' (the decisions are the\n\
+         time includes whatever upkeep the search does), by each search from its own fill by a fresh\n\
+         policy (what a policy measured on the node states the fill and the stream lead to stays its\n\
+         own: no search reads back another's). All of it {rounds} times; each p50 and p99 below is the\n\
+         median of the rounds' (the decisions are the\n\
          same in every round; on this shared 2-core machine one round's p99 moves by half or more from\n\
          the host alone).\n\
          *uniform, generated*: 8-GPU nodes and the built-in generator's instances (no workload\n\

@@ -7,8 +7,15 @@
 //! with a GPU in a cell.
 
 use std::collections::BTreeSet;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use crate::fast_hash::FastMap;
+
+/// Classes opened so far in this process: each opening's generation is
+/// its number, unique across clusters and their copies, so that a
+/// generation names one node state wherever it is seen (a policy keeps
+/// what it measured on a state by it, across the clusters it searches).
+static OPENED: AtomicU64 = AtomicU64::new(0);
 
 /// Rows of the grid by a GPU's Σ SM requests, over 0..1.
 pub const SM_ROWS: usize = 32;
@@ -139,8 +146,6 @@ pub struct NodeClasses {
     /// only these.
     occupied: Vec<u16>,
     occupied_at: Vec<u32>,
-    /// Classes opened so far (each class's `generation` is its number).
-    opened: u64,
     /// Per cell, its GPUs (one per class holding them) by memory size and
     /// step of memory in use.
     memory: Vec<Vec<MemoryRow>>,
@@ -156,7 +161,6 @@ impl Default for NodeClasses {
             in_cell: vec![Vec::new(); CELLS],
             occupied: Vec::new(),
             occupied_at: vec![NOT_OCCUPIED; CELLS],
-            opened: 0,
             memory: vec![Vec::new(); CELLS],
         }
     }
@@ -173,8 +177,8 @@ struct NodeClass {
     cells: Vec<(u16, u32)>,
     /// Where each of its GPUs stands (draining ones left out).
     points: Vec<GpuPoint>,
-    /// Which opening of a class this is (ids are reused; a state keeps its
-    /// generation while its class has members).
+    /// Which opening of a class this is, process-wide (`OPENED`; ids are
+    /// reused; a state keeps its generation while its class has members).
     generation: u64,
 }
 
@@ -264,9 +268,8 @@ impl NodeClasses {
         for &point in &points {
             *self.memory_count(point) += 1;
         }
-        self.opened += 1;
         let class = &mut self.classes[id as usize];
-        class.generation = self.opened;
+        class.generation = OPENED.fetch_add(1, Ordering::Relaxed) + 1;
         class.points = points;
         class.cells.clear();
         for cell in distinct {
@@ -303,9 +306,11 @@ impl NodeClasses {
         self.classes.len()
     }
 
-    /// The lowest member of class `id`.
-    pub fn first(&self, id: u32) -> usize {
-        self.classes[id as usize].first
+    /// The lowest member of class `id`, or `None` when it has none (an id
+    /// emptied since it was logged).
+    pub fn first(&self, id: u32) -> Option<usize> {
+        let class = &self.classes[id as usize];
+        (!class.members.is_empty()).then_some(class.first)
     }
 
     /// Which opening of a class id `id` holds now (see `NodeClass`).

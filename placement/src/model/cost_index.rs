@@ -9,8 +9,11 @@
 //! scarce idle GPUs are). So an index stays exact as long as its context
 //! holds, if the classes a change touched are scored again: every
 //! `ClusterState::refresh_node` logs the class a node leaves and the one it
-//! joins ([`ClassLog`]), and an index replays the log since it last looked
-//! before it answers. An index is built only for a shape whose last search
+//! joins, with the node ([`ClassLog`]), and an index replays the log since
+//! it last looked before it answers. A class's first fitting member can
+//! change only through a node at or below it, so a touch by a later node
+//! of a class whose offer names its member is passed over (most touches:
+//! a large class gains and loses members above its first). An index is built only for a shape whose last search
 //! scored many classes in the same context (a search the cell floors could
 //! not cut short), since building scores every class once.
 
@@ -41,10 +44,10 @@ const MOST_SHAPES: usize = 4096;
 /// has not looked since then looks at every class again).
 const LOG_LIMIT: usize = 1 << 20;
 
-/// The classes each node refresh touched, in order.
+/// The classes each node refresh touched, with the node, in order.
 #[derive(Debug, Default)]
 pub struct ClassLog {
-    touched: Vec<u32>,
+    touched: Vec<Touch>,
     /// Position of `touched[0]` in the whole log.
     start: u64,
     /// Bumped when every class id is dealt afresh (the classes are filed
@@ -64,16 +67,27 @@ impl Clone for ClassLog {
     }
 }
 
+/// A class changed through a node (`u32::MAX`: a node beyond the log's
+/// range, taken as below every member).
+#[derive(Debug, Clone, Copy)]
+struct Touch {
+    class: u32,
+    node: u32,
+}
+
 impl ClassLog {
-    /// Logs that class `id` changed (gained or lost a member, or a member's
-    /// host changed).
-    pub fn touch(&mut self, id: u32) {
+    /// Logs that class `id` changed through `node` (which joined or left
+    /// it, or whose host changed).
+    pub fn touch(&mut self, id: u32, node: usize) {
         if self.touched.len() >= LOG_LIMIT {
             let dropped = LOG_LIMIT / 2;
             self.touched.drain(..dropped);
             self.start += dropped as u64;
         }
-        self.touched.push(id);
+        self.touched.push(Touch {
+            class: id,
+            node: u32::try_from(node).unwrap_or(u32::MAX),
+        });
     }
 
     /// Forgets every class: the ids are to be dealt again.
@@ -87,9 +101,9 @@ impl ClassLog {
         self.start + self.touched.len() as u64
     }
 
-    /// The classes touched from position `from` on, or `None` when the log
-    /// no longer reaches back that far.
-    fn since(&self, from: u64) -> Option<&[u32]> {
+    /// The touches from position `from` on, or `None` when the log no
+    /// longer reaches back that far.
+    fn since(&self, from: u64) -> Option<&[Touch]> {
         let offset = from.checked_sub(self.start)?;
         self.touched.get(offset as usize..)
     }
@@ -185,11 +199,13 @@ struct Built {
     of_class: Vec<Option<Offer>>,
 }
 
-/// What a class offered: scored on the state of its `generation`, its
-/// best (cost's order key, GPU, the GPU's place on its node), if any.
+/// What a class offered: scored on the state of its `generation` through
+/// its first fitting member `representative`, its best (cost's order key,
+/// GPU, the GPU's place on its node), if any.
 #[derive(Clone, Copy)]
 struct Offer {
     generation: u64,
+    representative: usize,
     best: Option<(u64, usize, usize)>,
 }
 
@@ -229,32 +245,45 @@ impl Built {
     /// class still in the state it was scored in keeps its cost and its
     /// GPU's place on the node, and only its first fitting member may have
     /// changed: the policy is asked again only for a state not yet scored
-    /// here.
-    fn rescore(&mut self, class: u32, view: &mut dyn ClassView) {
+    /// here, and the order is touched only where the class's entry moved
+    /// (most classes a change touches only gain or lose a later member).
+    /// `filed`: whether the class's old entry is in the order.
+    fn rescore(&mut self, class: u32, view: &mut dyn ClassView, filed: bool) {
         let slot = class as usize;
         if self.of_class.len() <= slot {
             self.of_class.resize(slot + 1, None);
         }
         let old = self.of_class[slot].take();
-        if let Some((key, gpu, _)) = old.and_then(|offer| offer.best) {
-            self.order.remove(&(key, gpu, class));
-        }
-        let Some(node) = view.representative(class) else {
-            return;
+        let entry = |best: Option<(u64, usize, usize)>| best.map(|(key, gpu, _)| (key, gpu, class));
+        let old_entry = old.and_then(|offer| entry(offer.best)).filter(|_| filed);
+        let new_entry = match view.representative(class) {
+            None => None,
+            Some(node) => {
+                let (generation, first) = (view.generation(class), view.first_gpu(node));
+                let best = match old {
+                    Some(offer) if offer.generation == generation => offer
+                        .best
+                        .map(|(key, _, place)| (key, first + place, place)),
+                    _ => view
+                        .score(node)
+                        .map(|(cost, gpu)| (order_key(cost), gpu, gpu - first)),
+                };
+                self.of_class[slot] = Some(Offer {
+                    generation,
+                    representative: node,
+                    best,
+                });
+                entry(best)
+            }
         };
-        let (generation, first) = (view.generation(class), view.first_gpu(node));
-        let best = match old {
-            Some(offer) if offer.generation == generation => offer
-                .best
-                .map(|(key, _, place)| (key, first + place, place)),
-            _ => view
-                .score(node)
-                .map(|(cost, gpu)| (order_key(cost), gpu, gpu - first)),
-        };
-        if let Some((key, gpu, _)) = best {
-            self.order.insert((key, gpu, class));
+        if old_entry != new_entry {
+            if let Some(old_entry) = old_entry {
+                self.order.remove(&old_entry);
+            }
+            if let Some(new_entry) = new_entry {
+                self.order.insert(new_entry);
+            }
         }
-        self.of_class[slot] = Some(Offer { generation, best });
     }
 
     fn best(&self) -> Option<(f64, usize)> {
@@ -310,11 +339,27 @@ impl CostIndexes {
             match log.since(built.seen) {
                 Some(touched) => {
                     let mut done = vec![false; slots.max(built.of_class.len())];
-                    for &class in touched {
-                        if let Some(mark) = done.get_mut(class as usize)
+                    for touch in touched {
+                        let slot = touch.class as usize;
+                        // A class with a member that fits, touched above it:
+                        // that member is still its first fitting one.
+                        let above =
+                            built
+                                .of_class
+                                .get(slot)
+                                .copied()
+                                .flatten()
+                                .is_some_and(|offer| {
+                                    touch.node != u32::MAX
+                                        && touch.node as usize > offer.representative
+                                });
+                        if above {
+                            continue;
+                        }
+                        if let Some(mark) = done.get_mut(slot)
                             && !std::mem::replace(mark, true)
                         {
-                            built.rescore(class, view);
+                            built.rescore(touch.class, view, true);
                         }
                     }
                 }
@@ -323,7 +368,7 @@ impl CostIndexes {
                 None => {
                     built.order.clear();
                     for class in classes {
-                        built.rescore(class, view);
+                        built.rescore(class, view, false);
                     }
                 }
             }
@@ -345,7 +390,7 @@ impl CostIndexes {
             of_class: vec![None; slots],
         };
         for class in classes {
-            built.rescore(class, view);
+            built.rescore(class, view, false);
         }
         let best = built.best();
         index.built = Some(built);
@@ -462,27 +507,34 @@ mod tests {
         indexes.note_search(&[9], 4, 2);
         assert_eq!(ask(&mut view, &log), Some((1.0, 10)));
         assert_eq!(view.scored, [3, 5]);
-        // Class 1's first member is now node 6, in the same state: same
-        // cost, same place on the node, no new score.
+        // Class 1 gains node 9, above its first fitting member: passed over
+        // (the view is not asked for its representative again, so a wrong
+        // answer planted there does not show).
+        view.representative.insert(1, 4);
+        log.touch(1, 9);
+        assert_eq!(ask(&mut view, &log), Some((1.0, 10)));
+        // Node 5 leaves class 1, whose first member is now node 6, in the
+        // same state: same cost, same place on the node, no new score.
         view.representative.insert(1, 6);
-        log.touch(1);
+        log.touch(1, 5);
         assert_eq!(ask(&mut view, &log), Some((1.0, 12)));
         assert_eq!(view.scored, [3, 5]);
-        // Class 0's id dealt to another state (a new generation), cheaper.
+        // Class 0's id dealt to another state (a new generation), cheaper:
+        // its member left first.
         view.generation.insert(0, 3);
         view.cost.insert(3, (0.5, 6));
-        log.touch(0);
+        log.touch(0, 3);
         assert_eq!(ask(&mut view, &log), Some((0.5, 6)));
         assert_eq!(view.scored, [3, 5, 3]);
-        // Class 0 has no member that fits any more.
+        // Class 0 has no member that fits any more (node 3's host changed).
         view.representative.remove(&0);
-        log.touch(0);
+        log.touch(0, 3);
         assert_eq!(ask(&mut view, &log), Some((1.0, 12)));
         // So many changes that the log no longer reaches back: every class
         // is looked at again, class 1 (same state) without a new score.
         view.representative.insert(1, 8);
         for _ in 0..=LOG_LIMIT {
-            log.touch(1);
+            log.touch(1, 20);
         }
         assert_eq!(ask(&mut view, &log), Some((1.0, 16)));
         assert_eq!(view.scored, [3, 5, 3]);
@@ -497,11 +549,12 @@ mod tests {
     fn a_log_that_dropped_an_index_s_position_asks_for_a_rebuild() {
         let mut log = ClassLog::default();
         for id in 0..(LOG_LIMIT as u32 + 1) {
-            log.touch(id);
+            log.touch(id, 0);
         }
         assert!(log.since(0).is_none());
-        assert_eq!(log.since(log.end()).map(<[u32]>::len), Some(0));
+        assert_eq!(log.since(log.end()).map(<[Touch]>::len), Some(0));
         let last = log.since(log.end() - 1).expect("recent positions stay");
-        assert_eq!(last, &[LOG_LIMIT as u32]);
+        assert_eq!(last.len(), 1);
+        assert_eq!(last[0].class, LOG_LIMIT as u32);
     }
 }

@@ -255,10 +255,10 @@ impl ClusterState {
         // Logged even when the class stays: a member's host memory, which
         // decides whether it fits a pod, may have changed.
         if let Some(left) = left {
-            self.class_log.touch(left);
+            self.class_log.touch(left, node);
         }
         if let Some(joined) = self.classes.of(node).filter(|&id| Some(id) != left) {
-            self.class_log.touch(joined);
+            self.class_log.touch(joined, node);
         }
     }
 
@@ -322,7 +322,9 @@ impl ClusterState {
         let Some(id) = self.classes.of(node) else {
             return 0;
         };
-        let first = self.classes.first(id);
+        let Some(first) = self.classes.first(id) else {
+            return 0;
+        };
         if first >= node || enough == 0 {
             return 0;
         }
@@ -367,12 +369,14 @@ impl ClusterState {
         needs: &'a PodNeeds,
     ) -> impl Iterator<Item = usize> + 'a {
         let first = self.classes.first(id);
-        let ruled_out = self
-            .hosts
-            .get(first)
+        let ruled_out = first
+            .and_then(|first| self.hosts.get(first))
             .is_some_and(|host| !host.class_may_fit(needs));
-        self.classes
-            .members(id)
+        // The first member apart: most searches stop at it, without
+        // walking the member set.
+        first
+            .into_iter()
+            .chain(self.classes.members(id).skip(1))
             .take(if ruled_out { 0 } else { usize::MAX })
             .filter(move |&member| self.host_fits(member, needs))
     }
@@ -462,6 +466,16 @@ impl ClusterState {
     /// cost grows with).
     pub fn node_classes(&self) -> usize {
         self.classes.len()
+    }
+
+    /// A number that names `node`'s state (its class's generation): two
+    /// nodes with the same number, in this cluster or any other of the
+    /// process, are in the same state (GPUs and host), and a node's number
+    /// changes when its state does. `None` for a node not filed yet.
+    pub fn node_state_id(&self, node: usize) -> Option<u64> {
+        self.classes
+            .of(node)
+            .map(|class| self.classes.generation(class))
     }
 
     /// Whether no GPU of node `node` has work (in O(1)).

@@ -27,48 +27,14 @@
 
 use std::sync::{Arc, Mutex, MutexGuard};
 
-use crate::fast_hash::FastMap;
-
+use super::fragmentation_memo::{
+    IncreaseKey, MEMO_GPUS, MEMO_LIMIT, Measured, memo_key, sorted_fragmentation,
+};
 use super::rule::PlacementPolicy;
 use crate::model::{
     ClusterState, GpuCell, GpuModel, GpuState, InstanceDemand, PodNeeds, SHARE_EPSILON, TaskType,
     WorkloadMix,
 };
-
-/// Node states already measured: a node's fragmentation depends only on
-/// its GPU model, free CPU and the multiset of its GPUs' free shares, and
-/// most nodes of a large cluster are in a few such states (idle, full).
-/// Keyed by those exactly (`memo_key`), and measured on the shares in the
-/// key's order, so that a state's value does not depend on which node
-/// was measured first (two searches visiting nodes in different orders
-/// decide alike).
-type Memo = Mutex<FastMap<MemoKey, f64>>;
-
-/// Model and free CPU, then each GPU's free share (its bits), sorted,
-/// unused slots `u64::MAX` (no share has those bits).
-type MemoKey = [u64; 2 + MEMO_GPUS];
-
-/// Nodes of up to this many GPUs are memoised.
-const MEMO_GPUS: usize = 8;
-
-/// The memo's key for a node state and its free shares in the key's
-/// order; `None` (measure without the memo) for nodes of more than
-/// `MEMO_GPUS` GPUs.
-fn memo_key(free: &[f64], cpu_free: u64, model: GpuModel) -> Option<(MemoKey, [f64; MEMO_GPUS])> {
-    if free.len() > MEMO_GPUS {
-        return None;
-    }
-    let mut sorted = [0.0f64; MEMO_GPUS];
-    sorted[..free.len()].copy_from_slice(free);
-    sorted[..free.len()].sort_unstable_by(f64::total_cmp);
-    let mut key = [u64::MAX; 2 + MEMO_GPUS];
-    key[0] = u64::from(model);
-    key[1] = cpu_free;
-    for (slot, share) in key[2..].iter_mut().zip(&sorted[..free.len()]) {
-        *slot = share.to_bits();
-    }
-    Some((key, sorted))
-}
 
 /// Which GPUs' free shares a fragmentation measure counts.
 #[derive(Debug, Clone, Copy)]
@@ -82,16 +48,13 @@ enum Scope {
 /// Nodes of up to this many GPUs are scored without allocating.
 const STACK_GPUS: usize = 16;
 
-/// Measured states kept before the memo starts over.
-const MEMO_LIMIT: usize = 200_000;
-
 /// The `fgd` policy.
 #[derive(Debug, Clone, Default)]
 pub struct FragmentationGradient {
     mix: Arc<WorkloadMix>,
     /// The mix's total weight (a bound's factor, asked per cell).
     mix_weight: f64,
-    memo: Arc<Memo>,
+    memo: Arc<Mutex<Measured>>,
     /// The mix, word by word (its part of `cost_context`).
     fingerprint: u64,
 }
@@ -155,7 +118,7 @@ impl FragmentationGradient {
     /// lookups; `None` when the workload is unknown).
     fn memoised(
         &self,
-        memo: &mut Option<MutexGuard<'_, FastMap<MemoKey, f64>>>,
+        memo: &mut Option<MutexGuard<'_, Measured>>,
         free: &[f64],
         cpu_free: u64,
         model: GpuModel,
@@ -165,20 +128,20 @@ impl FragmentationGradient {
         else {
             return self.node_fragmentation(free, cpu_free, model, fallback);
         };
-        if let Some(&value) = memo.get(&key) {
+        if let Some(&value) = memo.states.get(&key) {
             return value;
         }
-        let value = self.node_fragmentation(&sorted[..free.len()], cpu_free, model, fallback);
-        if memo.len() >= MEMO_LIMIT {
-            memo.clear();
+        let value = sorted_fragmentation(&self.mix.types, &sorted[..free.len()], cpu_free, model);
+        if memo.states.len() >= MEMO_LIMIT {
+            memo.states.clear();
         }
-        memo.insert(key, value);
+        memo.states.insert(key, value);
         value
     }
 
     /// The memo, locked, if the workload is known (else states are
     /// measured against each pod and not kept).
-    fn lock_memo(&self) -> Option<MutexGuard<'_, FastMap<MemoKey, f64>>> {
+    fn lock_memo(&self) -> Option<MutexGuard<'_, Measured>> {
         if !self.knows_workload() {
             return None;
         }
@@ -208,7 +171,7 @@ impl FragmentationGradient {
             (cluster, node, demand, needs),
             candidates,
             out,
-            Scope::Node,
+            &[Scope::Node],
         );
     }
 
@@ -231,7 +194,7 @@ impl FragmentationGradient {
             (cluster, node, demand, needs),
             candidates,
             out,
-            Scope::Busy,
+            &[Scope::Busy],
         );
     }
 
@@ -251,17 +214,91 @@ impl FragmentationGradient {
     ) {
         let mut memo = self.lock_memo();
         let on = (cluster, node, demand, needs);
-        self.increases_in(&mut memo, on, candidates, out, Scope::Busy);
-        if node_wide {
-            self.increases_in(&mut memo, on, candidates, out, Scope::Node);
+        let scopes: &[Scope] = if node_wide {
+            &[Scope::Busy, Scope::Node]
+        } else {
+            &[Scope::Busy]
+        };
+        self.increases_in(&mut memo, on, candidates, out, scopes);
+    }
+
+    /// The increases under each of `scopes` in turn, with the memo already
+    /// locked (`on`: the cluster, the node, the pod's demand and needs):
+    /// those of a node state measured before for a pod of the same share
+    /// and cores are read back (`Measured::increases`).
+    fn increases_in(
+        &self,
+        memo: &mut Option<MutexGuard<'_, Measured>>,
+        on: (&ClusterState, usize, &InstanceDemand, &PodNeeds),
+        candidates: &[usize],
+        out: &mut Vec<(f64, usize)>,
+        scopes: &[Scope],
+    ) {
+        let Some(key) = self.increase_key(memo, on) else {
+            for &scope in scopes {
+                self.measure_increases(memo, on, candidates, out, scope);
+            }
+            return;
+        };
+        let start = on.0.nodes[on.1].start;
+        let place = |index: usize| index - start;
+        let mut kept = memo
+            .as_ref()
+            .and_then(|memo| memo.increases.get(&key).copied())
+            .unwrap_or_default();
+        let mut changed = false;
+        for &scope in scopes {
+            let (values, measured) = (
+                &mut kept.by_place[scope as usize],
+                &mut kept.measured[scope as usize],
+            );
+            if candidates
+                .iter()
+                .all(|&index| *measured & (1 << place(index)) != 0)
+            {
+                out.extend(
+                    candidates
+                        .iter()
+                        .map(|&index| (values[place(index)], index)),
+                );
+                continue;
+            }
+            let first = out.len();
+            self.measure_increases(memo, on, candidates, out, scope);
+            for &(increase, index) in &out[first..] {
+                values[place(index)] = increase;
+                *measured |= 1 << place(index);
+            }
+            changed = true;
+        }
+        if let (true, Some(memo)) = (changed, memo.as_mut()) {
+            if memo.increases.len() >= MEMO_LIMIT {
+                memo.increases.clear();
+            }
+            memo.increases.insert(key, kept);
         }
     }
 
-    /// The increases under `scope`, with the memo already locked (`on`:
-    /// the cluster, the node, the pod's demand and needs).
-    fn increases_in(
+    /// The key of a one-GPU pod's increases on `on`'s node, or `None`
+    /// where they are not kept: a gang (its increase depends on which GPUs
+    /// admit it), a node of more than `MEMO_GPUS` GPUs or not filed in a
+    /// class, an unknown workload.
+    fn increase_key(
         &self,
-        memo: &mut Option<MutexGuard<'_, FastMap<MemoKey, f64>>>,
+        memo: &Option<MutexGuard<'_, Measured>>,
+        (cluster, node, demand, needs): (&ClusterState, usize, &InstanceDemand, &PodNeeds),
+    ) -> Option<IncreaseKey> {
+        if memo.is_none() || demand.gpus > 1 || cluster.nodes[node].len() > MEMO_GPUS {
+            return None;
+        }
+        let state = cluster.node_state_id(node)?;
+        Some([state, demand.sm_request.to_bits(), needs.cpu_milli])
+    }
+
+    /// The increases under `scope`, measured (see `increases_in`).
+    fn measure_increases(
+        &self,
+        memo: &mut Option<MutexGuard<'_, Measured>>,
         on: (&ClusterState, usize, &InstanceDemand, &PodNeeds),
         candidates: &[usize],
         out: &mut Vec<(f64, usize)>,
@@ -530,6 +567,62 @@ mod tests {
     }
 
     #[test]
+    fn fragmentation_of_sorted_shares_is_the_general_measure_bit_for_bit() {
+        // Shares as sums of openb-like requests leave (several GPUs exactly
+        // at a type's share, at 0, at 1), types that need more GPUs than
+        // fit, cores and models that rule types out.
+        let mut picky = task(0.5, 1, 0.25);
+        picky.models = vec![2];
+        let mut hungry = task(0.3, 2, 0.125);
+        hungry.cpu_milli = 6000;
+        let policy = FragmentationGradient::new(Arc::new(WorkloadMix {
+            types: vec![
+                task(1.0, 1, 0.5),
+                task(0.25, 1, 0.75),
+                task(0.5, 4, 0.3),
+                picky,
+                hungry,
+                task(0.1, 8, 0.05),
+            ],
+        }));
+        let fallback = task(0.5, 1, 1.0);
+        let mut seed = 3u64;
+        let mut draw = |bound: u64| {
+            seed = seed
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            (seed >> 33) % bound
+        };
+        let mut differing_values = std::collections::BTreeSet::new();
+        for _ in 0..20_000 {
+            let gpus = 1 + draw(MEMO_GPUS as u64) as usize;
+            let mut free: Vec<f64> = (0..gpus)
+                .map(|_| {
+                    let used: f64 = (0..draw(4))
+                        .map(|_| [0.25, 0.1, 0.5, 0.3, 0.05][draw(5) as usize])
+                        .sum();
+                    (1.0 - used).max(0.0)
+                })
+                .collect();
+            free.sort_unstable_by(f64::total_cmp);
+            let (cpu_free, model) = (draw(10_000), draw(3) as GpuModel);
+            let general = policy.node_fragmentation(&free, cpu_free, model, &fallback);
+            let sorted = sorted_fragmentation(&policy.mix.types, &free, cpu_free, model);
+            assert_eq!(
+                general.to_bits(),
+                sorted.to_bits(),
+                "{free:?} {cpu_free} {model}"
+            );
+            differing_values.insert(general.to_bits());
+        }
+        assert!(
+            differing_values.len() > 100,
+            "{} values",
+            differing_values.len()
+        );
+    }
+
+    #[test]
     fn a_missing_model_or_cpu_makes_the_whole_node_a_fragment() {
         let mut picky = task(0.5, 1, 1.0);
         picky.models = vec![1];
@@ -544,6 +637,128 @@ mod tests {
             types: vec![hungry.clone()],
         }));
         assert!((policy.node_fragmentation(&[1.0], 4000, 0, &hungry) - 1.0).abs() < 1e-9);
+    }
+
+    #[test]
+    fn increases_kept_by_node_state_equal_those_measured_afresh_on_diverging_copies() {
+        use crate::model::{HostState, WorkClass};
+        use crate::policy::{PlacementPolicy, place_pod};
+        // One policy keeps what it measured by node state while it scores
+        // two copies of one cluster that part ways (their states must not
+        // share numbers), pods coming and going on each. At every step
+        // every node's increases must be, bit for bit, those a fresh
+        // policy measures, and many must have been read back.
+        let mix = Arc::new(WorkloadMix {
+            types: vec![task(1.0, 1, 0.5), task(0.2, 1, 0.5)],
+        });
+        let kept = FragmentationGradient::new(mix.clone());
+        let mut original = ClusterState::default();
+        for node in 0..12 {
+            let (gpus, cpu_milli) = [(8, 96_000), (4, 24_000), (2, 32_000)][node % 3];
+            let host = HostState {
+                cpu_milli,
+                cpu_used: 0,
+                memory_mib: 64 << 10,
+                memory_used: 0,
+                model: 0,
+            };
+            original.add_host(gpus, 80 << 30, host);
+        }
+        original.expect_workload(mix.clone());
+        let mut copies = [original.clone(), original];
+        let mut running: [Vec<(InstanceDemand, PodNeeds, Vec<usize>)>; 2] = Default::default();
+        let mut seed = 7u64;
+        let mut draw = |bound: u64| {
+            seed = seed
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            (seed >> 33) % bound
+        };
+        let shapes = [(0.2, 1000), (0.5, 4000), (1.0, 8000), (0.2, 0)];
+        let (mut compared, mut read_back) = (0, 0);
+        for _ in 0..300 {
+            for (cluster, running) in copies.iter_mut().zip(&mut running) {
+                if !running.is_empty() && draw(3) == 0 {
+                    let (pod, needs, gpus) =
+                        running.swap_remove(draw(running.len() as u64) as usize);
+                    cluster.release(&pod, &gpus);
+                    cluster.release_host(cluster.gpus[gpus[0]].node, &needs);
+                }
+                let (share, cpu_milli) = shapes[draw(shapes.len() as u64) as usize];
+                let pod = InstanceDemand {
+                    class: WorkClass::Batch,
+                    sm_request: share,
+                    sm_limit: share,
+                    memory_bytes: 1 << 30,
+                    gpus: 1,
+                };
+                let needs = PodNeeds {
+                    cpu_milli,
+                    ..PodNeeds::default()
+                };
+                let fresh = FragmentationGradient::new(mix.clone());
+                for node in 0..cluster.nodes.len() {
+                    let candidates: Vec<usize> = cluster.nodes[node]
+                        .clone()
+                        .filter(|&gpu| kept.admits(&cluster.gpus[gpu], &pod))
+                        .collect();
+                    let on = (&*cluster, node, &pod, &needs);
+                    let key = kept.increase_key(&kept.lock_memo(), on).expect("kept");
+                    let all_kept =
+                        kept.memo
+                            .lock()
+                            .unwrap()
+                            .increases
+                            .get(&key)
+                            .is_some_and(|kept| {
+                                candidates.iter().all(|&gpu| {
+                                    kept.measured[0]
+                                        & kept.measured[1]
+                                        & (1 << (gpu - cluster.nodes[node].start))
+                                        != 0
+                                })
+                            });
+                    let (mut got, mut want) = (Vec::new(), Vec::new());
+                    kept.busy_then_node_increases(
+                        cluster,
+                        node,
+                        &pod,
+                        &needs,
+                        &candidates,
+                        &mut got,
+                        true,
+                    );
+                    fresh.busy_then_node_increases(
+                        cluster,
+                        node,
+                        &pod,
+                        &needs,
+                        &candidates,
+                        &mut want,
+                        true,
+                    );
+                    let bits = |list: &[(f64, usize)]| -> Vec<(u64, usize)> {
+                        list.iter()
+                            .map(|&(cost, gpu)| (cost.to_bits(), gpu))
+                            .collect()
+                    };
+                    assert_eq!(bits(&got), bits(&want), "node {node}, {pod:?}, {needs:?}");
+                    if !candidates.is_empty() {
+                        compared += 1;
+                        read_back += usize::from(all_kept);
+                    }
+                }
+                if let Some(placement) = place_pod(&kept, cluster, &pod, &needs) {
+                    cluster.apply(&pod, &placement.gpus);
+                    cluster.apply_host(cluster.gpus[placement.gpus[0]].node, &needs);
+                    running.push((pod, needs, placement.gpus));
+                }
+            }
+        }
+        assert!(
+            compared > 2000 && read_back * 4 > compared,
+            "{read_back} of {compared} read back"
+        );
     }
 
     #[test]

@@ -19,6 +19,7 @@
 mod baselines;
 mod dilu;
 mod fgd;
+mod fragmentation_memo;
 mod power;
 pub mod rule;
 pub mod search;

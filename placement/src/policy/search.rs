@@ -238,7 +238,7 @@ fn search_classes(
     let on = (policy, cluster, demand, needs);
     for node in nodes {
         *scored += 1;
-        keep_if_better(on, node, wanted, &mut candidates, &mut best);
+        keep_if_better(on, node, wanted, (&mut candidates, &mut costs), &mut best);
     }
     best
 }
@@ -258,24 +258,36 @@ fn keep_if_better(
     on: Pod<'_>,
     node: usize,
     wanted: usize,
-    candidates: &mut Vec<usize>,
+    (candidates, costs): (&mut Vec<usize>, &mut Vec<(f64, usize)>),
     best: &mut Option<Placement>,
 ) {
-    let mut costs = Vec::new();
-    node_costs(on, node, candidates, &mut costs);
-    if let Some(candidate) = cheapest(costs, wanted)
-        && beats(&candidate, best.as_ref())
+    costs.clear();
+    node_costs(on, node, candidates, costs);
+    // One GPU: compared before a placement is built for it.
+    if wanted == 1 {
+        if let Some((cost, index)) = cheapest_one(costs)
+            && beats(cost, index, best.as_ref())
+        {
+            *best = Some(Placement {
+                gpus: vec![index],
+                cost,
+            });
+        }
+        return;
+    }
+    if let Some(candidate) = cheapest(std::mem::take(costs), wanted)
+        && beats(candidate.cost, candidate.gpus[0], best.as_ref())
     {
         *best = Some(candidate);
     }
 }
 
-/// Whether `candidate` is better than `best`: cheaper, or as cheap on a
-/// lower GPU index (the scan in node order breaks ties so).
-fn beats(candidate: &Placement, best: Option<&Placement>) -> bool {
+/// Whether a placement of `cost` whose first GPU is `first` is better
+/// than `best`: cheaper, or as cheap on a lower GPU index (the scan in
+/// node order breaks ties so).
+fn beats(cost: f64, first: usize, best: Option<&Placement>) -> bool {
     best.is_none_or(|current| {
-        candidate.cost < current.cost
-            || (candidate.cost == current.cost && candidate.gpus[0] < current.gpus[0])
+        cost < current.cost || (cost == current.cost && first < current.gpus[0])
     })
 }
 
@@ -327,7 +339,7 @@ fn search_by_floor(
                 if let Some(node) = cluster.class_members_fitting(class, needs).next() {
                     *scored += 1;
                     let on = (policy, cluster, demand, needs);
-                    keep_if_better(on, node, wanted, &mut candidates, &mut best);
+                    keep_if_better(on, node, wanted, (&mut candidates, &mut costs), &mut best);
                 }
                 continue;
             }

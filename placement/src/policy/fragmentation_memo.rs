@@ -1,0 +1,117 @@
+//! What `fgd` keeps of what it measured, across searches: each node
+//! state's fragmentation by its content, and a one-GPU pod's increases by
+//! the state's number; and the measure itself on shares in the memo's
+//! (ascending) order.
+
+use crate::fast_hash::FastMap;
+use crate::model::{GpuModel, SHARE_EPSILON, TaskType};
+
+/// Nodes of up to this many GPUs are memoised.
+pub const MEMO_GPUS: usize = 8;
+
+/// Entries each map keeps before it starts over.
+pub const MEMO_LIMIT: usize = 200_000;
+
+/// What the policy has measured (one lock per node scored).
+#[derive(Debug, Default)]
+pub struct Measured {
+    /// Node states already measured: a node's fragmentation depends only
+    /// on its GPU model, free CPU and the multiset of its GPUs' free
+    /// shares, and most nodes of a large cluster are in a few such states
+    /// (idle, full). Keyed by those exactly ([`memo_key`]), and measured on
+    /// the shares in the key's order, so that a state's value does not
+    /// depend on which node was measured first (two searches visiting
+    /// nodes in different orders decide alike).
+    pub states: FastMap<MemoKey, f64>,
+    /// What a one-GPU pod's placement on each GPU of a node state adds,
+    /// keyed by the state's number (`ClusterState::node_state_id`) and
+    /// what the increase reads of the pod: one look-up per node instead
+    /// of one per distinct free share and scope. A search scores one node
+    /// of each of hundreds of classes, most unchanged since the last pod of
+    /// the same share and cores.
+    pub increases: FastMap<IncreaseKey, Increases>,
+}
+
+/// A node state's number, the pod's share (its bits) and its cores.
+pub type IncreaseKey = [u64; 3];
+
+/// Increases by scope (`fgd`'s `Scope` as an index) and GPU place on the
+/// node, and which places hold one (only GPUs that admitted a pod are
+/// measured; a scope only when asked for).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Increases {
+    pub by_place: [[f64; MEMO_GPUS]; 2],
+    pub measured: [u8; 2],
+}
+
+/// Model and free CPU, then each GPU's free share (its bits), sorted,
+/// unused slots `u64::MAX` (no share has those bits).
+pub type MemoKey = [u64; 2 + MEMO_GPUS];
+
+/// The memo's key for a node state and its free shares in the key's
+/// order; `None` (measure without the memo) for nodes of more than
+/// `MEMO_GPUS` GPUs.
+pub fn memo_key(
+    free: &[f64],
+    cpu_free: u64,
+    model: GpuModel,
+) -> Option<(MemoKey, [f64; MEMO_GPUS])> {
+    if free.len() > MEMO_GPUS {
+        return None;
+    }
+    let mut sorted = [0.0f64; MEMO_GPUS];
+    sorted[..free.len()].copy_from_slice(free);
+    sorted[..free.len()].sort_unstable_by(f64::total_cmp);
+    let mut key = [u64::MAX; 2 + MEMO_GPUS];
+    key[0] = u64::from(model);
+    key[1] = cpu_free;
+    for (slot, share) in key[2..].iter_mut().zip(&sorted[..free.len()]) {
+        *slot = share.to_bits();
+    }
+    Some((key, sorted))
+}
+
+/// `fgd`'s fragmentation of a node (`FragmentationGradient::
+/// node_fragmentation`) for the task types `types` (not empty), of free
+/// shares in ascending order (at most `MEMO_GPUS`), bit for bit: a task
+/// type's unusable shares are then the first ones, and their sum (in that
+/// order) a prefix sum, so that each type costs a count instead of a pass
+/// over the node's GPUs (this runs for every node state a search meets
+/// first).
+pub fn sorted_fragmentation(
+    types: &[TaskType],
+    sorted: &[f64],
+    cpu_free: u64,
+    model: GpuModel,
+) -> f64 {
+    let total: f64 = sorted.iter().sum();
+    if total <= SHARE_EPSILON {
+        return 0.0;
+    }
+    let mut prefix = [0.0f64; MEMO_GPUS + 1];
+    for (at, &share) in sorted.iter().enumerate() {
+        prefix[at + 1] = prefix[at] + share;
+    }
+    types
+        .iter()
+        .map(|task| {
+            let runnable = task.gpus > 0
+                && cpu_free >= task.cpu_milli
+                && (task.models.is_empty() || task.models.contains(&model));
+            if !runnable {
+                return task.weight * total;
+            }
+            let unusable = sorted
+                .iter()
+                .take_while(|&&share| !task.fits_in(share))
+                .count();
+            let fitting = (sorted.len() - unusable) as u32;
+            task.weight
+                * if fitting >= task.gpus {
+                    prefix[unusable]
+                } else {
+                    total
+                }
+        })
+        .sum()
+}
