@@ -27,9 +27,7 @@
 
 use std::sync::{Arc, Mutex, MutexGuard};
 
-use super::fragmentation_memo::{
-    IncreaseKey, MEMO_GPUS, MEMO_LIMIT, Measured, memo_key, sorted_fragmentation,
-};
+use super::fragmentation_memo::{IncreaseKey, MEMO_GPUS, Measured, memo_key, sorted_fragmentation};
 use super::rule::PlacementPolicy;
 use crate::model::{
     ClusterState, GpuCell, GpuModel, GpuState, InstanceDemand, PodNeeds, SHARE_EPSILON, TaskType,
@@ -132,9 +130,6 @@ impl FragmentationGradient {
             return value;
         }
         let value = sorted_fragmentation(&self.mix.types, &sorted[..free.len()], cpu_free, model);
-        if memo.states.len() >= MEMO_LIMIT {
-            memo.states.clear();
-        }
         memo.states.insert(key, value);
         value
     }
@@ -272,9 +267,6 @@ impl FragmentationGradient {
             changed = true;
         }
         if let (true, Some(memo)) = (changed, memo.as_mut()) {
-            if memo.increases.len() >= MEMO_LIMIT {
-                memo.increases.clear();
-            }
             memo.increases.insert(key, kept);
         }
     }

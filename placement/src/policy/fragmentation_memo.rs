@@ -3,14 +3,47 @@
 //! the state's number; and the measure itself on shares in the memo's
 //! (ascending) order.
 
+use std::hash::Hash;
+
 use crate::fast_hash::FastMap;
 use crate::model::{GpuModel, SHARE_EPSILON, TaskType};
 
 /// Nodes of up to this many GPUs are memoised.
 pub const MEMO_GPUS: usize = 8;
 
-/// Entries each map keeps before it starts over.
+/// Entries each map keeps at most.
 pub const MEMO_LIMIT: usize = 200_000;
+
+/// A map of at most [`MEMO_LIMIT`] entries that forgets its older half
+/// at once when full, not everything: a long-running scheduler's searches
+/// then never all start over together.
+#[derive(Debug)]
+pub struct Recent<K, V> {
+    newer: FastMap<K, V>,
+    older: FastMap<K, V>,
+}
+
+impl<K, V> Default for Recent<K, V> {
+    fn default() -> Self {
+        Self {
+            newer: FastMap::default(),
+            older: FastMap::default(),
+        }
+    }
+}
+
+impl<K: Hash + Eq, V> Recent<K, V> {
+    pub fn get(&self, key: &K) -> Option<&V> {
+        self.newer.get(key).or_else(|| self.older.get(key))
+    }
+
+    pub fn insert(&mut self, key: K, value: V) {
+        if self.newer.len() >= MEMO_LIMIT / 2 {
+            self.older = std::mem::take(&mut self.newer);
+        }
+        self.newer.insert(key, value);
+    }
+}
 
 /// What the policy has measured (one lock per node scored).
 #[derive(Debug, Default)]
@@ -22,14 +55,14 @@ pub struct Measured {
     /// the shares in the key's order, so that a state's value does not
     /// depend on which node was measured first (two searches visiting
     /// nodes in different orders decide alike).
-    pub states: FastMap<MemoKey, f64>,
+    pub states: Recent<MemoKey, f64>,
     /// What a one-GPU pod's placement on each GPU of a node state adds,
     /// keyed by the state's number (`ClusterState::node_state_id`) and
     /// what the increase reads of the pod: one look-up per node instead
     /// of one per distinct free share and scope. A search scores one node
     /// of each of hundreds of classes, most unchanged since the last pod of
     /// the same share and cores.
-    pub increases: FastMap<IncreaseKey, Increases>,
+    pub increases: Recent<IncreaseKey, Increases>,
 }
 
 /// A node state's number, the pod's share (its bits) and its cores.
@@ -114,4 +147,24 @@ pub fn sorted_fragmentation(
                 }
         })
         .sum()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_full_memo_forgets_its_older_half_not_everything() {
+        let mut memo: Recent<u64, u64> = Recent::default();
+        let limit = MEMO_LIMIT as u64;
+        for key in 0..limit + 10 {
+            memo.insert(key, key * 2);
+        }
+        assert_eq!(memo.get(&0), None);
+        assert_eq!(memo.get(&(limit / 2 - 1)), None);
+        assert_eq!(memo.get(&(limit / 2)), Some(&limit));
+        assert_eq!(memo.get(&(limit - 1)), Some(&(2 * limit - 2)));
+        assert_eq!(memo.get(&(limit + 9)), Some(&(2 * limit + 18)));
+        assert!(memo.newer.len() + memo.older.len() <= MEMO_LIMIT);
+    }
 }
