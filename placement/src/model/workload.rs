@@ -33,7 +33,12 @@ impl TaskType {
     /// Whether a GPU with `free` of its share free has room for one of
     /// these tasks' shares (FGD's test for a usable free share).
     pub fn fits_in(&self, free: f64) -> bool {
-        free + SHARE_EPSILON >= self.share
+        Self::share_fits(self.share, free)
+    }
+
+    /// Whether `free` has room for a per-GPU `share` (FGD's test).
+    pub fn share_fits(share: f64, free: f64) -> bool {
+        free + SHARE_EPSILON >= share
     }
 }
 

@@ -27,7 +27,9 @@
 
 use std::sync::{Arc, Mutex, MutexGuard};
 
-use super::fragmentation_memo::{IncreaseKey, MEMO_GPUS, Measured, memo_key, sorted_fragmentation};
+use super::fragmentation_memo::{
+    IncreaseKey, MEMO_GPUS, Measured, ShareSteps, memo_key, sorted_fragmentation,
+};
 use super::rule::PlacementPolicy;
 use crate::model::{
     ClusterState, GpuCell, GpuModel, GpuState, InstanceDemand, PodNeeds, SHARE_EPSILON, TaskType,
@@ -55,6 +57,8 @@ pub struct FragmentationGradient {
     memo: Arc<Mutex<Measured>>,
     /// The mix, word by word (its part of `cost_context`).
     fingerprint: u64,
+    /// The mix's distinct shares (the memo's measure counts by them).
+    steps: Arc<ShareSteps>,
 }
 
 impl FragmentationGradient {
@@ -68,6 +72,7 @@ impl FragmentationGradient {
                 .chain(task.models.iter().map(|&model| u64::from(model)))
         }));
         Self {
+            steps: Arc::new(ShareSteps::new(&mix.types)),
             mix_weight: mix.total_weight(),
             mix,
             memo: Arc::default(),
@@ -129,7 +134,13 @@ impl FragmentationGradient {
         if let Some(&value) = memo.states.get(&key) {
             return value;
         }
-        let value = sorted_fragmentation(&self.mix.types, &sorted[..free.len()], cpu_free, model);
+        let value = sorted_fragmentation(
+            &self.mix.types,
+            &self.steps,
+            &sorted[..free.len()],
+            cpu_free,
+            model,
+        );
         memo.states.insert(key, value);
         value
     }
@@ -599,7 +610,8 @@ mod tests {
             free.sort_unstable_by(f64::total_cmp);
             let (cpu_free, model) = (draw(10_000), draw(3) as GpuModel);
             let general = policy.node_fragmentation(&free, cpu_free, model, &fallback);
-            let sorted = sorted_fragmentation(&policy.mix.types, &free, cpu_free, model);
+            let sorted =
+                sorted_fragmentation(&policy.mix.types, &policy.steps, &free, cpu_free, model);
             assert_eq!(
                 general.to_bits(),
                 sorted.to_bits(),

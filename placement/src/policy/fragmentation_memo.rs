@@ -104,15 +104,41 @@ pub fn memo_key(
     Some((key, sorted))
 }
 
+/// The task types' shares, distinct, and each type's place among them:
+/// how many of a node's shares a type cannot use is then counted once per
+/// distinct share (openb's 91 task types have 25), not once per type.
+#[derive(Debug, Clone, Default)]
+pub struct ShareSteps {
+    shares: Vec<f64>,
+    of_type: Vec<usize>,
+}
+
+impl ShareSteps {
+    pub fn new(types: &[TaskType]) -> Self {
+        let mut shares: Vec<f64> = types.iter().map(|task| task.share).collect();
+        shares.sort_unstable_by(f64::total_cmp);
+        shares.dedup_by(|a, b| a.to_bits() == b.to_bits());
+        let of_type = types
+            .iter()
+            .map(|task| shares.partition_point(|share| share.total_cmp(&task.share).is_lt()))
+            .collect();
+        Self { shares, of_type }
+    }
+}
+
+/// Distinct shares counted on the stack (more go to the heap).
+const STACK_STEPS: usize = 64;
+
 /// `fgd`'s fragmentation of a node (`FragmentationGradient::
-/// node_fragmentation`) for the task types `types` (not empty), of free
-/// shares in ascending order (at most `MEMO_GPUS`), bit for bit: a task
-/// type's unusable shares are then the first ones, and their sum (in that
-/// order) a prefix sum, so that each type costs a count instead of a pass
-/// over the node's GPUs (this runs for every node state a search meets
-/// first).
+/// node_fragmentation`) for the task types `types` (not empty; `steps`
+/// built from them), of free shares in ascending order (at most
+/// `MEMO_GPUS`), bit for bit: a task type's unusable shares are then the
+/// first ones, and their sum (in that order) a prefix sum, so that each
+/// type costs a look-up instead of a pass over the node's GPUs (this runs
+/// for every node state a search meets first).
 pub fn sorted_fragmentation(
     types: &[TaskType],
+    steps: &ShareSteps,
     sorted: &[f64],
     cpu_free: u64,
     model: GpuModel,
@@ -125,19 +151,33 @@ pub fn sorted_fragmentation(
     for (at, &share) in sorted.iter().enumerate() {
         prefix[at + 1] = prefix[at] + share;
     }
+    // Per distinct share, how many of the node's shares are too small for
+    // it.
+    let mut on_stack = [0usize; STACK_STEPS];
+    let mut on_heap = Vec::new();
+    let unusable: &mut [usize] = if steps.shares.len() <= STACK_STEPS {
+        &mut on_stack[..steps.shares.len()]
+    } else {
+        on_heap.resize(steps.shares.len(), 0);
+        &mut on_heap
+    };
+    for (count, &step) in unusable.iter_mut().zip(&steps.shares) {
+        *count = sorted
+            .iter()
+            .take_while(|&&share| !TaskType::share_fits(step, share))
+            .count();
+    }
     types
         .iter()
-        .map(|task| {
+        .zip(&steps.of_type)
+        .map(|(task, &step)| {
             let runnable = task.gpus > 0
                 && cpu_free >= task.cpu_milli
                 && (task.models.is_empty() || task.models.contains(&model));
             if !runnable {
                 return task.weight * total;
             }
-            let unusable = sorted
-                .iter()
-                .take_while(|&&share| !task.fits_in(share))
-                .count();
+            let unusable = unusable[step];
             let fitting = (sorted.len() - unusable) as u32;
             task.weight
                 * if fitting >= task.gpus {
