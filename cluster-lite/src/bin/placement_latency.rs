@@ -18,7 +18,7 @@
 //! last search, or being built). Each search runs the same stream (the
 //! searches decide alike) from its own fill by a fresh policy, so that
 //! none reads back what another measured on the states the same pods lead
-//! to. The whole is done `--rounds` times (3), and each figure is the
+//! to. The whole is done `--rounds` times (5), and each figure is the
 //! median of the rounds': on a shared 2-core VM one round's p99 moves by
 //! half or more from the host alone (the decisions are the same in every
 //! round).
@@ -45,7 +45,7 @@ const GIB: u64 = 1 << 30;
 const SIZES: [usize; 5] = [1_250, 2_500, 5_000, 10_000, 100_000];
 const MEASURED: usize = 1000;
 /// Rounds whose median each figure is, by default.
-const ROUNDS: usize = 3;
+const ROUNDS: usize = 5;
 /// Shares of the GPU capacity requested before measuring.
 const FILLS: [f64; 2] = [0.1, 0.5];
 

@@ -249,7 +249,7 @@ impl FragmentationGradient {
         let start = on.0.nodes[on.1].start;
         let place = |index: usize| index - start;
         let mut kept = memo
-            .as_ref()
+            .as_mut()
             .and_then(|memo| memo.increases.get(&key).copied())
             .unwrap_or_default();
         let mut changed = false;

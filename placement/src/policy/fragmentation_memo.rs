@@ -14,34 +14,47 @@ pub const MEMO_GPUS: usize = 8;
 /// Entries each map keeps at most.
 pub const MEMO_LIMIT: usize = 200_000;
 
-/// A map of at most [`MEMO_LIMIT`] entries that forgets its older half
-/// at once when full, not everything: a long-running scheduler's searches
-/// then never all start over together.
+/// A map of at most [`MEMO_LIMIT`] entries that, when full, forgets the
+/// half least recently used, not everything: the searches of a
+/// long-running scheduler then never all start over together, and what
+/// they keep reading stays.
 #[derive(Debug)]
 pub struct Recent<K, V> {
-    newer: FastMap<K, V>,
-    older: FastMap<K, V>,
+    /// Each entry with the clock of its last use.
+    map: FastMap<K, (V, u64)>,
+    /// Counts insertions.
+    clock: u64,
 }
 
 impl<K, V> Default for Recent<K, V> {
     fn default() -> Self {
         Self {
-            newer: FastMap::default(),
-            older: FastMap::default(),
+            map: FastMap::default(),
+            clock: 0,
         }
     }
 }
 
 impl<K: Hash + Eq, V> Recent<K, V> {
-    pub fn get(&self, key: &K) -> Option<&V> {
-        self.newer.get(key).or_else(|| self.older.get(key))
+    pub fn get(&mut self, key: &K) -> Option<&V> {
+        let clock = self.clock;
+        self.map.get_mut(key).map(|entry| {
+            entry.1 = clock;
+            &entry.0
+        })
     }
 
     pub fn insert(&mut self, key: K, value: V) {
-        if self.newer.len() >= MEMO_LIMIT / 2 {
-            self.older = std::mem::take(&mut self.newer);
+        if self.map.len() >= MEMO_LIMIT {
+            // The median last use splits the entries in two (ties fall on
+            // the side forgotten, so at least half goes).
+            let mut uses: Vec<u64> = self.map.values().map(|entry| entry.1).collect();
+            let middle = uses.len() / 2;
+            let cutoff = *uses.select_nth_unstable(middle).1;
+            self.map.retain(|_, entry| entry.1 > cutoff);
         }
-        self.newer.insert(key, value);
+        self.clock += 1;
+        self.map.insert(key, (value, self.clock));
     }
 }
 
@@ -194,17 +207,22 @@ mod tests {
     use super::*;
 
     #[test]
-    fn a_full_memo_forgets_its_older_half_not_everything() {
+    fn a_full_memo_forgets_the_half_least_recently_used() {
         let mut memo: Recent<u64, u64> = Recent::default();
         let limit = MEMO_LIMIT as u64;
-        for key in 0..limit + 10 {
+        for key in 0..limit {
             memo.insert(key, key * 2);
         }
-        assert_eq!(memo.get(&0), None);
-        assert_eq!(memo.get(&(limit / 2 - 1)), None);
-        assert_eq!(memo.get(&(limit / 2)), Some(&limit));
-        assert_eq!(memo.get(&(limit - 1)), Some(&(2 * limit - 2)));
-        assert_eq!(memo.get(&(limit + 9)), Some(&(2 * limit + 18)));
-        assert!(memo.newer.len() + memo.older.len() <= MEMO_LIMIT);
+        // Keys 0..10 read again: among the most recently used now.
+        for key in 0..10 {
+            assert_eq!(memo.get(&key), Some(&(key * 2)));
+        }
+        memo.insert(limit, 0);
+        assert!(memo.map.len() <= MEMO_LIMIT / 2 + 1, "{}", memo.map.len());
+        for key in (0..10).chain([limit - 1, limit]) {
+            assert!(memo.get(&key).is_some(), "{key} forgotten");
+        }
+        assert_eq!(memo.get(&10), None);
+        assert_eq!(memo.get(&(limit / 2)), None);
     }
 }
