@@ -40,6 +40,9 @@ pub fn choose<'a>(
     for (gpu, &capacity) in node.gpus.iter_mut().zip(capacities) {
         gpu.memory_capacity = capacity;
     }
+    // Changed by hand: the node's class (its state, which policies key
+    // what they measured by) is filed again.
+    node.refresh_node(0);
     for (gpus, spec) in held {
         let gpus: Vec<usize> = gpus.iter().map(|&g| g as usize).collect();
         node.apply(&demand(spec, gpus.len()), &gpus);
