@@ -13,9 +13,10 @@
 //! it last looked before it answers. A class's first fitting member can
 //! change only through a node at or below it, so a touch by a later node
 //! of a class whose offer names its member is passed over (most touches:
-//! a large class gains and loses members above its first). An index is built only for a shape whose last search
-//! scored many classes in the same context (a search the cell floors could
-//! not cut short), since building scores every class once.
+//! a large class gains and loses members above its first). An index is
+//! built only for a shape whose last search scored many classes in the
+//! same context (a search the cell floors could not cut short), since
+//! building scores every class once.
 
 use std::collections::BTreeSet;
 use std::sync::Mutex;
@@ -343,16 +344,15 @@ impl CostIndexes {
                         let slot = touch.class as usize;
                         // A class with a member that fits, touched above it:
                         // that member is still its first fitting one.
-                        let above =
-                            built
-                                .of_class
-                                .get(slot)
-                                .copied()
-                                .flatten()
-                                .is_some_and(|offer| {
-                                    touch.node != u32::MAX
-                                        && touch.node as usize > offer.representative
-                                });
+                        let representative = built
+                            .of_class
+                            .get(slot)
+                            .copied()
+                            .flatten()
+                            .map(|offer| offer.representative);
+                        let above = representative.is_some_and(|representative| {
+                            touch.node != u32::MAX && touch.node as usize > representative
+                        });
                         if above {
                             continue;
                         }

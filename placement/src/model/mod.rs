@@ -470,8 +470,10 @@ impl ClusterState {
 
     /// A number that names `node`'s state (its class's generation): two
     /// nodes with the same number, in this cluster or any other of the
-    /// process, are in the same state (GPUs and host), and a node's number
-    /// changes when its state does. `None` for a node not filed yet.
+    /// process, are in the same state as [`refresh_node`](Self::refresh_node)
+    /// files it (every GPU's sums, counts and draining; the host's cores,
+    /// memory capacity and GPU model, not its memory in use), and a node's
+    /// number changes when that state does. `None` for a node not filed.
     pub fn node_state_id(&self, node: usize) -> Option<u64> {
         self.classes
             .of(node)

@@ -362,14 +362,18 @@ impl FragmentationGradient {
             return;
         }
         // GPUs with the same free share give the same outcome: score each
-        // distinct free share once.
+        // distinct free share once. Same means the same bits: a GPU's
+        // increase is then what it is whichever other GPUs are candidates
+        // (what `increases_in` keeps per GPU relies on it), and shares a
+        // rounding apart (sums of the same requests in another order) are
+        // each measured.
         let mut scored = [(0.0f64, 0.0f64, 0.0f64); STACK_GPUS];
         let mut distinct = 0;
         for &index in candidates {
             let original = free[index - start];
             let usable = opened(index, free);
             let increase = match scored[..distinct].iter().find(|(share, was, _)| {
-                (share - usable).abs() < 1e-12 && (was - original).abs() < 1e-12
+                share.to_bits() == usable.to_bits() && was.to_bits() == original.to_bits()
             }) {
                 Some(&(_, _, increase)) => increase,
                 None => {
@@ -678,7 +682,17 @@ mod tests {
                 .wrapping_add(1442695040888963407);
             (seed >> 33) % bound
         };
-        let shapes = [(0.2, 1000), (0.5, 4000), (1.0, 8000), (0.2, 0)];
+        // (share, cores, GiB of GPU memory): shares whose sums in another
+        // order differ by a rounding, and memory that leaves a GPU out of
+        // one pod's candidates but not another's of the same share.
+        let shapes = [
+            (0.1, 0, 1),
+            (0.2, 1000, 1),
+            (0.3, 4000, 60),
+            (0.2, 1000, 60),
+            (0.5, 4000, 1),
+            (1.0, 8000, 1),
+        ];
         let (mut compared, mut read_back) = (0, 0);
         for _ in 0..300 {
             for (cluster, running) in copies.iter_mut().zip(&mut running) {
@@ -688,12 +702,12 @@ mod tests {
                     cluster.release(&pod, &gpus);
                     cluster.release_host(cluster.gpus[gpus[0]].node, &needs);
                 }
-                let (share, cpu_milli) = shapes[draw(shapes.len() as u64) as usize];
+                let (share, cpu_milli, memory_gib) = shapes[draw(shapes.len() as u64) as usize];
                 let pod = InstanceDemand {
                     class: WorkClass::Batch,
                     sm_request: share,
                     sm_limit: share,
-                    memory_bytes: 1 << 30,
+                    memory_bytes: memory_gib << 30,
                     gpus: 1,
                 };
                 let needs = PodNeeds {
