@@ -543,6 +543,16 @@ impl PlacementPolicy for FragmentationGradient {
 mod tests {
     use super::*;
 
+    /// Deterministic draws below a bound (a linear congruential generator).
+    fn draws(mut seed: u64) -> impl FnMut(u64) -> u64 {
+        move |bound| {
+            seed = seed
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            (seed >> 33) % bound
+        }
+    }
+
     fn task(share: f64, gpus: u32, weight: f64) -> TaskType {
         TaskType {
             cpu_milli: 0,
@@ -593,13 +603,7 @@ mod tests {
             ],
         }));
         let fallback = task(0.5, 1, 1.0);
-        let mut seed = 3u64;
-        let mut draw = |bound: u64| {
-            seed = seed
-                .wrapping_mul(6364136223846793005)
-                .wrapping_add(1442695040888963407);
-            (seed >> 33) % bound
-        };
+        let mut draw = draws(3);
         let mut differing_values = std::collections::BTreeSet::new();
         for _ in 0..20_000 {
             let gpus = 1 + draw(MEMO_GPUS as u64) as usize;
@@ -675,13 +679,7 @@ mod tests {
         original.expect_workload(mix.clone());
         let mut copies = [original.clone(), original];
         let mut running: [Vec<(InstanceDemand, PodNeeds, Vec<usize>)>; 2] = Default::default();
-        let mut seed = 7u64;
-        let mut draw = |bound: u64| {
-            seed = seed
-                .wrapping_mul(6364136223846793005)
-                .wrapping_add(1442695040888963407);
-            (seed >> 33) % bound
-        };
+        let mut draw = draws(7);
         // (share, cores, GiB of GPU memory): shares whose sums in another
         // order differ by a rounding, and memory that leaves a GPU out of
         // one pod's candidates but not another's of the same share.
