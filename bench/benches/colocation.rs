@@ -439,6 +439,13 @@ pub(crate) struct Run {
     /// Each filler's share, in the shape's order.
     pub(crate) filler_shares: Vec<f64>,
     pub(crate) primary: serde_json::Value,
+    /// The primary's requests (`alone` runs of a serving primary only):
+    /// the field benchmark's as-if-alone bound replays them.
+    #[allow(
+        dead_code,
+        reason = "read by the field benchmark, which includes this file"
+    )]
+    pub(crate) requests: Vec<dilu_bench::as_if_alone::Request>,
 }
 
 /// The last JSON line `child` printed, or why there is none (it failed,
@@ -707,10 +714,14 @@ pub(crate) fn run_with(
     if !fillers.is_empty() {
         std::thread::sleep(FILLER_LEAD);
     }
-    let primary = tenant("primary", &primary_spec, Some("primary"), "demo-tenant")
-        .args(&primary_args)
-        .spawn()
-        .expect("start the primary");
+    let requests_file = scratch.path("requests.txt");
+    let mut primary = tenant("primary", &primary_spec, Some("primary"), "demo-tenant");
+    primary.args(&primary_args);
+    let keep_requests = config == "alone" && primary_args.first().is_some_and(|m| m == "serve");
+    if keep_requests {
+        primary.arg("--requests").arg(&requests_file);
+    }
+    let primary = primary.spawn().expect("start the primary");
     let primary_pid = primary.id();
     let filler_pids: Vec<u32> = fillers.iter().map(Child::id).collect();
     let primary = summary(primary, "the primary");
@@ -753,6 +764,13 @@ pub(crate) fn run_with(
         &instance,
     );
     let _ = std::fs::remove_file(board);
+    let requests = if keep_requests {
+        std::fs::read_to_string(&requests_file)
+            .map_err(|e| format!("the primary's requests: {e}"))
+            .and_then(|text| dilu_bench::as_if_alone::parse_requests(&text))?
+    } else {
+        Vec::new()
+    };
     Ok(Run {
         device_busy: total as f64 / span,
         no_delay_bound,
@@ -762,6 +780,7 @@ pub(crate) fn run_with(
             .map(|pid| busy.get(pid).copied().unwrap_or(0) as f64 / span)
             .collect(),
         primary,
+        requests,
     })
 }
 

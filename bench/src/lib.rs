@@ -17,7 +17,10 @@
 //!   sharing model is set by (call costs, kernel gap, jitter, streams, time
 //!   slices, hand-offs), measured on a real GPU.
 //! - [`svg`]: line and CDF plots for reports.
+//! - [`as_if_alone`]: what fillers can harvest beside a primary kept as if
+//!   alone without knowing its arrivals (the field benchmark's bound).
 
+pub mod as_if_alone;
 pub mod cli;
 pub mod driver;
 pub mod peers;

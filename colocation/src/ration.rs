@@ -23,6 +23,12 @@
 //! filler), fillers harvested 10.6-31.2% of the idle time beside five of
 //! the six Poisson primaries of the field's shapes on simgpu.
 //!
+//! A kernel that opens a run of a filler's kernels pays the hand-off to
+//! the filler, those following it do not: it goes only once the ration
+//! also affords [`RATION_RUN_KERNELS`](crate::filler::RATION_RUN_KERNELS)
+//! of them after it, so that a filler the ration paces pays that hand-off
+//! once a run.
+//!
 //! The primary computes the table ([`ration_costs`]) at its reports and
 //! publishes it ([`Board::publish_ration`]); a filler looks its kernel up
 //! ([`Board::ration_cost`]), scales it by how likely the primary is to

@@ -1308,18 +1308,22 @@ fn beside_a_primary_kept_as_if_alone_kernels_beyond_its_tolerance_go_as_the_rati
     assert_eq!(b.ration_cost(MS, false), Some(10 * MS));
     // Behind its own queued kernel, no hand-off to it.
     assert_eq!(b.ration_cost(MS, true), Some(10 * (MS - HANDOFF_NS)));
-    assert_eq!(b.filler_admit(gap, MS, false, FILLER), FillerGate::Go);
-    // The primary's next request comes back 2 ms later; in the gap after
-    // it the ration holds 12 ms.
-    let gap = request_ended(b, gap + 2 * MS);
-    assert_eq!(b.filler_admit(gap, MS, false, FILLER), FillerGate::Go);
-    // Once more, 2 ms later, and it holds 4 ms: the next kernel waits
-    // until it holds 10 ms, 10 ms after the first went.
-    let first = t + 200 * US;
-    let gap = request_ended(b, gap + 2 * MS);
+    // The ration is full: the kernel goes, and with it a run of its
+    // kernels might.
+    let first = gap;
+    assert_eq!(b.filler_admit(first, MS, false, FILLER), FillerGate::Go);
+    // Its next kernel, launched as the first is about to end, follows it
+    // without a hand-off: it costs 8.6 ms, and the ration holds 10.95.
+    let second = first + MS - QUEUE_LEAD_NS;
+    assert_eq!(b.filler_admit(second, MS, false, FILLER), FillerGate::Go);
+    // The primary's next request comes back 3 ms after the first went.
+    // The ration holds 4.6 ms in the gap after it: a kernel opening a run
+    // waits until it affords the kernel and a run after it (8 more, at
+    // most the ration's depth): full again, 18.6 ms after the first went.
+    let gap = request_ended(b, first + 3 * MS);
     assert_eq!(
         b.filler_admit(gap, MS, false, FILLER),
-        FillerGate::WaitUntil(first + 10 * MS)
+        FillerGate::WaitUntil(first + 18_600 * US)
     );
     // A kernel the table says is harmless goes meanwhile.
     b.publish_ration(&[0; dilu_layout::colocation::RATION_POINTS]);

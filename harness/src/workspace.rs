@@ -151,7 +151,8 @@ pub fn wait_until_serving(
     }
 }
 
-/// A scratch directory removed when dropped.
+/// A scratch directory removed when dropped (kept, and named on stderr,
+/// where `DILU_KEEP_SCRATCH` is set: to read a benchmark run's traces).
 pub struct Scratch(pub PathBuf);
 
 impl Scratch {
@@ -168,6 +169,10 @@ impl Scratch {
 
 impl Drop for Scratch {
     fn drop(&mut self) {
+        if std::env::var_os("DILU_KEEP_SCRATCH").is_some() {
+            eprintln!("scratch kept: {}", self.0.display());
+            return;
+        }
         let _ = std::fs::remove_dir_all(&self.0);
     }
 }

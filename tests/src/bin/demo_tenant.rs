@@ -26,7 +26,10 @@
 //! Prints one JSON line at the end (`serve`: with its p99's range,
 //! `p99_low_ms`/`p99_high_ms`, null where the run cannot bound it; see
 //! `dilu_harness::quantile`). `serve --latencies FILE` also writes
-//! every request's latency (ms, one per line, in completion order) to FILE.
+//! every request's latency (ms, one per line, in completion order) to FILE;
+//! `serve --requests FILE` writes every request's arrival (ns after the
+//! start) and latency (ns), one request per line: a benchmark's bound on
+//! what fillers may take replays them.
 //! `serve` and `train` with `--launch-log FILE` write, for every kernel
 //! launch, the CLOCK_MONOTONIC time (ns) at which the launch call returned,
 //! one per line in launch order: set against simgpu's trace, how long each
@@ -43,7 +46,7 @@ use std::time::{Duration, Instant};
 const P99_TAIL: f64 = 0.0125;
 
 const USAGE: &str = "usage: demo-tenant serve|train|model [--seconds S] [--blocks B] [--kernels K] [--iters N] [--stream default|new]
-    serve: [--rate R/s] [--on-ms MS] [--off-ms MS] [--slo-ms MS] [--seed N] [--latencies FILE] [--launch-log FILE]
+    serve: [--rate R/s] [--on-ms MS] [--off-ms MS] [--slo-ms MS] [--seed N] [--latencies FILE] [--requests FILE] [--launch-log FILE]
     train: [--load-ms MS[,MS...]] [--launch-log FILE]
     model: [--blocks-per-sample B] [--host-ms MS] [--host-ms-per-sample MS] (batch size: DILU_BATCH)";
 
@@ -62,6 +65,7 @@ struct Options {
     load_ms: Vec<f64>,
     seed: u64,
     latencies: Option<String>,
+    requests: Option<String>,
     launch_log: Option<String>,
     /// Launch on a stream of its own instead of the context's (legacy)
     /// default stream.
@@ -102,6 +106,7 @@ fn parse() -> Result<Options, String> {
         load_ms: vec![4.0],
         seed: 7,
         latencies: None,
+        requests: None,
         launch_log: None,
         new_stream: false,
         blocks_per_sample: 264,
@@ -118,6 +123,7 @@ fn parse() -> Result<Options, String> {
         };
         match flag.as_str() {
             "--latencies" => o.latencies = Some(value.clone()),
+            "--requests" => o.requests = Some(value.clone()),
             "--launch-log" => o.launch_log = Some(value.clone()),
             "--stream" => {
                 o.new_stream = match value.as_str() {
@@ -277,6 +283,8 @@ fn run(o: &Options) -> Result<String, Box<dyn std::error::Error>> {
     let cycle = (o.on_ms + o.off_ms) / 1e3;
     let mut next_arrival = 0.0f64;
     let mut latencies = Vec::new();
+    // (arrival after the start, latency), ns, for `--requests`.
+    let mut requests: Vec<(u64, u64)> = Vec::new();
     loop {
         next_arrival += arrivals.next_gap_s(o.rate);
         // Arrivals only in the ON part of each cycle: skip to the next one.
@@ -300,6 +308,13 @@ fn run(o: &Options) -> Result<String, Box<dyn std::error::Error>> {
             report(latency.as_nanos() as u64);
         }
         latencies.push(latency.as_secs_f64() * 1e3);
+        if o.requests.is_some() {
+            requests.push(((next_arrival * 1e9) as u64, latency.as_nanos() as u64));
+        }
+    }
+    if let Some(path) = &o.requests {
+        let lines: String = requests.iter().map(|(a, l)| format!("{a} {l}\n")).collect();
+        std::fs::write(path, lines).map_err(|e| format!("{path}: {e}"))?;
     }
     if let Some(path) = &o.latencies {
         let lines: String = latencies.iter().map(|l| format!("{l:.4}\n")).collect();
