@@ -69,8 +69,11 @@ pub fn filler_share_bound(
     handoff_ns: u64,
     factor: f64,
 ) -> f64 {
-    let mut requests = requests.to_vec();
-    requests.sort_by_key(|r| r.arrival_ns);
+    let Served {
+        requests,
+        done,
+        service,
+    } = Served::new(requests);
     let n = requests.len();
     if n == 0 {
         return 1.0;
@@ -83,21 +86,6 @@ pub fn filler_share_bound(
     let over_alone = n - sorted.partition_point(|&l| l <= bound);
     // Over the bound, the p99 moves once more than n - rank requests are.
     let allowance = (n - rank).saturating_sub(over_alone) as f64;
-    let done: Vec<u64> = requests
-        .iter()
-        .map(|r| r.arrival_ns + r.latency_ns)
-        .collect();
-    // Device and host time of each request once it starts being served.
-    let service: Vec<u64> = (0..n)
-        .map(|i| {
-            let starts = if i == 0 {
-                requests[0].arrival_ns
-            } else {
-                requests[i].arrival_ns.max(done[i - 1])
-            };
-            done[i] - starts
-        })
-        .collect();
     let mut pushes = 0.0;
     for i in 0..n {
         // Fillers run only while the primary is idle: a request queued
@@ -159,16 +147,41 @@ pub fn quiet_idle_share(run_ns: u64, busy_ns: u64, on_ns: u64, off_ns: u64) -> f
 /// The primary's busy time: each request's service, from the moment it
 /// could start (its arrival, or its predecessor's end) to its end.
 pub fn busy_ns(requests: &[Request]) -> u64 {
-    let mut requests = requests.to_vec();
-    requests.sort_by_key(|r| r.arrival_ns);
-    let mut previous_end = 0;
-    let mut busy = 0;
-    for r in &requests {
-        let end = r.arrival_ns + r.latency_ns;
-        busy += end.saturating_sub(r.arrival_ns.max(previous_end));
-        previous_end = previous_end.max(end);
+    Served::new(requests).service.iter().sum()
+}
+
+/// Requests in arrival order, served one at a time: when each ended, and
+/// its service (device and host time from the moment it could start, its
+/// arrival or its predecessor's end, to its end).
+struct Served {
+    requests: Vec<Request>,
+    done: Vec<u64>,
+    service: Vec<u64>,
+}
+
+impl Served {
+    fn new(requests: &[Request]) -> Self {
+        let mut requests = requests.to_vec();
+        requests.sort_by_key(|r| r.arrival_ns);
+        let done: Vec<u64> = requests
+            .iter()
+            .map(|r| r.arrival_ns + r.latency_ns)
+            .collect();
+        let service = (0..requests.len())
+            .map(|i| {
+                let starts = match i {
+                    0 => requests[0].arrival_ns,
+                    _ => requests[i].arrival_ns.max(done[i - 1]),
+                };
+                done[i].saturating_sub(starts)
+            })
+            .collect();
+        Self {
+            requests,
+            done,
+            service,
+        }
     }
-    busy
 }
 
 #[cfg(test)]
