@@ -53,6 +53,9 @@ pub(crate) const DEFAULTS: &str = "defaults, with roles";
 /// no latency target, kept as if alone (the regime the field judges
 /// priority schedulers in).
 pub(crate) const DEFAULTS_NO_SLO: &str = "defaults, no SLO";
+/// [`DEFAULTS_NO_SLO`] with a primary that reports no request latencies
+/// (`demo-tenant serve --report-latency no`), as most servers do not.
+pub(crate) const DEFAULTS_NO_SLO_NO_REPORTS: &str = "defaults, no SLO, no reports";
 /// simgpu alone, no interposer: the device's own time slicing.
 pub(crate) const TIME_SLICING: &str = "time slicing";
 /// `dilu-colo` with the guarantee of a filler whose kernels fit no gap
@@ -519,7 +522,8 @@ pub(crate) fn run(shape: &Shape, shape_index: usize, config: &str, seconds: u64)
 }
 
 /// One configuration of `shape`: `config` names dilu's (one of
-/// [`CONFIGS`], [`DEFAULTS_NO_SLO`] or [`TIME_SLICING`]), or with `peer`
+/// [`CONFIGS`], [`DEFAULTS_NO_SLO`], [`DEFAULTS_NO_SLO_NO_REPORTS`] or
+/// [`TIME_SLICING`]), or with `peer`
 /// the programs run under that peer instead, without dilu.
 pub(crate) fn run_with(
     shape: &Shape,
@@ -535,13 +539,11 @@ pub(crate) fn run_with(
     // Programs started without dilu: under a peer, or on the bare device.
     let bare = peer.is_some() || config == TIME_SLICING;
     let managed = !bare && !matches!(config, "alone" | "no limiter");
-    let defaults = matches!(config, DEFAULTS | DEFAULTS_NO_SLO);
-    let colo = matches!(
-        config,
-        "dilu-colo" | LOW_GUARANTEE | DEFAULTS | DEFAULTS_NO_SLO
-    );
+    let no_slo = matches!(config, DEFAULTS_NO_SLO | DEFAULTS_NO_SLO_NO_REPORTS);
+    let defaults = config == DEFAULTS || no_slo;
+    let colo = defaults || matches!(config, "dilu-colo" | LOW_GUARANTEE);
     let controller = match config {
-        DEFAULTS | DEFAULTS_NO_SLO => None,
+        _ if defaults => None,
         "dilu-colo" | LOW_GUARANTEE => Some("dilu-colo"),
         other => Some(other),
     };
@@ -639,7 +641,7 @@ pub(crate) fn run_with(
             "latency",
         ])
     };
-    if let Some(slo) = shape.slo_ms.filter(|_| config != DEFAULTS_NO_SLO) {
+    if let Some(slo) = shape.slo_ms.filter(|_| !no_slo) {
         primary_spec.extend(s(&["--slo-ms", &slo.to_string()]));
     }
     let seconds_arg = seconds.to_string();
@@ -653,6 +655,9 @@ pub(crate) fn run_with(
     }
     let slo_arg = shape.slo_ms.unwrap_or(1000.0).to_string();
     primary_args.extend(s(&["--slo-ms", &slo_arg]));
+    if config == DEFAULTS_NO_SLO_NO_REPORTS && primary_args.first().is_some_and(|m| m == "serve") {
+        primary_args.extend(s(&["--report-latency", "no"]));
+    }
     let mut fillers = Vec::new();
     if config != "alone" {
         // 20% each, or what the primary's request leaves them.

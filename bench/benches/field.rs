@@ -24,7 +24,8 @@
 mod colocation;
 
 use colocation::{
-    DEFAULTS, DEFAULTS_NO_SLO, Run, Shape, TIME_SLICING, harvest, ratio, serve_args, words,
+    DEFAULTS, DEFAULTS_NO_SLO, DEFAULTS_NO_SLO_NO_REPORTS, Run, Shape, TIME_SLICING, harvest,
+    ratio, serve_args, words,
 };
 use dilu_bench::peers::{self, PEERS, Peer};
 use dilu_bench::report::{Table, machine, write_result};
@@ -35,6 +36,7 @@ use dilu_harness::workspace::Scratch;
 /// configurations (the colocation benchmark's names) and the peers.
 const DILU_SLO: &str = "dilu with SLO";
 const DILU_NO_SLO: &str = "dilu without SLO";
+const DILU_NO_REPORTS: &str = "dilu without SLO or reports";
 const DILU_TRAINING: &str = "dilu";
 const STATIC: &str = "static shares";
 
@@ -203,6 +205,7 @@ fn measure(
         STATIC => Some("static"),
         DILU_SLO | DILU_TRAINING => Some(DEFAULTS),
         DILU_NO_SLO => Some(DEFAULTS_NO_SLO),
+        DILU_NO_REPORTS => Some(DEFAULTS_NO_SLO_NO_REPORTS),
         _ => None,
     };
     match dilu_config {
@@ -569,7 +572,7 @@ fn main() {
         let mut rows: Vec<&str> = vec![TIME_SLICING, STATIC];
         rows.extend(PEERS);
         rows.extend(if *inference {
-            vec![DILU_SLO, DILU_NO_SLO]
+            vec![DILU_SLO, DILU_NO_SLO, DILU_NO_REPORTS]
         } else {
             vec![DILU_TRAINING]
         });
@@ -614,7 +617,7 @@ fn main() {
     let mut inference_rows: Vec<&str> = vec![TIME_SLICING, STATIC];
     inference_rows.extend(PEERS);
     let mut training_rows = inference_rows.clone();
-    inference_rows.extend([DILU_SLO, DILU_NO_SLO]);
+    inference_rows.extend([DILU_SLO, DILU_NO_SLO, DILU_NO_REPORTS]);
     training_rows.push(DILU_TRAINING);
     let peer_lines: Vec<String> = started
         .iter()
@@ -647,7 +650,9 @@ fn main() {
          server, its default thresholds; `TGS`: the primary on its high-priority library, fillers on\n\
          the low one; `{DILU_SLO}`: `dilu nodemgr` at defaults, `dilu run --colo primary --slo-ms`\n\
          and `--colo filler`; `{DILU_NO_SLO}`: the same without `--slo-ms` (the primary is kept as\n\
-         if alone); `{DILU_TRAINING}` (training): `--colo primary` and `--colo filler`.\n\n\
+         if alone); `{DILU_NO_REPORTS}`: the same with a primary that does not report its\n\
+         requests' latencies to dilu (`demo-tenant serve --report-latency no`), as most servers\n\
+         do not; `{DILU_TRAINING}` (training): `--colo primary` and `--colo filler`.\n\n\
          Columns: the primary's p50 and p99 over its own in `alone` (training: iterations/s over\n\
          alone's). A p99 is one order statistic (of 200 requests, the second largest), so beside\n\
          each p99 ratio is its 95% range: each run's p99 range holds its true p99 but with at most\n\

@@ -35,6 +35,18 @@ pub(crate) const RATION_CREDIT_FLOOR: i64 = -DELAY_CREDIT_CAP;
 /// guarantee) cannot ban gambles for ever.
 const DELAY_CREDIT_FLOOR: i64 = -5 * DELAY_CREDIT_CAP;
 
+/// A gap of the primary's that its launch ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct GapEnded {
+    /// When it began (the primary's last synchronisation returned, or its
+    /// work was estimated to end).
+    pub start_ns: u64,
+    pub length_ns: u64,
+    /// The delay the launch was counted behind filler work (and the
+    /// hand-off back).
+    pub delay_ns: u64,
+}
+
 impl Board<'_> {
     /// Primary side, once at start: it is present, with its tolerance and
     /// hold-off.
@@ -165,11 +177,12 @@ impl Board<'_> {
 
     /// Primary side, on every launch of `est_ns` estimated device time:
     /// closes the gap it was in (learning its length) and moves its
-    /// expected end.
+    /// expected end. Returns the gap this launch ended, if it was idle.
     #[inline]
-    pub fn primary_launch(&self, now: u64, est_ns: u64) {
+    pub fn primary_launch(&self, now: u64, est_ns: u64) -> Option<GapEnded> {
         let busy_until = self.primary_busy_until.0.load(Relaxed);
         let queued = self.fillers_busy_until.0.load(Acquire);
+        let mut ended = None;
         if busy_until <= now {
             // It was idle: a gap ends here.
             let synced = self.gap_start.0.swap(0, AcqRel);
@@ -203,6 +216,13 @@ impl Board<'_> {
             }
             if start != 0 && self.params.as_if_alone.load(Relaxed) != 0 {
                 self.count_return(length, delay);
+            }
+            if start != 0 {
+                ended = Some(GapEnded {
+                    start_ns: start,
+                    length_ns: length,
+                    delay_ns: delay,
+                });
             }
         }
         self.primary_stats
@@ -246,10 +266,22 @@ impl Board<'_> {
                 .0
                 .compare_exchange_weak(current, next, SeqCst, Relaxed)
             {
-                Ok(_) => return,
+                Ok(_) => return ended,
                 Err(actual) => current = actual,
             }
         }
+    }
+
+    /// Whether the primary's gaps repeat (a loop's phases, not random
+    /// arrivals).
+    pub fn gaps_repeat(&self) -> bool {
+        self.predictor.period.load(Relaxed) != 0
+    }
+
+    /// The hold-off: idle shorter than this is the program between
+    /// dependent launches, not a gap.
+    pub fn holdoff_ns(&self) -> u64 {
+        self.params.holdoff_ns.load(Relaxed)
     }
 
     /// Primary side: a synchronisation begins (its work is in flight until

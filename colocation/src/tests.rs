@@ -1393,3 +1393,45 @@ fn beside_a_bursty_primary_kept_as_if_alone_risky_kernels_go_in_its_pauses() {
     let gap = request_ended(b, 6_000 * MS);
     assert_eq!(run(gap + 60 * MS), 10);
 }
+
+#[test]
+fn a_primary_launch_after_idle_tells_the_gap_it_ended_and_the_delay_it_met() {
+    let board = board();
+    let b = Board::new(board.device(0));
+    b.attach_primary(1, 0, DEFAULT_HOLDOFF_NS);
+    let t = 1_000 * MS;
+    // The very first launch ends no gap it knows of; one behind it, while
+    // the primary is busy, none either.
+    assert_eq!(b.primary_launch(t, MS), None);
+    assert_eq!(b.primary_launch(t + 10 * US, MS), None);
+    b.primary_sync_begin();
+    let synced = t + 2 * MS;
+    b.primary_sync_end(synced);
+    // Idle for 5 ms, nothing of a filler's on the device: the gap from
+    // the synchronisation, no delay.
+    let back = synced + 5 * MS;
+    assert_eq!(
+        b.primary_launch(back, MS),
+        Some(GapEnded {
+            start_ns: synced,
+            length_ns: 5 * MS,
+            delay_ns: 0,
+        })
+    );
+    b.primary_sync_begin();
+    let synced = back + MS;
+    b.primary_sync_end(synced);
+    // A filler's 2 ms kernel goes into the next gap; the primary returns
+    // 1 ms into it and waits for the rest and the hand-off.
+    let filler_at = synced + DEFAULT_HOLDOFF_NS;
+    assert_eq!(
+        b.filler_admit_owed(filler_at, 2 * MS, false, FILLER, Owed::Overdue),
+        FillerGate::Fallback
+    );
+    let back = filler_at + MS;
+    let ended = b.primary_launch(back, MS).expect("a gap ended");
+    assert_eq!(ended.start_ns, synced);
+    assert_eq!(ended.length_ns, back - synced);
+    assert_eq!(ended.delay_ns, MS + HANDOFF_NS);
+    assert_eq!(b.primary_delay_ns(), MS + HANDOFF_NS);
+}

@@ -786,3 +786,74 @@ fn a_primary_whose_sibling_process_ended_is_the_boards_primary_again() {
         p == Some(server_pid)
     });
 }
+
+/// A server that reports no request latencies (most do not), started
+/// without an SLO (kept as if alone): its busy periods stand in for its
+/// requests, so a filler of kernels short against them takes much of the
+/// time it leaves idle. Judged by its returns alone, every return that met
+/// filler work cost a whole one of its budget, and fillers got 0.1-1.7% of
+/// the idle time beside the field benchmark's unreported shapes.
+#[test]
+fn beside_a_server_that_reports_nothing_a_filler_takes_its_idle_time() {
+    let _serial = serial();
+    let scratch = Scratch::new("colo-unreported");
+    let group = unique_name("colo-unreported");
+    let _board = Board::of(&group);
+    let trace = scratch.path("trace.jsonl");
+    let no_daemon = scratch.path("no-nodemgr.sock");
+    // Kernels of 300 µs against requests of 4 × 500 µs.
+    let filler = colo_run(
+        &group,
+        &["--tenant", &format!("{group}-filler"), "--colo", "filler"],
+        "cudarc-loop",
+        &["--seconds", "9", "--blocks", "3960", "--depth", "32"],
+    );
+    let primary = colo_run(
+        &group,
+        &["--tenant", &format!("{group}-primary"), "--colo", "primary"],
+        "demo-tenant",
+        &[
+            "serve",
+            "--rate",
+            "60",
+            "--on-ms",
+            "1000",
+            "--off-ms",
+            "0",
+            "--kernels",
+            "4",
+            "--blocks",
+            "6600",
+            "--seconds",
+            "6",
+            "--slo-ms",
+            "1000",
+            "--report-latency",
+            "no",
+        ],
+    );
+    let (primary_pid, filler_pid) = run_beside(primary, filler, &trace, &no_daemon);
+    let records = dilu_harness::workspace::read_trace(&trace);
+    let primary_records = records.iter().filter(|r| r.pid == primary_pid);
+    let from = primary_records.clone().map(|r| r.start_ns).min().unwrap();
+    let to = primary_records.map(|r| r.end_ns).max().unwrap();
+    // Judged after two seconds: the first 48 busy periods (16 warm-up,
+    // 32 to learn from) teach nothing yet.
+    let from = from + 2_000_000_000;
+    assert!(to > from + 2_000_000_000, "the primary ran too briefly");
+    let busy = dilu_abi::simtrace::busy_ns_by_pid(&records, from, to);
+    let primary_ns = busy.get(&primary_pid).copied().unwrap_or(0);
+    let filler_ns = busy.get(&filler_pid).copied().unwrap_or(0);
+    let idle_ns = (to - from).saturating_sub(primary_ns).max(1);
+    let harvest = filler_ns as f64 / idle_ns as f64;
+    eprintln!(
+        "unreported server at 60 req/s, primary {:.1}% busy: the filler took {:.1}% of its idle time",
+        primary_ns as f64 / (to - from) as f64 * 100.0,
+        harvest * 100.0
+    );
+    assert!(
+        harvest > 0.25,
+        "the filler took {:.1}% of the idle time beside a server that reports nothing",
+        harvest * 100.0
+    );
+}

@@ -50,6 +50,14 @@ impl RecentLatencies {
         latency_ns.saturating_sub(since_last)
     }
 
+    /// Forgets the window (the delay seen stays: it is a running count).
+    pub(crate) fn forget(&self) {
+        for n in &self.ns {
+            n.store(0, Ordering::Relaxed);
+        }
+        self.next.store(0, Ordering::Relaxed);
+    }
+
     /// Records one latency; returns the worst of the window.
     pub(crate) fn record(&self, latency_ns: u64) -> u64 {
         let at = self.next.fetch_add(1, Ordering::Relaxed) as usize % SLACK_WINDOW;
@@ -90,6 +98,11 @@ impl LatencyHistory {
             next: AtomicU32::new(0),
             ns: [const { AtomicU64::new(0) }; HISTORY_WINDOW],
         }
+    }
+
+    /// Forgets every latency recorded.
+    pub(crate) fn forget(&self) {
+        self.next.store(0, Ordering::Relaxed);
     }
 
     /// Records one latency.

@@ -6,7 +6,8 @@
 //!   periods); each request is `--kernels` kernels, each waited for (like
 //!   decoding one token after another). A request's latency runs from its
 //!   arrival (queueing included) to its last kernel's end; it is reported to
-//!   dilu with `dilu_report_latency` when the interposer exports it.
+//!   dilu with `dilu_report_latency` when the interposer exports it (not
+//!   with `--report-latency no`: a server that does not, as most do not).
 //! - `train`: a training loop. Each iteration waits `--load-ms` for data
 //!   (a bubble: nothing on the GPU), then launches `--kernels` kernels and
 //!   synchronises (the loss). A list (`--load-ms 4,1`) makes an iteration
@@ -46,7 +47,7 @@ use std::time::{Duration, Instant};
 const P99_TAIL: f64 = 0.0125;
 
 const USAGE: &str = "usage: demo-tenant serve|train|model [--seconds S] [--blocks B] [--kernels K] [--iters N] [--stream default|new]
-    serve: [--rate R/s] [--on-ms MS] [--off-ms MS] [--slo-ms MS] [--seed N] [--latencies FILE] [--requests FILE] [--launch-log FILE]
+    serve: [--rate R/s] [--on-ms MS] [--off-ms MS] [--slo-ms MS] [--seed N] [--report-latency yes|no] [--latencies FILE] [--requests FILE] [--launch-log FILE]
     train: [--load-ms MS[,MS...]] [--launch-log FILE]
     model: [--blocks-per-sample B] [--host-ms MS] [--host-ms-per-sample MS] (batch size: DILU_BATCH)";
 
@@ -70,6 +71,9 @@ struct Options {
     /// Launch on a stream of its own instead of the context's (legacy)
     /// default stream.
     new_stream: bool,
+    /// Report each request's latency to dilu (a server that does not, as
+    /// most do not, with `--report-latency no`).
+    report_latency: bool,
     blocks_per_sample: u32,
     host_ms: f64,
     host_ms_per_sample: f64,
@@ -109,6 +113,7 @@ fn parse() -> Result<Options, String> {
         requests: None,
         launch_log: None,
         new_stream: false,
+        report_latency: true,
         blocks_per_sample: 264,
         host_ms: 1.0,
         host_ms_per_sample: 0.05,
@@ -125,6 +130,13 @@ fn parse() -> Result<Options, String> {
             "--latencies" => o.latencies = Some(value.clone()),
             "--requests" => o.requests = Some(value.clone()),
             "--launch-log" => o.launch_log = Some(value.clone()),
+            "--report-latency" => {
+                o.report_latency = match value.as_str() {
+                    "yes" => true,
+                    "no" => false,
+                    _ => return Err(format!("bad value {value:?} for {flag}: yes or no")),
+                }
+            }
             "--stream" => {
                 o.new_stream = match value.as_str() {
                     "default" => false,
@@ -251,7 +263,7 @@ fn run(o: &Options) -> Result<String, Box<dyn std::error::Error>> {
             iterations as f64 / seconds
         ));
     }
-    let report = latency_reporter();
+    let report = latency_reporter().filter(|_| o.report_latency);
     if o.mode == "model" {
         let host =
             Duration::from_secs_f64((o.host_ms + o.host_ms_per_sample * f64::from(o.batch)) / 1e3);
