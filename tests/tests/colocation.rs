@@ -663,17 +663,35 @@ fn long_kernel_filler_share(guarantee: Option<&str>) -> f64 {
         ],
     );
     let (primary_pid, filler_pid) = run_beside(primary, filler, &trace, &no_daemon);
-
-    let records = dilu_harness::workspace::read_trace(&trace);
-    let primary_records = records.iter().filter(|r| r.pid == primary_pid);
-    let from = primary_records.clone().map(|r| r.start_ns).min().unwrap();
-    let to = primary_records.map(|r| r.end_ns).max().unwrap();
     // Judged after the first second: the filler's first kernels are
     // charged a guessed length until they were timed.
-    let from = from + 1_000_000_000;
+    let run = device_time_after(&trace, primary_pid, 1_000_000_000);
+    run.of(filler_pid) as f64 / run.wall_ns as f64
+}
+
+/// Each process's device time over the primary's run from `skip_ns` after
+/// its first kernel to its last, from simgpu's trace.
+struct DeviceTime {
+    wall_ns: u64,
+    busy: std::collections::BTreeMap<u32, u64>,
+}
+
+impl DeviceTime {
+    fn of(&self, pid: u32) -> u64 {
+        self.busy.get(&pid).copied().unwrap_or(0)
+    }
+}
+
+fn device_time_after(trace: &std::path::Path, primary_pid: u32, skip_ns: u64) -> DeviceTime {
+    let records = dilu_harness::workspace::read_trace(trace);
+    let primary_records = records.iter().filter(|r| r.pid == primary_pid);
+    let from = primary_records.clone().map(|r| r.start_ns).min().unwrap() + skip_ns;
+    let to = primary_records.map(|r| r.end_ns).max().unwrap();
     assert!(to > from + 2_000_000_000, "the primary ran too briefly");
-    let busy = dilu_abi::simtrace::busy_ns_by_pid(&records, from, to);
-    busy.get(&filler_pid).copied().unwrap_or(0) as f64 / (to - from) as f64
+    DeviceTime {
+        wall_ns: to - from,
+        busy: dilu_abi::simtrace::busy_ns_by_pid(&records, from, to),
+    }
 }
 
 #[test]
@@ -833,22 +851,15 @@ fn beside_a_server_that_reports_nothing_a_filler_takes_its_idle_time() {
         ],
     );
     let (primary_pid, filler_pid) = run_beside(primary, filler, &trace, &no_daemon);
-    let records = dilu_harness::workspace::read_trace(&trace);
-    let primary_records = records.iter().filter(|r| r.pid == primary_pid);
-    let from = primary_records.clone().map(|r| r.start_ns).min().unwrap();
-    let to = primary_records.map(|r| r.end_ns).max().unwrap();
     // Judged after two seconds: the first 48 busy periods (16 warm-up,
     // 32 to learn from) teach nothing yet.
-    let from = from + 2_000_000_000;
-    assert!(to > from + 2_000_000_000, "the primary ran too briefly");
-    let busy = dilu_abi::simtrace::busy_ns_by_pid(&records, from, to);
-    let primary_ns = busy.get(&primary_pid).copied().unwrap_or(0);
-    let filler_ns = busy.get(&filler_pid).copied().unwrap_or(0);
-    let idle_ns = (to - from).saturating_sub(primary_ns).max(1);
-    let harvest = filler_ns as f64 / idle_ns as f64;
+    let run = device_time_after(&trace, primary_pid, 2_000_000_000);
+    let primary_ns = run.of(primary_pid);
+    let idle_ns = run.wall_ns.saturating_sub(primary_ns).max(1);
+    let harvest = run.of(filler_pid) as f64 / idle_ns as f64;
     eprintln!(
         "unreported server at 60 req/s, primary {:.1}% busy: the filler took {:.1}% of its idle time",
-        primary_ns as f64 / (to - from) as f64 * 100.0,
+        primary_ns as f64 / run.wall_ns as f64 * 100.0,
         harvest * 100.0
     );
     assert!(

@@ -50,17 +50,14 @@
 use crate::sm_time::colocation_config::{ColoConfig, Role, from_env};
 use crate::sm_time::honoured_holds::HonouredHolds;
 use crate::sm_time::precise_sleep::sleep_until;
-use crate::sm_time::primary_tolerance::{
-    FillerOccupancy, LatencyHistory, RecentLatencies, WARM_UP_REQUESTS, learned_tolerance,
-    pushed_over_bound, tolerance_within_slack, waited_behind_previous,
-};
-use dilu_colocation::{Board, FillerGate, GapEnded, MAX_SAMPLE_HOLD_NS, Owed, SampleHoldPost};
+use crate::sm_time::primary_learning::{Boards, Learning};
+use dilu_colocation::{Board, FillerGate, MAX_SAMPLE_HOLD_NS, Owed, SampleHoldPost};
 use dilu_layout::colocation::GapBoard;
 use dilu_layout::ledger::MAX_DEVICES;
 use dilu_layout::monotonic_ns;
 use dilu_layout::shm::Region;
 use std::sync::OnceLock;
-use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
 struct Colo {
     config: ColoConfig,
@@ -71,37 +68,8 @@ struct Colo {
     slots: [usize; MAX_DEVICES],
     /// How many devices the process can have (slots beyond are unused).
     devices: usize,
-    /// The primary's last reported request latencies, less the delay
-    /// fillers caused them.
-    recent_latencies: RecentLatencies,
-    /// A primary without an SLO: the latencies of its requests beside
-    /// which no filler went at all (what the boards' count of the delay
-    /// misses is measured against them).
-    latency_history: LatencyHistory,
-    /// Every warm request's latency less the delay the boards counted,
-    /// from which its tail, tolerance and risk ration are learned.
-    all_latencies: LatencyHistory,
-    /// Requests reported so far.
-    requests_reported: AtomicU64,
-    /// The delay fillers caused the last reported request, its own and what
-    /// it inherited by waiting behind the one before.
-    carried_delay_ns: AtomicU64,
-    /// The boards' count of filler work at the last reported request, and
-    /// at the one before it.
-    filled_at_last_report: AtomicU64,
-    filled_before_last_report: AtomicU64,
-    /// When the primary's last reported request ended (0: none yet).
-    last_request_end: AtomicU64,
-    /// How much of the time fillers kept the device lately, for the
-    /// learned tolerance.
-    filler_occupancy: FillerOccupancy,
-    /// Whether the primary reported a request; until it does, its busy
-    /// periods stand in for its requests ([`busy_period_over`]).
-    reports_requests: AtomicBool,
-    /// When its current busy period began (0: none yet).
-    busy_began: AtomicU64,
-    /// Busy periods learned from (until the first report).
-    busy_periods_learned: AtomicU64,
+    /// What the primary learns from its requests or busy periods.
+    learning: Learning,
 }
 
 static STATE: OnceLock<Option<Colo>> = OnceLock::new();
@@ -271,18 +239,7 @@ fn init() -> Option<Colo> {
         board_path: path,
         slots,
         devices,
-        recent_latencies: RecentLatencies::new(),
-        latency_history: LatencyHistory::new(),
-        all_latencies: LatencyHistory::new(),
-        requests_reported: AtomicU64::new(0),
-        carried_delay_ns: AtomicU64::new(0),
-        filled_at_last_report: AtomicU64::new(0),
-        filled_before_last_report: AtomicU64::new(0),
-        last_request_end: AtomicU64::new(0),
-        filler_occupancy: FillerOccupancy::new(),
-        reports_requests: AtomicBool::new(false),
-        busy_began: AtomicU64::new(0),
-        busy_periods_learned: AtomicU64::new(0),
+        learning: Learning::new(),
     })
 }
 
@@ -349,7 +306,10 @@ pub fn before_launch(device: usize, est_ns: u64, measured: bool) -> u64 {
                 Some(_) => {}
             }
             if let Some(gap) = board.primary_launch(now, est_ns) {
-                busy_period_over(colo, board, gap, now);
+                let of = |device| colo.board(device);
+                let boards = Boards::new(&of, colo.devices);
+                colo.learning
+                    .busy_period_over(&colo.config, boards, board, gap, now);
             }
             match board.sample_hold_until(now) {
                 None => 0,
@@ -609,162 +569,14 @@ pub fn latency_reported(latency_ns: u64) {
     if colo.config.role != Role::Primary {
         return;
     }
-    if !colo.reports_requests.swap(true, Ordering::Relaxed)
-        && colo.busy_periods_learned.load(Ordering::Relaxed) > 0
-    {
-        forget_busy_periods(colo);
-    }
-    let now = monotonic_ns();
-    let previous_end = colo.last_request_end.swap(now, Ordering::Relaxed);
-    let queued = waited_behind_previous(now, latency_ns, previous_end);
-    colo.board(current_device()).primary_request_over(queued);
-    if let Some(tolerance) = learn_request(colo, latency_ns, total_delay_ns(colo), queued, now) {
-        for device in 0..colo.devices {
-            colo.board(device).set_tolerance(tolerance);
-        }
-    }
-}
-
-/// A primary kept as if alone that reports no requests (a server that
-/// does not call `dilu_report_latency`, as most do not): each of its busy
-/// periods, from a launch after a gap of at least the hold-off to the
-/// start of the next such gap, stands in for a request. Its tail, bound,
-/// tolerance, risk ration and budget are then learned from them as from
-/// reported requests, and a return that met filler work costs the budget
-/// only where the delay pushed its busy period over the bound. (Judged by
-/// its returns alone, every return that met filler work cost a whole one,
-/// and fillers beside a BERT server at 3 req/s on simgpu got 4% of its
-/// idle time.) Not where the gaps repeat: a loop's phases are not
-/// requests, and its returns judge them (a tenth of a training step's p99
-/// per gap would be fillers' to take).
-#[cold]
-fn busy_period_over(colo: &Colo, board: Board<'_>, gap: GapEnded, now: u64) {
-    if !colo.config.tolerance_learned
-        || colo.reports_requests.load(Ordering::Relaxed)
-        || gap.length_ns < board.holdoff_ns()
-    {
-        return;
-    }
-    let began = colo.busy_began.swap(now, Ordering::Relaxed);
-    if began == 0 || gap.start_ns <= began || board.gaps_repeat() {
-        return;
-    }
-    colo.busy_periods_learned.fetch_add(1, Ordering::Relaxed);
-    // This launch's delay is the next busy period's.
-    let delay_ns = total_delay_ns(colo).saturating_sub(gap.delay_ns);
-    if let Some(tolerance) = learn_request(colo, gap.start_ns - began, delay_ns, false, now) {
-        for device in 0..colo.devices {
-            colo.board(device).set_tolerance(tolerance);
-        }
-    }
-}
-
-/// The primary reports its requests after all: what its busy periods
-/// taught is forgotten, and its requests are learned from the start.
-fn forget_busy_periods(colo: &Colo) {
-    colo.recent_latencies.forget();
-    colo.latency_history.forget();
-    colo.all_latencies.forget();
-    colo.requests_reported.store(0, Ordering::Relaxed);
-    colo.carried_delay_ns.store(0, Ordering::Relaxed);
-    for device in 0..colo.devices {
-        let board = colo.board(device);
-        board.set_tolerance(colo.config.tolerance_ns);
-        board.keep_as_if_alone();
-    }
-}
-
-/// The primary's delay behind filler work the boards counted, in all.
-fn total_delay_ns(colo: &Colo) -> u64 {
-    (0..colo.devices)
-        .map(|device| colo.board(device).primary_delay_ns())
-        .sum()
-}
-
-/// Learns from one request of `latency_ns` that ended when the boards had
-/// counted `delay_ns` of the primary's delay in all (`queued`: it waited
-/// behind the one before): the tolerance then in force, or `None` where
-/// the primary has none to learn (a set tolerance without an SLO).
-fn learn_request(
-    colo: &Colo,
-    latency_ns: u64,
-    delay_ns: u64,
-    queued: bool,
-    now: u64,
-) -> Option<u64> {
-    match colo.config.slo_ns {
-        Some(slo) => {
-            let worst = colo.recent_latencies.record_request(latency_ns, delay_ns);
-            Some(tolerance_within_slack(colo.config.tolerance_ns, slo, worst))
-        }
-        None if colo.config.tolerance_learned => {
-            let own = latency_ns - colo.recent_latencies.without_delay(latency_ns, delay_ns);
-            // A request that waited behind the one before it waited for
-            // that one's delay too.
-            let carried = if queued {
-                colo.carried_delay_ns.load(Ordering::Relaxed)
-            } else {
-                0
-            };
-            let delay = own.saturating_add(carried).min(latency_ns);
-            colo.carried_delay_ns.store(delay, Ordering::Relaxed);
-            let alone = latency_ns - delay;
-            let worst = colo.recent_latencies.record(alone);
-            // The boards' count of the delay misses some (a filler kernel
-            // longer than its estimate, the host's CPUs the fillers use):
-            // learned from every request less only that count, the p99
-            // crept up with the fillers' work, the tolerance and the bound
-            // with it (on simgpu, 1.1 to 1.6 ms in 5 s beside a filler of
-            // 0.5 ms kernels). Requests beside which no filler went at all
-            // are kept apart, to measure what the count misses.
-            let filled: u64 = (0..colo.devices)
-                .map(|device| colo.board(device).filled_ns())
-                .sum();
-            // Clean: no filler work was launched since the report before
-            // the last (a kernel launched just before the last report may
-            // still have been running in this request).
-            let before = colo.filled_at_last_report.swap(filled, Ordering::Relaxed);
-            let earlier = colo
-                .filled_before_last_report
-                .swap(before, Ordering::Relaxed);
-            let warm = colo.requests_reported.fetch_add(1, Ordering::Relaxed) >= WARM_UP_REQUESTS;
-            let clean = warm && earlier == filled && delay == 0;
-            if clean {
-                colo.latency_history.record(alone);
-            }
-            if warm {
-                colo.all_latencies.record(alone);
-            }
-            let filler_ppm = colo.filler_occupancy.update(now, filled);
-            // Learned from clean requests only, the tail missed the
-            // requests that waited behind another (few, and seldom clean
-            // where fillers go often): a Poisson primary at 31 req/s on
-            // simgpu learned a p99 of 2.1 ms where its p99 alone was
-            // 3.3 ms, and every request looked near its bound. So every
-            // request counts, less the delay the boards counted and less
-            // what they missed, the excess of all requests' median over
-            // the clean ones'.
-            let uncounted = match (colo.all_latencies.median(), colo.latency_history.median()) {
-                (Some(all), Some(clean)) => all.saturating_sub(clean),
-                _ => 0,
-            };
-            let tail = colo.all_latencies.tail(filler_ppm, uncounted);
-            let pushed_over = pushed_over_bound(latency_ns, alone, tail.map(|t| t.p99_ns));
-            for device in 0..colo.devices {
-                colo.board(device).primary_request_judged(pushed_over);
-            }
-            if let Some(t) = &tail {
-                for device in 0..colo.devices {
-                    colo.board(device).publish_ration(&t.ration_costs);
-                }
-            }
-            let in_credit = (0..colo.devices).all(|device| colo.board(device).delay_credit() > 0.0);
-            Some(tail.map_or(0, |t| {
-                learned_tolerance(t.p99_ns, t.pushable_ns, worst, in_credit)
-            }))
-        }
-        None => None,
-    }
+    let of = |device| colo.board(device);
+    let boards = Boards::new(&of, colo.devices);
+    colo.learning.request_reported(
+        &colo.config,
+        boards,
+        colo.board(current_device()),
+        latency_ns,
+    );
 }
 
 #[cfg(test)]

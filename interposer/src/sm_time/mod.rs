@@ -28,6 +28,7 @@ pub mod launch_control;
 pub mod launch_lease;
 pub mod nvml_sample_clock;
 pub mod precise_sleep;
+pub mod primary_learning;
 pub mod primary_tolerance;
 pub mod queue_bound;
 pub mod quiet_samples;

@@ -1,0 +1,263 @@
+//! What a co-location primary learns from its requests, reported with
+//! `dilu_report_latency`, or, where it reports none, from its busy periods:
+//! the tolerance in force, and without an SLO its tail, bound, risk ration
+//! and budget of delayed requests, published on its boards
+//! (`colocation.rs` owns the process's boards and calls in here).
+
+use crate::sm_time::colocation_config::ColoConfig;
+use crate::sm_time::primary_tolerance::{
+    FillerOccupancy, LatencyHistory, RecentLatencies, WARM_UP_REQUESTS, learned_tolerance,
+    pushed_over_bound, tolerance_within_slack, waited_behind_previous,
+};
+use dilu_colocation::{Board, GapEnded};
+use dilu_layout::monotonic_ns;
+use std::sync::atomic::Ordering::Relaxed;
+use std::sync::atomic::{AtomicBool, AtomicU64};
+
+/// The boards of the process's devices, by in-process device.
+#[derive(Clone, Copy)]
+pub(crate) struct Boards<'a> {
+    of: &'a dyn Fn(usize) -> Board<'a>,
+    devices: usize,
+}
+
+impl<'a> Boards<'a> {
+    pub(crate) fn new(of: &'a dyn Fn(usize) -> Board<'a>, devices: usize) -> Self {
+        Self { of, devices }
+    }
+
+    fn each(self) -> impl Iterator<Item = Board<'a>> {
+        (0..self.devices).map(self.of)
+    }
+
+    /// The primary's delay behind filler work the boards counted, in all.
+    fn delay_ns(self) -> u64 {
+        self.each().map(|board| board.primary_delay_ns()).sum()
+    }
+
+    fn set_tolerance(self, tolerance_ns: u64) {
+        for board in self.each() {
+            board.set_tolerance(tolerance_ns);
+        }
+    }
+}
+
+/// What a primary process learned, kept across its requests.
+pub(crate) struct Learning {
+    /// The primary's last reported request latencies, less the delay
+    /// fillers caused them.
+    recent_latencies: RecentLatencies,
+    /// A primary without an SLO: the latencies of its requests beside
+    /// which no filler went at all (what the boards' count of the delay
+    /// misses is measured against them).
+    latency_history: LatencyHistory,
+    /// Every warm request's latency less the delay the boards counted,
+    /// from which its tail, tolerance and risk ration are learned.
+    all_latencies: LatencyHistory,
+    /// Requests reported so far.
+    requests_reported: AtomicU64,
+    /// The delay fillers caused the last reported request, its own and what
+    /// it inherited by waiting behind the one before.
+    carried_delay_ns: AtomicU64,
+    /// The boards' count of filler work at the last reported request, and
+    /// at the one before it.
+    filled_at_last_report: AtomicU64,
+    filled_before_last_report: AtomicU64,
+    /// When the primary's last reported request ended (0: none yet).
+    last_request_end: AtomicU64,
+    /// How much of the time fillers kept the device lately, for the
+    /// learned tolerance.
+    filler_occupancy: FillerOccupancy,
+    /// Whether the primary reported a request; until it does, its busy
+    /// periods stand in for its requests ([`Learning::busy_period_over`]).
+    reports_requests: AtomicBool,
+    /// When its current busy period began (0: none yet).
+    busy_began: AtomicU64,
+    /// Busy periods learned from (until the first report).
+    busy_periods_learned: AtomicU64,
+}
+
+impl Learning {
+    pub(crate) const fn new() -> Self {
+        Self {
+            recent_latencies: RecentLatencies::new(),
+            latency_history: LatencyHistory::new(),
+            all_latencies: LatencyHistory::new(),
+            requests_reported: AtomicU64::new(0),
+            carried_delay_ns: AtomicU64::new(0),
+            filled_at_last_report: AtomicU64::new(0),
+            filled_before_last_report: AtomicU64::new(0),
+            last_request_end: AtomicU64::new(0),
+            filler_occupancy: FillerOccupancy::new(),
+            reports_requests: AtomicBool::new(false),
+            busy_began: AtomicU64::new(0),
+            busy_periods_learned: AtomicU64::new(0),
+        }
+    }
+
+    /// A request of `latency_ns` the primary reported, on `current`'s
+    /// device: the request is over (its gap opens to fillers at once, or
+    /// after the hold-off where it had waited behind the request before
+    /// it), and the tolerance in force is cut to the slack of the worst
+    /// recent request.
+    pub(crate) fn request_reported(
+        &self,
+        config: &ColoConfig,
+        boards: Boards<'_>,
+        current: Board<'_>,
+        latency_ns: u64,
+    ) {
+        if !self.reports_requests.swap(true, Relaxed) && self.busy_periods_learned.load(Relaxed) > 0
+        {
+            self.forget_busy_periods(config, boards);
+        }
+        let now = monotonic_ns();
+        let previous_end = self.last_request_end.swap(now, Relaxed);
+        let queued = waited_behind_previous(now, latency_ns, previous_end);
+        current.primary_request_over(queued);
+        if let Some(tolerance) =
+            self.learn_request(config, boards, latency_ns, boards.delay_ns(), queued, now)
+        {
+            boards.set_tolerance(tolerance);
+        }
+    }
+
+    /// A primary kept as if alone that reports no requests (a server that
+    /// does not call `dilu_report_latency`, as most do not): each of its busy
+    /// periods, from a launch after a gap of at least the hold-off to the
+    /// start of the next such gap, stands in for a request. Its tail, bound,
+    /// tolerance, risk ration and budget are then learned from them as from
+    /// reported requests, and a return that met filler work costs the budget
+    /// only where the delay pushed its busy period over the bound. (Judged by
+    /// its returns alone, every return that met filler work cost a whole one,
+    /// and fillers beside a BERT server at 3 req/s on simgpu got 4% of its
+    /// idle time.) Not where the gaps repeat: a loop's phases are not
+    /// requests, and its returns judge them (a tenth of a training step's p99
+    /// per gap would be fillers' to take).
+    #[cold]
+    pub(crate) fn busy_period_over(
+        &self,
+        config: &ColoConfig,
+        boards: Boards<'_>,
+        board: Board<'_>,
+        gap: GapEnded,
+        now: u64,
+    ) {
+        if !config.tolerance_learned
+            || self.reports_requests.load(Relaxed)
+            || gap.length_ns < board.holdoff_ns()
+        {
+            return;
+        }
+        let began = self.busy_began.swap(now, Relaxed);
+        if began == 0 || gap.start_ns <= began || board.gaps_repeat() {
+            return;
+        }
+        self.busy_periods_learned.fetch_add(1, Relaxed);
+        // This launch's delay is the next busy period's.
+        let delay_ns = boards.delay_ns().saturating_sub(gap.delay_ns);
+        if let Some(tolerance) =
+            self.learn_request(config, boards, gap.start_ns - began, delay_ns, false, now)
+        {
+            boards.set_tolerance(tolerance);
+        }
+    }
+
+    /// The primary reports its requests after all: what its busy periods
+    /// taught is forgotten, and its requests are learned from the start.
+    fn forget_busy_periods(&self, config: &ColoConfig, boards: Boards<'_>) {
+        self.recent_latencies.forget();
+        self.latency_history.forget();
+        self.all_latencies.forget();
+        self.requests_reported.store(0, Relaxed);
+        self.carried_delay_ns.store(0, Relaxed);
+        for board in boards.each() {
+            board.set_tolerance(config.tolerance_ns);
+            board.keep_as_if_alone();
+        }
+    }
+
+    /// Learns from one request of `latency_ns` that ended when the boards had
+    /// counted `delay_ns` of the primary's delay in all (`queued`: it waited
+    /// behind the one before): the tolerance then in force, or `None` where
+    /// the primary has none to learn (a set tolerance without an SLO).
+    fn learn_request(
+        &self,
+        config: &ColoConfig,
+        boards: Boards<'_>,
+        latency_ns: u64,
+        delay_ns: u64,
+        queued: bool,
+        now: u64,
+    ) -> Option<u64> {
+        match config.slo_ns {
+            Some(slo) => {
+                let worst = self.recent_latencies.record_request(latency_ns, delay_ns);
+                Some(tolerance_within_slack(config.tolerance_ns, slo, worst))
+            }
+            None if config.tolerance_learned => {
+                let own = latency_ns - self.recent_latencies.without_delay(latency_ns, delay_ns);
+                // A request that waited behind the one before it waited for
+                // that one's delay too.
+                let carried = if queued {
+                    self.carried_delay_ns.load(Relaxed)
+                } else {
+                    0
+                };
+                let delay = own.saturating_add(carried).min(latency_ns);
+                self.carried_delay_ns.store(delay, Relaxed);
+                let alone = latency_ns - delay;
+                let worst = self.recent_latencies.record(alone);
+                // The boards' count of the delay misses some (a filler kernel
+                // longer than its estimate, the host's CPUs the fillers use):
+                // learned from every request less only that count, the p99
+                // crept up with the fillers' work, the tolerance and the bound
+                // with it (on simgpu, 1.1 to 1.6 ms in 5 s beside a filler of
+                // 0.5 ms kernels). Requests beside which no filler went at all
+                // are kept apart, to measure what the count misses.
+                let filled: u64 = boards.each().map(|board| board.filled_ns()).sum();
+                // Clean: no filler work was launched since the report before
+                // the last (a kernel launched just before the last report may
+                // still have been running in this request).
+                let before = self.filled_at_last_report.swap(filled, Relaxed);
+                let earlier = self.filled_before_last_report.swap(before, Relaxed);
+                let warm = self.requests_reported.fetch_add(1, Relaxed) >= WARM_UP_REQUESTS;
+                let clean = warm && earlier == filled && delay == 0;
+                if clean {
+                    self.latency_history.record(alone);
+                }
+                if warm {
+                    self.all_latencies.record(alone);
+                }
+                let filler_ppm = self.filler_occupancy.update(now, filled);
+                // Learned from clean requests only, the tail missed the
+                // requests that waited behind another (few, and seldom clean
+                // where fillers go often): a Poisson primary at 31 req/s on
+                // simgpu learned a p99 of 2.1 ms where its p99 alone was
+                // 3.3 ms, and every request looked near its bound. So every
+                // request counts, less the delay the boards counted and less
+                // what they missed, the excess of all requests' median over
+                // the clean ones'.
+                let uncounted = match (self.all_latencies.median(), self.latency_history.median()) {
+                    (Some(all), Some(clean)) => all.saturating_sub(clean),
+                    _ => 0,
+                };
+                let tail = self.all_latencies.tail(filler_ppm, uncounted);
+                let pushed_over = pushed_over_bound(latency_ns, alone, tail.map(|t| t.p99_ns));
+                for board in boards.each() {
+                    board.primary_request_judged(pushed_over);
+                }
+                if let Some(t) = &tail {
+                    for board in boards.each() {
+                        board.publish_ration(&t.ration_costs);
+                    }
+                }
+                let in_credit = boards.each().all(|board| board.delay_credit() > 0.0);
+                Some(tail.map_or(0, |t| {
+                    learned_tolerance(t.p99_ns, t.pushable_ns, worst, in_credit)
+                }))
+            }
+            None => None,
+        }
+    }
+}
