@@ -278,12 +278,6 @@ impl Board<'_> {
         self.predictor.period.load(Relaxed) != 0
     }
 
-    /// The hold-off: idle shorter than this is the program between
-    /// dependent launches, not a gap.
-    pub fn holdoff_ns(&self) -> u64 {
-        self.params.holdoff_ns.load(Relaxed)
-    }
-
     /// Primary side: a synchronisation begins (its work is in flight until
     /// it returns, whatever the estimate says).
     #[inline]

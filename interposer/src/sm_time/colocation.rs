@@ -305,7 +305,12 @@ pub fn before_launch(device: usize, est_ns: u64, measured: bool) -> u64 {
                 }
                 Some(_) => {}
             }
-            if let Some(gap) = board.primary_launch(now, est_ns) {
+            // Only a primary kept as if alone learns from its busy
+            // periods, and only a gap of the hold-off ends one.
+            if let Some(gap) = board.primary_launch(now, est_ns)
+                && colo.config.tolerance_learned
+                && gap.length_ns >= colo.config.holdoff_ns
+            {
                 let of = |device| colo.board(device);
                 let boards = Boards::new(&of, colo.devices);
                 colo.learning

@@ -133,7 +133,8 @@ impl Learning {
     /// and fillers beside a BERT server at 3 req/s on simgpu got 4% of its
     /// idle time.) Not where the gaps repeat: a loop's phases are not
     /// requests, and its returns judge them (a tenth of a training step's p99
-    /// per gap would be fillers' to take).
+    /// per gap would be fillers' to take). Called for a primary kept as if
+    /// alone (`tolerance_learned`) at each gap of at least the hold-off.
     #[cold]
     pub(crate) fn busy_period_over(
         &self,
@@ -143,10 +144,7 @@ impl Learning {
         gap: GapEnded,
         now: u64,
     ) {
-        if !config.tolerance_learned
-            || self.reports_requests.load(Relaxed)
-            || gap.length_ns < board.holdoff_ns()
-        {
+        if self.reports_requests.load(Relaxed) {
             return;
         }
         let began = self.busy_began.swap(now, Relaxed);
