@@ -148,26 +148,30 @@ impl Board<'_> {
                 && elapsed.saturating_add(est_ns).saturating_add(HANDOFF_NS) <= predicted;
             // A primary that reports its requests accepts the delay between
             // them only: inside a request every gap it waits could recur
-            // once per kernel.
-            let tolerated = est_ns <= self.params.tolerance_ns.load(Relaxed)
-                && (between_requests || request_over == 0);
+            // once per kernel. One kept as if alone that reports none, only
+            // after a synchronisation: where its queue ran dry without one,
+            // its host is between two launches of a request (an eager
+            // framework's Python), and a delay there recurs as often. (One
+            // that never synchronised where dilu sees it, anywhere.)
+            let as_if_alone = self.params.as_if_alone.load(Relaxed) != 0;
+            let after_sync = synced != 0 || !self.primary_synchronises();
+            let may_delay = between_requests || (request_over == 0 && (after_sync || !as_if_alone));
+            let tolerated = est_ns <= self.params.tolerance_ns.load(Relaxed) && may_delay;
             let longest = self.predictor.longest_ns.load(Relaxed);
             let mut idle = elapsed >= longest.max(IDLE_AFTER_NS);
             // A primary kept as if alone, out of credit for delayed returns:
             // only a prediction from repeating gaps vouches for a gap (a
             // random gap's length is no promise, nor is a long idle).
             let mut fits = fits;
-            if self.params.as_if_alone.load(Relaxed) != 0
-                && (self.params.delay_credit.load(Relaxed) as i64) < DELAY_CREDIT_CAP
-            {
+            if as_if_alone && (self.params.delay_credit.load(Relaxed) as i64) < DELAY_CREDIT_CAP {
                 fits &= self.predictor.period.load(Relaxed) != 0;
                 idle = false;
             }
             // Beside a primary kept as if alone, a kernel beyond its
-            // tolerance may go where the risk ration affords it (between
-            // requests, as for the tolerance), unless requests were pushed
-            // over its bound faster than the budget allows.
-            if !fits && !tolerated && !idle && (between_requests || request_over == 0) {
+            // tolerance may go where the risk ration affords it (where it
+            // may delay the primary, as for the tolerance), unless requests
+            // were pushed over its bound faster than the budget allows.
+            if !fits && !tolerated && !idle && may_delay {
                 // Its own kernel still queued: this one follows it on the
                 // device without a hand-off.
                 let following =

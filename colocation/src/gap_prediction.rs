@@ -1,6 +1,8 @@
 //! The next fillable gap of a primary, predicted from its recent ones.
 
-use dilu_layout::colocation::{MAX_PERIOD, PERIOD_ITERATIONS, RING};
+use dilu_layout::colocation::{HISTORY, MAX_PERIOD, PERIOD_ITERATIONS, RING};
+use std::sync::atomic::AtomicU64;
+use std::sync::atomic::Ordering::Relaxed;
 
 /// Two gaps agree when they differ by at most 1/this of the longer: sleep
 /// and scheduling noise on a loaded host stays within it, the phases of a
@@ -18,6 +20,25 @@ pub struct GapPrediction {
     /// next gap's prediction where there is no period): a kernel longer
     /// than it fits no gap that is coming.
     pub longest_vouched_ns: u64,
+}
+
+/// Records a gap of `length_ns` in `ring` (`recorded`: how many it has
+/// taken so far) and returns the gaps it holds, oldest first, with their
+/// number: on the stack, no allocation on the launch path.
+pub fn record_in_ring(
+    ring: &[AtomicU64; HISTORY],
+    recorded: &AtomicU64,
+    length_ns: u64,
+) -> ([u64; HISTORY], usize) {
+    let count = recorded.fetch_add(1, Relaxed) + 1;
+    ring[((count - 1) % HISTORY as u64) as usize].store(length_ns, Relaxed);
+    let known = count.min(HISTORY as u64) as usize;
+    let mut recent = [0u64; HISTORY];
+    for (i, gap) in recent[..known].iter_mut().enumerate() {
+        let at = (count - known as u64 + i as u64) % HISTORY as u64;
+        *gap = ring[at as usize].load(Relaxed);
+    }
+    (recent, known)
 }
 
 pub(crate) fn agree(a: u64, b: u64) -> bool {

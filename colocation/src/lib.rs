@@ -82,7 +82,7 @@ pub mod timing;
 
 pub use board::Board;
 pub use filler::{FillerGate, Owed};
-pub use gap_prediction::{GapPrediction, predict_gap};
+pub use gap_prediction::{GapPrediction, predict_gap, record_in_ring};
 pub use primary::{DELAY_BUDGET_PPM, GapEnded};
 pub use ration::{RATION_DEPTH_NS, ration_costs};
 pub use sample_hold::SampleHoldPost;

@@ -4,9 +4,9 @@
 //! alone (no latency target).
 
 use crate::board::Board;
-use crate::gap_prediction::predict_gap;
+use crate::gap_prediction::{predict_gap, record_in_ring};
 use crate::timing::*;
-use dilu_layout::colocation::{HISTORY, RING};
+use dilu_layout::colocation::RING;
 use std::sync::atomic::Ordering::*;
 
 /// The share of an as-if-alone primary's requests that fillers may push
@@ -45,6 +45,11 @@ pub struct GapEnded {
     /// The delay the launch was counted behind filler work (and the
     /// hand-off back).
     pub delay_ns: u64,
+    /// It began when a synchronisation returned: the program had waited
+    /// for its work, as a server does to read a request's result. A gap
+    /// in which the primary's queue merely ran dry (its host slower than
+    /// the device, between two launches of one request) is not.
+    pub synced: bool,
 }
 
 impl Board<'_> {
@@ -55,8 +60,17 @@ impl Board<'_> {
         self.params.holdoff_ns.store(holdoff_ns, Relaxed);
         // A primary with a latency target, until it says otherwise.
         self.params.as_if_alone.store(0, Relaxed);
+        self.params.synchronises.store(0, Relaxed);
         self.params.primary_pid.store(pid as u64, Relaxed);
         self.params.primary_present.store(1, Release);
+    }
+
+    /// Whether a fillable gap of the primary's began at a synchronisation:
+    /// until one does, it may wait for its work through calls dilu does not
+    /// see (a blocking copy), and any gap may be the end of a request.
+    #[inline]
+    pub fn primary_synchronises(&self) -> bool {
+        self.params.synchronises.load(Relaxed) != 0
     }
 
     /// The attached primary's process id, if one is attached.
@@ -189,7 +203,7 @@ impl Board<'_> {
             let start = if synced != 0 { synced } else { busy_until };
             let length = now.saturating_sub(start);
             if start != 0 && length > 0 {
-                self.gap_ended(length);
+                self.gap_ended(length, synced != 0);
                 // Between requests fillers go at once, so the gaps shorter
                 // than the hold-off there are returns they risk meeting
                 // too (left out, gaps of a steady random 4 ms on average
@@ -222,6 +236,7 @@ impl Board<'_> {
                     start_ns: start,
                     length_ns: length,
                     delay_ns: delay,
+                    synced: synced != 0,
                 });
             }
         }
@@ -344,24 +359,25 @@ impl Board<'_> {
         }
     }
 
+    /// A fillable gap of `length_ns` ended (`synced`: it began at a
+    /// synchronisation). Only such gaps go into the lengths a risky
+    /// kernel is priced by: fillers take that risk only after one (see
+    /// `filler_admit`); where the queue ran dry inside a request, they wait.
+    /// The first says the primary synchronises through calls dilu sees.
     #[cold]
-    pub(crate) fn gap_ended(&self, length_ns: u64) {
+    pub(crate) fn gap_ended(&self, length_ns: u64, synced: bool) {
         if length_ns < self.params.holdoff_ns.load(Relaxed) {
             return;
         }
         self.primary_stats.gaps_seen.fetch_add(1, Relaxed);
-        self.record_gap_length(length_ns);
-        self.primary_stats.gap_ns.fetch_add(length_ns, Relaxed);
-        let h = &self.history;
-        let count = h.next.fetch_add(1, Relaxed) + 1;
-        h.ring[((count - 1) % HISTORY as u64) as usize].store(length_ns, Relaxed);
-        let known = count.min(HISTORY as u64) as usize;
-        // Oldest first, on the stack: no allocation on the launch path.
-        let mut recent = [0u64; HISTORY];
-        for (i, gap) in recent[..known].iter_mut().enumerate() {
-            let at = (count - known as u64 + i as u64) % HISTORY as u64;
-            *gap = h.ring[at as usize].load(Relaxed);
+        if synced {
+            self.record_gap_length(length_ns);
+            if self.params.synchronises.load(Relaxed) == 0 {
+                self.params.synchronises.store(1, Relaxed);
+            }
         }
+        self.primary_stats.gap_ns.fetch_add(length_ns, Relaxed);
+        let (recent, known) = record_in_ring(&self.history.ring, &self.history.next, length_ns);
         let recent = &recent[..known];
         let prediction = predict_gap(recent);
         let longest = recent[known.saturating_sub(RING)..]

@@ -1416,6 +1416,7 @@ fn a_primary_launch_after_idle_tells_the_gap_it_ended_and_the_delay_it_met() {
             start_ns: synced,
             length_ns: 5 * MS,
             delay_ns: 0,
+            synced: true,
         })
     );
     b.primary_sync_begin();
@@ -1434,4 +1435,55 @@ fn a_primary_launch_after_idle_tells_the_gap_it_ended_and_the_delay_it_met() {
     assert_eq!(ended.length_ns, back - synced);
     assert_eq!(ended.delay_ns, MS + HANDOFF_NS);
     assert_eq!(b.primary_delay_ns(), MS + HANDOFF_NS);
+    assert!(ended.synced);
+    // Its queue runs dry without a synchronisation (a host slower than the
+    // device between two launches of one request): the gap is from the
+    // estimated end of its work, and no synchronisation began it.
+    let busy_until = b.primary_busy_until.0.load(Relaxed);
+    let ended = b.primary_launch(busy_until + MS, MS).expect("a gap ended");
+    assert_eq!((ended.start_ns, ended.length_ns), (busy_until, MS));
+    assert!(!ended.synced);
+}
+
+#[test]
+fn beside_an_as_if_alone_primary_a_tolerated_kernel_waits_out_a_gap_inside_a_request() {
+    // A primary kept as if alone, tolerating a kernel of 1 ms: a filler of
+    // 0.5 ms kernels, `dry` of the hold-off into a gap in which the
+    // primary's queue ran dry without a synchronisation, or `synced`: into
+    // one that began when a synchronisation returned.
+    let admit = |synchronised_before: bool, synced: bool| {
+        let board = board();
+        let b = Board::new(board.device(0));
+        b.attach_primary(1, MS, DEFAULT_HOLDOFF_NS);
+        b.keep_as_if_alone();
+        let mut t = 1_000 * MS;
+        if synchronised_before {
+            // One request read back: its gap began at the synchronisation.
+            b.primary_launch(t, MS);
+            b.primary_sync_begin();
+            b.primary_sync_end(t + MS);
+            t += 3 * MS;
+        }
+        b.primary_launch(t, MS);
+        let gap_start = if synced {
+            b.primary_sync_begin();
+            b.primary_sync_end(t + MS);
+            t + MS
+        } else {
+            t + MS
+        };
+        b.filler_admit(
+            gap_start + DEFAULT_HOLDOFF_NS + 10 * US,
+            MS / 2,
+            false,
+            FILLER,
+        )
+    };
+    // It synchronises where dilu sees it: a gap its queue ran dry in is the
+    // host between two launches of a request.
+    assert_ne!(admit(true, false), FillerGate::Go);
+    assert_eq!(admit(true, true), FillerGate::Go);
+    // It never synchronised where dilu sees it (a blocking copy): any gap
+    // may be a request's end.
+    assert_eq!(admit(false, false), FillerGate::Go);
 }

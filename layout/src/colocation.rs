@@ -123,6 +123,10 @@ pub struct Params {
     /// (`Board::primary_request_judged` (dilu-colocation)): its returns from gaps are
     /// then no longer counted.
     pub credit_by_requests: AtomicU64,
+    /// 1 once a fillable gap of the primary's began at a synchronisation
+    /// (0: none yet; it may wait for its work through calls dilu does not
+    /// see, such as a blocking copy, so any gap may end a request).
+    pub synchronises: AtomicU64,
 }
 
 /// How much of the risk of pushing an as-if-alone primary's requests over
@@ -254,7 +258,7 @@ pub struct GapBoard {
 // SAFETY: repr(C), atomics and padding only; all-zero is "no primary, no
 // history", a valid state.
 unsafe impl SharedLayout for GapBoard {
-    const MAGIC: u64 = 0x6469_6c75_4741_000d; // "diluGA" v13 (v13: the longest vouched gap)
+    const MAGIC: u64 = 0x6469_6c75_4741_000e; // "diluGA" v14 (v14: whether the primary synchronises)
     fn magic(&self) -> &AtomicU64 {
         &self.magic
     }

@@ -306,15 +306,17 @@ pub fn before_launch(device: usize, est_ns: u64, measured: bool) -> u64 {
                 Some(_) => {}
             }
             // Only a primary kept as if alone learns from its busy
-            // periods, and only a gap of the hold-off ends one.
+            // periods, and only a gap of the hold-off that began at a
+            // synchronisation ends one (any such gap, until one does).
             if let Some(gap) = board.primary_launch(now, est_ns)
                 && colo.config.tolerance_learned
                 && gap.length_ns >= colo.config.holdoff_ns
+                && (gap.synced || !board.primary_synchronises())
             {
                 let of = |device| colo.board(device);
                 let boards = Boards::new(&of, colo.devices);
                 colo.learning
-                    .busy_period_over(&colo.config, boards, board, gap, now);
+                    .busy_period_over(&colo.config, boards, gap, now);
             }
             match board.sample_hold_until(now) {
                 None => 0,

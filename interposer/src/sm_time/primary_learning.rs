@@ -9,7 +9,8 @@ use crate::sm_time::primary_tolerance::{
     FillerOccupancy, LatencyHistory, RecentLatencies, WARM_UP_REQUESTS, learned_tolerance,
     pushed_over_bound, tolerance_within_slack, waited_behind_previous,
 };
-use dilu_colocation::{Board, GapEnded};
+use dilu_colocation::{Board, GapEnded, predict_gap, record_in_ring};
+use dilu_layout::colocation::HISTORY;
 use dilu_layout::monotonic_ns;
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::atomic::{AtomicBool, AtomicU64};
@@ -75,6 +76,35 @@ pub(crate) struct Learning {
     busy_began: AtomicU64,
     /// Busy periods learned from (until the first report).
     busy_periods_learned: AtomicU64,
+    /// The gaps that ended its busy periods.
+    period_ends: PeriodEnds,
+}
+
+/// The primary's last gaps that ended busy periods (those that began at a
+/// synchronisation). Whether they repeat tells a loop from a server: the
+/// board's prediction, from every fillable gap, finds a period in a
+/// server's requests too where an eager framework's host leaves the same
+/// gaps between the same launches of each (five such gaps and one random
+/// one between requests still agree with those a period before in all but
+/// a sixth).
+struct PeriodEnds {
+    ring: [AtomicU64; HISTORY],
+    seen: AtomicU64,
+}
+
+impl PeriodEnds {
+    const fn new() -> Self {
+        Self {
+            ring: [const { AtomicU64::new(0) }; HISTORY],
+            seen: AtomicU64::new(0),
+        }
+    }
+
+    /// Records a gap of `length_ns`; whether the recent ones repeat.
+    fn record_and_repeat(&self, length_ns: u64) -> bool {
+        let (recent, known) = record_in_ring(&self.ring, &self.seen, length_ns);
+        predict_gap(&recent[..known]).period != 0
+    }
 }
 
 impl Learning {
@@ -92,6 +122,7 @@ impl Learning {
             reports_requests: AtomicBool::new(false),
             busy_began: AtomicU64::new(0),
             busy_periods_learned: AtomicU64::new(0),
+            period_ends: PeriodEnds::new(),
         }
     }
 
@@ -124,31 +155,37 @@ impl Learning {
 
     /// A primary kept as if alone that reports no requests (a server that
     /// does not call `dilu_report_latency`, as most do not): each of its busy
-    /// periods, from a launch after a gap of at least the hold-off to the
-    /// start of the next such gap, stands in for a request. Its tail, bound,
+    /// periods, from a launch after a gap of at least the hold-off that
+    /// began at a synchronisation to the start of the next such gap, stands
+    /// in for a request. (A server synchronises to read a request's result;
+    /// where its queue merely runs dry, an eager framework's host is
+    /// between two launches of one request. Until a gap begins at a
+    /// synchronisation, any gap of the hold-off ends one: the program may
+    /// wait for its work through calls dilu does not see, a blocking copy.)
+    /// Its tail, bound,
     /// tolerance, risk ration and budget are then learned from them as from
     /// reported requests, and a return that met filler work costs the budget
     /// only where the delay pushed its busy period over the bound. (Judged by
     /// its returns alone, every return that met filler work cost a whole one,
     /// and fillers beside a BERT server at 3 req/s on simgpu got 4% of its
-    /// idle time.) Not where the gaps repeat: a loop's phases are not
+    /// idle time.) Not where those gaps repeat: a loop's phases are not
     /// requests, and its returns judge them (a tenth of a training step's p99
     /// per gap would be fillers' to take). Called for a primary kept as if
-    /// alone (`tolerance_learned`) at each gap of at least the hold-off.
+    /// alone (`tolerance_learned`) at each such gap.
     #[cold]
     pub(crate) fn busy_period_over(
         &self,
         config: &ColoConfig,
         boards: Boards<'_>,
-        board: Board<'_>,
         gap: GapEnded,
         now: u64,
     ) {
         if self.reports_requests.load(Relaxed) {
             return;
         }
+        let repeat = self.period_ends.record_and_repeat(gap.length_ns);
         let began = self.busy_began.swap(now, Relaxed);
-        if began == 0 || gap.start_ns <= began || board.gaps_repeat() {
+        if began == 0 || gap.start_ns <= began || repeat {
             return;
         }
         self.busy_periods_learned.fetch_add(1, Relaxed);

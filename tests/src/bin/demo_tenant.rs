@@ -4,7 +4,12 @@
 //! - `serve`: an inference server. Requests arrive in bursts (Poisson
 //!   arrivals at `--rate` per second during ON periods, nothing during OFF
 //!   periods); each request is `--kernels` kernels, each waited for (like
-//!   decoding one token after another). A request's latency runs from its
+//!   decoding one token after another). With `--host-us US` it is a
+//!   framework's server instead: host work before each of a request's
+//!   kernels after the first, from half to one and a half `US` µs (an
+//!   eager framework's Python between launches), the kernels not waited
+//!   for one by one, and one
+//!   synchronisation at the request's end (reading its result). A request's latency runs from its
 //!   arrival (queueing included) to its last kernel's end; it is reported to
 //!   dilu with `dilu_report_latency` when the interposer exports it (not
 //!   with `--report-latency no`: a server that does not, as most do not).
@@ -47,7 +52,7 @@ use std::time::{Duration, Instant};
 const P99_TAIL: f64 = 0.0125;
 
 const USAGE: &str = "usage: demo-tenant serve|train|model [--seconds S] [--blocks B] [--kernels K] [--iters N] [--stream default|new]
-    serve: [--rate R/s] [--on-ms MS] [--off-ms MS] [--slo-ms MS] [--seed N] [--report-latency yes|no] [--latencies FILE] [--requests FILE] [--launch-log FILE]
+    serve: [--rate R/s] [--on-ms MS] [--off-ms MS] [--slo-ms MS] [--seed N] [--host-us US] [--report-latency yes|no] [--latencies FILE] [--requests FILE] [--launch-log FILE]
     train: [--load-ms MS[,MS...]] [--launch-log FILE]
     model: [--blocks-per-sample B] [--host-ms MS] [--host-ms-per-sample MS] (batch size: DILU_BATCH)";
 
@@ -74,6 +79,9 @@ struct Options {
     /// Report each request's latency to dilu (a server that does not, as
     /// most do not, with `--report-latency no`).
     report_latency: bool,
+    /// `serve`: host work between a request's launches (0: each kernel
+    /// waited for instead).
+    host_us: f64,
     blocks_per_sample: u32,
     host_ms: f64,
     host_ms_per_sample: f64,
@@ -115,6 +123,7 @@ fn parse() -> Result<Options, String> {
         new_stream: false,
         report_latency: true,
         blocks_per_sample: 264,
+        host_us: 0.0,
         host_ms: 1.0,
         host_ms_per_sample: 0.05,
         batch,
@@ -162,12 +171,16 @@ fn parse() -> Result<Options, String> {
             "--seed" => o.seed = number()? as u64,
             "--blocks-per-sample" => o.blocks_per_sample = number()? as u32,
             "--host-ms" => o.host_ms = number()?,
+            "--host-us" => o.host_us = number()?,
             "--host-ms-per-sample" => o.host_ms_per_sample = number()?,
             _ => return Err(format!("unknown option {flag}")),
         }
     }
     if o.blocks == 0 || o.kernels == 0 || o.iters == 0 || o.rate <= 0.0 {
         return Err("--blocks, --kernels, --iters and --rate must be positive".into());
+    }
+    if !(0.0..=1e6).contains(&o.host_us) {
+        return Err("--host-us must be from 0 to 1000000".into());
     }
     Ok(o)
 }
@@ -185,12 +198,16 @@ fn latency_reporter() -> Option<extern "C" fn(u64)> {
 struct Arrivals(u64);
 
 impl Arrivals {
-    fn next_gap_s(&mut self, rate: f64) -> f64 {
+    /// Uniform in (0, 1).
+    fn uniform(&mut self) -> f64 {
         self.0 ^= self.0 << 13;
         self.0 ^= self.0 >> 7;
         self.0 ^= self.0 << 17;
-        let uniform = ((self.0 >> 11) as f64 + 0.5) / (1u64 << 53) as f64;
-        -uniform.ln() / rate
+        ((self.0 >> 11) as f64 + 0.5) / (1u64 << 53) as f64
+    }
+
+    fn next_gap_s(&mut self, rate: f64) -> f64 {
+        -self.uniform().ln() / rate
     }
 }
 
@@ -292,6 +309,9 @@ fn run(o: &Options) -> Result<String, Box<dyn std::error::Error>> {
         ));
     }
     let mut arrivals = Arrivals(o.seed.max(1).wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1);
+    // A generator of its own: the arrivals are the same with host work or
+    // without.
+    let mut host_times = Arrivals(o.seed.max(1).wrapping_mul(0xD1B5_4A32_D192_ED03) | 1);
     let cycle = (o.on_ms + o.off_ms) / 1e3;
     let mut next_arrival = 0.0f64;
     let mut latencies = Vec::new();
@@ -311,9 +331,20 @@ fn run(o: &Options) -> Result<String, Box<dyn std::error::Error>> {
         if let Some(wait) = arrival.checked_duration_since(Instant::now()) {
             std::thread::sleep(wait);
         }
-        for _ in 0..o.kernels {
-            launch()?;
+        if o.host_us > 0.0 {
+            for kernel in 0..o.kernels {
+                if kernel > 0 {
+                    let us = o.host_us * (0.5 + host_times.uniform());
+                    host_work(Duration::from_secs_f64(us / 1e6));
+                }
+                launch()?;
+            }
             stream.synchronize()?;
+        } else {
+            for _ in 0..o.kernels {
+                launch()?;
+                stream.synchronize()?;
+            }
         }
         let latency = arrival.elapsed();
         if let Some(report) = report {
@@ -349,6 +380,16 @@ fn run(o: &Options) -> Result<String, Box<dyn std::error::Error>> {
         json(high),
         report.is_some()
     ))
+}
+
+/// Host work of `length`: the thread stays on its CPU, as a framework's
+/// Python does between launches (a sleep would hand the CPU to others and
+/// wake late).
+fn host_work(length: Duration) {
+    let until = Instant::now() + length;
+    while Instant::now() < until {
+        std::hint::spin_loop();
+    }
 }
 
 fn main() -> ExitCode {
