@@ -287,12 +287,6 @@ impl Board<'_> {
         }
     }
 
-    /// Whether the primary's gaps repeat (a loop's phases, not random
-    /// arrivals).
-    pub fn gaps_repeat(&self) -> bool {
-        self.predictor.period.load(Relaxed) != 0
-    }
-
     /// Primary side: a synchronisation begins (its work is in flight until
     /// it returns, whatever the estimate says).
     #[inline]

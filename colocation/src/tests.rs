@@ -1447,10 +1447,11 @@ fn a_primary_launch_after_idle_tells_the_gap_it_ended_and_the_delay_it_met() {
 
 #[test]
 fn beside_an_as_if_alone_primary_a_tolerated_kernel_waits_out_a_gap_inside_a_request() {
-    // A primary kept as if alone, tolerating a kernel of 1 ms: a filler of
-    // 0.5 ms kernels, `dry` of the hold-off into a gap in which the
-    // primary's queue ran dry without a synchronisation, or `synced`: into
-    // one that began when a synchronisation returned.
+    // A primary kept as if alone, tolerating a kernel of 1 ms, and a filler
+    // of 0.5 ms kernels just past the hold-off into a gap: one that began
+    // when a synchronisation returned (`synced`), or one in which the
+    // primary's queue ran dry without one; `synchronised_before`: an
+    // earlier gap of the primary's began at a synchronisation.
     let admit = |synchronised_before: bool, synced: bool| {
         let board = board();
         let b = Board::new(board.device(0));
@@ -1465,13 +1466,11 @@ fn beside_an_as_if_alone_primary_a_tolerated_kernel_waits_out_a_gap_inside_a_req
             t += 3 * MS;
         }
         b.primary_launch(t, MS);
-        let gap_start = if synced {
+        if synced {
             b.primary_sync_begin();
             b.primary_sync_end(t + MS);
-            t + MS
-        } else {
-            t + MS
-        };
+        }
+        let gap_start = t + MS;
         b.filler_admit(
             gap_start + DEFAULT_HOLDOFF_NS + 10 * US,
             MS / 2,

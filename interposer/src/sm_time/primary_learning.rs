@@ -162,16 +162,16 @@ impl Learning {
     /// between two launches of one request. Until a gap begins at a
     /// synchronisation, any gap of the hold-off ends one: the program may
     /// wait for its work through calls dilu does not see, a blocking copy.)
-    /// Its tail, bound,
-    /// tolerance, risk ration and budget are then learned from them as from
-    /// reported requests, and a return that met filler work costs the budget
-    /// only where the delay pushed its busy period over the bound. (Judged by
-    /// its returns alone, every return that met filler work cost a whole one,
-    /// and fillers beside a BERT server at 3 req/s on simgpu got 4% of its
-    /// idle time.) Not where those gaps repeat: a loop's phases are not
-    /// requests, and its returns judge them (a tenth of a training step's p99
-    /// per gap would be fillers' to take). Called for a primary kept as if
-    /// alone (`tolerance_learned`) at each such gap.
+    /// Its tail, bound, tolerance, risk ration and budget are then learned
+    /// from them as from reported requests, and a return that met filler
+    /// work costs the budget only where the delay pushed its busy period
+    /// over the bound. (Judged by its returns alone, every return that met
+    /// filler work cost a whole one, and fillers beside a BERT server at
+    /// 3 req/s on simgpu got 4% of its idle time.) Not where those gaps
+    /// repeat: a loop's phases are not requests, and its returns judge them
+    /// (a tenth of a training step's p99 per gap would be fillers' to take).
+    /// Called for a primary kept as if alone (`tolerance_learned`) at each
+    /// such gap.
     #[cold]
     pub(crate) fn busy_period_over(
         &self,

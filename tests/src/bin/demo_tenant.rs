@@ -8,9 +8,9 @@
 //!   framework's server instead: host work before each of a request's
 //!   kernels after the first, from half to one and a half `US` µs (an
 //!   eager framework's Python between launches), the kernels not waited
-//!   for one by one, and one
-//!   synchronisation at the request's end (reading its result). A request's latency runs from its
-//!   arrival (queueing included) to its last kernel's end; it is reported to
+//!   for one by one, and one synchronisation at the request's end (reading
+//!   its result). A request's latency runs from its arrival (queueing
+//!   included) to its last kernel's end; it is reported to
 //!   dilu with `dilu_report_latency` when the interposer exports it (not
 //!   with `--report-latency no`: a server that does not, as most do not).
 //! - `train`: a training loop. Each iteration waits `--load-ms` for data
