@@ -97,11 +97,15 @@
 #              expandable segments under --mem; installs vLLM into a venv the
 #              first time (see scripts/llm-bench.sh)
 #                                             -> bench/results/llm.md
+#   loaded-host  a batch loop on simgpu while CPU-bound processes keep every
+#              core busy: the device's busy share under `dilu run --colo filler`
+#              (nice 19) against the loop without co-location at nice 0 and 19
+#                                             -> bench/results/loaded-host.md
 #   peers      dilu and HAMi-core's libvgpu.so side by side on simgpu + its NVML
 #              (needs HAMI_CORE_SRC=<HAMi-core checkout>; see scripts/peers.sh --help)
 #                                             -> bench/results/peers.md
 #
-# usage: scripts/bench.sh [all | overhead | startup | sm | instructions | syscalls | placement | demo | colocation | field | ablation | cluster | placement-latency | openb-lists | power | scaling | profile | soak | control-period | multigpu | frameworks | llm | peers ...] [-- ARGS]
+# usage: scripts/bench.sh [all | overhead | startup | sm | instructions | syscalls | placement | demo | colocation | field | ablation | cluster | placement-latency | openb-lists | power | scaling | profile | soak | control-period | multigpu | frameworks | llm | loaded-host | peers ...] [-- ARGS]
 #   ARGS go to the one benchmark named, e.g. `scripts/bench.sh startup -- --runs 50`
 #   or `scripts/bench.sh overhead -- cuLaunchKernel` (a criterion filter)
 #   or `scripts/bench.sh demo -- --seconds 10` (per controller; default 5)
@@ -115,9 +119,9 @@ targets=()
 while [ $# -gt 0 ] && [ "$1" != "--" ]; do
   case $1 in
     all) targets+=(overhead startup sm syscalls placement demo colocation cluster placement-latency openb-lists power scaling profile control-period multigpu) ;;
-    overhead | startup | sm | instructions | syscalls | placement | demo | colocation | field | ablation | cluster | placement-latency | openb-lists | power | scaling | profile | soak | control-period | multigpu | frameworks | llm | peers) targets+=("$1") ;;
+    overhead | startup | sm | instructions | syscalls | placement | demo | colocation | field | ablation | cluster | placement-latency | openb-lists | power | scaling | profile | soak | control-period | multigpu | frameworks | llm | loaded-host | peers) targets+=("$1") ;;
     -h | --help) awk 'NR > 1 && !/^#/ { exit } NR > 1 { sub(/^# ?/, ""); print }' "$0"; exit 0 ;;
-    *) echo "bench: unknown benchmark '$1' (all, overhead, startup, sm, instructions, syscalls, placement, demo, colocation, field, ablation, cluster, placement-latency, openb-lists, power, scaling, profile, soak, control-period, multigpu, frameworks, llm, peers)" >&2; exit 2 ;;
+    *) echo "bench: unknown benchmark '$1' (all, overhead, startup, sm, instructions, syscalls, placement, demo, colocation, field, ablation, cluster, placement-latency, openb-lists, power, scaling, profile, soak, control-period, multigpu, frameworks, llm, loaded-host, peers)" >&2; exit 2 ;;
   esac
   shift
 done
@@ -324,6 +328,9 @@ for target in "${targets[@]}"; do
     frameworks)
       scripts/frameworks.sh "${extra[@]}" || failed+=(frameworks)
       results+=(bench/results/frameworks.md) ;;
+    loaded-host)
+      scripts/loaded-host.sh --no-build "${extra[@]}" || failed+=(loaded-host)
+      results+=(bench/results/loaded-host.md) ;;
     field)
       realtime_bench field || failed+=(field)
       case " ${extra[*]} " in

@@ -101,14 +101,42 @@ impl Board<'_> {
         filler: u32,
         owed: Owed,
     ) -> FillerGate {
+        self.filler_admit_led(now, est_ns, online, filler, owed, QUEUE_LEAD_NS)
+    }
+
+    /// [`Board::filler_admit_owed`](crate::Board::filler_admit_owed) for a
+    /// filler that wakes `lead_ns` late (its own measure, clamped to
+    /// [`QUEUE_LEAD_NS`]..=[`MAX_QUEUE_LEAD_NS`]): it may queue that far
+    /// ahead of its queued work's end, beyond [`QUEUE_LEAD_NS`] only where
+    /// no primary is attached, or where the returning primary would find
+    /// the whole queue gone before its predicted return or would wait for
+    /// no more of it than it tolerates.
+    #[inline]
+    pub fn filler_admit_led(
+        &self,
+        now: u64,
+        est_ns: u64,
+        online: bool,
+        filler: u32,
+        owed: Owed,
+        lead_ns: u64,
+    ) -> FillerGate {
         let present = self.params.primary_present.load(Acquire) != 0;
         if !online && self.online_waiting.0.load(Relaxed) > 0 {
             return FillerGate::WaitUntil(now + POLL_NS);
         }
         let queued = self.fillers_busy_until.0.load(Acquire);
-        if queued > now + QUEUE_LEAD_NS {
-            return FillerGate::WaitUntil(queued - QUEUE_LEAD_NS);
+        let lead = lead_ns.clamp(QUEUE_LEAD_NS, MAX_QUEUE_LEAD_NS);
+        // Woken `lead` before its queue ends, a filler that wakes late
+        // queues as much again beyond the usual lead: one wake-up per
+        // `lead` of its work rather than one per kernel (on a busy host
+        // each wake-up may come milliseconds late).
+        let depth = (2 * lead).saturating_sub(QUEUE_LEAD_NS);
+        if queued > now + depth {
+            return FillerGate::WaitUntil(queued - lead);
         }
+        // How long this kernel waits behind the fillers' queued work.
+        let ahead = queued.saturating_sub(now);
         let mut gate = FillerGate::Go;
         // When the current gap opened to fillers (0: no primary).
         let mut opens = 0;
@@ -166,6 +194,24 @@ impl Board<'_> {
             if as_if_alone && (self.params.delay_credit.load(Relaxed) as i64) < DELAY_CREDIT_CAP {
                 fits &= self.predictor.period.load(Relaxed) != 0;
                 idle = false;
+            }
+            // Queued deeper than the usual lead (the filler wakes late):
+            // the primary returning now would wait for all of it, so it
+            // must end before a return predicted from repeating gaps (a
+            // random gap's length is no promise for a whole queue), or be
+            // tolerated whole.
+            if ahead > QUEUE_LEAD_NS {
+                let ends = elapsed
+                    .saturating_add(ahead)
+                    .saturating_add(est_ns)
+                    .saturating_add(HANDOFF_NS);
+                let repeating = self.predictor.period.load(Relaxed) != 0;
+                let fits_behind = fits && repeating && ends <= predicted;
+                let tolerated_behind = tolerated
+                    && ahead.saturating_add(est_ns) <= self.params.tolerance_ns.load(Relaxed);
+                if !fits_behind && !tolerated_behind {
+                    return FillerGate::WaitUntil(queued - QUEUE_LEAD_NS);
+                }
             }
             // Beside a primary kept as if alone, a kernel beyond its
             // tolerance may go where the risk ration affords it (where it
@@ -295,9 +341,14 @@ impl Board<'_> {
         if rationed > 0 {
             self.spend_ration(now, rationed);
         }
-        self.last_reservation
-            .0
-            .store(switch.saturating_add(est_ns), Release);
+        // With any queue deeper than the lead ahead of it: the primary
+        // bounds the fillers' queue by it when its work is done.
+        self.last_reservation.0.store(
+            switch
+                .saturating_add(est_ns)
+                .saturating_add(ahead.saturating_sub(QUEUE_LEAD_NS)),
+            Release,
+        );
         if owed_now {
             // Served: the claim (if it was this filler's) is spent.
             let claim = self.opening_claim.word.load(Acquire);

@@ -315,7 +315,8 @@ impl Board<'_> {
             }
             // Its work done, what is left of the fillers' is at most their
             // last reservation (one kernel queued at a time, the next only
-            // within the lead of its end) and the hand-off back: pushes
+            // within the lead of its end, or behind a deeper queue counted
+            // in the reservation) and the hand-off back: pushes
             // counted for kernels that did not go ahead of filler work (the
             // device lets a kernel finish its time slice, and a filler
             // kernel shorter than its estimate leaves the device idle)

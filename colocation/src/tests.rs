@@ -703,16 +703,22 @@ fn a_reporting_primary_kept_as_if_alone_spends_its_budget_on_requests_pushed_ove
     assert!(b.delay_credit() >= 1.0, "200 are: {}", b.delay_credit());
 }
 
-#[test]
-fn tolerance_lets_fillers_into_unpredictable_gaps_and_goes_at_once() {
-    let board = board();
-    let b = Board::new(board.device(0));
+/// A primary tolerating a 2 ms filler kernel, after its first 200 µs of
+/// work waited for: returns when that gap began.
+fn a_gap_of_a_primary_tolerating_2_ms(b: Board) -> u64 {
     b.attach_primary(1, 2 * MS, DEFAULT_HOLDOFF_NS);
     let t = 5_000 * MS;
     b.primary_launch(t, 200 * US);
     b.primary_sync_begin();
     b.primary_sync_end(t + 200 * US);
-    let at = t + MS;
+    t + 200 * US
+}
+
+#[test]
+fn tolerance_lets_fillers_into_unpredictable_gaps_and_goes_at_once() {
+    let board = board();
+    let b = Board::new(board.device(0));
+    let at = a_gap_of_a_primary_tolerating_2_ms(b) + 800 * US;
     assert_eq!(
         b.filler_admit(at, MS, false, FILLER),
         FillerGate::Go,
@@ -755,6 +761,71 @@ fn inside_a_request_a_reporting_primary_tolerates_no_filler_kernel() {
         b.filler_admit(inside, MS, false, FILLER),
         FillerGate::Go,
         "between requests, within the tolerance"
+    );
+}
+
+#[test]
+fn a_filler_that_wakes_late_queues_as_far_ahead_with_no_primary() {
+    let board = board();
+    let b = Board::new(board.device(0));
+    let t = 5_000 * MS;
+    let late = 2 * MS;
+    assert_eq!(b.filler_admit(t, MS, false, FILLER), FillerGate::Go);
+    // Woken on time, it waits for the lead before its queue's end.
+    assert_eq!(
+        b.filler_admit(t, MS, false, FILLER),
+        FillerGate::WaitUntil(t + MS - QUEUE_LEAD_NS)
+    );
+    // Woken 2 ms late, it queues up to twice that (less the lead) ahead,
+    // then wakes 2 ms before its queue ends.
+    for queued in 1..=3 {
+        assert_eq!(
+            b.filler_admit_led(t, MS, false, FILLER, Owed::No, late),
+            FillerGate::Go,
+            "{queued} ms queued"
+        );
+    }
+    assert_eq!(
+        b.filler_admit_led(t, MS, false, FILLER, Owed::No, late),
+        FillerGate::WaitUntil(t + 4 * MS - late)
+    );
+    // However late it wakes, it queues at most twice the longest lead.
+    let mut queued = t + 4 * MS;
+    let gate = loop {
+        match b.filler_admit_led(t, MS, false, FILLER, Owed::No, 60_000 * MS) {
+            FillerGate::Go => queued += MS,
+            gate => break gate,
+        }
+    };
+    assert_eq!(gate, FillerGate::WaitUntil(queued - MAX_QUEUE_LEAD_NS));
+    let deepest = 2 * MAX_QUEUE_LEAD_NS - QUEUE_LEAD_NS;
+    assert!(
+        queued - t > deepest && queued - t <= deepest + MS,
+        "{} ms queued",
+        (queued - t) / MS
+    );
+}
+
+#[test]
+fn beside_a_primary_a_late_filler_queues_deeper_only_within_its_tolerance() {
+    let board = board();
+    let b = Board::new(board.device(0));
+    let at = a_gap_of_a_primary_tolerating_2_ms(b) + DEFAULT_HOLDOFF_NS;
+    let late = 4 * MS;
+    // Four kernels of 500 µs: the primary returning now waits for all of
+    // them, 2 ms, what it tolerates.
+    for k in 0..4 {
+        assert_eq!(
+            b.filler_admit_led(at, 500 * US, false, FILLER, Owed::No, late),
+            FillerGate::Go,
+            "kernel {k}"
+        );
+    }
+    // A fifth would make it wait 2.5 ms: this one waits for the usual
+    // lead, however late the filler wakes.
+    assert_eq!(
+        b.filler_admit_led(at, 500 * US, false, FILLER, Owed::No, late),
+        FillerGate::WaitUntil(at + 2 * MS - QUEUE_LEAD_NS)
     );
 }
 

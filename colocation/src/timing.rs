@@ -8,6 +8,14 @@
 /// back to back, so anything queued is what a returning primary waits for).
 pub const QUEUE_LEAD_NS: u64 = 50_000;
 
+/// The most a filler that wakes late (its host's CPUs busy) queues ahead:
+/// each of its kernels otherwise waits for a wake-up that comes after the
+/// one before has ended. On a 2-core host with two CPU-bound processes a
+/// filler alone paced at [`QUEUE_LEAD_NS`] kept the device 21% busy (97%
+/// without dilu). Beside a primary, only where the whole queue ends before
+/// its predicted return or within its tolerance.
+pub const MAX_QUEUE_LEAD_NS: u64 = 10_000_000;
+
 /// A gap that has outlasted every gap seen and this long means the primary
 /// is idle (no requests, or gone): fillers then go, one kernel queued at a
 /// time, rather than wait for a return nobody can predict.

@@ -61,8 +61,9 @@ pub struct DeviceBoard {
     /// by another one costs the device a hand-off between processes.
     pub last_reserver: CacheLine,
     /// The device time the last reservation added to the fillers' queue
-    /// (its kernel and any switch): the most filler work that can be left
-    /// once the primary's own work is done.
+    /// (its kernel and any switch), and any queue ahead of it deeper than
+    /// the usual lead: the most filler work that can be left once the
+    /// primary's own work is done.
     pub last_reservation: CacheLine,
     /// Device time the primary's launches since its last synchronisation
     /// added to the fillers' queue, until that synchronisation tells

@@ -451,9 +451,38 @@ fn admit(
     guarantee_ppm: u32,
 ) -> FillerGate {
     let me = MY_PID.load(Ordering::Relaxed);
-    match GUARANTEE[device].standing(now, est_ns, guarantee_ppm) {
-        Owed::No => board.filler_admit(now, est_ns, online, me),
-        owed => board.filler_admit_owed(now, est_ns, online, me, owed),
+    let owed = GUARANTEE[device].standing(now, est_ns, guarantee_ppm);
+    board.filler_admit_led(now, est_ns, online, me, owed, wake_lateness(now))
+}
+
+/// How late this filler's held threads wake (the largest recent lateness,
+/// halved every [`WAKE_LATENESS_HALF_LIFE_NS`]): on a host whose CPUs are
+/// busy, a wake-up comes milliseconds after its instant, and the device
+/// idles behind a filler that queues its next kernel only just before its
+/// last one ends. The board lets it queue this far ahead where that is
+/// safe for the primary.
+static WAKE_LATENESS: AtomicU64 = AtomicU64::new(0);
+/// When [`WAKE_LATENESS`] was last raised.
+static WAKE_LATENESS_AT: AtomicU64 = AtomicU64::new(0);
+/// A host's load comes and goes in the time slices of its other processes
+/// (milliseconds): a late wake-up predicts more for a while longer.
+const WAKE_LATENESS_HALF_LIFE_NS: u64 = 100_000_000;
+
+/// The largest recent lateness at `now`.
+fn wake_lateness(now: u64) -> u64 {
+    let known = WAKE_LATENESS.load(Ordering::Relaxed);
+    let halvings =
+        now.saturating_sub(WAKE_LATENESS_AT.load(Ordering::Relaxed)) / WAKE_LATENESS_HALF_LIFE_NS;
+    known
+        .checked_shr(u32::try_from(halvings).unwrap_or(u32::MAX))
+        .unwrap_or(0)
+}
+
+/// Counts a wake-up at `now`, `late_ns` after its instant.
+fn note_wake_lateness(now: u64, late_ns: u64) {
+    if late_ns > wake_lateness(now) {
+        WAKE_LATENESS.store(late_ns, Ordering::Relaxed);
+        WAKE_LATENESS_AT.store(now, Ordering::Relaxed);
     }
 }
 
@@ -477,9 +506,13 @@ fn hold(
     let mut gate = FillerGate::WaitUntil(first_look);
     while let FillerGate::WaitUntil(at) = gate {
         if at > now {
-            sleep_until(at.min(now + MAX_HOLD_NS));
+            let wake = at.min(now + MAX_HOLD_NS);
+            sleep_until(wake);
+            now = monotonic_ns();
+            note_wake_lateness(now, now.saturating_sub(wake));
+        } else {
+            now = monotonic_ns();
         }
-        now = monotonic_ns();
         if now >= checked_primary + PRIMARY_CHECK_NS {
             checked_primary = now;
             forget_a_gone_primary(board);
