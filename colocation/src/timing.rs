@@ -11,9 +11,10 @@ pub const QUEUE_LEAD_NS: u64 = 50_000;
 /// The most a filler that wakes late (its host's CPUs busy) queues ahead:
 /// each of its kernels otherwise waits for a wake-up that comes after the
 /// one before has ended. On a 2-core host with two CPU-bound processes a
-/// filler alone paced at [`QUEUE_LEAD_NS`] kept the device 21% busy (97%
-/// without dilu). Beside a primary, only where the whole queue ends before
-/// its predicted return or within its tolerance.
+/// filler alone paced at [`QUEUE_LEAD_NS`] kept the device 26% busy, the
+/// same loop at nice 19 without co-location 65%. Beside a primary, only
+/// where the whole queue ends before a return predicted from repeating
+/// gaps or is within its tolerance.
 pub const MAX_QUEUE_LEAD_NS: u64 = 10_000_000;
 
 /// A gap that has outlasted every gap seen and this long means the primary
