@@ -256,6 +256,26 @@ impl Complementary {
     pub fn scarcity(&self, cluster: &ClusterState) -> f64 {
         (cluster.busy_share() / self.scarcity_full.max(SHARE_EPSILON)).min(1.0)
     }
+
+    /// Adds to each fragmentation increase in `entries` (cost, GPU) the
+    /// cost of opening an idle GPU and the price on new limit excess. The
+    /// price trades GPU-hours for risk while idle GPUs are plentiful; as
+    /// they run out, steering a pod off a dense GPU costs room a later pod
+    /// needs instead (see the module docs, "The price fades as idle GPUs
+    /// run out").
+    fn add_open_and_price(
+        &self,
+        cluster: &ClusterState,
+        demand: &InstanceDemand,
+        entries: &mut [(f64, usize)],
+    ) {
+        let price = self.fragmentation_risk_weight * (1.0 - self.scarcity(cluster));
+        for entry in entries {
+            let gpu = &cluster.gpus[entry.1];
+            let open = if gpu.is_active() { 0.0 } else { OPEN_GPU_COST };
+            entry.0 += open + price * new_excess(gpu, demand);
+        }
+    }
 }
 
 impl PlacementPolicy for Complementary {
@@ -358,6 +378,14 @@ impl PlacementPolicy for Complementary {
                     .iter()
                     .all(GpuState::is_active);
                 let node_wide = scarcity > 0.0 && !all_busy;
+                if node_wide && scarcity >= 1.0 {
+                    // The blend below is the node-wide increase alone: the
+                    // busy one is not measured (half the measuring once idle
+                    // GPUs count as run out, as on a busy cluster).
+                    fragmentation.increases(cluster, node, demand, needs, candidates, out);
+                    self.add_open_and_price(cluster, demand, &mut out[first..]);
+                    return;
+                }
                 fragmentation.busy_then_node_increases(
                     cluster, node, demand, needs, candidates, out, node_wide,
                 );
@@ -377,16 +405,7 @@ impl PlacementPolicy for Complementary {
                 }
             }
         }
-        // The price on new limit excess trades GPU-hours for risk while
-        // idle GPUs are plentiful; as they run out, steering a pod off a
-        // dense GPU costs room a later pod needs instead (see the module
-        // docs, "The price fades as idle GPUs run out").
-        let price = self.fragmentation_risk_weight * (1.0 - self.scarcity(cluster));
-        for entry in &mut out[first..] {
-            let gpu = &cluster.gpus[entry.1];
-            let open = if gpu.is_active() { 0.0 } else { OPEN_GPU_COST };
-            entry.0 += open + price * new_excess(gpu, demand);
-        }
+        self.add_open_and_price(cluster, demand, &mut out[first..]);
     }
 
     fn workload(&self) -> Option<&Arc<WorkloadMix>> {
