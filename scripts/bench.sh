@@ -83,10 +83,10 @@
 #              class: the primary's p50/p99 (training: iterations/s) against
 #              its run alone and the fillers' harvest of its idle time, for
 #              time slicing, static shares, HAMi-core, XSched, TGS and dilu
-#              with and without an SLO; the peers are builds made outside
-#              this repository, named by DILU_PEER_HAMI, DILU_PEER_XSCHED and
-#              DILU_PEER_TGS (bench/src/peers/); rows for the others say why
-#              they did not run
+#              with and without an SLO; the peers are built from their
+#              sources by scripts/build-peers.sh and named by DILU_PEER_HAMI,
+#              DILU_PEER_XSCHED and DILU_PEER_TGS (source target/peers/env.sh);
+#              rows for the others say why they did not run
 #                                             -> bench/results/field.md
 #   llm        vLLM's OpenAI server (unmodified) beside PyTorch fine-tuning on
 #              one simgpu: TTFT and TPOT p50/p99 against the server alone,

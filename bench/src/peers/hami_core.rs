@@ -3,7 +3,7 @@
 //! launches to `CUDA_DEVICE_SM_LIMIT` percent of the SMs, sharing per-tenant
 //! state through a `CUDA_DEVICE_MEMORY_SHARED_CACHE` file (one per container
 //! in a real deployment). No server. `DILU_PEER_HAMI` names a build of the
-//! library made outside this repository; processes are set up the way
+//! library made by `scripts/build-peers.sh`; processes are set up the way
 //! `scripts/peers.sh` runs them.
 
 use super::{Peer, Role, peer_path};

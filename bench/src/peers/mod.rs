@@ -1,8 +1,9 @@
 //! The field's GPU-sharing systems, run beside dilu on simgpu: HAMi-core's
-//! `libvgpu.so`, XSched (Level 1) and TGS. None of their code, and nothing
-//! that builds it, is in this repository: each is built from its public
-//! sources elsewhere, and found through one environment variable naming
-//! that build (`DILU_PEER_HAMI`, `DILU_PEER_XSCHED`, `DILU_PEER_TGS`).
+//! `libvgpu.so`, XSched (Level 1) and TGS. None of their code is in this
+//! repository: `scripts/build-peers.sh` builds each from a checkout of its
+//! public sources (with our stand-ins for what a checkout lacks), and each
+//! is found through one environment variable naming that build
+//! (`DILU_PEER_HAMI`, `DILU_PEER_XSCHED`, `DILU_PEER_TGS`).
 //! The field benchmark starts the same programs under each of them;
 //! [`start`] says why a peer cannot run when its variable is unset or the
 //! build is incomplete, and the benchmark prints that in the peer's row.
