@@ -15,8 +15,10 @@
 #
 # HAMI_CORE_SRC   a checkout of https://github.com/Project-HAMi/HAMi-core
 #                 (compiled with gcc as its build.sh configures it; cuda.h and
-#                 nvml.h come from the PyPI wheels nvidia-cuda-runtime-cu12 and
-#                 nvidia-nvml-dev-cu12, fetched with pip once)
+#                 nvml.h come from ~/.cache/dilu/cudart where
+#                 scripts/install-cudart.sh put them, else from the PyPI
+#                 wheels nvidia-cuda-runtime-cu12 and nvidia-nvml-dev-cu12,
+#                 fetched with pip once)
 # XSCHED_SRC      a git checkout of https://github.com/XpuOS/xsched, built with
 #                 cmake (Release, PLATFORM_CUDA, SHIM_SOFTLINK). Its submodules
 #                 CLI11, cpp-httplib, jsoncpp, ftxui and cuxtra are taken from
@@ -30,7 +32,10 @@
 # TGS_SRC         a checkout of https://github.com/pkusys/TGS; its hijack/
 #                 sources are compiled once per priority with gcc, with
 #                 scripts/peer-stand-ins/tgs_get_proc_address.c added (TGS
-#                 exports no cuGetProcAddress, which CUDA 12's runtime uses).
+#                 exports no cuGetProcAddress, which CUDA 12's runtime uses),
+#                 and linked to need the driver by the name TGS opens it by
+#                 (libcuda.so.450.51.06), so that what TGS does not define
+#                 (cuMemAllocAsync, ...) reaches the driver.
 # PEERS_CACHE     where the headers and HAMi-core's build go (default
 #                 target/peers-cache, as scripts/peers.sh and
 #                 scripts/frameworks.sh use)
@@ -78,6 +83,15 @@ if wants hami; then
     note "HAMi-core skipped: HAMI_CORE_SRC is not set"
   else
     [ -f "$HAMI_CORE_SRC/src/libvgpu.c" ] || { note "HAMI_CORE_SRC=$HAMI_CORE_SRC has no src/libvgpu.c"; exit 1; }
+    # cuda.h and nvml.h where scripts/install-cudart.sh left them, else
+    # from the PyPI wheels.
+    cudart=${XDG_CACHE_HOME:-$HOME/.cache}/dilu/cudart/nvidia
+    mkdir -p "$cache/include"
+    for header in cuda.h nvml.h; do
+      [ -f "$cache/include/$header" ] && continue
+      found=$(find "$cudart" -name "$header" 2> /dev/null | head -1)
+      [ -n "$found" ] && cp "$found" "$cache/include/"
+    done
     if [ ! -f "$cache/include/cuda.h" ] || [ ! -f "$cache/include/nvml.h" ]; then
       note "pip download nvidia-cuda-runtime-cu12 nvidia-nvml-dev-cu12 -> $cache (cuda.h, nvml.h)"
       python3 -m pip download --quiet --no-deps -d "$cache/wheels" nvidia-cuda-runtime-cu12 nvidia-nvml-dev-cu12
@@ -166,14 +180,22 @@ if wants tgs; then
     commit=$(commit_of "$TGS_SRC")
     built=$out/tgs-$commit
     addon=$here/scripts/peer-stand-ins/tgs_get_proc_address.c
+    # The driver under the name TGS falls back to: an empty library to link
+    # against, so that the hijack needs libcuda.so.450.51.06 and functions
+    # TGS does not define (cuMemAllocAsync, ...) pass through to the driver,
+    # as they do where TGS is preloaded before it.
+    mkdir -p "$built/link"
+    echo 'void tgs_link_stub(void) {}' > "$built/link/stub.c"
+    gcc -shared -fPIC -o "$built/link/libcuda.so.450.51.06" "$built/link/stub.c"
     for priority in high low; do
       lib=$built/$priority/libcuda.so.1
-      if [ ! -f "$lib" ] || [ "$addon" -nt "$lib" ]; then
+      if [ ! -f "$lib" ] || [ "$addon" -nt "$lib" ] || [ "$0" -nt "$lib" ]; then
         note "building TGS $commit, $priority priority, with gcc (+ our cuGetProcAddress)"
         mkdir -p "$built/$priority"
         (cd "$TGS_SRC/hijack" && gcc -shared -fPIC -O2 -D_GNU_SOURCE -fgnu89-inline -w -I. \
           -Wl,-soname,libcuda.so.1 -o "$lib.tmp" "src/${priority}_priority_hijack_call.c" \
-          src/cuda_originals.c src/nvml_entry.c src/loader.c "$addon" -lpthread -ldl -lm)
+          src/cuda_originals.c src/nvml_entry.c src/loader.c "$addon" \
+          -L"$built/link" -Wl,--no-as-needed -l:libcuda.so.450.51.06 -Wl,--as-needed -lpthread -ldl -lm)
         mv "$lib.tmp" "$lib"
       fi
       ln -sf libcuda.so.1 "$built/$priority/libcuda.so"

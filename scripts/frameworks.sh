@@ -33,10 +33,9 @@
 # DILU_PEER_HAMI=FILE a HAMi-core libvgpu.so already built (as the field and llm
 #                   benches take it); else
 # HAMI_CORE_SRC=DIR a HAMi-core checkout (https://github.com/Project-HAMi/HAMi-core)
-#                   built here; without either, or if it does not build here, the
-#                   HAMi-core row says why it is missing. Headers (cuda.h, nvml.h) come from
-#                   PEERS_CACHE/include (default target/peers-cache, as scripts/peers.sh
-#                   fills it), ~/.cache/dilu/cudart or the venv's NVIDIA wheels.
+#                   built by scripts/build-peers.sh (into PEERS_CACHE, default
+#                   target/peers-cache); without either, or if it does not build
+#                   here, the HAMi-core row says why it is missing.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -96,7 +95,7 @@ cleanup() {
 }
 trap cleanup EXIT
 
-# --- HAMi-core, as scripts/peers.sh builds it
+# --- HAMi-core, built by scripts/build-peers.sh
 vgpu="" hami_note=""
 if wants hami; then
   if [ -n "${DILU_PEER_HAMI:-}" ]; then
@@ -111,33 +110,12 @@ if wants hami; then
     hami_note="not run: neither DILU_PEER_HAMI (a built libvgpu.so) nor HAMI_CORE_SRC (a checkout to build) is set"
   else
     cache=${PEERS_CACHE:-target/peers-cache}
-    mkdir -p "$cache/include"
-    cache=$(cd "$cache" && pwd)
-    # CUDA 12's cuda.h (as peers.sh fetches) where scripts/install-cudart.sh
-    # left it, else the venv's NVIDIA wheels.
-    cudart=${XDG_CACHE_HOME:-$HOME/.cache}/dilu/cudart/nvidia
-    for header in cuda.h nvml.h; do
-      [ -f "$cache/include/$header" ] && continue
-      found=$(find "$cudart/cuda_runtime" "$cudart/nvml_dev" "$venv" -path '*nvidia*' -name "$header" 2>/dev/null | head -1)
-      [ -n "$found" ] && cp "$found" "$cache/include/"
-    done
+    mkdir -p "$cache"
     commit=$(git -C "$HAMI_CORE_SRC" rev-parse HEAD 2>/dev/null || echo unknown)
-    vgpu_dir=$cache/hami-$commit
-    vgpu=$vgpu_dir/libvgpu.so
-    if [ ! -f "$vgpu" ]; then
-      echo "== building HAMi-core $commit with gcc" >&2
-      mkdir -p "$vgpu_dir/config"
-      printf '#define DLSYM_HOOK_ENABLE 1\n#define MULTIPROCESS_LIMIT_ENABLE 1\n#define HOOK_MEMINFO_ENABLE 1\n#define HOOK_NVML_ENABLE 1\n' \
-        >"$vgpu_dir/config/static_config.h"
-      src=$HAMI_CORE_SRC/src
-      if ! gcc -shared -fPIC -O2 -D_GNU_SOURCE -w -I"$cache/include" -I"$src" -I"$vgpu_dir/config" \
-        -o "$vgpu" "$src"/libvgpu.c "$src"/utils.c "$src"/log_utils.c "$src"/nvml/nvml_entry.c \
-        "$src"/nvml/hook.c "$src"/cuda/*.c "$src"/allocator/allocator.c \
-        "$src"/multiprocess/multiprocess_memory_limit.c "$src"/multiprocess/multiprocess_utilization_watcher.c \
-        -lpthread -ldl 2>"$work/hami-build.log"; then
-        hami_note="not run: HAMi-core $commit did not build here ($(grep -m1 error "$work/hami-build.log" || echo 'see gcc'))"
-        vgpu=""
-      fi
+    if PEERS_CACHE=$cache scripts/build-peers.sh --only hami --out "$cache/peers" 2>"$work/hami-build.log"; then
+      vgpu=$(. "$cache/peers/env.sh" && echo "$DILU_PEER_HAMI")
+    else
+      hami_note="not run: HAMi-core $commit did not build here ($(grep -m1 -i error "$work/hami-build.log" || echo 'see scripts/build-peers.sh'))"
     fi
     [ -n "$vgpu" ] && hami_note="HAMi-core commit \`$commit\`"
   fi

@@ -14,18 +14,17 @@
 # HAMI_CORE_SRC  a checkout of https://github.com/Project-HAMi/HAMi-core (not
 #                vendored, never downloaded by this script)
 # PEERS_CACHE    where the headers and the built library go (default
-#                target/peers-cache). HAMi-core needs cuda.h and nvml.h: this
-#                script runs `pip download` for the PyPI wheels
-#                nvidia-cuda-runtime-cu12 (include/cuda.h) and
-#                nvidia-nvml-dev-cu12 (include/nvml.h) into PEERS_CACHE once.
+#                target/peers-cache). HAMi-core needs cuda.h and nvml.h:
+#                scripts/build-peers.sh, which builds it, takes them from the
+#                PyPI wheels nvidia-cuda-runtime-cu12 and nvidia-nvml-dev-cu12.
 # --seconds S    length of each SM-share run (default 5)
 # --only SUITES  comma-separated subset of: probe,paths,concurrent,sigkill,view,
 #                startup,sm (default all; the report has only those sections)
 # --runs R       process starts timed per setting in the startup suite (default 50)
 #
-# libvgpu.so is compiled with gcc like HAMi-core's build.sh (its defines:
-# DLSYM_HOOK_ENABLE, MULTIPROCESS_LIMIT_ENABLE, HOOK_MEMINFO_ENABLE,
-# HOOK_NVML_ENABLE), with -O2, and used as HAMi-core documents it:
+# libvgpu.so is compiled by scripts/build-peers.sh with gcc like HAMi-core's
+# build.sh (its defines: DLSYM_HOOK_ENABLE, MULTIPROCESS_LIMIT_ENABLE,
+# HOOK_MEMINFO_ENABLE, HOOK_NVML_ENABLE), with -O2, and used as HAMi-core documents it:
 # LD_PRELOAD plus CUDA_REDIRECT, CUDA_DEVICE_MEMORY_LIMIT, CUDA_DEVICE_SM_LIMIT
 # and one CUDA_DEVICE_MEMORY_SHARED_CACHE file per tenant (container).
 # Needs: gcc, python3 with pip, the release build (scripts/bench.sh builds it).
@@ -50,32 +49,10 @@ release=target/release
 mkdir -p "$cache"
 cache=$(cd "$cache" && pwd)
 
-# --- headers from PyPI wheels, once
-if [ ! -f "$cache/include/cuda.h" ] || [ ! -f "$cache/include/nvml.h" ]; then
-  echo "== pip download nvidia-cuda-runtime-cu12 nvidia-nvml-dev-cu12 -> $cache" >&2
-  python3 -m pip download --quiet --no-deps -d "$cache/wheels" nvidia-cuda-runtime-cu12 nvidia-nvml-dev-cu12
-  mkdir -p "$cache/unpacked" "$cache/include"
-  for w in "$cache"/wheels/*.whl; do python3 -m zipfile -e "$w" "$cache/unpacked"; done
-  cp -r "$cache"/unpacked/nvidia/cuda_runtime/include/. "$cache/include/"
-  find "$cache/unpacked" -name nvml.h -exec cp {} "$cache/include/" \;
-fi
-
-# --- libvgpu.so
+# --- libvgpu.so, built by scripts/build-peers.sh (headers from PyPI once)
 commit=$(git -C "$HAMI_CORE_SRC" rev-parse HEAD 2>/dev/null || echo unknown)
-vgpu_dir="$cache/hami-$commit"
-vgpu="$vgpu_dir/libvgpu.so"
-if [ ! -f "$vgpu" ]; then
-  echo "== building HAMi-core $commit with gcc" >&2
-  mkdir -p "$vgpu_dir/config"
-  printf '#define DLSYM_HOOK_ENABLE 1\n#define MULTIPROCESS_LIMIT_ENABLE 1\n#define HOOK_MEMINFO_ENABLE 1\n#define HOOK_NVML_ENABLE 1\n' \
-    > "$vgpu_dir/config/static_config.h"
-  src=$HAMI_CORE_SRC/src
-  gcc -shared -fPIC -O2 -D_GNU_SOURCE -w -I"$cache/include" -I"$src" -I"$vgpu_dir/config" \
-    -o "$vgpu" "$src"/libvgpu.c "$src"/utils.c "$src"/log_utils.c "$src"/nvml/nvml_entry.c \
-    "$src"/nvml/hook.c "$src"/cuda/*.c "$src"/allocator/allocator.c \
-    "$src"/multiprocess/multiprocess_memory_limit.c "$src"/multiprocess/multiprocess_utilization_watcher.c \
-    -lpthread -ldl
-fi
+PEERS_CACHE=$cache scripts/build-peers.sh --only hami --out "$cache/peers"
+vgpu=$(. "$cache/peers/env.sh" && echo "$DILU_PEER_HAMI")
 
 # --- the simulated driver and NVML under their real names
 libdir="$release/peers-lib"
