@@ -15,8 +15,9 @@
 #                vendored, never downloaded by this script)
 # PEERS_CACHE    where the headers and the built library go (default
 #                target/peers-cache). HAMi-core needs cuda.h and nvml.h:
-#                scripts/build-peers.sh, which builds it, takes them from the
-#                PyPI wheels nvidia-cuda-runtime-cu12 and nvidia-nvml-dev-cu12.
+#                scripts/build-peers.sh, which builds it, takes them from
+#                ~/.cache/dilu/cudart or the PyPI wheels nvidia-cuda-runtime-cu12
+#                and nvidia-nvml-dev-cu12.
 # --seconds S    length of each SM-share run (default 5)
 # --only SUITES  comma-separated subset of: probe,paths,concurrent,sigkill,view,
 #                startup,sm (default all; the report has only those sections)
@@ -49,7 +50,7 @@ release=target/release
 mkdir -p "$cache"
 cache=$(cd "$cache" && pwd)
 
-# --- libvgpu.so, built by scripts/build-peers.sh (headers from PyPI once)
+# --- libvgpu.so, built by scripts/build-peers.sh
 commit=$(git -C "$HAMI_CORE_SRC" rev-parse HEAD 2>/dev/null || echo unknown)
 PEERS_CACHE=$cache scripts/build-peers.sh --only hami --out "$cache/peers"
 vgpu=$(. "$cache/peers/env.sh" && echo "$DILU_PEER_HAMI")

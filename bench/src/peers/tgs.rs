@@ -5,7 +5,7 @@
 //! kernel rate intact; the high-priority one reports that rate every 5 s
 //! over a Unix socket. `DILU_PEER_TGS` names a folder with both builds
 //! (`high/` and `low/`, each with `libcuda.so.1` and `libcuda.so`), made
-//! outside this repository.
+//! by `scripts/build-peers.sh` from TGS's sources.
 //!
 //! There is no TGS server to start: the low-priority process listens on
 //! `/etc/gsharing/rate_<GPU uuid>.sock` (hard-coded) and the high-priority
