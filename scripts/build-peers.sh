@@ -13,6 +13,9 @@
 #     scripts/build-peers.sh
 #   source target/peers/env.sh && scripts/bench.sh field
 #
+# On a GPU host scripts/gpu-colo-check.sh takes the same builds:
+# HAMI_VGPU=$DILU_PEER_HAMI XSCHED_DIR=$DILU_PEER_XSCHED TGS_DIR=$DILU_PEER_TGS.
+#
 # HAMI_CORE_SRC   a checkout of https://github.com/Project-HAMi/HAMi-core
 #                 (compiled with gcc as its build.sh configures it; cuda.h and
 #                 nvml.h come from ~/.cache/dilu/cudart where
