@@ -6,6 +6,7 @@
 use crate::board::Board;
 use crate::gap_prediction::agree;
 use crate::primary::{DELAY_CREDIT_CAP, RATION_CREDIT_FLOOR};
+use crate::ration::RATION_DEPTH_NS;
 use crate::timing::*;
 use std::sync::atomic::Ordering::*;
 
@@ -401,6 +402,13 @@ impl Board<'_> {
         let cost = (cost as f64 * scale) as u64;
         // A kernel that costs nothing needs no ration (nor a CAS on it).
         let cost = cost.max(1);
+        // One that costs more than the ration holds when full never goes
+        // by it: waiting for a full ration and overdrawing it, it spent in
+        // one gap the ration of many, which other fillers' shorter kernels
+        // harvest far more of the idle time with at the same risk.
+        if cost > RATION_DEPTH_NS {
+            return Rationed::No;
+        }
         // One that opens a run of the filler's kernels pays the hand-off
         // to the filler; those following it do not. It goes only once the
         // ration also affords a run of them after it, so that a filler the

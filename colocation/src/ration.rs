@@ -19,7 +19,8 @@
 //! A kernel short enough that no request within the bound is near it costs
 //! nothing; one that would push every request it meets costs about
 //! `(k + h) / β`, 200 times its length: such fillers get half a percent of
-//! the device. Kept only by the tolerance (one length, the same for every
+//! the device, and a kernel that costs more than the ration holds does not
+//! go by it at all (the fillers' gate says why). Kept only by the tolerance (one length, the same for every
 //! filler), fillers harvested 10.6-31.2% of the idle time beside five of
 //! the six Poisson primaries of the field's shapes on simgpu.
 //!

@@ -1399,6 +1399,26 @@ fn beside_a_primary_kept_as_if_alone_kernels_beyond_its_tolerance_go_as_the_rati
     // A kernel the table says is harmless goes meanwhile.
     b.publish_ration(&[0; dilu_layout::colocation::RATION_POINTS]);
     assert_eq!(b.filler_admit(gap, MS, false, FILLER), FillerGate::Go);
+    // One that costs more than the ration holds when full (30 ms of 20)
+    // never goes by it, however long it waits: it would spend in one gap
+    // what shorter kernels of other fillers use in many.
+    let dear = std::array::from_fn(|j| 30 * ration::ration_point_ns(j));
+    b.publish_ration(&dear);
+    let gap = request_ended(b, gap + 100 * MS);
+    assert!(
+        matches!(
+            b.filler_admit(gap, MS, false, FILLER),
+            FillerGate::WaitUntil(_)
+        ),
+        "a full ration does not pay for it"
+    );
+    assert!(
+        matches!(
+            b.filler_admit(gap + 10 * MS, MS, false, FILLER),
+            FillerGate::WaitUntil(_)
+        ),
+        "nor later in the gap"
+    );
     b.publish_ration(&costs);
     // Requests actually pushed over the bound faster than the budget
     // earns them back stop the ration, full or not.
