@@ -20,9 +20,10 @@
 //! nothing; one that would push every request it meets costs about
 //! `(k + h) / β`, 200 times its length: such fillers get half a percent of
 //! the device, and a kernel that costs more than the ration holds does not
-//! go by it at all (the fillers' gate says why). Kept only by the tolerance (one length, the same for every
-//! filler), fillers harvested 10.6-31.2% of the idle time beside five of
-//! the six Poisson primaries of the field's shapes on simgpu.
+//! go by it at all (the fillers' gate says why). Kept only by the
+//! tolerance (one length, the same for every filler), fillers harvested
+//! 10.6-31.2% of the idle time beside five of the six Poisson primaries of
+//! the field's shapes on simgpu.
 //!
 //! A kernel that opens a run of a filler's kernels pays the hand-off to
 //! the filler, those following it do not: it goes only once the ration
