@@ -55,22 +55,22 @@ pub fn ration_point_ns(j: usize) -> u64 {
 }
 
 /// What one filler kernel of each table length costs a primary whose
-/// latencies alone are `sorted` (ascending) and whose bound is `bound_ns`:
+/// latencies alone are `latencies` (in any order) and whose bound is `bound_ns`:
 /// `G(k) / β` in ns (see the module's notes). Empty windows cost nothing
 /// to compute and say nothing: the caller publishes no table then.
-pub fn ration_costs(sorted: &[u64], bound_ns: u64) -> [u64; RATION_POINTS] {
+pub fn ration_costs(latencies: &[u64], bound_ns: u64) -> [u64; RATION_POINTS] {
     let mut costs = [0u64; RATION_POINTS];
-    if sorted.is_empty() {
+    if latencies.is_empty() {
         return costs;
     }
-    let n = sorted.len() as u128;
+    let n = latencies.len() as u128;
     // Only requests within the bound can be pushed over it; the nearer
     // the bound, the smaller the delay that does.
-    let within = &sorted[..sorted.partition_point(|&l| l <= bound_ns)];
     for (j, cost) in costs.iter_mut().enumerate() {
         let longest_delay = ration_point_ns(j) + 2 * HANDOFF_NS;
-        let overlap: u128 = within
+        let overlap: u128 = latencies
             .iter()
+            .filter(|&&l| l <= bound_ns)
             .map(|&l| {
                 let pushes_from = (bound_ns - l).max(HANDOFF_NS);
                 u128::from(longest_delay.saturating_sub(pushes_from))

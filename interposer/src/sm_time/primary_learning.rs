@@ -6,8 +6,9 @@
 
 use crate::sm_time::colocation_config::ColoConfig;
 use crate::sm_time::primary_tolerance::{
-    FillerOccupancy, LatencyHistory, RecentLatencies, WARM_UP_REQUESTS, learned_tolerance,
-    pushed_over_bound, tolerance_within_slack, waited_behind_previous,
+    FillerOccupancy, HISTORY_WINDOW, LatencyHistory, RecentLatencies, TAIL_WINDOW,
+    WARM_UP_REQUESTS, learned_tolerance, pushed_over_bound, tolerance_within_slack,
+    waited_behind_previous,
 };
 use dilu_colocation::{Board, GapEnded, predict_gap, record_in_ring};
 use dilu_layout::colocation::HISTORY;
@@ -51,10 +52,10 @@ pub(crate) struct Learning {
     /// A primary without an SLO: the latencies of its requests beside
     /// which no filler went at all (what the boards' count of the delay
     /// misses is measured against them).
-    latency_history: LatencyHistory,
+    latency_history: LatencyHistory<HISTORY_WINDOW>,
     /// Every warm request's latency less the delay the boards counted,
     /// from which its tail, tolerance and risk ration are learned.
-    all_latencies: LatencyHistory,
+    all_latencies: LatencyHistory<TAIL_WINDOW>,
     /// Requests reported so far.
     requests_reported: AtomicU64,
     /// The delay fillers caused the last reported request, its own and what
