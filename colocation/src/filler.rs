@@ -47,7 +47,7 @@ pub const RATION_RUN_KERNELS: u64 = 8;
 /// What the risk ration says to a kernel beyond the tolerance.
 enum Rationed {
     /// No ration applies (a primary with a latency target, no table yet,
-    /// or requests pushed over the bound faster than the budget allows).
+    /// or requests pushed over the bound beyond the budget).
     No,
     /// It affords the kernel now, at this cost.
     Now(u64),
@@ -217,7 +217,7 @@ impl Board<'_> {
             // Beside a primary kept as if alone, a kernel beyond its
             // tolerance may go where the risk ration affords it (where it
             // may delay the primary, as for the tolerance), unless requests
-            // were pushed over its bound faster than the budget allows.
+            // were pushed over its bound beyond the budget.
             if !fits && !tolerated && !idle && may_delay {
                 // Its own kernel still queued: this one follows it on the
                 // device without a hand-off.
