@@ -32,6 +32,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from typing import NamedTuple
 
 SCRIPTS = os.path.dirname(os.path.abspath(__file__))
 PORT = 18911
@@ -86,11 +87,33 @@ BURSTY_ROWS = {name + BURSTY: name for name in (
 # Arrivals come in bursts of this long at twice the rate, each followed by
 # as long without any.
 BURST_S = 10.0
-# Two servers on one GPU, each `--mem` and the same requests: row -> each
-# server's dilu flags.
+
+
+class TwoServers(NamedTuple):
+    """How a row runs two servers, each `--mem`."""
+    flags: list
+    # A node manager runs them (each a tenant of its own).
+    node_manager: bool = False
+    # Their arrivals are independent, not the same requests at the same
+    # instants.
+    independent: bool = False
+    # Each on a simulated GPU of its own: they share only the host.
+    own_gpus: bool = False
+
+
+ELASTIC = ["--class", "latency", "--slo-ms", "SLO", "--sm-request", "50", "--sm-limit", "100"]
+INDEPENDENT = "two servers with independent arrivals: "
+TWO_HOST_ONLY = "host only (each server on a simulated GPU of its own)"
 TWO_SERVERS = {
-    "two servers: time slicing (no limiter)": [],
-    "two servers: dilu --sm 50 each": ["--sm", "50"],
+    "two servers: " + TWO_HOST_ONLY: TwoServers([], own_gpus=True),
+    "two servers: time slicing (no limiter)": TwoServers([]),
+    "two servers: dilu --sm 50 each": TwoServers(["--sm", "50"]),
+    "two servers: dilu node manager with --slo-ms --sm-request 50 --sm-limit 100 each":
+        TwoServers(ELASTIC, node_manager=True),
+    INDEPENDENT + TWO_HOST_ONLY: TwoServers([], independent=True, own_gpus=True),
+    INDEPENDENT + "time slicing (no limiter)": TwoServers([], independent=True),
+    INDEPENDENT + "dilu node manager with --slo-ms --sm-request 50 --sm-limit 100 each":
+        TwoServers(ELASTIC, node_manager=True, independent=True),
 }
 # The rows run again with offline vLLM batch generation as the filler
 # (scripts/llm_offline_filler.py: the server's model, 16 prompts of 256
@@ -132,7 +155,7 @@ class Row:
         self.env = dict(os.environ, SIMGPU_INSTANCE=self.instance, SIMGPU_WAVE_NS=args.wave,
                         VLLM_USE_FLASHINFER_SAMPLER="0", VLLM_USE_V2_MODEL_RUNNER="0")
         for name_ in ("DILU_MEM_LIMIT", "DILU_SM_LIMIT", "DILU_TENANT", "CUDA_VISIBLE_DEVICES",
-                      "DILU_COLO_TOLERANCE", "DILU_COLO_GUARANTEE"):
+                      "DILU_COLO_TOLERANCE", "DILU_COLO_GUARANTEE", "DILU_NODEMGR_SOCKET"):
             self.env.pop(name_, None)
         self.processes = []
 
@@ -205,12 +228,14 @@ def start_filler(row, flags, model, offline=False):
         time.sleep(0.5)
 
 
-def start_server(row, flags, model, tag="server", port=PORT):
+def start_server(row, flags, model, tag="server", port=PORT, instance_suffix=""):
     program = [os.path.join(os.path.dirname(row.args.python), "vllm"), "serve", model,
                "--load-format", "dummy", "--skip-tokenizer-init", "--enforce-eager",
                "--gpu-memory-utilization", "0.6", "--max-model-len", str(MAX_MODEL_LEN),
                "--port", str(port), "--host", "127.0.0.1"]
     argv, env = row.command(flags, SERVER_MEM, program, STATIC_SERVER_PCT, tag)
+    if instance_suffix:
+        env = dict(env, SIMGPU_INSTANCE=env["SIMGPU_INSTANCE"] + instance_suffix)
     process = row.start(argv, env, tag)
     started = time.monotonic()
     while not asyncio.run(server_ready(port)):
@@ -233,11 +258,11 @@ async def server_ready(port):
         return False
 
 
-def requests_for(args, bursty=False):
+def requests_for(args, bursty=False, seed=None):
     """The same arrivals and lengths for every row of an arrival pattern:
     (send offset s, prompt, output tokens). Bursty: Poisson at twice the
     rate, kept only in the first half of every 2 x BURST_S."""
-    draw = random.Random(args.seed)
+    draw = random.Random(args.seed if seed is None else seed)
     at, schedule = 0.0, []
     rate = args.rate * 2 if bursty else args.rate
     while True:
@@ -274,9 +299,9 @@ async def one_request(session, model, prompt, tokens, port=PORT):
             "chunks": chunks, "end": last}
 
 
-async def load(model, schedule, ports=(PORT,)):
-    """Sends `schedule` to the server on each of `ports` (the same requests
-    at the same instants); returns when it began and each server's results."""
+async def load(model, schedules, ports=(PORT,)):
+    """Sends each of `schedules` to the server on the port beside it in
+    `ports`; returns when it began and each server's results."""
     import aiohttp
 
     timeout = aiohttp.ClientTimeout(total=600)
@@ -290,10 +315,13 @@ async def load(model, schedule, ports=(PORT,)):
             await asyncio.sleep(max(0.0, begin + offset - time.monotonic()))
             return await one_request(session, model, prompt, tokens, port)
 
-        results = await asyncio.gather(*(at(*r, port) for port in ports for r in schedule),
-                                       return_exceptions=True)
-    n = len(schedule)
-    return begin, [results[i * n:(i + 1) * n] for i in range(len(ports))]
+        results = await asyncio.gather(*(at(*r, port) for port, schedule in zip(ports, schedules)
+                                         for r in schedule), return_exceptions=True)
+    each, taken = [], 0
+    for schedule in schedules:
+        each.append(results[taken:taken + len(schedule)])
+        taken += len(schedule)
+    return begin, each
 
 
 def busy_sampler(row):
@@ -362,7 +390,7 @@ def run_row(args, name, scratch, model):
         ticks_before = host_busy_ticks()
         log(f"{name}: measuring for {args.seconds:g} s")
         if with_server:
-            begin, (results,) = asyncio.run(load(model, requests_for(args, bursty)))
+            begin, (results,) = asyncio.run(load(model, [requests_for(args, bursty)]))
             result.update(server_figures(results))
             end = result.pop("end")
         else:
@@ -385,18 +413,48 @@ def run_row(args, name, scratch, model):
     return result
 
 
+def start_node_manager(row):
+    """`dilu nodemgr --sim` at its defaults on the row's simulated GPU, on a
+    socket of the row's own; the flags that point a tenant at it."""
+    # A socket path is at most 107 bytes; the row's folder may be longer.
+    socket = os.path.join(tempfile.mkdtemp(prefix="dilu-nm-"), "sock")
+    argv = [row.args.dilu, "nodemgr", "--sim", "--foreground", "--socket", socket,
+            "--run-dir", os.path.join(row.scratch, "nodemgr-run"), "--metrics", ""]
+    process = row.start(argv, row.env, "nodemgr")
+    deadline = time.monotonic() + 60
+    while not os.path.exists(socket):
+        if process.poll() is not None:
+            raise RuntimeError(row.failure("nodemgr", f"exited with {process.returncode} while starting"))
+        if time.monotonic() > deadline:
+            raise RuntimeError("nodemgr: no socket after 60 s")
+        time.sleep(0.2)
+    return ["--socket", socket]
+
+
 def run_two_servers(args, name, scratch, model):
-    """Two servers with the same flags, each sent the same requests."""
+    """Two servers with the same flags, sent the same requests at the same
+    instants, or independent ones (the second server's drawn from another
+    seed)."""
+    spec = TWO_SERVERS[name]
+    flags = spec.flags
     row = Row(args, name, scratch)
     result = {"row": name}
     try:
+        if spec.node_manager:
+            log(f"{name}: starting the node manager")
+            flags = [*start_node_manager(row), *flags]
         for k, tag in enumerate(("server", "server-b")):
             log(f"{name}: starting vLLM ({tag})")
-            start_server(row, TWO_SERVERS[name], model, tag, PORT + k)
+            # Server B on the second simulated GPU where they share only
+            # the host (the busy sampler reads the first: server A's).
+            suffix = "-second" if spec.own_gpus and k == 1 else ""
+            start_server(row, [*flags, "--tenant", tag] if spec.node_manager else flags, model, tag, PORT + k,
+                         suffix)
         busy_sampler(row)
         ticks_before = host_busy_ticks()
         log(f"{name}: measuring for {args.seconds:g} s")
-        begin, each = asyncio.run(load(model, requests_for(args), (PORT, PORT + 1)))
+        second = requests_for(args, seed=args.seed + 1000) if spec.independent else requests_for(args)
+        begin, each = asyncio.run(load(model, [requests_for(args), second], (PORT, PORT + 1)))
         result["servers"] = [server_figures(results) for results in each]
         end = max(server["end"] for server in result["servers"])
         result.update(busy_over(row, ticks_before, begin, end))
@@ -531,8 +589,15 @@ def report(args, results, versions):
         w("### Two servers on one GPU")
         w("")
         w(f"Two `vllm serve` processes, each `--mem {SERVER_MEM}`, each sent the Poisson requests of the first table at "
-          f"the same instants; ratios over the server alone of the first table; within the SLO: TTFT p99 at most "
-          f"{args.slo_ms} ms (the SLO of the first table's SLO row).")
+          f"the same instants (the worst case: every prefill meets the other server's), or in the rows "
+          f"*{INDEPENDENT}...* server A those requests and server B as many drawn from another seed (two "
+          f"services' users do not arrive together); ratios over the server alone of the first table; within the SLO: "
+          f"TTFT p99 at most {args.slo_ms} ms (the SLO of the first table's SLO row). *{TWO_HOST_ONLY}* is the "
+          f"control: the two servers share only this host's {os.cpu_count()} cores (device busy: server A's GPU); "
+          f"where it misses the SLO, the host binds, not the GPU. *dilu --sm 50 each*: a hard cap "
+          f"of half the device each, no node manager; *dilu node manager*: `dilu nodemgr --sim` at its defaults, each "
+          f"server `--class latency --slo-ms {args.slo_ms} --sm-request 50 --sm-limit 100` (half the device "
+          f"guaranteed, the rest borrowed while the other idles).")
         w("")
         w("| row | server | requests | TTFT p50 / p99 ms | TTFT p50 / p99 vs alone | TTFT p99 within the SLO "
           "| TPOT p50 / p99 ms | TPOT p50 / p99 vs alone | device busy | host busy |")
