@@ -416,8 +416,9 @@ def run_row(args, name, scratch, model):
 def start_node_manager(row):
     """`dilu nodemgr --sim` at its defaults on the row's simulated GPU, on a
     socket of the row's own; the flags that point a tenant at it."""
-    # A socket path is at most 107 bytes; the row's folder may be longer.
-    socket = os.path.join(tempfile.mkdtemp(prefix="dilu-nm-"), "sock")
+    # A socket path is at most 107 bytes: in the run's folder (removed at
+    # the end), as the row's own may be longer.
+    socket = os.path.join(os.path.dirname(row.scratch), row.instance + ".sock")
     argv = [row.args.dilu, "nodemgr", "--sim", "--foreground", "--socket", socket,
             "--run-dir", os.path.join(row.scratch, "nodemgr-run"), "--metrics", ""]
     process = row.start(argv, row.env, "nodemgr")
