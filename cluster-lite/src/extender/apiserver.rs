@@ -14,7 +14,7 @@ use std::sync::{Arc, Mutex};
 use crossbeam_channel::{Receiver, Sender};
 use k8s_openapi::api::core::v1::{Binding, Node, ObjectReference, Pod};
 use kube::api::{Api, ListParams, ObjectMeta, Patch, PatchParams, PostParams};
-use kube::runtime::watcher;
+use kube::runtime::{WatchStreamExt, watcher};
 use tokio_stream::StreamExt;
 
 use super::ExtenderState;
@@ -133,10 +133,12 @@ impl ApiServer {
 }
 
 async fn watch_nodes(client: kube::Client, events: Sender<ClusterEvent>) {
-    let mut stream = std::pin::pin!(watcher(
-        Api::<Node>::all(client),
-        watcher::Config::default()
-    ));
+    // With a backoff: without one a failing watch is retried at once, and
+    // the thread spun at 100% CPU against an API server that answered
+    // every watch with an error.
+    let mut stream = std::pin::pin!(
+        watcher(Api::<Node>::all(client), watcher::Config::default()).default_backoff()
+    );
     while let Some(event) = stream.next().await {
         match event {
             Ok(watcher::Event::Apply(node) | watcher::Event::InitApply(node)) => {
@@ -149,7 +151,9 @@ async fn watch_nodes(client: kube::Client, events: Sender<ClusterEvent>) {
 }
 
 async fn watch_pods(client: kube::Client, events: Sender<ClusterEvent>) {
-    let mut stream = std::pin::pin!(watcher(Api::<Pod>::all(client), watcher::Config::default()));
+    let mut stream = std::pin::pin!(
+        watcher(Api::<Pod>::all(client), watcher::Config::default()).default_backoff()
+    );
     let mut relist = Vec::new();
     while let Some(event) = stream.next().await {
         let event = match event {
