@@ -124,6 +124,8 @@ pub struct Outcome {
     /// Requests that missed their SLO: (second, function index, requests),
     /// one entry per second and function with any.
     pub missed: Vec<(usize, usize, f64)>,
+    /// Requests that arrived, by function index.
+    pub requests_by_function: Vec<f64>,
 }
 
 impl Outcome {
@@ -142,6 +144,24 @@ impl Outcome {
         self.within_slo / self.requests
     }
 
+    /// The lowest attainment of any one function: each function's owner
+    /// wants the goal for it, and a pooled figure can hide a quiet function
+    /// that misses most of its requests behind a busy one that misses none.
+    pub fn worst_function_attainment(&self) -> f64 {
+        let mut missed = vec![0.0; self.requests_by_function.len()];
+        for &(_, function, requests) in &self.missed {
+            if let Some(sum) = missed.get_mut(function) {
+                *sum += requests;
+            }
+        }
+        self.requests_by_function
+            .iter()
+            .zip(&missed)
+            .filter(|(requests, _)| **requests > 0.0)
+            .map(|(requests, missed)| 1.0 - missed / requests)
+            .fold(1.0, f64::min)
+    }
+
     /// The mean of one scaler's outcomes over seeds: requests, GPU- and
     /// GiB-hours and starts averaged, refusals and misses summed, the
     /// first seed's instance series.
@@ -157,6 +177,16 @@ impl Outcome {
         out.warm_starts = mean(|o| o.warm_starts as f64).round() as usize;
         out.refused = outcomes.iter().map(|o| o.refused).sum();
         out.missed = outcomes.iter().flat_map(|o| o.missed.clone()).collect();
+        // Summed, as the misses are, so each function's share stays right.
+        let functions = outcomes.iter().map(|o| o.requests_by_function.len()).max();
+        out.requests_by_function = (0..functions.unwrap_or(0))
+            .map(|f| {
+                outcomes
+                    .iter()
+                    .filter_map(|o| o.requests_by_function.get(f))
+                    .sum()
+            })
+            .collect();
         out
     }
 
@@ -449,6 +479,10 @@ fn serve(
         f64::INFINITY
     };
     outcome.requests += arrivals;
+    if outcome.requests_by_function.len() <= function {
+        outcome.requests_by_function.resize(function + 1, 0.0);
+    }
+    outcome.requests_by_function[function] += arrivals;
     if latency <= service.slo_s {
         outcome.within_slo += arrivals;
     } else if arrivals > 0.0 {
@@ -749,6 +783,40 @@ mod tests {
         // hardly any.
         assert!(cold.attainment() < 0.99, "{}", cold.attainment());
         assert!(warm.attainment() > 0.999, "{}", warm.attainment());
+    }
+
+    #[test]
+    fn a_quiet_function_missing_half_its_requests_is_the_worst_though_the_pool_is_fine() {
+        let busy_and_quiet = Outcome {
+            requests: 1010.0,
+            within_slo: 1005.0,
+            requests_by_function: vec![1000.0, 10.0],
+            missed: vec![(3, 1, 2.0), (4, 1, 3.0)],
+            ..Outcome::default()
+        };
+        assert!(busy_and_quiet.attainment() > 0.99);
+        assert_eq!(busy_and_quiet.worst_function_attainment(), 0.5);
+        // Over seeds, each function's misses are weighed against its own
+        // requests in every seed.
+        let clean = Outcome {
+            missed: Vec::new(),
+            within_slo: 1010.0,
+            ..busy_and_quiet.clone()
+        };
+        let mean = Outcome::mean_of(&[busy_and_quiet, clean]);
+        assert_eq!(mean.worst_function_attainment(), 0.75);
+        // A run counts each function's arrivals, which add up to the whole.
+        let functions = [steady(1050.0), steady(40.0)];
+        let outcome = run(&setup(), &functions, "dilu", 60).unwrap();
+        let by_function = &outcome.requests_by_function;
+        assert_eq!(by_function.len(), 2);
+        assert!(by_function[0] > 20.0 * by_function[1], "{by_function:?}");
+        let sum: f64 = by_function.iter().sum();
+        assert!(
+            (sum - outcome.requests).abs() < 1e-6,
+            "{sum} {}",
+            outcome.requests
+        );
     }
 
     #[test]
