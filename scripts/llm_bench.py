@@ -305,7 +305,13 @@ async def load(model, schedules, ports=(PORT,)):
     import aiohttp
 
     timeout = aiohttp.ClientTimeout(total=600)
-    async with aiohttp.ClientSession(timeout=timeout) as session:
+    # vLLM's server closes a connection idle for 5 s (VLLM_HTTP_TIMEOUT_KEEP_ALIVE);
+    # aiohttp keeps one for 15 s by default, so a request sent on a pooled
+    # connection as the server closes it can fail with a connection reset
+    # (likely what one request of a two-server row met). Pooled connections
+    # are dropped well before the server's limit.
+    connector = aiohttp.TCPConnector(keepalive_timeout=2)
+    async with aiohttp.ClientSession(timeout=timeout, connector=connector) as session:
         for port in ports:
             for _ in range(3):  # warm-up, not measured
                 await one_request(session, model, list(range(3, 67)), 16, port)
