@@ -163,8 +163,8 @@ impl Outcome {
     }
 
     /// The mean of one scaler's outcomes over seeds: requests, GPU- and
-    /// GiB-hours and starts averaged, refusals and misses summed, the
-    /// first seed's instance series.
+    /// GiB-hours and starts averaged, refusals, misses and each function's
+    /// requests summed, the first seed's instance series.
     pub fn mean_of(outcomes: &[Outcome]) -> Outcome {
         let count = outcomes.len().max(1) as f64;
         let mean = |value: fn(&Outcome) -> f64| outcomes.iter().map(value).sum::<f64>() / count;

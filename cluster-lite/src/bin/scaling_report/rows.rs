@@ -10,7 +10,7 @@ use dilu_cluster::scaling::sim::Outcome;
 pub const GOAL: f64 = 0.99;
 
 /// Every function within its SLO for [`GOAL`] of its requests (so the
-/// pooled attainment too: it is a mean of the functions').
+/// pooled attainment too: it is a weighted mean of the functions').
 pub fn at_goal(outcome: &Outcome) -> bool {
     outcome.worst_function_attainment() >= GOAL
 }
