@@ -149,6 +149,21 @@ impl Board<'_> {
         }
     }
 
+    /// Filler side: the mean of the primary's recent gap lengths (`None`
+    /// while they are too few to say): a primary reporting its requests
+    /// comes back about once per mean gap.
+    pub fn mean_gap_ns(&self) -> Option<u64> {
+        let lengths = &self.gap_lengths;
+        if lengths.total.load(Relaxed) < KNOWN_GAPS * GAP_WEIGHT {
+            return None;
+        }
+        let mut weights = [0u64; GAP_CLASSES];
+        for (w, word) in weights.iter_mut().zip(&lengths.weight) {
+            *w = word.load(Relaxed);
+        }
+        Some(Survival::from_weights(&weights).integral_to(f64::MAX) as u64)
+    }
+
     /// Filler side: how much likelier the primary is to come back within
     /// `exposure_ns` of a gap that has lasted `elapsed_ns` than within that
     /// long of a moment taken at random in its idle time (see the module's

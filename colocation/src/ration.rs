@@ -19,8 +19,9 @@
 //! A kernel short enough that no request within the bound is near it costs
 //! nothing; one that would push every request it meets costs about
 //! `(k + h) / β`, 200 times its length: such fillers get half a percent of
-//! the device, and a kernel that costs more than the ration holds does not
-//! go by it at all (the fillers' gate says why). Kept only by the
+//! the device, and a kernel that costs more than the ration holds goes
+//! only on what the full ration overflowed while nobody spent it (the
+//! fillers' gate says why). Kept only by the
 //! tolerance (one length, the same for every filler), fillers harvested
 //! 10.6-31.2% of the idle time beside five of the six Poisson primaries of
 //! the field's shapes on simgpu.
@@ -102,12 +103,16 @@ pub fn cost_in(costs: &[u64; RATION_POINTS], est_ns: u64) -> u64 {
 }
 
 impl Board<'_> {
-    /// Primary side: the table of [`ration_costs`] in force.
-    pub fn publish_ration(&self, costs: &[u64; RATION_POINTS]) {
+    /// Primary side: the table of [`ration_costs`] in force at `now`. The
+    /// first table fills the ration from `now` on: it holds its depth, and
+    /// has overflowed nothing yet.
+    pub fn publish_ration(&self, now: u64, costs: &[u64; RATION_POINTS]) {
         for (word, &cost) in self.ration.cost_ns.iter().zip(costs) {
             word.store(cost, Relaxed);
         }
-        self.ration.known.store(1, Release);
+        if self.ration.known.swap(1, AcqRel) == 0 {
+            self.ration.spent_until_ns.0.fetch_max(now, AcqRel);
+        }
     }
 
     /// Primary side, at attach: no table yet, nothing spent.
@@ -149,6 +154,17 @@ impl Board<'_> {
         spent_until
             .saturating_add(cost.min(RATION_DEPTH_NS))
             .saturating_sub(RATION_DEPTH_NS)
+    }
+
+    /// Filler side: the earliest instant at which the ration, full, has
+    /// overflowed by `excess`: what it would have thrown away while nobody
+    /// spent it.
+    pub fn ration_overflowed_at(&self, excess: u64) -> u64 {
+        self.ration
+            .spent_until_ns
+            .0
+            .load(Acquire)
+            .saturating_add(excess)
     }
 
     /// Filler side: a launch of `cost` went at `now`.

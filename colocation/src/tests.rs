@@ -1375,7 +1375,7 @@ fn beside_a_primary_kept_as_if_alone_kernels_beyond_its_tolerance_go_as_the_rati
     );
     // A 1 ms kernel costs 10 ms of the ration (20 ms deep).
     let costs = std::array::from_fn(|j| 10 * ration::ration_point_ns(j));
-    b.publish_ration(&costs);
+    b.publish_ration(gap, &costs);
     assert_eq!(b.ration_cost(MS, false), Some(10 * MS));
     // Behind its own queued kernel, no hand-off to it.
     assert_eq!(b.ration_cost(MS, true), Some(10 * (MS - HANDOFF_NS)));
@@ -1397,29 +1397,54 @@ fn beside_a_primary_kept_as_if_alone_kernels_beyond_its_tolerance_go_as_the_rati
         FillerGate::WaitUntil(first + 18_600 * US)
     );
     // A kernel the table says is harmless goes meanwhile.
-    b.publish_ration(&[0; dilu_layout::colocation::RATION_POINTS]);
+    b.publish_ration(gap, &[0; dilu_layout::colocation::RATION_POINTS]);
     assert_eq!(b.filler_admit(gap, MS, false, FILLER), FillerGate::Go);
     // One that costs more than the ration holds when full (30 ms of 20)
-    // never goes by it, however long it waits: it would spend in one gap
-    // what shorter kernels of other fillers use in many.
+    // goes only on what the full ration overflowed, 10 ms of it: it would
+    // otherwise spend in one gap what shorter kernels of other fillers use
+    // in many. Full since about 80 ms, the ration pays for it, and is
+    // empty after it.
     let dear = std::array::from_fn(|j| 30 * ration::ration_point_ns(j));
-    b.publish_ration(&dear);
-    let gap = request_ended(b, gap + 100 * MS);
-    assert!(
+    b.publish_ration(gap, &dear);
+    // Requests are rare: the primary's gaps last 300 ms, so such a kernel
+    // pushes at most 30 ms × 0.5% / 300 ms = 0.05% of a request over.
+    for _ in 0..64 {
+        b.record_gap_length(300 * MS);
+    }
+    // (After the turn's grace: the filler's turn is old.)
+    let gap = request_ended(b, gap + 100 * MS) + TURN_GRACE_NS;
+    assert_eq!(b.filler_admit(gap, MS, false, FILLER), FillerGate::Go);
+    // The next, in the primary's next gap, waits until the ration is full
+    // again (20 ms after the first went) and has overflowed by 10 ms, the
+    // device idle meanwhile.
+    let next = request_ended(b, gap + 5 * MS);
+    let held = |at: u64| {
         matches!(
-            b.filler_admit(gap, MS, false, FILLER),
+            b.filler_admit(at, MS, false, FILLER),
             FillerGate::WaitUntil(_)
-        ),
-        "a full ration does not pay for it"
+        )
+    };
+    assert!(held(next) && held(gap + 29_900 * US));
+    assert_eq!(
+        b.filler_admit(gap + 30 * MS, MS, false, FILLER),
+        FillerGate::Go
     );
-    assert!(
-        matches!(
-            b.filler_admit(gap + 10 * MS, MS, false, FILLER),
-            FillerGate::WaitUntil(_)
-        ),
-        "nor later in the gap"
+    // Another filler's kernel within the primary's tolerance runs from
+    // 55 ms to 55.1 ms: the ration overflows by 10 ms at 60 ms, but the
+    // device was not idle beside the primary for as long until 65.1 ms.
+    b.set_tolerance(200 * US);
+    assert_eq!(
+        b.filler_admit(gap + 55 * MS, 100 * US, false, FILLER + 2),
+        FillerGate::Go
     );
-    b.publish_ration(&costs);
+    b.set_tolerance(0);
+    assert!(held(gap + 60 * MS) && held(gap + 65 * MS));
+    assert_eq!(
+        b.filler_admit(gap + 65_100 * US, MS, false, FILLER),
+        FillerGate::Go,
+        "the ration overflowed by its excess, and nothing else harvested"
+    );
+    b.publish_ration(gap, &costs);
     // Requests actually pushed over the bound beyond the budget by more
     // than three stop the ration, full or not.
     for _ in 0..3 {
@@ -1453,6 +1478,32 @@ fn beside_a_primary_kept_as_if_alone_kernels_beyond_its_tolerance_go_as_the_rati
 }
 
 #[test]
+fn beside_frequent_requests_a_kernel_dearer_than_the_full_ration_never_goes() {
+    let board = board();
+    let b = Board::new(board.device(0));
+    b.attach_primary(1, 0, DEFAULT_HOLDOFF_NS);
+    b.keep_as_if_alone();
+    // Gaps of 4 ms; the ration full and the device idle for seconds.
+    for _ in 0..64 {
+        b.record_gap_length(4 * MS);
+    }
+    let gap = request_ended(b, 5_000 * MS);
+    // A 1 ms kernel costing 400 ms of the ration (20 ms deep) pushes about
+    // 400 ms × 0.5% / 4 ms, half a request, over: it waits.
+    b.publish_ration(
+        0,
+        &std::array::from_fn(|j| 400 * ration::ration_point_ns(j)),
+    );
+    assert!(matches!(
+        b.filler_admit(gap, MS, false, FILLER),
+        FillerGate::WaitUntil(_)
+    ));
+    // One costing 30 ms pushes about 4% of one over: it goes.
+    b.publish_ration(0, &std::array::from_fn(|j| 30 * ration::ration_point_ns(j)));
+    assert_eq!(b.filler_admit(gap, MS, false, FILLER), FillerGate::Go);
+}
+
+#[test]
 fn beside_a_bursty_primary_kept_as_if_alone_risky_kernels_go_in_its_pauses() {
     let board = board();
     let b = Board::new(board.device(0));
@@ -1470,7 +1521,7 @@ fn beside_a_bursty_primary_kept_as_if_alone_risky_kernels_go_in_its_pauses() {
     // A 1 ms kernel costs 5 ms of the ration (20 ms deep) at a moment like
     // any other of the idle time.
     let costs = std::array::from_fn(|j| 5 * ration::ration_point_ns(j));
-    b.publish_ration(&costs);
+    b.publish_ration(0, &costs);
     // Filler kernels of 1 ms back to back from `from` on: how many go
     // before the first waits.
     let run = |from: u64| {

@@ -285,7 +285,7 @@ impl Learning {
                 }
                 if let Some(t) = &tail {
                     for board in boards.each() {
-                        board.publish_ration(&t.ration_costs);
+                        board.publish_ration(now, &t.ration_costs);
                     }
                 }
                 let in_credit = boards.each().all(|board| board.delay_credit() > 0.0);
