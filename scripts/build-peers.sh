@@ -103,8 +103,9 @@ if to_build hami HAMI_CORE_SRC HAMi-core; then
   mkdir -p "$cache/include"
   for header in cuda.h nvml.h; do
     [ -f "$cache/include/$header" ] && continue
-    found=$(find "$cudart" -name "$header" 2> /dev/null | head -1)
-    [ -n "$found" ] && cp "$found" "$cache/include/"
+    # No cudart cache yet is no error: the wheels below supply the headers.
+    found=$(find "$cudart" -name "$header" 2> /dev/null | head -1 || true)
+    if [ -n "$found" ]; then cp "$found" "$cache/include/"; fi
   done
   if [ ! -f "$cache/include/cuda.h" ] || [ ! -f "$cache/include/nvml.h" ]; then
     note "pip download nvidia-cuda-runtime-cu12 nvidia-nvml-dev-cu12 -> $cache (cuda.h, nvml.h)"
