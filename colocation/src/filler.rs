@@ -419,10 +419,10 @@ impl Board<'_> {
         // fillers harvested (beside a Poisson primary at 229 req/s with
         // fillers of 2.7 ms and 0.1 ms kernels on simgpu, 11.5% of the
         // idle time against 21.8% without, the means of six runs each,
-        // its p99 no better). Never going, it stopped a filler that has one such
-        // kernel a step: a ResNet-50 trainer's 7.6 ms convolution beside a
-        // BERT server at 3 req/s on simgpu, where it pushes under 1% of a
-        // request, made 0% of its steps alone.
+        // its p99 no better). Never going, it stopped a filler that has
+        // one such kernel a step: a ResNet-50 trainer's 7.6 ms convolution
+        // beside a BERT server at 3 req/s on simgpu, where it pushes under
+        // 1% of a request, made 0% of its steps alone (34% with the rule).
         if cost > RATION_DEPTH_NS {
             let rare = self.mean_gap_ns().is_some_and(|mean_gap| {
                 let pushes_ppm =
