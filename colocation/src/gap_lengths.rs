@@ -153,6 +153,12 @@ impl Board<'_> {
     /// while they are too few to say): a primary reporting its requests
     /// comes back about once per mean gap.
     pub fn mean_gap_ns(&self) -> Option<u64> {
+        Some(self.known_survival()?.integral_to(f64::MAX) as u64)
+    }
+
+    /// The survival of the primary's recent gap lengths, or `None` while
+    /// they are too few to say.
+    fn known_survival(&self) -> Option<Survival> {
         let lengths = &self.gap_lengths;
         if lengths.total.load(Relaxed) < KNOWN_GAPS * GAP_WEIGHT {
             return None;
@@ -161,7 +167,7 @@ impl Board<'_> {
         for (w, word) in weights.iter_mut().zip(&lengths.weight) {
             *w = word.load(Relaxed);
         }
-        Some(Survival::from_weights(&weights).integral_to(f64::MAX) as u64)
+        Some(Survival::from_weights(&weights))
     }
 
     /// Filler side: how much likelier the primary is to come back within
@@ -171,15 +177,7 @@ impl Board<'_> {
     /// `None` where its recent gaps say too little: too few, or too few as
     /// long as this one.
     pub fn risk_scale(&self, elapsed_ns: u64, exposure_ns: u64) -> Option<f64> {
-        let lengths = &self.gap_lengths;
-        if lengths.total.load(Relaxed) < KNOWN_GAPS * GAP_WEIGHT {
-            return None;
-        }
-        let mut weights = [0u64; GAP_CLASSES];
-        for (w, word) in weights.iter_mut().zip(&lengths.weight) {
-            *w = word.load(Relaxed);
-        }
-        let survival = Survival::from_weights(&weights);
+        let survival = self.known_survival()?;
         let (e, x) = (elapsed_ns as f64, exposure_ns.max(1) as f64);
         let lasted = survival.share_at(e);
         if lasted * survival.total < OUTLASTED_GAPS {
