@@ -16,7 +16,8 @@
 //!   process maps them.
 //! - [`colocation`]: the gap board of a primary and its fillers;
 //!   [`primary_tolerance`]: the delay the primary tolerates, from its
-//!   reported latencies.
+//!   reported latencies; [`run_queue_wait`]: how long a reporting thread
+//!   waited for a CPU.
 
 pub mod at_fork;
 pub mod colocation;
@@ -33,6 +34,7 @@ pub mod primary_tolerance;
 pub mod queue_bound;
 pub mod quiet_samples;
 pub mod recent_streams;
+pub mod run_queue_wait;
 pub mod sampler;
 pub mod stream_capture;
 pub mod tenant_sm;
