@@ -290,7 +290,7 @@ impl Learning {
                 // over by them only where it is over the bound without its
                 // wait for a CPU. (Charged to them too, their budget ran out
                 // in quiet spells of the same runs, and they kept 2-45% of
-                // the idle time in half of them.)
+                // the idle time in 8 of 13.)
                 let host_wait = host_wait_ns.saturating_add(carried_wait).min(delay);
                 self.carried_host_wait_ns.store(host_wait, Relaxed);
                 let alone = latency_ns - delay;
