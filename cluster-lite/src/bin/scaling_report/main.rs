@@ -28,7 +28,8 @@ use std::path::{Path, PathBuf};
 use dilu_cluster::scaling::misses::unprecedented_shares;
 use dilu_cluster::scaling::pattern::Pattern;
 use dilu_cluster::scaling::scalers::{
-    IN_PERIODS, OUT_PERIODS, OUT_WINDOW, RISE_MEMORY, SCALER_NAMES, TARGET, default_target,
+    IN_PERIODS, LEVEL_PERIODS, OUT_PERIODS, OUT_WINDOW, RISE_MEMORY, SCALER_NAMES, TARGET,
+    default_target,
 };
 use dilu_cluster::scaling::service::Service;
 use dilu_cluster::scaling::sim::{Function, KEEP_WARM_S, Outcome, PREWARM_MEMORY_S, Setup, run};
@@ -626,7 +627,9 @@ fn run_report() -> Result<(), String> {
          loads (Dilu's patterns, seeds 1–{seeds}); the rise memory was then lengthened from 180 s after\n\
          `diurnal-spikes` (day seed {DAY_SEED}) showed bursts forgotten between two of them, so that day\n\
          is in sample now, and `diurnal-spikes-new-day` (day seed {NEW_DAY_SEED}) and the mix, which uses\n\
-         that new day, are held out. The warm starts' keep-alive and prediction\n\
+         that new day, are held out. The load's level (its highest in the last {LEVEL_PERIODS} s, which\n\
+         rises are measured from) was chosen in a sweep that printed every load, held-out ones\n\
+         included, so for it no load here is fully held out. The warm starts' keep-alive and prediction\n\
          memory ({KEEP_WARM_S} s, {PREWARM_MEMORY_S} s) were chosen in sweeps that printed the held-out\n\
          loads too, so for the warm-start rows those loads are not fully held out. The warm-up was\n\
          added after counting from a cold start had put most of `dilu`'s missed requests in the\n\
