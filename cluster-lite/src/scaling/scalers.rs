@@ -233,7 +233,7 @@ pub const OUT_PERIODS: usize = 3;
 /// from. On Dilu's bursty and periodic patterns, whose load swings from
 /// second to second, rises measured from single periods counted those
 /// swings as bursts and held a burst's worth of instances throughout
-/// (5-8% more GPU-hours with warm starts, 2-3% without, at the same
+/// (5-8% more GPU-hours with warm starts, about 3% without, at the same
 /// attainment); from 6 periods on, a burst that recurred soon after the
 /// last one decayed was measured from that one's tail: `sporadic` lost
 /// attainment, below 99% at 8 (`scaling-report`, swept 1 to 40; 4 keeps
