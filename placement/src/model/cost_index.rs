@@ -197,7 +197,53 @@ struct Built {
     /// (cost's order key, GPU, class) for every class offering a GPU.
     order: BTreeSet<(u64, usize, u32)>,
     /// What each class offered when last looked at, by class id.
-    of_class: Vec<Option<Offer>>,
+    of_class: Offers,
+}
+
+/// Class ids per chunk of [`Offers`].
+const OFFERS_PER_CHUNK: usize = 512;
+
+/// Offers by class id, in chunks of fixed size: an id beyond the last
+/// chunk adds one instead of moving every offer. As a cluster fills, new
+/// class ids appear above the highest one, and a flat table grown to hold
+/// one copied an index's whole table (hundreds of kilobytes at 100,000
+/// GPUs) inside the search that met it, for each index in turn: most of
+/// the time of two of a thousand searches' slowest dozen.
+#[derive(Default)]
+struct Offers {
+    chunks: Vec<Box<[Option<Offer>]>>,
+}
+
+impl Offers {
+    /// A table with room for ids below `slots`.
+    fn with_slots(slots: usize) -> Self {
+        let mut offers = Self::default();
+        offers.grow_to(slots);
+        offers
+    }
+
+    fn grow_to(&mut self, slots: usize) {
+        while self.slots() < slots {
+            self.chunks
+                .push(vec![None; OFFERS_PER_CHUNK].into_boxed_slice());
+        }
+    }
+
+    /// Ids below this have a place.
+    fn slots(&self) -> usize {
+        self.chunks.len() * OFFERS_PER_CHUNK
+    }
+
+    fn get(&self, slot: usize) -> Option<Offer> {
+        self.chunks
+            .get(slot / OFFERS_PER_CHUNK)
+            .and_then(|chunk| chunk[slot % OFFERS_PER_CHUNK])
+    }
+
+    fn slot_mut(&mut self, slot: usize) -> &mut Option<Offer> {
+        self.grow_to(slot + 1);
+        &mut self.chunks[slot / OFFERS_PER_CHUNK][slot % OFFERS_PER_CHUNK]
+    }
 }
 
 /// What a class offered: scored on the state of its `generation` through
@@ -251,10 +297,7 @@ impl Built {
     /// `filed`: whether the class's old entry is in the order.
     fn rescore(&mut self, class: u32, view: &mut dyn ClassView, filed: bool) {
         let slot = class as usize;
-        if self.of_class.len() <= slot {
-            self.of_class.resize(slot + 1, None);
-        }
-        let old = self.of_class[slot].take();
+        let old = self.of_class.slot_mut(slot).take();
         let entry = |best: Option<(u64, usize, usize)>| best.map(|(key, gpu, _)| (key, gpu, class));
         let old_entry = old.and_then(|offer| entry(offer.best)).filter(|_| filed);
         let new_entry = match view.representative(class) {
@@ -269,7 +312,7 @@ impl Built {
                         .score(node)
                         .map(|(cost, gpu)| (order_key(cost), gpu, gpu - first)),
                 };
-                self.of_class[slot] = Some(Offer {
+                *self.of_class.slot_mut(slot) = Some(Offer {
                     generation,
                     representative: node,
                     best,
@@ -339,17 +382,13 @@ impl CostIndexes {
         {
             match log.since(built.seen) {
                 Some(touched) => {
-                    let mut done = vec![false; slots.max(built.of_class.len())];
+                    let mut done = vec![false; slots.max(built.of_class.slots())];
                     for touch in touched {
                         let slot = touch.class as usize;
                         // A class with a member that fits, touched above it:
                         // that member is still its first fitting one.
-                        let representative = built
-                            .of_class
-                            .get(slot)
-                            .copied()
-                            .flatten()
-                            .map(|offer| offer.representative);
+                        let representative =
+                            built.of_class.get(slot).map(|offer| offer.representative);
                         let above = representative.is_some_and(|representative| {
                             touch.node != u32::MAX && touch.node as usize > representative
                         });
@@ -387,7 +426,7 @@ impl CostIndexes {
             epoch: log.epoch,
             seen: log.end(),
             order: BTreeSet::new(),
-            of_class: vec![None; slots],
+            of_class: Offers::with_slots(slots),
         };
         for class in classes {
             built.rescore(class, view, false);
@@ -543,6 +582,44 @@ mod tests {
             indexes.best(&[9], 5, &log, &mut [0, 1].into_iter(), 2, &mut view),
             Standing::NotIndexed
         ));
+    }
+
+    #[test]
+    fn classes_opened_above_every_id_an_index_has_seen_are_filed() {
+        let (indexes, mut log) = (CostIndexes::default(), ClassLog::default());
+        let mut view = Fake::default();
+        view.representative.insert(0, 1);
+        view.generation.insert(0, 1);
+        view.cost.insert(1, (2.0, 3));
+        let ask = |view: &mut Fake, log: &ClassLog, slots: usize| match indexes.best(
+            &[9],
+            4,
+            log,
+            &mut [0].into_iter(),
+            slots,
+            view,
+        ) {
+            Standing::Best(best) => best,
+            Standing::NotIndexed => panic!("no index answered"),
+        };
+        indexes.note_search(&[9], 4, 1);
+        assert_eq!(ask(&mut view, &log, 1), Some((2.0, 3)));
+        // Ids far above the index's table (several chunks up) open one
+        // after another as the cluster fills; the cheapest wins, and its
+        // offer goes when its last member leaves.
+        let opened = [3 * OFFERS_PER_CHUNK as u32 + 7, OFFERS_PER_CHUNK as u32];
+        for (step, &id) in opened.iter().enumerate() {
+            let node = 10 + step;
+            view.representative.insert(id, node);
+            view.generation.insert(id, 5 + step as u64);
+            view.cost.insert(node, (1.0 - step as f64 * 0.5, 2 * node));
+            log.touch(id, node);
+        }
+        let slots = opened[0] as usize + 1;
+        assert_eq!(ask(&mut view, &log, slots), Some((0.5, 22)));
+        view.representative.remove(&opened[1]);
+        log.touch(opened[1], 11);
+        assert_eq!(ask(&mut view, &log, slots), Some((1.0, 20)));
     }
 
     #[test]
