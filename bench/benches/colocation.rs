@@ -26,6 +26,7 @@
 //! the primary's pid).
 
 use dilu_abi::simtrace::{KernelRecord, busy_ns_by_pid};
+use dilu_bench::latency_split;
 use dilu_bench::report::{StealSince, Table, machine, write_result};
 use dilu_bench::stats::{Draws, median};
 use dilu_harness::workspace::{
@@ -442,13 +443,19 @@ pub(crate) struct Run {
     /// Each filler's share, in the shape's order.
     pub(crate) filler_shares: Vec<f64>,
     pub(crate) primary: serde_json::Value,
-    /// The primary's requests (`alone` runs of a serving primary only):
-    /// the field benchmark's as-if-alone bound replays them.
+    /// A serving primary's requests: the field benchmark's as-if-alone
+    /// bound replays alone's.
     #[allow(
         dead_code,
         reason = "read by the field benchmark, which includes this file"
     )]
     pub(crate) requests: Vec<dilu_bench::as_if_alone::Request>,
+    /// Each of those requests' time split by what the device ran.
+    #[allow(
+        dead_code,
+        reason = "read by the field benchmark, which includes this file"
+    )]
+    pub(crate) request_times: Vec<latency_split::RequestTime>,
 }
 
 /// The last JSON line `child` printed, or why there is none (it failed,
@@ -722,7 +729,9 @@ pub(crate) fn run_with(
     let requests_file = scratch.path("requests.txt");
     let mut primary = tenant("primary", &primary_spec, Some("primary"), "demo-tenant");
     primary.args(&primary_args);
-    let keep_requests = config == "alone" && primary_args.first().is_some_and(|m| m == "serve");
+    // Every serving primary's requests: alone's are replayed by the field
+    // benchmark's as-if-alone bound, every row's split by the trace.
+    let keep_requests = primary_args.first().is_some_and(|m| m == "serve");
     if keep_requests {
         primary.arg("--requests").arg(&requests_file);
     }
@@ -769,12 +778,16 @@ pub(crate) fn run_with(
         &instance,
     );
     let _ = std::fs::remove_file(board);
-    let requests = if keep_requests {
-        std::fs::read_to_string(&requests_file)
-            .map_err(|e| format!("the primary's requests: {e}"))
-            .and_then(|text| dilu_bench::as_if_alone::parse_requests(&text))?
+    let (requests, request_times) = if keep_requests {
+        let text = std::fs::read_to_string(&requests_file)
+            .map_err(|e| format!("the primary's requests: {e}"))?;
+        let requests = dilu_bench::as_if_alone::parse_requests(&text)?;
+        let start_ns = dilu_bench::as_if_alone::requests_start_ns(&text)
+            .ok_or("the primary's requests do not say when it started")?;
+        let times = latency_split::split(&requests, start_ns, &records, primary_pid);
+        (requests, times)
     } else {
-        Vec::new()
+        (Vec::new(), Vec::new())
     };
     Ok(Run {
         device_busy: total as f64 / span,
@@ -786,6 +799,7 @@ pub(crate) fn run_with(
             .collect(),
         primary,
         requests,
+        request_times,
     })
 }
 

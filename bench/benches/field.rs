@@ -27,6 +27,7 @@ use colocation::{
     DEFAULTS, DEFAULTS_NO_SLO, DEFAULTS_NO_SLO_NO_REPORTS, Run, Shape, TIME_SLICING, harvest,
     ratio, serve_args, words,
 };
+use dilu_bench::latency_split;
 use dilu_bench::peers::{self, PEERS, Peer};
 use dilu_bench::report::{Table, machine, write_result};
 use dilu_bench::stats::Draws;
@@ -308,6 +309,24 @@ fn p99_ratio_text(run: &Run, alone: &Run) -> String {
     )
 }
 
+/// Share of a run's requests whose time is split in the tables: those
+/// that set its p99.
+const SLOWEST: f64 = 0.01;
+
+/// The mean split of a run's slowest requests (`latency_split`): the
+/// primary's own kernels, only others' kernels, the device idle.
+fn slowest_text(run: &Run) -> String {
+    let ms = |ns: u64| ns as f64 / 1e6;
+    latency_split::slowest(&run.request_times, SLOWEST).map_or("—".to_string(), |t| {
+        format!(
+            "{:.2} / {:.2} / {:.2}",
+            ms(t.own_ns),
+            ms(t.others_ns),
+            ms(t.idle_ns)
+        )
+    })
+}
+
 fn shape_table(result: &ShapeResult) -> String {
     let mut table = if result.inference {
         Table::new(&[
@@ -317,6 +336,7 @@ fn shape_table(result: &ShapeResult) -> String {
             "harvest",
             "device busy",
             "SLO violations",
+            "slowest 1%: own kernels / others' kernels / device idle, ms",
         ])
     } else {
         Table::new(&["row", "iterations/s vs alone", "harvest", "device busy"])
@@ -355,6 +375,7 @@ fn shape_table(result: &ShapeResult) -> String {
     alone_row.push(format!("{:.1}%", alone.device_busy * 100.0));
     if result.inference {
         alone_row.push(format!("{:.2}%", 100.0 * p(alone, "slo_violation_rate")));
+        alone_row.push(slowest_text(alone));
     }
     table.row(alone_row);
     for (name, outcome) in &result.rows {
@@ -365,6 +386,7 @@ fn shape_table(result: &ShapeResult) -> String {
                 format!("{:.1}%", harvest(run, alone) * 100.0),
                 format!("{:.1}%", run.device_busy * 100.0),
                 format!("{:.2}%", 100.0 * p(run, "slo_violation_rate")),
+                slowest_text(run),
             ],
             Ok(run) => vec![
                 format!(
@@ -378,7 +400,7 @@ fn shape_table(result: &ShapeResult) -> String {
                 format!("{:.1}%", run.device_busy * 100.0),
             ],
             Err(why) => {
-                let width = if result.inference { 5 } else { 3 };
+                let width = if result.inference { 6 } else { 3 };
                 let mut cells = vec![format!("— {}", why.replace('|', "/"))];
                 cells.extend((1..width).map(|_| "—".to_string()));
                 cells
@@ -410,6 +432,7 @@ fn summary_table(results: &[ShapeResult], rows: &[&str], inference: bool) -> Str
             "harvest over the no-delay bound: mean",
             "harvest over the as-if-alone bound: mean / shapes at ≥ 80% of it",
             "shapes with more violations than alone (+1 point)",
+            "slowest 1%: share of their time behind others' kernels / device idle (mean)",
         ])
     } else {
         Table::new(&[
@@ -433,6 +456,8 @@ fn summary_table(results: &[ShapeResult], rows: &[&str], inference: bool) -> Str
         // Shapes whose p99 ratio's range is wholly within the bar / over it.
         let (mut surely_within, mut surely_over) = (0, 0);
         let mut worse_violations = 0;
+        // The slowest requests' shares behind others' kernels and idle.
+        let mut slowest_shares: Vec<(f64, f64)> = Vec::new();
         let mut failed = 0;
         for result in &shapes {
             let Some((_, outcome)) = result.rows.iter().find(|(n, _)| n == row) else {
@@ -464,6 +489,10 @@ fn summary_table(results: &[ShapeResult], rows: &[&str], inference: bool) -> Str
             {
                 worse_violations += 1;
             }
+            if let Some(t) = latency_split::slowest(&run.request_times, SLOWEST) {
+                let latency = t.latency_ns.max(1) as f64;
+                slowest_shares.push((t.others_ns as f64 / latency, t.idle_ns as f64 / latency));
+            }
             ratios.push(r);
             let h = harvest(run, alone);
             harvests.push(h);
@@ -479,7 +508,7 @@ fn summary_table(results: &[ShapeResult], rows: &[&str], inference: bool) -> Str
         }
         if ratios.is_empty() {
             let mut cells = vec![row.to_string(), format!("not run in {failed} shapes")];
-            cells.extend((0..if inference { 6 } else { 3 }).map(|_| "—".to_string()));
+            cells.extend((0..if inference { 7 } else { 3 }).map(|_| "—".to_string()));
             table.row(cells);
             continue;
         }
@@ -515,6 +544,19 @@ fn summary_table(results: &[ShapeResult], rows: &[&str], inference: bool) -> Str
                 over_as_if_alone.len()
             ));
             cells.push(format!("{worse_violations} of {n}"));
+            cells.push(if slowest_shares.is_empty() {
+                "—".to_string()
+            } else {
+                let count = slowest_shares.len() as f64;
+                let (others, idle) = slowest_shares
+                    .iter()
+                    .fold((0.0, 0.0), |(o, i), (so, si)| (o + so, i + si));
+                format!(
+                    "{:.0}% / {:.0}%",
+                    100.0 * others / count,
+                    100.0 * idle / count
+                )
+            });
         }
         table.row(cells);
     }
@@ -662,7 +704,14 @@ fn main() {
          surely over it where the whole range is above. Harvest: the fillers' device time over the time the primary leaves the device\n\
          idle alone; device busy: all tenants' device time per wall time, from simgpu's trace over\n\
          the primary's run; SLO violations: requests over the shape's SLO (counted by the program\n\
-         in every row, also where dilu was not told the SLO). The no-delay bound (in `alone`'s\n\
+         in every row, also where dilu was not told the SLO). Slowest 1%: the requests that set\n\
+         a row's p99 (its slowest 1%, at least one), their time split by simgpu's trace into the\n\
+         primary's own kernels running (its earlier requests' too, where it queued behind them),\n\
+         only other processes' kernels running, and the device idle: the primary's program between\n\
+         its launches, its threads waiting for one of this machine's CPUs, or its launches held back\n\
+         on the host by the sharing system (`bench/src/latency_split.rs`). Where a row's slowest\n\
+         requests spent much longer with the device idle than alone's, they did not wait for the\n\
+         device but for the host. The no-delay bound (in `alone`'s\n\
          harvest cell) is the harvest of fillers that knew every arrival in advance and never\n\
          delayed the primary: each idle stretch of at least the 150 µs hold-off, less two hand-offs.\n\
          A filler kernel on a device without preemption delays a request that arrives while it\n\

@@ -37,10 +37,10 @@ pub struct Request {
 }
 
 /// Requests as `demo-tenant serve --requests FILE` writes them: one per
-/// line, arrival and latency in ns.
+/// line, arrival and latency in ns (lines starting `#` are not requests).
 pub fn parse_requests(text: &str) -> Result<Vec<Request>, String> {
     text.lines()
-        .filter(|line| !line.trim().is_empty())
+        .filter(|line| !line.trim().is_empty() && !line.starts_with('#'))
         .map(|line| {
             let mut fields = line.split_whitespace().map(str::parse::<u64>);
             match (fields.next(), fields.next(), fields.next()) {
@@ -52,6 +52,14 @@ pub fn parse_requests(text: &str) -> Result<Vec<Request>, String> {
             }
         })
         .collect()
+}
+
+/// The start the arrivals of a `--requests` file count from, on
+/// CLOCK_MONOTONIC (its `# start_ns N` line), if it says.
+pub fn requests_start_ns(text: &str) -> Option<u64> {
+    text.lines()
+        .find_map(|line| line.strip_prefix("# start_ns "))
+        .and_then(|n| n.trim().parse().ok())
 }
 
 /// Points over a filler kernel at which a request may arrive: the rest of
@@ -261,7 +269,10 @@ mod tests {
 
     #[test]
     fn requests_read_back_as_written_and_bad_lines_are_named() {
-        let requests = parse_requests("0 1500\n2000 900\n\n").expect("two requests");
+        let written = "# start_ns 77000\n0 1500\n2000 900\n\n";
+        let requests = parse_requests(written).expect("two requests");
+        assert_eq!(requests_start_ns(written), Some(77_000));
+        assert_eq!(requests_start_ns("0 1500\n"), None, "an older file");
         assert_eq!(
             requests,
             vec![

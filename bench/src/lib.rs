@@ -19,10 +19,13 @@
 //! - [`svg`]: line and CDF plots for reports.
 //! - [`as_if_alone`]: what fillers can harvest beside a primary kept as if
 //!   alone without knowing its arrivals (the field benchmark's bound).
+//! - [`latency_split`]: what a primary's slowest requests waited for (its
+//!   kernels, others' kernels, an idle device).
 
 pub mod as_if_alone;
 pub mod cli;
 pub mod driver;
+pub mod latency_split;
 pub mod peers;
 pub mod report;
 pub mod stats;

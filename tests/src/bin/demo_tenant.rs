@@ -34,8 +34,10 @@
 //! `dilu_harness::quantile`). `serve --latencies FILE` also writes
 //! every request's latency (ms, one per line, in completion order) to FILE;
 //! `serve --requests FILE` writes every request's arrival (ns after the
-//! start) and latency (ns), one request per line: a benchmark's bound on
-//! what fillers may take replays them.
+//! start) and latency (ns), one request per line, after a line
+//! `# start_ns N` (the start on CLOCK_MONOTONIC, simgpu's trace clock): a
+//! benchmark's bound on what fillers may take replays them, and its split
+//! of a request's time by what the device ran reads them beside the trace.
 //! `serve` and `train` with `--launch-log FILE` write, for every kernel
 //! launch, the CLOCK_MONOTONIC time (ns) at which the launch call returned,
 //! one per line in launch order: set against simgpu's trace, how long each
@@ -260,6 +262,9 @@ fn run(o: &Options) -> Result<String, Box<dyn std::error::Error>> {
         std::fs::write(path, lines).map_err(|e| format!("{path}: {e}"))
     };
     let started = Instant::now();
+    // The same instant on the clock traces use (Instant reads
+    // CLOCK_MONOTONIC too, but does not say its value).
+    let started_ns = dilu_layout::monotonic_ns();
     let deadline = Duration::from_secs_f64(o.seconds);
     if o.mode == "train" {
         let mut iterations = 0u64;
@@ -356,7 +361,8 @@ fn run(o: &Options) -> Result<String, Box<dyn std::error::Error>> {
         }
     }
     if let Some(path) = &o.requests {
-        let lines: String = requests.iter().map(|(a, l)| format!("{a} {l}\n")).collect();
+        let mut lines = format!("# start_ns {started_ns}\n");
+        lines.extend(requests.iter().map(|(a, l)| format!("{a} {l}\n")));
         std::fs::write(path, lines).map_err(|e| format!("{path}: {e}"))?;
     }
     if let Some(path) = &o.latencies {
