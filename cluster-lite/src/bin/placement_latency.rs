@@ -145,8 +145,7 @@ fn filled(
         requested += requested_share(pod);
         let (demand, needs) = (pod.demand(), pod.needs(&cluster));
         if let Some(placement) = place_pod(policy, &cluster, &demand, &needs) {
-            cluster.apply(&demand, &placement.gpus);
-            cluster.apply_host(cluster.gpus[placement.gpus[0]].node, &needs);
+            cluster.apply_pod(&demand, &placement.gpus, &needs);
         }
     }
     (cluster, used)
@@ -167,8 +166,7 @@ fn time_decisions(
         let placement = std::hint::black_box(search(policy, cluster, &demand, &needs));
         times.push(started.elapsed().as_nanos() as u64);
         if let Some(placement) = placement {
-            cluster.apply(&demand, &placement.gpus);
-            cluster.apply_host(cluster.gpus[placement.gpus[0]].node, &needs);
+            cluster.apply_pod(&demand, &placement.gpus, &needs);
         }
     }
     times.sort_unstable();

@@ -131,10 +131,7 @@ pub fn simulate_inflation(
         requested += requested_share(pod);
         match placement {
             Some(placement) => {
-                cluster.apply(&demand, &placement.gpus);
-                if let Some(&first) = placement.gpus.first() {
-                    cluster.apply_host(cluster.gpus[first].node, &needs);
-                }
+                cluster.apply_pod(&demand, &placement.gpus, &needs);
                 allocated += requested_share(pod);
                 placed += 1;
             }

@@ -489,10 +489,7 @@ pub fn simulate(
             let Some(placement) = placement else {
                 return false;
             };
-            cluster.apply(&demands[index], &placement.gpus);
-            if let Some(&first) = placement.gpus.first() {
-                cluster.apply_host(cluster.gpus[first].node, &needs[index]);
-            }
+            cluster.apply_pod(&demands[index], &placement.gpus, &needs[index]);
             placed_gpus[index] = placement.gpus;
         } else {
             let node = place_host_only(policy, cluster, &needs[index]);
@@ -562,11 +559,12 @@ pub fn simulate(
                 let stopped =
                     scale_in.stop(event.record_index, policy, &cluster, &demands, &placed_gpus);
                 let gpus = std::mem::take(&mut placed_gpus[stopped]);
-                cluster.release(&demands[stopped], &gpus);
-                if let Some(&first) = gpus.first() {
-                    cluster.release_host(cluster.gpus[first].node, &needs[stopped]);
-                } else if let Some(node) = placed_host[stopped].take() {
-                    cluster.release_host(node, &needs[stopped]);
+                if gpus.is_empty() {
+                    if let Some(node) = placed_host[stopped].take() {
+                        cluster.release_host(node, &needs[stopped]);
+                    }
+                } else {
+                    cluster.release_pod(&demands[stopped], &gpus, &needs[stopped]);
                 }
                 mover.stopped(now, stopped, &gpus);
                 done += 1;

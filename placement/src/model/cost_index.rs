@@ -385,6 +385,11 @@ impl CostIndexes {
                     let mut done = vec![false; slots.max(built.of_class.slots())];
                     for touch in touched {
                         let slot = touch.class as usize;
+                        // Looked at already in this replay, in its state now
+                        // (or beyond the table: no class).
+                        if done.get(slot).is_none_or(|&done| done) {
+                            continue;
+                        }
                         // A class with a member that fits, touched above it:
                         // that member is still its first fitting one.
                         let representative =
@@ -395,11 +400,8 @@ impl CostIndexes {
                         if above {
                             continue;
                         }
-                        if let Some(mark) = done.get_mut(slot)
-                            && !std::mem::replace(mark, true)
-                        {
-                            built.rescore(touch.class, view, true);
-                        }
+                        done[slot] = true;
+                        built.rescore(touch.class, view, true);
                     }
                 }
                 // The log no longer reaches back: every class is looked at

@@ -529,6 +529,42 @@ impl ClusterState {
 
     /// Records `demand` on each GPU in `gpus` (global indices).
     pub fn apply(&mut self, demand: &InstanceDemand, gpus: &[usize]) {
+        self.add_to_gpus(demand, gpus);
+        self.refresh_nodes_of(gpus);
+    }
+
+    /// Records a pod placed: `demand` on each GPU in `gpus` and `needs` on
+    /// the host of the first, each node filed once. [`apply`](Self::apply)
+    /// then [`apply_host`](Self::apply_host) would file the node in a
+    /// passing state (its GPUs taken, its host not yet), a class opened
+    /// and emptied at once, that every standing index then meets in the
+    /// log and scores when its id is dealt again.
+    pub fn apply_pod(&mut self, demand: &InstanceDemand, gpus: &[usize], needs: &PodNeeds) {
+        self.add_to_gpus(demand, gpus);
+        if let Some(host) = self.pod_host(gpus) {
+            host.cpu_used = host.cpu_used.saturating_add(needs.cpu_milli);
+            host.memory_used = host.memory_used.saturating_add(needs.memory_mib);
+        }
+        self.refresh_nodes_of(gpus);
+    }
+
+    /// Undoes [`apply_pod`](Self::apply_pod).
+    pub fn release_pod(&mut self, demand: &InstanceDemand, gpus: &[usize], needs: &PodNeeds) {
+        self.remove_from_gpus(demand, gpus);
+        if let Some(host) = self.pod_host(gpus) {
+            host.cpu_used = host.cpu_used.saturating_sub(needs.cpu_milli);
+            host.memory_used = host.memory_used.saturating_sub(needs.memory_mib);
+        }
+        self.refresh_nodes_of(gpus);
+    }
+
+    /// The host of the node of a placement's first GPU.
+    fn pod_host(&mut self, gpus: &[usize]) -> Option<&mut HostState> {
+        let node = self.gpus.get(*gpus.first()?)?.node;
+        self.hosts.get_mut(node)
+    }
+
+    fn add_to_gpus(&mut self, demand: &InstanceDemand, gpus: &[usize]) {
         for &gpu in gpus {
             if let Some(state) = self.gpus.get_mut(gpu) {
                 let was_active = state.is_active();
@@ -539,7 +575,20 @@ impl ClusterState {
                 }
             }
         }
-        self.refresh_nodes_of(gpus);
+    }
+
+    fn remove_from_gpus(&mut self, demand: &InstanceDemand, gpus: &[usize]) {
+        for &gpu in gpus {
+            if let Some(state) = self.gpus.get_mut(gpu) {
+                let was_active = state.is_active();
+                state.remove(demand);
+                if was_active && !state.is_active() {
+                    self.busy = self.busy.saturating_sub(1);
+                    let node = &mut self.busy_per_node[state.node];
+                    *node = node.saturating_sub(1);
+                }
+            }
+        }
     }
 
     /// Refreshes the nodes of `gpus` (each once when they are in order, as
@@ -559,17 +608,7 @@ impl ClusterState {
 
     /// Undoes [`apply`](Self::apply).
     pub fn release(&mut self, demand: &InstanceDemand, gpus: &[usize]) {
-        for &gpu in gpus {
-            if let Some(state) = self.gpus.get_mut(gpu) {
-                let was_active = state.is_active();
-                state.remove(demand);
-                if was_active && !state.is_active() {
-                    self.busy = self.busy.saturating_sub(1);
-                    let node = &mut self.busy_per_node[state.node];
-                    *node = node.saturating_sub(1);
-                }
-            }
-        }
+        self.remove_from_gpus(demand, gpus);
         self.refresh_nodes_of(gpus);
     }
 
@@ -649,5 +688,39 @@ mod tests {
         assert_eq!(cluster.active_gpus(), 0);
         assert_eq!(cluster.busy_share(), 0.0);
         assert_eq!(cluster.gpus[1], GpuState::new(0, 100));
+    }
+
+    #[test]
+    fn a_pod_applied_at_once_leaves_its_node_as_gpus_then_host_do() {
+        let host = || HostState {
+            cpu_milli: 8000,
+            memory_mib: 4096,
+            ..HostState::unlimited()
+        };
+        let mut cluster = ClusterState::default();
+        for _ in 0..3 {
+            cluster.add_host(2, 100, host());
+        }
+        let (pod, needs) = (
+            small(WorkClass::Latency),
+            PodNeeds {
+                cpu_milli: 3000,
+                memory_mib: 1024,
+                ..PodNeeds::default()
+            },
+        );
+        cluster.apply_pod(&pod, &[2, 3], &needs);
+        cluster.apply(&pod, &[4, 5]);
+        cluster.apply_host(2, &needs);
+        assert_eq!(cluster.hosts[1], cluster.hosts[2]);
+        assert_eq!(cluster.hosts[1].cpu_used, 3000);
+        assert_eq!(cluster.gpus[2].sm_request_sum, 0.3);
+        assert_eq!(cluster.active_gpus(), 4);
+        assert_eq!(cluster.node_state_id(1), cluster.node_state_id(2));
+        assert_ne!(cluster.node_state_id(1), cluster.node_state_id(0));
+        cluster.release_pod(&pod, &[2, 3], &needs);
+        assert_eq!(cluster.hosts[1], cluster.hosts[0]);
+        assert_eq!(cluster.node_state_id(1), cluster.node_state_id(0));
+        assert_eq!(cluster.active_gpus(), 2);
     }
 }
