@@ -512,8 +512,7 @@ impl ClusterState {
     /// Records a pod's host needs on `node`.
     pub fn apply_host(&mut self, node: usize, needs: &PodNeeds) {
         if let Some(host) = self.hosts.get_mut(node) {
-            host.cpu_used = host.cpu_used.saturating_add(needs.cpu_milli);
-            host.memory_used = host.memory_used.saturating_add(needs.memory_mib);
+            host.take(needs);
             self.refresh_node(node);
         }
     }
@@ -521,8 +520,7 @@ impl ClusterState {
     /// Undoes [`apply_host`](Self::apply_host).
     pub fn release_host(&mut self, node: usize, needs: &PodNeeds) {
         if let Some(host) = self.hosts.get_mut(node) {
-            host.cpu_used = host.cpu_used.saturating_sub(needs.cpu_milli);
-            host.memory_used = host.memory_used.saturating_sub(needs.memory_mib);
+            host.give_back(needs);
             self.refresh_node(node);
         }
     }
@@ -537,13 +535,12 @@ impl ClusterState {
     /// the host of the first, each node filed once. [`apply`](Self::apply)
     /// then [`apply_host`](Self::apply_host) would file the node in a
     /// passing state (its GPUs taken, its host not yet), a class opened
-    /// and emptied at once, that every standing index then meets in the
-    /// log and scores when its id is dealt again.
+    /// and emptied at once: two more entries in the class log, which every
+    /// standing index reads when it catches up.
     pub fn apply_pod(&mut self, demand: &InstanceDemand, gpus: &[usize], needs: &PodNeeds) {
         self.add_to_gpus(demand, gpus);
         if let Some(host) = self.pod_host(gpus) {
-            host.cpu_used = host.cpu_used.saturating_add(needs.cpu_milli);
-            host.memory_used = host.memory_used.saturating_add(needs.memory_mib);
+            host.take(needs);
         }
         self.refresh_nodes_of(gpus);
     }
@@ -552,8 +549,7 @@ impl ClusterState {
     pub fn release_pod(&mut self, demand: &InstanceDemand, gpus: &[usize], needs: &PodNeeds) {
         self.remove_from_gpus(demand, gpus);
         if let Some(host) = self.pod_host(gpus) {
-            host.cpu_used = host.cpu_used.saturating_sub(needs.cpu_milli);
-            host.memory_used = host.memory_used.saturating_sub(needs.memory_mib);
+            host.give_back(needs);
         }
         self.refresh_nodes_of(gpus);
     }

@@ -108,6 +108,18 @@ pub struct HostState {
 }
 
 impl HostState {
+    /// Records a pod's needs as taken.
+    pub fn take(&mut self, needs: &PodNeeds) {
+        self.cpu_used = self.cpu_used.saturating_add(needs.cpu_milli);
+        self.memory_used = self.memory_used.saturating_add(needs.memory_mib);
+    }
+
+    /// Undoes [`take`](Self::take).
+    pub fn give_back(&mut self, needs: &PodNeeds) {
+        self.cpu_used = self.cpu_used.saturating_sub(needs.cpu_milli);
+        self.memory_used = self.memory_used.saturating_sub(needs.memory_mib);
+    }
+
     /// A node whose host resources never bind.
     pub fn unlimited() -> Self {
         Self {
