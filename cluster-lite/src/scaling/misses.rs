@@ -68,9 +68,11 @@ mod tests {
     #[test]
     fn a_rise_is_unprecedented_only_the_first_time_within_the_memory() {
         // 1, then a step to 5 at 300 s, back to 1, and the same step again
-        // 100 s later (remembered), then 400 s later (forgotten).
+        // 100 s later (remembered), then longer than the memory later
+        // (forgotten).
         let mut text = "1\n".repeat(300);
-        for gap in [100, 400] {
+        let last = 420 + RISE_MEMORY + 100;
+        for gap in [100, RISE_MEMORY + 100] {
             text.push_str(&"5\n".repeat(10));
             text.push_str(&"1\n".repeat(gap));
         }
@@ -103,7 +105,7 @@ mod tests {
         assert!(!at(299) && at(300) && at(305), "the first step");
         assert!(!at(320), "5 s after the step ended, a cold start later");
         assert!(!at(410), "the same step 100 s later was seen before");
-        assert!(at(820), "400 s later it was forgotten");
+        assert!(at(last), "longer than the memory later, it was forgotten");
         // A warm-up plays the pattern's last seconds first (it wraps): they
         // end with the same step, so the first one was seen before.
         let warmed = Setup {
@@ -111,12 +113,12 @@ mod tests {
             ..setup.clone()
         };
         assert!(!unprecedented(&function, &warmed, 300));
-        assert!(unprecedented(&function, &warmed, 820));
+        assert!(unprecedented(&function, &warmed, last));
         let outcome = Outcome {
             missed: vec![(300, 0, 3.0), (410, 0, 1.0)],
             ..Outcome::default()
         };
-        let (missed, load) = unprecedented_shares(&[function], 830, &setup, &outcome);
+        let (missed, load) = unprecedented_shares(&[function], last + 10, &setup, &outcome);
         assert_eq!(missed, 0.75);
         assert!(load > 0.0 && load < 0.2, "{load}");
     }

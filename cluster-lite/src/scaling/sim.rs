@@ -36,11 +36,9 @@ use super::service::Service;
 
 /// Longest a request waits before its client gives up, seconds.
 pub const MAX_WAIT_S: f64 = 2.0;
-/// With warm starts: how far back the prediction remembers rises (longer
-/// than the scaler: a warm copy costs host memory, not a GPU), and how long
-/// a warm copy beyond the prediction is kept after it was last used (the
-/// keep-alive serverless platforms give idle instances).
-pub const PREWARM_MEMORY_S: usize = 600;
+/// With warm starts: how long a warm copy beyond the prediction is kept
+/// after it was last used (the keep-alive serverless platforms give idle
+/// instances). The prediction remembers rises as long as the scaler does.
 pub const KEEP_WARM_S: f64 = 600.0;
 
 /// The cluster and the clock.
@@ -301,7 +299,7 @@ pub fn run(
             warm: Vec::new(),
             predictor: setup
                 .warm_starts
-                .then(|| DiluRule::new(cold.ceil() as usize).with_memory(PREWARM_MEMORY_S)),
+                .then(|| DiluRule::new(cold.ceil() as usize)),
             backlog: 0.0,
             scaler,
             second: Signals::default(),
@@ -620,7 +618,7 @@ fn keep_warm(
     let load = requests / function.service.throughput(function.service.limit);
     let instances = state.instances.len();
     predictor.observe(load);
-    let predicted = (predictor.expected_load() / super::scalers::TARGET).ceil() as usize;
+    let predicted = predictor.planned_instances();
     let wanted = predicted.saturating_sub(instances);
     // Beyond the prediction, copies stay for a keep-alive after they were
     // last used (host memory is cheap beside a cold start); the oldest go
