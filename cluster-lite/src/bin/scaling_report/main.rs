@@ -10,10 +10,12 @@
 //!
 //! Load: in sample, Dilu's three arrival patterns with seeds 1–3 (dilu's
 //! constants were chosen on these, and its rise memory on a generated day
-//! with spikes too); held out, the same patterns with seeds 11–13, another
-//! generated day, and a mix of Dilu's patterns and that day (one per
-//! function). Every function's busiest second asks for
-//! `PEAK_INSTANCES` instances' throughput at their request share.
+//! with spikes too); beside them, the same patterns with seeds 11–13, two
+//! more generated days, and a mix of Dilu's patterns and one of those
+//! days (one per function), and ten more days that only dilu runs (the
+//! report says which choices each of them was held out from). Every
+//! function's busiest second asks for `PEAK_INSTANCES` instances'
+//! throughput at their request share.
 //!
 //! Each case runs dilu at its defaults, with and without warm starts, and
 //! every baseline at its published setting and retuned, with and without
