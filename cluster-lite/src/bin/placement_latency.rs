@@ -422,9 +422,11 @@ fn run() -> Result<(), String> {
          fragmentation, not what opening an idle GPU costs).\n\
          - `standing indexes` (the default, `place_pod`): a one-GPU pod under a policy that says what its\n\
          costs read besides the node (`PlacementPolicy::cost_context`: `dilu`'s parameters, its\n\
-         workload and how scarce idle GPUs are) is answered from a standing index of its shape: every\n\
-         class's best (cost, GPU) in order, re-scored only for the classes that changed since that\n\
-         shape's last search (`placement/src/model/cost_index.rs`). An index is built by the next\n\
+         workload and whether idle GPUs are scarce at all, somewhat or run out) is answered from a\n\
+         standing index of its shape: every class's best (cost, GPU) in order, re-scored only for the\n\
+         classes that changed since that shape's last search (`placement/src/model/cost_index.rs`),\n\
+         and where the figure its costs drift with (`PlacementPolicy::cost_drift`: how scarce idle GPUs\n\
+         are) has moved, for the classes whose bound lets them compete at today's. An index is built by the next\n\
          search of a shape after one that scored 256 classes or more in the same context, and dropped\n\
          when unused while 256 others are newer; a class still in the state it was scored in keeps its\n\
          cost (its first fitting member may change); gangs and other searches go by classes. It runs on from\n\

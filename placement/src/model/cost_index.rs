@@ -5,9 +5,9 @@
 //!
 //! A class's best (cost, GPU) depends only on its state (which makes it a
 //! class), which of its members fit the pod's host needs, the pod and
-//! whatever cluster-wide figures the policy reads (its *context*, e.g. how
-//! scarce idle GPUs are). So an index stays exact as long as its context
-//! holds, if the classes a change touched are scored again: every
+//! whatever cluster-wide figures the policy reads (its *context*). So an
+//! index stays exact as long as its context holds, if the classes a change
+//! touched are scored again: every
 //! `ClusterState::refresh_node` logs the class a node leaves and the one it
 //! joins, with the node ([`ClassLog`]), and an index replays the log since
 //! it last looked before it answers. A class's first fitting member can
@@ -17,8 +17,20 @@
 //! built only for a shape whose last search scored many classes in the
 //! same context (a search the cell floors could not cut short), since
 //! building scores every class once.
+//!
+//! One cluster-wide figure may stay out of the context where costs move
+//! with it continuously and the policy bounds how fast
+//! (`PlacementPolicy::cost_drift`: `dilu`'s scarcity of idle GPUs, which
+//! changes whenever a GPU opens, so that a context holding it would hold
+//! for a decision or two). Each offer keeps the figure it was scored at
+//! and its cost's slope, and an answer walks the order from the front,
+//! scoring again at today's figure only the offers whose bound still lets
+//! them compete, until the next key, less the most any offer can have
+//! moved, passes the best found. Where the figure holds, that is the
+//! first entry, as without drift.
 
 use std::collections::BTreeSet;
+use std::ops::Bound::{Excluded, Unbounded};
 use std::sync::Mutex;
 
 use dilu_abi::cluster_wire::{InstanceDemand, WorkClass};
@@ -198,6 +210,8 @@ struct Built {
     order: BTreeSet<(u64, usize, u32)>,
     /// What each class offered when last looked at, by class id.
     of_class: Offers,
+    /// The drift figures the offers in `order` were scored at.
+    span: DriftSpan,
 }
 
 /// Class ids per chunk of [`Offers`].
@@ -247,13 +261,73 @@ impl Offers {
 }
 
 /// What a class offered: scored on the state of its `generation` through
-/// its first fitting member `representative`, its best (cost's order key,
-/// GPU, the GPU's place on its node), if any.
+/// its first fitting member `representative`, its best GPU, if any.
 #[derive(Clone, Copy)]
 struct Offer {
     generation: u64,
     representative: usize,
-    best: Option<(u64, usize, usize)>,
+    best: Option<Scored>,
+}
+
+/// A class's cheapest GPU as scored: its cost's order key, the GPU and its
+/// place on the node, the drift figure the cost was scored at and how fast
+/// it moves with the figure (see `PlacementPolicy::cost_drift`).
+#[derive(Clone, Copy)]
+struct Scored {
+    key: u64,
+    gpu: usize,
+    place: usize,
+    at: f64,
+    slope: f64,
+}
+
+/// Room for rounding between a cost scored at one drift figure and the
+/// bound its slope puts on it at another (costs are sums of a few terms
+/// of order one).
+const DRIFT_SLACK: f64 = 1e-9;
+
+/// The drift figures an index's offers were scored at, and their largest
+/// slope: how far any offer's cost can have moved since (widened as
+/// offers come, never narrowed).
+#[derive(Clone, Copy)]
+struct DriftSpan {
+    low: f64,
+    high: f64,
+    slope: f64,
+}
+
+impl DriftSpan {
+    fn new(figure: f64) -> Self {
+        Self {
+            low: figure,
+            high: figure,
+            slope: 0.0,
+        }
+    }
+
+    fn widen(&mut self, scored: &Scored) {
+        self.low = self.low.min(scored.at);
+        self.high = self.high.max(scored.at);
+        self.slope = self.slope.max(scored.slope);
+    }
+
+    /// The most any offer's cost can differ at `figure` from its key.
+    fn reach(&self, figure: f64) -> f64 {
+        moved(
+            (figure - self.low).abs().max((self.high - figure).abs()),
+            self.slope,
+        )
+    }
+}
+
+/// How far a cost of `slope` moves over a `distance` of the figure (none
+/// over none, even at an unknown slope).
+fn moved(distance: f64, slope: f64) -> f64 {
+    if distance == 0.0 {
+        0.0
+    } else {
+        distance * slope
+    }
 }
 
 /// What an index asks about the classes of a cluster, for one pod.
@@ -265,8 +339,9 @@ pub trait ClassView {
     fn generation(&self, class: u32) -> u64;
     /// The global index of `node`'s first GPU.
     fn first_gpu(&self, node: usize) -> usize;
-    /// The cheapest (cost, GPU) on `node` for the pod, if it admits it.
-    fn score(&mut self, node: usize) -> Option<(f64, usize)>;
+    /// The cheapest (cost, GPU) on `node` for the pod, if it admits it,
+    /// with how fast that cost moves with the policy's drift figure.
+    fn score(&mut self, node: usize) -> Option<(f64, usize, f64)>;
 }
 
 /// A key whose order is `f64::total_cmp`'s.
@@ -292,26 +367,47 @@ impl Built {
     /// class still in the state it was scored in keeps its cost and its
     /// GPU's place on the node, and only its first fitting member may have
     /// changed: the policy is asked again only for a state not yet scored
-    /// here, and the order is touched only where the class's entry moved
-    /// (most classes a change touches only gain or lose a later member).
-    /// `filed`: whether the class's old entry is in the order.
-    fn rescore(&mut self, class: u32, view: &mut dyn ClassView, filed: bool) {
+    /// here, or with `fresh` for one scored at another drift figure than
+    /// `figure`, and the order is touched only where the class's entry
+    /// moved (most classes a change touches only gain or lose a later
+    /// member). `filed`: whether the class's old entry is in the order.
+    /// Returns the class's (cost, GPU), if it offers one.
+    fn rescore(
+        &mut self,
+        class: u32,
+        view: &mut dyn ClassView,
+        (filed, fresh): (bool, bool),
+        figure: f64,
+    ) -> Option<(f64, usize)> {
         let slot = class as usize;
         let old = self.of_class.slot_mut(slot).take();
-        let entry = |best: Option<(u64, usize, usize)>| best.map(|(key, gpu, _)| (key, gpu, class));
+        let entry = |best: Option<Scored>| best.map(|scored| (scored.key, scored.gpu, class));
         let old_entry = old.and_then(|offer| entry(offer.best)).filter(|_| filed);
         let new_entry = match view.representative(class) {
             None => None,
             Some(node) => {
                 let (generation, first) = (view.generation(class), view.first_gpu(node));
                 let best = match old {
-                    Some(offer) if offer.generation == generation => offer
-                        .best
-                        .map(|(key, _, place)| (key, first + place, place)),
-                    _ => view
-                        .score(node)
-                        .map(|(cost, gpu)| (order_key(cost), gpu, gpu - first)),
+                    Some(offer)
+                        if offer.generation == generation
+                            && !(fresh && offer.best.is_some_and(|scored| scored.at != figure)) =>
+                    {
+                        offer.best.map(|scored| Scored {
+                            gpu: first + scored.place,
+                            ..scored
+                        })
+                    }
+                    _ => view.score(node).map(|(cost, gpu, slope)| Scored {
+                        key: order_key(cost),
+                        gpu,
+                        place: gpu - first,
+                        at: figure,
+                        slope,
+                    }),
                 };
+                if let Some(scored) = &best {
+                    self.span.widen(scored);
+                }
                 *self.of_class.slot_mut(slot) = Some(Offer {
                     generation,
                     representative: node,
@@ -328,10 +424,66 @@ impl Built {
                 self.order.insert(new_entry);
             }
         }
+        new_entry.map(|(key, gpu, _)| (cost_of(key), gpu))
     }
 
-    fn best(&self) -> Option<(f64, usize)> {
-        self.order.first().map(|&(key, gpu, _)| (cost_of(key), gpu))
+    /// The cheapest (cost, GPU) at drift figure `figure`: the order walked
+    /// from the front, each offer scored at another figure scored again
+    /// where its slope lets it compete, until the next key, less how far
+    /// any offer can have moved, is above the best found (ties go to the
+    /// lower GPU, as in the scan). Without drift this is the first entry.
+    fn best_at(&mut self, figure: f64, view: &mut dyn ClassView) -> Option<(f64, usize)> {
+        let reach = self.span.reach(figure);
+        let mut best: Option<(f64, usize)> = None;
+        let beats = |best: Option<(f64, usize)>, (cost, gpu): (f64, usize)| {
+            best.is_none_or(|(best_cost, best_gpu)| {
+                cost < best_cost || (cost == best_cost && gpu < best_gpu)
+            })
+        };
+        // Walked in stretches between the offers scored again (which move
+        // in the order): the last entry passed, and the class to score.
+        let mut after: Option<(u64, usize, u32)> = None;
+        loop {
+            let mut stale = None;
+            let entries = match after {
+                None => self.order.range(..),
+                Some(entry) => self.order.range((Excluded(entry), Unbounded)),
+            };
+            for &entry in entries {
+                after = Some(entry);
+                let (key, gpu, class) = entry;
+                let cost = cost_of(key);
+                if best.is_some_and(|(best_cost, _)| cost - reach - DRIFT_SLACK > best_cost) {
+                    return best;
+                }
+                let Some(scored) = self
+                    .of_class
+                    .get(class as usize)
+                    .and_then(|offer| offer.best)
+                else {
+                    continue;
+                };
+                if scored.at == figure {
+                    if beats(best, (cost, gpu)) {
+                        best = Some((cost, gpu));
+                    }
+                    continue;
+                }
+                let bound = cost - moved((figure - scored.at).abs(), scored.slope) - DRIFT_SLACK;
+                if best.is_none_or(|(best_cost, _)| bound <= best_cost) {
+                    stale = Some(class);
+                    break;
+                }
+            }
+            let Some(class) = stale else {
+                return best;
+            };
+            if let Some(offered) = self.rescore(class, view, (true, true), figure)
+                && beats(best, offered)
+            {
+                best = Some(offered);
+            }
+        }
     }
 }
 
@@ -354,14 +506,15 @@ impl CostIndexes {
         self.table.try_lock().map_or(0, |table| table.built)
     }
 
-    /// The best (cost, GPU) for `shape` in `context`, from its index, built
-    /// or brought up to date through `log` as needed; `view` answers for
+    /// The best (cost, GPU) for `shape` in `context` (the policy's
+    /// fingerprint) at drift figure `figure`, from its index, built or
+    /// brought up to date through `log` as needed; `view` answers for
     /// the classes and the pod, `classes` lists every class in use, and
     /// `slots` is above every class id.
     pub fn best(
         &self,
         shape: &[u64],
-        context: u64,
+        (context, figure): (u64, f64),
         log: &ClassLog,
         classes: &mut dyn Iterator<Item = u32>,
         slots: usize,
@@ -401,20 +554,21 @@ impl CostIndexes {
                             continue;
                         }
                         done[slot] = true;
-                        built.rescore(touch.class, view, true);
+                        built.rescore(touch.class, view, (true, false), figure);
                     }
                 }
                 // The log no longer reaches back: every class is looked at
                 // again, those still in the states scored here at little cost.
                 None => {
                     built.order.clear();
+                    built.span = DriftSpan::new(figure);
                     for class in classes {
-                        built.rescore(class, view, false);
+                        built.rescore(class, view, (false, false), figure);
                     }
                 }
             }
             built.seen = log.end();
-            let best = built.best();
+            let best = built.best_at(figure, view);
             table.answers += 1;
             return Standing::Best(best);
         }
@@ -429,11 +583,12 @@ impl CostIndexes {
             seen: log.end(),
             order: BTreeSet::new(),
             of_class: Offers::with_slots(slots),
+            span: DriftSpan::new(figure),
         };
         for class in classes {
-            built.rescore(class, view, false);
+            built.rescore(class, view, (false, false), figure);
         }
-        let best = built.best();
+        let best = built.best_at(figure, view);
         index.built = Some(built);
         table.answers += 1;
         if !had {
@@ -502,6 +657,9 @@ mod tests {
         representative: FastMap<u32, usize>,
         generation: FastMap<u32, u64>,
         cost: FastMap<usize, (f64, usize)>,
+        /// How fast each node's cost moves with the drift figure (none
+        /// unless set).
+        slope: FastMap<usize, f64>,
         scored: Vec<usize>,
     }
 
@@ -515,9 +673,10 @@ mod tests {
         fn first_gpu(&self, node: usize) -> usize {
             2 * node
         }
-        fn score(&mut self, node: usize) -> Option<(f64, usize)> {
+        fn score(&mut self, node: usize) -> Option<(f64, usize, f64)> {
             self.scored.push(node);
-            self.cost.get(&node).copied()
+            let slope = self.slope.get(&node).copied().unwrap_or(0.0);
+            self.cost.get(&node).map(|&(cost, gpu)| (cost, gpu, slope))
         }
     }
 
@@ -532,7 +691,7 @@ mod tests {
         view.cost.extend([(3, (2.0, 7)), (5, (1.0, 10))]);
         let ask = |view: &mut Fake, log: &ClassLog| match indexes.best(
             &[9],
-            4,
+            (4, 0.0),
             log,
             &mut [0, 1].into_iter(),
             2,
@@ -542,7 +701,7 @@ mod tests {
             Standing::NotIndexed => panic!("no index answered"),
         };
         assert!(matches!(
-            indexes.best(&[9], 4, &log, &mut [0, 1].into_iter(), 2, &mut view),
+            indexes.best(&[9], (4, 0.0), &log, &mut [0, 1].into_iter(), 2, &mut view),
             Standing::NotIndexed
         ));
         indexes.note_search(&[9], 4, 2);
@@ -581,9 +740,65 @@ mod tests {
         assert_eq!(view.scored, [3, 5, 3]);
         // Another context is another index, not built yet.
         assert!(matches!(
-            indexes.best(&[9], 5, &log, &mut [0, 1].into_iter(), 2, &mut view),
+            indexes.best(&[9], (5, 0.0), &log, &mut [0, 1].into_iter(), 2, &mut view),
             Standing::NotIndexed
         ));
+    }
+
+    #[test]
+    fn offers_scored_at_another_drift_figure_are_scored_again_only_where_they_may_compete() {
+        let (indexes, mut log) = (CostIndexes::default(), ClassLog::default());
+        let mut view = Fake::default();
+        // Classes 0, 1, 2 on nodes 1, 2, 3: costs 1.0, 1.5 and 5.0 at
+        // figure 0, moving by 2, 0 and 1 per unit of it.
+        for (class, node, cost, slope) in [(0, 1, 1.0, 2.0), (1, 2, 1.5, 0.0), (2, 3, 5.0, 1.0)] {
+            view.representative.insert(class, node);
+            view.generation.insert(class, 1);
+            view.cost.insert(node, (cost, 2 * node));
+            view.slope.insert(node, slope);
+        }
+        let ask = |view: &mut Fake, log: &ClassLog, figure: f64| match indexes.best(
+            &[9],
+            (4, figure),
+            log,
+            &mut [0, 1, 2].into_iter(),
+            3,
+            view,
+        ) {
+            Standing::Best(best) => best,
+            Standing::NotIndexed => panic!("no index answered"),
+        };
+        indexes.note_search(&[9], 4, 3);
+        assert_eq!(ask(&mut view, &log, 0.0), Some((1.0, 2)));
+        assert_eq!(view.scored, [1, 2, 3]);
+        // At figure 0.5 class 0 costs 2.0: it and class 1 (whose bound
+        // still competes) are scored again; class 2, whose cost can have
+        // fallen by 0.5 at most, cannot beat 1.5 and is not.
+        view.cost.insert(1, (2.0, 2));
+        assert_eq!(ask(&mut view, &log, 0.5), Some((1.5, 4)));
+        assert_eq!(view.scored, [1, 2, 3, 1, 2]);
+        // The same figure again: every offer that may compete is current.
+        assert_eq!(ask(&mut view, &log, 0.5), Some((1.5, 4)));
+        assert_eq!(view.scored.len(), 5);
+        // Further on, class 2 has fallen to 1.4 (its slope allows 4.1 by
+        // figure 4.1): found, though its key was last.
+        view.cost.insert(1, (9.2, 2));
+        view.cost.insert(3, (1.4, 6));
+        assert_eq!(ask(&mut view, &log, 4.1), Some((1.4, 6)));
+        assert_eq!(view.scored[5..], [2, 1, 3]);
+        // Class 1 in a new state, at 1.0 with an unknown slope: scored again
+        // at the next figure, where it costs 3.0, and class 2 (which may
+        // have moved by 0.1) with it; class 0 (at 9.2, moving by 0.2 at
+        // most) is not.
+        view.generation.insert(1, 2);
+        view.cost.insert(2, (1.0, 5));
+        view.slope.insert(2, f64::INFINITY);
+        log.touch(1, 2);
+        assert_eq!(ask(&mut view, &log, 4.1), Some((1.0, 5)));
+        assert_eq!(view.scored[8..], [2]);
+        view.cost.insert(2, (3.0, 5));
+        assert_eq!(ask(&mut view, &log, 4.2), Some((1.4, 6)));
+        assert_eq!(view.scored[9..], [2, 3]);
     }
 
     #[test]
@@ -595,7 +810,7 @@ mod tests {
         view.cost.insert(1, (2.0, 3));
         let ask = |view: &mut Fake, log: &ClassLog, slots: usize| match indexes.best(
             &[9],
-            4,
+            (4, 0.0),
             log,
             &mut [0].into_iter(),
             slots,

@@ -264,16 +264,17 @@ impl ClusterState {
 
     /// The cheapest (cost, GPU) over every class of identical nodes for a
     /// pod of `shape` under a policy whose cluster-wide inputs are
-    /// `context`, from a standing index (see `cost_index`), where one
-    /// answers: `representative(class)` is the class's first member that
-    /// fits the pod's host needs, `score(node)` that node's cheapest
-    /// (cost, GPU) for the pod.
+    /// `context` (a fingerprint, and the figure its costs drift with),
+    /// from a standing index (see `cost_index`), where one answers:
+    /// `representative(class)` is the class's first member that fits the
+    /// pod's host needs, `score(node)` that node's cheapest (cost, GPU)
+    /// for the pod and how fast that cost moves with the figure.
     pub fn standing_best(
         &self,
         shape: &[u64],
-        context: u64,
+        context: (u64, f64),
         representative: &mut dyn FnMut(u32) -> Option<usize>,
-        score: &mut dyn FnMut(usize) -> Option<(f64, usize)>,
+        score: &mut dyn FnMut(usize) -> Option<(f64, usize, f64)>,
     ) -> Standing {
         let mut view = View {
             cluster: self,
@@ -634,7 +635,7 @@ impl ClusterState {
 struct View<'a> {
     cluster: &'a ClusterState,
     representative: &'a mut dyn FnMut(u32) -> Option<usize>,
-    score: &'a mut dyn FnMut(usize) -> Option<(f64, usize)>,
+    score: &'a mut dyn FnMut(usize) -> Option<(f64, usize, f64)>,
 }
 
 impl cost_index::ClassView for View<'_> {
@@ -650,7 +651,7 @@ impl cost_index::ClassView for View<'_> {
         self.cluster.nodes[node].start
     }
 
-    fn score(&mut self, node: usize) -> Option<(f64, usize)> {
+    fn score(&mut self, node: usize) -> Option<(f64, usize, f64)> {
         (self.score)(node)
     }
 }

@@ -263,18 +263,24 @@ impl Complementary {
     /// they run out, steering a pod off a dense GPU costs room a later pod
     /// needs instead (see the module docs, "The price fades as idle GPUs
     /// run out").
+    /// Returns how much the price can move per unit of scarcity (the
+    /// weight times the largest new excess).
     fn add_open_and_price(
         &self,
         cluster: &ClusterState,
         demand: &InstanceDemand,
         entries: &mut [(f64, usize)],
-    ) {
+    ) -> f64 {
         let price = self.fragmentation_risk_weight * (1.0 - self.scarcity(cluster));
+        let mut most_excess = 0.0f64;
         for entry in entries {
             let gpu = &cluster.gpus[entry.1];
             let open = if gpu.is_active() { 0.0 } else { OPEN_GPU_COST };
-            entry.0 += open + price * new_excess(gpu, demand);
+            let excess = new_excess(gpu, demand);
+            most_excess = most_excess.max(excess);
+            entry.0 += open + price * excess;
         }
+        self.fragmentation_risk_weight.abs() * most_excess
     }
 }
 
@@ -323,15 +329,29 @@ impl PlacementPolicy for Complementary {
         Some(open + fit)
     }
 
-    /// Every parameter, the workload, and under the fragmentation fit how
-    /// scarce idle GPUs are (which weighs the fit and the price).
+    /// Every parameter, the workload, and under the fragmentation fit
+    /// whether idle GPUs are scarce at all, somewhat, or run out: how
+    /// scarce (which weighs the fit and the price) is the drift figure
+    /// ([`Self::cost_drift`]), bounded only in between, where both measures
+    /// are taken.
     fn cost_context(&self, cluster: &ClusterState) -> Option<u64> {
-        let (workload, scarcity) = match &self.fragmentation {
-            Some(fragmentation) => (fragmentation.fingerprint(), self.scarcity(cluster)),
-            None => (0, 0.0),
+        let (workload, regime) = match &self.fragmentation {
+            Some(fragmentation) => {
+                let scarcity = self.scarcity(cluster);
+                let regime = if scarcity <= 0.0 {
+                    0
+                } else if scarcity < 1.0 {
+                    1
+                } else {
+                    2
+                };
+                (fragmentation.fingerprint(), regime)
+            }
+            None => (0, 0),
         };
         Some(crate::fast_hash::fingerprint([
             workload,
+            regime,
             self.fragmentation_scope as u64,
             self.fragmentation_risk_weight.to_bits(),
             self.scarcity_full.to_bits(),
@@ -341,8 +361,11 @@ impl PlacementPolicy for Complementary {
             self.scale_in_risk_weight.to_bits(),
             self.move_limit_cap.to_bits(),
             self.restart_limit_cap.to_bits(),
-            scarcity.to_bits(),
         ]))
+    }
+
+    fn cost_drift(&self, cluster: &ClusterState) -> Option<f64> {
+        self.fragmentation.is_some().then(|| self.scarcity(cluster))
     }
 
     fn costs_on_node(
@@ -354,15 +377,35 @@ impl PlacementPolicy for Complementary {
         candidates: &[usize],
         out: &mut Vec<(f64, usize)>,
     ) {
+        self.costs_and_drift_on_node(cluster, node, demand, needs, candidates, out);
+    }
+
+    /// The costs move with scarcity through the price on new limit excess
+    /// (its weight times one less the scarcity) and, under
+    /// `FragmentationScope::ByScarcity`, the blend of the busy and the
+    /// node-wide measures: the bound is the largest gap between the two
+    /// measures plus the price's weight times the largest new excess, or
+    /// unknown where one of the measures was not taken.
+    fn costs_and_drift_on_node(
+        &self,
+        cluster: &ClusterState,
+        node: usize,
+        demand: &InstanceDemand,
+        needs: &PodNeeds,
+        candidates: &[usize],
+        out: &mut Vec<(f64, usize)>,
+    ) -> f64 {
         let Some(fragmentation) = &self.fragmentation else {
             out.extend(
                 candidates
                     .iter()
                     .map(|&index| (self.cost(&cluster.gpus[index], demand), index)),
             );
-            return;
+            // The slack fit reads no scarcity.
+            return 0.0;
         };
         let first = out.len();
+        let mut blend_slope = 0.0f64;
         match self.fragmentation_scope {
             FragmentationScope::Node => {
                 fragmentation.increases(cluster, node, demand, needs, candidates, out)
@@ -381,10 +424,11 @@ impl PlacementPolicy for Complementary {
                 if node_wide && scarcity >= 1.0 {
                     // The blend below is the node-wide increase alone: the
                     // busy one is not measured (half the measuring once idle
-                    // GPUs count as run out, as on a busy cluster).
+                    // GPUs count as run out, as on a busy cluster), nor
+                    // then how far the blend moves below full scarcity.
                     fragmentation.increases(cluster, node, demand, needs, candidates, out);
                     self.add_open_and_price(cluster, demand, &mut out[first..]);
-                    return;
+                    return f64::INFINITY;
                 }
                 fragmentation.busy_then_node_increases(
                     cluster, node, demand, needs, candidates, out, node_wide,
@@ -399,13 +443,18 @@ impl PlacementPolicy for Complementary {
                     for index in first..whole {
                         let node_wide = out[whole + index - first].0;
                         let entry = &mut out[index];
+                        blend_slope = blend_slope.max((node_wide - entry.0).abs());
                         entry.0 = (1.0 - scarcity) * entry.0 + scarcity * node_wide;
                     }
                     out.truncate(whole);
+                } else if !all_busy {
+                    // No scarcity yet: the node-wide measure, which a
+                    // scarcity above none blends in, was not taken.
+                    blend_slope = f64::INFINITY;
                 }
             }
         }
-        self.add_open_and_price(cluster, demand, &mut out[first..]);
+        blend_slope + self.add_open_and_price(cluster, demand, &mut out[first..])
     }
 
     fn workload(&self) -> Option<&Arc<WorkloadMix>> {

@@ -175,6 +175,10 @@ impl PlacementPolicy for PowerAware {
         ]))
     }
 
+    fn cost_drift(&self, cluster: &ClusterState) -> Option<f64> {
+        self.inner.cost_drift(cluster)
+    }
+
     fn costs_on_node(
         &self,
         cluster: &ClusterState,
@@ -184,9 +188,23 @@ impl PlacementPolicy for PowerAware {
         candidates: &[usize],
         out: &mut Vec<(f64, usize)>,
     ) {
+        self.costs_and_drift_on_node(cluster, node, demand, needs, candidates, out);
+    }
+
+    /// The inner policy's bound: the price on watts reads no drift figure.
+    fn costs_and_drift_on_node(
+        &self,
+        cluster: &ClusterState,
+        node: usize,
+        demand: &InstanceDemand,
+        needs: &PodNeeds,
+        candidates: &[usize],
+        out: &mut Vec<(f64, usize)>,
+    ) -> f64 {
         let from = out.len();
-        self.inner
-            .costs_on_node(cluster, node, demand, needs, candidates, out);
+        let drift = self
+            .inner
+            .costs_and_drift_on_node(cluster, node, demand, needs, candidates, out);
         // A gang's cost is the mean over its GPUs: each carries its share
         // of the sockets the pod's cores wake.
         let cpu = cpu_watts_added(cluster, node, needs.cpu_milli) / f64::from(demand.gpus.max(1));
@@ -199,6 +217,7 @@ impl PlacementPolicy for PowerAware {
             };
             *cost += self.weight * (woken + cpu) / 100.0;
         }
+        drift
     }
 
     fn host_only_cost(&self, cluster: &ClusterState, node: usize, needs: &PodNeeds) -> f64 {

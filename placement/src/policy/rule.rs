@@ -28,15 +28,42 @@ pub trait PlacementPolicy: Send + Sync {
         None
     }
     /// A fingerprint of all that [`costs_on_node`](Self::costs_on_node)
-    /// reads besides the node and the pod (the policy's parameters and
-    /// any cluster-wide figure, such as how scarce idle GPUs are), or
-    /// `None` (the default) when the policy cannot say. With one, a
+    /// reads besides the node, the pod and [`cost_drift`](Self::cost_drift)'s
+    /// figure (the policy's parameters and any other cluster-wide figure),
+    /// or `None` (the default) when the policy cannot say. With one, a
     /// one-GPU search may answer from a standing index of every class's
     /// best cost for the pod's shape, kept while the fingerprint holds
     /// (`ClusterState::standing_best`).
     fn cost_context(&self, cluster: &ClusterState) -> Option<u64> {
         let _ = cluster;
         None
+    }
+    /// The cluster-wide figure in [0, 1] that costs move with continuously
+    /// and that [`cost_context`](Self::cost_context) leaves out (`dilu`:
+    /// how scarce idle GPUs are, which changes whenever a GPU opens), or
+    /// `None` (the default) when the context says all. A policy that
+    /// wraps another and forwards its context forwards this too.
+    fn cost_drift(&self, cluster: &ClusterState) -> Option<f64> {
+        let _ = cluster;
+        None
+    }
+    /// [`costs_on_node`](Self::costs_on_node), returning a bound on how
+    /// much the cheapest of those costs can move per unit change of
+    /// [`cost_drift`](Self::cost_drift)'s figure, the node unchanged
+    /// (`f64::INFINITY`, the default: unknown). With it a standing index
+    /// keeps a class scored at another value of the figure, and scores it
+    /// again only where the bound lets it compete.
+    fn costs_and_drift_on_node(
+        &self,
+        cluster: &ClusterState,
+        node: usize,
+        demand: &InstanceDemand,
+        needs: &PodNeeds,
+        candidates: &[usize],
+        out: &mut Vec<(f64, usize)>,
+    ) -> f64 {
+        self.costs_on_node(cluster, node, demand, needs, candidates, out);
+        f64::INFINITY
     }
     /// Costs of placing one share of a pod on each of `candidates` (GPUs
     /// of node `node` that admit it and are not draining), pushed to `out`

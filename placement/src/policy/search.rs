@@ -143,25 +143,29 @@ fn search(
             .then(|| policy.cost_context(cluster))
             .flatten()
             .map(|context| (crate::model::shape_key(demand, needs), context));
-    let Some((shape, context)) = standing else {
+    // Without a drift figure the context says all: every class is scored
+    // at the same figure.
+    let drift = policy.cost_drift(cluster).unwrap_or(0.0);
+    let Some((shape, context)) = standing.filter(|_| drift.is_finite()) else {
         return search_classes(policy, cluster, demand, needs, indexed, &mut 0);
     };
     let (mut candidates, mut costs) = (Vec::new(), Vec::new());
     let mut representative = |class| cluster.class_members_fitting(class, needs).next();
-    // A node's cheapest GPU as the scan finds it; a cost of −0 is given
-    // as 0, which it equals in the scan's comparisons.
+    // A node's cheapest GPU as the scan finds it (a cost of −0 is given
+    // as 0, which it equals in the scan's comparisons), and how fast its
+    // cost moves with the drift figure.
     let mut score = |node| {
         costs.clear();
-        node_costs(
+        let slope = node_costs(
             (policy, cluster, demand, needs),
             node,
             &mut candidates,
             &mut costs,
         );
-        cheapest_one(&costs).map(|(cost, index)| (cost + 0.0, index))
+        cheapest_one(&costs).map(|(cost, index)| (cost + 0.0, index, slope))
     };
     if let Standing::Best(best) =
-        cluster.standing_best(&shape, context, &mut representative, &mut score)
+        cluster.standing_best(&shape, (context, drift), &mut representative, &mut score)
     {
         return best.map(|(cost, gpu)| Placement {
             gpus: vec![gpu],
@@ -430,21 +434,24 @@ pub fn place_on_node(
 }
 
 /// Pushes (cost, GPU) for every GPU of `node` that admits `demand` and is
-/// not draining.
+/// not draining; returns how fast the cheapest moves with the policy's
+/// drift figure (`PlacementPolicy::costs_and_drift_on_node`; 0 where no
+/// GPU admits it).
 pub(super) fn node_costs(
     (policy, cluster, demand, needs): Pod<'_>,
     node: usize,
     candidates: &mut Vec<usize>,
     costs: &mut Vec<(f64, usize)>,
-) {
+) -> f64 {
     candidates.clear();
     candidates.extend(cluster.nodes[node].clone().filter(|&index| {
         let gpu = &cluster.gpus[index];
         gpu.draining == 0 && policy.admits(gpu, demand)
     }));
-    if !candidates.is_empty() {
-        policy.costs_on_node(cluster, node, demand, needs, candidates, costs);
+    if candidates.is_empty() {
+        return 0.0;
     }
+    policy.costs_and_drift_on_node(cluster, node, demand, needs, candidates, costs)
 }
 
 /// The cheapest of `costs` (ties: lower GPU index), or `None`.

@@ -730,3 +730,79 @@ fn standing_indexes_place_as_the_scan_while_pods_come_go_and_gpus_drain() {
         );
     }
 }
+
+#[test]
+fn standing_indexes_place_as_the_scan_while_idle_gpus_grow_scarce() {
+    // `dilu`'s costs move with how scarce idle GPUs are, which changes
+    // whenever a GPU opens or goes idle; the indexes keep that figure out
+    // of their context and score again only the classes that may compete
+    // at today's. With a tenth of the GPUs in use, hovering (pods placed
+    // and released, limits above requests so that the price on excess
+    // moves too), every placement must be the scan's, the indexes must
+    // answer nearly every search (with the scarcity in the context, as
+    // before, they answered 705 of these 800), and the scarcity must have
+    // taken many values.
+    let mut random = Lcg(5);
+    let policy = Complementary::for_workload(whole_and_fifth_gpu_mix());
+    let mut cluster = ClusterState::default();
+    for node in 0..60 {
+        let (gpus, cpu_milli) = [(8, 96_000), (4, 24_000), (2, 32_000)][node % 3];
+        let host = HostState {
+            cpu_milli,
+            cpu_used: 0,
+            memory_mib: 6 << 10,
+            memory_used: 0,
+            model: 0,
+        };
+        cluster.add_host(gpus, 80 * GIB, host);
+    }
+    tell_cluster_the_workload(&policy, &mut cluster);
+    let shapes = [
+        (0.2, 1000, 0),
+        (0.3, 4000, 1),
+        (0.5, 8000, 2),
+        (1.0, 8000, 1),
+    ];
+    let mut running: Vec<Running> = Vec::new();
+    let mut scarcities = Vec::new();
+    for step in 0..800 {
+        if !running.is_empty() && (cluster.busy_share() > 0.1 || random.next(4) == 0) {
+            release_one(&mut cluster, &mut running, &mut random);
+        }
+        let (request, cpu_milli, memory_gib) = shapes[random.next(4) as usize];
+        let pod = demand(WorkClass::Latency, request, (request * 1.3).min(1.0), 10, 1);
+        let needs = PodNeeds {
+            cpu_milli,
+            memory_mib: memory_gib << 10,
+            ..PodNeeds::default()
+        };
+        let indexed = place_pod(&policy, &cluster, &pod, &needs);
+        let scanned = place_pod_scanning_every_node(&policy, &cluster, &pod, &needs);
+        assert_eq!(indexed, scanned, "step {step}");
+        scarcities.push(policy.scarcity(&cluster).to_bits());
+        if let Some(placement) = indexed {
+            cluster.apply(&pod, &placement.gpus);
+            cluster.apply_host(cluster.gpus[placement.gpus[0]].node, &needs);
+            running.push((pod, needs, placement.gpus));
+        }
+    }
+    let (answered, searches) = cluster.standing_answers();
+    assert!(
+        answered * 100 >= searches * 97,
+        "indexes answered {answered} of {searches} searches"
+    );
+    let hovered = scarcities
+        .iter()
+        .filter(|&&bits| {
+            let scarcity = f64::from_bits(bits);
+            scarcity > 0.0 && scarcity < 1.0
+        })
+        .count();
+    scarcities.sort_unstable();
+    scarcities.dedup();
+    assert!(
+        hovered >= 700 && scarcities.len() >= 20,
+        "scarcity took {} values",
+        scarcities.len()
+    );
+}
