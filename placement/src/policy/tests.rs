@@ -742,8 +742,22 @@ fn standing_indexes_place_as_the_scan_while_idle_gpus_grow_scarce() {
     // answer nearly every search (with the scarcity in the context, as
     // before, they answered 705 of these 800), and the scarcity must have
     // taken many values.
+    // `dilu-power` forwards the drift (its price on watts reads none).
+    let dilu = || Box::new(Complementary::for_workload(whole_and_fifth_gpu_mix()));
+    let policies: [Box<dyn PlacementPolicy>; 2] = [
+        dilu(),
+        Box::new(power::PowerAware::new(dilu(), power::POWER_WEIGHT)),
+    ];
+    for policy in &policies {
+        scarcity_drifts_as_the_scan_decides(policy.as_ref());
+    }
+}
+
+/// [`standing_indexes_place_as_the_scan_while_idle_gpus_grow_scarce`] for
+/// one policy built on `dilu`'s.
+fn scarcity_drifts_as_the_scan_decides(policy: &dyn PlacementPolicy) {
     let mut random = Lcg(5);
-    let policy = Complementary::for_workload(whole_and_fifth_gpu_mix());
+    let scarcity = Complementary::for_workload(whole_and_fifth_gpu_mix());
     let mut cluster = ClusterState::default();
     for node in 0..60 {
         let (gpus, cpu_milli) = [(8, 96_000), (4, 24_000), (2, 32_000)][node % 3];
@@ -756,7 +770,7 @@ fn standing_indexes_place_as_the_scan_while_idle_gpus_grow_scarce() {
         };
         cluster.add_host(gpus, 80 * GIB, host);
     }
-    tell_cluster_the_workload(&policy, &mut cluster);
+    tell_cluster_the_workload(policy, &mut cluster);
     let shapes = [
         (0.2, 1000, 0),
         (0.3, 4000, 1),
@@ -776,10 +790,10 @@ fn standing_indexes_place_as_the_scan_while_idle_gpus_grow_scarce() {
             memory_mib: memory_gib << 10,
             ..PodNeeds::default()
         };
-        let indexed = place_pod(&policy, &cluster, &pod, &needs);
-        let scanned = place_pod_scanning_every_node(&policy, &cluster, &pod, &needs);
-        assert_eq!(indexed, scanned, "step {step}");
-        scarcities.push(policy.scarcity(&cluster).to_bits());
+        let indexed = place_pod(policy, &cluster, &pod, &needs);
+        let scanned = place_pod_scanning_every_node(policy, &cluster, &pod, &needs);
+        assert_eq!(indexed, scanned, "{} step {step}", policy.name());
+        scarcities.push(scarcity.scarcity(&cluster).to_bits());
         if let Some(placement) = indexed {
             cluster.apply(&pod, &placement.gpus);
             cluster.apply_host(cluster.gpus[placement.gpus[0]].node, &needs);
@@ -789,7 +803,8 @@ fn standing_indexes_place_as_the_scan_while_idle_gpus_grow_scarce() {
     let (answered, searches) = cluster.standing_answers();
     assert!(
         answered * 100 >= searches * 97,
-        "indexes answered {answered} of {searches} searches"
+        "{}: indexes answered {answered} of {searches} searches",
+        policy.name()
     );
     let hovered = scarcities
         .iter()
