@@ -11,7 +11,7 @@
 //! openb pods drawn at random (the workload known: `dilu`'s fragmentation
 //! fit). Each is filled to a share of its GPU capacity requested (pods
 //! arriving and never leaving, as in FGD's protocol; 10% is about where
-//! openb's own replay runs, 50% a busy cluster), then the next `MEASURED`
+//! openb's own replay runs, 50% a busy cluster; `--fills` others), then the next `MEASURED`
 //! pods of the same source are placed and applied in turn, as a scheduler
 //! does, each decision timed once: its time includes whatever upkeep the
 //! search does (a standing index re-scoring the classes changed since its
@@ -23,7 +23,7 @@
 //! half or more from the host alone (the decisions are the same in every
 //! round).
 //!
-//! usage: placement-latency [--out DIR] [--data DIR] [--sizes GPUS,...] [--rounds N]
+//! usage: placement-latency [--out DIR] [--data DIR] [--sizes GPUS,...] [--fills SHARES,...] [--rounds N]
 
 use std::fmt::Write as _;
 use std::path::PathBuf;
@@ -53,6 +53,8 @@ struct Args {
     out: PathBuf,
     data: PathBuf,
     sizes: Vec<usize>,
+    /// Shares of the capacity requested before the decisions are timed.
+    fills: Vec<f64>,
     rounds: usize,
 }
 
@@ -61,6 +63,7 @@ fn parse_args() -> Result<Args, String> {
         out: PathBuf::from("bench/results"),
         data: PathBuf::from("bench/data/alibaba-openb"),
         sizes: SIZES.to_vec(),
+        fills: FILLS.to_vec(),
         rounds: ROUNDS,
     };
     let mut words = std::env::args().skip(1);
@@ -79,6 +82,22 @@ fn parse_args() -> Result<Args, String> {
                         "--sizes {text:?}: GPU counts of 8 or more, comma-separated"
                     ))?;
             }
+            "--fills" => {
+                let text = value()?;
+                args.fills = text
+                    .split(',')
+                    .map(|share| {
+                        share
+                            .trim()
+                            .parse::<f64>()
+                            .ok()
+                            .filter(|&share| share > 0.0 && share < 1.0)
+                    })
+                    .collect::<Option<Vec<_>>>()
+                    .ok_or(format!(
+                        "--fills {text:?}: shares of the capacity above 0 and below 1, comma-separated"
+                    ))?;
+            }
             "--rounds" => {
                 let text = value()?;
                 args.rounds = text
@@ -89,7 +108,7 @@ fn parse_args() -> Result<Args, String> {
             }
             "-h" | "--help" => {
                 println!(
-                    "usage: placement-latency [--out DIR] [--data DIR] [--sizes GPUS,...] [--rounds N]"
+                    "usage: placement-latency [--out DIR] [--data DIR] [--sizes GPUS,...] [--fills SHARES,...] [--rounds N]"
                 );
                 std::process::exit(0);
             }
@@ -265,7 +284,7 @@ fn median(mut values: Vec<f64>) -> f64 {
 
 /// For `dilu` at each fill and shape: how node states and each search's
 /// p50 and p99 grow from the smallest size to the largest.
-fn growth_table(rows: &[Row], sizes: &[usize]) -> String {
+fn growth_table(rows: &[Row], sizes: &[usize], fills: &[f64]) -> String {
     let mut out = String::from(
         "| requested | shape | GPUs | node states | standing indexes p50 / p99 µs | classes p50 / p99 µs | every node p50 / p99 µs |\n\
          |---:|---|---|---|---|---|---|\n",
@@ -274,7 +293,7 @@ fn growth_table(rows: &[Row], sizes: &[usize]) -> String {
         return out;
     };
     let ratio = |x: f64, y: f64| y / x.max(f64::MIN_POSITIVE);
-    for fill in FILLS {
+    for &fill in fills {
         for shape in ["uniform, generated", "openb nodes, openb pods"] {
             let find = |size: usize, search: &str| {
                 rows.iter().find(|row| {
@@ -353,7 +372,8 @@ fn run() -> Result<(), String> {
         .join(" ");
     let started = Instant::now();
     let mut rows = Vec::new();
-    for (fill, gpus) in FILLS
+    for (fill, gpus) in args
+        .fills
         .iter()
         .flat_map(|&fill| args.sizes.iter().map(move |&gpus| (fill, gpus)))
     {
@@ -390,10 +410,10 @@ fn run() -> Result<(), String> {
     let _ = writeln!(
         md,
         "# Placement latency as the cluster grows\n\n\
-         Written by `scripts/bench.sh placement-latency` (`placement-latency`,\n\
+         Written by {command}\n\
          `cluster-lite/src/bin/placement_latency.rs`); nothing here is edited by hand. Release build,\n\
          this machine's load when it started: {load}; {seconds:.0} s in all.\n\n\
-         Each cluster is filled until 10% or 50% of its GPU capacity is requested (pods arriving in\n\
+         Each cluster is filled until {fills} of its GPU capacity is requested (pods arriving in\n\
          order, never leaving; openb's own replay keeps about 1% of its GPUs in use); then the next\n\
          {MEASURED} pods are placed and applied in turn, as a scheduler does, each decision timed once (its\n\
          time includes whatever upkeep the search does), by each search from its own fill by a fresh\n\
@@ -440,8 +460,27 @@ fn run() -> Result<(), String> {
          {growth}\n\
          | requested | shape | GPUs | GPUs in use | busy nodes | node states | policy | search | answered | p50 µs | p99 µs |\n|---:|---|---:|---:|---:|---:|---|---|---:|---:|---:|",
         seconds = started.elapsed().as_secs_f64(),
+        command = match std::env::args()
+            .skip(1)
+            .reduce(|line, word| line + " " + &word)
+        {
+            None => "`scripts/bench.sh placement-latency` (`placement-latency`,".to_string(),
+            Some(arguments) => format!("`placement-latency {arguments}` ("),
+        },
+        fills = {
+            let shares: Vec<String> = args
+                .fills
+                .iter()
+                .map(|share| format!("{:.0}%", share * 100.0))
+                .collect();
+            match shares.split_last() {
+                Some((last, [])) => last.clone(),
+                Some((last, rest)) => format!("{} or {last}", rest.join(", ")),
+                None => String::new(),
+            }
+        },
         rounds = args.rounds,
-        growth = growth_table(&rows, &args.sizes),
+        growth = growth_table(&rows, &args.sizes, &args.fills),
     );
     for row in &rows {
         let _ = writeln!(
