@@ -683,19 +683,7 @@ fn standing_indexes_place_as_the_scan_while_pods_come_go_and_gpus_drain() {
     ];
     let shapes = [(0.2, 0, 0), (0.2, 4000, 3), (0.5, 8000, 1), (1.0, 12000, 2)];
     for policy in policies {
-        let mut cluster = ClusterState::default();
-        for node in 0..30 {
-            let (gpus, cpu_milli) = [(8, 96_000), (4, 24_000), (2, 32_000)][node % 3];
-            let host = HostState {
-                cpu_milli,
-                cpu_used: 0,
-                memory_mib: 6 << 10,
-                memory_used: 0,
-                model: 0,
-            };
-            cluster.add_host(gpus, 80 * GIB, host);
-        }
-        tell_cluster_the_workload(policy.as_ref(), &mut cluster);
+        let mut cluster = nodes_of_three_kinds(30, policy.as_ref());
         let mut running: Vec<Running> = Vec::new();
         for step in 0..600 {
             if !running.is_empty() && random.next(5) < 2 {
@@ -758,19 +746,7 @@ fn standing_indexes_place_as_the_scan_while_idle_gpus_grow_scarce() {
 fn scarcity_drifts_as_the_scan_decides(policy: &dyn PlacementPolicy) {
     let mut random = Lcg(5);
     let scarcity = Complementary::for_workload(whole_and_fifth_gpu_mix());
-    let mut cluster = ClusterState::default();
-    for node in 0..60 {
-        let (gpus, cpu_milli) = [(8, 96_000), (4, 24_000), (2, 32_000)][node % 3];
-        let host = HostState {
-            cpu_milli,
-            cpu_used: 0,
-            memory_mib: 6 << 10,
-            memory_used: 0,
-            model: 0,
-        };
-        cluster.add_host(gpus, 80 * GIB, host);
-    }
-    tell_cluster_the_workload(policy, &mut cluster);
+    let mut cluster = nodes_of_three_kinds(60, policy);
     let shapes = [
         (0.2, 1000, 0),
         (0.3, 4000, 1),
@@ -820,4 +796,23 @@ fn scarcity_drifts_as_the_scan_decides(policy: &dyn PlacementPolicy) {
         "scarcity took {} values",
         scarcities.len()
     );
+}
+
+/// `count` nodes of 8, 4 and 2 GPUs in turn (96, 24 and 32 cores; 6 GiB of
+/// host memory, which binds now and then), told `policy`'s workload.
+fn nodes_of_three_kinds(count: usize, policy: &dyn PlacementPolicy) -> ClusterState {
+    let mut cluster = ClusterState::default();
+    for node in 0..count {
+        let (gpus, cpu_milli) = [(8, 96_000), (4, 24_000), (2, 32_000)][node % 3];
+        let host = HostState {
+            cpu_milli,
+            cpu_used: 0,
+            memory_mib: 6 << 10,
+            memory_used: 0,
+            model: 0,
+        };
+        cluster.add_host(gpus, 80 * GIB, host);
+    }
+    tell_cluster_the_workload(policy, &mut cluster);
+    cluster
 }
