@@ -682,6 +682,27 @@ impl DeviceTime {
     }
 }
 
+/// When the filler's kernels ran against the primary's first kernel, and
+/// how many: what a failed harvest needs to tell a filler that was not
+/// running (it ended, or started late) from one held back.
+fn filler_span(trace: &std::path::Path, primary_pid: u32, filler_pid: u32) -> String {
+    let records = dilu_harness::workspace::read_trace(trace);
+    let primary = whole_kernels(&records, primary_pid);
+    let filler = whole_kernels(&records, filler_pid);
+    let origin = primary.first().map_or(0, |kernel| kernel.0) as i128;
+    let ms = |ns: u64| (ns as i128 - origin) as f64 / 1e6;
+    match (filler.first(), filler.last(), primary.last()) {
+        (Some(first), Some(last), Some(primary_last)) => format!(
+            "filler: {} kernels from {:.0} to {:.0} ms, the primary's from 0 to {:.0} ms",
+            filler.len(),
+            ms(first.0),
+            ms(last.1),
+            ms(primary_last.1)
+        ),
+        _ => format!("filler: {} kernels in the trace", filler.len()),
+    }
+}
+
 /// `demo-tenant serve` with `serve_args`, reporting no latencies, under
 /// `--colo primary` without an SLO (kept as if alone), beside a `--colo
 /// filler` of 300 µs kernels, 32 queued, started first and running 3 s
@@ -960,7 +981,8 @@ fn beside_a_server_that_reports_nothing_a_filler_takes_its_idle_time() {
     );
     assert!(
         harvest > 0.25,
-        "the filler took {:.1}% of the idle time beside a server that reports nothing",
-        harvest * 100.0
+        "the filler took {:.1}% of the idle time beside a server that reports nothing ({})",
+        harvest * 100.0,
+        filler_span(&trace, primary_pid, filler_pid)
     );
 }
