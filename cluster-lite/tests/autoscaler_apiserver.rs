@@ -3,7 +3,7 @@
 //! manager whose `/api/status` follows the pods the Deployments have: an
 //! annotated Deployment whose instances are saturated at their limit and
 //! over their SLO is scaled up to its maximum, a quiet one is scaled down
-//! one at a time after a quiet window down to its minimum, an unannotated
+//! after quiet windows down to its minimum, an unannotated
 //! one is never touched, and failing API calls or a broken node manager
 //! cost periods, not the controller.
 
@@ -329,9 +329,9 @@ fn saturated_functions_grow_to_their_maximum_and_quiet_ones_shrink_to_their_mini
     });
     assert_eq!(mocks.patches().len(), 2);
 
-    // Quiet: down one instance at a time, each after a quiet window; the
-    // room for a rise like the last ones is kept while they are
-    // remembered (RISE_MEMORY periods), then it goes too.
+    // Quiet: down, each step after a quiet window, to the most that window
+    // asked for; the room for a rise like the last ones is kept while
+    // they are remembered (RISE_MEMORY periods), then it goes too.
     let quiet_from = mocks.set_load(Load::Quiet);
     mocks.wait_for("web at its minimum", |m| m.replicas("web") == 2);
     let shrunk: Vec<(usize, usize)> = mocks.patches()[2..].iter().map(|p| (p.1, p.2)).collect();

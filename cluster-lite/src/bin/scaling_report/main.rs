@@ -491,7 +491,7 @@ fn run_report() -> Result<(), String> {
         md,
         "\n## In sample and held out\n\n\
          `dilu`'s constants (a target of {TARGET} of its instances' throughput at their limits for the\n\
-         load's level, one scale-in per {IN_PERIODS} s of fewer being enough, exhaustion in {OUT_PERIODS} of\n\
+         load's level, a scale-in after {IN_PERIODS} s of fewer being enough, exhaustion in {OUT_PERIODS} of\n\
          {OUT_WINDOW} s) were chosen by sweeping them on the three in-sample loads (Dilu's patterns, seeds\n\
          1–{seeds}). The load's level (its highest in the last {LEVEL_PERIODS} s, which rises are measured\n\
          from), the share of the limits' throughput the level plus the largest remembered rise may use\n\
@@ -501,7 +501,9 @@ fn run_report() -> Result<(), String> {
          {THIRD_DAY_SEED}) added afterwards, unseen: it fell below the goal, as did `periodic` with 40 s\n\
          starts, and {PEAK_TARGET} was then chosen with that day, the start times and ten more days\n\
          (seeds 50–59) in view. The ten days of \"Ten more days\" (seeds {}–{}) were added after that\n\
-         and are held out from every choice. The warm starts' keep-alive ({KEEP_WARM_S} s) was chosen in a sweep that\n\
+         and are held out from every choice of a constant. How far a scale-in goes (to the most\n\
+         instances the {IN_PERIODS} s asked for; it had been one instance) was changed last, in a run\n\
+         that printed every table here, the ten days too; it has no constant to choose. The warm starts' keep-alive ({KEEP_WARM_S} s) was chosen in a sweep that\n\
          printed the held-out loads too. The warm-up was added after counting from a cold start had put\n\
          most of `dilu`'s missed requests in the first five minutes; its length is not one of `dilu`'s\n\
          constants but the longest memory of any scaler or predictor here. The baselines are retuned on\n\
