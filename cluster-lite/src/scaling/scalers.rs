@@ -16,8 +16,9 @@
 //!   time where that is higher, at [`PEAK_TARGET`] of the instances'
 //!   throughput at their limits; and the level alone at [`TARGET`] of it.
 //!   Out at once, to that; in when fewer would have done for
-//!   [`IN_PERIODS`] periods in a row, to the most those periods asked for. Saturated and over the SLO in 3 of
-//!   the last 6 periods means one more at least. The rule is [`DiluRule`], which the
+//!   [`IN_PERIODS`] periods in a row, to the most those periods asked for.
+//!   Saturated and over the SLO in 3 of the last 6 periods means one more
+//!   at least. The rule is [`DiluRule`], which the
 //!   Kubernetes autoscaler runs too. Requests are what an instance is
 //!   guaranteed; the limits carry bursts, so instances are counted at
 //!   their limits, not their requests.
