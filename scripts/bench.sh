@@ -52,9 +52,10 @@
 #              repository carries): fgd, PWR+FGD, dilu and dilu-power under
 #              FGD's protocol (seeds 1-5) and in time
 #                                             -> bench/results/power.md
-#   scaling    request-level 2D scaling on Dilu's three arrival patterns: dilu's
-#              scaler on the node manager's signals, Dilu's published rule, a
-#              Knative-KPA-style and an HPA-style autoscaler
+#   scaling    request-level 2D scaling on Dilu's three arrival patterns, held-out
+#              seeds, generated days and a real day (Alibaba's GenAI serving
+#              trace): dilu's scaler on the node manager's signals, Dilu's
+#              published rule, a Knative-KPA-style and an HPA-style autoscaler
 #                                             -> bench/results/scaling.md, scaling-*.svg
 #   profile    `dilu profile`'s search against Dilu's published HGSS and an
 #              exhaustive search, on Dilu's measured tables (no GPU, no run)

@@ -12,7 +12,8 @@
 //! constants were chosen on these, and its rise memory on a generated day
 //! with spikes too); beside them, the same patterns with seeds 11–13, two
 //! more generated days, and a mix of Dilu's patterns and one of those
-//! days (one per function), and ten more days that only dilu runs (the
+//! days (one per function), a real day (Alibaba's GenAI serving load,
+//! `bench/data/alibaba-genai/`), and ten more days that only dilu runs (the
 //! report says which choices each of them was held out from). Every
 //! function's busiest second asks for `PEAK_INSTANCES` instances'
 //! throughput at their request share.
@@ -66,6 +67,9 @@ const THIRD_DAY_SEED: u64 = 41;
 /// added after).
 const MORE_DAY_SEEDS: std::ops::RangeInclusive<u64> = 60..=69;
 const HELD_OUT_FIRST_SEED: u64 = 11;
+/// A real day's load, a minute per line: Alibaba's GenAI serving trace
+/// (its `SOURCE.md` says how it was derived), played a minute per second.
+const GENAI_DAY: &str = "alibaba-genai/generative-qps-by-minute.txt";
 /// Targets each baseline is retuned over (its share of an instance's
 /// throughput or in-flight requests); the published one is among them.
 const BASELINE_TARGETS: [f64; 12] = [
@@ -290,6 +294,14 @@ fn cases(args: &Args, services: &[Service]) -> Result<Vec<Case>, String> {
         held_out: true,
         functions: functions(services, &mix, 0.0),
         seconds: mix.iter().map(|p| p.seconds()).max().unwrap_or(1),
+        seeds: held_out.clone(),
+    });
+    let genai_day = Pattern::parse("alibaba-genai-day", &read(&args.data.join(GENAI_DAY))?)?;
+    cases.push(Case {
+        name: genai_day.name.clone(),
+        held_out: true,
+        functions: functions(services, &[&genai_day], 0.25),
+        seconds: genai_day.seconds(),
         seeds: held_out,
     });
     Ok(cases)
@@ -398,7 +410,7 @@ fn run_report() -> Result<(), String> {
         );
         if matches!(
             case.name.as_str(),
-            "bursty" | "periodic" | "sporadic" | "mix" | "diurnal-spikes"
+            "bursty" | "periodic" | "sporadic" | "mix" | "diurnal-spikes" | "alibaba-genai-day"
         ) {
             let file = figure(&args, case, &rows)?;
             let _ = writeln!(sections, "\n![{}]({file})", case.name);
@@ -509,8 +521,10 @@ fn run_report() -> Result<(), String> {
          every table too. The warm starts' keep-alive ({KEEP_WARM_S} s) was chosen in a sweep that\n\
          printed the held-out loads too. The warm-up was added after counting from a cold start had put\n\
          most of `dilu`'s missed requests in the first five minutes; its length is not one of `dilu`'s\n\
-         constants but the longest memory of any scaler or predictor here. The baselines are retuned on\n\
-         every load, held out or not, which favours them.",
+         constants but the longest memory of any scaler or predictor here. `alibaba-genai-day`, a\n\
+         production service's day (Alibaba's GenAI serving trace, `bench/data/alibaba-genai/`, a minute\n\
+         per second), was added after all of that and is held out from every choice. The baselines are\n\
+         retuned on every load, held out or not, which favours them.",
         MORE_DAY_SEEDS.start(),
         MORE_DAY_SEEDS.end(),
         seeds = args.seeds,
