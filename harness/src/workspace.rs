@@ -42,12 +42,26 @@ pub fn dilu_run(sim: bool, program: &Path, args: &[&str]) -> Command {
     command
 }
 
-/// A unique name for per-test isolation (simgpu instances, files).
+/// A unique name for per-test isolation (simgpu instances, tenants,
+/// files): the tag, this process's id, a counter, and when this process
+/// first asked. The id alone repeats: where process ids wrap at 32768, a
+/// long session's builds and tests reach an id again, and a name an
+/// earlier run used may still name its shared-memory files.
 pub fn unique_name(tag: &str) -> String {
+    use std::sync::OnceLock;
     use std::sync::atomic::{AtomicU32, Ordering};
     static NEXT: AtomicU32 = AtomicU32::new(0);
+    static STARTED: OnceLock<u32> = OnceLock::new();
+    // Microseconds since the epoch, 24 bits: repeats every 4.7 hours, and
+    // only together with the same process id does a name repeat.
+    let started = *STARTED.get_or_init(|| {
+        let since_epoch = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap_or_default();
+        (since_epoch.as_micros() & 0xff_ffff) as u32
+    });
     format!(
-        "{tag}-{}-{}",
+        "{tag}-{}-{}-{started:06x}",
         std::process::id(),
         NEXT.fetch_add(1, Ordering::Relaxed)
     )
