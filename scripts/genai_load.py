@@ -17,16 +17,30 @@ import sys
 from collections import defaultdict
 
 
+COLUMNS = ("timestamp_anon", "value", "container_ip", "request_type")
+
+
 def by_minute(path):
-    with open(path, newline="") as f:
-        rows = [r for r in csv.DictReader(f) if r["request_type"] == "Generative Requests"]
+    try:
+        with open(path, newline="") as f:
+            reader = csv.DictReader(f)
+            missing = [c for c in COLUMNS if c not in (reader.fieldnames or [])]
+            if missing:
+                sys.exit(f"{path}: not the trace's qps.csv (no column {', '.join(missing)})")
+            rows = [r for r in reader if r["request_type"] == "Generative Requests"]
+    except OSError as error:
+        sys.exit(f"cannot read {path}: {error}")
     if not rows:
         sys.exit(f"{path}: no 'Generative Requests' rows")
-    start = min(float(r["timestamp_anon"]) for r in rows)
+    try:
+        times = [float(r["timestamp_anon"]) for r in rows]
+        values = [float(r["value"]) for r in rows]
+    except ValueError as error:
+        sys.exit(f"{path}: a timestamp or value is not a number ({error})")
+    start = min(times)
     samples = defaultdict(list)
-    for r in rows:
-        minute = int((float(r["timestamp_anon"]) - start) // 60)
-        samples[(r["container_ip"], minute)].append(float(r["value"]))
+    for r, time, value in zip(rows, times, values):
+        samples[(r["container_ip"], int((time - start) // 60))].append(value)
     total = defaultdict(float)
     for (_, minute), values in samples.items():
         total[minute] += sum(values) / len(values)
