@@ -262,9 +262,22 @@ fn long_kernel_beside_a_busy_process(tag: &str, preempt: &str) -> Vec<Rec> {
     read_trace(&trace.0)
 }
 
+/// Runs of the preempted kernel before its segments are judged: on a slow
+/// host the busy process may keep the device busy for only part of the
+/// long kernel (seen: 2 segments in one run of the whole suite, with a
+/// CPU-bound loop at about three times its usual time), while a kernel
+/// that is never preempted is one segment in every run.
+const PREEMPT_ATTEMPTS: usize = 3;
+
 #[test]
 fn a_preempted_kernels_segments_add_up_to_its_duration() {
-    let recs = long_kernel_beside_a_busy_process("preempt", "instruction");
+    let mut recs = Vec::new();
+    for _ in 0..PREEMPT_ATTEMPTS {
+        recs = long_kernel_beside_a_busy_process("preempt", "instruction");
+        if recs.iter().filter(|r| r.name == "gemm").count() >= 3 {
+            break;
+        }
+    }
     let segments: Vec<&Rec> = recs.iter().filter(|r| r.name == "gemm").collect();
     assert!(
         segments.len() >= 3,

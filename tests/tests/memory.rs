@@ -96,6 +96,19 @@ fn every_allocation_path_is_held_to_the_budget_whichever_way_it_is_reached() {
             "via {via}: {}",
             text(&output.stderr)
         );
+        // The program sees only the driver's error; the user is told why,
+        // once per process, with the budget.
+        let stderr = text(&output.stderr);
+        let said: Vec<&str> = stderr
+            .lines()
+            .filter(|line| line.contains("was refused as out of memory"))
+            .collect();
+        assert_eq!(said.len(), 1, "via {via}: {stderr}");
+        assert!(
+            said[0].contains(&format!("its memory budget is {} bytes", 8 * MIB)),
+            "via {via}: {}",
+            said[0]
+        );
     }
 }
 

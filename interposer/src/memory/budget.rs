@@ -421,6 +421,14 @@ impl MemoryBudget {
     /// members once before refusing.
     pub fn reserve(&self, device: usize, bytes: u64) -> Result<SlotId, ledger::Refusal> {
         let Some(slot) = self.slot() else {
+            if !REFUSAL_LOGGED.swap(true, Ordering::Relaxed) {
+                eprintln!(
+                    "dilu-interposer: tenant {}: an allocation of {bytes} bytes on device \
+                     {device} was refused as out of memory: the tenant's memory ledger has no \
+                     free process slot (said once per process)",
+                    self.tenant
+                );
+            }
             return Err(ledger::Refusal {
                 device,
                 requested: bytes,
@@ -455,9 +463,18 @@ impl MemoryBudget {
         }
     }
 
+    /// Says, once per process, that an allocation was refused: on stderr
+    /// (the program itself only sees the driver's out-of-memory error,
+    /// which reads as the GPU being full) and in the log.
     #[cold]
     fn log_refusal(&self, refusal: &ledger::Refusal) {
         if !REFUSAL_LOGGED.swap(true, Ordering::Relaxed) {
+            eprintln!(
+                "dilu-interposer: tenant {}: an allocation of {} bytes on device {} was refused \
+                 as out of memory: its memory budget is {} bytes and {} are in use (said once \
+                 per process)",
+                self.tenant, refusal.requested, refusal.device, refusal.budget, refusal.used
+            );
             tracing::warn!(
                 tenant = self.tenant,
                 device = refusal.device,
