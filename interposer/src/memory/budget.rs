@@ -422,11 +422,10 @@ impl MemoryBudget {
     pub fn reserve(&self, device: usize, bytes: u64) -> Result<SlotId, ledger::Refusal> {
         let Some(slot) = self.slot() else {
             if !REFUSAL_LOGGED.swap(true, Ordering::Relaxed) {
-                eprintln!(
-                    "dilu-interposer: tenant {}: an allocation of {bytes} bytes on device \
-                     {device} was refused as out of memory: the tenant's memory ledger has no \
-                     free process slot (said once per process)",
-                    self.tenant
+                self.say_refused(
+                    bytes,
+                    device,
+                    format_args!("the tenant's memory ledger has no free process slot"),
                 );
             }
             return Err(ledger::Refusal {
@@ -463,17 +462,29 @@ impl MemoryBudget {
         }
     }
 
+    /// The line a refusal is said in on stderr (the caller says it once).
+    #[cold]
+    fn say_refused(&self, bytes: u64, device: usize, why: std::fmt::Arguments<'_>) {
+        eprintln!(
+            "dilu-interposer: tenant {}: an allocation of {bytes} bytes on device {device} was \
+             refused as out of memory: {why} (said once per process)",
+            self.tenant
+        );
+    }
+
     /// Says, once per process, that an allocation was refused: on stderr
     /// (the program itself only sees the driver's out-of-memory error,
     /// which reads as the GPU being full) and in the log.
     #[cold]
     fn log_refusal(&self, refusal: &ledger::Refusal) {
         if !REFUSAL_LOGGED.swap(true, Ordering::Relaxed) {
-            eprintln!(
-                "dilu-interposer: tenant {}: an allocation of {} bytes on device {} was refused \
-                 as out of memory: its memory budget is {} bytes and {} are in use (said once \
-                 per process)",
-                self.tenant, refusal.requested, refusal.device, refusal.budget, refusal.used
+            self.say_refused(
+                refusal.requested,
+                refusal.device,
+                format_args!(
+                    "its memory budget is {} bytes and {} are in use",
+                    refusal.budget, refusal.used
+                ),
             );
             tracing::warn!(
                 tenant = self.tenant,
