@@ -22,6 +22,8 @@ cd "$(dirname "$0")/.."
 usage() { awk 'NR > 1 && !/^#/ { exit } NR > 1 { sub(/^# ?/, ""); print }' "$0"; }
 [ $# -ge 1 ] || { usage >&2; exit 2; }
 case $1 in -h | --help) usage; exit 0 ;; esac
+# This run as a command line, for the report's header.
+invocation="scripts/bench-before-after.sh$(printf ' %q' "$@")"
 rev=$1
 shift
 benches=()
@@ -82,10 +84,10 @@ if [ -n "$printed" ]; then
     cp "$base/$bench-after.log" "$base/printed/after/$bench.md"
     names+=("$bench.md")
   done
-  (cd "$base/printed/after" && python3 "$OLDPWD/scripts/results_before_after.py" --before-dir ../before --label "$rev" "${names[@]}") | tee "$out"
+  (cd "$base/printed/after" && python3 "$OLDPWD/scripts/results_before_after.py" --before-dir ../before --label "$rev" --run "$invocation" "${names[@]}") | tee "$out"
 else
   files=()
   for bench in "${benches[@]}"; do mapfile -t -O "${#files[@]}" files < <(results_of "$bench"); done
-  python3 scripts/results_before_after.py --before-dir "$tree" --label "$rev" "${files[@]}" | tee "$out"
+  python3 scripts/results_before_after.py --before-dir "$tree" --label "$rev" --run "$invocation" "${files[@]}" | tee "$out"
 fi
 echo "bench-before-after: written to $out" >&2

@@ -8,11 +8,13 @@ is written "before → after". Rows only in one version are listed as such.
 Prints markdown to stdout.
 
     python3 scripts/results_before_after.py REV FILE... > OUT.md
-    python3 scripts/results_before_after.py --before-dir TREE [--label L] FILE... > OUT.md
+    python3 scripts/results_before_after.py --before-dir TREE [--label L] [--run CMD] FILE... > OUT.md
 
 With --before-dir, each file's earlier version is TREE/FILE (another
 checkout whose benchmarks ran: scripts/bench-before-after.sh) instead of
-the version committed at REV.
+the version committed at REV; --run names the command that ran both sides
+(bench-before-after.sh passes its own invocation), so that the report says
+how to run it again.
 """
 import os
 import shlex
@@ -102,14 +104,16 @@ def compare(path, rev, before_dir=None):
 
 def main():
     args = sys.argv[1:]
-    before_dir, label = None, None
-    while args and args[0] in ("--before-dir", "--label"):
+    before_dir, label, run = None, None, None
+    while args and args[0] in ("--before-dir", "--label", "--run"):
         if len(args) < 2:
             sys.exit(__doc__)
         if args[0] == "--before-dir":
             before_dir = args[1]
-        else:
+        elif args[0] == "--label":
             label = args[1]
+        else:
+            run = args[1]
         args = args[2:]
     if before_dir is None:
         if len(args) < 2:
@@ -129,6 +133,8 @@ def main():
         print(f"Command: `{shlex.join(command)}`.")
         print(f"Before: the files the benchmarks wrote in a checkout of {rev} ({before_dir}), in the same run")
         print("(`scripts/bench-before-after.sh`) as after: the files they wrote in this tree.")
+        if run:
+            print(f"Both sides were run by `{run}`.")
     print("Each changed cell reads before → after.\n")
     for path in paths:
         print(compare(path, rev, before_dir))
