@@ -134,6 +134,8 @@ struct Row {
     answered_share: Option<f64>,
     p50_us: f64,
     p99_us: f64,
+    /// What a decision takes on average (the throughput a scheduler gets).
+    mean_us: f64,
 }
 
 type Search = fn(
@@ -172,12 +174,13 @@ fn filled(
 
 /// Places and applies `pods` in turn on `cluster` by `search`, timing each
 /// decision; p50 and p99 in µs.
+/// The decisions' p50, p99 and mean, µs.
 fn time_decisions(
     policy: &dyn PlacementPolicy,
     cluster: &mut ClusterState,
     pods: &[TraceRecord],
     search: Search,
-) -> (f64, f64) {
+) -> (f64, f64, f64) {
     let mut times: Vec<u64> = Vec::with_capacity(pods.len());
     for pod in pods {
         let (demand, needs) = (pod.demand(), pod.needs(cluster));
@@ -189,9 +192,11 @@ fn time_decisions(
         }
     }
     times.sort_unstable();
+    let mean_ns = times.iter().sum::<u64>() as f64 / times.len().max(1) as f64;
     (
         percentile(&times, 0.5) / 1000.0,
         percentile(&times, 0.99) / 1000.0,
+        mean_ns / 1000.0,
     )
 }
 
@@ -218,7 +223,7 @@ fn measure(
             &[("classes", place_pod)]
         };
         // Per search, each round's p50 and p99, and the share answered.
-        let mut timed = vec![(Vec::new(), Vec::new(), None); searches.len()];
+        let mut timed = vec![(Vec::new(), Vec::new(), None, Vec::new()); searches.len()];
         let mut after_fill = (0, 0, 0);
         for round in 0..rounds {
             // Each search from its own fill by a fresh policy (its memo of
@@ -237,23 +242,24 @@ fn measure(
                     cluster.node_classes(),
                 );
                 let (answered_before, asked_before) = cluster.standing_answers();
-                let (p50_us, p99_us) =
+                let (p50_us, p99_us, mean_us) =
                     time_decisions(policy.as_ref(), &mut cluster, sample, search);
                 let (answered, asked) = cluster.standing_answers();
                 eprintln!(
-                    "{shape_name} {} GPUs {name} {search_name} round {}: p50 {p50_us:.1} µs p99 {p99_us:.1} µs",
+                    "{shape_name} {} GPUs {name} {search_name} round {}: p50 {p50_us:.1} µs p99 {p99_us:.1} µs mean {mean_us:.1} µs",
                     shape.gpus(),
                     round + 1
                 );
                 let entry = &mut timed[slot];
                 entry.0.push(p50_us);
                 entry.1.push(p99_us);
+                entry.3.push(mean_us);
                 entry.2 = (asked > asked_before)
                     .then(|| (answered - answered_before) as f64 / (asked - asked_before) as f64);
             }
         }
         let (busy_gpus, busy_nodes, node_states) = after_fill;
-        for (&(search_name, _), (p50s, p99s, answered_share)) in searches.iter().zip(timed) {
+        for (&(search_name, _), (p50s, p99s, answered_share, means)) in searches.iter().zip(timed) {
             rows.push(Row {
                 fill,
                 shape: shape_name,
@@ -266,6 +272,7 @@ fn measure(
                 answered_share,
                 p50_us: median(p50s),
                 p99_us: median(p99s),
+                mean_us: median(means),
             });
         }
     }
@@ -418,7 +425,7 @@ fn run() -> Result<(), String> {
          {MEASURED} pods are placed and applied in turn, as a scheduler does, each decision timed once (its\n\
          time includes whatever upkeep the search does), by each search from its own fill by a fresh\n\
          policy (what a policy measured on the node states the fill and the stream lead to stays its\n\
-         own: no search reads back another's). All of it {rounds} times; each p50 and p99 below is the\n\
+         own: no search reads back another's). All of it {rounds} times; each p50, p99 and mean below is the\n\
          median of the rounds' (the decisions are the\n\
          same in every round; on this shared 2-core machine one round's p99 moves by half or more from\n\
          the host alone).\n\
@@ -449,7 +456,10 @@ fn run() -> Result<(), String> {
          are) has moved, for the classes whose bound lets them compete at today's. An index is built by the next\n\
          search of a shape after one that scored 256 classes or more in the same context, and dropped\n\
          when unused while 256 others are newer; a class still in the state it was scored in keeps its\n\
-         cost (its first fitting member may change); gangs and other searches go by classes. It runs on from\n\
+         cost (its first fitting member may change); gangs and other searches go by classes. After each\n\
+         search an index answered, the index of another shape, next in turn, looks at up to {upkeep} of the\n\
+         classes changed since it last did (`CostIndexes::keep_up`): a rare shape's search no longer\n\
+         meets all the changes since its last at once, for a share of every search's time. It runs on from\n\
          the fill, with the indexes the fill built (a scheduler that has been running); *answered*:\n\
          the share of its searches an index answered.\n\
          - `every node`: the scan of every node.\n\n\
@@ -458,7 +468,7 @@ fn run() -> Result<(), String> {
          included. The table below gives the growth from the smallest cluster to the largest, measured\n\
          in this run.\n\n\
          {growth}\n\
-         | requested | shape | GPUs | GPUs in use | busy nodes | node states | policy | search | answered | p50 µs | p99 µs |\n|---:|---|---:|---:|---:|---:|---|---|---:|---:|---:|",
+         | requested | shape | GPUs | GPUs in use | busy nodes | node states | policy | search | answered | p50 µs | p99 µs | mean µs |\n|---:|---|---:|---:|---:|---:|---|---|---:|---:|---:|---:|",
         seconds = started.elapsed().as_secs_f64(),
         command = match std::env::args()
             .skip(1)
@@ -480,12 +490,13 @@ fn run() -> Result<(), String> {
             }
         },
         rounds = args.rounds,
+        upkeep = dilu_cluster::model::UPKEEP_LOOKS,
         growth = growth_table(&rows, &args.sizes, &args.fills),
     );
     for row in &rows {
         let _ = writeln!(
             md,
-            "| {:.0}% | {} | {} | {} | {} | {} | {} | {} | {} | {:.1} | {:.1} |",
+            "| {:.0}% | {} | {} | {} | {} | {} | {} | {} | {} | {:.1} | {:.1} | {:.1} |",
             row.fill * 100.0,
             row.shape,
             row.gpus,
@@ -497,7 +508,8 @@ fn run() -> Result<(), String> {
             row.answered_share
                 .map_or("–".to_string(), |share| format!("{:.0}%", share * 100.0)),
             row.p50_us,
-            row.p99_us
+            row.p99_us,
+            row.mean_us
         );
     }
     std::fs::create_dir_all(&args.out)

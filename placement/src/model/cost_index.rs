@@ -29,7 +29,7 @@
 //! moved, passes the best found. Where the figure holds, that is the
 //! first entry, as without drift.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeSet, VecDeque};
 use std::ops::Bound::{Excluded, Unbounded};
 use std::sync::Mutex;
 
@@ -49,6 +49,13 @@ const BUILD_AFTER_SCORED: usize = 1;
 
 /// Built indexes kept at once (the least recently used goes first).
 const MOST_INDEXES: usize = 256;
+
+/// Classes a search looks at again for an index other than its own, the
+/// one next in turn (see [`CostIndexes::keep_up`]): above what the
+/// indexes' changes need per search (about 0.1 class per index per search
+/// at 100,000 openb GPUs half requested, with 188 indexes), so that turns
+/// keep pace, and a bound on what a search spends on others.
+pub const UPKEEP_LOOKS: usize = 32;
 
 /// Shapes remembered without an index before they are forgotten.
 const MOST_SHAPES: usize = 4096;
@@ -163,6 +170,9 @@ struct Table {
     /// Counts searches that asked (also the clock of least-recently-used
     /// eviction).
     clock: u64,
+    /// Built indexes' keys in the order they are kept up between their own
+    /// searches, round robin (a key whose index went is dropped when met).
+    turns: VecDeque<Vec<u64>>,
 }
 
 /// Everything about a pod that a policy's costs may read, word by word:
@@ -184,6 +194,50 @@ pub fn shape_key(demand: &InstanceDemand, needs: &PodNeeds) -> Vec<u64> {
     key
 }
 
+/// The pod whose [`shape_key`] `key` is, or `None` for a key that is none.
+pub fn pod_of_shape(key: &[u64]) -> Option<(InstanceDemand, PodNeeds)> {
+    let [
+        batch,
+        request,
+        limit,
+        memory_bytes,
+        gpus,
+        cpu_milli,
+        memory_mib,
+        one_node,
+        count,
+        ..,
+    ] = *key
+    else {
+        return None;
+    };
+    let models = &key[9..];
+    if models.len() as u64 != count {
+        return None;
+    }
+    let demand = InstanceDemand {
+        class: if batch == 1 {
+            WorkClass::Batch
+        } else {
+            WorkClass::Latency
+        },
+        sm_request: f64::from_bits(request),
+        sm_limit: f64::from_bits(limit),
+        memory_bytes,
+        gpus: u32::try_from(gpus).ok()?,
+    };
+    let needs = PodNeeds {
+        cpu_milli,
+        memory_mib,
+        models: models
+            .iter()
+            .map(|&model| u16::try_from(model).ok())
+            .collect::<Option<_>>()?,
+        one_node: one_node == 1,
+    };
+    Some((demand, needs))
+}
+
 /// A shape's key with the policy's context last.
 fn key_of(shape: &[u64], context: u64) -> Vec<u64> {
     let mut key = Vec::with_capacity(shape.len() + 1);
@@ -200,6 +254,8 @@ struct ShapeIndex {
     /// The index, when built.
     built: Option<Built>,
     used: u64,
+    /// Whether its key is in the table's `turns`.
+    in_turns: bool,
 }
 
 struct Built {
@@ -240,6 +296,48 @@ impl Built {
             self.looked_in.resize(slot + 1, 0);
         }
         self.looked_in[slot] = self.replays;
+    }
+
+    /// Looks again at the classes `touched` changed, in log order, each
+    /// once, until `most` have been looked at; returns how many touches it
+    /// went through (all of them unless it stopped there). The classes of
+    /// the touches left are looked at by a later replay, in the state they
+    /// have then. `slots`: above every class id in use.
+    fn replay(
+        &mut self,
+        touched: &[Touch],
+        slots: usize,
+        view: &mut dyn ClassView,
+        figure: f64,
+        most: usize,
+    ) -> usize {
+        let beyond = slots.max(self.of_class.slots());
+        self.next_replay();
+        let mut looked = 0;
+        for (at, touch) in touched.iter().enumerate() {
+            let slot = touch.class as usize;
+            // Looked at already in this replay, in its state now (or beyond
+            // the table: no class).
+            if slot >= beyond || self.looked_at(slot) {
+                continue;
+            }
+            // A class with a member that fits, touched above it: that
+            // member is still its first fitting one.
+            let representative = self.of_class.get(slot).map(|offer| offer.representative);
+            let above = representative.is_some_and(|representative| {
+                touch.node != u32::MAX && touch.node as usize > representative
+            });
+            if above {
+                continue;
+            }
+            if looked == most {
+                return at;
+            }
+            looked += 1;
+            self.mark_looked_at(slot);
+            self.rescore(touch.class, view, (true, false), figure);
+        }
+        touched.len()
     }
 }
 
@@ -555,7 +653,8 @@ impl CostIndexes {
         };
         table.clock += 1;
         let now = table.clock;
-        let Some(index) = table.shapes.get_mut(&key_of(shape, context)) else {
+        let key = key_of(shape, context);
+        let Some(index) = table.shapes.get_mut(&key) else {
             return Standing::NotIndexed;
         };
         index.used = now;
@@ -564,28 +663,7 @@ impl CostIndexes {
         {
             match log.since(built.seen) {
                 Some(touched) => {
-                    let beyond = slots.max(built.of_class.slots());
-                    built.next_replay();
-                    for touch in touched {
-                        let slot = touch.class as usize;
-                        // Looked at already in this replay, in its state now
-                        // (or beyond the table: no class).
-                        if slot >= beyond || built.looked_at(slot) {
-                            continue;
-                        }
-                        // A class with a member that fits, touched above it:
-                        // that member is still its first fitting one.
-                        let representative =
-                            built.of_class.get(slot).map(|offer| offer.representative);
-                        let above = representative.is_some_and(|representative| {
-                            touch.node != u32::MAX && touch.node as usize > representative
-                        });
-                        if above {
-                            continue;
-                        }
-                        built.mark_looked_at(slot);
-                        built.rescore(touch.class, view, (true, false), figure);
-                    }
+                    built.replay(touched, slots, view, figure, usize::MAX);
                 }
                 // The log no longer reaches back: every class is looked at
                 // again, those still in the states scored here at little cost.
@@ -622,12 +700,81 @@ impl CostIndexes {
         }
         let best = built.best_at(figure, view);
         index.built = Some(built);
+        let queue = !index.in_turns;
+        index.in_turns = true;
         table.answers += 1;
+        if queue {
+            table.turns.push_back(key);
+        }
         if !had {
             table.built += 1;
             table.evict_beyond(MOST_INDEXES);
         }
         Standing::Best(best)
+    }
+
+    /// The shape (its key, [`shape_key`]) of the index in `context` next in
+    /// turn to be kept up, that has changes to look at; the turn passes to
+    /// the next. Searches answered by an index keep another up so that no
+    /// index meets all the changes since its shape's last search at once
+    /// (a rare shape's search at 100,000 GPUs looked at hundreds of
+    /// classes): with [`keep_up`](Self::keep_up).
+    pub fn next_to_keep_up(&self, context: u64, log: &ClassLog) -> Option<Vec<u64>> {
+        let mut table = self.table.try_lock().ok()?;
+        let table = &mut *table;
+        for _ in 0..table.turns.len() {
+            let key = table.turns.pop_front()?;
+            let Some(index) = table.shapes.get_mut(&key) else {
+                continue;
+            };
+            let Some(built) = &index.built else {
+                index.in_turns = false;
+                continue;
+            };
+            let changed = built.epoch == log.epoch
+                && log
+                    .since(built.seen)
+                    .is_some_and(|touched| !touched.is_empty());
+            let ours = key.last() == Some(&context);
+            let shape = (ours && changed).then(|| key[..key.len() - 1].to_vec());
+            table.turns.push_back(key);
+            if shape.is_some() {
+                return shape;
+            }
+        }
+        None
+    }
+
+    /// Looks at up to [`UPKEEP_LOOKS`] of the classes changed since the
+    /// index of `shape` in `context` last looked, at drift figure `figure`,
+    /// through `view` (for that shape's pod); the rest wait for its next
+    /// turn or search. `slots` is above every class id.
+    pub fn keep_up(
+        &self,
+        shape: &[u64],
+        (context, figure): (u64, f64),
+        log: &ClassLog,
+        slots: usize,
+        view: &mut dyn ClassView,
+    ) {
+        let Ok(mut table) = self.table.try_lock() else {
+            return;
+        };
+        let Some(built) = table
+            .shapes
+            .get_mut(&key_of(shape, context))
+            .and_then(|index| index.built.as_mut())
+        else {
+            return;
+        };
+        if built.epoch != log.epoch {
+            return;
+        }
+        let Some(touched) = log.since(built.seen) else {
+            return;
+        };
+        let went = built.replay(touched, slots, view, figure, UPKEEP_LOOKS);
+        built.seen += went as u64;
     }
 
     /// Records that a search of `shape` in `context` scored `scored`
@@ -831,6 +978,82 @@ mod tests {
         view.cost.insert(2, (3.0, 5));
         assert_eq!(ask(&mut view, &log, 4.2), Some((1.4, 6)));
         assert_eq!(view.scored[9..], [2, 3]);
+    }
+
+    #[test]
+    fn indexes_take_turns_to_look_at_changes_a_bounded_step_at_a_time() {
+        let (indexes, mut log) = (CostIndexes::default(), ClassLog::default());
+        let mut view = Fake::default();
+        let classes = UPKEEP_LOOKS as u32 + 5;
+        // Class c on node c + 1, its first GPU at cost c + 1.
+        for class in 0..classes {
+            let node = class as usize + 1;
+            view.representative.insert(class, node);
+            view.generation.insert(class, 1);
+            view.cost.insert(node, (f64::from(class) + 1.0, 2 * node));
+        }
+        let ask = |shape: u64, context: u64, view: &mut Fake, log: &ClassLog| match indexes.best(
+            &[shape],
+            (context, 0.0),
+            log,
+            &mut (0..classes),
+            classes as usize,
+            view,
+        ) {
+            Standing::Best(best) => best,
+            Standing::NotIndexed => panic!("no index answered"),
+        };
+        // Shapes 9 and 8 in context 4, shape 7 in context 5.
+        for (shape, context) in [(9, 4), (8, 4), (7, 5)] {
+            indexes.note_search(&[shape], context, classes as usize);
+            assert_eq!(ask(shape, context, &mut view, &log), Some((1.0, 2)));
+        }
+        // Nothing changed since: no index has anything to look at.
+        assert_eq!(indexes.next_to_keep_up(4, &log), None);
+        // Every class in a new state, half a unit cheaper.
+        for class in 0..classes {
+            let node = class as usize + 1;
+            view.generation.insert(class, 2);
+            view.cost.insert(node, (f64::from(class) + 0.5, 2 * node));
+            log.touch(class, node);
+        }
+        view.scored.clear();
+        assert_eq!(indexes.next_to_keep_up(4, &log), Some(vec![9]));
+        indexes.keep_up(&[9], (4, 0.0), &log, classes as usize, &mut view);
+        assert_eq!(view.scored.len(), UPKEEP_LOOKS);
+        // The turn passes to the other shape of the context (shape 7's
+        // index is another context's).
+        assert_eq!(indexes.next_to_keep_up(4, &log), Some(vec![8]));
+        // Shape 9's own search looks at the classes its turn did not and
+        // answers as the cluster is.
+        view.scored.clear();
+        assert_eq!(ask(9, 4, &mut view, &log), Some((0.5, 2)));
+        assert_eq!(view.scored.len(), 5);
+        // Up to date, it is passed over; shape 8's index still has changes.
+        assert_eq!(indexes.next_to_keep_up(4, &log), Some(vec![8]));
+        assert_eq!(indexes.next_to_keep_up(5, &log), Some(vec![7]));
+    }
+
+    #[test]
+    fn a_shape_s_pod_is_read_back_from_its_key() {
+        let demand = InstanceDemand {
+            class: WorkClass::Batch,
+            sm_request: 0.25,
+            sm_limit: 0.75,
+            memory_bytes: 3 << 30,
+            gpus: 1,
+        };
+        let needs = PodNeeds {
+            cpu_milli: 6000,
+            memory_mib: 2048,
+            models: vec![2, 5],
+            one_node: true,
+        };
+        let key = shape_key(&demand, &needs);
+        assert_eq!(pod_of_shape(&key), Some((demand, needs)));
+        // A key cut short, or with a model count it does not hold, is none.
+        assert_eq!(pod_of_shape(&key[..8]), None);
+        assert_eq!(pod_of_shape(&key[..key.len() - 1]), None);
     }
 
     #[test]

@@ -22,7 +22,7 @@ use std::sync::Arc;
 use classes::{IDLE_ROW, MemoryRow, NodeClasses};
 use cost_index::{ClassLog, CostIndexes};
 
-pub use cost_index::{Standing, shape_key};
+pub use cost_index::{Standing, UPKEEP_LOOKS, shape_key};
 pub use dilu_abi::cluster_wire::{InstanceDemand, WorkClass};
 pub use node::{GpuModel, GpuState, HostState, PodNeeds, SHARE_EPSILON};
 pub use workload::{TaskType, WorkloadMix};
@@ -289,6 +289,45 @@ impl ClusterState {
             self.classes.id_bound(),
             &mut view,
         )
+    }
+
+    /// The standing index in `context` next in turn to be kept up between
+    /// its own searches, with changes to look at: its shape and that
+    /// shape's pod (see `CostIndexes::next_to_keep_up`).
+    pub fn standing_index_to_keep_up(
+        &self,
+        context: u64,
+    ) -> Option<(Vec<u64>, InstanceDemand, PodNeeds)> {
+        let shape = self
+            .cost_indexes
+            .next_to_keep_up(context, &self.class_log)?;
+        let (demand, needs) = cost_index::pod_of_shape(&shape)?;
+        Some((shape, demand, needs))
+    }
+
+    /// Brings the standing index of `shape` in `context` a bounded step
+    /// closer to the cluster's state (`CostIndexes::keep_up`), with
+    /// `representative` and `score` for that shape's pod as for
+    /// [`standing_best`](Self::standing_best).
+    pub fn keep_standing_index_up(
+        &self,
+        shape: &[u64],
+        context: (u64, f64),
+        representative: &mut dyn FnMut(u32) -> Option<usize>,
+        score: &mut dyn FnMut(usize) -> Option<(f64, usize, f64)>,
+    ) {
+        let mut view = View {
+            cluster: self,
+            representative,
+            score,
+        };
+        self.cost_indexes.keep_up(
+            shape,
+            context,
+            &self.class_log,
+            self.classes.id_bound(),
+            &mut view,
+        );
     }
 
     /// Whether searches should ask for standing indexes: not while the

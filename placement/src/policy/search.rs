@@ -151,22 +151,18 @@ fn search(
     };
     let (mut candidates, mut costs) = (Vec::new(), Vec::new());
     let mut representative = |class| cluster.class_members_fitting(class, needs).next();
-    // A node's cheapest GPU as the scan finds it (a cost of −0 is given
-    // as 0, which it equals in the scan's comparisons), and how fast its
-    // cost moves with the drift figure.
     let mut score = |node| {
-        costs.clear();
-        let slope = node_costs(
+        cheapest_for_index(
             (policy, cluster, demand, needs),
             node,
             &mut candidates,
             &mut costs,
-        );
-        cheapest_one(&costs).map(|(cost, index)| (cost + 0.0, index, slope))
+        )
     };
     if let Standing::Best(best) =
         cluster.standing_best(&shape, (context, drift), &mut representative, &mut score)
     {
+        keep_another_index_up(policy, cluster, (context, drift));
         return best.map(|(cost, gpu)| Placement {
             gpus: vec![gpu],
             cost,
@@ -176,6 +172,46 @@ fn search(
     let found = search_classes(policy, cluster, demand, needs, indexed, &mut scored);
     cluster.note_search(&shape, context, scored);
     found
+}
+
+/// A node's cheapest GPU for a standing index, as the scan finds it (a
+/// cost of −0 is given as 0, which it equals in the scan's comparisons),
+/// and how fast its cost moves with the drift figure.
+fn cheapest_for_index(
+    pod: Pod<'_>,
+    node: usize,
+    candidates: &mut Vec<usize>,
+    costs: &mut Vec<(f64, usize)>,
+) -> Option<(f64, usize, f64)> {
+    costs.clear();
+    let slope = node_costs(pod, node, candidates, costs);
+    cheapest_one(costs).map(|(cost, index)| (cost + 0.0, index, slope))
+}
+
+/// After a search an index answered, the index of another shape in the
+/// same context, next in turn, looks at some of the classes changed
+/// since it last did (`ClusterState::keep_standing_index_up`): spread over
+/// searches, the changes a rare shape's index would otherwise meet all at
+/// its next search.
+fn keep_another_index_up(
+    policy: &dyn PlacementPolicy,
+    cluster: &ClusterState,
+    (context, drift): (u64, f64),
+) {
+    let Some((shape, demand, needs)) = cluster.standing_index_to_keep_up(context) else {
+        return;
+    };
+    let (mut candidates, mut costs) = (Vec::new(), Vec::new());
+    let mut representative = |class| cluster.class_members_fitting(class, &needs).next();
+    let mut score = |node| {
+        cheapest_for_index(
+            (policy, cluster, &demand, &needs),
+            node,
+            &mut candidates,
+            &mut costs,
+        )
+    };
+    cluster.keep_standing_index_up(&shape, (context, drift), &mut representative, &mut score);
 }
 
 /// [`search`] without standing indexes, counting the nodes it scores in
