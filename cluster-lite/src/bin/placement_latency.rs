@@ -173,8 +173,7 @@ fn filled(
 }
 
 /// Places and applies `pods` in turn on `cluster` by `search`, timing each
-/// decision; p50 and p99 in µs.
-/// The decisions' p50, p99 and mean, µs.
+/// decision; their p50, p99 and mean in µs.
 fn time_decisions(
     policy: &dyn PlacementPolicy,
     cluster: &mut ClusterState,
@@ -222,7 +221,8 @@ fn measure(
             // classes.
             &[("classes", place_pod)]
         };
-        // Per search, each round's p50 and p99, and the share answered.
+        // Per search, each round's p50 and p99, the share answered and
+        // each round's mean.
         let mut timed = vec![(Vec::new(), Vec::new(), None, Vec::new()); searches.len()];
         let mut after_fill = (0, 0, 0);
         for round in 0..rounds {
