@@ -457,9 +457,9 @@ fn run() -> Result<(), String> {
          search of a shape after one that scored 256 classes or more in the same context, and dropped\n\
          when unused while 256 others are newer; a class still in the state it was scored in keeps its\n\
          cost (its first fitting member may change); gangs and other searches go by classes. After each\n\
-         search an index answered, the index of another shape, next in turn, looks at up to {upkeep} of the\n\
-         classes changed since it last did (`CostIndexes::keep_up`): a rare shape's search no longer\n\
-         meets all the changes since its last at once, for a share of every search's time. It runs on from\n\
+         search an index answered, the index of another shape, next in turn, looks at the classes changed\n\
+         since it last did, as many as the search's own index left of {upkeep} (`CostIndexes::keep_up`):\n\
+         a rare shape's search no longer meets all the changes since its last at once. It runs on from\n\
          the fill, with the indexes the fill built (a scheduler that has been running); *answered*:\n\
          the share of its searches an index answered.\n\
          - `every node`: the scan of every node.\n\n\

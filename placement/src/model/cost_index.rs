@@ -50,11 +50,12 @@ const BUILD_AFTER_SCORED: usize = 1;
 /// Built indexes kept at once (the least recently used goes first).
 const MOST_INDEXES: usize = 256;
 
-/// Classes a search looks at again for an index other than its own, the
+/// Classes a search looks at again, for its own index and then for the
 /// one next in turn (see [`CostIndexes::keep_up`]): above what the
 /// indexes' changes need per search (about 0.1 class per index per search
 /// at 100,000 openb GPUs half requested, with 188 indexes), so that turns
-/// keep pace, and a bound on what a search spends on others.
+/// keep pace, and a bound on what a search spends on others (none where
+/// its own index needed as many).
 pub const UPKEEP_LOOKS: usize = 32;
 
 /// Shapes remembered without an index before they are forgotten.
@@ -173,6 +174,9 @@ struct Table {
     /// Built indexes' keys in the order they are kept up between their own
     /// searches, round robin (a key whose index went is dropped when met).
     turns: VecDeque<Vec<u64>>,
+    /// Classes the last answer's own index looked at again: its turn for
+    /// another looks at no more than the rest of [`UPKEEP_LOOKS`].
+    looked_last: usize,
 }
 
 /// Everything about a pod that a policy's costs may read, word by word:
@@ -300,9 +304,10 @@ impl Built {
 
     /// Looks again at the classes `touched` changed, in log order, each
     /// once, until `most` have been looked at; returns how many touches it
-    /// went through (all of them unless it stopped there). The classes of
-    /// the touches left are looked at by a later replay, in the state they
-    /// have then. `slots`: above every class id in use.
+    /// went through (all of them unless it stopped there) and how many
+    /// classes it looked at. The classes of the touches left are looked at
+    /// by a later replay, in the state they have then. `slots`: above
+    /// every class id in use.
     fn replay(
         &mut self,
         touched: &[Touch],
@@ -310,7 +315,7 @@ impl Built {
         view: &mut dyn ClassView,
         figure: f64,
         most: usize,
-    ) -> usize {
+    ) -> (usize, usize) {
         let beyond = slots.max(self.of_class.slots());
         self.next_replay();
         let mut looked = 0;
@@ -331,13 +336,13 @@ impl Built {
                 continue;
             }
             if looked == most {
-                return at;
+                return (at, looked);
             }
             looked += 1;
             self.mark_looked_at(slot);
             self.rescore(touch.class, view, (true, false), figure);
         }
-        touched.len()
+        (touched.len(), looked)
     }
 }
 
@@ -661,10 +666,8 @@ impl CostIndexes {
         if let Some(built) = &mut index.built
             && built.epoch == log.epoch
         {
-            match log.since(built.seen) {
-                Some(touched) => {
-                    built.replay(touched, slots, view, figure, usize::MAX);
-                }
+            let looked = match log.since(built.seen) {
+                Some(touched) => built.replay(touched, slots, view, figure, usize::MAX).1,
                 // The log no longer reaches back: every class is looked at
                 // again, those still in the states scored here at little cost.
                 None => {
@@ -673,11 +676,13 @@ impl CostIndexes {
                     for class in classes {
                         built.rescore(class, view, (false, false), figure);
                     }
+                    usize::MAX
                 }
-            }
+            };
             built.seen = log.end();
             let best = built.best_at(figure, view);
             table.answers += 1;
+            table.looked_last = looked;
             return Standing::Best(best);
         }
         // Never built, or built before the classes were filed again: build
@@ -703,6 +708,8 @@ impl CostIndexes {
         let queue = !index.in_turns;
         index.in_turns = true;
         table.answers += 1;
+        // Built: every class looked at, no turn for another.
+        table.looked_last = usize::MAX;
         if queue {
             table.turns.push_back(key);
         }
@@ -714,14 +721,18 @@ impl CostIndexes {
     }
 
     /// The shape (its key, [`shape_key`]) of the index in `context` next in
-    /// turn to be kept up, that has changes to look at; the turn passes to
-    /// the next. Searches answered by an index keep another up so that no
+    /// turn to be kept up, that has changes to look at (none where the last
+    /// answer's own index looked at [`UPKEEP_LOOKS`] classes or more); the
+    /// turn passes to the next. Searches answered by an index keep another up so that no
     /// index meets all the changes since its shape's last search at once
     /// (a rare shape's search at 100,000 GPUs looked at hundreds of
     /// classes): with [`keep_up`](Self::keep_up).
     pub fn next_to_keep_up(&self, context: u64, log: &ClassLog) -> Option<Vec<u64>> {
         let mut table = self.table.try_lock().ok()?;
         let table = &mut *table;
+        if table.looked_last >= UPKEEP_LOOKS {
+            return None;
+        }
         for _ in 0..table.turns.len() {
             let key = table.turns.pop_front()?;
             let Some(index) = table.shapes.get_mut(&key) else {
@@ -745,10 +756,11 @@ impl CostIndexes {
         None
     }
 
-    /// Looks at up to [`UPKEEP_LOOKS`] of the classes changed since the
-    /// index of `shape` in `context` last looked, at drift figure `figure`,
-    /// through `view` (for that shape's pod); the rest wait for its next
-    /// turn or search. `slots` is above every class id.
+    /// Looks at the classes changed since the index of `shape` in
+    /// `context` last looked, as many as the last answer's own index left
+    /// of [`UPKEEP_LOOKS`], at drift figure `figure`, through `view` (for
+    /// that shape's pod); the rest wait for its next turn or search.
+    /// `slots` is above every class id.
     pub fn keep_up(
         &self,
         shape: &[u64],
@@ -760,6 +772,7 @@ impl CostIndexes {
         let Ok(mut table) = self.table.try_lock() else {
             return;
         };
+        let most = UPKEEP_LOOKS.saturating_sub(table.looked_last);
         let Some(built) = table
             .shapes
             .get_mut(&key_of(shape, context))
@@ -773,7 +786,7 @@ impl CostIndexes {
         let Some(touched) = log.since(built.seen) else {
             return;
         };
-        let went = built.replay(touched, slots, view, figure, UPKEEP_LOOKS);
+        let (went, _) = built.replay(touched, slots, view, figure, most);
         built.seen += went as u64;
     }
 
@@ -1003,20 +1016,31 @@ mod tests {
             Standing::Best(best) => best,
             Standing::NotIndexed => panic!("no index answered"),
         };
+        // Every class in a new state, `step` units cheaper than at first.
+        let change_all = |view: &mut Fake, log: &mut ClassLog, generation: u64, step: f64| {
+            for class in 0..classes {
+                let node = class as usize + 1;
+                view.generation.insert(class, generation);
+                view.cost
+                    .insert(node, (f64::from(class) + 1.0 - step, 2 * node));
+                log.touch(class, node);
+            }
+        };
         // Shapes 9 and 8 in context 4, shape 7 in context 5.
         for (shape, context) in [(9, 4), (8, 4), (7, 5)] {
             indexes.note_search(&[shape], context, classes as usize);
             assert_eq!(ask(shape, context, &mut view, &log), Some((1.0, 2)));
         }
-        // Nothing changed since: no index has anything to look at.
+        // A build looks at every class: no turn after it.
+        change_all(&mut view, &mut log, 2, 0.5);
         assert_eq!(indexes.next_to_keep_up(4, &log), None);
-        // Every class in a new state, half a unit cheaper.
-        for class in 0..classes {
-            let node = class as usize + 1;
-            view.generation.insert(class, 2);
-            view.cost.insert(node, (f64::from(class) + 0.5, 2 * node));
-            log.touch(class, node);
-        }
+        // Shape 7's search (another context) looks at every class again,
+        // more than a turn's worth: still no turn after it.
+        assert_eq!(ask(7, 5, &mut view, &log), Some((0.5, 2)));
+        assert_eq!(indexes.next_to_keep_up(5, &log), None);
+        // Once more, with shape 7's index up to date: its search looks at
+        // nothing and a turn follows, for shape 9 (first in the round).
+        assert_eq!(ask(7, 5, &mut view, &log), Some((0.5, 2)));
         view.scored.clear();
         assert_eq!(indexes.next_to_keep_up(4, &log), Some(vec![9]));
         indexes.keep_up(&[9], (4, 0.0), &log, classes as usize, &mut view);
@@ -1025,13 +1049,17 @@ mod tests {
         // index is another context's).
         assert_eq!(indexes.next_to_keep_up(4, &log), Some(vec![8]));
         // Shape 9's own search looks at the classes its turn did not and
-        // answers as the cluster is.
+        // answers as the cluster is; the turn after it looks at what is
+        // left of a turn's worth.
         view.scored.clear();
         assert_eq!(ask(9, 4, &mut view, &log), Some((0.5, 2)));
         assert_eq!(view.scored.len(), 5);
-        // Up to date, it is passed over; shape 8's index still has changes.
+        // Up to date, shape 9 is passed over; shape 8's index still has
+        // changes.
         assert_eq!(indexes.next_to_keep_up(4, &log), Some(vec![8]));
-        assert_eq!(indexes.next_to_keep_up(5, &log), Some(vec![7]));
+        view.scored.clear();
+        indexes.keep_up(&[8], (4, 0.0), &log, classes as usize, &mut view);
+        assert_eq!(view.scored.len(), UPKEEP_LOOKS - 5);
     }
 
     #[test]
