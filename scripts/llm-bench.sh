@@ -15,6 +15,15 @@
 # 50 minutes in all.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# The header above is the help; asking for it installs and builds nothing.
+usage() { sed -n '2,/^set -euo pipefail$/p' "$0" | sed '$d; s/^# \{0,1\}//'; }
+for arg in "$@"; do
+  if [[ "$arg" == -h || "$arg" == --help ]]; then
+    usage
+    echo
+    exec python3 scripts/llm_bench.py --help
+  fi
+done
 venv="${DILU_VLLM_VENV:-${XDG_CACHE_HOME:-$HOME/.cache}/dilu/vllm-venv}"
 python="$venv/bin/python"
 if ! "$python" -c 'import vllm' >/dev/null 2>&1; then

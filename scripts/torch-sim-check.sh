@@ -9,7 +9,16 @@
 #   scripts/torch-sim-check.sh [SECONDS_OF_LOOP]    (default 8)
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# The header above is the help; asking for it installs and builds nothing.
+usage() { sed -n '2,/^set -euo pipefail$/p' "$0" | sed '$d; s/^# \{0,1\}//'; }
+case "${1:-}" in
+  -h | --help) usage; exit 0 ;;
+esac
 seconds="${1:-8}"
+if [[ ! "$seconds" =~ ^[1-9][0-9]*$ || $# -gt 1 ]]; then
+  echo "torch-sim-check: takes one argument, the loop's seconds (a whole number), got '$*' (see --help)" >&2
+  exit 2
+fi
 venv="${DILU_TORCH_VENV:-${XDG_CACHE_HOME:-$HOME/.cache}/dilu/torch-venv}"
 python="$venv/bin/python"
 if ! "$python" -c 'import torch' >/dev/null 2>&1; then

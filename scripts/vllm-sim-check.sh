@@ -21,6 +21,13 @@
 # the device, which simgpu does not compute).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# The header above is the help; asking for it installs and builds nothing.
+usage() { sed -n '2,/^set -euo pipefail$/p' "$0" | sed '$d; s/^# \{0,1\}//'; }
+case "${1:-}" in
+  "") ;;
+  -h | --help) usage; exit 0 ;;
+  *) echo "vllm-sim-check: takes no arguments, got '$1' (see --help)" >&2; exit 2 ;;
+esac
 venv="${DILU_VLLM_VENV:-${XDG_CACHE_HOME:-$HOME/.cache}/dilu/vllm-venv}"
 python="$venv/bin/python"
 if ! "$python" -c 'import vllm' >/dev/null 2>&1; then
