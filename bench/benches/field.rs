@@ -5,7 +5,9 @@
 //! class, with the field's systems run beside dilu on the same simulated
 //! GPU: the device's own time slicing, dilu's static shares, HAMi-core,
 //! XSched (Level 1) and TGS, then dilu at its defaults with and without a
-//! declared SLO.
+//! declared SLO. Where a peer is ahead of dilu in a shape, on the primary's
+//! figure or on harvest, the report says why as far as the same run tells
+//! (`field/where_behind.rs`).
 //!
 //! Peers are built from their public sources outside this repository and
 //! found through `DILU_PEER_HAMI`, `DILU_PEER_XSCHED` and `DILU_PEER_TGS`
@@ -22,6 +24,8 @@
 #[allow(dead_code)]
 #[path = "colocation.rs"]
 mod colocation;
+#[path = "field/where_behind.rs"]
+mod where_behind;
 
 use colocation::{
     DEFAULTS, DEFAULTS_NO_SLO, DEFAULTS_NO_SLO_NO_REPORTS, Run, Shape, TIME_SLICING, harvest,
@@ -736,7 +740,7 @@ fn main() {
          race for that socket and one exits), and its low-priority side runs at a trickle until\n\
          its 5 s rate profile settles, longer than these runs.\n\n\
          Peers in this run (the builds the variables named):\n{}\n\n## Summary over the inference shapes\n\n{}\n\
-         ## Summary over the training shapes\n\n{}\n## Each shape\n\n",
+         ## Summary over the training shapes\n\n{}\n",
         if seconds != 8 {
             format!(" -- --seconds {seconds}")
         } else {
@@ -747,6 +751,10 @@ fn main() {
         summary_table(&results, &inference_rows, true),
         summary_table(&results, &training_rows, false),
     );
+    let mut peer_rows: Vec<&str> = vec![TIME_SLICING, STATIC];
+    peer_rows.extend(PEERS);
+    doc.push_str(&where_behind::section(&results, &peer_rows));
+    doc.push_str("## Each shape\n\n");
     for result in &results {
         doc.push_str(&shape_table(result));
     }
