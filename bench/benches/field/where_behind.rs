@@ -15,10 +15,9 @@ use dilu_bench::report::Table;
 /// Why a peer is ahead of a dilu row in one shape.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Why {
-    /// Ahead on harvest only, and its own primary surely missed the bar:
-    /// p99 range wholly over 1.10× alone (a trainer below 0.98× alone),
-    /// with more harvest than fillers that cannot know the arrivals may
-    /// take with the p99 kept (inference only).
+    /// Ahead on harvest only, and its own primary surely missed the bar
+    /// (p99 range wholly over 1.10× alone), with more harvest than fillers
+    /// that cannot know the arrivals may take with the p99 kept.
     TailBeyondBound,
     /// Ahead on harvest only, its primary surely over the bar, within that
     /// bound: fillers keeping the p99 could take as much; dilu did not.
