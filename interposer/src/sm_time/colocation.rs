@@ -51,7 +51,9 @@ use crate::sm_time::colocation_config::{ColoConfig, Role, from_env};
 use crate::sm_time::honoured_holds::HonouredHolds;
 use crate::sm_time::precise_sleep::sleep_until;
 use crate::sm_time::primary_learning::{Boards, Learning};
-use dilu_colocation::{Board, FillerGate, MAX_SAMPLE_HOLD_NS, Owed, SampleHoldPost};
+use dilu_colocation::{
+    Board, FILLER_TURN_NS, FillerGate, MAX_SAMPLE_HOLD_NS, Owed, SampleHoldPost,
+};
 use dilu_layout::colocation::GapBoard;
 use dilu_layout::ledger::MAX_DEVICES;
 use dilu_layout::monotonic_ns;
@@ -95,8 +97,16 @@ static GUARANTEE: [GuaranteeClock; MAX_DEVICES] = [const { GuaranteeClock::new()
 /// its kernels, where that is longer).
 const GUARANTEE_DEPTH_NS: u64 = 1_000_000;
 /// How far ahead of its guarantee a filler's record can run: time it had
-/// beyond its share longer ago than this gives no lasting lead.
-const GUARANTEE_MEMORY_NS: u64 = 100_000_000;
+/// beyond its share longer ago than this gives no lasting lead. It must
+/// outlast the other fillers' turns at the gaps (one each), or a filler
+/// that had a whole turn falls owed while it waits for theirs, goes ahead
+/// of their turns kernel by kernel, and every such kernel costs two
+/// hand-offs: with 100 ms beside three fillers on simgpu (turns of 42 ms),
+/// they switched 232 times a second and left the device 85.8% busy where a
+/// negligible guarantee left it 90.8% (39 switches a second). A second's
+/// worth of turns: a filler whose gaps vanish is owed again within about a
+/// second.
+const GUARANTEE_MEMORY_NS: u64 = 24 * FILLER_TURN_NS;
 
 /// When this filler's launches so far would have run at its guaranteed
 /// share: behind `now`, it is owed that share (a virtual clock, like a
@@ -701,6 +711,32 @@ mod tests {
         }
         assert!(!owed(later + GUARANTEE_MEMORY_NS - 1));
         assert!(owed(later + GUARANTEE_MEMORY_NS));
+    }
+
+    #[test]
+    fn a_filler_that_had_a_turn_is_not_owed_while_the_others_take_theirs() {
+        const MS: u64 = 1_000_000;
+        const TEN_PERCENT: u32 = 100_000;
+        let clock = GuaranteeClock::new();
+        // A whole turn at the gaps: its kernels back to back.
+        let t = 1_000 * MS;
+        let kernel = 400_000;
+        for k in 0..FILLER_TURN_NS / kernel {
+            clock.charge(t + k * kernel, kernel, TEN_PERCENT);
+        }
+        let turn_over = t + FILLER_TURN_NS;
+        // Four other fillers take a turn each: it had far more than 10%
+        // over that time, and waiting for them owes it nothing (owed, it
+        // would cut into their turns kernel by kernel, two hand-offs each).
+        assert_eq!(
+            clock.standing(turn_over + 4 * FILLER_TURN_NS, kernel, TEN_PERCENT),
+            Owed::No
+        );
+        // Kept from the device much longer, it is owed again.
+        assert_ne!(
+            clock.standing(turn_over + 2 * GUARANTEE_MEMORY_NS, kernel, TEN_PERCENT),
+            Owed::No
+        );
     }
 
     #[test]
