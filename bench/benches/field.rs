@@ -18,7 +18,10 @@
 //! per run). `-- --seconds S`, `--inference N`, `--training M`, `--seed N`
 //! (shapes drawn from another seed), `--only NAMES` (comma-separated rows
 //! besides `alone`, e.g. `--only "dilu without SLO,XSched"`: prints, writes no
-//! file), `--shape K` (only the Kth shape: prints, writes no file).
+//! file), `--shape K` (only the Kth shape: prints, writes no file),
+//! `--steal-gate PERCENT` and `--steal-tries N` (a row run while the host
+//! took more of the CPU than that is run again, up to N tries in all; see
+//! `dilu_bench::steal_gate`).
 //! Writes `bench/results/field.md`.
 
 #[allow(dead_code)]
@@ -35,6 +38,7 @@ use dilu_bench::latency_split;
 use dilu_bench::peers::{self, PEERS, Peer};
 use dilu_bench::report::{Table, machine, write_result};
 use dilu_bench::stats::Draws;
+use dilu_bench::steal_gate::{Noise, StealGate};
 use dilu_harness::workspace::Scratch;
 
 /// The rows of every shape after `alone`, as tables name them: dilu's
@@ -177,6 +181,40 @@ fn peer_variable(peer: &str) -> &'static str {
     }
 }
 
+/// The flags this benchmark takes with a value, and without one
+/// (`--bench` is cargo's).
+const VALUE_FLAGS: [&str; 9] = [
+    "--seconds",
+    "--inference",
+    "--training",
+    "--seed",
+    "--shape",
+    "--only",
+    "--keep-traces",
+    "--steal-gate",
+    "--steal-tries",
+];
+const BARE_FLAGS: [&str; 2] = ["--bench", "--list"];
+
+/// Why `args` (the program's name left out) are not this benchmark's, if
+/// they are not: a flag it does not know is refused, not ignored.
+fn unknown_arg(args: &[String]) -> Option<String> {
+    let mut rest = args.iter();
+    while let Some(arg) = rest.next() {
+        if VALUE_FLAGS.contains(&arg.as_str()) {
+            if rest.next().is_none() {
+                return Some(format!("{arg} needs a value"));
+            }
+        } else if !BARE_FLAGS.contains(&arg.as_str()) {
+            return Some(format!(
+                "unknown argument {arg:?} (it takes {}, each with a value)",
+                VALUE_FLAGS.join(", ")
+            ));
+        }
+    }
+    None
+}
+
 /// The value after `flag` on the command line.
 fn arg_after(flag: &str) -> Option<String> {
     std::env::args().skip_while(|a| a != flag).nth(1)
@@ -241,6 +279,10 @@ struct ShapeResult {
     /// (`dilu_bench::as_if_alone`; inference shapes only).
     as_if_alone_bound: Option<f64>,
     rows: Vec<(String, Outcome)>,
+    /// The host's steal during `alone`'s kept run, and each row's (in the
+    /// order of `rows`).
+    alone_noise: Noise,
+    row_noise: Vec<Noise>,
 }
 
 /// The as-if-alone bound of an inference shape from its run alone:
@@ -341,9 +383,16 @@ fn shape_table(result: &ShapeResult) -> String {
             "device busy",
             "SLO violations",
             "slowest 1%: own kernels / others' kernels / device idle, ms",
+            "host steal",
         ])
     } else {
-        Table::new(&["row", "iterations/s vs alone", "harvest", "device busy"])
+        Table::new(&[
+            "row",
+            "iterations/s vs alone",
+            "harvest",
+            "device busy",
+            "host steal",
+        ])
     };
     let alone = &result.alone;
     let mut alone_row = vec![
@@ -381,8 +430,9 @@ fn shape_table(result: &ShapeResult) -> String {
         alone_row.push(format!("{:.2}%", 100.0 * p(alone, "slo_violation_rate")));
         alone_row.push(slowest_text(alone));
     }
+    alone_row.push(result.alone_noise.cell());
     table.row(alone_row);
-    for (name, outcome) in &result.rows {
+    for ((name, outcome), noise) in result.rows.iter().zip(&result.row_noise) {
         let cells = match outcome {
             Ok(run) if result.inference => vec![
                 format!("{:.2}×", ratio(p(run, "p50_ms"), p(alone, "p50_ms"))),
@@ -412,6 +462,7 @@ fn shape_table(result: &ShapeResult) -> String {
         };
         let mut row = vec![name.clone()];
         row.extend(cells);
+        row.push(noise.cell());
         table.row(row);
     }
     format!(
@@ -567,11 +618,64 @@ fn summary_table(results: &[ShapeResult], rows: &[&str], inference: bool) -> Str
     table.markdown()
 }
 
+/// The flags a results file's command line names (those not at their
+/// defaults).
+fn command_flags(seconds: u64, gate: &StealGate) -> String {
+    let mut flags = Vec::new();
+    if seconds != 8 {
+        flags.push(format!("--seconds {seconds}"));
+    }
+    flags.extend(gate.flags());
+    if flags.is_empty() {
+        String::new()
+    } else {
+        format!(" -- {}", flags.join(" "))
+    }
+}
+
+/// How noisy the host was over the run's rows: how many were run again,
+/// and how many were kept above the gate all the same.
+fn noise_summary(results: &[ShapeResult], gate: &StealGate) -> String {
+    let all: Vec<Noise> = results
+        .iter()
+        .flat_map(|r| std::iter::once(r.alone_noise).chain(r.row_noise.iter().copied()))
+        .collect();
+    let again = all.iter().filter(|n| n.tries > 1).count();
+    let over: Vec<f64> = all
+        .iter()
+        .filter_map(|n| n.steal)
+        .filter(|&s| s > gate.percent)
+        .collect();
+    let highest = all.iter().filter_map(|n| n.steal).fold(0.0, f64::max);
+    let kept_over = if over.is_empty() {
+        "none was kept above the gate".to_string()
+    } else {
+        format!(
+            "{} kept above the gate, their quietest try still over it",
+            over.len()
+        )
+    };
+    format!(
+        "In this run {again} of {} rows were run again and {kept_over}; the highest steal kept was \
+         {highest:.1}%.",
+        all.len()
+    )
+}
+
 fn main() {
     if std::env::args().any(|a| a == "--list") {
         return;
     }
     dilu_bench::report::start_counting_steal();
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    if let Some(why) = unknown_arg(&args) {
+        eprintln!("field: {why}");
+        std::process::exit(2)
+    }
+    let gate = StealGate::from_args(&args).unwrap_or_else(|why| {
+        eprintln!("field: {why}");
+        std::process::exit(2)
+    });
     let seconds: u64 = number_arg("--seconds", 8);
     let inference_count: usize = number_arg("--inference", 8);
     let training_count: usize = number_arg("--training", 4);
@@ -622,18 +726,33 @@ fn main() {
         } else {
             vec![DILU_TRAINING]
         });
-        let alone = colocation::run_with(shape, 200 + index, "alone", seconds, None)
+        let alone = gate.run("alone", || {
+            colocation::run_with(shape, 200 + index, "alone", seconds, None)
+        });
+        let alone_noise = alone.noise();
+        let alone = alone
+            .value
             .unwrap_or_else(|e| panic!("the primary alone: {e}"));
+        eprintln!(
+            "  {:>20}: host steal {}, requests over {AS_IF_ALONE_P99:.2}× its p99: {:.2}%",
+            "alone",
+            alone_noise.cell(),
+            100.0 * dilu_bench::as_if_alone::over_bound_alone(&alone.requests, AS_IF_ALONE_P99)
+        );
         let harvest_bound = ((alone.no_delay_bound - alone.device_busy)
             / (1.0 - alone.device_busy).max(f64::MIN_POSITIVE))
         .max(0.0);
         let as_if_alone_bound = as_if_alone_bound(shape, &alone, seconds, harvest_bound);
         let mut measured = Vec::new();
+        let mut row_noise = Vec::new();
         for row in rows.into_iter().filter(|r| wanted(r)) {
-            let outcome = measure(shape, 200 + index, row, seconds, &started);
+            let gated = gate.run(row, || measure(shape, 200 + index, row, seconds, &started));
+            let noise = gated.noise();
+            row_noise.push(noise);
+            let outcome = gated.value;
             match &outcome {
                 Ok(run) => eprintln!(
-                    "  {row:>20}: {} {:.2}× alone, harvest {:.1}%, busy {:.1}%",
+                    "  {row:>20}: {} {:.2}× alone, harvest {:.1}%, busy {:.1}%, host steal {}",
                     if *inference { "p99" } else { "iterations/s" },
                     if *inference {
                         ratio(p(run, "p99_ms"), p(&alone, "p99_ms"))
@@ -644,7 +763,8 @@ fn main() {
                         )
                     },
                     harvest(run, &alone) * 100.0,
-                    run.device_busy * 100.0
+                    run.device_busy * 100.0,
+                    noise.cell()
                 ),
                 Err(why) => eprintln!("  {row:>20}: {why}"),
             }
@@ -658,6 +778,8 @@ fn main() {
             harvest_bound,
             as_if_alone_bound,
             rows: measured,
+            alone_noise,
+            row_noise,
         });
     }
     let mut inference_rows: Vec<&str> = vec![TIME_SLICING, STATIC];
@@ -739,14 +861,17 @@ fn main() {
          only the last started is throttled; they start 200 ms apart, as two starting together\n\
          race for that socket and one exits), and its low-priority side runs at a trickle until\n\
          its 5 s rate profile settles, longer than these runs.\n\n\
+         Host steal (each shape's last column): the share of the machine's CPU time the host took\n\
+         for other machines while the row ran (`/proc/stat`), which on a shared VM moves a run's\n\
+         latencies more than any setting does. A row (`alone` too) run at more than {:.0}% steal is run\n\
+         again, at most {} times in all, and its quietest try is kept (`bench/src/steal_gate.rs`). {}\n\n\
          Peers in this run (the builds the variables named):\n{}\n\n## Summary over the inference shapes\n\n{}\n\
          ## Summary over the training shapes\n\n{}\n",
-        if seconds != 8 {
-            format!(" -- --seconds {seconds}")
-        } else {
-            String::new()
-        },
+        command_flags(seconds, &gate),
         seed.map_or("a fixed seed".to_string(), |s| format!("seed {s}")),
+        gate.percent,
+        gate.tries,
+        noise_summary(&results, &gate),
         peer_lines.join("\n"),
         summary_table(&results, &inference_rows, true),
         summary_table(&results, &training_rows, false),

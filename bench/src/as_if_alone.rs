@@ -86,12 +86,11 @@ pub fn filler_share_bound(
     if n == 0 {
         return 1.0;
     }
-    let mut sorted: Vec<u64> = requests.iter().map(|r| r.latency_ns).collect();
-    sorted.sort_unstable();
-    // The p99 as the workloads report it: the ceil(0.99 n)-th smallest.
-    let rank = ((0.99 * n as f64).ceil() as usize).clamp(1, n);
-    let bound = (sorted[rank - 1] as f64 * factor) as u64;
-    let over_alone = n - sorted.partition_point(|&l| l <= bound);
+    let Tail {
+        rank,
+        bound,
+        over_alone,
+    } = tail(&requests, factor);
     // Over the bound, the p99 moves once more than n - rank requests are.
     let allowance = (n - rank).saturating_sub(over_alone) as f64;
     let mut pushes = 0.0;
@@ -128,6 +127,38 @@ pub fn filler_share_bound(
     } else {
         (allowance / pushes).min(1.0)
     }
+}
+
+/// Where a primary's p99 alone lies among its requests, the bound
+/// `factor` over it, and how many requests are over that bound alone.
+struct Tail {
+    /// The p99 as the workloads report it: the ceil(0.99 n)-th smallest.
+    rank: usize,
+    bound: u64,
+    over_alone: usize,
+}
+
+fn tail(requests: &[Request], factor: f64) -> Tail {
+    let n = requests.len();
+    let mut sorted: Vec<u64> = requests.iter().map(|r| r.latency_ns).collect();
+    sorted.sort_unstable();
+    let rank = ((0.99 * n as f64).ceil() as usize).clamp(1, n);
+    let bound = (sorted[rank - 1] as f64 * factor) as u64;
+    Tail {
+        rank,
+        bound,
+        over_alone: n - sorted.partition_point(|&l| l <= bound),
+    }
+}
+
+/// The share of `requests` (a primary's run alone) over `factor` times
+/// their p99: those leave fewer of the requests over the p99 for fillers
+/// to push over the bound (0 with no requests).
+pub fn over_bound_alone(requests: &[Request], factor: f64) -> f64 {
+    if requests.is_empty() {
+        return 0.0;
+    }
+    tail(requests, factor).over_alone as f64 / requests.len() as f64
 }
 
 /// The as-if-alone bound as a harvest (a share of the primary's idle time):
@@ -198,6 +229,24 @@ mod tests {
 
     const US: u64 = 1_000;
     const MS: u64 = 1_000_000;
+
+    #[test]
+    fn the_share_over_the_bound_alone_counts_the_tail_beyond_it() {
+        // 1 to 1000 µs: the p99 is 990 µs, nothing beyond 1089 µs.
+        let even = spaced(1000, |i| (i + 1) * US);
+        assert_eq!(over_bound_alone(&even, 1.1), 0.0);
+        // The six longest tripled: still the p99's neighbours below it,
+        // now six of 1000 over its bound.
+        let tail = spaced(1000, |i| {
+            if i >= 994 {
+                3 * (i + 1) * US
+            } else {
+                (i + 1) * US
+            }
+        });
+        assert_eq!(over_bound_alone(&tail, 1.1), 0.006);
+        assert_eq!(over_bound_alone(&[], 1.1), 0.0);
+    }
 
     /// `n` requests every 10 ms, each `latency(i)` long.
     fn spaced(n: u64, latency: impl Fn(u64) -> u64) -> Vec<Request> {

@@ -29,6 +29,7 @@ pub mod latency_split;
 pub mod peers;
 pub mod report;
 pub mod stats;
+pub mod steal_gate;
 pub mod svg;
 
 pub use stats::{median, percentile};
