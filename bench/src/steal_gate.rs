@@ -80,8 +80,9 @@ impl StealGate {
         Ok(gate)
     }
 
-    /// Whether the gate differs from the defaults (a results file names
-    /// the flags it was run with).
+    /// The flags that set this gate where it differs from the defaults
+    /// (a results file names the flags it was run with); `None` at the
+    /// defaults.
     pub fn flags(&self) -> Option<String> {
         let default = Self::default();
         let mut flags = Vec::new();
