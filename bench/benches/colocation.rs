@@ -875,6 +875,8 @@ fn main() {
         return;
     }
     dilu_bench::report::start_counting_steal();
+    // A bad gate stops the run now, not after the sections before the class.
+    let _ = steal_gate();
     let seconds = seconds_arg();
     let only: Option<String> = arg_after("--shape");
     let only_config = arg_after("--config");
