@@ -10,9 +10,15 @@
 //! every thread and process it creates inherits it. A primary and a tenant
 //! without a role keep the priority they were started with, and a
 //! default never raises a priority someone lowered (`nice -n 19 dilu run`).
-//! A nice value orders normally scheduled threads only: a program started
-//! under a real-time policy (`chrt`, as `scripts/bench.sh` runs its
-//! co-location benchmarks) keeps it.
+//! A nice value orders normally scheduled threads only, so a filler
+//! started under a real-time policy (`chrt`, as `scripts/bench.sh` runs its
+//! co-location benchmarks) is first moved to the normal one: at real-time
+//! priority a best-effort program takes the CPU from every normally
+//! scheduled thread, and competes as an equal with a primary that runs
+//! real-time. (Kept real-time beside a real-time primary on a 2-core host,
+//! fillers' host threads held the CPU its requests waited for.) A primary
+//! and a tenant without a role keep their policy; `--cpu-nice` given to one
+//! under a real-time policy is said to have no effect.
 
 /// The nice value of an offline filler (`--colo filler`): the lowest
 /// priority, CPU time only where nothing else wants it.
@@ -71,10 +77,52 @@ pub fn set(nice: i32) -> Result<(), String> {
     Ok(())
 }
 
+/// Whether this thread runs under a real-time policy (`SCHED_FIFO`,
+/// `SCHED_RR`), where nice values do not apply.
+pub fn real_time() -> bool {
+    // SAFETY: sched_getscheduler on the calling thread (pid 0) takes no
+    // pointers.
+    let policy = unsafe { libc::sched_getscheduler(0) };
+    policy == libc::SCHED_FIFO || policy == libc::SCHED_RR
+}
+
+/// Moves this thread (and the program exec'd next, with every thread it
+/// starts) from a real-time policy to the normal one. Lowering a policy
+/// takes no privilege.
+pub fn leave_real_time() -> Result<(), String> {
+    let param = libc::sched_param { sched_priority: 0 };
+    // SAFETY: sched_setscheduler on the calling thread (pid 0) reads the
+    // sched_param it is handed, which lives through the call.
+    let rc = unsafe { libc::sched_setscheduler(0, libc::SCHED_OTHER, &param) };
+    if rc != 0 {
+        return Err(std::io::Error::last_os_error().to_string());
+    }
+    Ok(())
+}
+
 /// Applies `--cpu-nice` (`asked`) or the role's default before the program
-/// starts. Only a failure to honour what the user asked is said; the
-/// program runs either way.
+/// starts: a filler under a real-time policy leaves it first. Only a failure
+/// to honour what the user asked is said; the program runs either way.
 pub fn apply(asked: Option<i32>, role: Option<&str>) {
+    let filler = default_for(role).is_some();
+    if real_time() {
+        if !filler {
+            if asked.is_some() {
+                eprintln!(
+                    "dilu: --cpu-nice has no effect: the program runs under a real-time \
+                     scheduling policy, which nice values do not order"
+                );
+            }
+            return;
+        }
+        if let Err(why) = leave_real_time() {
+            eprintln!(
+                "dilu: the filler stays under its real-time scheduling policy ({why}): its \
+                 nice value has no effect"
+            );
+            return;
+        }
+    }
     let current = match current() {
         Ok(current) => current,
         Err(why) => {
@@ -115,6 +163,34 @@ mod tests {
         assert_eq!(default_for(Some("online-filler")), Some(10));
         assert_eq!(default_for(Some("primary")), None);
         assert_eq!(default_for(None), None);
+    }
+
+    #[test]
+    fn a_filler_under_a_real_time_policy_leaves_it_and_a_primary_keeps_it() {
+        // On its own thread: the policy and the nice value are per thread.
+        let run = |role: &'static str| {
+            std::thread::spawn(move || {
+                let param = libc::sched_param { sched_priority: 10 };
+                // SAFETY: sched_setscheduler on this thread with a param
+                // that lives through the call.
+                if unsafe { libc::sched_setscheduler(0, libc::SCHED_RR, &param) } != 0 {
+                    return None;
+                }
+                assert!(real_time());
+                apply(None, Some(role));
+                Some((real_time(), current().expect("nice value")))
+            })
+            .join()
+            .expect("the thread")
+        };
+        let Some(filler) = run("filler") else {
+            // Entering a real-time policy takes CAP_SYS_NICE.
+            eprintln!("not run: this process may not enter a real-time policy");
+            return;
+        };
+        assert_eq!(filler, (false, FILLER_NICE), "the filler's policy and nice");
+        let primary = run("primary").expect("allowed once");
+        assert!(primary.0, "the primary left its real-time policy");
     }
 
     #[test]
