@@ -48,6 +48,10 @@ const DILU_NO_SLO: &str = "dilu without SLO";
 const DILU_NO_REPORTS: &str = "dilu without SLO or reports";
 const DILU_TRAINING: &str = "dilu";
 const STATIC: &str = "static shares";
+/// The primary by itself once more, after every other row of its shape:
+/// what the ratios read where nothing is shared (the measurement's own
+/// spread on this host).
+const ALONE_AGAIN: &str = "alone again";
 
 /// The field's yardstick for a primary without an SLO: its p99 within
 /// this factor of its p99 alone (training: iterations/s within 2%).
@@ -243,7 +247,7 @@ fn measure(
     started: &StartedPeers,
 ) -> Outcome {
     let dilu_config = match row {
-        "alone" => Some("alone"),
+        "alone" | ALONE_AGAIN => Some("alone"),
         TIME_SLICING => Some(TIME_SLICING),
         STATIC => Some("static"),
         DILU_SLO | DILU_TRAINING => Some(DEFAULTS),
@@ -613,6 +617,13 @@ fn summary_table(results: &[ShapeResult], rows: &[&str], inference: bool) -> Str
                 )
             });
         }
+        if *row == ALONE_AGAIN {
+            // No fillers: nothing to harvest.
+            let harvest_columns = if inference { 4..7 } else { 3..5 };
+            for cell in &mut cells[harvest_columns] {
+                *cell = "— (no fillers)".to_string();
+            }
+        }
         table.row(cells);
     }
     table.markdown()
@@ -726,6 +737,7 @@ fn main() {
         } else {
             vec![DILU_TRAINING]
         });
+        rows.push(ALONE_AGAIN);
         let alone = gate.run("alone", || {
             colocation::run_with(shape, 200 + index, "alone", seconds, None)
         });
@@ -782,7 +794,7 @@ fn main() {
             row_noise,
         });
     }
-    let mut inference_rows: Vec<&str> = vec![TIME_SLICING, STATIC];
+    let mut inference_rows: Vec<&str> = vec![ALONE_AGAIN, TIME_SLICING, STATIC];
     inference_rows.extend(PEERS);
     let mut training_rows = inference_rows.clone();
     inference_rows.extend([DILU_SLO, DILU_NO_SLO, DILU_NO_REPORTS]);
@@ -810,7 +822,10 @@ fn main() {
          come too slowly for that: time for {REQUESTS_PER_RUN} requests, at most {MAX_RUN_SECONDS} s (each shape\n\
          names its length); every row of a shape one after the other in one run on one simulated GPU (simgpu, its default timing: a time slice of\n\
          2 ms, a hand-off between processes of 140 µs as measured on an H100).\n\n\
-         Rows: `alone`, the primary by itself (its p50 and p99, the reference); `{TIME_SLICING}`:\n\
+         Rows: `alone`, the primary by itself (its p50 and p99, the reference); `{ALONE_AGAIN}`:\n\
+         the same once more, after the shape's other rows, read against `alone` like them: what a\n\
+         ratio reads where nothing is shared (the spread of the measurement itself on this host);\n\
+         `{TIME_SLICING}`:\n\
          no limiter, the device's own time slicing; `{STATIC}`: dilu's node manager with its\n\
          `static` controller (SM requests: primary 50%, the fillers 20% each or 16% of three, limits 100%); `HAMi-core`:\n\
          its `libvgpu.so` with `CUDA_DEVICE_SM_LIMIT` 50% for the primary and the rest split among\n\

@@ -208,7 +208,9 @@ extern "C" fn at_exit() {
     }
     if let Ok(d) = drv() {
         d.exiting.store(true, Relaxed);
-        d.flush_trace();
+        if let Some(t) = &d.trace {
+            t.flush_and_wait();
+        }
         if let Some(shm) = &d.shm {
             shm.release();
         }

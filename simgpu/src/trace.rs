@@ -1,15 +1,37 @@
 //! SIMGPU_TRACE: one JSON line per executed kernel segment, appended with O_APPEND in
 //! whole-line write() calls so concurrent processes never interleave.
+//!
+//! The lines are written by a thread of their own, not by the device
+//! engine or the synchronising thread that fills them: a write() to a disk
+//! file may block for milliseconds (journal commits, writeback), and the
+//! trace is a measuring instrument, which must not add that to the latency
+//! of the program it measures. At exit every line handed over is written
+//! before the process ends.
 
 use std::ffi::CString;
 use std::fmt::Write as _;
 use std::sync::Mutex;
+use std::sync::mpsc::{Receiver, Sender, SyncSender};
+use std::time::Duration;
 
 const FLUSH_AT: usize = 64 << 10;
+/// How long the exit waits for the writer to write what it was handed.
+const EXIT_WAIT: Duration = Duration::from_secs(10);
 
 pub(crate) struct Trace {
     fd: i32,
     buf: Mutex<String>,
+    /// The writer thread's queue, started with the first full buffer;
+    /// None where it could not be started (the lines are then written by
+    /// the thread that hands them over).
+    writer: Mutex<Option<Sender<Chunk>>>,
+    started: std::sync::atomic::AtomicBool,
+}
+
+enum Chunk {
+    Lines(String),
+    /// Answered once everything handed over before it is written.
+    Written(SyncSender<()>),
 }
 
 pub(crate) struct KernelRecord<'a> {
@@ -65,6 +87,8 @@ impl Trace {
         Ok(Trace {
             fd,
             buf: Mutex::new(String::new()),
+            writer: Mutex::new(None),
+            started: std::sync::atomic::AtomicBool::new(false),
         })
     }
 
@@ -86,30 +110,84 @@ impl Trace {
             r.blocks, r.graph, r.kernel, r.segment, r.last
         );
         if b.len() >= FLUSH_AT {
-            self.write_out(&mut b);
+            let lines = std::mem::take(&mut *b);
+            drop(b);
+            self.hand_over(lines);
         }
     }
 
+    /// Hands the lines gathered so far to the writer (a synchronisation:
+    /// the trace then holds every kernel that completed before it, as soon
+    /// as the writer has written them).
     pub(crate) fn flush(&self) {
-        let mut b = self.buf.lock().unwrap_or_else(|e| e.into_inner());
-        self.write_out(&mut b);
+        let lines = std::mem::take(&mut *self.buf.lock().unwrap_or_else(|e| e.into_inner()));
+        if !lines.is_empty() {
+            self.hand_over(lines);
+        }
     }
 
-    fn write_out(&self, b: &mut String) {
-        let mut bytes = b.as_bytes();
-        while !bytes.is_empty() {
-            // SAFETY: fd is open; bytes is a valid readable slice.
-            let n = unsafe { libc::write(self.fd, bytes.as_ptr().cast(), bytes.len()) };
-            if n <= 0 {
-                if n < 0
-                    && std::io::Error::last_os_error().kind() == std::io::ErrorKind::Interrupted
-                {
-                    continue;
-                }
-                break;
+    /// At exit: hands over the last lines and waits until the writer has
+    /// written everything.
+    pub(crate) fn flush_and_wait(&self) {
+        self.flush();
+        let writer = self.writer.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(tx) = writer.as_ref() {
+            let (done_tx, done_rx) = std::sync::mpsc::sync_channel(1);
+            if tx.send(Chunk::Written(done_tx)).is_ok() {
+                let _ = done_rx.recv_timeout(EXIT_WAIT);
             }
-            bytes = &bytes[n as usize..];
         }
-        b.clear();
+    }
+
+    fn hand_over(&self, lines: String) {
+        let mut writer = self.writer.lock().unwrap_or_else(|e| e.into_inner());
+        if writer.is_none() && !self.started.swap(true, std::sync::atomic::Ordering::AcqRel) {
+            let (tx, rx) = std::sync::mpsc::channel();
+            let fd = self.fd;
+            if std::thread::Builder::new()
+                .name("simgpu-trace".into())
+                .spawn(move || write_lines(fd, rx))
+                .is_ok()
+            {
+                *writer = Some(tx);
+            }
+        }
+        match writer.as_ref() {
+            Some(tx) => {
+                if let Err(std::sync::mpsc::SendError(Chunk::Lines(lines))) =
+                    tx.send(Chunk::Lines(lines))
+                {
+                    write_all(self.fd, lines.as_bytes());
+                }
+            }
+            None => write_all(self.fd, lines.as_bytes()),
+        }
+    }
+}
+
+/// The writer thread: writes each chunk in the order handed over.
+fn write_lines(fd: i32, rx: Receiver<Chunk>) {
+    for chunk in rx {
+        match chunk {
+            Chunk::Lines(lines) => write_all(fd, lines.as_bytes()),
+            Chunk::Written(done) => {
+                let _ = done.send(());
+            }
+        }
+    }
+}
+
+fn write_all(fd: i32, mut bytes: &[u8]) {
+    while !bytes.is_empty() {
+        // SAFETY: fd is open for the life of the process; bytes is a valid
+        // readable slice.
+        let n = unsafe { libc::write(fd, bytes.as_ptr().cast(), bytes.len()) };
+        if n <= 0 {
+            if n < 0 && std::io::Error::last_os_error().kind() == std::io::ErrorKind::Interrupted {
+                continue;
+            }
+            break;
+        }
+        bytes = &bytes[n as usize..];
     }
 }

@@ -665,8 +665,16 @@ fn role_slack() {
             && ours.iter().any(|(name, _)| name.starts_with("simgpu-dev")),
         "a stream worker and a device engine ran: {ours:?}"
     );
-    for (name, slack) in &ours {
-        assert_eq!(*slack, 1, "{name} wakes when its kernel ends");
+    // The trace writer sleeps on nothing timed; a device engine under a
+    // real-time policy (`SIMGPU_ENGINE_PRIORITY`) has no slack at all.
+    for (name, slack) in ours
+        .iter()
+        .filter(|(name, _)| !name.starts_with("simgpu-trace"))
+    {
+        assert!(
+            *slack <= 1,
+            "{name} wakes when its kernel ends (slack {slack} ns)"
+        );
     }
     // SAFETY: gettid takes no arguments and cannot fail.
     let tid = unsafe { libc::syscall(libc::SYS_gettid) };
