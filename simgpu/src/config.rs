@@ -5,10 +5,6 @@ use dilu_abi::units::{DURATION_FORMS, SIZE_FORMS, parse_duration_ns, parse_size}
 use std::collections::HashMap;
 
 pub(crate) const MAX_DEVICES: usize = 16;
-/// The device engines' real-time priority: above the `chrt -r 10` that
-/// dilu's co-location benchmarks run every tenant at, below the kernel's
-/// interrupt threads (50).
-const DEFAULT_ENGINE_PRIORITY: i32 = 20;
 
 /// How processes (and one process's streams) share a device
 /// (`SIMGPU_SHARING`).
@@ -113,9 +109,6 @@ pub(crate) struct Config {
     pub connections: u64,
     /// Visible device ordinal -> simulated physical device index.
     pub visible: Vec<usize>,
-    /// `SCHED_FIFO` priority of the device engines' threads
-    /// (`SIMGPU_ENGINE_PRIORITY`; 0 = the process's own).
-    pub engine_priority: i32,
 }
 
 /// One line naming the variable, the bad value and the accepted forms.
@@ -257,13 +250,6 @@ impl Config {
             Some(v) => return Err(bad("SIMGPU_NULL", v, "0 or 1")),
         };
         let connections = count("CUDA_DEVICE_MAX_CONNECTIONS", 8, 32)?;
-        let engine_priority = match get("SIMGPU_ENGINE_PRIORITY") {
-            None => DEFAULT_ENGINE_PRIORITY,
-            Some(v) => match v.trim().parse::<i32>() {
-                Ok(n) if (0..=99).contains(&n) => n,
-                _ => return Err(bad("SIMGPU_ENGINE_PRIORITY", &v, "an integer from 0 to 99")),
-            },
-        };
         let call_costs = match get("SIMGPU_CALL_COST") {
             None => CallCosts::default(),
             Some(v) => CallCosts::parse(&v)
@@ -303,7 +289,6 @@ impl Config {
             null,
             call_costs,
             connections,
-            engine_priority,
             visible,
         })
     }

@@ -220,7 +220,6 @@ impl Engine {
         trace: Option<&'static Trace>,
     ) {
         crate::exact_timers_for_this_thread();
-        crate::device_priority_for_this_thread(cfg.engine_priority);
         let me_queued = shm.queued(shm.slot, self.phys);
         let mut st = self.lock();
         loop {

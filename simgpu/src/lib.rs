@@ -90,27 +90,6 @@ pub(crate) fn exact_timers_for_this_thread() {
     unsafe { libc::prctl(libc::PR_SET_TIMERSLACK, 1 as libc::c_ulong, 0, 0, 0) };
 }
 
-/// Runs the calling thread, a device engine, under `SCHED_FIFO` at
-/// `priority` (0: leaves it as it is). A GPU switches between processes and
-/// ends their kernels whatever the host CPU priority of those processes,
-/// but simgpu's device advances on the engine thread of the process holding
-/// it: at a filler's nice 19, beside busier threads, that thread would wake
-/// late and hold the device past its kernels, delaying the next process's
-/// as no GPU does. An engine sleeps between events, so this costs the host
-/// little. Where the process may not (no `CAP_SYS_NICE`, no
-/// `RLIMIT_RTPRIO`), the thread keeps the process's priority.
-pub(crate) fn device_priority_for_this_thread(priority: i32) {
-    if priority == 0 {
-        return;
-    }
-    let param = libc::sched_param {
-        sched_priority: priority,
-    };
-    // SAFETY: sched_setscheduler on the calling thread (0) reads `param`,
-    // which lives through the call; failure changes nothing.
-    unsafe { libc::sched_setscheduler(0, libc::SCHED_FIFO, &param) };
-}
-
 /// Sleeps until the absolute CLOCK_MONOTONIC time `deadline_ns`.
 pub(crate) fn sleep_until(deadline_ns: u64) {
     let ts = libc::timespec {

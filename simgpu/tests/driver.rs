@@ -665,16 +665,12 @@ fn role_slack() {
             && ours.iter().any(|(name, _)| name.starts_with("simgpu-dev")),
         "a stream worker and a device engine ran: {ours:?}"
     );
-    // The trace writer sleeps on nothing timed; a device engine under a
-    // real-time policy (`SIMGPU_ENGINE_PRIORITY`) has no slack at all.
+    // The trace writer waits for lines, never for a time.
     for (name, slack) in ours
         .iter()
         .filter(|(name, _)| !name.starts_with("simgpu-trace"))
     {
-        assert!(
-            *slack <= 1,
-            "{name} wakes when its kernel ends (slack {slack} ns)"
-        );
+        assert_eq!(*slack, 1, "{name} wakes when its kernel ends");
     }
     // SAFETY: gettid takes no arguments and cannot fail.
     let tid = unsafe { libc::syscall(libc::SYS_gettid) };
