@@ -21,11 +21,15 @@ const EXIT_WAIT: Duration = Duration::from_secs(10);
 pub(crate) struct Trace {
     fd: i32,
     buf: Mutex<String>,
-    /// The writer thread's queue, started with the first full buffer;
-    /// None where it could not be started (the lines are then written by
-    /// the thread that hands them over).
-    writer: Mutex<Option<Sender<Chunk>>>,
-    started: std::sync::atomic::AtomicBool,
+    writer: Mutex<Writer>,
+}
+
+/// The writer thread, started with the first lines handed over.
+enum Writer {
+    NotStarted,
+    Running(Sender<Chunk>),
+    /// It could not be started: the thread that hands lines over writes them.
+    Unavailable,
 }
 
 enum Chunk {
@@ -87,8 +91,7 @@ impl Trace {
         Ok(Trace {
             fd,
             buf: Mutex::new(String::new()),
-            writer: Mutex::new(None),
-            started: std::sync::atomic::AtomicBool::new(false),
+            writer: Mutex::new(Writer::NotStarted),
         })
     }
 
@@ -131,7 +134,7 @@ impl Trace {
     pub(crate) fn flush_and_wait(&self) {
         self.flush();
         let writer = self.writer.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(tx) = writer.as_ref() {
+        if let Writer::Running(tx) = &*writer {
             let (done_tx, done_rx) = std::sync::mpsc::sync_channel(1);
             if tx.send(Chunk::Written(done_tx)).is_ok() {
                 let _ = done_rx.recv_timeout(EXIT_WAIT);
@@ -141,26 +144,26 @@ impl Trace {
 
     fn hand_over(&self, lines: String) {
         let mut writer = self.writer.lock().unwrap_or_else(|e| e.into_inner());
-        if writer.is_none() && !self.started.swap(true, std::sync::atomic::Ordering::AcqRel) {
+        if let Writer::NotStarted = *writer {
             let (tx, rx) = std::sync::mpsc::channel();
             let fd = self.fd;
-            if std::thread::Builder::new()
+            let spawned = std::thread::Builder::new()
                 .name("simgpu-trace".into())
-                .spawn(move || write_lines(fd, rx))
-                .is_ok()
-            {
-                *writer = Some(tx);
-            }
+                .spawn(move || write_lines(fd, rx));
+            *writer = match spawned {
+                Ok(_) => Writer::Running(tx),
+                Err(_) => Writer::Unavailable,
+            };
         }
-        match writer.as_ref() {
-            Some(tx) => {
+        match &*writer {
+            Writer::Running(tx) => {
                 if let Err(std::sync::mpsc::SendError(Chunk::Lines(lines))) =
                     tx.send(Chunk::Lines(lines))
                 {
                     write_all(self.fd, lines.as_bytes());
                 }
             }
-            None => write_all(self.fd, lines.as_bytes()),
+            _ => write_all(self.fd, lines.as_bytes()),
         }
     }
 }
