@@ -221,7 +221,7 @@ for target in "${targets[@]}"; do
         echo "cluster-trace-gpu-v2023, \`csv/\`; this repository carries the default list and the node list)."
         echo "Policies \`dilu\` and \`fgd\` (FGD, told the drawn pods' task mix), nodes \`openb_node_list_gpu_node.csv\`,"
         echo "80 GiB per GPU. For each list: what its header lacks, the replay in time where it has times, FGD's"
-        echo "protocol (to 130%, seeds 1 to 5: each seed draws other pods) always. Pods without GPUs take"
+        echo "protocol (to 130%, seeds 1 to 10: each seed draws other pods) always. Pods without GPUs take"
         echo "cores and memory on the node each policy chooses (FGD's lists \`cpu0\` to \`cpu300\` hold the"
         echo "default list's GPU pods with none to 3,030 such pods; the default list has 1,088)."
         err=$(mktemp)
@@ -238,7 +238,7 @@ for target in "${targets[@]}"; do
           fi
           sed -n 's/^dilu-cluster: pod list [^:]*: columns/Columns/p' "$err" | head -n 1
           echo
-          for seed in 1 2 3 4 5; do
+          for seed in 1 2 3 4 5 6 7 8 9 10; do
             "${run[@]}" --protocol fgd --seed "$seed" 2>/dev/null || echo "FGD protocol (seed $seed): failed"
             echo
           done
