@@ -488,9 +488,19 @@ impl Shm {
         false
     }
 
+    /// Gives back `bytes` this process charged on `phys`: only what its slot
+    /// still holds. A free that runs after the slot was drained (a stream
+    /// worker finishing a stream-ordered free while the process exits, after
+    /// `release`) was given back by the drain; subtracted again, it wrapped
+    /// the device's count below zero and every later allocation there
+    /// failed as out of memory.
     pub(crate) fn uncharge(&self, phys: usize, bytes: u64) {
-        self.layout.slots[self.slot].used[phys].fetch_sub(bytes, AcqRel);
-        self.dev(phys).used.fetch_sub(bytes, AcqRel);
+        let held = self.layout.slots[self.slot].used[phys]
+            .fetch_update(AcqRel, Acquire, |u| u.checked_sub(bytes))
+            .is_ok();
+        if held {
+            self.dev(phys).used.fetch_sub(bytes, AcqRel);
+        }
     }
 
     /// (free, total) of a device, after reclaiming dead processes' memory.
@@ -648,5 +658,31 @@ impl Shm {
             });
         }
         out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_free_after_the_exit_released_the_slot_gives_nothing_back_twice() {
+        let instance = format!("shm-test-{}-late-free", std::process::id());
+        let gib = 1u64 << 30;
+        // An observer (as the node manager's NVML) keeps the instance open
+        // between the two processes.
+        let observer = Shm::observe(&instance, 1, gib).expect("observe");
+        let exiting = Shm::attach(&instance, 1, gib, 1).expect("attach");
+        assert!(exiting.charge(0, 64 << 20));
+        // The exit drains the slot, returning its 64 MiB ...
+        exiting.release();
+        assert_eq!(observer.dev(0).used.load(Acquire), 0);
+        // ... and a stream worker's free of the same memory comes after it.
+        exiting.uncharge(0, 64 << 20);
+        assert_eq!(observer.dev(0).used.load(Acquire), 0, "counted below zero");
+        let next = Shm::attach(&instance, 1, gib, 1).expect("attach again");
+        assert!(next.charge(0, 64 << 20), "the next process can allocate");
+        next.release();
+        observer.leave();
     }
 }
