@@ -204,7 +204,9 @@ impl Stream {
             let spawned = std::thread::Builder::new()
                 .name(format!("simgpu-s{}", self.id))
                 .spawn(move || me.worker());
-            if spawned.is_err() {
+            if let Err(error) = spawned {
+                // The program sees only out-of-memory: say what it was.
+                eprintln!("simgpu: cannot start a stream's worker thread: {error}");
                 if let (Some((_, _, Op::Kernel(_))), Some(shm)) = (st.q.pop_back(), &d.shm) {
                     let _ =
                         shm.queued(shm.slot, d.phys(self.dev))
