@@ -485,6 +485,19 @@ impl Shm {
                 self.reclaim_dead();
             }
         }
+        let (used, cap) = (dev.used.load(Acquire), dev.capacity.load(Relaxed));
+        static SAID: std::sync::Once = std::sync::Once::new();
+        if used > cap {
+            // Never so unless usage was given back twice: say it, since the
+            // program only sees out-of-memory.
+            SAID.call_once(|| {
+                eprintln!(
+                    "simgpu: device {phys}'s shared memory count reads {used} of {cap} bytes; \
+                     remove {} to reset it",
+                    self.path.to_string_lossy()
+                )
+            });
+        }
         false
     }
 
