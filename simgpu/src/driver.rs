@@ -163,7 +163,6 @@ pub(crate) struct Driver {
     /// Per visible device: the engine running this process's kernels.
     pub engines: Vec<Arc<crate::engine::Engine>>,
     null_next: AtomicU64,
-    pub exiting: AtomicBool,
 }
 
 static DRIVER: OnceLock<Result<Driver, CUresult>> = OnceLock::new();
@@ -207,7 +206,6 @@ extern "C" fn at_exit() {
         return; // the parent's slot and trace buffer are not ours
     }
     if let Ok(d) = drv() {
-        d.exiting.store(true, Relaxed);
         if let Some(t) = &d.trace {
             t.flush_and_wait();
         }
@@ -279,7 +277,6 @@ impl Driver {
             trace,
             engines,
             null_next: AtomicU64::new(1 << 44),
-            exiting: AtomicBool::new(false),
         })
     }
 

@@ -466,8 +466,14 @@ impl Shm {
         }
     }
 
-    /// Atomic check-and-add against the device capacity.
+    /// Atomic check-and-add against the device capacity. Refused once the
+    /// process's exit released its slot: a charge then would stay behind in
+    /// a slot nobody owns.
     pub(crate) fn charge(&self, phys: usize, bytes: u64) -> bool {
+        let mine = std::process::id() as u64;
+        if self.layout.slots[self.slot].pid.load(Acquire) != mine {
+            return false;
+        }
         let dev = self.dev(phys);
         for attempt in 0..2 {
             let cap = dev.capacity.load(Relaxed);
@@ -690,9 +696,12 @@ mod tests {
         // The exit drains the slot, returning its 64 MiB ...
         exiting.release();
         assert_eq!(observer.dev(0).used.load(Acquire), 0);
-        // ... and a stream worker's free of the same memory comes after it.
+        // ... and a stream worker's free of the same memory comes after it,
+        // or an allocation.
         exiting.uncharge(0, 64 << 20);
         assert_eq!(observer.dev(0).used.load(Acquire), 0, "counted below zero");
+        assert!(!exiting.charge(0, 1 << 20), "charged to a released slot");
+        assert_eq!(observer.dev(0).used.load(Acquire), 0);
         let next = Shm::attach(&instance, 1, gib, 1).expect("attach again");
         assert!(next.charge(0, 64 << 20), "the next process can allocate");
         next.release();
