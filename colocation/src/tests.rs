@@ -1373,8 +1373,9 @@ fn beside_a_primary_kept_as_if_alone_kernels_beyond_its_tolerance_go_as_the_rati
         ),
         "no table yet: the primary's tail is not known"
     );
-    // A 1 ms kernel costs 10 ms of the ration (20 ms deep).
-    let costs = std::array::from_fn(|j| 10 * ration::ration_point_ns(j));
+    // A 1 ms kernel, exposed with the hand-off to it, costs 10 ms of the
+    // ration (20 ms deep).
+    let costs = std::array::from_fn(|j| 10 * ration::ration_point_ns(j).saturating_sub(HANDOFF_NS));
     b.publish_ration(gap, &costs);
     assert_eq!(b.ration_cost(MS, false), Some(10 * MS));
     // Behind its own queued kernel, no hand-off to it.
@@ -1404,7 +1405,7 @@ fn beside_a_primary_kept_as_if_alone_kernels_beyond_its_tolerance_go_as_the_rati
     // otherwise spend in one gap what shorter kernels of other fillers use
     // in many. Full since about 80 ms, the ration pays for it, and is
     // empty after it.
-    let dear = std::array::from_fn(|j| 30 * ration::ration_point_ns(j));
+    let dear = std::array::from_fn(|j| 30 * ration::ration_point_ns(j).saturating_sub(HANDOFF_NS));
     b.publish_ration(gap, &dear);
     // Requests are rare: the primary's gaps last 300 ms, so such a kernel
     // pushes at most 30 ms × 0.5% / 300 ms = 0.05% of a request over.
@@ -1492,14 +1493,17 @@ fn beside_frequent_requests_a_kernel_dearer_than_the_full_ration_never_goes() {
     // 400 ms × 0.5% / 4 ms, half a request, over: it waits.
     b.publish_ration(
         0,
-        &std::array::from_fn(|j| 400 * ration::ration_point_ns(j)),
+        &std::array::from_fn(|j| 400 * ration::ration_point_ns(j).saturating_sub(HANDOFF_NS)),
     );
     assert!(matches!(
         b.filler_admit(gap, MS, false, FILLER),
         FillerGate::WaitUntil(_)
     ));
     // One costing 30 ms pushes about 4% of one over: it goes.
-    b.publish_ration(0, &std::array::from_fn(|j| 30 * ration::ration_point_ns(j)));
+    b.publish_ration(
+        0,
+        &std::array::from_fn(|j| 30 * ration::ration_point_ns(j).saturating_sub(HANDOFF_NS)),
+    );
     assert_eq!(b.filler_admit(gap, MS, false, FILLER), FillerGate::Go);
 }
 
@@ -1520,7 +1524,7 @@ fn beside_a_bursty_primary_kept_as_if_alone_risky_kernels_go_in_its_pauses() {
     }
     // A 1 ms kernel costs 5 ms of the ration (20 ms deep) at a moment like
     // any other of the idle time.
-    let costs = std::array::from_fn(|j| 5 * ration::ration_point_ns(j));
+    let costs = std::array::from_fn(|j| 5 * ration::ration_point_ns(j).saturating_sub(HANDOFF_NS));
     b.publish_ration(0, &costs);
     // Filler kernels of 1 ms back to back from `from` on: how many go
     // before the first waits.
