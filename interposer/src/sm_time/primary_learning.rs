@@ -305,10 +305,10 @@ impl Learning {
                 // beside busy fillers), and the p99 learned less the carried
                 // delay read 0.53-0.92 of the p99 alone (0.64-1.00 without
                 // it, each the p99 the primary had beside its fillers). That
-                // low a bound priced filler kernels at 2-4 times their cost:
-                // beside a Poisson primary at 229 req/s fillers kept 47-55% of
-                // its idle time, 62-63% learned without it (its p99
-                // 0.91-0.98x alone both ways).
+                // low a bound priced a filler kernel at 2-5 times what the
+                // latencies alone give: beside a Poisson primary at 229 req/s
+                // fillers kept 47-55% of its idle time, 62-63% learned
+                // without it (its p99 0.91-0.98x alone both ways).
                 let learned = latency_ns - own;
                 let worst = self.recent_latencies.record(learned);
                 // The boards' count of the delay misses some (a filler kernel
