@@ -367,3 +367,58 @@ impl Learning {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::sm_time::colocation_config::from_env;
+    use dilu_colocation::DEFAULT_HOLDOFF_NS;
+    use dilu_layout::colocation::GapBoard;
+    use dilu_layout::shm::Region;
+
+    const MS: u64 = 1_000_000;
+
+    #[test]
+    fn a_queued_request_is_learned_without_the_delay_of_the_one_before_but_judged_with_it() {
+        let config = from_env(|var| (var == "DILU_COLO").then(|| "primary".to_string()))
+            .unwrap()
+            .unwrap();
+        assert!(config.tolerance_learned && config.slo_ns.is_none());
+        let region = Region::<GapBoard>::anonymous(|_| {}).unwrap();
+        let of = |_| Board::new(region.device(0));
+        let boards = Boards::new(&of, 1);
+        let board = of(0);
+        board.attach_primary(1, 0, DEFAULT_HOLDOFF_NS);
+        board.keep_as_if_alone();
+        let learning = Learning::new();
+        let (mut now, mut counted) = (MS, 0);
+        let mut report = |latency_ns: u64, own_delay_ns: u64, queued: bool| {
+            now += 10 * MS;
+            counted += own_delay_ns;
+            let request = Request {
+                latency_ns,
+                delay_ns: counted,
+                host_wait_ns: 0,
+                queued,
+            };
+            learning.learn_request(&config, boards, request, now);
+        };
+        // Pairs of 3 ms requests: the first delayed 1 ms behind filler
+        // work (2 ms alone), the second queued behind it and not delayed
+        // itself. Half the requests take 3 ms less their own delay.
+        for _ in 0..600 {
+            report(3 * MS, MS, false);
+            report(3 * MS, 0, true);
+        }
+        let tail = learning.all_latencies.tail(1_000_000, 0).unwrap();
+        assert_eq!(tail.p99_ns, 3 * MS, "learned less the carried delay: 2 ms");
+        // Its bound is 3.3 ms. A request pushed to 3.5 ms by its own delay,
+        // and the one queued behind it by that delay, both count against
+        // the fillers' budget of delayed requests.
+        let before = board.delay_credit();
+        report(3_500_000, MS, false);
+        report(3_500_000, 0, true);
+        let spent = before - board.delay_credit();
+        assert!(spent > 1.9, "two requests pushed over, {spent} spent");
+    }
+}
