@@ -667,6 +667,51 @@ fn a_primary_kept_as_if_alone_gambles_on_random_gaps_once_per_budget() {
 }
 
 #[test]
+fn filler_work_queued_before_the_primary_came_costs_its_budget_nothing() {
+    let board = board();
+    let b = Board::new(board.device(0));
+    // A filler there first keeps kernels (estimated 2 ms each) queued.
+    let t = 5_000 * MS;
+    let mut now = t;
+    for _ in 0..10 {
+        while let FillerGate::WaitUntil(at) = b.filler_admit(now, 2 * MS, false, FILLER) {
+            now = at;
+        }
+    }
+    b.attach_primary(1, 0, DEFAULT_HOLDOFF_NS);
+    b.keep_as_if_alone();
+    // The primary's first returns meet that queue, which no gamble of the
+    // board's put there.
+    let mut at = now;
+    for _ in 0..3 {
+        one_kernel_waited_for(b, at);
+        at += 500 * US;
+        assert!(b.snapshot().primary_delay_ns > 0, "it met the queue");
+    }
+    assert!(
+        b.delay_credit() >= 0.0,
+        "inherited work charged: {}",
+        b.delay_credit()
+    );
+    // Work the board admits beside the primary is charged when it delays
+    // a return.
+    let queue_gone = t + 100 * MS;
+    one_kernel_waited_for(b, queue_gone);
+    let before = b.delay_credit();
+    b.set_tolerance(MS);
+    // (After the turn's grace: the filler's turn is long over.)
+    let go = queue_gone + 200 * US + DEFAULT_HOLDOFF_NS + TURN_GRACE_NS;
+    assert_eq!(b.filler_admit(go, 500 * US, false, FILLER), FillerGate::Go);
+    b.set_tolerance(0);
+    one_kernel_waited_for(b, go + 100 * US);
+    assert!(
+        b.delay_credit() <= before - 0.99,
+        "a delayed return beside admitted work: {before} then {}",
+        b.delay_credit()
+    );
+}
+
+#[test]
 fn a_reporting_primary_kept_as_if_alone_spends_its_budget_on_requests_pushed_over() {
     let board = board();
     let b = Board::new(board.device(0));

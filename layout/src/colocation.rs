@@ -128,6 +128,11 @@ pub struct Params {
     /// (0: none yet; it may wait for its work through calls dilu does not
     /// see, such as a blocking copy, so any gap may end a request).
     pub synchronises: AtomicU64,
+    /// The fillers' admitted work (`FillerStats::filled_ns`) when the
+    /// primary attached: until more is admitted, the filler work a return
+    /// finds ahead was queued before the primary came, not risked beside
+    /// it.
+    pub filled_at_attach: AtomicU64,
 }
 
 /// How much of the risk of pushing an as-if-alone primary's requests over
@@ -259,7 +264,7 @@ pub struct GapBoard {
 // SAFETY: repr(C), atomics and padding only; all-zero is "no primary, no
 // history", a valid state.
 unsafe impl SharedLayout for GapBoard {
-    const MAGIC: u64 = 0x6469_6c75_4741_000e; // "diluGA" v14 (v14: whether the primary synchronises)
+    const MAGIC: u64 = 0x6469_6c75_4741_000f; // "diluGA" v15 (v15: the fillers' work when the primary attached)
     fn magic(&self) -> &AtomicU64 {
         &self.magic
     }
