@@ -20,6 +20,10 @@ pub struct ColoConfig {
     /// A primary without an SLO or a set tolerance: its tolerance is
     /// learned from its own latency ([`learned_tolerance`](crate::sm_time::primary_tolerance::learned_tolerance)).
     pub tolerance_learned: bool,
+    /// The operator set the tolerance (`DILU_COLO_TOLERANCE`): beside an
+    /// SLO it is not raised to what the primary kept as if alone would
+    /// tolerate.
+    pub tolerance_set: bool,
     pub holdoff_ns: u64,
     pub slo_ns: Option<u64>,
     pub guarantee_ppm: u32,
@@ -87,6 +91,7 @@ pub fn from_env(
         role,
         group,
         tolerance_learned: tolerance.is_none() && slo_ns.is_none(),
+        tolerance_set: tolerance.is_some(),
         tolerance_ns: tolerance.unwrap_or_else(|| slo_ns.map_or(0, default_tolerance_ns)),
         holdoff_ns: duration("DILU_COLO_HOLDOFF")?.unwrap_or(DEFAULT_HOLDOFF_NS),
         slo_ns,

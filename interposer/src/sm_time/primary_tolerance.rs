@@ -30,20 +30,12 @@ impl RecentLatencies {
         }
     }
 
-    /// Records a request of `latency_ns` reported when the boards had
-    /// counted `delay_ns` of the primary's delay behind filler work in all;
-    /// returns the worst latency of the window. The delay counted since the
-    /// last report (at launches that were this request's) is taken off:
-    /// judged on latencies with it in, the tolerance cut itself (fillers
-    /// delayed requests, the slack shrank, fillers were kept out, the slack
-    /// came back), and a Poisson primary at 96 req/s beside two fillers on
-    /// simgpu alternated so.
-    pub(crate) fn record_request(&self, latency_ns: u64, delay_ns: u64) -> u64 {
-        self.record(self.without_delay(latency_ns, delay_ns))
-    }
-
     /// A request's latency less the delay behind filler work the boards
-    /// counted since the last report (`delay_ns` in all).
+    /// counted since the last report (`delay_ns` in all: at launches that
+    /// were this request's). Judged on latencies with it in, the tolerance
+    /// cut itself (fillers delayed requests, the slack shrank, fillers were
+    /// kept out, the slack came back), and a Poisson primary at 96 req/s
+    /// beside two fillers on simgpu alternated so.
     pub(crate) fn without_delay(&self, latency_ns: u64, delay_ns: u64) -> u64 {
         let since_last =
             delay_ns.saturating_sub(self.delay_seen_ns.swap(delay_ns, Ordering::Relaxed));
@@ -338,7 +330,7 @@ mod tests {
         // the tolerance stays, request after request.
         for request in 0..3 * SLACK_WINDOW {
             delay_total += 2 * MS;
-            let worst = recent.record_request(5 * MS, delay_total);
+            let worst = recent.record(recent.without_delay(5 * MS, delay_total));
             assert_eq!(worst, 3 * MS, "request {request}");
             assert_eq!(
                 tolerance_within_slack(3 * MS, 6 * MS, worst),
@@ -346,7 +338,7 @@ mod tests {
             );
         }
         // A request slow on its own still cuts it.
-        let worst = recent.record_request(5 * MS + 500_000, delay_total);
+        let worst = recent.record(recent.without_delay(5 * MS + 500_000, delay_total));
         assert_eq!(
             tolerance_within_slack(3 * MS, 6 * MS, worst),
             MS / 2 - 2 * HANDOFF_NS
