@@ -28,7 +28,11 @@
 #                 the checkout where populated, else exported at their pinned
 #                 commits from git repositories in XSCHED_3RDPARTY (a folder
 #                 holding CLI11, cpp-httplib, jsoncpp, FTXUI and cuxtra, bare
-#                 or not, by those names). Its `ipc` submodule's pinned commit
+#                 or not, by those names; XSched's .gitmodules name XpuOS's
+#                 forks of the first four, and the commits pinned at bd494cb
+#                 are in the upstream repositories CLIUtils/CLI11,
+#                 yhirose/cpp-httplib, open-source-parsers/jsoncpp and
+#                 ArthurSonzogni/FTXUI too). Its `ipc` submodule's pinned commit
 #                 is in no public repository: where the checkout has none,
 #                 scripts/peer-stand-ins/ipc (the five calls XSched makes, on
 #                 abstract Unix datagram sockets) takes its place.
