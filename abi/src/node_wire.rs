@@ -507,6 +507,27 @@ pub struct ColoStatus {
     pub filler_launches_held: u64,
     /// Filler launches paced at their guarantee (their kernels fit no gap).
     pub filler_fallbacks: u64,
+    /// The primary has no latency target: it is kept as if alone, and
+    /// the fields below say how its tail budget stands.
+    #[serde(default)]
+    pub kept_as_if_alone: bool,
+    /// The filler kernel it accepts without a cost (ms).
+    #[serde(default)]
+    pub tolerance_ms: f64,
+    /// Its requests (or returns from gaps, where it reports none) judged
+    /// against its bound (10% over its p99 alone), and those fillers
+    /// pushed over it.
+    #[serde(default)]
+    pub requests_judged_total: u64,
+    #[serde(default)]
+    pub requests_pushed_over_total: u64,
+    /// Requests fillers may still push over (negative: overdrawn).
+    #[serde(default)]
+    pub delay_budget_requests: f64,
+    /// The budget is overdrawn beyond its noise: filler kernels beyond
+    /// the tolerance wait until it is earned back.
+    #[serde(default)]
+    pub risky_filling_paused: bool,
 }
 
 /// Encodes a message for the socket.

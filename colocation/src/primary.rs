@@ -38,6 +38,25 @@ pub(crate) const RATION_CREDIT_FLOOR: i64 = -3 * DELAY_CREDIT_CAP;
 /// guarantee) cannot ban gambles for ever.
 const DELAY_CREDIT_FLOOR: i64 = -5 * DELAY_CREDIT_CAP;
 
+/// What a primary kept as if alone has left of its budget of requests that
+/// fillers may push over its bound, from the board's credit
+/// (`BoardSnapshot::delay_credit_ppm`), as the node manager reports it.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct DelayBudget {
+    /// Requests fillers may still push over (negative: overdrawn).
+    pub requests_left: f64,
+    /// Requests pushed over beyond the budget stopped the risk ration:
+    /// filler kernels beyond the tolerance wait until it is earned back.
+    pub ration_stopped: bool,
+}
+
+pub fn delay_budget(credit_ppm: i64) -> DelayBudget {
+    DelayBudget {
+        requests_left: credit_ppm as f64 / DELAY_CREDIT_CAP as f64,
+        ration_stopped: credit_ppm < RATION_CREDIT_FLOOR,
+    }
+}
+
 /// A gap of the primary's that its launch ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct GapEnded {
@@ -149,6 +168,16 @@ impl Board<'_> {
             DELAY_BUDGET_PPM,
             if pushed_over { DELAY_CREDIT_CAP } else { 0 },
         );
+        self.count_judged(pushed_over);
+    }
+
+    /// Counts one request (or return) judged against the bound, for the
+    /// node manager's status: how often fillers pushed one over.
+    fn count_judged(&self, pushed_over: bool) {
+        self.primary_stats.judged.fetch_add(1, Relaxed);
+        if pushed_over {
+            self.primary_stats.pushed_over.fetch_add(1, Relaxed);
+        }
     }
 
     pub(crate) fn add_credit(&self, earned: i64, spent: i64) {
@@ -190,6 +219,7 @@ impl Board<'_> {
         let spent = if delayed { DELAY_CREDIT_CAP } else { 0 };
         if earned != 0 || spent != 0 {
             self.add_credit(earned, spent);
+            self.count_judged(delayed);
         }
     }
 

@@ -746,6 +746,21 @@ fn a_reporting_primary_kept_as_if_alone_spends_its_budget_on_requests_pushed_ove
     assert!(b.delay_credit() < 1.0, "199 requests are not enough");
     b.primary_request_judged(false);
     assert!(b.delay_credit() >= 1.0, "200 are: {}", b.delay_credit());
+    // The node manager's status counts the requests judged, not the
+    // returns, and the one pushed over.
+    let s = b.snapshot();
+    assert!(s.as_if_alone);
+    assert_eq!((s.judged, s.pushed_over), (450, 1));
+    let budget = crate::delay_budget(s.delay_credit_ppm);
+    assert!(budget.requests_left >= 1.0 && !budget.ration_stopped);
+    // Five pushed over in a row, from a full budget of one, overdraw it
+    // beyond its noise: the ration stops, and the status says so.
+    for _ in 0..5 {
+        b.primary_request_judged(true);
+    }
+    let budget = crate::delay_budget(b.snapshot().delay_credit_ppm);
+    assert!(budget.requests_left < -3.0, "{budget:?}");
+    assert!(budget.ration_stopped);
 }
 
 /// A primary tolerating a 2 ms filler kernel, after its first 200 µs of

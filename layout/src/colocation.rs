@@ -243,6 +243,11 @@ pub struct PrimaryStats {
     pub primary_delay_ns: AtomicU64,
     /// The primary's own estimated kernel time.
     pub primary_busy_ns: AtomicU64,
+    /// A primary kept as if alone: its requests (or, where it reports none,
+    /// its returns from fillable gaps) judged against its bound, and those
+    /// fillers pushed over it (returns: delayed beyond its tolerance).
+    pub judged: AtomicU64,
+    pub pushed_over: AtomicU64,
 }
 
 /// Written by fillers only.
@@ -264,7 +269,7 @@ pub struct GapBoard {
 // SAFETY: repr(C), atomics and padding only; all-zero is "no primary, no
 // history", a valid state.
 unsafe impl SharedLayout for GapBoard {
-    const MAGIC: u64 = 0x6469_6c75_4741_000f; // "diluGA" v15 (v15: the fillers' work when the primary attached)
+    const MAGIC: u64 = 0x6469_6c75_4741_0010; // "diluGA" v16 (v16: requests judged and pushed over)
     fn magic(&self) -> &AtomicU64 {
         &self.magic
     }
@@ -295,6 +300,13 @@ pub struct BoardSnapshot {
     /// The attached primary's process id (0: none or unknown).
     pub primary_pid: u32,
     pub tolerance_ns: u64,
+    /// The primary has no latency target: it is kept as if alone.
+    pub as_if_alone: bool,
+    /// Its budget of requests fillers may still push over its bound, in
+    /// millionths of one (negative: overdrawn).
+    pub delay_credit_ppm: i64,
+    pub judged: u64,
+    pub pushed_over: u64,
 }
 
 impl BoardSnapshot {
@@ -321,6 +333,10 @@ impl DeviceBoard {
             primary_present: self.params.primary_present.load(Relaxed) != 0,
             primary_pid: self.params.primary_pid.load(Relaxed) as u32,
             tolerance_ns: self.params.tolerance_ns.load(Relaxed),
+            as_if_alone: self.params.as_if_alone.load(Relaxed) != 0,
+            delay_credit_ppm: self.params.delay_credit.load(Relaxed) as i64,
+            judged: self.primary_stats.judged.load(Relaxed),
+            pushed_over: self.primary_stats.pushed_over.load(Relaxed),
         }
     }
 }

@@ -10,6 +10,7 @@
 //! other users' processes are not this node manager's to report.
 
 use dilu_abi::node_wire::{ColoStatus, TenantStatus};
+use dilu_colocation::delay_budget;
 use dilu_layout::colocation::{BoardSnapshot, GapBoard};
 use dilu_layout::ledger::MAX_DEVICES;
 use dilu_layout::shm::Region;
@@ -69,6 +70,7 @@ fn read_board(path: &Path, uid: u32, group: &str, tenants: &[TenantStatus]) -> V
 
 fn status(group: &str, device: u32, primary: &str, s: &BoardSnapshot) -> ColoStatus {
     let seconds = |ns: u64| ns as f64 / 1e9;
+    let budget = delay_budget(s.delay_credit_ppm);
     ColoStatus {
         group: group.to_string(),
         device,
@@ -84,6 +86,12 @@ fn status(group: &str, device: u32, primary: &str, s: &BoardSnapshot) -> ColoSta
         gap_period: s.gap_period,
         filler_launches_held: s.filler_held,
         filler_fallbacks: s.fallbacks,
+        kept_as_if_alone: s.as_if_alone,
+        tolerance_ms: s.tolerance_ns as f64 / 1e6,
+        requests_judged_total: s.judged,
+        requests_pushed_over_total: s.pushed_over,
+        delay_budget_requests: budget.requests_left,
+        risky_filling_paused: s.as_if_alone && budget.ration_stopped,
     }
 }
 

@@ -138,7 +138,7 @@ type ColoValue = fn(&ColoStatus) -> f64;
 
 /// Per co-located GPU counters (encoded with `_total`), labelled with the
 /// device, the board's group and the primary tenant.
-const COLO_COUNTERS: [(&str, &str, ColoValue); 5] = [
+const COLO_COUNTERS: [(&str, &str, ColoValue); 7] = [
     (
         "dilu_colo_gaps",
         "Gaps of the co-location primary long enough to fill.",
@@ -164,7 +164,33 @@ const COLO_COUNTERS: [(&str, &str, ColoValue); 5] = [
         "Filler work still queued when the primary came back from a gap (the most it waited).",
         |c| c.primary_delay_seconds_total,
     ),
+    (
+        "dilu_colo_requests_judged",
+        "Requests of a primary kept as if alone judged against its bound (returns from gaps where it reports none).",
+        |c| c.requests_judged_total as f64,
+    ),
+    (
+        "dilu_colo_requests_pushed_over",
+        "Of those, the requests fillers pushed over the bound (its budget is 0.5% of them).",
+        |c| c.requests_pushed_over_total as f64,
+    ),
 ];
+
+/// A gauge per co-located GPU that `shown` selects.
+fn colo_gauge(
+    registry: &mut Registry,
+    status: &NodeStatus,
+    name: &str,
+    help: &str,
+    shown: fn(&ColoStatus) -> bool,
+    value: ColoValue,
+) {
+    let family = GaugeFamily::default();
+    for c in status.colocation.iter().filter(|c| shown(c)) {
+        family.get_or_create(&colo_labels(status, c)).set(value(c));
+    }
+    registry.register(name, help, family);
+}
 
 /// A `gpu` label: the NVML index, or `none` for tenants the node manager
 /// did not place on a node with several GPUs.
@@ -333,16 +359,23 @@ pub fn render(status: &NodeStatus) -> String {
         }
         registry.register(name, help, family);
     }
-    let slowdown = GaugeFamily::default();
-    for c in &status.colocation {
-        slowdown
-            .get_or_create(&colo_labels(status, c))
-            .set(c.primary_slowdown);
-    }
-    registry.register(
+    colo_gauge(
+        &mut registry,
+        status,
         "dilu_colo_primary_slowdown_ratio",
         "Upper estimate of the primary's slowdown from fillers: queued filler work it found, and the hand-off back, / its kernel time.",
-        slowdown,
+        |_| true,
+        |c| c.primary_slowdown,
+    );
+    // Only primaries kept as if alone have a tail budget: a gauge of 0
+    // for the others would read as one spent.
+    colo_gauge(
+        &mut registry,
+        status,
+        "dilu_colo_delay_budget_requests",
+        "Requests fillers may still push over the bound of a primary kept as if alone (negative: overdrawn; below -3 filler kernels beyond its tolerance wait).",
+        |c| c.kept_as_if_alone,
+        |c| c.delay_budget_requests,
     );
     let scale = GaugeFamily::default();
     for s in &status.signals {
@@ -450,6 +483,12 @@ mod tests {
                 gap_period: 2,
                 filler_launches_held: 3,
                 filler_fallbacks: 0,
+                kept_as_if_alone: true,
+                tolerance_ms: 0.08,
+                requests_judged_total: 1800,
+                requests_pushed_over_total: 9,
+                delay_budget_requests: -3.5,
+                risky_filling_paused: true,
             }],
         };
         let text = render(&status);
@@ -458,9 +497,18 @@ mod tests {
             format!("dilu_colo_gaps_total{labels} 7.0"),
             format!("dilu_colo_filled_seconds_total{labels} 0.25"),
             format!("dilu_colo_primary_slowdown_ratio{labels} 0.01"),
+            format!("dilu_colo_requests_judged_total{labels} 1800"),
+            format!("dilu_colo_requests_pushed_over_total{labels} 9"),
+            format!("dilu_colo_delay_budget_requests{labels} -3.5"),
         ] {
             assert!(text.contains(&line), "{line} missing:\n{text}");
         }
+        // A primary with an SLO has no tail budget: none is shown, not 0.
+        let mut with_slo = status;
+        with_slo.colocation[0].kept_as_if_alone = false;
+        let text = render(&with_slo);
+        assert!(text.contains("dilu_colo_gaps_total"), "{text}");
+        assert!(!text.contains("dilu_colo_delay_budget_requests{"), "{text}");
     }
 
     #[test]

@@ -6,6 +6,7 @@ use dilu_abi::node_wire::{
     self, ColoStatus, FromDaemon, NodeStatus, ScaleAdvice, SpecUpdate, TenantSpec, ToDaemon,
 };
 use dilu_abi::units::format_size;
+use dilu_colocation::DELAY_BUDGET_PPM;
 use std::fmt::Write;
 use std::path::Path;
 use std::time::Duration;
@@ -217,6 +218,32 @@ pub fn format_colocation(c: &ColoStatus) -> String {
         100.0 * c.primary_slowdown,
         c.filler_launches_held,
         c.filler_fallbacks,
+    ) + &as_if_alone(c)
+}
+
+/// How a primary kept as if alone stands against its tail budget: the
+/// kernel it accepts, how often fillers pushed its requests over its
+/// bound, and whether they wait for the budget (a wait is never silent).
+fn as_if_alone(c: &ColoStatus) -> String {
+    if !c.kept_as_if_alone {
+        return String::new();
+    }
+    let pushed =
+        100.0 * c.requests_pushed_over_total as f64 / (c.requests_judged_total.max(1)) as f64;
+    let paused = if c.risky_filling_paused {
+        " · filler kernels beyond the tolerance wait: the budget is overdrawn"
+    } else {
+        ""
+    };
+    format!(
+        " · kept as if alone: tolerates {:.2} ms, {} of {} requests pushed over its bound ({:.2}%, budget {:.1}%), {:.1} left{}",
+        c.tolerance_ms,
+        c.requests_pushed_over_total,
+        c.requests_judged_total,
+        pushed,
+        DELAY_BUDGET_PPM as f64 / 1e4,
+        c.delay_budget_requests,
+        paused,
     )
 }
 
@@ -273,5 +300,55 @@ pub fn set(socket: &Path, tenant: &str, update: SpecUpdate) -> error::Result<Ten
         FromDaemon::Updated { spec, .. } => Ok(spec),
         FromDaemon::Error { reason } => Err(Error::Refused(reason)),
         other => Err(Error::NodeManager(format!("unexpected answer: {other:?}"))),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn colo(kept_as_if_alone: bool, risky_filling_paused: bool) -> ColoStatus {
+        ColoStatus {
+            group: "gpu".into(),
+            device: 0,
+            primary_tenant: "serve".into(),
+            primary_pid: 42,
+            gaps_seen: 1800,
+            gap_seconds_total: 7.0,
+            filled_seconds_total: 4.0,
+            primary_busy_seconds_total: 0.7,
+            primary_delay_seconds_total: 0.1,
+            primary_slowdown: 0.14,
+            predicted_gap_ms: 0.5,
+            gap_period: 0,
+            filler_launches_held: 10,
+            filler_fallbacks: 0,
+            kept_as_if_alone,
+            tolerance_ms: 0.08,
+            requests_judged_total: 1800,
+            requests_pushed_over_total: 9,
+            delay_budget_requests: if risky_filling_paused { -3.3 } else { 0.7 },
+            risky_filling_paused,
+        }
+    }
+
+    #[test]
+    fn a_primary_kept_as_if_alone_shows_its_tail_budget_and_why_fillers_wait() {
+        let line = format_colocation(&colo(true, false));
+        assert!(
+            line.contains("kept as if alone: tolerates 0.08 ms, 9 of 1800 requests pushed over its bound (0.50%, budget 0.5%), 0.7 left"),
+            "{line}"
+        );
+        assert!(!line.contains("wait"), "{line}");
+        let paused = format_colocation(&colo(true, true));
+        assert!(
+            paused.ends_with(
+                "-3.3 left · filler kernels beyond the tolerance wait: the budget is overdrawn"
+            ),
+            "{paused}"
+        );
+        // A primary with an SLO spends its slack instead: no budget shown.
+        let with_slo = format_colocation(&colo(false, false));
+        assert!(!with_slo.contains("as if alone"), "{with_slo}");
     }
 }

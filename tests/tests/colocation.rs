@@ -150,6 +150,7 @@ fn status_shows_the_gaps_of_a_primary_and_the_time_a_filler_filled() {
         if let Some(c) = found
             && c["gaps_seen"].as_u64().unwrap_or(0) >= 5
             && c["filled_seconds_total"].as_f64().unwrap_or(0.0) > 0.0
+            && c["requests_judged_total"].as_u64().unwrap_or(0) > 0
         {
             break c;
         }
@@ -177,13 +178,19 @@ fn status_shows_the_gaps_of_a_primary_and_the_time_a_filler_filled() {
     );
     assert!(entry["primary_busy_seconds_total"].as_f64().unwrap() > 0.0);
     assert!(entry["primary_slowdown"].as_f64().is_some(), "{entry}");
+    // Without an SLO the primary is kept as if alone: its tail budget is
+    // shown, and fillers pushed at most a few of its returns over.
+    assert_eq!(entry["kept_as_if_alone"], true, "{entry}");
+    let judged = entry["requests_judged_total"].as_u64().unwrap();
+    let pushed = entry["requests_pushed_over_total"].as_u64().unwrap();
+    assert!(pushed <= judged, "{entry}");
 
     let text = status(&socket, false).expect("dilu status");
     let line = text
         .lines()
         .find(|l| l.starts_with("co-location gpu0") && l.contains(&primary))
         .unwrap_or_else(|| panic!("no co-location line for {primary}:\n{text}"));
-    for part in ["gaps", "filled", "primary slowdown"] {
+    for part in ["gaps", "filled", "primary slowdown", "kept as if alone"] {
         assert!(line.contains(part), "{part:?} missing: {line}");
     }
 }
