@@ -50,6 +50,7 @@ pub struct DelayBudget {
     pub ration_stopped: bool,
 }
 
+/// The budget that the board's credit `credit_ppm` stands for.
 pub fn delay_budget(credit_ppm: i64) -> DelayBudget {
     DelayBudget {
         requests_left: credit_ppm as f64 / DELAY_CREDIT_CAP as f64,
