@@ -166,7 +166,7 @@ const COLO_COUNTERS: [(&str, &str, ColoValue); 7] = [
     ),
     (
         "dilu_colo_requests_judged",
-        "Requests of a primary kept as if alone judged against its bound (returns from gaps where it reports none).",
+        "Requests of the primary judged against its as-if-alone bound, 10% over its p99 alone (returns from gaps where it reports none).",
         |c| c.requests_judged_total as f64,
     ),
     (
