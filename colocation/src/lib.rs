@@ -83,7 +83,7 @@ pub mod timing;
 pub use board::Board;
 pub use filler::{FillerGate, Owed};
 pub use gap_prediction::{GapPrediction, predict_gap, record_in_ring};
-pub use primary::{DELAY_BUDGET_PPM, DelayBudget, GapEnded, delay_budget};
+pub use primary::{DELAY_BUDGET_PPM, DelayBudget, GapEnded, SYNCED_GAPS_TRUSTED, delay_budget};
 pub use ration::{RATION_DEPTH_NS, ration_costs};
 pub use sample_hold::SampleHoldPost;
 pub use timing::*;

@@ -38,6 +38,13 @@ pub(crate) const RATION_CREDIT_FLOOR: i64 = -3 * DELAY_CREDIT_CAP;
 /// guarantee) cannot ban gambles for ever.
 const DELAY_CREDIT_FLOOR: i64 = -5 * DELAY_CREDIT_CAP;
 
+/// How many fillable gaps in a row, each begun at a synchronisation, make
+/// the next one fillable at once
+/// ([`Board::synced_gap_opens_at_once`](crate::Board)).
+/// A loop with one synchronisation inside its iteration (a loss read back
+/// before the optimiser's launches) breaks the row at every iteration.
+pub const SYNCED_GAPS_TRUSTED: u64 = 32;
+
 /// What a primary kept as if alone has left of its budget of requests that
 /// fillers may push over its bound, from the board's credit
 /// (`BoardSnapshot::delay_credit_ppm`), as the node manager reports it.
@@ -84,6 +91,7 @@ impl Board<'_> {
         // A primary with a latency target, until it says otherwise.
         self.params.as_if_alone.store(0, Relaxed);
         self.params.synchronises.store(0, Relaxed);
+        self.params.synced_gaps_fillable.store(0, Relaxed);
         self.params
             .filled_at_attach
             .store(self.filler_stats.filled_ns.load(Relaxed), Relaxed);
@@ -248,6 +256,9 @@ impl Board<'_> {
             let start = if synced != 0 { synced } else { busy_until };
             let length = now.saturating_sub(start);
             if start != 0 && length > 0 {
+                if synced != 0 {
+                    self.synced_gap_ended(length);
+                }
                 self.gap_ended(length, synced != 0);
                 // Between requests fillers go at once, so the gaps shorter
                 // than the hold-off there are returns they risk meeting
@@ -432,6 +443,31 @@ impl Board<'_> {
         p.known.store(known as u64, Relaxed);
         p.longest_vouched_ns
             .store(prediction.longest_vouched_ns, Relaxed);
+    }
+
+    /// A gap that began at a synchronisation ended after `length_ns`: one
+    /// more fillable in a row, or the row broken.
+    fn synced_gap_ended(&self, length_ns: u64) {
+        let fillable = &self.params.synced_gaps_fillable;
+        if length_ns >= self.params.holdoff_ns.load(Relaxed) {
+            if fillable.load(Relaxed) < SYNCED_GAPS_TRUSTED {
+                fillable.fetch_add(1, Relaxed);
+            }
+        } else if fillable.load(Relaxed) != 0 {
+            fillable.store(0, Relaxed);
+        }
+    }
+
+    /// Whether a gap that begins at a synchronisation of this primary is
+    /// fillable at once: its gaps repeat, and its last
+    /// [`SYNCED_GAPS_TRUSTED`] synchronisations each began a gap of at
+    /// least the hold-off (a loop that synchronises once per iteration,
+    /// before its data or its all-reduce). The hold-off tells a gap from
+    /// the host's time between dependent launches; after such a
+    /// synchronisation the loop's host has nothing to launch.
+    pub(crate) fn synced_gap_opens_at_once(&self) -> bool {
+        self.params.synced_gaps_fillable.load(Relaxed) >= SYNCED_GAPS_TRUSTED
+            && self.predictor.period.load(Relaxed) != 0
     }
 
     /// Undoes `push` of the fillers' queue end (not before `now`).

@@ -230,6 +230,82 @@ fn after_a_request_that_waited_the_gap_opens_only_after_the_hold_off() {
     );
 }
 
+/// A loop that synchronises once per iteration, each time before its gap
+/// (its data loading): once its gaps repeat and [`SYNCED_GAPS_TRUSTED`]
+/// synchronisations in a row began one, a gap opens to fillers as its
+/// synchronisation returns; one synchronisation that its host launches
+/// right after brings the hold-off back.
+#[test]
+fn a_loop_whose_synchronisations_begin_its_gaps_opens_them_at_once() {
+    let board = board();
+    let b = Board::new(board.device(0));
+    b.attach_primary(1, 0, DEFAULT_HOLDOFF_NS);
+    let mut t = 1_000 * MS;
+    // Each iteration's launch ends the gap before it: one fewer gap ended
+    // than iterations run, and the last one's gap is open.
+    for _ in 0..SYNCED_GAPS_TRUSTED {
+        t = train_iteration(b, t);
+    }
+    let open = t - 3 * MS;
+    assert_eq!(
+        b.filler_admit(open + 10 * US, MS, false, FILLER),
+        FillerGate::WaitUntil(open + DEFAULT_HOLDOFF_NS),
+        "one gap short of the row"
+    );
+    let next = train_iteration(b, t);
+    let gap = next - 3 * MS;
+    assert_eq!(
+        b.filler_admit(gap + 10 * US, MS, false, FILLER),
+        FillerGate::Go
+    );
+    // The next iteration reads a result back mid-way and launches 50 µs
+    // later: a synchronisation that began no gap.
+    b.primary_launch(next, 4 * MS);
+    b.primary_sync_begin();
+    b.primary_sync_end(next + MS);
+    b.primary_launch(next + MS + 50 * US, 2 * MS);
+    b.primary_sync_begin();
+    let gap = next + 4 * MS;
+    b.primary_sync_end(gap);
+    assert_eq!(
+        b.filler_admit(gap + 10 * US, MS, false, FILLER),
+        FillerGate::WaitUntil(gap + DEFAULT_HOLDOFF_NS),
+        "the row is broken"
+    );
+}
+
+/// A filler held by the primary's synchronisation looks again at the
+/// primary's estimated end, then often while the synchronisation should be
+/// returning, and seldom once it outlasts that.
+#[test]
+fn a_filler_held_by_a_synchronisation_looks_often_only_as_it_should_return() {
+    let t = 1_000 * MS;
+    let ends = t + MS;
+    assert_eq!(crate::filler::sync_look(t, ends), t + POLL_NS);
+    assert_eq!(crate::filler::sync_look(ends - 30 * US, ends), ends);
+    assert_eq!(crate::filler::sync_look(ends, ends), ends + SYNC_LOOK_NS);
+    let late = ends + SYNC_WATCH_NS;
+    assert_eq!(
+        crate::filler::sync_look(late - US, ends),
+        late - US + SYNC_LOOK_NS
+    );
+    assert_eq!(crate::filler::sync_look(late, ends), late + POLL_NS);
+    // On the board: the primary synchronising on a 1 ms kernel.
+    let board = board();
+    let b = Board::new(board.device(0));
+    b.attach_primary(1, 0, DEFAULT_HOLDOFF_NS);
+    b.primary_launch(t, MS);
+    b.primary_sync_begin();
+    assert_eq!(
+        b.filler_admit(ends - 30 * US, MS, false, FILLER),
+        FillerGate::WaitUntil(ends)
+    );
+    assert_eq!(
+        b.filler_admit(ends + 5 * US, MS, false, FILLER),
+        FillerGate::WaitUntil(ends + 5 * US + SYNC_LOOK_NS)
+    );
+}
+
 #[test]
 fn a_filler_fills_a_learned_gap_but_not_past_its_end() {
     let board = board();

@@ -133,6 +133,9 @@ pub struct Params {
     /// finds ahead was queued before the primary came, not risked beside
     /// it.
     pub filled_at_attach: AtomicU64,
+    /// How many of the primary's gaps that began at a synchronisation were
+    /// fillable (at least the hold-off) in a row: 0 after one that was not.
+    pub synced_gaps_fillable: AtomicU64,
 }
 
 /// How much of the risk of pushing an as-if-alone primary's requests over
@@ -269,7 +272,7 @@ pub struct GapBoard {
 // SAFETY: repr(C), atomics and padding only; all-zero is "no primary, no
 // history", a valid state.
 unsafe impl SharedLayout for GapBoard {
-    const MAGIC: u64 = 0x6469_6c75_4741_0010; // "diluGA" v16 (v16: requests judged and pushed over)
+    const MAGIC: u64 = 0x6469_6c75_4741_0011; // "diluGA" v17 (v17: fillable synchronised gaps in a row)
     fn magic(&self) -> &AtomicU64 {
         &self.magic
     }
