@@ -59,22 +59,6 @@ enum Rationed {
     At(u64),
 }
 
-/// When a filler held by the primary's synchronisation looks again: at
-/// the primary's estimated end, every [`SYNC_LOOK_NS`] from then until
-/// [`SYNC_WATCH_NS`] past it (the synchronisation returns about then, and
-/// each look later is idle device), otherwise every [`POLL_NS`].
-/// (Looking every [`POLL_NS`] throughout, fillers beside a training loop
-/// of 1.3 ms gaps started 70 µs past the hand-off on average on simgpu.)
-pub(crate) fn sync_look(now: u64, busy_until: u64) -> u64 {
-    if now < busy_until {
-        busy_until.min(now + POLL_NS)
-    } else if now < busy_until.saturating_add(SYNC_WATCH_NS) {
-        now + SYNC_LOOK_NS
-    } else {
-        now + POLL_NS
-    }
-}
-
 /// The claim word of `filler` at `now`: its id and a coarse time (65.5 µs
 /// units, wrapping), so that a claim nobody renews expires.
 pub(crate) fn claim_word(filler: u32, now: u64) -> u64 {
@@ -169,7 +153,12 @@ impl Board<'_> {
         if present {
             let busy_until = self.primary_busy_until.0.load(Acquire);
             if self.primary_syncing.0.load(Acquire) > 0 {
-                return FillerGate::WaitUntil(sync_look(now, busy_until));
+                // (Looking every 20 µs once its work is estimated done
+                // starts fillers about 30 µs sooner after a training
+                // loop's synchronisations, but wakes them on the CPUs the
+                // primary's threads wake to; not shown to pay on a
+                // 2-core host.)
+                return FillerGate::WaitUntil(now + POLL_NS);
             }
             if busy_until > now {
                 return FillerGate::WaitUntil(busy_until);

@@ -274,38 +274,6 @@ fn a_loop_whose_synchronisations_begin_its_gaps_opens_them_at_once() {
     );
 }
 
-/// A filler held by the primary's synchronisation looks again at the
-/// primary's estimated end, then often while the synchronisation should be
-/// returning, and seldom once it outlasts that.
-#[test]
-fn a_filler_held_by_a_synchronisation_looks_often_only_as_it_should_return() {
-    let t = 1_000 * MS;
-    let ends = t + MS;
-    assert_eq!(crate::filler::sync_look(t, ends), t + POLL_NS);
-    assert_eq!(crate::filler::sync_look(ends - 30 * US, ends), ends);
-    assert_eq!(crate::filler::sync_look(ends, ends), ends + SYNC_LOOK_NS);
-    let late = ends + SYNC_WATCH_NS;
-    assert_eq!(
-        crate::filler::sync_look(late - US, ends),
-        late - US + SYNC_LOOK_NS
-    );
-    assert_eq!(crate::filler::sync_look(late, ends), late + POLL_NS);
-    // On the board: the primary synchronising on a 1 ms kernel.
-    let board = board();
-    let b = Board::new(board.device(0));
-    b.attach_primary(1, 0, DEFAULT_HOLDOFF_NS);
-    b.primary_launch(t, MS);
-    b.primary_sync_begin();
-    assert_eq!(
-        b.filler_admit(ends - 30 * US, MS, false, FILLER),
-        FillerGate::WaitUntil(ends)
-    );
-    assert_eq!(
-        b.filler_admit(ends + 5 * US, MS, false, FILLER),
-        FillerGate::WaitUntil(ends + 5 * US + SYNC_LOOK_NS)
-    );
-}
-
 #[test]
 fn a_filler_fills_a_learned_gap_but_not_past_its_end() {
     let board = board();

@@ -30,15 +30,6 @@ pub const DEFAULT_HOLDOFF_NS: u64 = 150_000;
 /// known at which things change.
 pub const POLL_NS: u64 = 100_000;
 
-/// How often a filler held by the primary's synchronisation looks once the
-/// primary's work is estimated done: a few looks per hand-off.
-pub const SYNC_LOOK_NS: u64 = 20_000;
-
-/// How long past the primary's estimated end fillers look that often: a
-/// synchronisation that has not returned by then waits for work longer
-/// than estimated, and they look every [`POLL_NS`] again.
-pub const SYNC_WATCH_NS: u64 = 200_000;
-
 /// What handing the GPU from one process to another costs in device time:
 /// 138 µs measured on an H100 by `gpu-calibrate` (simgpu's default switch
 /// cost). A returning primary pays it after a filler's kernel, so a filler
