@@ -100,7 +100,7 @@ def serve(args):
             at += rng.expovariate(args.rate)
             arrivals.append(at)
         arrivals.pop()
-        latencies, serving, batches, next_request = [], 0.0, 0, 0
+        latencies, served, serving, batches, next_request = [], [], 0.0, 0, 0
         while next_request < len(arrivals):
             now = time.perf_counter() - start
             if now < arrivals[next_request]:
@@ -116,6 +116,7 @@ def serve(args):
             serving += done - begun
             batches += 1
             latencies.extend((done - start - a) * 1000 for a in arrivals[next_request:taken])
+            served.extend((round(a * 1e9), round((done - start - a) * 1e9)) for a in arrivals[next_request:taken])
             next_request = taken
         window_end_ns = time.monotonic_ns()
     latencies.sort()
@@ -142,6 +143,9 @@ def serve(args):
         "slo_violation_rate": round(sum(l > args.slo_ms for l in latencies) / max(n, 1), 5),
         # CLOCK_MONOTONIC, as simgpu's trace: the requests' window.
         "window_ns": [window_start_ns, window_end_ns],
+        # Each request's arrival (from the window's start) and latency: the
+        # report's as-if-alone bound replays them.
+        "requests_ns": served,
     }), flush=True)
 
 

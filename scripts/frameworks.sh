@@ -78,6 +78,8 @@ fi
 
 echo "== building dilu and simgpu (release)" >&2
 cargo build --release -q -p dilu-nodemgr -p dilu-interposer -p simgpu -p simgpu-nvml
+# The report's as-if-alone bound of the pair.
+cargo build --release -q -p dilu-bench --bin as-if-alone-bound
 release=$(pwd)/target/release
 dilu=$release/dilu
 libdir=$release/frameworks-lib

@@ -11,7 +11,9 @@ trainer's timed steps cover (alone, the trainer's timed steps).
 import json
 import os
 import platform
+import subprocess
 import sys
+import tempfile
 
 
 def last_json(path):
@@ -67,6 +69,53 @@ def trace_busy(path, lo, hi):
     return union(everything) / span, {pid: union(iv) / span for pid, iv in per_pid.items()}
 
 
+def trainer_kernels(path, pid, lo, hi):
+    """The trainer's kernel lengths (ns) in its run alone over [lo, hi]: a
+    kernel's segments summed (simgpu/README.md, whole kernels)."""
+    kernels = {}
+    for line in open(path, errors="replace"):
+        try:
+            row = json.loads(line)
+        except ValueError:
+            continue
+        if row.get("pid") != pid or row["end_ns"] < lo or row["start_ns"] > hi:
+            continue
+        key = row.get("kernel", len(kernels))
+        kernels[key] = kernels.get(key, 0) + row["end_ns"] - row["start_ns"]
+    return list(kernels.values())
+
+
+def as_if_alone_bound(work, serve_alone, train_alone):
+    """The most of the server's idle time the trainer may keep with the
+    server's p99 within 1.10x alone, arrivals unknown: `as-if-alone-bound`
+    (bench/src/as_if_alone.rs) on both programs' runs alone. Returns
+    (its JSON line, None) or (None, why)."""
+    if not serve_alone or "requests_ns" not in serve_alone:
+        return None, "the server's run alone lists no requests"
+    if not train_alone or not train_alone.get("step_end_ns"):
+        return None, "the trainer's run alone timed no steps"
+    trace = os.path.join(work, "train-alone", "trace.jsonl")
+    if not os.path.exists(trace):
+        return None, "no trace of the trainer alone"
+    lo = train_alone.get("start_ns", train_alone["step_end_ns"][0])
+    lengths = trainer_kernels(trace, train_alone["pid"], lo, train_alone["step_end_ns"][-1])
+    binary = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "target", "release", "as-if-alone-bound")
+    with tempfile.TemporaryDirectory() as tmp:
+        requests_file, kernels_file = os.path.join(tmp, "requests"), os.path.join(tmp, "kernels")
+        with open(requests_file, "w") as f:
+            f.writelines(f"{a} {l}\n" for a, l in serve_alone["requests_ns"])
+        with open(kernels_file, "w") as f:
+            f.writelines(f"{k}\n" for k in lengths)
+        try:
+            done = subprocess.run([binary, "--requests", requests_file, "--kernels", kernels_file],
+                                  capture_output=True, text=True, timeout=120)
+        except OSError as e:
+            return None, f"as-if-alone-bound did not run: {e}"
+    if done.returncode != 0:
+        return None, done.stderr.strip()[:200]
+    return json.loads(done.stdout), None
+
+
 def main():
     work, command, rate, slo_ms, split, hami_note, commit = sys.argv[1:8]
     rows = []
@@ -78,6 +127,8 @@ def main():
     alone_busy = None
     if serve_alone:
         alone_busy, _ = trace_busy(os.path.join(work, "serve-alone", "trace.jsonl"), *serve_alone["window_ns"])
+    bound, no_bound_why = as_if_alone_bound(work, serve_alone, train_alone)
+    harvests = {}
 
     def row(label, folder, note=""):
         d = os.path.join(work, folder)
@@ -131,7 +182,10 @@ def main():
         # time the server leaves idle alone.
         trainer_share = shares.get(train.get("pid")) if train and serve else None
         if trainer_share is not None and alone_busy is not None and alone_busy < 1:
-            cells += [f"{100 * trainer_share / (1 - alone_busy):.1f}%"]
+            harvests[folder] = trainer_share / (1 - alone_busy)
+            cells += [f"{100 * harvests[folder]:.1f}%"]
+        elif folder == "serve-alone" and bound is not None:
+            cells += [f"(as-if-alone bound {100 * bound['share_bound']:.1f}%)"]
         else:
             cells += ["—"]
         load = [open(os.path.join(d, f)).read().strip() if os.path.exists(os.path.join(d, f)) else "?"
@@ -206,6 +260,24 @@ def main():
     for r in rows:
         print(r)
     print()
+    if bound is not None:
+        share = bound["share_bound"]
+        noslo = harvests.get("dilu-noslo")
+        against = (f" `dilu without SLO` harvested {100 * noslo:.1f}%, {100 * noslo / share:.0f}% of it."
+                   if noslo is not None and share > 0 else "")
+        print(f"As-if-alone bound (in `server alone`'s harvest cell): the most of the server's idle time the "
+              f"trainer may keep with the server's p99 within 1.10x alone when nothing knows when requests "
+              f"arrive, {100 * share:.1f}%, from both programs' runs alone (`as-if-alone-bound`, "
+              "bench/src/as_if_alone.rs): a request arriving while the server is idle meets the trainer's work "
+              "as often as the trainer keeps that time, then a kernel of each length as often as that length "
+              "holds of the trainer's device time (a training step runs its kernels in its own order; no "
+              "scheduler can run only its short ones), and waits the rest of it and a 140 us hand-off; the "
+              "requests so pushed over the bound may number what the p99's rank leaves (of "
+              f"{bound['requests']} requests, those above the p99 less those already over the bound "
+              f"alone: {bound['allowance']:g}), and the trainer keeping all of the idle time would push "
+              f"{bound['pushes_per_share']:.2f} over in expectation.{against}\n")
+    else:
+        print(f"As-if-alone bound: not computed ({no_bound_why}).\n")
     print("simgpu computes no kernel results and charges each kernel ceil(blocks / 132) x 10 us of "
           "device time (simgpu/README.md), so a kernel's time follows its grid, not its arithmetic; "
           "the host side (Python, PyTorch's dispatcher, the driver calls) is real and runs on this "

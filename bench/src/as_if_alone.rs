@@ -77,56 +77,103 @@ pub fn filler_share_bound(
     handoff_ns: u64,
     factor: f64,
 ) -> f64 {
-    let Served {
-        requests,
-        done,
-        service,
-    } = Served::new(requests);
-    let n = requests.len();
+    let only = KernelShare {
+        kernel_ns,
+        share: 1.0,
+    };
+    filler_mix_share_bound(requests, &[only], handoff_ns, factor).share
+}
+
+/// What [`filler_mix_share_bound`] found.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct ShareBound {
+    /// The largest share of the idle time fillers may keep (0 to 1).
+    pub share: f64,
+    /// Requests that may be pushed over the bound before the p99 moves.
+    pub allowance: f64,
+    /// Requests pushed over it, in expectation, per unit of share.
+    pub pushes_per_share: f64,
+}
+
+/// One length of a filler's kernels and the share of its device time spent
+/// in kernels of that length.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct KernelShare {
+    pub kernel_ns: u64,
+    pub share: f64,
+}
+
+/// [`filler_share_bound`] for a filler that runs its kernels in an order of
+/// its own (a training step): no scheduler can pick the short ones, so a
+/// request that meets its work meets a kernel of each length as often as
+/// that length holds of the filler's device time (`kernels`, shares adding
+/// up to 1).
+pub fn filler_mix_share_bound(
+    requests: &[Request],
+    kernels: &[KernelShare],
+    handoff_ns: u64,
+    factor: f64,
+) -> ShareBound {
+    let served = Served::new(requests);
+    let n = served.requests.len();
     if n == 0 {
-        return 1.0;
+        return ShareBound {
+            share: 1.0,
+            allowance: 0.0,
+            pushes_per_share: 0.0,
+        };
     }
     let Tail {
         rank,
         bound,
         over_alone,
-    } = tail(&requests, factor);
+    } = tail(&served.requests, factor);
     // Over the bound, the p99 moves once more than n - rank requests are.
     let allowance = (n - rank).saturating_sub(over_alone) as f64;
-    let mut pushes = 0.0;
-    for i in 0..n {
-        // Fillers run only while the primary is idle: a request queued
-        // behind its own predecessor meets none.
-        if i > 0 && requests[i].arrival_ns < done[i - 1] {
-            continue;
-        }
-        let mut pushed = 0u64;
-        for point in 0..ARRIVAL_POINTS {
-            let delay = handoff_ns + kernel_ns * (2 * point + 1) / (2 * ARRIVAL_POINTS);
-            let mut finish = done[i] + delay;
-            let mut j = i;
-            loop {
-                let alone = requests[j].latency_ns;
-                let latency = finish - requests[j].arrival_ns;
-                pushed += u64::from(alone <= bound && latency > bound);
-                j += 1;
-                if j == n {
-                    break;
-                }
-                let next = requests[j].arrival_ns.max(finish) + service[j];
-                if next <= done[j] {
-                    break;
-                }
-                finish = next;
-            }
-        }
-        pushes += pushed as f64 / ARRIVAL_POINTS as f64;
-    }
-    if pushes == 0.0 {
+    let pushes: f64 = kernels
+        .iter()
+        .map(|k| k.share * served.expected_pushes(k.kernel_ns, handoff_ns, bound))
+        .sum();
+    let share = if pushes == 0.0 {
         1.0
     } else {
         (allowance / pushes).min(1.0)
+    };
+    ShareBound {
+        share,
+        allowance,
+        pushes_per_share: pushes,
     }
+}
+
+/// A filler's kernel lengths (ns, one per kernel) as [`KernelShare`]s: in
+/// classes each √2 longer than the one before, each class at its kernels'
+/// mean length and its share of their summed length. Empty where the
+/// lengths add up to nothing.
+pub fn kernel_mix(lengths_ns: &[u64]) -> Vec<KernelShare> {
+    let total: u64 = lengths_ns.iter().sum();
+    if total == 0 {
+        return Vec::new();
+    }
+    // (summed length, count) per class: class j holds lengths under
+    // 1 µs · √2^j.
+    let mut classes: Vec<(u64, u64)> = Vec::new();
+    for &length in lengths_ns.iter().filter(|&&l| l > 0) {
+        let class = (2.0 * (length as f64 / 1_000.0).log2()).ceil().max(0.0) as usize;
+        if classes.len() <= class {
+            classes.resize(class + 1, (0, 0));
+        }
+        classes[class].0 += length;
+        classes[class].1 += 1;
+    }
+    classes
+        .into_iter()
+        .filter(|&(_, count)| count > 0)
+        .map(|(sum, count)| KernelShare {
+            kernel_ns: sum / count,
+            share: sum as f64 / total as f64,
+        })
+        .collect()
 }
 
 /// Where a primary's p99 alone lies among its requests, the bound
@@ -221,6 +268,51 @@ impl Served {
             service,
         }
     }
+
+    /// Requests within `bound` alone that fillers of `kernel_ns` kernels
+    /// push over it, per unit of the idle time they keep: every request
+    /// arriving while the primary is idle meets filler work with the
+    /// chance of that share, waits the rest of the kernel (averaged over
+    /// where in it it arrives) and `handoff_ns`, and passes the delay on
+    /// to the requests queued behind it.
+    fn expected_pushes(&self, kernel_ns: u64, handoff_ns: u64, bound: u64) -> f64 {
+        let Served {
+            requests,
+            done,
+            service,
+        } = self;
+        let n = requests.len();
+        let mut pushes = 0.0;
+        for i in 0..n {
+            // Fillers run only while the primary is idle: a request queued
+            // behind its own predecessor meets none.
+            if i > 0 && requests[i].arrival_ns < done[i - 1] {
+                continue;
+            }
+            let mut pushed = 0u64;
+            for point in 0..ARRIVAL_POINTS {
+                let delay = handoff_ns + kernel_ns * (2 * point + 1) / (2 * ARRIVAL_POINTS);
+                let mut finish = done[i] + delay;
+                let mut j = i;
+                loop {
+                    let alone = requests[j].latency_ns;
+                    let latency = finish - requests[j].arrival_ns;
+                    pushed += u64::from(alone <= bound && latency > bound);
+                    j += 1;
+                    if j == n {
+                        break;
+                    }
+                    let next = requests[j].arrival_ns.max(finish) + service[j];
+                    if next <= done[j] {
+                        break;
+                    }
+                    finish = next;
+                }
+            }
+            pushes += pushed as f64 / ARRIVAL_POINTS as f64;
+        }
+        pushes
+    }
 }
 
 #[cfg(test)]
@@ -277,6 +369,48 @@ mod tests {
         // A primary whose slowest requests were further from the bound lets
         // fillers keep more.
         assert!(filler_share_bound(&requests, 100 * US, 140 * US, 1.5) > share);
+    }
+
+    #[test]
+    fn a_filler_whose_long_kernels_it_cannot_skip_keeps_what_they_allow() {
+        // 1000 requests of 1 ms, 10 ms apart: the bound (1.1 ms) leaves each
+        // 100 µs, and 10 may go over it. Kernels of 90 µs (no hand-off)
+        // push nobody over; ones of 1 ms push a request arriving in all
+        // but the first 100 µs of one (14 of 16 points).
+        let requests = spaced(1000, |_| MS);
+        let short = KernelShare {
+            kernel_ns: 90 * US,
+            share: 0.9,
+        };
+        let long = KernelShare {
+            kernel_ns: MS,
+            share: 0.1,
+        };
+        assert_eq!(filler_share_bound(&requests, 90 * US, 0, 1.10), 1.0);
+        // A tenth of the filler's device time in the long kernels: a
+        // request meeting its work meets one a tenth of the time.
+        let share = filler_mix_share_bound(&requests, &[short, long], 0, 1.10).share;
+        let expected = 10.0 / (0.1 * 1000.0 * 14.0 / 16.0);
+        assert!((share - expected).abs() < 1e-9, "{share} vs {expected}");
+        // The field's fillers, which a scheduler may pick among, are
+        // judged by their shortest kernels; this one cannot be.
+        assert!(share < filler_share_bound(&requests, 90 * US, 0, 1.10));
+    }
+
+    #[test]
+    fn kernel_lengths_group_by_their_share_of_device_time() {
+        // Nine of 100 µs and one of 1 ms: the long one holds over half the
+        // device time.
+        let mut lengths = vec![100 * US; 9];
+        lengths.push(MS);
+        let mix = kernel_mix(&lengths);
+        assert_eq!(mix.len(), 2, "{mix:?}");
+        assert_eq!(mix[0].kernel_ns, 100 * US);
+        assert!((mix[0].share - 0.9 / 1.9).abs() < 1e-9);
+        assert_eq!(mix[1].kernel_ns, MS);
+        assert!((mix[1].share - 1.0 / 1.9).abs() < 1e-9);
+        assert!(kernel_mix(&[]).is_empty());
+        assert!(kernel_mix(&[0, 0]).is_empty());
     }
 
     #[test]
