@@ -320,4 +320,5 @@ def print_profile(work, profile, slo_ms):
             print(f"| {i} | {batch} | {share} | {what} | — |")
 
 
-main()
+if __name__ == "__main__":
+    main()
