@@ -23,7 +23,10 @@
 //! `placement/src/policy/dilu.rs`, "Real clusters"). The harness checks
 //! that argument on the heterogeneous family only, where the mechanism
 //! exists: `dilu` at the chosen settings with each scope, under the
-//! same rule. The check is reported, not used to move the default.
+//! same rule. The check is reported, not used to move the default. So is
+//! the wake-last cost's fading as idle GPUs run out (a mechanism too): the
+//! harness shows the chosen settings with the cost kept whole beside it,
+//! on both families.
 //!
 //! Each family's traces: poisson and bursty arrivals, `Sizes::instances`
 //! instances on a cluster of `Sizes::replay_gpus` GPUs. `dilu`'s
@@ -56,6 +59,7 @@ use super::{ClusterShape, heterogeneous, inflation, simulate};
 use crate::policy::{DiluPaper, FragmentationScope, WorkloadMix};
 
 mod candidates;
+mod open_cost_check;
 
 pub use super::tuning_score::{Score, choose};
 use candidates::Candidate;
@@ -214,6 +218,9 @@ pub struct Tuning {
     /// by-scarcity, node, busy; per seed, heterogeneous family only.
     scope_check: Vec<Vec<Score>>,
     scope_candidates: Vec<Candidate>,
+    /// `dilu-paper`, `fgd`, `dilu` at the chosen settings, and the same
+    /// with its wake-last cost kept whole; per seed, both families pooled.
+    open_cost_check: Vec<Vec<Score>>,
 }
 
 /// Sums `scores` candidate by candidate.
@@ -242,6 +249,7 @@ impl Tuning {
                         risk_weight,
                         scarcity_full,
                         scope: FragmentationScope::ByScarcity,
+                        open_cost_fades: true,
                     });
                 }
             }
@@ -263,6 +271,7 @@ impl Tuning {
             per_seed,
             scope_check: Vec::new(),
             scope_candidates: Vec::new(),
+            open_cost_check: Vec::new(),
         };
         let Some(chosen) = tuning.chosen() else {
             return tuning;
@@ -276,6 +285,7 @@ impl Tuning {
             risk_weight,
             scarcity_full,
             scope,
+            open_cost_fades: true,
         };
         let extra = [
             with_scope(FragmentationScope::Node),
@@ -297,6 +307,26 @@ impl Tuning {
                 let heterogeneous = &families[1];
                 let mut scores = vec![heterogeneous[0], heterogeneous[chosen]];
                 scores.extend(extra);
+                scores
+            })
+            .collect();
+        let whole = [Candidate::Dilu {
+            limit_bound,
+            risk_weight,
+            scarcity_full,
+            scope: FragmentationScope::ByScarcity,
+            open_cost_fades: false,
+        }];
+        tuning.open_cost_check = (first_seed..first_seed + seeds)
+            .zip(&tuning.per_seed)
+            .map(|(seed, families)| {
+                let both = total(families.iter());
+                let mut scores = vec![both[0], both[1], both[chosen]];
+                let mut kept_whole = Score::default();
+                for family in Family::ALL {
+                    kept_whole.add(&score_seed(&whole, family, &sizes, seed, &mut progress)[0]);
+                }
+                scores.push(kept_whole);
                 scores
             })
             .collect();
@@ -399,7 +429,9 @@ impl Tuning {
              after openb probes had been seen, so openb is held out but not blind (the scarcity points\n\
              below 100% were added after openb's lists under FGD's protocol showed `dilu` behind where\n\
              idle GPUs ran out). The fit's scope (busy GPUs, whole nodes weighted by scarcity) is fixed\n\
-             by mechanism and only checked here, on the heterogeneous family (last table).\n",
+             by mechanism and only checked here, on the heterogeneous family; so is the wake-last cost's\n\
+             fading as idle GPUs run out, on both families (the last two tables; the fading was written\n\
+             after openb's `multigpu` and `gpushare80` lists showed `dilu` behind FGD with it whole).\n",
             first_seed + seeds - 1,
             sizes.instances,
             sizes.replay_gpus,
@@ -521,6 +553,10 @@ impl Tuning {
             self.count_settings(&per_family_seed_choices[1]),
         );
         self.scope_markdown(&mut out);
+        if let [paper, fgd, fading, whole] = &total(self.open_cost_check.iter())[..] {
+            let chosen = self.label(self.chosen());
+            open_cost_check::markdown(&mut out, &chosen, [paper, fgd, fading, whole]);
+        }
         out
     }
 
@@ -667,7 +703,7 @@ mod tests {
     }
 
     #[test]
-    fn the_harness_scores_both_families_and_checks_the_scope() {
+    fn the_harness_scores_both_families_and_checks_the_scope_and_the_wake_last_cost() {
         let sizes = Sizes {
             instances: 60,
             replay_gpus: 64,
@@ -689,11 +725,15 @@ mod tests {
         assert!(
             markdown.contains("| seed | both families | uniform alone | heterogeneous alone |")
         );
-        if tuning.chosen().is_some() {
-            assert_eq!(tuning.scope_candidates.len(), 4);
-            assert!(markdown.contains("scope node") && markdown.contains("scope busy"));
-            assert!(markdown.contains("What it shows: against node"));
-        }
+        assert!(
+            tuning.chosen().is_some(),
+            "a setting qualifies on these traces"
+        );
+        assert_eq!(tuning.scope_candidates.len(), 4);
+        assert!(markdown.contains("scope node") && markdown.contains("scope busy"));
+        assert!(markdown.contains("What it shows: against node"));
+        assert!(markdown.contains("wake-last cost whole |"));
+        assert!(markdown.contains("Fading against whole:"));
     }
 
     #[test]

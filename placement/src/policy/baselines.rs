@@ -3,7 +3,7 @@
 //! published with the Dilu paper.
 
 use super::rule::{OPEN_GPU_COST, PlacementPolicy};
-use crate::model::{GpuCell, GpuState, InstanceDemand, SHARE_EPSILON};
+use crate::model::{ClusterState, GpuCell, GpuState, InstanceDemand, SHARE_EPSILON};
 
 /// One instance per GPU (what the Kubernetes device plugin gives); first fit.
 pub struct Exclusive;
@@ -18,7 +18,12 @@ impl PlacementPolicy for Exclusive {
     fn cost(&self, _gpu: &GpuState, _demand: &InstanceDemand) -> f64 {
         0.0
     }
-    fn cost_floor(&self, cell: &GpuCell, _demand: &InstanceDemand) -> Option<f64> {
+    fn cost_floor(
+        &self,
+        _cluster: &ClusterState,
+        cell: &GpuCell,
+        _demand: &InstanceDemand,
+    ) -> Option<f64> {
         Some(if cell.idle { 0.0 } else { f64::INFINITY })
     }
 }
@@ -36,7 +41,12 @@ impl PlacementPolicy for InflessLimits {
     fn cost(&self, gpu: &GpuState, demand: &InstanceDemand) -> f64 {
         1.0 - (gpu.sm_limit_sum + demand.sm_limit)
     }
-    fn cost_floor(&self, cell: &GpuCell, demand: &InstanceDemand) -> Option<f64> {
+    fn cost_floor(
+        &self,
+        _cluster: &ClusterState,
+        cell: &GpuCell,
+        demand: &InstanceDemand,
+    ) -> Option<f64> {
         if !cell.may_fit_limit(demand, 1.0) {
             return Some(f64::INFINITY);
         }
@@ -59,7 +69,12 @@ impl PlacementPolicy for InflessRequests {
     fn cost(&self, gpu: &GpuState, demand: &InstanceDemand) -> f64 {
         1.0 - (gpu.sm_request_sum + demand.sm_request)
     }
-    fn cost_floor(&self, cell: &GpuCell, demand: &InstanceDemand) -> Option<f64> {
+    fn cost_floor(
+        &self,
+        _cluster: &ClusterState,
+        cell: &GpuCell,
+        demand: &InstanceDemand,
+    ) -> Option<f64> {
         if !cell.may_fit_request(demand) {
             return Some(f64::INFINITY);
         }
@@ -91,7 +106,12 @@ impl PlacementPolicy for DiluPaper {
         let tier = if gpu.is_active() { 0.0 } else { OPEN_GPU_COST };
         tier + 0.6 * (1.0 - sm_use) + 0.4 * (1.0 - memory_use)
     }
-    fn cost_floor(&self, cell: &GpuCell, demand: &InstanceDemand) -> Option<f64> {
+    fn cost_floor(
+        &self,
+        _cluster: &ClusterState,
+        cell: &GpuCell,
+        demand: &InstanceDemand,
+    ) -> Option<f64> {
         if !cell.may_fit_request(demand) || !cell.may_fit_limit(demand, DILU_PAPER_LIMIT_BOUND) {
             return Some(f64::INFINITY);
         }

@@ -11,7 +11,8 @@
 //!   no GPU admits the instance within it ("The bound is soft", below);
 //! * **cost**, lower is better:
 //!   - `OPEN_GPU_COST` if the GPU is idle: wake a GPU only when no busy GPU
-//!     admits the instance;
+//!     admits the instance (under the fragmentation fit, below, it fades
+//!     as idle GPUs run out);
 //!   - 1 − max(R + r, M + m): best fit on the GPU's dominant (tightest)
 //!     resource after placement, so SM-light/memory-heavy work fills the
 //!     GPUs whose memory binds and SM-heavy work the GPUs whose SM binds;
@@ -77,8 +78,9 @@
 //!
 //! **Real clusters.** When the workload is known (a pod list, as FGD's
 //! scheduler is given it), the best-fit term is FGD's fragmentation increase
-//! (`fgd`) instead of the GPU's slack; the wake-last cost stays. FGD counts
-//! the free share of every GPU of a node, idle ones included. On Alibaba's
+//! (`fgd`) instead of the GPU's slack; the wake-last cost stays, fading
+//! as idle GPUs run out (below). FGD counts the free share of every GPU
+//! of a node, idle ones included. On Alibaba's
 //! openb trace, where CPU binds on the nodes (a G2 node has 96 cores for 8
 //! GPUs, the commonest whole-GPU pods ask 11.3–12), a pod that leaves a node
 //! too few cores makes all its idle GPUs "fragments", and that node-wide
@@ -113,7 +115,16 @@
 //! left waiting or dropped costs more than the excess (the soft bound's
 //! argument). In openb's replay (about 1% of GPUs in use) the price is
 //! nearly whole; under FGD's protocol it is gone once the share in use
-//! reaches `scarcity_full`. An
+//! reaches `scarcity_full`. The wake-last cost fades the same way, for
+//! the same reason: an idle GPU kept idle saves GPU-hours only while
+//! others stay idle too, and once they run out, a pod packed onto a busy
+//! GPU where FGD's measure would open one strands the room it leaves
+//! there. (Kept whole, on the tuning harness's generated traces the
+//! chosen setting allocated 87.39% under FGD's protocol against FGD's
+//! 87.74%; fading, 87.72%, with 0.14 points fewer GPU-hours in time; on
+//! openb's 24 lists, seeds 1 to 10, `dilu` went from behind FGD on 5
+//! lists to behind on 2, `multigpu20` and `multigpu30`, by under 0.1
+//! point, and its lead on `gpushare100` from 5.4 to 1.6 points.) An
 //! ablation found the price to be the term that cost `dilu` allocation
 //! against `fgd` under the protocol on openb (the bound never binds there;
 //! the wake-last cost and the scope cost less), so openb was seen before
@@ -168,6 +179,11 @@ pub struct Complementary {
     pub fragmentation: Option<FragmentationGradient>,
     /// Which GPUs that fragmentation counts.
     pub fragmentation_scope: FragmentationScope,
+    /// Whether, under the fragmentation fit, the cost of waking an idle GPU
+    /// fades as idle GPUs run out (module docs, "The price fades as idle
+    /// GPUs run out"); `false` keeps it whole, as the tuning harness's
+    /// check compares.
+    pub open_cost_fades: bool,
     /// Price of one unit of new limit excess under the fragmentation fit,
     /// in units of fragmentation, while every GPU is idle; it fades as idle
     /// GPUs run out (module docs, "The price fades as idle GPUs run out").
@@ -208,6 +224,7 @@ impl Default for Complementary {
         Self {
             fragmentation: None,
             fragmentation_scope: FragmentationScope::ByScarcity,
+            open_cost_fades: true,
             fragmentation_risk_weight: FRAGMENTATION_RISK_WEIGHT,
             scarcity_full: FRAGMENTATION_SCARCITY_FULL,
             soft_limit_bound: Some(super::baselines::DILU_PAPER_LIMIT_BOUND),
@@ -258,13 +275,14 @@ impl Complementary {
     }
 
     /// Adds to each fragmentation increase in `entries` (cost, GPU) the
-    /// cost of opening an idle GPU and the price on new limit excess. The
-    /// price trades GPU-hours for risk while idle GPUs are plentiful; as
-    /// they run out, steering a pod off a dense GPU costs room a later pod
-    /// needs instead (see the module docs, "The price fades as idle GPUs
-    /// run out").
-    /// Returns how much the price can move per unit of scarcity (the
-    /// weight times the largest new excess).
+    /// cost of opening an idle GPU and the price on new limit excess. Both
+    /// trade for GPU-hours while idle GPUs are plentiful; as they run out,
+    /// keeping a GPU idle or steering a pod off a dense GPU costs room a
+    /// later pod needs instead, so both fade (see the module docs, "The
+    /// price fades as idle GPUs run out").
+    /// Returns how much the costs can move per unit of scarcity (the open
+    /// cost where an entry is idle, and the price's weight times the
+    /// largest new excess).
     fn add_open_and_price(
         &self,
         cluster: &ClusterState,
@@ -272,15 +290,37 @@ impl Complementary {
         entries: &mut [(f64, usize)],
     ) -> f64 {
         let price = self.fragmentation_risk_weight * (1.0 - self.scarcity(cluster));
-        let mut most_excess = 0.0f64;
+        let open_cost = self.open_cost(cluster);
+        let (mut most_excess, mut opens) = (0.0f64, false);
         for entry in entries {
             let gpu = &cluster.gpus[entry.1];
-            let open = if gpu.is_active() { 0.0 } else { OPEN_GPU_COST };
+            let open = if gpu.is_active() {
+                0.0
+            } else {
+                opens = true;
+                open_cost
+            };
             let excess = new_excess(gpu, demand);
             most_excess = most_excess.max(excess);
             entry.0 += open + price * excess;
         }
-        self.fragmentation_risk_weight.abs() * most_excess
+        let open_slope = if opens && self.open_cost_fades {
+            OPEN_GPU_COST
+        } else {
+            0.0
+        };
+        open_slope + self.fragmentation_risk_weight.abs() * most_excess
+    }
+
+    /// What waking an idle GPU costs in `cluster`: under the
+    /// fragmentation fit it fades as idle GPUs run out, as the price does
+    /// (module docs, "The price fades as idle GPUs run out"), else whole.
+    fn open_cost(&self, cluster: &ClusterState) -> f64 {
+        if self.fragmentation.is_some() && self.open_cost_fades {
+            OPEN_GPU_COST * (1.0 - self.scarcity(cluster))
+        } else {
+            OPEN_GPU_COST
+        }
     }
 }
 
@@ -308,7 +348,12 @@ impl PlacementPolicy for Complementary {
     /// the fragmentation's floor (`FragmentationGradient::increase_floor`;
     /// none unless the cluster expects this workload). A negative limit,
     /// whose excess does not grow with the limits already there, has none.
-    fn cost_floor(&self, cell: &GpuCell, demand: &InstanceDemand) -> Option<f64> {
+    fn cost_floor(
+        &self,
+        cluster: &ClusterState,
+        cell: &GpuCell,
+        demand: &InstanceDemand,
+    ) -> Option<f64> {
         if demand.sm_limit < 0.0 {
             return None;
         }
@@ -325,7 +370,11 @@ impl PlacementPolicy for Complementary {
         if !cell.may_fit_request(demand) || !cell.may_fit_limit(demand, self.limit_bound) {
             return Some(f64::INFINITY);
         }
-        let open = if cell.idle { OPEN_GPU_COST } else { 0.0 };
+        let open = if cell.idle {
+            self.open_cost(cluster)
+        } else {
+            0.0
+        };
         Some(open + fit)
     }
 
@@ -353,6 +402,7 @@ impl PlacementPolicy for Complementary {
             workload,
             regime,
             self.fragmentation_scope as u64,
+            u64::from(self.open_cost_fades),
             self.fragmentation_risk_weight.to_bits(),
             self.scarcity_full.to_bits(),
             self.soft_limit_bound.map_or(u64::MAX, f64::to_bits),

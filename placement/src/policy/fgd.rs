@@ -512,7 +512,12 @@ impl PlacementPolicy for FragmentationGradient {
             .unwrap_or_else(|| super::rule::strands_least_gpu(cluster, node, needs))
     }
 
-    fn cost_floor(&self, cell: &GpuCell, demand: &InstanceDemand) -> Option<f64> {
+    fn cost_floor(
+        &self,
+        _cluster: &ClusterState,
+        cell: &GpuCell,
+        demand: &InstanceDemand,
+    ) -> Option<f64> {
         let floor = self.increase_floor(cell, demand)?;
         Some(if cell.may_fit_request(demand) {
             floor

@@ -163,8 +163,13 @@ impl PlacementPolicy for PowerAware {
     }
 
     /// The inner policy's: the price on watts is never negative.
-    fn cost_floor(&self, cell: &GpuCell, demand: &InstanceDemand) -> Option<f64> {
-        self.inner.cost_floor(cell, demand)
+    fn cost_floor(
+        &self,
+        cluster: &ClusterState,
+        cell: &GpuCell,
+        demand: &InstanceDemand,
+    ) -> Option<f64> {
+        self.inner.cost_floor(cluster, cell, demand)
     }
 
     fn cost_context(&self, cluster: &ClusterState) -> Option<u64> {

@@ -19,12 +19,18 @@ pub trait PlacementPolicy: Send + Sync {
     fn cost(&self, gpu: &GpuState, demand: &InstanceDemand) -> f64;
     /// A floor under [`cost`](Self::cost) (and
     /// [`costs_on_node`](Self::costs_on_node)) on every GPU of `cell` that
-    /// admits `demand`: `Some(f64::INFINITY)` when none can, `None` (the
-    /// default) when the policy cannot say. With floors the search scores
-    /// the classes of nodes cell by cell, cheapest floor first, and stops
-    /// where the floor passes the best cost found (see `search`).
-    fn cost_floor(&self, cell: &GpuCell, demand: &InstanceDemand) -> Option<f64> {
-        let _ = (cell, demand);
+    /// admits `demand` in `cluster` as it stands: `Some(f64::INFINITY)`
+    /// when none can, `None` (the default) when the policy cannot say.
+    /// With floors the search scores the classes of nodes cell by cell,
+    /// cheapest floor first, and stops where the floor passes the best
+    /// cost found (see `search`).
+    fn cost_floor(
+        &self,
+        cluster: &ClusterState,
+        cell: &GpuCell,
+        demand: &InstanceDemand,
+    ) -> Option<f64> {
+        let _ = (cluster, cell, demand);
         None
     }
     /// A fingerprint of all that [`costs_on_node`](Self::costs_on_node)

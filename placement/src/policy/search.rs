@@ -354,7 +354,7 @@ fn search_by_floor(
     let wanted = demand.gpus.max(1) as usize;
     let mut cells = Vec::new();
     for (cell, bounds) in cluster.occupied_cells() {
-        let floor = policy.cost_floor(&bounds, demand)?;
+        let floor = policy.cost_floor(cluster, &bounds, demand)?;
         if floor.is_finite() {
             cells.push((floor, cell));
         }

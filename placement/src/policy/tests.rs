@@ -419,13 +419,9 @@ fn dilu_moves_a_gang_share_off_its_own_gpus_within_a_tighter_cap() {
     );
 }
 
-#[test]
-fn dilus_price_on_limit_excess_fades_as_idle_gpus_run_out() {
-    // Node 0: GPU 0 runs a half-GPU latency pod (limit 0.6), GPU 1 a batch
-    // pod of 0.45 (limit 0.45). A half-GPU pod with limit 0.55 fills GPU 0
-    // exactly (no fragment left) but adds 0.15 of limit excess there; on
-    // GPU 1 it adds no excess but leaves 0.05 that no half-GPU task can use.
-    let mix = Arc::new(WorkloadMix {
+/// A workload of half-GPU pods and nothing else.
+fn half_gpu_mix() -> Arc<WorkloadMix> {
+    Arc::new(WorkloadMix {
         types: vec![TaskType {
             cpu_milli: 0,
             share: 0.5,
@@ -433,7 +429,16 @@ fn dilus_price_on_limit_excess_fades_as_idle_gpus_run_out() {
             models: Vec::new(),
             weight: 1.0,
         }],
-    });
+    })
+}
+
+#[test]
+fn dilus_price_on_limit_excess_fades_as_idle_gpus_run_out() {
+    // Node 0: GPU 0 runs a half-GPU latency pod (limit 0.6), GPU 1 a batch
+    // pod of 0.45 (limit 0.45). A half-GPU pod with limit 0.55 fills GPU 0
+    // exactly (no fragment left) but adds 0.15 of limit excess there; on
+    // GPU 1 it adds no excess but leaves 0.05 that no half-GPU task can use.
+    let mix = half_gpu_mix();
     let build = |idle_nodes: usize| {
         let mut cluster = ClusterState::uniform(1 + idle_nodes, 2, 80 * GIB);
         cluster.apply(&demand(WorkClass::Latency, 0.5, 0.6, 1, 1), &[0]);
@@ -471,6 +476,35 @@ fn dilus_price_on_limit_excess_fades_as_idle_gpus_run_out() {
     assert_eq!(place(&late, &quarter, &pod).unwrap().gpus, vec![1]);
     let fgd = FragmentationGradient::new(mix);
     assert_eq!(place(&fgd, &full, &pod).unwrap().gpus, vec![0]);
+}
+
+#[test]
+fn dilus_wake_last_cost_fades_as_idle_gpus_run_out() {
+    // GPU 0 runs a 0.4-GPU pod, GPU 1 is idle; the workload is half-GPU
+    // pods. Another half-GPU pod on GPU 0 leaves 0.1 there that no such
+    // pod can use; on GPU 1 it leaves a half that one can.
+    let mix = half_gpu_mix();
+    let build = |idle_nodes: usize| {
+        let mut cluster = ClusterState::uniform(1 + idle_nodes, 2, 80 * GIB);
+        cluster.apply(&demand(WorkClass::Batch, 0.4, 0.4, 1, 1), &[0]);
+        cluster
+    };
+    let pod = demand(WorkClass::Batch, 0.5, 0.5, 1, 1);
+    let dilu = Complementary::for_workload(mix.clone());
+    let fgd = FragmentationGradient::new(mix);
+    // Idle GPUs plentiful (1 of 64 in use): waking GPU 1 would cost
+    // GPU-hours that the 0.1 left on GPU 0 does not, and dilu fills GPU 0.
+    let plentiful = build(31);
+    assert_eq!(place(&dilu, &plentiful, &pod).unwrap().gpus, vec![0]);
+    // Idle GPUs run out (half of them in use): keeping GPU 1 idle buys no
+    // GPU-hours, only the stranded 0.1, and dilu opens it as FGD does.
+    let scarce = build(0);
+    assert!(dilu.scarcity(&scarce) >= 1.0);
+    assert_eq!(place(&dilu, &scarce, &pod).unwrap().gpus, vec![1]);
+    assert_eq!(place(&fgd, &scarce, &pod).unwrap().gpus, vec![1]);
+    // Without a known workload (the slack fit) the cost stays whole.
+    let slack_fit = Complementary::default();
+    assert_eq!(place(&slack_fit, &scarce, &pod).unwrap().gpus, vec![0]);
 }
 
 /// A small deterministic generator for the agreement test.

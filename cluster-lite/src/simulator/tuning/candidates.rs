@@ -40,6 +40,8 @@ pub enum Candidate {
         risk_weight: f64,
         scarcity_full: f64,
         scope: FragmentationScope,
+        /// The wake-last cost fades as idle GPUs run out (the default).
+        open_cost_fades: bool,
     },
 }
 
@@ -57,14 +59,20 @@ impl Candidate {
                 risk_weight,
                 scarcity_full,
                 scope,
+                open_cost_fades,
             } => {
+                let whole = if *open_cost_fades {
+                    ""
+                } else {
+                    ", wake-last cost whole"
+                };
                 let scope = match scope {
                     FragmentationScope::ByScarcity => "",
                     FragmentationScope::Node => ", scope node",
                     FragmentationScope::Busy => ", scope busy",
                 };
                 format!(
-                    "dilu, bound {limit_bound}, price {risk_weight}, scarce at {}% in use{scope}",
+                    "dilu, bound {limit_bound}, price {risk_weight}, scarce at {}% in use{scope}{whole}",
                     scarcity_full * 100.0
                 )
             }
@@ -80,8 +88,10 @@ impl Candidate {
                 risk_weight,
                 scarcity_full,
                 scope,
+                open_cost_fades,
             } => Box::new(Complementary {
                 fragmentation_scope: scope,
+                open_cost_fades,
                 fragmentation_risk_weight: risk_weight,
                 scarcity_full,
                 limit_bound,
